@@ -1,0 +1,74 @@
+"""The ``seqrepair`` command.
+
+Each adapter package contributes its subcommands through a ``commands`` module exposing
+``register(subparsers)``; every subcommand sets ``func(args) -> int``. Only the CLI configures
+logging output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import logging
+import sys
+from collections.abc import Sequence
+
+import structlog
+
+COMMAND_MODULES = (
+    "seqrepair.demo",
+    "seqrepair.journal.commands",
+    "seqrepair.amqp.commands",
+    "seqrepair.spark.commands",
+)
+
+
+def configure_logging(level: str) -> None:
+    """Human-readable structlog output on stderr at ``level``."""
+    logging.basicConfig(stream=sys.stderr, level=level.upper(), format="%(message)s")
+    structlog.configure(
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso"),
+            structlog.dev.ConsoleRenderer(colors=False),
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(
+            logging.getLevelNamesMapping()[level.upper()]
+        ),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="seqrepair",
+        description="Reliable-delivery sequencing and gap repair for publish/subscribe.",
+    )
+    parser.add_argument(
+        "--log-level", default="warning", help="debug, info, warning or error (default warning)"
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in COMMAND_MODULES:
+        if _exists(name):
+            importlib.import_module(name).register(subparsers)
+    return parser
+
+
+def _exists(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # the parent package is not there
+        return False
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    configure_logging(args.log_level)
+    result: int = args.func(args)
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())

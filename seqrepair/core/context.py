@@ -1,0 +1,94 @@
+"""Link context: the recent frames of one subscriber link, kept to answer gap requests.
+
+The component records every frame it sends on a link; a :class:`GapRequest` is answered from
+what is still held. Anything older (or anything before a reset) is "context lost", and the
+subscriber falls back to a source-level request.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import attrs
+
+from seqrepair.core.errors import InvalidConfigError, InvalidSequenceError
+from seqrepair.core.messages import GapError, GapRequest, Heartbeat, Publication
+from seqrepair.core.sequence import RESET, SequenceSpace
+
+LinkFrame = Publication | Heartbeat
+
+
+def _positive_int(instance: object, attribute: attrs.Attribute[int], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidConfigError(
+            f"{type(instance).__name__}.{attribute.name} must be a positive integer",
+            expected=">= 1",
+            got=value,
+        )
+
+
+@attrs.define
+class LinkContext:
+    """The last ``capacity`` frames sent on one link, addressable by link number.
+
+    ``max_range`` bounds how many numbers one request may ask for; a larger request is refused,
+    so a hostile or confused subscriber cannot make the component resend its whole history.
+    """
+
+    bits: int = 16
+    capacity: int = attrs.field(default=65_536, validator=_positive_int)
+    max_range: int = attrs.field(default=10_000, validator=_positive_int)
+    space: SequenceSpace = attrs.field(init=False)
+    _frames: deque[LinkFrame] = attrs.field(init=False, factory=deque)
+    _head: int = attrs.field(init=False, default=0)
+    # absolute link number = position + _base; after a reset position 1 is the 0 frame.
+    _base: int = attrs.field(init=False, default=0)
+
+    @space.default
+    def _space(self) -> SequenceSpace:
+        return SequenceSpace(self.bits)
+
+    @property
+    def head(self) -> int:
+        """Absolute number (within the current context) of the last frame recorded."""
+        return self._head
+
+    def record(self, frame: LinkFrame) -> None:
+        """Remember a frame just sent. A frame numbered 0 starts a new context."""
+        if frame.link_seq is None:
+            raise InvalidConfigError("only frames with a link number can be recorded")
+        self.space.check(frame.link_seq, allow_reset=True)
+        if frame.link_seq == RESET:
+            self._frames.clear()
+            self._head = 0
+            self._base = -1
+        self._head += 1
+        self._frames.append(frame)
+        if len(self._frames) > self.capacity:
+            self._frames.popleft()
+
+    def answer(self, request: GapRequest) -> list[LinkFrame] | GapError:
+        """The frames of the requested range, marked as retransmissions, or a GapError.
+
+        Numbers not yet sent are simply not returned (a subscriber's probe for the next number).
+        """
+        try:
+            span = self.space.distance(request.link_from, request.link_to) + 1
+        except InvalidSequenceError as exc:
+            return GapError("refused", request, exc.message)
+        if span > self.max_range:
+            return GapError("refused", request, f"range of {span} exceeds {self.max_range}")
+        if self._head == 0:
+            return GapError("context-lost", request, "no link context")
+        last = self.space.unwrap(self._head + self._base, request.link_to) - self._base
+        first = last - span + 1
+        oldest = self._head - len(self._frames) + 1
+        if first < oldest:
+            return GapError("context-lost", request, "range no longer held")
+        out: list[LinkFrame] = []
+        for position in range(first, min(last, self._head) + 1):
+            frame = self._frames[position - oldest]
+            if isinstance(frame, Publication):
+                frame = attrs.evolve(frame, retransmit=True)
+            out.append(frame)
+        return out

@@ -1,0 +1,44 @@
+"""The library's error hierarchy.
+
+Every error raised on bad input is a :class:`SeqRepairError`. Errors carry structured
+fields (``expected``, ``got``) so callers can act on them without parsing messages,
+in the manner of h2's ``StreamIDTooLowError(stream_id, max_stream_id)``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class SeqRepairError(Exception):
+    """Base of every error seqrepair raises on bad input or a broken contract."""
+
+    def __init__(self, message: str, *, expected: Any = None, got: Any = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.expected = expected
+        self.got = got
+
+
+class InvalidSequenceError(SeqRepairError):
+    """A sequence number or bit width outside the sequence space."""
+
+
+class InvalidMessageError(SeqRepairError):
+    """A message (publication, heartbeat, request) with a malformed or missing field."""
+
+
+class UnknownPublishTypeError(InvalidMessageError):
+    """A publish type that is not update, correction, image, drop, snapshot (or add)."""
+
+
+class InvalidTopicPatternError(SeqRepairError):
+    """A topic or topic pattern that breaks the topic-tree syntax."""
+
+
+class InvalidConfigError(SeqRepairError):
+    """A constructor argument outside its allowed range."""
+
+
+class ProtocolViolationError(SeqRepairError):
+    """A frame that the state machine cannot accept in its current state."""

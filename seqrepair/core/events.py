@@ -1,0 +1,90 @@
+"""Events the subscriber stub returns. Adapters perform them; the core never does I/O.
+
+``Delivered`` goes to the application; ``RequestGap`` and ``RequestSourceGap`` are requests the
+adapter sends to the component (all ``RequestGap`` events from one call may travel in one
+message); the rest are notices for the application and its operators.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from seqrepair.core.messages import GapRequest, Publication, SourceGapRequest
+
+
+@attrs.frozen(hash=False)
+class Delivered:
+    """Hand ``publication`` to the application: in order, exactly once."""
+
+    publication: Publication
+
+
+@attrs.frozen
+class RequestGap:
+    """Ask the component to resend a link range."""
+
+    request: GapRequest
+
+
+@attrs.frozen(hash=False)
+class RequestSourceGap:
+    """Ask the component to replay by source ("last-ditch" repair, XEP-0040 §2.4)."""
+
+    request: SourceGapRequest
+
+
+@attrs.frozen
+class HeartbeatOverdue:
+    """No frame for ``missed`` heartbeat intervals; the last one arrived at ``since``."""
+
+    missed: int
+    since: float
+
+
+@attrs.frozen
+class LinkReset:
+    """The link restarted at 0: the old link context is void.
+
+    ``abandoned`` link numbers were still missing or buffered when it happened; they are
+    recovered by the source-level request that follows.
+    """
+
+    previous_expected: int | None
+    abandoned: int
+
+
+@attrs.frozen
+class Unrecoverable:
+    """Data that will not be repaired: the application may ask for an image (snapshot).
+
+    ``source``/``after`` name the source and its last delivered number when known; for a link
+    gap they are None and ``link_from``/``link_to`` name the wire range skipped.
+    """
+
+    source: str | None
+    after: int | None
+    reason: str
+    link_from: int | None = None
+    link_to: int | None = None
+
+
+@attrs.frozen
+class BufferOverflow:
+    """The reorder buffer reached ``max_buffer``: ``dropped`` frames were not kept.
+
+    The stub requests them again by source, so nothing is lost silently.
+    """
+
+    limit: int
+    dropped: int
+
+
+Event = (
+    Delivered
+    | RequestGap
+    | RequestSourceGap
+    | HeartbeatOverdue
+    | LinkReset
+    | Unrecoverable
+    | BufferOverflow
+)

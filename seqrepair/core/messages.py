@@ -1,0 +1,200 @@
+"""Frames that travel between publishers, the pubsub component and subscribers (XEP-0040).
+
+All are immutable and validated on construction: bad input raises an
+:class:`~seqrepair.core.errors.InvalidMessageError` (or a subclass) and builds nothing.
+
+Numbers: ``link_seq`` and the link numbers of a :class:`GapRequest` are *wire* values of the
+link's sequence space (they wrap; 0 means reset). ``source_seq`` is the *absolute* source
+number, which never wraps inside a process; codecs carry it on the wire in the source's bit
+width (see :class:`~seqrepair.core.sequence.SequenceSpace`).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any, Literal
+
+import attrs
+
+from seqrepair.core.errors import InvalidMessageError, UnknownPublishTypeError
+
+_MAX_WIRE = (1 << 64) - 1
+
+
+class PublishType(enum.Enum):
+    """XEP-0040 §3.1 publish types. ``"add"`` is read as :attr:`IMAGE`."""
+
+    UPDATE = "update"
+    CORRECTION = "correction"
+    IMAGE = "image"
+    DROP = "drop"
+    SNAPSHOT = "snapshot"
+
+    @classmethod
+    def parse(cls, value: PublishType | str) -> PublishType:
+        """Read a publish type from its name; ``add`` means image. Unknown names raise."""
+        if isinstance(value, PublishType):
+            return value
+        if isinstance(value, str):
+            name = value.strip().lower()
+            if name == "add":
+                return cls.IMAGE
+            try:
+                return cls(name)
+            except ValueError:
+                pass
+        raise UnknownPublishTypeError(
+            f"unknown publish type {value!r}",
+            expected=[t.value for t in cls] + ["add"],
+            got=value,
+        )
+
+
+def _nonempty_str(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, str) or not value:
+        raise InvalidMessageError(
+            f"{type(instance).__name__}.{attribute.name} must be a non-empty string",
+            expected="non-empty str",
+            got=value,
+        )
+
+
+def _int_in(low: int, high: int) -> Any:
+    def check(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise InvalidMessageError(
+                f"{type(instance).__name__}.{attribute.name} must be an integer in "
+                f"{low}..{high}, got {value!r}",
+                expected=(low, high),
+                got=value,
+            )
+
+    return check
+
+
+def _optional(check: Any) -> Any:
+    def optional(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+        if value is not None:
+            check(instance, attribute, value)
+
+    return optional
+
+
+def _freeze_fields(value: object) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise InvalidMessageError(
+            "Publication.fields must be a mapping of field name to value",
+            expected="Mapping[str, Any]",
+            got=type(value).__name__,
+        )
+    for key in value:
+        if not isinstance(key, str) or not key:
+            raise InvalidMessageError(
+                "field names must be non-empty strings", expected="str", got=key
+            )
+    return MappingProxyType(dict(value))
+
+
+def _timestamp(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidMessageError(
+            f"{type(instance).__name__}.{attribute.name} must be a number of seconds",
+            expected="float",
+            got=value,
+        )
+
+
+def _source_numbers(value: object) -> Mapping[str, int]:
+    if not isinstance(value, Mapping):
+        raise InvalidMessageError(
+            "expected a mapping of source name to sequence number",
+            expected="Mapping[str, int]",
+            got=type(value).__name__,
+        )
+    for source, seq in value.items():
+        if not isinstance(source, str) or not source:
+            raise InvalidMessageError("source names must be non-empty strings", got=source)
+        if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
+            raise InvalidMessageError(
+                f"sequence for source {source!r} must be an integer >= 0",
+                expected=">= 0",
+                got=seq,
+            )
+    return MappingProxyType(dict(value))
+
+
+@attrs.frozen(hash=False)
+class Publication:
+    """One publish element: an item's topic, the source that published it and its fields.
+
+    In ``fields`` a value of ``None`` is an explicit null; an absent key is "not sent".
+    """
+
+    topic: str = attrs.field(validator=_nonempty_str)
+    source: str = attrs.field(validator=_nonempty_str)
+    source_seq: int = attrs.field(validator=_int_in(1, _MAX_WIRE))
+    ptype: PublishType = attrs.field(converter=PublishType.parse)
+    fields: Mapping[str, Any] = attrs.field(factory=dict, converter=_freeze_fields)
+    link_seq: int | None = attrs.field(default=None, validator=_optional(_int_in(0, _MAX_WIRE)))
+    permtoken: str | None = attrs.field(default=None, validator=_optional(_nonempty_str))
+    timestamp: float | None = attrs.field(default=None, validator=_optional(_timestamp))
+    retransmit: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+
+
+@attrs.frozen
+class Heartbeat:
+    """A link-level heartbeat: it takes a link number but carries no source number."""
+
+    link_seq: int = attrs.field(validator=_int_in(0, _MAX_WIRE))
+    timestamp: float | None = attrs.field(default=None, validator=_optional(_timestamp))
+
+
+@attrs.frozen
+class GapRequest:
+    """Resend the link numbers ``link_from``..``link_to`` inclusive (may cross the wrap)."""
+
+    link_from: int = attrs.field(validator=_int_in(1, _MAX_WIRE))
+    link_to: int = attrs.field(validator=_int_in(1, _MAX_WIRE))
+
+
+@attrs.frozen(hash=False)
+class SourceGapRequest:
+    """Replay everything after the last valid ``source_seq`` received, per source."""
+
+    after: Mapping[str, int] = attrs.field(converter=_source_numbers)
+
+
+GapErrorReason = Literal["context-lost", "refused", "trimmed"]
+GAP_ERROR_REASONS: tuple[GapErrorReason, ...] = ("context-lost", "refused", "trimmed")
+
+
+def _reason(_instance: object, _attribute: object, value: object) -> None:
+    if value not in GAP_ERROR_REASONS:
+        raise InvalidMessageError(
+            f"unknown gap error reason {value!r}", expected=GAP_ERROR_REASONS, got=value
+        )
+
+
+@attrs.frozen(hash=False)
+class GapError:
+    """The component cannot (or will not) answer ``request``."""
+
+    reason: GapErrorReason = attrs.field(validator=_reason)
+    request: GapRequest | SourceGapRequest | None = attrs.field(
+        default=None,
+        validator=_optional(attrs.validators.instance_of((GapRequest, SourceGapRequest))),
+    )
+    detail: str = attrs.field(default="", validator=attrs.validators.instance_of(str))
+
+
+@attrs.frozen(hash=False)
+class ReplayComplete:
+    """Ends the answer to a :class:`SourceGapRequest`: the high-water replayed per source."""
+
+    through: Mapping[str, int] = attrs.field(converter=_source_numbers)
+
+
+Frame = Publication | Heartbeat | GapError | ReplayComplete
+"""What a subscriber stub receives."""

@@ -1,0 +1,154 @@
+"""Numbering of publications: per source (publisher side) and per subscriber link.
+
+:class:`SourceSequencer` gives each publication of one source the next absolute source number,
+continuing after a recovered high-water so a restarted publisher never reuses a number.
+:class:`LinkSequencer` gives every frame on one subscriber link (publications *and* heartbeats)
+the next link number, wrapping in its bit width, and decides when an idle link needs a
+heartbeat. Neither reads the clock: time comes in as ``now``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from seqrepair.core.errors import InvalidConfigError
+from seqrepair.core.messages import Heartbeat, Publication, PublishType
+from seqrepair.core.sequence import RESET, SequenceSpace
+
+
+def _positive_number(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise InvalidConfigError(
+            f"{type(instance).__name__}.{attribute.name} must be a positive number",
+            expected="> 0",
+            got=value,
+        )
+
+
+def _high_water(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidConfigError(
+            f"{type(instance).__name__}.{attribute.name} must be an integer >= 0",
+            expected=">= 0",
+            got=value,
+        )
+
+
+@attrs.define
+class SourceSequencer:
+    """Stamps the publications of one source with consecutive absolute source numbers.
+
+    ``start_after`` is the recovered high-water (the journal's last number for the source);
+    the first publication gets ``start_after + 1``. ``bits`` is the width the number travels
+    in on the wire (see :attr:`wire_seq`).
+    """
+
+    source: str = attrs.field(validator=attrs.validators.min_len(1))
+    bits: int = 32
+    start_after: int = attrs.field(default=0, validator=_high_water)
+    space: SequenceSpace = attrs.field(init=False)
+    high_water: int = attrs.field(init=False)
+
+    @space.default
+    def _space(self) -> SequenceSpace:
+        return SequenceSpace(self.bits)
+
+    @high_water.default
+    def _high_water_default(self) -> int:
+        return self.start_after
+
+    def stamp(
+        self,
+        topic: str,
+        fields: Mapping[str, Any],
+        ptype: PublishType | str = PublishType.UPDATE,
+        *,
+        permtoken: str | None = None,
+        timestamp: float | None = None,
+    ) -> Publication:
+        """A publication carrying the next source number. Bad input consumes no number."""
+        publication = Publication(
+            topic=topic,
+            source=self.source,
+            source_seq=self.high_water + 1,
+            ptype=ptype,
+            fields=fields,
+            permtoken=permtoken,
+            timestamp=timestamp,
+        )
+        self.high_water += 1
+        return publication
+
+    def next_seq(self) -> int:
+        """Take the next absolute number without building a publication."""
+        self.high_water += 1
+        return self.high_water
+
+    @property
+    def wire_seq(self) -> int:
+        """The wire value of the last number issued (0 before the first)."""
+        return self.space.wire(self.high_water) if self.high_water else RESET
+
+
+@attrs.define
+class LinkSequencer:
+    """Numbers the frames of one subscriber link and schedules its heartbeats.
+
+    A fresh link starts at 1; after :meth:`reset` the next frame carries 0 (reset) and the
+    following ones 1, 2, ... Heartbeats take link numbers too, so a receiver detects loss even
+    when the link is quiet. :attr:`absolute` counts every number issued, wraps included.
+    """
+
+    bits: int = 16
+    heartbeat_interval: float = attrs.field(default=1.0, validator=_positive_number)
+    space: SequenceSpace = attrs.field(init=False)
+    absolute: int = attrs.field(init=False, default=0)
+    _next_wire: int = attrs.field(init=False, default=1)
+    _last_sent: float | None = attrs.field(init=False, default=None)
+
+    @space.default
+    def _space(self) -> SequenceSpace:
+        return SequenceSpace(self.bits)
+
+    @property
+    def last_link_seq(self) -> int | None:
+        """The wire number of the last frame sent, None before the first."""
+        return self.space.wire(self.absolute) if self.absolute else None
+
+    def _take(self, now: float) -> int:
+        wire = self._next_wire
+        self._next_wire = self.space.next(wire)
+        self.absolute += 1
+        self._last_sent = now
+        return wire
+
+    def stamp(self, publication: Publication, now: float) -> Publication:
+        """``publication`` with the next link number; resets the heartbeat timer."""
+        return attrs.evolve(publication, link_seq=self._take(now))
+
+    def heartbeat(self, now: float) -> Heartbeat:
+        """A heartbeat with the next link number, whether or not one is due."""
+        return Heartbeat(link_seq=self._take(now), timestamp=now)
+
+    def poll(self, now: float) -> Heartbeat | None:
+        """A heartbeat when the link has been idle for an interval, else None."""
+        if self._last_sent is None:
+            self._last_sent = now
+            return None
+        if now - self._last_sent >= self.heartbeat_interval:
+            return self.heartbeat(now)
+        return None
+
+    @property
+    def next_deadline(self) -> float | None:
+        """When :meth:`poll` will next produce a heartbeat (None before any activity)."""
+        if self._last_sent is None:
+            return None
+        return self._last_sent + self.heartbeat_interval
+
+    def reset(self) -> None:
+        """Void the link context: the next frame carries 0, then 1, 2, ..."""
+        self._next_wire = RESET
