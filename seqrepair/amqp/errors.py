@@ -1,0 +1,64 @@
+"""Errors of the AMQP adapter.
+
+Every error raised on hostile or malformed AMQP input is a :class:`AmqpAdapterError`, itself a
+:class:`~seqrepair.core.errors.SeqRepairError`, and carries the AMQP error condition the
+component answers with (``amqp:decode-error``, ``amqp:not-found``...). Proton's own exceptions
+are mapped to these at the adapter boundary (httpcore's ``map_exceptions`` habit).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from seqrepair.core.errors import SeqRepairError
+
+
+class AmqpAdapterError(SeqRepairError):
+    """Base of the AMQP adapter's errors; ``condition`` is the AMQP error condition to send."""
+
+    condition = "amqp:internal-error"
+
+    def __init__(self, message: str, *, expected: Any = None, got: Any = None) -> None:
+        super().__init__(message, expected=expected, got=got)
+
+
+class MalformedMessageError(AmqpAdapterError):
+    """A message whose properties or body do not follow the wire format (WIRE.md)."""
+
+    condition = "amqp:decode-error"
+
+
+class OutOfSpaceError(MalformedMessageError):
+    """A sequence number on the wire outside the sequence space it claims."""
+
+    condition = "amqp:invalid-field"
+
+
+class UnknownMessageTypeError(MalformedMessageError):
+    """A ``message-type`` the receiver does not know, or one not allowed on this link."""
+
+    condition = "amqp:not-implemented"
+
+
+class UnknownAddressError(AmqpAdapterError):
+    """A link attached to an address the component does not serve."""
+
+    condition = "amqp:not-found"
+
+
+class RequestFloodError(AmqpAdapterError):
+    """A peer sent requests faster than its allowance."""
+
+    condition = "amqp:resource-limit-exceeded"
+
+
+class NotImplementedAnnotationError(AmqpAdapterError):
+    """A response annotation sent to a target that did not offer ``response-address-supported``."""
+
+    condition = "amqp:not-implemented"
+
+
+class ConnectionFailedError(AmqpAdapterError):
+    """A client could not reach (or lost) the component or broker."""
+
+    condition = "amqp:connection:forced"
