@@ -42,6 +42,13 @@ class HeartbeatOverdue:
 
 
 @attrs.frozen
+class Disconnect:
+    """The overdue policy is "disconnect": the adapter should drop and re-attach the link."""
+
+    reason: str
+
+
+@attrs.frozen
 class LinkReset:
     """The link restarted at 0: the old link context is void.
 
@@ -72,7 +79,8 @@ class Unrecoverable:
 class BufferOverflow:
     """The reorder buffer reached ``max_buffer``: ``dropped`` frames were not kept.
 
-    The stub requests them again by source, so nothing is lost silently.
+    Their link numbers stay missing, so the stub requests them again once the buffer drains:
+    nothing is lost silently.
     """
 
     limit: int
@@ -84,6 +92,7 @@ Event = (
     | RequestGap
     | RequestSourceGap
     | HeartbeatOverdue
+    | Disconnect
     | LinkReset
     | Unrecoverable
     | BufferOverflow

@@ -52,6 +52,10 @@ class PublishType(enum.Enum):
         )
 
 
+def _publish_type(value: PublishType | str) -> PublishType:
+    return PublishType.parse(value)
+
+
 def _nonempty_str(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if not isinstance(value, str) or not value:
         raise InvalidMessageError(
@@ -135,7 +139,7 @@ class Publication:
     topic: str = attrs.field(validator=_nonempty_str)
     source: str = attrs.field(validator=_nonempty_str)
     source_seq: int = attrs.field(validator=_int_in(1, _MAX_WIRE))
-    ptype: PublishType = attrs.field(converter=PublishType.parse)
+    ptype: PublishType = attrs.field(converter=_publish_type)
     fields: Mapping[str, Any] = attrs.field(factory=dict, converter=_freeze_fields)
     link_seq: int | None = attrs.field(default=None, validator=_optional(_int_in(0, _MAX_WIRE)))
     permtoken: str | None = attrs.field(default=None, validator=_optional(_nonempty_str))
@@ -194,6 +198,10 @@ class ReplayComplete:
     """Ends the answer to a :class:`SourceGapRequest`: the high-water replayed per source."""
 
     through: Mapping[str, int] = attrs.field(converter=_source_numbers)
+    request: SourceGapRequest | None = attrs.field(
+        default=None, validator=_optional(attrs.validators.instance_of(SourceGapRequest))
+    )
+    """The request answered, when the transport can say (a stale answer is then ignored)."""
 
 
 Frame = Publication | Heartbeat | GapError | ReplayComplete

@@ -1,0 +1,69 @@
+"""seqrepair: reliable-delivery sequencing and gap repair for publish/subscribe.
+
+The public API is re-exported here; see DESIGN.md for the contract.
+"""
+
+from seqrepair.core.context import LinkContext
+from seqrepair.core.errors import (
+    InvalidConfigError,
+    InvalidMessageError,
+    InvalidSequenceError,
+    InvalidTopicPatternError,
+    ProtocolViolationError,
+    SeqRepairError,
+    UnknownPublishTypeError,
+)
+from seqrepair.core.events import (
+    BufferOverflow,
+    Delivered,
+    Disconnect,
+    HeartbeatOverdue,
+    LinkReset,
+    RequestGap,
+    RequestSourceGap,
+    Unrecoverable,
+)
+from seqrepair.core.messages import (
+    GapError,
+    GapRequest,
+    Heartbeat,
+    Publication,
+    PublishType,
+    ReplayComplete,
+    SourceGapRequest,
+)
+from seqrepair.core.sequence import SequenceSpace
+from seqrepair.core.sequencers import LinkSequencer, SourceSequencer
+from seqrepair.core.stub import OverduePolicy, StubStats, SubscriberStub
+
+__all__ = [
+    "BufferOverflow",
+    "Delivered",
+    "Disconnect",
+    "GapError",
+    "GapRequest",
+    "Heartbeat",
+    "HeartbeatOverdue",
+    "InvalidConfigError",
+    "InvalidMessageError",
+    "InvalidSequenceError",
+    "InvalidTopicPatternError",
+    "LinkContext",
+    "LinkReset",
+    "LinkSequencer",
+    "OverduePolicy",
+    "ProtocolViolationError",
+    "Publication",
+    "PublishType",
+    "ReplayComplete",
+    "RequestGap",
+    "RequestSourceGap",
+    "SeqRepairError",
+    "SequenceSpace",
+    "SourceGapRequest",
+    "SourceSequencer",
+    "StubStats",
+    "SubscriberStub",
+    "UnknownPublishTypeError",
+    "Unrecoverable",
+]

@@ -1,0 +1,507 @@
+"""The subscriber stub: reorders, detects gaps, asks for repair, delivers exactly once in order.
+
+Theory of operation
+-------------------
+Frames arrive numbered by link (wire numbers of a ``bits``-wide space). The stub reads each
+number in the window of half the space around the next number it expects to deliver, so it
+keeps absolute link numbers internally. A frame at the expected number is delivered at once;
+one ahead of it is buffered and the numbers in between become a gap (see
+:mod:`seqrepair.core.gaps` for the per-gap state table). Heartbeats fill link numbers but are
+never delivered.
+
+Repair has two levels (XEP-0040 §2.4). Link gaps are requested by range after ``nak_delay``.
+When the component has lost the link context (``GapError("context-lost")``) or the link resets
+(a frame numbered 0), the stub asks for everything after the last source number it delivered
+per source; replayed publications are delivered as they come and the closing
+``ReplayComplete`` covers every link number that was missing when the request went out.
+Delivery dedupes by source as well as by link: a publication whose source number is at or below
+the last delivered for its source is a duplicate, which makes the two levels safe to mix.
+
+The stub performs no I/O and reads no clock: ``receive(frame, now)`` and ``poll(now)`` return
+events for an adapter to act on, and :attr:`SubscriberStub.next_deadline` says when to poll.
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+from typing import Any
+
+import attrs
+
+from seqrepair.core.errors import InvalidConfigError, InvalidMessageError
+from seqrepair.core.events import (
+    BufferOverflow,
+    Delivered,
+    Disconnect,
+    Event,
+    HeartbeatOverdue,
+    LinkReset,
+    RequestGap,
+    RequestSourceGap,
+    Unrecoverable,
+)
+from seqrepair.core.gaps import GapState, GapTracker, RetryPolicy
+from seqrepair.core.messages import (
+    GapError,
+    GapRequest,
+    Heartbeat,
+    Publication,
+    ReplayComplete,
+    SourceGapRequest,
+)
+from seqrepair.core.sequence import RESET, SequenceSpace
+
+LinkFrame = Publication | Heartbeat
+
+
+class OverduePolicy(enum.Enum):
+    """What the stub does, beyond alerting, when heartbeats are overdue (XEP-0040 §2.5)."""
+
+    REQUEST = "request"  # probe: ask for the next link number
+    WAIT = "wait"  # alert only
+    DISCONNECT = "disconnect"  # ask the adapter to drop and re-attach the link
+
+
+@attrs.define
+class StubStats:
+    """Counters of what the stub has done. Numbers count link numbers unless named otherwise."""
+
+    delivered: int = 0
+    duplicates: int = 0
+    heartbeats: int = 0
+    gaps_detected: int = 0
+    link_repaired: int = 0
+    source_repaired: int = 0
+    source_covered: int = 0
+    requests_sent: int = 0
+    source_requests_sent: int = 0
+    unrecoverable: int = 0
+    resets: int = 0
+    overflow_dropped: int = 0
+    stray_dropped: int = 0
+    max_buffered: int = 0
+
+
+@attrs.define
+class _SourceRepair:
+    """A source-level request in flight."""
+
+    request: SourceGapRequest
+    cover_through: int  # link numbers up to here are covered once the replay completes
+    hold: bool  # deliver nothing from the link until the replay completes (after a reset)
+    attempts: int
+    next_at: float
+
+
+def _positive(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise InvalidConfigError(
+            f"SubscriberStub.{attribute.name} must be > 0", expected="> 0", got=value
+        )
+
+
+def _non_negative(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise InvalidConfigError(
+            f"SubscriberStub.{attribute.name} must be >= 0", expected=">= 0", got=value
+        )
+
+
+def _count(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidConfigError(
+            f"SubscriberStub.{attribute.name} must be an integer >= 1", expected=">= 1", got=value
+        )
+
+
+def _policy(value: OverduePolicy | str) -> OverduePolicy:
+    try:
+        return OverduePolicy(value)
+    except ValueError:
+        raise InvalidConfigError(
+            f"unknown overdue policy {value!r}",
+            expected=[p.value for p in OverduePolicy],
+            got=value,
+        ) from None
+
+
+@attrs.define
+class SubscriberStub:
+    """Turns a lossy, reordering, duplicating link into an ordered, exact stream.
+
+    ``bits``: link sequence width. ``heartbeat_interval`` and ``missed_heartbeats``: silence
+    longer than ``missed_heartbeats`` intervals raises :class:`HeartbeatOverdue`.
+    ``nak_delay``: reordering tolerance before a gap is requested. ``max_buffer``: most frames
+    held out of order. Retries back off from ``retry_interval`` by ``backoff`` with ``jitter``,
+    at most ``max_retries`` times; at most ``max_outstanding`` link requests are in flight, each
+    spanning at most ``max_request_span`` numbers; gaps separated by up to ``coalesce`` received
+    numbers go in one request. ``seed`` fixes the jitter for reproducible runs.
+    """
+
+    bits: int = 16
+    heartbeat_interval: float = attrs.field(default=1.0, validator=_positive)
+    missed_heartbeats: int = attrs.field(default=3, validator=_count)
+    nak_delay: float = attrs.field(default=0.05, validator=_non_negative)
+    max_buffer: int = attrs.field(default=100_000, validator=_count)
+    retry_interval: float = attrs.field(default=0.2, kw_only=True, validator=_positive)
+    backoff: float = attrs.field(default=2.0, kw_only=True, validator=_positive)
+    jitter: float = attrs.field(default=0.25, kw_only=True, validator=_non_negative)
+    max_retries: int = attrs.field(default=6, kw_only=True, validator=_count)
+    max_outstanding: int = attrs.field(default=32, kw_only=True, validator=_count)
+    max_request_span: int = attrs.field(default=10_000, kw_only=True, validator=_count)
+    coalesce: int = attrs.field(default=2, kw_only=True, validator=_non_negative)
+    overdue_policy: OverduePolicy = attrs.field(
+        default=OverduePolicy.REQUEST, kw_only=True, converter=_policy
+    )
+    seed: int | None = attrs.field(default=None, kw_only=True)
+
+    space: SequenceSpace = attrs.field(init=False)
+    _stats: StubStats = attrs.field(init=False, factory=StubStats)
+    _gaps: GapTracker = attrs.field(init=False)
+    _buffer: dict[int, LinkFrame] = attrs.field(init=False, factory=dict)
+    # absolute link numbers of the current context: wire = space.wire(n); 0 = the reset frame
+    _expected: int = attrs.field(init=False, default=1)
+    _expected_wire: int = attrs.field(init=False, default=1)
+    _highest: int = attrs.field(init=False, default=0)
+    _reset_frame: LinkFrame | None = attrs.field(init=False, default=None)
+    _last_delivered: dict[str, int] = attrs.field(init=False, factory=dict)
+    _source: _SourceRepair | None = attrs.field(init=False, default=None)
+    _last_frame_at: float | None = attrs.field(init=False, default=None)
+    _overdue_at: float | None = attrs.field(init=False, default=None)
+    _events: list[Event] = attrs.field(init=False, factory=list)
+
+    @space.default
+    def _space(self) -> SequenceSpace:
+        return SequenceSpace(self.bits)
+
+    @_gaps.default
+    def _gap_tracker(self) -> GapTracker:
+        policy = RetryPolicy(
+            nak_delay=self.nak_delay,
+            retry_interval=self.retry_interval,
+            backoff=self.backoff,
+            jitter=self.jitter,
+            max_retries=self.max_retries,
+            max_outstanding=self.max_outstanding,
+            max_span=min(self.max_request_span, self.space.half),
+            coalesce=self.coalesce,
+        )
+        return GapTracker(policy, random.Random(self.seed))
+
+    # ----------------------------------------------------------------- public surface
+
+    @property
+    def stats(self) -> StubStats:
+        """A copy of the counters."""
+        return attrs.evolve(self._stats)
+
+    @property
+    def expected_link_seq(self) -> int:
+        """The wire link number the stub will deliver next (0 while a reset frame waits)."""
+        return self._expected_wire
+
+    @property
+    def buffered(self) -> int:
+        """Frames held out of order right now."""
+        return len(self._buffer)
+
+    @property
+    def last_delivered(self) -> dict[str, int]:
+        """The last source number delivered, per source."""
+        return dict(self._last_delivered)
+
+    def resume_point(self) -> SourceGapRequest:
+        """What a (re)attaching subscriber sends first: the last delivered number per source."""
+        return SourceGapRequest(after=self._last_delivered)
+
+    @property
+    def next_deadline(self) -> float | None:
+        """When :meth:`poll` has work to do next, or None if nothing is timed."""
+        deadlines = [self._overdue_at, self._gaps.next_deadline()]
+        if self._source is not None:
+            deadlines.append(self._source.next_at)
+        timed = [d for d in deadlines if d is not None]
+        return min(timed) if timed else None
+
+    def receive(self, frame: object, now: float) -> list[Event]:
+        """Take one frame from the component; return what to do about it.
+
+        Raises :class:`InvalidMessageError` (or :class:`InvalidSequenceError`) for a frame that
+        is not a seqrepair frame or whose link number is outside the space; the stub's state is
+        then unchanged.
+        """
+        link_seq: int | None = None
+        if isinstance(frame, Publication | Heartbeat):
+            if frame.link_seq is not None:
+                link_seq = self.space.check(frame.link_seq, allow_reset=True)
+        elif not isinstance(frame, GapError | ReplayComplete):
+            raise InvalidMessageError(
+                "a stub receives Publication, Heartbeat, GapError or ReplayComplete",
+                expected="Publication | Heartbeat | GapError | ReplayComplete",
+                got=type(frame).__name__,
+            )
+        self._last_frame_at = now
+        self._overdue_at = now + self.missed_heartbeats * self.heartbeat_interval
+        events: list[Event] = []
+        self._events = events
+        if isinstance(frame, GapError):
+            self._on_gap_error(frame, now)
+        elif isinstance(frame, ReplayComplete):
+            self._on_replay_complete(frame, now)
+        elif link_seq is None:
+            assert isinstance(frame, Publication)
+            self._on_replayed(frame)
+        elif link_seq == RESET:
+            self._on_reset(frame, now)
+        else:
+            self._on_link_frame(frame, link_seq, now)
+        return events
+
+    def poll(self, now: float) -> list[Event]:
+        """Timed work: overdue heartbeats, due and retried gap requests, source retries."""
+        events: list[Event] = []
+        self._events = events
+        if self._last_frame_at is None:
+            self._last_frame_at = now
+            self._overdue_at = now + self.missed_heartbeats * self.heartbeat_interval
+        elif self._overdue_at is not None and now >= self._overdue_at:
+            self._on_overdue(now)
+        if self._source is not None and now >= self._source.next_at:
+            self._retry_source_request(now)
+        requests, give_ups = self._gaps.due(now, below=self._expected + self.max_buffer)
+        for give_up in give_ups:
+            self._unrecoverable_link(give_up.start, give_up.end, "give-up")
+        for request in requests:
+            self._request_link(request.start, request.end)
+        if give_ups:
+            self._drain()
+        return events
+
+    # ----------------------------------------------------------------- link frames
+
+    def _on_link_frame(self, frame: LinkFrame, wire: int, now: float) -> None:
+        if (
+            wire == self._expected_wire
+            and not self._buffer
+            and not self._gaps
+            and not (self._source is not None and self._source.hold)
+        ):
+            self._expected += 1
+            self._expected_wire = self.space.wire(self._expected)
+            self._highest = self._expected - 1
+            self._consume(frame)
+            return
+        number = self.space.unwrap(self._expected, wire)
+        if number < self._expected or number in self._buffer:
+            self._stats.duplicates += 1
+            return
+        room = len(self._buffer) < self.max_buffer or number == self._expected
+        if number > self._highest:
+            if number > self._highest + 1:
+                self._gaps.add(self._highest + 1, number - 1, now)
+                self._stats.gaps_detected += 1
+            if not room:
+                self._gaps.add(number, number, now)
+            self._highest = number
+        elif not room:
+            pass  # the number stays missing and is requested again when there is room
+        elif self._gaps.fill(number) is None:
+            self._stats.duplicates += 1
+            return
+        elif isinstance(frame, Publication) and frame.retransmit:
+            self._stats.link_repaired += 1
+        if not room:
+            self._stats.overflow_dropped += 1
+            self._events.append(BufferOverflow(limit=self.max_buffer, dropped=1))
+            return
+        self._buffer[number] = frame
+        if len(self._buffer) > self._stats.max_buffered:
+            self._stats.max_buffered = len(self._buffer)
+        self._drain()
+
+    def _drain(self) -> None:
+        """Deliver from the expected number on, jumping covered or abandoned gaps."""
+        if self._source is not None and self._source.hold:
+            return
+        buffer = self._buffer
+        expected = self._expected
+        while True:
+            frame = buffer.pop(expected, None)
+            if frame is not None:
+                self._consume(frame)
+                expected += 1
+                continue
+            gap = self._gaps.first()
+            if gap is not None and gap.start == expected and gap.state is GapState.SKIPPED:
+                expected = gap.end + 1
+                self._gaps.pop_first()
+                continue
+            break
+        self._expected = expected
+        self._expected_wire = self.space.wire(expected) if expected else RESET
+
+    def _consume(self, frame: LinkFrame) -> None:
+        if isinstance(frame, Publication):
+            self._deliver(frame)
+        else:
+            self._stats.heartbeats += 1
+
+    def _deliver(self, publication: Publication) -> bool:
+        if publication.source_seq <= self._last_delivered.get(publication.source, 0):
+            self._stats.duplicates += 1
+            return False
+        self._last_delivered[publication.source] = publication.source_seq
+        self._stats.delivered += 1
+        self._events.append(Delivered(publication))
+        return True
+
+    def _request_link(self, start: int, end: int) -> None:
+        self._stats.requests_sent += 1
+        request = GapRequest(link_from=self.space.wire(start), link_to=self.space.wire(end))
+        self._events.append(RequestGap(request))
+
+    def _unrecoverable_link(self, start: int, end: int, reason: str) -> None:
+        self._stats.unrecoverable += end - start + 1
+        self._events.append(
+            Unrecoverable(
+                source=None,
+                after=None,
+                reason=reason,
+                link_from=self.space.wire(start),
+                link_to=self.space.wire(end),
+            )
+        )
+
+    # ----------------------------------------------------------------- reset and source repair
+
+    def _on_reset(self, frame: LinkFrame, now: float) -> None:
+        if frame == self._reset_frame:
+            self._stats.duplicates += 1
+            return
+        self._events.append(
+            LinkReset(
+                previous_expected=self._expected_wire,
+                abandoned=len(self._buffer) + self._gaps.missing(),
+            )
+        )
+        self._stats.resets += 1
+        self._buffer.clear()
+        self._gaps.clear()
+        self._reset_frame = frame
+        self._buffer[0] = frame
+        self._expected = 0
+        self._expected_wire = RESET
+        self._highest = 0
+        self._request_source(now, hold=True)
+
+    def _request_source(self, now: float, *, hold: bool) -> None:
+        """Ask for a replay after the last delivered numbers (replacing any in flight).
+
+        The answer covers every link number missing now: all were sent before the request.
+        """
+        request = SourceGapRequest(after=self._last_delivered)
+        previous = self._source
+        self._source = _SourceRepair(
+            request=request,
+            cover_through=self._highest,
+            hold=hold or (previous is not None and previous.hold),
+            attempts=1,
+            next_at=now + self._retry_wait(1),
+        )
+        self._stats.source_requests_sent += 1
+        self._events.append(RequestSourceGap(request))
+
+    def _retry_wait(self, attempts: int) -> float:
+        wait = self.retry_interval * self.backoff ** (attempts - 1)
+        return float(wait * (1.0 + self.jitter * self._gaps.rng.random()))
+
+    def _retry_source_request(self, now: float) -> None:
+        source = self._source
+        assert source is not None
+        if source.attempts >= self.max_retries:
+            self._abandon_source_repair("give-up")
+            return
+        source.attempts += 1
+        source.request = SourceGapRequest(after=self._last_delivered)
+        source.cover_through = self._highest
+        source.next_at = now + self._retry_wait(source.attempts)
+        self._stats.source_requests_sent += 1
+        self._events.append(RequestSourceGap(source.request))
+
+    def _on_replayed(self, publication: Publication) -> None:
+        if self._source is None:
+            # Without a replay in flight a link-less frame cannot be placed in link order;
+            # delivering it could overtake buffered frames of its source, so it is not kept.
+            self._stats.stray_dropped += 1
+            return
+        if self._deliver(publication):
+            self._stats.source_repaired += 1
+
+    def _on_replay_complete(self, complete: ReplayComplete, now: float) -> None:
+        source = self._source
+        if source is None or (complete.request is not None and complete.request != source.request):
+            self._stats.stray_dropped += 1
+            return
+        self._finish_source_repair(source, now)
+
+    def _finish_source_repair(self, source: _SourceRepair, now: float) -> None:
+        self._source = None
+        for gap in self._gaps.mark(1, source.cover_through, GapState.SKIPPED):
+            self._stats.source_covered += gap.size
+        self._drain()
+        if self._gaps.in_state(GapState.SOURCE):
+            self._request_source(now, hold=False)
+
+    def _abandon_source_repair(self, reason: str) -> None:
+        source = self._source
+        assert source is not None
+        after = source.request.after
+        for name, seq in sorted(after.items()):
+            self._events.append(Unrecoverable(source=name, after=seq, reason=reason))
+        if not after:
+            self._events.append(Unrecoverable(source=None, after=None, reason=reason))
+        self._source = None
+        for gap in self._gaps:
+            if gap.state is GapState.SOURCE:
+                gap.state = GapState.SKIPPED
+                self._stats.unrecoverable += gap.size
+        self._drain()
+
+    def _on_gap_error(self, error: GapError, now: float) -> None:
+        request = error.request
+        if isinstance(request, SourceGapRequest) or (request is None and self._source):
+            if self._source is None or (request is not None and request != self._source.request):
+                self._stats.stray_dropped += 1
+                return
+            self._abandon_source_repair(error.reason)
+            return
+        if request is None:  # no request named: it concerns every link gap
+            start, end = self._expected, self._highest
+        else:
+            start = self.space.unwrap(self._expected, request.link_from)
+            end = start + self.space.distance(request.link_from, request.link_to)
+        if error.reason == "context-lost":
+            marked = self._gaps.mark(start, end, GapState.SOURCE)
+            # A replay in flight covers what was missing when it was asked for; anything newer
+            # is asked for when it completes (see _finish_source_repair).
+            if marked and self._source is None:
+                self._request_source(now, hold=False)
+            return
+        for gap in self._gaps.mark(start, end, GapState.SKIPPED):
+            self._unrecoverable_link(gap.start, gap.end, error.reason)
+        self._drain()
+
+    # ----------------------------------------------------------------- heartbeats
+
+    def _on_overdue(self, now: float) -> None:
+        assert self._last_frame_at is not None
+        missed = int((now - self._last_frame_at) // self.heartbeat_interval)
+        self._events.append(HeartbeatOverdue(missed=missed, since=self._last_frame_at))
+        self._overdue_at = now + self.heartbeat_interval
+        if self.overdue_policy is OverduePolicy.REQUEST:
+            probe = self.space.wire(self._highest + 1)
+            self._stats.requests_sent += 1
+            self._events.append(RequestGap(GapRequest(link_from=probe, link_to=probe)))
+        elif self.overdue_policy is OverduePolicy.DISCONNECT:
+            self._events.append(Disconnect(reason=f"{missed} heartbeat intervals without a frame"))

@@ -1,0 +1,290 @@
+"""An in-memory pubsub component and a lossy, reordering, duplicating link to one subscriber.
+
+Used by the property tests and the in-process demo, in the manner of h11's ``ConnectionPair``:
+both ends run in one process on simulated time, frame by frame. Nothing here does I/O.
+
+Two assumptions keep small sequence spaces meaningful, as they must on any real network:
+
+* **flow control**: the component sends a new frame only while it is less than half the link
+  space ahead of the number the subscriber expects (the subscriber's credit);
+* **maximum frame lifetime**: a copy that is more than half the space older than the next
+  number the component would send dies on the wire (like a packet past its time to live).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import random
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import attrs
+
+from seqrepair.core.context import LinkContext
+from seqrepair.core.events import (
+    Delivered,
+    Event,
+    LinkReset,
+    RequestGap,
+    RequestSourceGap,
+    Unrecoverable,
+)
+from seqrepair.core.image import ImageCache
+from seqrepair.core.messages import (
+    GapError,
+    GapRequest,
+    Heartbeat,
+    Publication,
+    PublishType,
+    ReplayComplete,
+    SourceGapRequest,
+)
+from seqrepair.core.sequencers import LinkSequencer, SourceSequencer
+from seqrepair.core.stub import SubscriberStub
+
+ToSubscriber = Publication | Heartbeat | GapError | ReplayComplete
+
+
+@attrs.frozen
+class LinkConditions:
+    """How the simulated link misbehaves. Probabilities are per frame copy."""
+
+    loss: float = 0.0
+    duplicate: float = 0.0
+    reorder: float = 0.0
+    latency: float = 0.01
+    reorder_delay: float = 0.02
+    request_loss: float = 0.0
+    # A given repair (or request) copy is lost at most this many times, so repair converges.
+    max_repair_losses: int = 2
+
+
+@attrs.define
+class _InFlight:
+    frames: list[ToSubscriber]
+    context: int  # link context (reset count) the frames belong to
+    position: int  # component's position of the first link frame (0 for none)
+
+
+@attrs.frozen
+class SimulationReport:
+    """What happened: compare ``delivered`` with ``published`` to judge the run."""
+
+    published: tuple[Publication, ...]
+    delivered: tuple[Publication, ...]
+    events: Counter[str]
+    stats: Any
+    unrecoverable: tuple[Unrecoverable, ...]
+    resets: int
+    elapsed: float
+    publisher_images: dict[str, dict[str, Any]]
+    subscriber_images: dict[str, dict[str, Any]]
+
+    @property
+    def exactly_once_in_order(self) -> bool:
+        """Every publication delivered once, each source's in its own order."""
+        return _by_source(self.delivered) == _by_source(self.published)
+
+
+def _by_source(publications: Iterable[Publication]) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for publication in publications:
+        out.setdefault(publication.source, []).append(publication.source_seq)
+    return out
+
+
+@attrs.define
+class Simulation:
+    """A component (sequencers, journal, link context) and one subscriber stub over a bad link.
+
+    ``plan`` lists (source, topic, fields, ptype) in publication order. ``resets_at`` holds
+    publication indices before which the component loses the link (reset to 0 and drop what is
+    on the wire). ``context_capacity`` bounds the component's link context, so old gaps get
+    "context-lost" and are repaired by source. ``send_rate`` is frames per step.
+    """
+
+    bits: int
+    plan: Sequence[tuple[str, str, dict[str, Any], PublishType]]
+    conditions: LinkConditions = LinkConditions()
+    resets_at: frozenset[int] = frozenset()
+    context_capacity: int = 1 << 20
+    heartbeat_interval: float = 0.1
+    step: float = 0.005
+    send_rate: int = 64
+    seed: int = 0
+    stub_options: dict[str, Any] = attrs.field(factory=dict)
+
+    def run(self, max_time: float = 600.0) -> SimulationReport:
+        """Run until everything published is delivered (and the link is quiet) or ``max_time``."""
+        rng = random.Random(self.seed)
+        conditions = self.conditions
+        sequencers = {name: SourceSequencer(name, bits=32) for name, *_ in self.plan}
+        link = LinkSequencer(bits=self.bits, heartbeat_interval=self.heartbeat_interval)
+        context = LinkContext(bits=self.bits, capacity=self.context_capacity)
+        options: dict[str, Any] = {
+            "heartbeat_interval": self.heartbeat_interval,
+            "nak_delay": 0.02,
+            "seed": self.seed,
+            "retry_interval": 0.05,
+        }
+        options.update(self.stub_options)
+        stub = SubscriberStub(bits=self.bits, **options)
+        space = stub.space
+        journal: list[Publication] = []
+        delivered: list[Publication] = []
+        unrecoverable: list[Unrecoverable] = []
+        counts: Counter[str] = Counter()
+        publisher_images = ImageCache()
+        subscriber_images = ImageCache()
+        to_subscriber: list[tuple[float, int, _InFlight]] = []
+        to_component: list[tuple[float, int, GapRequest | SourceGapRequest]] = []
+        order = itertools.count()
+        repair_losses: Counter[object] = Counter()
+        context_id = 0
+        reset_base = -1  # next position = link.absolute - reset_base; a reset context starts at 0
+        resets = 0
+        resets_done: set[int] = set()
+
+        def next_position() -> int:
+            """The stub-side position (absolute link number) of the next frame sent."""
+            return link.absolute - reset_base
+
+        def position_of(wire: int) -> int:
+            """Position of a recent frame with wire number ``wire`` (within the space)."""
+            head = next_position() - 1
+            if head < 1:
+                return wire
+            return head - space.distance(wire, space.wire(head))
+
+        def ahead() -> int:
+            """How far the next frame is ahead of what the subscriber expects (its credit)."""
+            upcoming = next_position()
+            expected = stub.expected_link_seq
+            if upcoming == 0 or expected == 0:
+                return upcoming
+            return space.distance(expected, space.wire(upcoming))
+
+        def send(frames: list[ToSubscriber], first: int, *, repair: bool, now: float) -> None:
+            key = (context_id, first, tuple(type(f).__name__ for f in frames)) if repair else None
+            # a reset frame opens a new link (an attach), which the transport does not lose
+            lost = rng.random() < conditions.loss and not (first == 0 and not repair and resets)
+            if lost and key is not None:
+                if repair_losses[key] >= conditions.max_repair_losses:
+                    lost = False
+                else:
+                    repair_losses[key] += 1
+            if lost:
+                counts["wire_lost"] += 1
+                return
+            copies = 2 if rng.random() < conditions.duplicate else 1
+            for _ in range(copies):
+                delay = conditions.latency
+                if rng.random() < conditions.reorder:
+                    delay += rng.random() * conditions.reorder_delay
+                item = _InFlight(frames, context_id, first)
+                heapq.heappush(to_subscriber, (now + delay, next(order), item))
+
+        def request(req: GapRequest | SourceGapRequest, now: float) -> None:
+            key = req if isinstance(req, GapRequest) else tuple(sorted(req.after.items()))
+            if rng.random() < conditions.request_loss and repair_losses[key] < (
+                conditions.max_repair_losses
+            ):
+                repair_losses[key] += 1
+                counts["request_lost"] += 1
+                return
+            heapq.heappush(to_component, (now + conditions.latency, next(order), req))
+
+        def act(events: list[Event], now: float) -> None:
+            for event in events:
+                counts[type(event).__name__] += 1
+                if isinstance(event, Delivered):
+                    delivered.append(event.publication)
+                    subscriber_images.apply(event.publication)
+                elif isinstance(event, RequestGap | RequestSourceGap):
+                    request(event.request, now)
+                elif isinstance(event, Unrecoverable):
+                    unrecoverable.append(event)
+
+        def answer(req: GapRequest | SourceGapRequest, now: float) -> None:
+            if isinstance(req, GapRequest):
+                result = context.answer(req)
+                if isinstance(result, GapError):
+                    send([result], 0, repair=True, now=now)
+                    return
+                for frame in result:
+                    assert frame.link_seq is not None
+                    send([frame], position_of(frame.link_seq), repair=True, now=now)
+                return
+            replay: list[ToSubscriber] = [
+                attrs.evolve(p, link_seq=None, retransmit=True)
+                for p in journal
+                if p.source_seq > req.after.get(p.source, 0)
+            ]
+            through = {name: seq.high_water for name, seq in sequencers.items() if seq.high_water}
+            replay.append(ReplayComplete(through=through, request=req))
+            send(replay, 0, repair=True, now=now)
+
+        now = 0.0
+        next_index = 0
+        total = len(self.plan)
+        while now < max_time:
+            now += self.step
+            # the component publishes, within the subscriber's credit
+            sent = 0
+            while next_index < total and sent < self.send_rate:
+                if next_index in self.resets_at and next_index not in resets_done:
+                    resets_done.add(next_index)
+                    link.reset()
+                    context_id += 1
+                    resets += 1
+                    reset_base = link.absolute
+                    to_subscriber.clear()
+                if ahead() >= space.half - 1:
+                    break
+                name, topic, fields, ptype = self.plan[next_index]
+                publication = sequencers[name].stamp(topic, fields, ptype)
+                journal.append(publication)
+                publisher_images.apply(publication)
+                pos = next_position()
+                stamped = link.stamp(publication, now)
+                context.record(stamped)
+                send([stamped], pos, repair=False, now=now)
+                next_index += 1
+                sent += 1
+            if not sent and ahead() < space.half - 1:
+                pos = next_position()
+                heartbeat = link.poll(now)
+                if heartbeat is not None:
+                    context.record(heartbeat)
+                    send([heartbeat], pos, repair=False, now=now)
+            # the link delivers to the subscriber; stale copies die of old age
+            while to_subscriber and to_subscriber[0][0] <= now:
+                _, _, item = heapq.heappop(to_subscriber)
+                if item.context != context_id:
+                    continue
+                if item.position and item.position < next_position() - space.half:
+                    counts["expired"] += 1
+                    continue
+                for frame in item.frames:
+                    act(stub.receive(frame, now), now)
+            deadline = stub.next_deadline
+            if deadline is not None and deadline <= now:
+                act(stub.poll(now), now)
+            while to_component and to_component[0][0] <= now:
+                _, _, req = heapq.heappop(to_component)
+                answer(req, now)
+            if next_index >= total and len(delivered) >= total and not to_subscriber:
+                break
+        return SimulationReport(
+            published=tuple(journal),
+            delivered=tuple(delivered),
+            events=counts,
+            stats=stub.stats,
+            unrecoverable=tuple(unrecoverable),
+            resets=resets,
+            elapsed=now,
+            publisher_images=publisher_images.snapshot(),
+            subscriber_images=subscriber_images.snapshot(),
+        )
