@@ -26,7 +26,6 @@ from seqrepair.core.context import LinkContext
 from seqrepair.core.events import (
     Delivered,
     Event,
-    LinkReset,
     RequestGap,
     RequestSourceGap,
     Unrecoverable,
