@@ -1,0 +1,1 @@
+"""The Redis journal adapter: journal, publisher, gap-fill service, embedded redis-server."""

@@ -1,0 +1,294 @@
+"""The journal format: Redis keys and entries, and the Parquet archive. Fixed; readers rely on it.
+
+Redis (per source; ``{<source>}`` is a Cluster hash tag, so one source's keys share a slot)
+----------------------------------------------------------------------------------------------
+``seqrepair:{<source>}:journal``
+    A stream. Entry ID ``<absolute source_seq>-0``: a repeated append of a number is rejected
+    by Redis itself and ``XRANGE key <a> <b>`` is a direct range read. Appends are contiguous
+    (each batch starts at high-water + 1). Entry fields, all strings:
+
+    ``source``      the source name
+    ``topic``       the item's topic
+    ``ptype``       ``update`` | ``correction`` | ``image`` | ``drop`` | ``snapshot``
+    ``fields``      JSON object text; an explicit null is JSON ``null``, an absent key was not
+                    sent. Compact separators, UTF-8, no NaN/Infinity.
+    ``permtoken``   the permission token; the field is omitted when there is none
+    ``ts``          ``repr()`` of the float timestamp; omitted when there is none
+    ``wire``        the wire source number: ``SequenceSpace(bits).wire(source_seq)``
+    ``bits``        the source's sequence bit width
+
+``seqrepair:{<source>}:meta``
+    A hash: ``high_water`` (last absolute number held), ``bits``, ``trimmed_through`` (last
+    absolute number removed by retention, 0 when nothing was trimmed), ``trimmed_at``
+    (optional, ``repr()`` of the float time of the last trim).
+
+``seqrepair:sources``
+    A set of every source name journaled.
+
+Parquet archive (written by retention before trimming, read by Spark)
+---------------------------------------------------------------------
+Files ``<archive_root>/<urllib.parse.quote(source, safe='')>/seq-<first:020d>-<last:020d>.parquet``
+with the columns of :func:`archive_schema`: ``source`` string, ``seq`` int64 (absolute),
+``wire_seq`` int64, ``bits`` int32, ``topic`` string, ``ptype`` string, ``fields``
+map<string, string> (each value the JSON text of the field's value: an explicit null is the
+string ``"null"``, an absent field an absent key), ``permtoken`` string (nullable),
+``timestamp`` double (nullable).
+
+Helpers here encode and decode both forms; :func:`encode_archive_table` is what tests of other
+readers use to write archives.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.parse
+from collections.abc import Iterable, Mapping
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from seqrepair.core.errors import InvalidMessageError, SeqRepairError
+from seqrepair.core.messages import Publication, PublishType
+from seqrepair.core.sequence import SequenceSpace
+from seqrepair.journal.errors import JournalCorruptError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+KEY_PREFIX = "seqrepair"
+SOURCES_KEY = f"{KEY_PREFIX}:sources"
+MAX_JOURNAL_SEQ = (1 << 53) - 1
+"""Highest absolute number the journal accepts (exact in the Lua scripts' doubles)."""
+
+ENTRY_FIELDS = ("source", "topic", "ptype", "fields", "permtoken", "ts", "wire", "bits")
+META_HIGH_WATER = "high_water"
+META_BITS = "bits"
+META_TRIMMED_THROUGH = "trimmed_through"
+META_TRIMMED_AT = "trimmed_at"
+
+_encode_json = json.JSONEncoder(
+    ensure_ascii=False, separators=(",", ":"), allow_nan=False
+).encode
+_decode_json = json.JSONDecoder().decode
+
+
+def stream_key(source: str) -> str:
+    """The stream holding ``source``'s publications."""
+    return f"{KEY_PREFIX}:{{{source}}}:journal"
+
+
+def meta_key(source: str) -> str:
+    """The hash holding ``source``'s high-water, bit width and trim record."""
+    return f"{KEY_PREFIX}:{{{source}}}:meta"
+
+
+def entry_id(seq: int) -> str:
+    """The stream entry ID of absolute number ``seq``."""
+    return f"{seq}-0"
+
+
+def seq_of(entry: str | bytes) -> int:
+    """The absolute number in an entry ID ``<seq>-0``."""
+    text = entry.decode() if isinstance(entry, bytes) else entry
+    number, _, sub = text.partition("-")
+    if sub != "0" or not number.isdigit():
+        raise JournalCorruptError(f"entry ID {text!r} is not <seq>-0", got=text)
+    return int(number)
+
+
+def check_source(source: object) -> str:
+    """Return ``source`` if it can name a journal, else raise InvalidMessageError."""
+    if not isinstance(source, str) or not source:
+        raise InvalidMessageError("a source must be a non-empty string", got=source)
+    return source
+
+
+def check_seq(seq: object, what: str = "sequence number", *, low: int = 0) -> int:
+    """Return ``seq`` if it is an absolute number the journal can hold, else raise."""
+    if isinstance(seq, bool) or not isinstance(seq, int) or not low <= seq <= MAX_JOURNAL_SEQ:
+        raise InvalidMessageError(
+            f"{what} must be an integer in {low}..{MAX_JOURNAL_SEQ}, got {seq!r}",
+            expected=(low, MAX_JOURNAL_SEQ),
+            got=seq,
+        )
+    return seq
+
+
+def encode_fields(fields: Mapping[str, Any]) -> str:
+    """The JSON object text of a publication's fields (explicit null -> ``null``)."""
+    try:
+        return _encode_json(dict(fields))
+    except (TypeError, ValueError) as exc:
+        raise InvalidMessageError(
+            f"publication fields are not JSON-encodable: {exc}", expected="JSON values"
+        ) from exc
+
+
+def encode_value(value: Any) -> str:
+    """The JSON text of one field value (the archive's map values)."""
+    try:
+        return _encode_json(value)
+    except (TypeError, ValueError) as exc:
+        raise InvalidMessageError(f"field value is not JSON-encodable: {exc}") from exc
+
+
+@lru_cache(maxsize=64)
+def space(bits: int) -> SequenceSpace:
+    """The (cached) sequence space of ``bits``."""
+    return SequenceSpace(bits)
+
+
+def encode_entry(publication: Publication, bits: int) -> dict[str, str]:
+    """The stream entry fields of ``publication`` (absolute ``source_seq``) in ``bits``."""
+    entry = {
+        "source": publication.source,
+        "topic": publication.topic,
+        "ptype": publication.ptype.value,
+        "fields": encode_fields(publication.fields),
+    }
+    if publication.permtoken is not None:
+        entry["permtoken"] = publication.permtoken
+    if publication.timestamp is not None:
+        entry["ts"] = repr(float(publication.timestamp))
+    entry["wire"] = str(space(bits).wire(publication.source_seq))
+    entry["bits"] = str(bits)
+    return entry
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def decode_entry(
+    entry: str | bytes, values: Mapping[Any, Any], *, source: str | None = None
+) -> Publication:
+    """The publication stored as stream entry ``entry`` with ``values`` (str or bytes).
+
+    Raises :class:`~seqrepair.journal.errors.JournalCorruptError` on anything malformed,
+    including a wire number that does not match the absolute one.
+    """
+    try:
+        text = {_text(key): _text(value) for key, value in values.items()}
+    except UnicodeDecodeError as exc:
+        raise JournalCorruptError(f"entry {entry!r} is not UTF-8", source=source) from exc
+    return decode_values(seq_of(entry), text, source=source)
+
+
+def decode_values(seq: int, text: Mapping[str, str], *, source: str | None = None) -> Publication:
+    """The publication numbered ``seq`` from its decoded entry fields (see :func:`decode_entry`)."""
+    try:
+        pub_source = text["source"]
+        if source is not None and pub_source != source:
+            raise JournalCorruptError(
+                f"entry {seq} of {source!r} names source {pub_source!r}",
+                source=source,
+                expected=source,
+                got=pub_source,
+            )
+        bits = int(text["bits"])
+        if int(text["wire"]) != (seq - 1) % space(bits).max + 1:
+            raise JournalCorruptError(
+                f"entry {seq} of {pub_source!r}: wire {text['wire']} != {bits}-bit wire of {seq}",
+                source=pub_source,
+                got=text["wire"],
+            )
+        fields = _decode_json(text["fields"])
+        if not isinstance(fields, dict):
+            raise JournalCorruptError(f"entry {seq}: fields are not a JSON object", got=fields)
+        ts = text.get("ts")
+        return Publication(
+            topic=text["topic"],
+            source=pub_source,
+            source_seq=seq,
+            ptype=PublishType(text["ptype"]),
+            fields=fields,
+            permtoken=text.get("permtoken"),
+            timestamp=None if ts is None else float(ts),
+        )
+    except JournalCorruptError:
+        raise
+    except (KeyError, TypeError, ValueError, SeqRepairError) as exc:
+        raise JournalCorruptError(
+            f"journal entry {seq} does not decode: {exc!r}", source=source, got=dict(text)
+        ) from exc
+
+
+# --- Parquet archive -------------------------------------------------------------------------
+
+
+def archive_schema() -> pa.Schema:
+    """The Arrow schema of archive files."""
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            pa.field("source", pa.string(), nullable=False),
+            pa.field("seq", pa.int64(), nullable=False),
+            pa.field("wire_seq", pa.int64(), nullable=False),
+            pa.field("bits", pa.int32(), nullable=False),
+            pa.field("topic", pa.string(), nullable=False),
+            pa.field("ptype", pa.string(), nullable=False),
+            pa.field("fields", pa.map_(pa.string(), pa.string()), nullable=False),
+            pa.field("permtoken", pa.string(), nullable=True),
+            pa.field("timestamp", pa.float64(), nullable=True),
+        ]
+    )
+
+
+def archive_dir(root: str | Path, source: str) -> Path:
+    """The folder holding ``source``'s archive files."""
+    return Path(root) / urllib.parse.quote(check_source(source), safe="")
+
+
+def archive_path(root: str | Path, source: str, first: int, last: int) -> Path:
+    """The archive file of ``source``'s numbers ``first``..``last``."""
+    return archive_dir(root, source) / f"seq-{first:020d}-{last:020d}.parquet"
+
+
+def encode_archive_row(publication: Publication, bits: int) -> dict[str, Any]:
+    """One archive row (a dict of column values) for ``publication``."""
+    return {
+        "source": publication.source,
+        "seq": publication.source_seq,
+        "wire_seq": space(bits).wire(publication.source_seq),
+        "bits": bits,
+        "topic": publication.topic,
+        "ptype": publication.ptype.value,
+        "fields": [(name, encode_value(value)) for name, value in publication.fields.items()],
+        "permtoken": publication.permtoken,
+        "timestamp": None if publication.timestamp is None else float(publication.timestamp),
+    }
+
+
+def encode_archive_table(publications: Iterable[Publication], bits: int) -> pa.Table:
+    """An Arrow table of ``publications`` in the archive schema."""
+    import pyarrow as pa
+
+    rows = [encode_archive_row(pub, bits) for pub in publications]
+    return pa.Table.from_pylist(rows, schema=archive_schema())
+
+
+def decode_archive_table(table: pa.Table) -> list[Publication]:
+    """The publications held in an archive table (raises JournalCorruptError if malformed)."""
+    out: list[Publication] = []
+    for row in table.to_pylist():
+        try:
+            bits = int(row["bits"])
+            if int(row["wire_seq"]) != space(bits).wire(int(row["seq"])):
+                raise JournalCorruptError("archive row wire_seq does not match seq", got=row)
+            out.append(
+                Publication(
+                    topic=row["topic"],
+                    source=row["source"],
+                    source_seq=int(row["seq"]),
+                    ptype=PublishType(row["ptype"]),
+                    fields={name: _decode_json(value) for name, value in row["fields"]},
+                    permtoken=row["permtoken"],
+                    timestamp=row["timestamp"],
+                )
+            )
+        except JournalCorruptError:
+            raise
+        except (KeyError, TypeError, ValueError, SeqRepairError) as exc:
+            raise JournalCorruptError(f"archive row does not decode: {exc!r}", got=row) from exc
+    return out

@@ -1,0 +1,407 @@
+"""The Redis journal: batched append, high-water, range reads, item images and trimming.
+
+See :mod:`seqrepair.journal.format` for the keys and entries. Every redis-py error is mapped to
+a :class:`~seqrepair.journal.errors.JournalError` at this boundary. An append either returns
+(the journal holds the whole batch) or raises (it holds none of it, or, after a timeout or a
+dropped connection, the outcome is unknown until :meth:`Journal.high_water` is read again).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import attrs
+import redis
+import structlog
+
+from seqrepair.core.errors import InvalidConfigError, InvalidMessageError
+from seqrepair.core.image import ImageCache, ItemImage
+from seqrepair.core.messages import Publication, PublishType
+from seqrepair.journal import scripts
+from seqrepair.journal.errors import (
+    BitsMismatchError,
+    JournalCorruptError,
+    JournalError,
+    SequenceConflictError,
+    TrimmedRangeError,
+    map_redis_errors,
+)
+from seqrepair.journal.format import (
+    MAX_JOURNAL_SEQ,
+    META_BITS,
+    META_HIGH_WATER,
+    META_TRIMMED_AT,
+    META_TRIMMED_THROUGH,
+    SOURCES_KEY,
+    check_seq,
+    check_source,
+    decode_values,
+    encode_fields,
+    entry_id,
+    meta_key,
+    space,
+    stream_key,
+)
+
+log = structlog.get_logger(__name__)
+
+_encode_envelope = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_decode_page = json.loads
+
+
+@attrs.frozen
+class SourceInfo:
+    """What the journal knows of one source."""
+
+    source: str
+    high_water: int
+    bits: int | None
+    trimmed_through: int
+    trimmed_at: float | None
+    length: int
+
+
+def _int(value: bytes | str | None) -> int:
+    return 0 if value is None else int(value)
+
+
+class Journal:
+    """Publications per source in Redis streams (one client, thread-compatible like redis-py).
+
+    ``client`` must be a ``redis.Redis`` with ``decode_responses=False``. ``page_size`` is how
+    many entries one read round trip fetches.
+    """
+
+    def __init__(self, client: redis.Redis, *, page_size: int = 1000) -> None:
+        if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
+            raise InvalidConfigError("page_size must be a positive integer", got=page_size)
+        self.client = client
+        self.page_size = page_size
+        self._append = client.register_script(scripts.APPEND)
+        self._read = client.register_script(scripts.READ)
+        self._trim = client.register_script(scripts.TRIM)
+        self._registered: set[str] = set()
+
+    @classmethod
+    def from_url(cls, url: str, *, page_size: int = 1000, **client_kwargs: Any) -> Journal:
+        """A journal on a new client for ``url`` (``redis://host:port/db``)."""
+        client_kwargs.setdefault("socket_timeout", 10.0)
+        client_kwargs.setdefault("socket_connect_timeout", 5.0)
+        return cls(redis.Redis.from_url(url, **client_kwargs), page_size=page_size)
+
+    def close(self) -> None:
+        """Close the client's connections."""
+        self.client.close()
+
+    def __enter__(self) -> Journal:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def ping(self) -> None:
+        """Raise JournalUnavailableError unless Redis answers."""
+        with map_redis_errors("ping"):
+            self.client.ping()
+
+    # --- writing -------------------------------------------------------------------------
+
+    def register_source(self, source: str, bits: int) -> SourceInfo:
+        """Record ``source`` (in ``seqrepair:sources``) with its bit width; return its info.
+
+        Raises BitsMismatchError if the source was journaled with another width.
+        """
+        check_source(source)
+        space(bits)  # validates the width
+        with map_redis_errors("register", source):
+            self.client.sadd(SOURCES_KEY, source)
+            self.client.hsetnx(meta_key(source), META_BITS, str(bits))
+        info = self.info(source)
+        if info.bits is not None and info.bits != bits:
+            raise BitsMismatchError(
+                f"source {source!r} is journaled with {info.bits} bits, not {bits}",
+                source=source,
+                operation="register",
+                expected=info.bits,
+                got=bits,
+            )
+        self._registered.add(source)
+        return info
+
+    def append(self, publications: Sequence[Publication], bits: int) -> int:
+        """Journal one contiguous batch of one source atomically; return the new high-water.
+
+        The batch must continue the journal (first ``source_seq`` = high-water + 1), else
+        :class:`SequenceConflictError` and nothing is written; a repeated append is therefore
+        rejected. Bad publications raise InvalidMessageError before anything is sent.
+        """
+        if not publications:
+            raise InvalidMessageError("an append needs at least one publication", got=0)
+        source = publications[0].source
+        envelope = self._envelope(publications, bits, source)
+        if source not in self._registered:
+            self.register_source(source, bits)
+        with map_redis_errors("append", source):
+            status, value = self._append(
+                keys=[stream_key(source), meta_key(source)],
+                args=[source, str(bits), envelope],
+            )
+        if status == b"ok":
+            return int(value)
+        if status == b"bits":
+            raise BitsMismatchError(
+                f"source {source!r} is journaled with {value.decode()} bits, not {bits}",
+                source=source,
+                operation="append",
+                expected=int(value),
+                got=bits,
+            )
+        high_water = int(value)
+        raise SequenceConflictError(
+            f"append to {source!r} starts at {publications[0].source_seq}, "
+            f"the journal expects {high_water + 1}",
+            source=source,
+            operation="append",
+            expected=high_water + 1,
+            got=publications[0].source_seq,
+        )
+
+    @staticmethod
+    def _envelope(publications: Sequence[Publication], bits: int, source: str) -> bytes:
+        modulus = space(bits).max
+        first = publications[0].source_seq
+        check_seq(first, "source_seq", low=1)
+        check_seq(first + len(publications) - 1, "source_seq", low=1)
+        rows = []
+        for offset, pub in enumerate(publications):
+            seq = pub.source_seq
+            if pub.source != source or seq != first + offset:
+                raise InvalidMessageError(
+                    "a batch holds consecutive numbers of one source",
+                    expected=(source, first + offset),
+                    got=(pub.source, seq),
+                )
+            ts = pub.timestamp
+            rows.append(
+                (
+                    str(seq),
+                    pub.topic,
+                    pub.ptype.value,
+                    encode_fields(pub.fields),
+                    pub.permtoken,
+                    None if ts is None else repr(float(ts)),
+                    str((seq - 1) % modulus + 1),
+                )
+            )
+        try:
+            return _encode_envelope(rows).encode("utf-8")
+        except (UnicodeEncodeError, ValueError) as exc:
+            raise InvalidMessageError(f"publication text is not valid UTF-8: {exc}") from exc
+
+    # --- reading -------------------------------------------------------------------------
+
+    def sources(self) -> list[str]:
+        """Every journaled source, sorted."""
+        with map_redis_errors("sources"):
+            members = self.client.smembers(SOURCES_KEY)
+        return sorted(member.decode() for member in members)
+
+    def high_water(self, source: str) -> int:
+        """The last absolute number the journal holds for ``source`` (0 when none)."""
+        check_source(source)
+        with map_redis_errors("high_water", source):
+            return _int(self.client.hget(meta_key(source), META_HIGH_WATER))
+
+    def high_waters(self, sources: Sequence[str]) -> dict[str, tuple[int, int]]:
+        """``{source: (high_water, trimmed_through)}`` in one round trip."""
+        with map_redis_errors("high_waters"), self.client.pipeline(transaction=False) as pipe:
+            for source in sources:
+                pipe.hmget(meta_key(check_source(source)), META_HIGH_WATER, META_TRIMMED_THROUGH)
+            replies = pipe.execute()
+        return {
+            source: (_int(hw), _int(trimmed))
+            for source, (hw, trimmed) in zip(sources, replies, strict=True)
+        }
+
+    def info(self, source: str) -> SourceInfo:
+        """High-water, bit width, trim record and stream length of ``source``."""
+        check_source(source)
+        with map_redis_errors("info", source), self.client.pipeline(transaction=True) as pipe:
+            pipe.hmget(
+                meta_key(source), META_HIGH_WATER, META_BITS, META_TRIMMED_THROUGH, META_TRIMMED_AT
+            )
+            pipe.xlen(stream_key(source))
+            (hw, bits, trimmed, trimmed_at), length = pipe.execute()
+        return SourceInfo(
+            source=source,
+            high_water=_int(hw),
+            bits=None if bits is None else int(bits),
+            trimmed_through=_int(trimmed),
+            trimmed_at=None if trimmed_at is None else float(trimmed_at),
+            length=int(length),
+        )
+
+    def _page(
+        self, source: str, start: str, end: str, count: int, *, reverse: bool = False
+    ) -> tuple[int, int, list[Any]]:
+        with map_redis_errors("read", source):
+            hw, trimmed, text = self._read(
+                keys=[stream_key(source), meta_key(source)],
+                args=[start, end, count, "rev" if reverse else "fwd"],
+            )
+        try:
+            rows = _decode_page(text)
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise JournalCorruptError(
+                f"journal page of {source!r} is not JSON: {exc}", source=source
+            ) from exc
+        return int(hw), int(trimmed), rows
+
+    @staticmethod
+    def _decode_rows(source: str, rows: list[Any]) -> list[Publication]:
+        out = []
+        for row in rows:
+            try:
+                ident, flat = row
+                seq = int(ident[:-2]) if ident.endswith("-0") else -1
+                values = dict(zip(flat[::2], flat[1::2], strict=True))
+            except (TypeError, ValueError) as exc:
+                raise JournalCorruptError(f"malformed entry in {source!r}", source=source) from exc
+            if seq < 1:
+                raise JournalCorruptError(f"entry ID {ident!r} is not <seq>-0", source=source)
+            out.append(decode_values(seq, values, source=source))
+        return out
+
+    def iter_range(
+        self, source: str, first: int, last: int | None = None, *, page_size: int | None = None
+    ) -> Iterator[Publication]:
+        """``source``'s publications numbered ``first``..``last`` (inclusive), in order.
+
+        ``last`` None reads through the high-water seen by the first page. Raises
+        :class:`TrimmedRangeError` when ``first`` (or, on a later page, the next number) lies
+        in a range retention has trimmed; a trim racing the read is detected, never skipped.
+        """
+        check_source(source)
+        check_seq(first, "first", low=1)
+        if last is not None:
+            check_seq(last, "last", low=0)
+        count = page_size or self.page_size
+        position = first
+        while last is None or position <= last:
+            end = entry_id(last) if last is not None else "+"
+            hw, trimmed, rows = self._page(source, entry_id(position), end, count)
+            if position <= trimmed:
+                raise TrimmedRangeError(
+                    f"{source!r} is trimmed through {trimmed}; {position} was requested",
+                    source=source,
+                    trimmed_through=trimmed,
+                    requested=position,
+                )
+            if last is None:
+                last = hw
+                if position > last:
+                    return
+            pubs = self._decode_rows(source, rows)
+            for pub in pubs:
+                if pub.source_seq != position:
+                    raise JournalCorruptError(
+                        f"{source!r} lacks entry {position} below its high-water",
+                        source=source,
+                        expected=position,
+                        got=pub.source_seq,
+                    )
+                if position > last:
+                    return
+                yield pub
+                position += 1
+            if len(rows) < count:
+                if position <= min(last, hw):
+                    raise JournalCorruptError(
+                        f"{source!r} lacks entries {position}..{min(last, hw)}",
+                        source=source,
+                        expected=position,
+                    )
+                return
+
+    def read_range(
+        self, source: str, first: int, last: int, *, limit: int | None = None
+    ) -> list[Publication]:
+        """At most ``limit`` publications numbered ``first``..``last`` (see :meth:`iter_range`)."""
+        out: list[Publication] = []
+        if limit is not None and limit < 1:
+            return out
+        page = self.page_size if limit is None else min(self.page_size, limit)
+        for pub in self.iter_range(source, first, last, page_size=page):
+            out.append(pub)
+            if limit is not None and len(out) >= limit:
+                break
+        return out
+
+    def read_after(self, source: str, after: int, limit: int = 1000) -> list[Publication]:
+        """Up to ``limit`` publications numbered after ``after``, oldest first."""
+        check_seq(after, "after")
+        if after >= MAX_JOURNAL_SEQ:
+            return []
+        return self.read_range(source, after + 1, MAX_JOURNAL_SEQ, limit=limit)
+
+    def latest_image(self, source: str, topic: str) -> ItemImage | None:
+        """The current image of ``topic`` from ``source``'s journal, folded by ImageCache rules.
+
+        Scans back to the item's last image (or drop), then folds forward. None when the item
+        does not exist (never published, or dropped last). Raises TrimmedRangeError when the
+        scan reaches trimmed numbers without finding an image: the result would be incomplete.
+        """
+        check_source(source)
+        if not isinstance(topic, str) or not topic:
+            raise InvalidMessageError("a topic must be a non-empty string", got=topic)
+        chain: list[Publication] = []
+        end = "+"
+        trimmed = 0
+        while True:
+            _, trimmed, rows = self._page(source, "-", end, self.page_size, reverse=True)
+            pubs = self._decode_rows(source, rows)
+            for pub in pubs:
+                if pub.topic != topic or pub.ptype is PublishType.SNAPSHOT:
+                    continue
+                chain.append(pub)
+                if pub.ptype in (PublishType.IMAGE, PublishType.DROP):
+                    return self._fold(topic, chain)
+            if len(rows) < self.page_size:
+                break
+            end = f"({pubs[-1].source_seq}-0"
+        if trimmed and chain:
+            raise TrimmedRangeError(
+                f"the last image of {topic!r} in {source!r} was trimmed (through {trimmed})",
+                source=source,
+                trimmed_through=trimmed,
+                requested=chain[-1].source_seq - 1,
+            )
+        return self._fold(topic, chain)
+
+    @staticmethod
+    def _fold(topic: str, newest_first: list[Publication]) -> ItemImage | None:
+        cache = ImageCache()
+        for pub in reversed(newest_first):
+            cache.apply(pub)
+        return cache.entry(topic)
+
+    # --- retention -----------------------------------------------------------------------
+
+    def trim_through(self, source: str, through: int, *, now: float) -> tuple[int, int]:
+        """Remove ``source``'s entries numbered <= ``through`` (capped at the high-water).
+
+        Returns ``(trimmed_through, removed)``. Later reads below it raise TrimmedRangeError.
+        """
+        check_source(source)
+        check_seq(through, "through")
+        with map_redis_errors("trim", source):
+            done, removed = self._trim(
+                keys=[stream_key(source), meta_key(source)], args=[through, repr(float(now))]
+            )
+        log.info("journal.trimmed", source=source, through=int(done), removed=int(removed))
+        return int(done), int(removed)
+
+
+__all__ = ["Journal", "JournalError", "SourceInfo"]
