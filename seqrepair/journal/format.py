@@ -66,9 +66,7 @@ META_BITS = "bits"
 META_TRIMMED_THROUGH = "trimmed_through"
 META_TRIMMED_AT = "trimmed_at"
 
-_encode_json = json.JSONEncoder(
-    ensure_ascii=False, separators=(",", ":"), allow_nan=False
-).encode
+_encode_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
 _decode_json = json.JSONDecoder().decode
 
 

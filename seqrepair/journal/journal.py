@@ -205,8 +205,8 @@ class Journal:
     def sources(self) -> list[str]:
         """Every journaled source, sorted."""
         with map_redis_errors("sources"):
-            members = self.client.smembers(SOURCES_KEY)
-        return sorted(member.decode() for member in members)
+            members: set[bytes] = self.client.smembers(SOURCES_KEY)  # type: ignore[assignment]
+        return sorted(m.decode() if isinstance(m, bytes) else str(m) for m in members)
 
     def high_water(self, source: str) -> int:
         """The last absolute number the journal holds for ``source`` (0 when none)."""

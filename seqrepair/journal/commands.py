@@ -1,0 +1,131 @@
+"""``seqrepair journal info|trim|export``: look after the journal from the command line.
+
+Without ``--redis-url`` each command starts the private embedded redis-server on the data
+folder (``--data-dir``, default ``.seqrepair/redis``) and stops it afterwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+import urllib.parse
+from typing import Any
+
+from seqrepair.core.errors import SeqRepairError
+from seqrepair.journal.retention import RetentionPolicy, apply_retention, export_range
+from seqrepair.journal.server import DEFAULT_DATA_DIR
+from seqrepair.journal.session import open_journal
+
+
+def register(subparsers: Any) -> None:
+    """Add ``journal`` and its subcommands to the ``seqrepair`` parser."""
+    parser = subparsers.add_parser("journal", help="inspect, trim and archive the Redis journal")
+    sub = parser.add_subparsers(dest="journal_command", metavar="SUBCOMMAND", required=True)
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--redis-url", help="Redis to use (default: start an embedded one)")
+        p.add_argument(
+            "--data-dir",
+            default=str(DEFAULT_DATA_DIR),
+            help=f"embedded redis data folder (default {DEFAULT_DATA_DIR})",
+        )
+
+    info = sub.add_parser("info", help="high-water, length and trim record per source")
+    common(info)
+    info.add_argument("sources", nargs="*", help="sources to show (default all)")
+    info.add_argument("--json", action="store_true", help="print JSON")
+    info.set_defaults(func=cmd_info)
+
+    trim = sub.add_parser("trim", help="apply retention by count and/or age")
+    common(trim)
+    trim.add_argument("sources", nargs="*", help="sources to trim (default all)")
+    trim.add_argument("--max-count", type=int, help="keep at most this many per source")
+    trim.add_argument("--max-age", type=float, help="drop publications older than SECONDS")
+    trim.add_argument("--archive", help="export to Parquet under this folder before trimming")
+    trim.set_defaults(func=cmd_trim)
+
+    export = sub.add_parser("export", help="write a range of a source to Parquet")
+    common(export)
+    export.add_argument("source")
+    export.add_argument("--first", type=int, default=None, help="first number (default oldest)")
+    export.add_argument("--last", type=int, default=None, help="last number (default newest)")
+    export.add_argument("--archive", required=True, help="archive root folder")
+    export.set_defaults(func=cmd_export)
+
+
+def _fail(exc: SeqRepairError) -> int:
+    print(f"seqrepair journal: {exc.message}")
+    return 1
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    """Print what the journal holds per source."""
+    try:
+        with open_journal(args.redis_url, data_dir=args.data_dir) as journal:
+            names = args.sources or journal.sources()
+            infos = [journal.info(name) for name in names]
+    except SeqRepairError as exc:
+        return _fail(exc)
+    if args.json:
+        print(json.dumps([_as_dict(info) for info in infos], indent=2))
+        return 0
+    if not infos:
+        print("no sources journaled")
+    for info in infos:
+        trimmed_at = "" if info.trimmed_at is None else f" at {time.ctime(info.trimmed_at)}"
+        print(
+            f"{info.source}: high-water {info.high_water}, {info.length} held, bits {info.bits}, "
+            f"trimmed through {info.trimmed_through}{trimmed_at}"
+        )
+    return 0
+
+
+def _as_dict(info: Any) -> dict[str, Any]:
+    return {
+        "source": info.source,
+        "high_water": info.high_water,
+        "bits": info.bits,
+        "trimmed_through": info.trimmed_through,
+        "trimmed_at": info.trimmed_at,
+        "length": info.length,
+    }
+
+
+def cmd_trim(args: argparse.Namespace) -> int:
+    """Apply a retention policy now."""
+    if args.max_count is None and args.max_age is None:
+        print("seqrepair journal trim: give --max-count and/or --max-age")
+        return 2
+    try:
+        policy = RetentionPolicy(
+            max_count=args.max_count, max_age=args.max_age, archive_root=args.archive
+        )
+        with open_journal(args.redis_url, data_dir=args.data_dir) as journal:
+            for name in args.sources or journal.sources():
+                report = apply_retention(journal, name, policy, now=time.time())
+                print(
+                    f"{name}: trimmed through {report.trimmed_through} "
+                    f"({report.removed} removed, {len(report.archived)} archive files)"
+                )
+    except SeqRepairError as exc:
+        return _fail(exc)
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    """Export a range of one source to Parquet."""
+    try:
+        with open_journal(args.redis_url, data_dir=args.data_dir) as journal:
+            info = journal.info(args.source)
+            first = args.first if args.first is not None else info.trimmed_through + 1
+            last = args.last if args.last is not None else info.high_water
+            paths = export_range(journal, args.source, first, last, args.archive)
+    except SeqRepairError as exc:
+        return _fail(exc)
+    for path in paths:
+        print(path)
+    if not paths:
+        quoted = urllib.parse.quote(args.source, safe="")
+        print(f"nothing to export for {args.source!r} ({quoted}) in {first}..{last}")
+    return 0

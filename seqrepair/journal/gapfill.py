@@ -1,0 +1,268 @@
+"""The gap-fill service: answers subscribers' repair requests (XEP-0040 §2.4), any transport.
+
+Per subscriber link it keeps a bounded :class:`~seqrepair.core.context.LinkContext` (what was
+sent, by link number), the subscriber's :class:`~seqrepair.core.permissions.Entitlement` and its
+:class:`~seqrepair.core.budget.ResendBudget`. A transport adapter (AMQP) calls
+
+* :meth:`GapFillService.attach` when a subscriber link opens, :meth:`~GapFillService.record`
+  for every frame it sends on it, :meth:`~GapFillService.detach` when it closes;
+* :meth:`~GapFillService.answer_gap` for a :class:`GapRequest`: the frames from the link
+  context, or ``GapError("context-lost")`` when they are no longer held;
+* :meth:`~GapFillService.answer_source_gap` for a :class:`SourceGapRequest`: a :class:`Replay`
+  that reads the journal page by page, yielding the publications after each requested number
+  that the subscriber is entitled to (live delivery's filter, so repair never leaks), as
+  retransmissions without link numbers, in source order, then one
+  ``ReplayComplete(through=high-water per source)``.
+
+Refusals happen before anything is read or sent: a request larger than ``max_range`` or beyond
+the subscriber's budget gets ``GapError("refused", detail=reason)``; a requested number in a
+trimmed range gets ``GapError("trimmed")``.
+
+Sources a request does not name are replayed after the point the link started at (the
+journal's high-water when it attached, 0 for a source that appeared later): a subscriber is
+entitled to everything published since it subscribed, including sources it has not seen yet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+
+import attrs
+import structlog
+
+from seqrepair.core.budget import RefusalPolicy, ResendBudget
+from seqrepair.core.context import LinkContext, LinkFrame
+from seqrepair.core.errors import InvalidMessageError, InvalidSequenceError
+from seqrepair.core.messages import (
+    GapError,
+    GapRequest,
+    Publication,
+    ReplayComplete,
+    SourceGapRequest,
+)
+from seqrepair.core.permissions import Entitlement
+from seqrepair.journal.errors import TrimmedRangeError, UnknownLinkError
+from seqrepair.journal.journal import Journal
+
+log = structlog.get_logger(__name__)
+
+ReplayFrame = Publication | ReplayComplete | GapError
+
+
+@attrs.define
+class SubscriberLink:
+    """What the service keeps for one subscriber link."""
+
+    link_id: str
+    entitlement: Entitlement
+    context: LinkContext
+    budget: ResendBudget
+    start_after: dict[str, int]
+
+
+@attrs.define
+class _Segment:
+    source: str
+    first: int
+    last: int
+
+
+class Replay:
+    """The answer to an accepted :class:`SourceGapRequest`: iterate it to get the frames.
+
+    Reads the journal lazily, ``page_size`` entries per round trip. Ends with
+    ``ReplayComplete``, or with ``GapError("trimmed")`` if retention trims a range while it is
+    being replayed. Journal errors (Redis down) propagate from the iteration.
+    """
+
+    def __init__(
+        self,
+        journal: Journal,
+        link: SubscriberLink,
+        request: SourceGapRequest,
+        segments: list[_Segment],
+        through: Mapping[str, int],
+        page_size: int,
+    ) -> None:
+        self.journal = journal
+        self.link = link
+        self.request = request
+        self.segments = segments
+        self.through = dict(through)
+        self.page_size = page_size
+        self.sent = 0
+        self.filtered = 0
+
+    @property
+    def span(self) -> int:
+        """How many source numbers the replay reads."""
+        return sum(seg.last - seg.first + 1 for seg in self.segments)
+
+    def __iter__(self) -> Iterator[ReplayFrame]:
+        allows = self.link.entitlement.allows
+        for seg in self.segments:
+            try:
+                for pub in self.journal.iter_range(
+                    seg.source, seg.first, seg.last, page_size=self.page_size
+                ):
+                    if allows(pub):
+                        self.sent += 1
+                        yield attrs.evolve(pub, retransmit=True, link_seq=None)
+                    else:
+                        self.filtered += 1
+            except TrimmedRangeError as exc:
+                log.warning(
+                    "gapfill.trimmed_during_replay", link=self.link.link_id, source=seg.source
+                )
+                yield GapError("trimmed", self.request, exc.message)
+                return
+        log.info("gapfill.replayed", link=self.link.link_id, sent=self.sent, filtered=self.filtered)
+        yield ReplayComplete(through=self.through, request=self.request)
+
+
+class GapFillService:
+    """Answers GapRequest from link context and SourceGapRequest from the journal.
+
+    ``link_bits`` and ``context_capacity`` size each link's context; ``policy`` bounds every
+    request (its ``max_range`` also bounds link requests).
+    """
+
+    def __init__(
+        self,
+        journal: Journal,
+        *,
+        policy: RefusalPolicy | None = None,
+        link_bits: int = 16,
+        context_capacity: int = 65_536,
+        page_size: int = 1000,
+    ) -> None:
+        self.journal = journal
+        self.policy = policy if policy is not None else RefusalPolicy()
+        self.link_bits = link_bits
+        self.context_capacity = context_capacity
+        self.page_size = page_size
+        self._links: dict[str, SubscriberLink] = {}
+
+    def attach(
+        self,
+        link_id: str,
+        entitlement: Entitlement,
+        *,
+        start_after: Mapping[str, int] | None = None,
+    ) -> SubscriberLink:
+        """Open (or re-open, with a fresh context) the link ``link_id``.
+
+        ``start_after``: per source, the number after which the subscriber is entitled to
+        replays of sources its requests do not name; default the journal's high-waters now.
+        """
+        if not isinstance(link_id, str) or not link_id:
+            raise InvalidMessageError("a link id must be a non-empty string", got=link_id)
+        if not isinstance(entitlement, Entitlement):
+            raise InvalidMessageError(
+                "attach needs an Entitlement", expected="Entitlement", got=entitlement
+            )
+        if start_after is None:
+            sources = self.journal.sources()
+            start = {s: hw for s, (hw, _) in self.journal.high_waters(sources).items()}
+        else:
+            start = dict(SourceGapRequest(after=start_after).after)
+        link = SubscriberLink(
+            link_id=link_id,
+            entitlement=entitlement,
+            context=LinkContext(
+                bits=self.link_bits,
+                capacity=self.context_capacity,
+                max_range=self.policy.max_range,
+            ),
+            budget=self.policy.new_budget(),
+            start_after=start,
+        )
+        self._links[link_id] = link
+        log.info("gapfill.attached", link=link_id)
+        return link
+
+    def detach(self, link_id: str) -> None:
+        """Forget the link (its context is lost; later requests raise UnknownLinkError)."""
+        self._links.pop(link_id, None)
+
+    def link(self, link_id: str) -> SubscriberLink:
+        """The link ``link_id``; UnknownLinkError if it is not attached."""
+        try:
+            return self._links[link_id]
+        except (KeyError, TypeError):
+            raise UnknownLinkError(f"no subscriber link {link_id!r}", got=link_id) from None
+
+    def record(self, link_id: str, frame: LinkFrame) -> None:
+        """Remember a frame sent on the link (numbered 0 starts a new context)."""
+        self.link(link_id).context.record(frame)
+
+    def answer_gap(
+        self, link_id: str, request: GapRequest, now: float
+    ) -> list[LinkFrame] | GapError:
+        """The requested link range from the link's context, or a GapError."""
+        link = self.link(link_id)
+        if not isinstance(request, GapRequest):
+            raise InvalidMessageError("answer_gap takes a GapRequest", got=request)
+        answer = link.context.answer(request)
+        if isinstance(answer, GapError):
+            log.info("gapfill.gap_error", link=link_id, reason=answer.reason, detail=answer.detail)
+            return answer
+        try:
+            span = link.context.space.distance(request.link_from, request.link_to) + 1
+        except InvalidSequenceError as exc:  # pragma: no cover - answer() refused it already
+            return GapError("refused", request, exc.message)
+        reason = self.policy.refusal(span, link.budget, now)
+        if reason is not None:
+            log.info("gapfill.refused", link=link_id, reason=reason)
+            return GapError("refused", request, reason)
+        return answer
+
+    def answer_source_gap(
+        self, link_id: str, request: SourceGapRequest, now: float
+    ) -> Replay | GapError:
+        """A :class:`Replay` of the journal after the requested numbers, or a GapError."""
+        link = self.link(link_id)
+        if not isinstance(request, SourceGapRequest):
+            raise InvalidMessageError("answer_source_gap takes a SourceGapRequest", got=request)
+        sources = sorted(set(request.after) | set(self.journal.sources()))
+        marks = self.journal.high_waters(sources)
+        segments: list[_Segment] = []
+        through: dict[str, int] = {}
+        for source in sources:
+            high_water, trimmed = marks[source]
+            listed = source in request.after
+            after = request.after[source] if listed else link.start_after.get(source, 0)
+            if not listed and after >= high_water:
+                continue
+            through[source] = high_water
+            if after >= high_water:
+                continue
+            if after < trimmed:
+                if listed:
+                    detail = f"{source}: numbers through {trimmed} were trimmed; after={after}"
+                    log.info("gapfill.trimmed", link=link_id, source=source, after=after)
+                    return GapError("trimmed", request, detail)
+                after = trimmed
+            segments.append(_Segment(source, after + 1, high_water))
+        replay = Replay(self.journal, link, request, segments, through, self.page_size)
+        reason = self.policy.refusal(replay.span, link.budget, now)
+        if reason is not None:
+            log.info("gapfill.refused", link=link_id, reason=reason)
+            return GapError("refused", request, reason)
+        return replay
+
+    def answer(
+        self, link_id: str, request: GapRequest | SourceGapRequest, now: float
+    ) -> Iterator[LinkFrame | ReplayComplete | GapError]:
+        """Either request's answer as frames to send, in order."""
+        if isinstance(request, GapRequest):
+            result: list[LinkFrame] | GapError | Replay = self.answer_gap(link_id, request, now)
+        elif isinstance(request, SourceGapRequest):
+            result = self.answer_source_gap(link_id, request, now)
+        else:
+            raise InvalidMessageError(
+                "a gap request is a GapRequest or a SourceGapRequest", got=request
+            )
+        if isinstance(result, GapError):
+            return iter((result,))
+        return iter(result)

@@ -1,0 +1,183 @@
+"""The embedded sequencer for publishers: stamp, journal, and only then hand to the transport.
+
+``Publisher(source, journal, bits=32, transport=send, batch_size=1, window=None)``
+
+* On start it reads the source's high-water from the journal and stamps after it, so a
+  restarted publisher never reuses a number, even if it crashed between append and send.
+* ``publish()`` stamps a publication and queues it. Every ``batch_size`` publications (1 =
+  synchronous) the queue is journaled in one atomic append; :meth:`Publisher.flush` journals
+  what is queued now. Only after the journal holds a publication is it handed to ``transport``,
+  in source order. A publication counts as published exactly then (``published_through``).
+* ``window`` bounds the publications stamped but not yet journaled: the in-memory backlog
+  while Redis is unreachable. ``publish()`` on a full window flushes first; if the journal is
+  still unreachable it raises :class:`~seqrepair.journal.errors.BacklogFullError` and stamps
+  nothing (no number is consumed). Queued publications are never dropped and never reported
+  as published before the journal holds them.
+* When an append fails with an unknown outcome (timeout, dropped connection) the next flush
+  first re-reads the high-water: what the journal already holds is handed on, the rest is
+  appended. An outcome is never guessed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import structlog
+
+from seqrepair.core.errors import InvalidConfigError
+from seqrepair.core.messages import Publication, PublishType
+from seqrepair.core.sequencers import SourceSequencer
+from seqrepair.journal.errors import BacklogFullError, JournalUnavailableError
+from seqrepair.journal.journal import Journal
+
+Transport = Callable[[Publication], object]
+
+
+def _positive(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidConfigError(f"{name} must be a positive integer", expected=">= 1", got=value)
+    return value
+
+
+class Publisher:
+    """Stamps, journals and hands on the publications of one source.
+
+    ``transport`` is called with each publication, in order, once the journal holds it.
+    ``clock`` stamps a timestamp on publications given none (None: leave them without one);
+    retention by age reads it.
+    """
+
+    def __init__(
+        self,
+        source: str,
+        journal: Journal,
+        *,
+        bits: int = 32,
+        transport: Transport | None = None,
+        batch_size: int = 1,
+        window: int | None = None,
+        clock: Callable[[], float] | None = time.time,
+    ) -> None:
+        self.batch_size = _positive("batch_size", batch_size)
+        self.window = _positive("window", window if window is not None else batch_size)
+        if self.window < self.batch_size:
+            raise InvalidConfigError(
+                "window must be at least batch_size", expected=f">= {batch_size}", got=window
+            )
+        self.journal = journal
+        self.bits = bits
+        self.transport = transport
+        self.clock = clock
+        self.log = structlog.get_logger(__name__).bind(source=source)
+        info = journal.register_source(source, bits)
+        self.sequencer = SourceSequencer(source=source, bits=bits, start_after=info.high_water)
+        self.published_through = info.high_water
+        """Highest number the journal holds and the transport was given (or started after)."""
+        self._pending: deque[Publication] = deque()
+        self._uncertain = False
+        self.log.info("publisher.started", high_water=info.high_water, bits=bits)
+
+    @property
+    def source(self) -> str:
+        """The source this publisher numbers."""
+        return self.sequencer.source
+
+    @property
+    def pending(self) -> int:
+        """Publications stamped but not yet held by the journal."""
+        return len(self._pending)
+
+    def publish(
+        self,
+        topic: str,
+        fields: Mapping[str, Any],
+        ptype: PublishType | str = PublishType.UPDATE,
+        *,
+        permtoken: str | None = None,
+        timestamp: float | None = None,
+    ) -> Publication:
+        """Stamp a publication and queue it; journal and hand on a full batch.
+
+        Returns the stamped publication: it is published once ``published_through`` reaches
+        its ``source_seq`` (at once when ``batch_size`` is 1 and this returns normally).
+        Raises JournalUnavailableError from the append of a full batch (the batch stays
+        queued), BacklogFullError when the window is full and the journal unreachable, and
+        InvalidMessageError for bad input (no number consumed).
+        """
+        if len(self._pending) >= self.window:
+            try:
+                self.flush()
+            except JournalUnavailableError as exc:
+                raise BacklogFullError(
+                    f"journal unreachable and {len(self._pending)} publications are waiting "
+                    f"(window {self.window}): {exc.message}",
+                    source=self.source,
+                    operation="publish",
+                    expected=f"< {self.window} pending",
+                    got=len(self._pending),
+                ) from exc
+        if timestamp is None and self.clock is not None:
+            timestamp = self.clock()
+        pub = self.sequencer.stamp(topic, fields, ptype, permtoken=permtoken, timestamp=timestamp)
+        self._pending.append(pub)
+        if len(self._pending) >= self.batch_size:
+            self.flush()
+        return pub
+
+    def flush(self) -> int:
+        """Journal everything queued (in batches), handing each batch on once held.
+
+        Returns how many publications were published by this call. Raises
+        JournalUnavailableError (what is not held stays queued) and the journal's other errors.
+        """
+        published = 0
+        if self._uncertain and self._pending:
+            published += self._resolve_uncertain()
+        while self._pending:
+            batch = [self._pending[i] for i in range(min(self.batch_size, len(self._pending)))]
+            try:
+                self.journal.append(batch, self.bits)
+            except JournalUnavailableError:
+                self._uncertain = True
+                self.log.warning("publisher.journal_unavailable", pending=len(self._pending))
+                raise
+            published += self._hand_on(len(batch))
+        return published
+
+    def _resolve_uncertain(self) -> int:
+        """After an append of unknown outcome: hand on what the journal turned out to hold."""
+        high_water = self.journal.high_water(self.source)
+        self._uncertain = False
+        held = 0
+        while held < len(self._pending) and self._pending[held].source_seq <= high_water:
+            held += 1
+        if held:
+            self.log.info("publisher.append_was_held", through=high_water, count=held)
+        return self._hand_on(held)
+
+    def _hand_on(self, count: int) -> int:
+        """Mark the first ``count`` queued publications published, then give them to the
+        transport. If the transport raises, the rest of them are not sent live; the journal
+        holds them and subscribers repair the gap from it."""
+        if not count:
+            return 0
+        batch = [self._pending.popleft() for _ in range(count)]
+        self.published_through = batch[-1].source_seq
+        if self.transport is not None:
+            for pub in batch:
+                self.transport(pub)
+        return count
+
+    def close(self) -> None:
+        """Flush what is queued (raises if the journal is unreachable)."""
+        self.flush()
+
+    def __enter__(self) -> Publisher:
+        return self
+
+    def __exit__(self, exc_type: object, *rest: object) -> None:
+        if exc_type is None:
+            self.close()

@@ -1,0 +1,281 @@
+"""A private ``redis-server`` for seqrepair when no Redis URL is given (and for tests).
+
+::
+
+    with EmbeddedRedis(data_dir=".seqrepair/redis", appendfsync="everysec") as srv:
+        journal = Journal.from_url(srv.url)
+
+It listens on a free loopback port with append-only persistence in ``data_dir`` and no RDB
+snapshots, and is gone when the block ends, whatever ends it. Nothing is left behind:
+
+* the block's exit stops it (SHUTDOWN, then SIGTERM, then SIGKILL);
+* a failed start kills what was started;
+* interpreter exit and garbage collection stop it (``weakref.finalize``);
+* with ``die_with_parent`` (default, Linux), the kernel kills it if this process dies, even by
+  SIGKILL. The signal follows the *thread* that started it: start it from a thread that
+  lives as long as you need the server (the main thread, usually).
+
+:meth:`EmbeddedRedis.kill` (SIGKILL, for durability tests) and :meth:`EmbeddedRedis.start`
+(again, on the same port and data folder) let a test crash and recover the server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import weakref
+from pathlib import Path
+from typing import Any, Literal
+
+import structlog
+
+from seqrepair.journal.errors import EmbeddedRedisError
+
+log = structlog.get_logger(__name__)
+
+AppendFsync = Literal["always", "everysec", "no"]
+DEFAULT_DATA_DIR = Path(".seqrepair") / "redis"
+_PR_SET_PDEATHSIG = 1
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def _terminate(proc: subprocess.Popen[bytes], timeout: float = 5.0) -> None:
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _ping(port: int, timeout: float) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+            sock.settimeout(timeout)
+            sock.sendall(b"PING\r\n")
+            return sock.recv(64).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+class EmbeddedRedis:
+    """A private redis-server on loopback with append-only persistence in ``data_dir``.
+
+    ``data_dir`` None uses a temporary folder removed at :meth:`stop`. ``appendfsync`` is
+    Redis's fsync policy for the append-only file (``always`` for no loss on a crash).
+    """
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str] | None = None,
+        *,
+        appendfsync: AppendFsync = "everysec",
+        port: int | None = None,
+        executable: str = "redis-server",
+        startup_timeout: float = 10.0,
+        die_with_parent: bool = True,
+        extra_args: tuple[str, ...] = (),
+    ) -> None:
+        if appendfsync not in ("always", "everysec", "no"):
+            raise EmbeddedRedisError(
+                "appendfsync must be always, everysec or no",
+                expected=("always", "everysec", "no"),
+                got=appendfsync,
+            )
+        self._temp = data_dir is None
+        self.data_dir = (
+            Path(tempfile.mkdtemp(prefix="seqrepair-redis-"))
+            if data_dir is None
+            else (Path(data_dir))
+        )
+        self.appendfsync = appendfsync
+        self.port = port
+        self.executable = executable
+        self.startup_timeout = startup_timeout
+        self.die_with_parent = die_with_parent
+        self.extra_args = extra_args
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._finalizer: weakref.finalize[Any, Any] | None = None
+
+    @property
+    def host(self) -> str:
+        """Always loopback."""
+        return "127.0.0.1"
+
+    @property
+    def url(self) -> str:
+        """``redis://127.0.0.1:<port>/0`` (the server must have been started)."""
+        if self.port is None:
+            raise EmbeddedRedisError("the embedded redis-server was never started")
+        return f"redis://{self.host}:{self.port}/0"
+
+    @property
+    def pid(self) -> int | None:
+        """The server's process id while it runs."""
+        return self._proc.pid if self.running and self._proc is not None else None
+
+    @property
+    def running(self) -> bool:
+        """Whether the server process is alive."""
+        return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def log_file(self) -> Path:
+        """Where the server writes its log."""
+        return self.data_dir / "redis.log"
+
+    def _command(self, port: int) -> list[str]:
+        return [
+            self.executable,
+            "--port", str(port),
+            "--bind", self.host,
+            "--protected-mode", "yes",
+            "--dir", str(self.data_dir.resolve()),
+            "--appendonly", "yes",
+            "--appendfsync", self.appendfsync,
+            "--save", "",
+            "--daemonize", "no",
+            "--loglevel", "warning",
+            "--logfile", str(self.log_file.resolve()),
+            *self.extra_args,
+        ]  # fmt: skip
+
+    def start(self) -> EmbeddedRedis:
+        """Start the server (again) and wait until it answers PING; return self."""
+        if self.running:
+            raise EmbeddedRedisError("the embedded redis-server is already running")
+        if shutil.which(self.executable) is None:
+            raise EmbeddedRedisError(
+                f"{self.executable!r} is not on PATH (bin/setup installs redis-server)",
+                got=self.executable,
+            )
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        attempts = 1 if self.port is not None else 3
+        last_error = ""
+        for _ in range(attempts):
+            port = self.port if self.port is not None else free_port()
+            proc = subprocess.Popen(
+                self._command(port),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                preexec_fn=_die_with_parent
+                if self.die_with_parent and sys.platform == "linux"
+                else None,
+            )
+            try:
+                if self._wait_ready(proc, port):
+                    self._proc = proc
+                    self.port = port
+                    self._finalizer = weakref.finalize(self, _terminate, proc)
+                    log.info(
+                        "embedded_redis.started",
+                        port=port,
+                        pid=proc.pid,
+                        data_dir=str(self.data_dir),
+                        appendfsync=self.appendfsync,
+                    )
+                    return self
+            except BaseException:
+                _terminate(proc)
+                raise
+            _terminate(proc)
+            last_error = self._failure(proc)
+        raise EmbeddedRedisError(f"redis-server did not start: {last_error}")
+
+    def _wait_ready(self, proc: subprocess.Popen[bytes], port: int) -> bool:
+        deadline = time.monotonic() + self.startup_timeout
+        delay = 0.005
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                return False
+            if _ping(port, timeout=0.5):
+                return True
+            time.sleep(delay)
+            delay = min(delay * 2, 0.1)
+        return False
+
+    def _failure(self, proc: subprocess.Popen[bytes]) -> str:
+        stderr = b""
+        if proc.stderr is not None:
+            with contextlib.suppress(OSError, ValueError):
+                stderr = proc.stderr.read() or b""
+        tail = ""
+        with contextlib.suppress(OSError):
+            tail = self.log_file.read_text(errors="replace")[-2000:]
+        return (stderr.decode(errors="replace") + tail).strip() or f"exit code {proc.returncode}"
+
+    def stop(self) -> None:
+        """Shut the server down (its append-only file is flushed) and wait for it to exit."""
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            if proc.poll() is None:
+                self._shutdown(proc)
+            _terminate(proc)
+            if proc.stderr is not None:
+                proc.stderr.close()
+            log.info("embedded_redis.stopped", port=self.port, pid=proc.pid)
+        if self._finalizer is not None:
+            self._finalizer.detach()
+            self._finalizer = None
+        if self._temp:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def _shutdown(self, proc: subprocess.Popen[bytes]) -> None:
+        assert self.port is not None
+        with (
+            contextlib.suppress(OSError),
+            socket.create_connection((self.host, self.port), timeout=2.0) as sock,
+        ):
+            sock.sendall(b"SHUTDOWN\r\n")
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(10.0)
+
+    def kill(self) -> None:
+        """SIGKILL the server (a crash: nothing is flushed) and reap it. Data stays on disk."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        if proc.stderr is not None:
+            proc.stderr.close()
+        if self._finalizer is not None:
+            self._finalizer.detach()
+            self._finalizer = None
+        log.info("embedded_redis.killed", port=self.port, pid=proc.pid)
+
+    def __enter__(self) -> EmbeddedRedis:
+        if not self.running:
+            self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        state = f"pid={self.pid}" if self.running else "stopped"
+        return f"<EmbeddedRedis port={self.port} {state} data_dir={str(self.data_dir)!r}>"
