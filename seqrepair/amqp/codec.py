@@ -40,6 +40,8 @@ from seqrepair.core.messages import (
 from seqrepair.core.sequence import SequenceSpace
 
 MESSAGE_TYPE = "message-type"
+MAX_RANGES = 256
+"""The most link ranges one GAP-REQUEST may carry."""
 DEFAULT_SOURCE_BITS = 32
 DEFAULT_LINK_BITS = 16
 
@@ -199,6 +201,8 @@ class SourceUnwrapper:
 
     _last: dict[str, int] = attrs.field(factory=dict)
     _spaces: dict[int, SequenceSpace] = attrs.field(factory=dict)
+    bits: dict[str, int] = attrs.field(factory=dict)
+    """The bit width each source was last seen with."""
 
     def space(self, bits: int) -> SequenceSpace:
         """The (cached) sequence space of ``bits``."""
@@ -226,6 +230,7 @@ class SourceUnwrapper:
                 expected=(1, space.max),
                 got=wire,
             )
+        self.bits[source] = bits
         absolute = space.unwrap(self._last.get(source, 0), wire)
         if absolute > self._last.get(source, 0):
             self._last[source] = absolute
@@ -316,6 +321,22 @@ def encode_frames(
     return Message(
         body=body,
         properties={MESSAGE_TYPE: MessageType.PUBLICATIONS.value, "count": len(body)},
+    )
+
+
+def encode_gap_requests(requests: Sequence[GapRequest]) -> Message:
+    """Several link ranges in one GAP-REQUEST (what one stub call asked for)."""
+    if len(requests) == 1:
+        return encode(requests[0])
+    if not requests or len(requests) > MAX_RANGES:
+        raise MalformedMessageError(f"1..{MAX_RANGES} ranges per request", got=len(requests))
+    return Message(
+        body=[[ulong(r.link_from), ulong(r.link_to)] for r in requests],
+        properties={
+            MESSAGE_TYPE: MessageType.GAP_REQUEST.value,
+            "link_from": ulong(requests[0].link_from),
+            "link_to": ulong(requests[0].link_to),
+        },
     )
 
 
@@ -459,7 +480,8 @@ class Decoder:
         if mtype in (MessageType.PUBLICATION, MessageType.HEARTBEAT):
             fields = {} if body is None else body
             return [self._frame(props, fields, default_source, default_topic, assign, mtype)]
-        return [self._other(mtype, props, body)]
+        other = self._other(mtype, props, body)
+        return list(other) if isinstance(other, list) else [other]
 
     def _link_seq(self, value: object, *, required: bool) -> int | None:
         if value is None:
@@ -522,9 +544,31 @@ class Decoder:
                 exc.message, expected=exc.expected, got=exc.got
             ) from None
 
-    def _other(self, mtype: MessageType, props: Mapping[Any, Any], body: Any) -> Decoded:
+    def _ranges(self, body: object) -> list[GapRequest]:
+        if not isinstance(body, list) or not body or len(body) > MAX_RANGES:
+            raise MalformedMessageError(
+                f"a GAP-REQUEST body is a list of 1..{MAX_RANGES} [from, to] pairs",
+                expected="list", got=type(body).__name__,
+            )
+        out = []
+        for pair in body:
+            if not isinstance(pair, list) or len(pair) != 2:
+                raise MalformedMessageError("a gap range is a [from, to] pair", got=pair)
+            out.append(
+                GapRequest(
+                    link_from=_int(pair[0], "link_from", low=1, high=self._link_max),
+                    link_to=_int(pair[1], "link_to", low=1, high=self._link_max),
+                )
+            )
+        return out
+
+    def _other(
+        self, mtype: MessageType, props: Mapping[Any, Any], body: Any
+    ) -> Decoded | list[GapRequest]:
         try:
             if mtype is MessageType.GAP_REQUEST:
+                if body is not None:
+                    return self._ranges(body)
                 return GapRequest(
                     link_from=_int(props.get("link_from"), "link_from", low=1, high=self._link_max),
                     link_to=_int(props.get("link_to"), "link_to", low=1, high=self._link_max),

@@ -1,0 +1,600 @@
+"""Publisher and subscriber clients over proton.
+
+:class:`Subscriber` is a proton receiver driving a :class:`~seqrepair.core.stub.SubscriberStub`:
+it decodes frames, feeds the stub, performs the events the stub returns (sends gap requests,
+hands deliveries to the application) and polls the stub on a timer. Use it with a callback
+(``on_publication``) in the foreground (:meth:`Subscriber.run`), or as an iterator with the
+container in a background thread (:meth:`Subscriber.start`, ``for pub in subscriber``).
+It reconnects by itself: the stub keeps its state, the link keeps its name, and the attach asks
+the component to resume; a component that no longer holds the link's context starts the link at
+0 and the stub repairs by source.
+
+:class:`Publisher` stamps publications with a :class:`~seqrepair.core.sequencers.SourceSequencer`
+(continuing after the journal's high-water when given a journal), journals them first when it
+has one, and sends them batched; deliveries stay unsettled until the component accepts them
+(after its own journaling) and are sent again after a reconnect.
+"""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import attrs
+import structlog
+from proton import Message, symbol
+from proton.handlers import MessagingHandler
+from proton.reactor import (
+    ApplicationEvent,
+    AtMostOnce,
+    Container,
+    EventInjector,
+    LinkOption,
+)
+
+from seqrepair.amqp.codec import (
+    Capabilities,
+    CapabilitiesRequest,
+    Decoder,
+    SubscriptionState,
+    encode,
+    encode_frames,
+    encode_gap_requests,
+)
+from seqrepair.amqp.component import (
+    CONTROL_ADDRESS,
+    LINK_PREFIX,
+    PROP_BATCH,
+    PROP_GRANTS,
+    PROP_LINK,
+    PROP_RESUME,
+)
+from seqrepair.amqp.errors import AmqpAdapterError
+from seqrepair.amqp.journalport import JournalPort
+from seqrepair.core.errors import SeqRepairError
+from seqrepair.core.events import (
+    BufferOverflow,
+    Delivered,
+    Disconnect,
+    Event,
+    HeartbeatOverdue,
+    LinkReset,
+    RequestGap,
+    RequestSourceGap,
+    Unrecoverable,
+)
+from seqrepair.core.messages import (
+    GapError,
+    Heartbeat,
+    Publication,
+    PublishType,
+    ReplayComplete,
+)
+from seqrepair.core.sequencers import SourceSequencer
+from seqrepair.core.stub import SubscriberStub
+
+log = structlog.get_logger("seqrepair.amqp.client")
+
+
+class _LinkProperties(LinkOption):  # type: ignore[misc]
+    def __init__(self, props: Mapping[symbol, Any]) -> None:
+        self.props = dict(props)
+
+    def apply(self, link: Any) -> None:
+        link.properties = self.props
+
+
+@attrs.define
+class SubscriberReport:
+    """What a subscriber saw: the stub's counters plus the adapter's own."""
+
+    delivered: int = 0
+    duplicates: int = 0
+    gaps_detected: int = 0
+    repaired: int = 0
+    requests_sent: int = 0
+    source_requests_sent: int = 0
+    resets: int = 0
+    unrecoverable: int = 0
+    connections: int = 0
+    paused: int = 0
+    rejected: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        """The counters as a plain dict."""
+        return attrs.asdict(self)
+
+
+class Subscriber(MessagingHandler):  # type: ignore[misc]
+    """A subscriber to one topic pattern or subscription queue of a component."""
+
+    def __init__(
+        self,
+        url: str,
+        address: str,
+        *,
+        link_name: str | None = None,
+        on_publication: Callable[[Publication], None] | None = None,
+        on_event: Callable[[Event], None] | None = None,
+        bits: int = 16,
+        heartbeat_interval: float = 1.0,
+        missed_heartbeats: int = 3,
+        nak_delay: float = 0.05,
+        max_buffer: int = 100_000,
+        permtokens: Sequence[str] = (),
+        batch: bool = True,
+        credit: int = 200,
+        idle_timeout: float = 10.0,
+        reconnect_delay: float = 0.2,
+        tick: float = 0.02,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        super().__init__(prefetch=credit, auto_accept=False)
+        self.url = url
+        self.address = address
+        self.link_name = link_name or f"sub-{uuid.uuid4()}"
+        self.on_publication = on_publication
+        self.on_event = on_event
+        self.stub = SubscriberStub(
+            bits=bits,
+            heartbeat_interval=heartbeat_interval,
+            missed_heartbeats=missed_heartbeats,
+            nak_delay=nak_delay,
+            max_buffer=max_buffer,
+        )
+        self.decoder = Decoder(link_bits=bits)
+        self.permtokens = tuple(permtokens)
+        self.batch = batch
+        self.idle_timeout = idle_timeout
+        self.reconnect_delay = reconnect_delay
+        self.tick = tick
+        self.clock = clock
+        self.report = SubscriberReport()
+        self.capabilities: Capabilities | None = None
+        self.unrecoverable: list[Unrecoverable] = []
+        self.connected = threading.Event()
+        self._ids = itertools.count(1)
+        self._outbox: deque[Message] = deque()
+        self._container: Any = None
+        self._conn: Any = None
+        self._receiver: Any = None
+        self._control: Any = None
+        self._attached_once = False
+        self._stopping = False
+        self._queue: queue.Queue[Publication | None] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._injector: EventInjector | None = None
+        self._stop_when: Callable[[], bool] | None = None
+        self.log = log.bind(link=self.link_name, topic=address)
+
+    # --- public API ---------------------------------------------------------------------
+
+    def run(self, stop_when: Callable[[], bool] | None = None) -> None:
+        """Run in this thread until :meth:`stop` (or ``stop_when()`` turns true)."""
+        self._stop_when = stop_when
+        self._injector = EventInjector()
+        container = Container(self)
+        container.selectable(self._injector)
+        container.run()
+
+    def start(self) -> Subscriber:
+        """Run in a background thread; iterate over the subscriber to read publications."""
+        self._thread = threading.Thread(target=self.run, name=self.link_name, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Close the connection and end :meth:`run` (safe from any thread)."""
+        self._stopping = True
+        if self._injector is not None:
+            self._injector.trigger(ApplicationEvent("seqrepair_stop"))
+        if self._thread is not None and threading.current_thread() is not self._thread:
+            self._thread.join(timeout=5)
+
+    def __iter__(self) -> Iterator[Publication]:
+        """Publications in order, exactly once, until the subscriber stops."""
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            yield item
+
+    def drop_connection(self) -> None:
+        """Tear down the transport abruptly (tests: a lost connection); it reconnects."""
+        if self._injector is not None:
+            self._injector.trigger(ApplicationEvent("seqrepair_drop"))
+
+    # --- proton events ------------------------------------------------------------------
+
+    def on_start(self, event: Any) -> None:
+        self._container = event.container
+        self._connect()
+        self._schedule()
+
+    def _connect(self) -> None:
+        self._conn = self._container.connect(
+            self.url, reconnect=False, heartbeat=self.idle_timeout,
+            desired_capabilities=["RESPONSE_ANNOTATIONS_V1_0"],
+        )
+        props: dict[symbol, Any] = {PROP_BATCH: self.batch, PROP_RESUME: self._attached_once}
+        if self.permtokens:
+            props[PROP_GRANTS] = ",".join(self.permtokens)
+        self._receiver = self._container.create_receiver(
+            self._conn, self.address, name=self.link_name, options=_LinkProperties(props)
+        )
+        self._control = self._container.create_sender(
+            self._conn, CONTROL_ADDRESS, options=AtMostOnce()
+        )
+        self._attached_once = True
+
+    def _schedule(self) -> None:
+        self._container.schedule(self.tick, self)
+
+    def on_timer_task(self, event: Any) -> None:
+        if self._stopping:
+            return
+        if self._stop_when is not None and self._stop_when():
+            self._shutdown()
+            return
+        self._perform(self.stub.poll(self.clock()))
+        self._flush()
+        self._schedule()
+
+    def on_seqrepair_stop(self, event: Any) -> None:
+        self._shutdown()
+
+    def on_seqrepair_drop(self, event: Any) -> None:
+        if self._conn is not None and self._conn.transport is not None:
+            self._conn.transport.close_tail()
+            self._conn.transport.close_head()
+
+    def _shutdown(self) -> None:
+        self._stopping = True
+        if self._conn is not None:
+            self._conn.close()
+        if self._injector is not None:
+            self._injector.close()
+        self._queue.put(None)
+
+    def on_connection_opened(self, event: Any) -> None:
+        self.report.connections += 1
+        self.connected.set()
+        self.log.info("connected", connections=self.report.connections)
+
+    def on_link_opened(self, event: Any) -> None:
+        self._flush()
+
+    def on_sendable(self, event: Any) -> None:
+        self._flush()
+
+    def on_disconnected(self, event: Any) -> None:
+        self.connected.clear()
+        if self._stopping:
+            return
+        self.log.info("disconnected; reconnecting", delay=self.reconnect_delay)
+        self._outbox.clear()
+        self._container.schedule(self.reconnect_delay, _Call(self._reconnect))
+
+    def on_transport_error(self, event: Any) -> None:
+        cond = event.transport.condition
+        self.log.info("transport error", condition=cond.name if cond else None)
+
+    def on_link_error(self, event: Any) -> None:
+        cond = event.link.remote_condition
+        self.log.error("link refused", condition=cond.name if cond else None,
+                       description=cond.description if cond else None)
+        if event.link == self._receiver:
+            self._stopping = True
+            self.error = AmqpAdapterError(
+                f"{cond.name if cond else '?'}: {cond.description if cond else ''}"
+            )
+            self._shutdown()
+
+    def _reconnect(self) -> None:
+        if not self._stopping:
+            self._connect()
+
+    def on_rejected(self, event: Any) -> None:
+        self.report.rejected += 1
+        cond = event.delivery.remote.condition
+        self.log.warning("request rejected", condition=cond.name if cond else None)
+
+    def on_message(self, event: Any) -> None:
+        now = self.clock()
+        try:
+            decoded = self.decoder.decode(event.message)
+        except SeqRepairError as exc:
+            self.log.warning("undecodable message dropped", error=exc.message)
+            return
+        for item in decoded:
+            if isinstance(item, Publication | Heartbeat | GapError | ReplayComplete):
+                self._perform(self.stub.receive(item, now))
+            elif isinstance(item, SubscriptionState):
+                if item.status == "PAUSED":
+                    self.report.paused += 1
+                self.log.info("subscription state", status=item.status, reason=item.reason)
+            elif isinstance(item, Capabilities):
+                self.capabilities = item
+        self._flush()
+
+    # --- performing the stub's events ---------------------------------------------------
+
+    def _perform(self, events: list[Event]) -> None:
+        gaps = []
+        for ev in events:
+            if isinstance(ev, Delivered):
+                if self.on_publication is not None:
+                    self.on_publication(ev.publication)
+                if self._thread is not None:
+                    self._queue.put(ev.publication)
+            elif isinstance(ev, RequestGap):
+                gaps.append(ev.request)
+            elif isinstance(ev, RequestSourceGap):
+                self._request(encode(ev.request))
+            elif isinstance(ev, Unrecoverable):
+                self.unrecoverable.append(ev)
+                self.log.warning("unrecoverable", source=ev.source, after=ev.after,
+                                 reason=ev.reason, link_from=ev.link_from, link_to=ev.link_to)
+            elif isinstance(ev, LinkReset):
+                self.log.info("link reset", abandoned=ev.abandoned)
+            elif isinstance(ev, HeartbeatOverdue):
+                self.log.warning("heartbeat overdue", missed=ev.missed)
+            elif isinstance(ev, BufferOverflow):
+                self.log.warning("reorder buffer overflow", dropped=ev.dropped)
+            elif isinstance(ev, Disconnect):
+                self.on_seqrepair_drop(None)
+            if self.on_event is not None:
+                self.on_event(ev)
+        for start in range(0, len(gaps), 256):
+            self._request(encode_gap_requests(gaps[start : start + 256]))
+
+    def _request(self, message: Message) -> None:
+        message.id = next(self._ids)
+        message.reply_to = LINK_PREFIX + self.link_name
+        props = dict(message.properties or {})
+        props[PROP_LINK] = self.link_name
+        message.properties = props
+        self._outbox.append(message)
+
+    def _flush(self) -> None:
+        control = self._control
+        while self._outbox and control is not None and control.credit > 0:
+            control.send(self._outbox.popleft())
+
+    def stats(self) -> SubscriberReport:
+        """The stub's counters merged into the adapter's report."""
+        s = self.stub.stats
+        rep = self.report
+        rep.delivered = s.delivered
+        rep.duplicates = s.duplicates
+        rep.gaps_detected = s.gaps_detected
+        rep.repaired = s.link_repaired + s.source_repaired
+        rep.requests_sent = s.requests_sent
+        rep.source_requests_sent = s.source_requests_sent
+        rep.resets = s.resets
+        rep.unrecoverable = s.unrecoverable
+        return rep
+
+    def query_capabilities(self) -> None:
+        """Ask the component for its capabilities; the answer lands in :attr:`capabilities`."""
+        self._request(encode(CapabilitiesRequest()))
+
+
+class _Call:
+    """A timer handler that calls a function."""
+
+    def __init__(self, fn: Callable[[], None]) -> None:
+        self.fn = fn
+
+    def on_timer_task(self, event: Any) -> None:
+        self.fn()
+
+
+# ------------------------------------------------------------------------------------------
+
+
+class Publisher(MessagingHandler):  # type: ignore[misc]
+    """Publishes one source's publications to a component, batched, at least once.
+
+    ``journal``: when given, numbering continues after its high-water and every publication is
+    journaled before it is sent (a publication counts as published once the journal holds it).
+    Publications are sent to ``address`` (a topic or a pattern the topics fall under).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        source: str,
+        *,
+        bits: int = 32,
+        address: str = "/#",
+        journal: JournalPort | None = None,
+        max_batch: int = 64,
+        max_unsettled: int = 64,
+        reconnect_delay: float = 0.2,
+        idle_timeout: float = 10.0,
+        on_sent: Callable[[Sequence[Publication]], None] | None = None,
+    ) -> None:
+        super().__init__(prefetch=0, auto_settle=True)
+        self.url = url
+        self.address = address
+        self.journal = journal
+        start_after = journal.high_waters().get(source, 0) if journal is not None else 0
+        self.sequencer = SourceSequencer(source, bits, start_after=start_after)
+        self.bits = bits
+        self.max_batch = max_batch
+        self.max_unsettled = max_unsettled
+        self.reconnect_delay = reconnect_delay
+        self.idle_timeout = idle_timeout
+        self.on_sent = on_sent
+        self.accepted = 0
+        self.rejected = 0
+        self._pending: deque[Publication] = deque()
+        self._unsettled: dict[Any, list[Publication]] = {}
+        self._lock = threading.Lock()
+        self._container: Any = None
+        self._sender: Any = None
+        self._conn: Any = None
+        self._stopping = False
+        self._finish_when_done = False
+        self._injector = EventInjector()
+        self._thread: threading.Thread | None = None
+        self._idle = threading.Condition(self._lock)
+        self.log = log.bind(source=source, topic=address)
+
+    # --- public API ---------------------------------------------------------------------
+
+    def publish(
+        self,
+        topic: str,
+        fields: Mapping[str, Any],
+        ptype: PublishType | str = PublishType.UPDATE,
+        *,
+        permtoken: str | None = None,
+        timestamp: float | None = None,
+    ) -> Publication:
+        """Stamp, journal (if configured) and queue one publication; thread-safe."""
+        with self._lock:
+            pub = self.sequencer.stamp(topic, fields, ptype, permtoken=permtoken,
+                                       timestamp=time.time() if timestamp is None else timestamp)
+            if self.journal is not None:
+                self.journal.append([pub])
+            self._pending.append(pub)
+        self._injector.trigger(ApplicationEvent("seqrepair_wake"))
+        return pub
+
+    def publish_many(self, items: Sequence[tuple[str, Mapping[str, Any], str]]) -> None:
+        """Several (topic, fields, ptype) at once: one journal append per call."""
+        with self._lock:
+            now = time.time()
+            pubs = [self.sequencer.stamp(t, f, p, timestamp=now) for t, f, p in items]
+            if self.journal is not None and pubs:
+                self.journal.append(pubs)
+            self._pending.extend(pubs)
+        self._injector.trigger(ApplicationEvent("seqrepair_wake"))
+
+    def start(self) -> Publisher:
+        """Run the container in a background thread."""
+        self._thread = threading.Thread(target=self.run, name="publisher", daemon=True)
+        self._thread.start()
+        return self
+
+    def run(self) -> None:
+        """Run the container in this thread until :meth:`close`."""
+        container = Container(self)
+        container.selectable(self._injector)
+        container.run()
+
+    def flush(self, timeout: float = 30.0) -> bool:
+        """Wait until everything published so far is accepted by the component."""
+        deadline = time.monotonic() + timeout
+        with self._idle:
+            while self._pending or self._unsettled:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._idle.wait(min(left, 0.05))
+        return True
+
+    def close(self, timeout: float = 30.0) -> bool:
+        """Flush, then close the connection and stop the thread."""
+        done = self.flush(timeout)
+        self._stopping = True
+        self._injector.trigger(ApplicationEvent("seqrepair_stop"))
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        return done
+
+    # --- proton events ------------------------------------------------------------------
+
+    def on_start(self, event: Any) -> None:
+        self._container = event.container
+        self._connect()
+
+    def _connect(self) -> None:
+        self._conn = self._container.connect(self.url, reconnect=False,
+                                             heartbeat=self.idle_timeout)
+        self._sender = self._container.create_sender(self._conn, self.address)
+
+    def on_seqrepair_wake(self, event: Any) -> None:
+        self._send()
+
+    def on_seqrepair_stop(self, event: Any) -> None:
+        self._stopping = True
+        if self._conn is not None:
+            self._conn.close()
+        self._injector.close()
+
+    def on_sendable(self, event: Any) -> None:
+        self._send()
+
+    def _send(self) -> None:
+        sender = self._sender
+        if sender is None:
+            return
+        while sender.credit > 0 and len(self._unsettled) < self.max_unsettled:
+            with self._lock:
+                if not self._pending:
+                    break
+                n = min(self.max_batch, len(self._pending))
+                batch = [self._pending.popleft() for _ in range(n)]
+            delivery = sender.send(encode_frames(batch, self.bits))
+            self._unsettled[delivery.tag] = batch
+            if self.on_sent is not None:
+                self.on_sent(batch)
+
+    def on_accepted(self, event: Any) -> None:
+        batch = self._unsettled.pop(event.delivery.tag, None)
+        if batch is not None:
+            self.accepted += len(batch)
+        self._notify()
+        self._send()
+
+    def on_rejected(self, event: Any) -> None:
+        batch = self._unsettled.pop(event.delivery.tag, None)
+        cond = event.delivery.remote.condition
+        self.rejected += len(batch or ())
+        self.log.error("publications rejected", condition=cond.name if cond else None,
+                       description=cond.description if cond else None)
+        self._notify()
+        self._send()
+
+    def on_released(self, event: Any) -> None:
+        batch = self._unsettled.pop(event.delivery.tag, None)
+        if batch:
+            with self._lock:
+                self._pending.extendleft(reversed(batch))
+        self._send()
+
+    def _notify(self) -> None:
+        with self._idle:
+            self._idle.notify_all()
+
+    def on_disconnected(self, event: Any) -> None:
+        if self._stopping:
+            return
+        # everything unsettled goes again, in order, before anything newer
+        with self._lock:
+            for tag in sorted(self._unsettled, reverse=True, key=_tag_order):
+                self._pending.extendleft(reversed(self._unsettled[tag]))
+            self._unsettled.clear()
+        self._sender = None
+        self.log.info("disconnected; reconnecting")
+        self._container.schedule(self.reconnect_delay, _Call(self._reconnect))
+
+    def _reconnect(self) -> None:
+        if not self._stopping:
+            self._connect()
+
+
+def _tag_order(tag: Any) -> int:
+    try:
+        return int(tag)
+    except (TypeError, ValueError):
+        return 0

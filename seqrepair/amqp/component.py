@@ -1,0 +1,601 @@
+"""The pubsub component (``seqrepair serve``): an AMQP 1.0 listener over proton's Container.
+
+Addresses (WIRE.md has the full table):
+
+* a publisher attaches a *sending* link whose target is a topic (``/weather/wind/LEMD``) or a
+  pattern it may publish under (``/weather/#``); or the anonymous target, with each message's
+  ``to`` naming its topic;
+* a subscriber attaches a *receiving* link whose source is a topic pattern (``/weather/#``) or
+  a configured subscription queue (``/subscriptions/NAME``); the AMQP link name is the link's
+  identity for resumption;
+* requests (GAP-REQUEST, SOURCE-GAP-REQUEST, CAPABILITIES) go to ``$seqrepair``, which offers
+  ``response-address-supported``; answers go to ``reply-to`` (``$link/NAME``, a subscriber's
+  own link) with the request's ``message-id`` as ``correlation-id``, or, when the request
+  carries response annotations, over a link to ``response-link-target-address`` with the
+  ``address-cookie`` echoed.
+
+Every publication is journaled before fan-out. Bad input is rejected with an AMQP error
+condition on that delivery or link only; every other connection keeps being served.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import attrs
+import structlog
+from proton import Condition, Data, Delivery, Endpoint, Message, symbol
+from proton.handlers import MessagingHandler
+from proton.reactor import Container
+
+from seqrepair.amqp.codec import (
+    DEFAULT_SOURCE_BITS,
+    Capabilities,
+    CapabilitiesRequest,
+    Decoder,
+    encode,
+    encode_frames,
+)
+from seqrepair.amqp.errors import (
+    AmqpAdapterError,
+    MalformedMessageError,
+    NotImplementedAnnotationError,
+    RequestFloodError,
+    UnknownAddressError,
+    UnknownMessageTypeError,
+)
+from seqrepair.amqp.journalport import JournalPort
+from seqrepair.amqp.links import Entitlement, ResponseRoute, SubscriberLink
+from seqrepair.core.context import LinkContext
+from seqrepair.core.errors import SeqRepairError
+from seqrepair.core.messages import (
+    GapError,
+    GapRequest,
+    Publication,
+    PublishType,
+    SourceGapRequest,
+)
+from seqrepair.core.sequencers import LinkSequencer, SourceSequencer
+from seqrepair.core.topics import TopicPattern, validate_topic
+
+log = structlog.get_logger("seqrepair.amqp.component")
+
+CONTROL_ADDRESS = "$seqrepair"
+LINK_PREFIX = "$link/"
+SUBSCRIPTION_PREFIX = "/subscriptions/"
+RESPONSE_ANNOTATIONS = symbol("RESPONSE_ANNOTATIONS_V1_0")
+RESPONSE_ADDRESS_SUPPORTED = symbol("response-address-supported")
+RESPONSE_COOKIE = symbol("response-address-cookie")
+RESPONSE_TARGET = symbol("response-link-target-address")
+ADDRESS_COOKIE = symbol("address-cookie")
+PROP_BATCH = symbol("seqrepair-batch")
+PROP_RESUME = symbol("seqrepair-resume")
+PROP_GRANTS = symbol("seqrepair-permtokens")
+PROP_LINK = "link"
+
+
+@attrs.frozen
+class Subscription:
+    """A configured subscription queue: ``/subscriptions/NAME`` delivers ``pattern``."""
+
+    name: str
+    pattern: TopicPattern
+    grants: frozenset[str] = frozenset()
+
+
+@attrs.define
+class ComponentConfig:
+    """Everything ``seqrepair serve`` can set."""
+
+    url: str = "127.0.0.1:5672"
+    link_bits: int = 16
+    heartbeat_interval: float = 1.0
+    idle_timeout: float = 10.0
+    max_batch: int = 64
+    max_pending: int = 20_000
+    context_capacity: int = 65_536
+    max_gap_range: int = 10_000
+    max_request_sources: int = 1_000
+    context_retention: float = 30.0
+    journal_retention: float | None = None
+    publish_window: int = 500
+    request_window: int = 32
+    request_rate: float = 500.0
+    request_burst: float = 1_000.0
+    drop_rate: float = 0.0
+    drop_seed: int | None = None
+    subscriptions: dict[str, Subscription] = attrs.field(factory=dict)
+
+
+@attrs.define
+class _Bucket:
+    """A token bucket bounding one connection's requests."""
+
+    rate: float
+    burst: float
+    tokens: float
+    at: float
+
+    def take(self, now: float) -> bool:
+        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
+        self.at = now
+        if self.tokens < 1:
+            return False
+        self.tokens -= 1
+        return True
+
+
+class Component(MessagingHandler):  # type: ignore[misc]
+    """The proton handler of the pubsub component. ``Container(Component(...)).run()``."""
+
+    def __init__(
+        self,
+        config: ComponentConfig,
+        journal: JournalPort,
+        *,
+        clock: Callable[[], float] = time.time,
+        on_ready: Callable[[str], None] | None = None,
+    ) -> None:
+        super().__init__(prefetch=0, auto_accept=False, auto_settle=True)
+        self.config = config
+        self.journal = journal
+        self.clock = clock
+        self.on_ready = on_ready
+        self.decoder = Decoder(link_bits=config.link_bits)
+        self.ingested: dict[str, int] = dict(journal.high_waters())
+        for source, hw in self.ingested.items():
+            self.decoder.unwrapper.seed(source, hw)
+        self.sequencers: dict[str, SourceSequencer] = {}
+        self.links: dict[str, SubscriberLink] = {}
+        self.routes: dict[tuple[int, str], ResponseRoute] = {}
+        self._conn_ids = itertools.count(1)
+        self._rng = random.Random(config.drop_seed)
+        self.acceptor: Any = None
+        self.container: Any = None
+        self.stats = {"ingested": 0, "duplicates": 0, "rejected": 0, "requests": 0}
+
+    # --- helpers ------------------------------------------------------------------------
+
+    def source_bits(self, source: str) -> int:
+        """The wire width of ``source``'s numbers (as its publisher sent them)."""
+        return self.decoder.unwrapper.bits.get(source, DEFAULT_SOURCE_BITS)
+
+    def _drop(self) -> bool:
+        return self.config.drop_rate > 0 and self._rng.random() < self.config.drop_rate
+
+    def capabilities(self) -> Capabilities:
+        """The answer to a source query (XEP-0040 §4)."""
+        return Capabilities(
+            link_bits=self.config.link_bits,
+            source_bits=dict(self.decoder.unwrapper.bits),
+            default_source_bits=DEFAULT_SOURCE_BITS,
+            heartbeat_interval=self.config.heartbeat_interval,
+            max_gap_range=self.config.max_gap_range,
+            retention=self.config.journal_retention,
+            publish_types=tuple(t.value for t in PublishType),
+            max_batch=self.config.max_batch,
+            response_annotations=True,
+        )
+
+    @staticmethod
+    def _reject(delivery: Delivery, error: SeqRepairError) -> None:
+        condition = getattr(error, "condition", "amqp:invalid-field")
+        info = {symbol("expected"): repr(error.expected), symbol("got"): repr(error.got)[:200]}
+        delivery.local.condition = Condition(condition, error.message[:500], info)
+        delivery.update(Delivery.REJECTED)
+        delivery.settle()
+
+    @staticmethod
+    def _refuse_link(link: Any, error: AmqpAdapterError) -> None:
+        link.refusal = error
+        log.warning("link refused", link=link.name, condition=error.condition, error=error.message)
+
+    # --- container events ---------------------------------------------------------------
+
+    def on_start(self, event: Any) -> None:
+        self.container = event.container
+        self.acceptor = event.container.listen(self.config.url)
+        log.info("component listening", url=self.config.url)
+        self._schedule_tick()
+        if self.on_ready is not None:
+            self.on_ready(self.config.url)
+
+    def _schedule_tick(self) -> None:
+        self.container.schedule(min(0.1, self.config.heartbeat_interval / 4), self)
+
+    def on_timer_task(self, event: Any) -> None:
+        now = self.clock()
+        for name, link in list(self.links.items()):
+            if link.sender is None:
+                if link.detached_at is not None and (
+                    now - link.detached_at > self.config.context_retention
+                ):
+                    del self.links[name]
+                    link.log.info("link context expired")
+                continue
+            link.heartbeat(now)
+            link.pump(self.journal, now)
+        self._schedule_tick()
+
+    def on_connection_bound(self, event: Any) -> None:
+        event.transport.idle_timeout = self.config.idle_timeout
+
+    def on_connection_opening(self, event: Any) -> None:
+        conn = event.connection
+        conn.seqrepair_id = next(self._conn_ids)
+        conn.offered_capabilities = [RESPONSE_ANNOTATIONS]
+        conn.bucket = _Bucket(
+            self.config.request_rate, self.config.request_burst, self.config.request_burst,
+            self.clock(),
+        )
+        log.info("connection opened", connection=conn.seqrepair_id,
+                 container=conn.remote_container)
+
+    def on_link_opening(self, event: Any) -> None:
+        link = event.link
+        try:
+            if link.is_sender:
+                self._open_subscriber(link)
+            else:
+                self._open_receiver(link)
+        except AmqpAdapterError as exc:
+            self._refuse_link(link, exc)
+        except SeqRepairError as exc:
+            self._refuse_link(link, UnknownAddressError(exc.message, got=exc.got))
+
+    def on_link_opened(self, event: Any) -> None:
+        link = event.link
+        refusal = getattr(link, "refusal", None)
+        if refusal is not None:
+            link.condition = Condition(refusal.condition, refusal.message[:500])
+            link.close()
+            return
+        if link.is_receiver:
+            window = (
+                self.config.request_window
+                if link.kind == "control"
+                else self.config.publish_window
+            )
+            link.flow(window)
+        else:
+            self._pump_sender(link)
+
+    def on_sendable(self, event: Any) -> None:
+        self._pump_sender(event.sender)
+
+    def _pump_sender(self, sender: Any) -> None:
+        route = getattr(sender, "route", None)
+        if route is not None:
+            route.pump(self.journal)
+            return
+        name = getattr(sender, "subscriber", None)
+        link = self.links.get(name) if name is not None else None
+        if link is not None and link.sender == sender:
+            link.pump(self.journal, self.clock())
+
+    def on_link_closing(self, event: Any) -> None:
+        self._forget(event.link)
+
+    def on_link_closed(self, event: Any) -> None:
+        self._forget(event.link)
+
+    def on_disconnected(self, event: Any) -> None:
+        conn = event.connection
+        if conn is None:
+            return
+        for link in list(self.links.values()):
+            if link.sender is not None and link.sender.connection == conn:
+                self._forget(link.sender)
+        for key in [k for k in self.routes if k[0] == getattr(conn, "seqrepair_id", None)]:
+            del self.routes[key]
+
+    def _forget(self, endpoint: Any) -> None:
+        name = getattr(endpoint, "subscriber", None)
+        link = self.links.get(name) if name is not None else None
+        if link is not None and link.sender == endpoint:
+            link.detach(self.clock())
+            link.log.info("subscriber detached; context kept",
+                          retention=self.config.context_retention)
+
+    # --- attaching ----------------------------------------------------------------------
+
+    def _open_subscriber(self, sender: Any) -> None:
+        address = sender.remote_source.address
+        sender.source.address = address
+        if not address:
+            raise UnknownAddressError("a subscriber link needs a source address", got=address)
+        if address.startswith(LINK_PREFIX) or address == "$reply":
+            # a reply-only link: answers to capability queries of a client without data link
+            sender.route = ResponseRoute(
+                Entitlement(TopicPattern("/#")), self.config.max_batch, self.source_bits,
+                sender=sender,
+            )
+            self.routes[(sender.connection.seqrepair_id, LINK_PREFIX + sender.name)] = (
+                sender.route
+            )
+            return
+        props = _plain_props(sender.remote_properties)
+        grants = frozenset(_tokens(props.get(str(PROP_GRANTS))))
+        if address.startswith(SUBSCRIPTION_PREFIX):
+            sub = self.config.subscriptions.get(address[len(SUBSCRIPTION_PREFIX) :])
+            if sub is None:
+                raise UnknownAddressError(f"no subscription queue {address!r}", got=address)
+            entitlement = Entitlement(sub.pattern, sub.grants)
+        else:
+            entitlement = Entitlement(TopicPattern(address), grants)
+        name = sender.name
+        resume = bool(props.get(str(PROP_RESUME), False))
+        link = self.links.get(name)
+        now = self.clock()
+        if link is not None and resume and link.entitlement == entitlement:
+            if link.sender is not None and link.sender != sender:
+                old = link.sender
+                old.subscriber = None
+                old.condition = Condition("amqp:link:stolen", "resumed on another connection")
+                old.close()
+            link.attach(sender)
+            link.log.info("link resumed", expected=props.get("expected"))
+        else:
+            link = SubscriberLink(
+                name=name,
+                address=address,
+                entitlement=entitlement,
+                sequencer=LinkSequencer(self.config.link_bits, self.config.heartbeat_interval),
+                context=LinkContext(
+                    self.config.link_bits, self.config.context_capacity,
+                    self.config.max_gap_range,
+                ),
+                batch=bool(props.get(str(PROP_BATCH), False)),
+                max_batch=self.config.max_batch,
+                max_pending=self.config.max_pending,
+                source_bits=self.source_bits,
+                drop=self._drop,
+            )
+            if resume:
+                # the subscriber had a context we no longer hold: start at 0 (reset) so it
+                # repairs by source (XEP-0040 §2.4 example 4)
+                link.reset()
+            link.attach(sender)
+            self.links[name] = link
+            link.log.info("link attached", reset=resume, batch=link.batch, grants=sorted(grants))
+        sender.subscriber = name
+        self.routes[(sender.connection.seqrepair_id, LINK_PREFIX + name)] = link.route
+
+    def _open_receiver(self, receiver: Any) -> None:
+        address = receiver.remote_target.address
+        receiver.target.address = address
+        if address == CONTROL_ADDRESS:
+            receiver.kind = "control"
+            caps = receiver.target.capabilities
+            caps.put_array(False, Data.SYMBOL)
+            caps.enter()
+            caps.put_symbol(RESPONSE_ADDRESS_SUPPORTED)
+            caps.exit()
+            return
+        if address is None:
+            receiver.kind = "publish"
+            receiver.pattern = TopicPattern("/#")
+            receiver.default_topic = None
+            return
+        if address.startswith("$") or address.startswith(SUBSCRIPTION_PREFIX):
+            raise UnknownAddressError(f"cannot publish to {address!r}", got=address)
+        receiver.kind = "publish"
+        receiver.pattern = TopicPattern(address)
+        receiver.default_topic = address if receiver.pattern.is_literal else None
+
+    # --- messages -----------------------------------------------------------------------
+
+    def on_message(self, event: Any) -> None:
+        receiver = event.receiver
+        delivery = event.delivery
+        message = event.message
+        try:
+            if (
+                message.instructions
+                and RESPONSE_COOKIE in message.instructions
+                and receiver.kind != "control"
+            ):
+                # respann §2.3: the target did not offer response-address-supported
+                receiver.condition = Condition(
+                    NotImplementedAnnotationError.condition,
+                    "response annotations sent to a target without response-address-supported",
+                )
+                receiver.close()
+                return
+            if receiver.kind == "control":
+                self._on_request(receiver, delivery, message)
+            else:
+                self._on_publish(receiver, delivery, message)
+        except SeqRepairError as exc:
+            self.stats["rejected"] += 1
+            log.warning("message rejected", link=receiver.name,
+                        condition=getattr(exc, "condition", "amqp:invalid-field"),
+                        error=exc.message)
+            self._reject(delivery, exc)
+        finally:
+            if receiver.state & Endpoint.LOCAL_ACTIVE:
+                window = (
+                    self.config.request_window
+                    if receiver.kind == "control"
+                    else self.config.publish_window
+                )
+                if receiver.credit < window // 2:
+                    receiver.flow(window - receiver.credit)
+
+    def _assign(self, source: str) -> int:
+        seq = self.sequencers.get(source)
+        if seq is None:
+            seq = self.sequencers[source] = SourceSequencer(
+                source, DEFAULT_SOURCE_BITS, start_after=self.ingested.get(source, 0)
+            )
+        return seq.next_seq()
+
+    def _on_publish(self, receiver: Any, delivery: Delivery, message: Message) -> None:
+        default_topic = receiver.default_topic or message.address
+        frames = self.decoder.decode(
+            message,
+            default_source=str(receiver.connection.remote_container or receiver.name),
+            default_topic=default_topic,
+            assign=self._assign,
+        )
+        fresh: list[Publication] = []
+        for frame in frames:
+            if not isinstance(frame, Publication):
+                raise UnknownMessageTypeError(
+                    "only publications may be sent to a topic address", got=type(frame).__name__
+                )
+            validate_topic(frame.topic)
+            if not receiver.pattern.matches(frame.topic):
+                raise MalformedMessageError(
+                    f"topic {frame.topic!r} is outside this link's address {receiver.pattern}",
+                    expected=str(receiver.pattern), got=frame.topic,
+                )
+            if frame.source_seq <= self.ingested.get(frame.source, 0):
+                self.stats["duplicates"] += 1
+                continue
+            fresh.append(attrs.evolve(frame, link_seq=None, retransmit=False)
+                         if frame.link_seq is not None or frame.retransmit else frame)
+        if fresh:
+            self.journal.append(fresh)  # journal before fan-out
+            for pub in fresh:
+                if pub.source_seq > self.ingested.get(pub.source, 0):
+                    self.ingested[pub.source] = pub.source_seq
+            self.stats["ingested"] += len(fresh)
+            self._fan_out(fresh)
+        self.accept(delivery)
+
+    def _fan_out(self, pubs: Iterable[Publication]) -> None:
+        now = self.clock()
+        touched = []
+        for link in self.links.values():
+            offered = False
+            for pub in pubs:
+                if link.entitlement.allows(pub):
+                    link.offer(pub, now)
+                    offered = True
+            if offered:
+                touched.append(link)
+        for link in touched:
+            link.pump(self.journal, now)
+
+    def _on_request(self, receiver: Any, delivery: Delivery, message: Message) -> None:
+        conn = receiver.connection
+        now = self.clock()
+        if not conn.bucket.take(now):
+            raise RequestFloodError("request rate exceeded; slow down", got=self.stats["requests"])
+        self.stats["requests"] += 1
+        requests = self.decoder.decode(message)
+        route = self._route_for(receiver, message)
+        correlation = message.id
+        props = message.properties or {}
+        name = props.get(PROP_LINK) or _link_name(message.reply_to)
+        for request in requests:
+            if isinstance(request, CapabilitiesRequest):
+                route.respond(encode(self.capabilities()), correlation)
+            elif isinstance(request, GapRequest | SourceGapRequest):
+                link = self.links.get(str(name)) if name else None
+                if link is None or (route.cookie is None and link.route is not route):
+                    raise UnknownAddressError(f"no link {name!r} on this connection", got=name)
+                self._answer_gap(link, route, request, correlation)
+            else:
+                raise UnknownMessageTypeError(
+                    f"{type(request).__name__} is not a request", got=type(request).__name__
+                )
+        self.accept(delivery)
+        route.pump(self.journal)
+        for link in self.links.values():
+            if link.route is route and link.sender is not None:
+                link.pump(self.journal, now)
+
+    def _answer_gap(
+        self,
+        link: SubscriberLink,
+        route: ResponseRoute,
+        request: GapRequest | SourceGapRequest,
+        correlation: Any,
+    ) -> None:
+        if isinstance(request, GapRequest):
+            answer = link.context.answer(request)
+            if isinstance(answer, GapError):
+                link.log.info("gap request not answered", reason=answer.reason,
+                              detail=answer.detail)
+                route.respond(encode(answer), correlation)
+                return
+            for start in range(0, len(answer), self.config.max_batch):
+                chunk = answer[start : start + self.config.max_batch]
+                route.respond(encode_frames(chunk, self.source_bits), correlation)
+            return
+        if len(request.after) > self.config.max_request_sources:
+            route.respond(
+                encode(GapError("refused", request,
+                                f"more than {self.config.max_request_sources} sources")),
+                correlation,
+            )
+            return
+        route.entitlement = link.entitlement
+        route.start_replay(request, correlation)
+
+    def _route_for(self, receiver: Any, message: Message) -> ResponseRoute:
+        """Where the answers to ``message`` go (respann §2.3/§2.4)."""
+        conn = receiver.connection
+        annotations = message.instructions or {}
+        target = annotations.get(RESPONSE_TARGET)
+        cookie = annotations.get(RESPONSE_COOKIE)
+        if target is None:
+            reply_to = message.reply_to
+            route = self.routes.get((conn.seqrepair_id, str(reply_to)))
+            if route is None:
+                raise UnknownAddressError(
+                    f"reply-to {reply_to!r} names no link of this connection", got=reply_to
+                )
+            return route
+        if cookie is not None and not isinstance(cookie, bytes):
+            raise MalformedMessageError("response-address-cookie must be binary", got=cookie)
+        key = (conn.seqrepair_id, f"{target}\0{cookie!r}")
+        route = self.routes.get(key)
+        if route is None:
+            sender = self.container.create_sender(conn, target=str(target))
+            route = ResponseRoute(
+                Entitlement(TopicPattern("/#")), self.config.max_batch, self.source_bits,
+                sender=sender, cookie=cookie,
+            )
+            sender.route = route
+            self.routes[key] = route
+        return route
+
+    # --- running ------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Close the listener (the container then ends when its connections do)."""
+        if self.acceptor is not None:
+            self.acceptor.close()
+
+
+def _plain_props(props: Any) -> dict[str, Any]:
+    if not props:
+        return {}
+    return {str(k): v for k, v in dict(props).items()}
+
+
+def _tokens(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [t for t in value.split(",") if t]
+    return [str(t) for t in value]
+
+
+def _link_name(reply_to: Any) -> str | None:
+    if isinstance(reply_to, str) and reply_to.startswith(LINK_PREFIX):
+        return reply_to[len(LINK_PREFIX) :]
+    return None
+
+
+def serve(config: ComponentConfig, journal: JournalPort,
+          on_ready: Callable[[str], None] | None = None) -> None:
+    """Run the component until the process is stopped."""
+    Container(Component(config, journal, on_ready=on_ready)).run()

@@ -1,0 +1,313 @@
+"""One subscriber link inside the component: numbering, context, queues and the source replay.
+
+A :class:`SubscriberLink` owns the core objects of one link (a
+:class:`~seqrepair.core.sequencers.LinkSequencer` and a
+:class:`~seqrepair.core.context.LinkContext`) and three bounded queues, sent in this order
+whenever the link has credit:
+
+1. ``responses``: encoded answers (gap fills, GAP-ERROR, SUBSCRIPTION, CAPABILITIES);
+2. the source replay in progress, read from the journal one chunk per transfer;
+3. ``pending``: live publications not yet numbered; numbers are taken at send time, so a link
+   without credit never burns numbers and never holds more than ``max_pending`` publications.
+
+When ``pending`` overflows the link is *paused* (SWIM SUBSCRIPTION technical message), its
+queue dropped; when credit comes back it is resumed with a link reset (the next frame is 0), so
+the subscriber's stub repairs by source from the journal: bounded memory, and other links are
+never slowed. No sequencing decision is made here that the core does not make.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import structlog
+from proton import Message, symbol
+
+from seqrepair.amqp.codec import SubscriptionState, encode, encode_frames
+from seqrepair.amqp.journalport import JournalPort, TrimmedError
+from seqrepair.core.context import LinkContext
+from seqrepair.core.messages import (
+    GapError,
+    Heartbeat,
+    Publication,
+    ReplayComplete,
+    SourceGapRequest,
+)
+from seqrepair.core.sequencers import LinkSequencer
+from seqrepair.core.topics import TopicPattern
+
+log = structlog.get_logger("seqrepair.amqp.links")
+
+ALL_TOKENS = "*"
+
+
+@attrs.frozen
+class Entitlement:
+    """What a subscriber may see: a topic pattern and the permission tokens it holds.
+
+    A publication without a permtoken is visible to every subscriber whose pattern matches; one
+    with a token only to holders of that token (or of ``*``). Live delivery, link gap fills and
+    source replays all go through :meth:`allows`.
+    """
+
+    pattern: TopicPattern
+    grants: frozenset[str] = frozenset()
+
+    def allows(self, pub: Publication) -> bool:
+        """Whether ``pub`` may be delivered to this subscriber."""
+        if not self.pattern.matches(pub.topic):
+            return False
+        token = pub.permtoken
+        return token is None or token in self.grants or ALL_TOKENS in self.grants
+
+
+@attrs.define
+class Replay:
+    """A source replay in progress (XEP-0040 §2.4): per source, the last number sent."""
+
+    request: SourceGapRequest
+    position: dict[str, int]
+    correlation_id: Any
+    through: dict[str, int] = attrs.field(factory=dict)
+    sent: int = 0
+
+
+@attrs.define(eq=False)
+class ResponseRoute:
+    """Where answers go: a sender, the answers queued for it and a source replay in progress.
+
+    A subscriber link is its own route; a request that carried response annotations gets a
+    route to ``response-link-target-address`` whose messages all carry ``address-cookie``.
+    """
+
+    entitlement: Entitlement
+    max_batch: int
+    source_bits: Callable[[str], int]
+    batch: bool = True
+    sender: Any = None
+    cookie: bytes | None = None
+    responses: deque[Message] = attrs.field(factory=deque)
+    replay: Replay | None = None
+    replayed: int = 0
+
+    def respond(self, message: Message, correlation_id: Any) -> None:
+        """Queue an answer (the caller bounds how many requests a peer may make)."""
+        if correlation_id is not None:
+            message.correlation_id = correlation_id
+        if self.cookie is not None:
+            message.instructions = {symbol("address-cookie"): self.cookie}
+        self.responses.append(message)
+
+    def start_replay(self, request: SourceGapRequest, correlation_id: Any) -> None:
+        """Answer a source-level request by replaying from the journal (replaces any other)."""
+        self.replay = Replay(request, dict(request.after), correlation_id)
+
+    def busy(self) -> bool:
+        """Whether answers are waiting."""
+        return bool(self.responses) or self.replay is not None
+
+    def send_one(self, journal: JournalPort) -> bool:
+        """Send one queued answer or replay chunk; False when there was nothing to send."""
+        while True:
+            if self.responses:
+                self.sender.send(self.responses.popleft())
+                return True
+            if self.replay is None:
+                return False
+            message = self._replay_chunk(journal)
+            if message is not None:
+                self.sender.send(message)
+                return True
+
+    def pump(self, journal: JournalPort) -> int:
+        """Send answers while credit lasts."""
+        sent = 0
+        while self.sender is not None and self.sender.credit > 0 and self.send_one(journal):
+            sent += 1
+        return sent
+
+    def _finish(self, message: Message, correlation_id: Any) -> Message:
+        message.correlation_id = correlation_id
+        if self.cookie is not None:
+            message.instructions = {symbol("address-cookie"): self.cookie}
+        return message
+
+    def _replay_chunk(self, journal: JournalPort) -> Message | None:
+        """The next chunk of the replay as one message, ReplayComplete at the end."""
+        replay = self.replay
+        assert replay is not None
+        chunk: list[Publication] = []
+        for source, after in list(replay.position.items()):
+            try:
+                pubs = journal.read_after(source, after, self.max_batch * 4)
+            except TrimmedError as exc:
+                self.replay = None
+                return self._finish(
+                    encode(GapError("trimmed", replay.request, str(exc))), replay.correlation_id
+                )
+            if not pubs:
+                replay.through[source] = after
+                del replay.position[source]
+                continue
+            replay.position[source] = pubs[-1].source_seq
+            chunk = [
+                attrs.evolve(p, retransmit=True, link_seq=None)
+                for p in pubs
+                if self.entitlement.allows(p)
+            ]
+            if chunk:
+                break
+        if chunk:
+            replay.sent += len(chunk)
+            self.replayed += len(chunk)
+            if self.batch:
+                return self._finish(encode_frames(chunk, self.source_bits), replay.correlation_id)
+            for pub in chunk:
+                self.respond(encode_frames([pub], self.source_bits), replay.correlation_id)
+            return None
+        if replay.position:
+            return None
+        self.replay = None
+        log.info("replay complete", replayed=replay.sent, through=replay.through)
+        return self._finish(encode(ReplayComplete(through=replay.through)), replay.correlation_id)
+
+
+@attrs.define(eq=False)
+class SubscriberLink:
+    """The component's state for one subscriber link (keyed by the AMQP link name)."""
+
+    name: str
+    address: str
+    entitlement: Entitlement
+    sequencer: LinkSequencer
+    context: LinkContext
+    batch: bool
+    max_batch: int
+    max_pending: int
+    source_bits: Callable[[str], int]
+    drop: Callable[[], bool] = attrs.field(default=lambda: False)
+    sender: Any = None
+    pending: deque[Publication] = attrs.field(factory=deque)
+    route: ResponseRoute = attrs.field(init=False)
+    paused: bool = False
+    detached_at: float | None = None
+    max_credit: int = 0
+    reset_pending: bool = False
+    stats: dict[str, int] = attrs.field(
+        factory=lambda: {"sent": 0, "dropped": 0, "transfers": 0, "paused": 0}
+    )
+
+    def __attrs_post_init__(self) -> None:
+        self.route = ResponseRoute(self.entitlement, self.max_batch, self.source_bits, self.batch)
+
+    def attach(self, sender: Any) -> None:
+        """Bind (or rebind, on resume) the AMQP sender of this link."""
+        self.sender = sender
+        self.route.sender = sender
+        self.detached_at = None
+
+    def detach(self, now: float) -> None:
+        """The subscriber went away; the state is kept for resumption until it expires."""
+        self.sender = None
+        self.route.sender = None
+        self.detached_at = now
+
+    @property
+    def log(self) -> Any:
+        """A logger bound with this link."""
+        return log.bind(link=self.name, topic=self.address)
+
+    # --- feeding ------------------------------------------------------------------------
+
+    def offer(self, pub: Publication, now: float) -> None:
+        """A live publication for this link (already filtered by the caller)."""
+        if self.paused:
+            return
+        self.pending.append(pub)
+        if len(self.pending) > self.max_pending:
+            self.pause(now, f"more than {self.max_pending} publications waiting for credit")
+
+    def pause(self, now: float, reason: str) -> None:
+        """Stop queueing: drop the queue, tell the subscriber, resume later with a reset."""
+        self.paused = True
+        self.pending.clear()
+        self.stats["paused"] += 1
+        self.log.warning("link paused", reason=reason)
+        self.route.respond(encode(self._state("PAUSED", reason)), None)
+
+    def _state(self, status: str, reason: str = "") -> SubscriptionState:
+        return SubscriptionState(
+            status=status,
+            topic=str(self.entitlement.pattern),
+            subscription_id=self.name,
+            queue=self.address,
+            reason=reason,
+        )
+
+    # --- sending ------------------------------------------------------------------------
+
+    def pump(self, journal: JournalPort, now: float) -> int:
+        """Send what credit allows; return the number of transfers made."""
+        sender = self.sender
+        if sender is None:
+            return 0
+        credit = sender.credit
+        if credit > self.max_credit:
+            self.max_credit = credit
+        transfers = 0
+        if self.paused and not self.route.busy() and credit >= max(1, self.max_credit // 2):
+            self._resume(now)
+        while sender.credit > 0:
+            if self.route.send_one(journal):
+                pass
+            elif self.reset_pending:
+                self.reset_pending = False
+                self._send_frames([self.sequencer.heartbeat(now)])
+            elif self.pending and not self.paused:
+                chunk = [
+                    self.pending.popleft() for _ in range(min(self.max_batch, len(self.pending)))
+                ]
+                self._send_frames([self.sequencer.stamp(pub, now) for pub in chunk])
+            else:
+                break
+            transfers += 1
+        self.stats["transfers"] += transfers
+        return transfers
+
+    def heartbeat(self, now: float) -> None:
+        """A heartbeat if the link is idle for an interval and can send."""
+        if self.sender is None or self.sender.credit <= 0 or self.pending or self.paused:
+            return
+        beat = self.sequencer.poll(now)
+        if beat is not None:
+            self._send_frames([beat])
+
+    def _resume(self, now: float) -> None:
+        self.paused = False
+        self.sequencer.reset()
+        self.reset_pending = True
+        self.log.info("link resumed with a reset")
+        self.route.respond(encode(self._state("ACTIVE", "resumed with a link reset")), None)
+
+    def reset(self) -> None:
+        """Void the link context: the next frame carries link number 0."""
+        self.sequencer.reset()
+        self.reset_pending = True
+
+    def _send_frames(self, frames: list[Publication | Heartbeat]) -> None:
+        for frame in frames:
+            self.context.record(frame)
+        wire = [f for f in frames if not self.drop()]
+        self.stats["dropped"] += len(frames) - len(wire)
+        self.stats["sent"] += len(frames)
+        if not wire:
+            return
+        if self.batch:
+            self.sender.send(encode_frames(wire, self.source_bits))
+        else:
+            for frame in wire[:-1]:
+                self.sender.send(encode_frames([frame], self.source_bits))
+            self.sender.send(encode_frames(wire[-1:], self.source_bits))
