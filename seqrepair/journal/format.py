@@ -122,6 +122,17 @@ def encode_fields(fields: Mapping[str, Any]) -> str:
         ) from exc
 
 
+def check_encodable(topic: str, fields: Mapping[str, Any], permtoken: str | None) -> None:
+    """Raise InvalidMessageError unless a publication with these parts can be journaled."""
+    try:
+        topic.encode("utf-8")
+        encode_fields(fields).encode("utf-8")
+        if permtoken is not None:
+            permtoken.encode("utf-8")
+    except (UnicodeEncodeError, AttributeError) as exc:
+        raise InvalidMessageError(f"publication text is not encodable: {exc}") from exc
+
+
 def encode_value(value: Any) -> str:
     """The JSON text of one field value (the archive's map values)."""
     try:

@@ -31,6 +31,7 @@ from seqrepair.core.errors import InvalidConfigError
 from seqrepair.core.messages import Publication, PublishType
 from seqrepair.core.sequencers import SourceSequencer
 from seqrepair.journal.errors import BacklogFullError, JournalUnavailableError
+from seqrepair.journal.format import check_encodable
 from seqrepair.journal.journal import Journal
 
 Transport = Callable[[Publication], object]
@@ -119,6 +120,7 @@ class Publisher:
                     expected=f"< {self.window} pending",
                     got=len(self._pending),
                 ) from exc
+        check_encodable(topic, fields, permtoken)
         if timestamp is None and self.clock is not None:
             timestamp = self.clock()
         pub = self.sequencer.stamp(topic, fields, ptype, permtoken=permtoken, timestamp=timestamp)

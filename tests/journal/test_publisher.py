@@ -1,0 +1,146 @@
+"""Publisher: stamp, journal, and only then hand to the transport."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+from seqrepair.core.errors import InvalidConfigError, InvalidMessageError
+from seqrepair.core.messages import Publication
+from seqrepair.journal import (
+    BacklogFullError,
+    EmbeddedRedis,
+    Journal,
+    JournalTimeoutError,
+    JournalUnavailableError,
+    Publisher,
+)
+
+pytestmark = pytest.mark.redis
+
+
+class Recorder:
+    """A transport that checks the journal holds each publication it is given."""
+
+    def __init__(self, journal: Journal) -> None:
+        self.journal = journal
+        self.sent: list[Publication] = []
+
+    def __call__(self, pub: Publication) -> None:
+        assert self.journal.high_water(pub.source) >= pub.source_seq, "sent before journaled"
+        self.sent.append(pub)
+
+
+def test_synchronous_publish_is_journaled_before_sent(journal: Journal) -> None:
+    transport = Recorder(journal)
+    publisher = Publisher("feed.a", journal, bits=16, transport=transport, clock=lambda: 5.0)
+    pub = publisher.publish("/a", {"x": 1})
+    assert pub.source_seq == 1 and pub.timestamp == 5.0
+    assert transport.sent == [pub]
+    assert publisher.published_through == 1
+    assert journal.read_range("feed.a", 1, 1) == [pub]
+
+
+def test_batches_wait_for_flush(journal: Journal) -> None:
+    transport = Recorder(journal)
+    publisher = Publisher("feed.a", journal, transport=transport, batch_size=10, window=20)
+    pubs = [publisher.publish("/a", {"i": i}) for i in range(25)]
+    assert len(transport.sent) == 20 and publisher.pending == 5
+    assert publisher.flush() == 5
+    assert transport.sent == pubs
+    assert journal.high_water("feed.a") == 25
+
+
+def test_restarted_publisher_continues_after_high_water(journal: Journal) -> None:
+    first = Publisher("feed.a", journal, batch_size=3, window=3)
+    for i in range(7):
+        first.publish("/a", {"i": i})  # 6 journaled, 1 lost with the "crash"
+    second = Publisher("feed.a", journal)
+    assert second.published_through == 6
+    assert second.publish("/a", {}).source_seq == 7
+
+
+def test_bad_input_consumes_no_number(journal: Journal) -> None:
+    publisher = Publisher("feed.a", journal)
+    with pytest.raises(InvalidMessageError):
+        publisher.publish("/a", {"x": object()})
+    with pytest.raises(InvalidMessageError):
+        publisher.publish("", {})
+    with pytest.raises(InvalidMessageError):
+        publisher.publish("/a", {"x": "\ud800"})
+    assert publisher.publish("/a", {}).source_seq == 1
+
+
+def test_bad_config(journal: Journal) -> None:
+    with pytest.raises(InvalidConfigError):
+        Publisher("feed.a", journal, batch_size=0)
+    with pytest.raises(InvalidConfigError):
+        Publisher("feed.a", journal, batch_size=10, window=5)
+
+
+def test_redis_down_keeps_a_bounded_backlog_and_reports_nothing(
+    private_server: EmbeddedRedis,
+) -> None:
+    journal = Journal.from_url(private_server.url, socket_timeout=1.0, socket_connect_timeout=0.5)
+    sent: list[Publication] = []
+    publisher = Publisher("feed.a", journal, transport=sent.append, batch_size=2, window=4)
+    publisher.publish("/a", {"i": 0})
+    publisher.publish("/a", {"i": 1})
+    private_server.kill()
+    publisher.publish("/a", {"i": 2})  # queued: the batch is not full yet
+    for i in (3, 4, 5):
+        with pytest.raises(JournalUnavailableError):
+            publisher.publish("/a", {"i": i})  # a full batch: the append fails, all stay queued
+    assert publisher.pending == 4
+    with pytest.raises(BacklogFullError):
+        publisher.publish("/a", {"i": 99})  # window full: refused, no number taken
+    assert publisher.published_through == 2 and len(sent) == 2
+    assert publisher.sequencer.high_water == 6
+    private_server.start()
+    assert publisher.flush() == 4
+    assert [p.source_seq for p in sent] == [1, 2, 3, 4, 5, 6]
+    assert journal.high_water("feed.a") == 6
+    assert publisher.publish("/a", {}).source_seq == 7
+    journal.close()
+
+
+class FlakyJournal(Journal):
+    """Appends for real, then reports a timeout: the outcome is unknown to the publisher."""
+
+    fail_next = False
+
+    def append(self, publications: Sequence[Publication], bits: int) -> int:
+        high_water = super().append(publications, bits)
+        if self.fail_next:
+            self.fail_next = False
+            raise JournalTimeoutError("timed out (after the server applied it)")
+        return high_water
+
+
+def test_append_of_unknown_outcome_is_resolved_by_reading_high_water(journal: Journal) -> None:
+    flaky = FlakyJournal(journal.client)
+    sent: list[Publication] = []
+    publisher = Publisher("feed.a", flaky, transport=sent.append, batch_size=2, window=4)
+    publisher.publish("/a", {})
+    flaky.fail_next = True
+    with pytest.raises(JournalTimeoutError):
+        publisher.publish("/a", {})
+    assert sent == [] and publisher.pending == 2
+    assert publisher.flush() == 2  # held already: handed on, not appended twice
+    assert [p.source_seq for p in sent] == [1, 2]
+    publisher.publish("/a", {})
+    publisher.publish("/a", {})
+    assert [p.source_seq for p in sent] == [1, 2, 3, 4]
+    assert journal.read_range("feed.a", 1, 4) == sent
+
+
+def test_transport_failure_does_not_unpublish(journal: Journal) -> None:
+    def broken(pub: Publication) -> None:
+        raise RuntimeError("link down")
+
+    publisher = Publisher("feed.a", journal, transport=broken)
+    with pytest.raises(RuntimeError):
+        publisher.publish("/a", {})
+    assert publisher.published_through == 1 and publisher.pending == 0
+    assert journal.high_water("feed.a") == 1
