@@ -56,7 +56,6 @@ from seqrepair.amqp.component import (
     PROP_RESUME,
 )
 from seqrepair.amqp.errors import AmqpAdapterError
-from seqrepair.amqp.journalport import JournalPort
 from seqrepair.core.errors import SeqRepairError
 from seqrepair.core.events import (
     BufferOverflow,
@@ -78,11 +77,13 @@ from seqrepair.core.messages import (
 )
 from seqrepair.core.sequencers import SourceSequencer
 from seqrepair.core.stub import SubscriberStub
+from seqrepair.journal.journal import Journal
+from seqrepair.journal.publisher import Publisher as JournalPublisher
 
 log = structlog.get_logger("seqrepair.amqp.client")
 
 
-class _LinkProperties(LinkOption):  # type: ignore[misc]
+class _LinkProperties(LinkOption):
     def __init__(self, props: Mapping[symbol, Any]) -> None:
         self.props = dict(props)
 
@@ -111,7 +112,7 @@ class SubscriberReport:
         return attrs.asdict(self)
 
 
-class Subscriber(MessagingHandler):  # type: ignore[misc]
+class Subscriber(MessagingHandler):
     """A subscriber to one topic pattern or subscription queue of a component."""
 
     def __init__(
@@ -181,7 +182,12 @@ class Subscriber(MessagingHandler):  # type: ignore[misc]
         self._injector = EventInjector()
         container = Container(self)
         container.selectable(self._injector)
-        container.run()
+        try:
+            container.run()
+        except AttributeError:
+            # proton 0.40 can trip over a transport already torn down while stopping
+            if not self._stopping:
+                raise
 
     def start(self) -> Subscriber:
         """Run in a background thread; iterate over the subscriber to read publications."""
@@ -357,9 +363,9 @@ class Subscriber(MessagingHandler):  # type: ignore[misc]
     def _request(self, message: Message) -> None:
         message.id = next(self._ids)
         message.reply_to = LINK_PREFIX + self.link_name
-        props = dict(message.properties or {})
+        props: dict[Any, Any] = dict(message.properties or {})
         props[PROP_LINK] = self.link_name
-        message.properties = props
+        message.properties = props  # type: ignore[assignment]  # proton types it as None
         self._outbox.append(message)
 
     def _flush(self) -> None:
@@ -399,7 +405,7 @@ class _Call:
 # ------------------------------------------------------------------------------------------
 
 
-class Publisher(MessagingHandler):  # type: ignore[misc]
+class Publisher(MessagingHandler):
     """Publishes one source's publications to a component, batched, at least once.
 
     ``journal``: when given, numbering continues after its high-water and every publication is
@@ -414,7 +420,7 @@ class Publisher(MessagingHandler):  # type: ignore[misc]
         *,
         bits: int = 32,
         address: str = "/#",
-        journal: JournalPort | None = None,
+        journal: Journal | None = None,
         max_batch: int = 64,
         max_unsettled: int = 64,
         reconnect_delay: float = 0.2,
@@ -422,11 +428,16 @@ class Publisher(MessagingHandler):  # type: ignore[misc]
         on_sent: Callable[[Sequence[Publication]], None] | None = None,
     ) -> None:
         super().__init__(prefetch=0, auto_settle=True)
+        self._pending: deque[Publication] = deque()
         self.url = url
         self.address = address
-        self.journal = journal
-        start_after = journal.high_waters().get(source, 0) if journal is not None else 0
-        self.sequencer = SourceSequencer(source, bits, start_after=start_after)
+        self.sequencer = SourceSequencer(source, bits)
+        self.embedded: JournalPublisher | None = None
+        if journal is not None:
+            self.embedded = JournalPublisher(
+                source, journal, bits=bits, transport=self._pending.append,
+                batch_size=max_batch,
+            )
         self.bits = bits
         self.max_batch = max_batch
         self.max_unsettled = max_unsettled
@@ -435,7 +446,6 @@ class Publisher(MessagingHandler):  # type: ignore[misc]
         self.on_sent = on_sent
         self.accepted = 0
         self.rejected = 0
-        self._pending: deque[Publication] = deque()
         self._unsettled: dict[Any, list[Publication]] = {}
         self._lock = threading.Lock()
         self._container: Any = None
@@ -460,23 +470,33 @@ class Publisher(MessagingHandler):  # type: ignore[misc]
         timestamp: float | None = None,
     ) -> Publication:
         """Stamp, journal (if configured) and queue one publication; thread-safe."""
+        stamp = time.time() if timestamp is None else timestamp
         with self._lock:
-            pub = self.sequencer.stamp(topic, fields, ptype, permtoken=permtoken,
-                                       timestamp=time.time() if timestamp is None else timestamp)
-            if self.journal is not None:
-                self.journal.append([pub])
-            self._pending.append(pub)
+            if self.embedded is not None:
+                pub = self.embedded.publish(topic, fields, ptype, permtoken=permtoken,
+                                            timestamp=stamp)
+                self.embedded.flush()
+            else:
+                pub = self.sequencer.stamp(topic, fields, ptype, permtoken=permtoken,
+                                           timestamp=stamp)
+                self._pending.append(pub)
         self._injector.trigger(ApplicationEvent("seqrepair_wake"))
         return pub
 
-    def publish_many(self, items: Sequence[tuple[str, Mapping[str, Any], str]]) -> None:
-        """Several (topic, fields, ptype) at once: one journal append per call."""
+    def publish_many(self, items: Sequence[tuple[Any, ...]]) -> None:
+        """Several ``(topic, fields, ptype[, permtoken])`` at once: one journal append per
+        batch of ``max_batch``."""
         with self._lock:
             now = time.time()
-            pubs = [self.sequencer.stamp(t, f, p, timestamp=now) for t, f, p in items]
-            if self.journal is not None and pubs:
-                self.journal.append(pubs)
-            self._pending.extend(pubs)
+            stamp = self.embedded.publish if self.embedded is not None else self.sequencer.stamp
+            for item in items:
+                topic, fields, ptype = item[:3]
+                token = item[3] if len(item) > 3 else None
+                pub = stamp(topic, fields, ptype, permtoken=token, timestamp=now)
+                if self.embedded is None:
+                    self._pending.append(pub)
+            if self.embedded is not None:
+                self.embedded.flush()
         self._injector.trigger(ApplicationEvent("seqrepair_wake"))
 
     def start(self) -> Publisher:

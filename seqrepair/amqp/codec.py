@@ -371,8 +371,12 @@ def encode(obj: Decoded) -> Message:
             body = _ulongs(obj.request.after)
         return Message(body=body, properties=props)
     if isinstance(obj, ReplayComplete):
+        answered = getattr(obj, "request", None)
         return Message(
-            body=_ulongs(obj.through),
+            body={
+                "through": _ulongs(obj.through),
+                "after": None if answered is None else _ulongs(answered.after),
+            },
             properties={MESSAGE_TYPE: MessageType.REPLAY_COMPLETE.value},
         )
     if isinstance(obj, CapabilitiesRequest):
@@ -442,10 +446,9 @@ class Decoder:
         plain AMQP publisher sending to a topic address); ``assign(source)`` numbers one that
         carries no ``source_seq``. Without them such a publication is malformed.
         """
-        props = message.properties
-        if props is None:
-            props = {}
-        props = _map(props, "application-properties")
+        props: Mapping[Any, Any] = _map(
+            {} if message.properties is None else message.properties, "application-properties"
+        )
         kind = props.get(MESSAGE_TYPE, MessageType.PUBLICATION.value if
                          default_topic is not None else None)
         if kind is None:
@@ -576,7 +579,14 @@ class Decoder:
             if mtype is MessageType.SOURCE_GAP_REQUEST:
                 return SourceGapRequest(after=_source_numbers(body, "after"))
             if mtype is MessageType.REPLAY_COMPLETE:
-                return ReplayComplete(through=_source_numbers(body, "through"))
+                body = _map(body, "REPLAY-COMPLETE body")
+                through = _source_numbers(body.get("through"), "through")
+                after = body.get("after")
+                if after is None:
+                    return ReplayComplete(through=through)
+                return ReplayComplete(
+                    through=through, request=SourceGapRequest(_source_numbers(after, "after"))
+                )
             if mtype is MessageType.GAP_ERROR:
                 reason = props.get("reason")
                 if reason not in GAP_ERROR_REASONS:

@@ -48,9 +48,9 @@ from seqrepair.amqp.errors import (
     UnknownAddressError,
     UnknownMessageTypeError,
 )
-from seqrepair.amqp.journalport import JournalPort
-from seqrepair.amqp.links import Entitlement, ResponseRoute, SubscriberLink
-from seqrepair.core.context import LinkContext
+from seqrepair.amqp.journalport import RedisJournalPort
+from seqrepair.amqp.links import ResponseRoute, SubscriberLink
+from seqrepair.core.budget import RefusalPolicy
 from seqrepair.core.errors import SeqRepairError
 from seqrepair.core.messages import (
     GapError,
@@ -59,8 +59,11 @@ from seqrepair.core.messages import (
     PublishType,
     SourceGapRequest,
 )
+from seqrepair.core.permissions import Entitlement
 from seqrepair.core.sequencers import LinkSequencer, SourceSequencer
 from seqrepair.core.topics import TopicPattern, validate_topic
+from seqrepair.journal.gapfill import GapFillService
+from seqrepair.journal.journal import Journal
 
 log = structlog.get_logger("seqrepair.amqp.component")
 
@@ -129,24 +132,30 @@ class _Bucket:
         return True
 
 
-class Component(MessagingHandler):  # type: ignore[misc]
+class Component(MessagingHandler):
     """The proton handler of the pubsub component. ``Container(Component(...)).run()``."""
 
     def __init__(
         self,
         config: ComponentConfig,
-        journal: JournalPort,
+        journal: Journal,
         *,
         clock: Callable[[], float] = time.time,
         on_ready: Callable[[str], None] | None = None,
     ) -> None:
         super().__init__(prefetch=0, auto_accept=False, auto_settle=True)
         self.config = config
-        self.journal = journal
         self.clock = clock
         self.on_ready = on_ready
         self.decoder = Decoder(link_bits=config.link_bits)
-        self.ingested: dict[str, int] = dict(journal.high_waters())
+        self.journal = RedisJournalPort(journal, bits_of=self.decoder.unwrapper.bits)
+        self.gapfill = GapFillService(
+            journal,
+            policy=RefusalPolicy(max_range=config.max_gap_range),
+            link_bits=config.link_bits,
+            context_capacity=config.context_capacity,
+        )
+        self.ingested: dict[str, int] = dict(self.journal.high_waters())
         for source, hw in self.ingested.items():
             self.decoder.unwrapper.seed(source, hw)
         self.sequencers: dict[str, SourceSequencer] = {}
@@ -184,7 +193,7 @@ class Component(MessagingHandler):  # type: ignore[misc]
     @staticmethod
     def _reject(delivery: Delivery, error: SeqRepairError) -> None:
         condition = getattr(error, "condition", "amqp:invalid-field")
-        info = {symbol("expected"): repr(error.expected), symbol("got"): repr(error.got)[:200]}
+        info: Any = {symbol("expected"): repr(error.expected), symbol("got"): repr(error.got)[:200]}
         delivery.local.condition = Condition(condition, error.message[:500], info)
         delivery.update(Delivery.REJECTED)
         delivery.settle()
@@ -215,10 +224,11 @@ class Component(MessagingHandler):  # type: ignore[misc]
                     now - link.detached_at > self.config.context_retention
                 ):
                     del self.links[name]
+                    self.gapfill.detach(name)
                     link.log.info("link context expired")
                 continue
             link.heartbeat(now)
-            link.pump(self.journal, now)
+            link.pump(now)
         self._schedule_tick()
 
     def on_connection_bound(self, event: Any) -> None:
@@ -270,12 +280,12 @@ class Component(MessagingHandler):  # type: ignore[misc]
     def _pump_sender(self, sender: Any) -> None:
         route = getattr(sender, "route", None)
         if route is not None:
-            route.pump(self.journal)
+            route.pump()
             return
         name = getattr(sender, "subscriber", None)
         link = self.links.get(name) if name is not None else None
         if link is not None and link.sender == sender:
-            link.pump(self.journal, self.clock())
+            link.pump(self.clock())
 
     def on_link_closing(self, event: Any) -> None:
         self._forget(event.link)
@@ -311,8 +321,7 @@ class Component(MessagingHandler):  # type: ignore[misc]
         if address.startswith(LINK_PREFIX) or address == "$reply":
             # a reply-only link: answers to capability queries of a client without data link
             sender.route = ResponseRoute(
-                Entitlement(TopicPattern("/#")), self.config.max_batch, self.source_bits,
-                sender=sender,
+                Entitlement.everything(), self.config.max_batch, self.source_bits, sender=sender
             )
             self.routes[(sender.connection.seqrepair_id, LINK_PREFIX + sender.name)] = (
                 sender.route
@@ -324,13 +333,12 @@ class Component(MessagingHandler):  # type: ignore[misc]
             sub = self.config.subscriptions.get(address[len(SUBSCRIPTION_PREFIX) :])
             if sub is None:
                 raise UnknownAddressError(f"no subscription queue {address!r}", got=address)
-            entitlement = Entitlement(sub.pattern, sub.grants)
+            entitlement = Entitlement(topics=(sub.pattern,), grant=sub.grants)
         else:
-            entitlement = Entitlement(TopicPattern(address), grants)
+            entitlement = Entitlement(topics=(TopicPattern(address),), grant=grants)
         name = sender.name
         resume = bool(props.get(str(PROP_RESUME), False))
         link = self.links.get(name)
-        now = self.clock()
         if link is not None and resume and link.entitlement == entitlement:
             if link.sender is not None and link.sender != sender:
                 old = link.sender
@@ -345,10 +353,7 @@ class Component(MessagingHandler):  # type: ignore[misc]
                 address=address,
                 entitlement=entitlement,
                 sequencer=LinkSequencer(self.config.link_bits, self.config.heartbeat_interval),
-                context=LinkContext(
-                    self.config.link_bits, self.config.context_capacity,
-                    self.config.max_gap_range,
-                ),
+                context=self.gapfill.attach(name, entitlement).context,
                 batch=bool(props.get(str(PROP_BATCH), False)),
                 max_batch=self.config.max_batch,
                 max_pending=self.config.max_pending,
@@ -480,7 +485,7 @@ class Component(MessagingHandler):  # type: ignore[misc]
             if offered:
                 touched.append(link)
         for link in touched:
-            link.pump(self.journal, now)
+            link.pump(now)
 
     def _on_request(self, receiver: Any, delivery: Delivery, message: Message) -> None:
         conn = receiver.connection
@@ -491,7 +496,7 @@ class Component(MessagingHandler):  # type: ignore[misc]
         requests = self.decoder.decode(message)
         route = self._route_for(receiver, message)
         correlation = message.id
-        props = message.properties or {}
+        props: dict[Any, Any] = dict(message.properties or {})
         name = props.get(PROP_LINK) or _link_name(message.reply_to)
         for request in requests:
             if isinstance(request, CapabilitiesRequest):
@@ -506,10 +511,10 @@ class Component(MessagingHandler):  # type: ignore[misc]
                     f"{type(request).__name__} is not a request", got=type(request).__name__
                 )
         self.accept(delivery)
-        route.pump(self.journal)
+        route.pump()
         for link in self.links.values():
             if link.route is route and link.sender is not None:
-                link.pump(self.journal, now)
+                link.pump(now)
 
     def _answer_gap(
         self,
@@ -518,8 +523,9 @@ class Component(MessagingHandler):  # type: ignore[misc]
         request: GapRequest | SourceGapRequest,
         correlation: Any,
     ) -> None:
+        now = self.clock()
         if isinstance(request, GapRequest):
-            answer = link.context.answer(request)
+            answer = self.gapfill.answer_gap(link.name, request, now)
             if isinstance(answer, GapError):
                 link.log.info("gap request not answered", reason=answer.reason,
                               detail=answer.detail)
@@ -536,13 +542,18 @@ class Component(MessagingHandler):  # type: ignore[misc]
                 correlation,
             )
             return
-        route.entitlement = link.entitlement
-        route.start_replay(request, correlation)
+        replay = self.gapfill.answer_source_gap(link.name, request, now)
+        if isinstance(replay, GapError):
+            link.log.info("source request not answered", reason=replay.reason,
+                          detail=replay.detail)
+            route.respond(encode(replay), correlation)
+            return
+        route.start_replay(replay, correlation)
 
     def _route_for(self, receiver: Any, message: Message) -> ResponseRoute:
         """Where the answers to ``message`` go (respann §2.3/§2.4)."""
         conn = receiver.connection
-        annotations = message.instructions or {}
+        annotations: dict[Any, Any] = dict(message.instructions or {})
         target = annotations.get(RESPONSE_TARGET)
         cookie = annotations.get(RESPONSE_COOKIE)
         if target is None:
@@ -560,7 +571,7 @@ class Component(MessagingHandler):  # type: ignore[misc]
         if route is None:
             sender = self.container.create_sender(conn, target=str(target))
             route = ResponseRoute(
-                Entitlement(TopicPattern("/#")), self.config.max_batch, self.source_bits,
+                Entitlement.everything(), self.config.max_batch, self.source_bits,
                 sender=sender, cookie=cookie,
             )
             sender.route = route
@@ -595,7 +606,7 @@ def _link_name(reply_to: Any) -> str | None:
     return None
 
 
-def serve(config: ComponentConfig, journal: JournalPort,
+def serve(config: ComponentConfig, journal: Journal,
           on_ready: Callable[[str], None] | None = None) -> None:
     """Run the component until the process is stopped."""
     Container(Component(config, journal, on_ready=on_ready)).run()

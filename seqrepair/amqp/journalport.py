@@ -1,14 +1,14 @@
-"""What the component needs from a journal, and an in-memory one for tests without Redis.
+"""Journaling "before fan-out" on top of the Redis journal of :mod:`seqrepair.journal`.
 
-The component journals every publication before fan-out and answers source-level gap
-requests (XEP-0040 §2.4) by reading the journal after a source number. :class:`JournalPort` is
-that narrow interface; :func:`open_journal` adapts the Redis journal of ``seqrepair.journal``
-to it, and :class:`MemoryJournal` implements it in memory.
+The journal accepts only contiguous continuations of a source; publications reach the component
+after their publisher may already have journaled them (and again after a reconnect).
+:class:`RedisJournalPort` appends what the journal does not hold yet and skips the rest, so
+journaling twice never duplicates and never fails. Source-level repair reads go through the
+journal's own gap-fill service.
 """
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -26,49 +26,6 @@ class JournalPort(Protocol):
 
     def high_waters(self) -> dict[str, int]:
         """The last number held per source."""
-
-    def first_held(self, source: str) -> int:
-        """The oldest number still held for ``source`` (1 if nothing was trimmed)."""
-
-    def read_after(self, source: str, after: int, limit: int) -> list[Publication]:
-        """Up to ``limit`` publications of ``source`` numbered after ``after``, in order."""
-
-
-@attrs.define
-class MemoryJournal:
-    """A :class:`JournalPort` in a dict of lists (tests, single-process demos)."""
-
-    _seqs: dict[str, list[int]] = attrs.field(factory=dict)
-    _pubs: dict[str, list[Publication]] = attrs.field(factory=dict)
-    trimmed: dict[str, int] = attrs.field(factory=dict)
-
-    def append(self, publications: Sequence[Publication]) -> None:
-        """Store publications, skipping numbers already held."""
-        for pub in publications:
-            seqs = self._seqs.setdefault(pub.source, [])
-            if seqs and pub.source_seq <= seqs[-1]:
-                index = bisect.bisect_left(seqs, pub.source_seq)
-                if index < len(seqs) and seqs[index] == pub.source_seq:
-                    continue
-                seqs.insert(index, pub.source_seq)
-                self._pubs[pub.source].insert(index, _bare(pub))
-                continue
-            seqs.append(pub.source_seq)
-            self._pubs.setdefault(pub.source, []).append(_bare(pub))
-
-    def high_waters(self) -> dict[str, int]:
-        """The last number held per source."""
-        return {source: seqs[-1] for source, seqs in self._seqs.items() if seqs}
-
-    def first_held(self, source: str) -> int:
-        """Numbers up to ``trimmed[source]`` are gone."""
-        return self.trimmed.get(source, 0) + 1
-
-    def read_after(self, source: str, after: int, limit: int) -> list[Publication]:
-        """Up to ``limit`` publications after ``after``."""
-        seqs = self._seqs.get(source, [])
-        start = bisect.bisect_right(seqs, max(after, self.trimmed.get(source, 0)))
-        return self._pubs.get(source, [])[start : start + limit]
 
 
 def _bare(pub: Publication) -> Publication:
@@ -131,19 +88,3 @@ class RedisJournalPort:
         sources = self.journal.sources()  # type: ignore[attr-defined]
         waters = self.journal.high_waters(sources)  # type: ignore[attr-defined]
         return {source: hw for source, (hw, _trimmed) in waters.items()}
-
-    def first_held(self, source: str) -> int:
-        """One after the source's trim point."""
-        info = self.journal.info(source)  # type: ignore[attr-defined]
-        if info.bits is not None:
-            self.bits_of.setdefault(source, info.bits)
-        return int(info.trimmed_through) + 1
-
-    def read_after(self, source: str, after: int, limit: int) -> list[Publication]:
-        """Up to ``limit`` publications after ``after``; :class:`TrimmedError` when trimmed."""
-        from seqrepair.journal.errors import TrimmedRangeError
-
-        try:
-            return list(self.journal.read_after(source, after, limit))  # type: ignore[attr-defined]
-        except TrimmedRangeError as exc:
-            raise TrimmedError(str(exc)) from exc

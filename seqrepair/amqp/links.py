@@ -19,7 +19,7 @@ never slowed. No sequencing decision is made here that the core does not make.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import attrs
@@ -27,53 +27,14 @@ import structlog
 from proton import Message, symbol
 
 from seqrepair.amqp.codec import SubscriptionState, encode, encode_frames
-from seqrepair.amqp.journalport import JournalPort, TrimmedError
 from seqrepair.core.context import LinkContext
-from seqrepair.core.messages import (
-    GapError,
-    Heartbeat,
-    Publication,
-    ReplayComplete,
-    SourceGapRequest,
-)
+from seqrepair.core.messages import GapError, Heartbeat, Publication, ReplayComplete
+from seqrepair.core.permissions import Entitlement
 from seqrepair.core.sequencers import LinkSequencer
-from seqrepair.core.topics import TopicPattern
+
+ReplayFrame = Publication | ReplayComplete | GapError
 
 log = structlog.get_logger("seqrepair.amqp.links")
-
-ALL_TOKENS = "*"
-
-
-@attrs.frozen
-class Entitlement:
-    """What a subscriber may see: a topic pattern and the permission tokens it holds.
-
-    A publication without a permtoken is visible to every subscriber whose pattern matches; one
-    with a token only to holders of that token (or of ``*``). Live delivery, link gap fills and
-    source replays all go through :meth:`allows`.
-    """
-
-    pattern: TopicPattern
-    grants: frozenset[str] = frozenset()
-
-    def allows(self, pub: Publication) -> bool:
-        """Whether ``pub`` may be delivered to this subscriber."""
-        if not self.pattern.matches(pub.topic):
-            return False
-        token = pub.permtoken
-        return token is None or token in self.grants or ALL_TOKENS in self.grants
-
-
-@attrs.define
-class Replay:
-    """A source replay in progress (XEP-0040 §2.4): per source, the last number sent."""
-
-    request: SourceGapRequest
-    position: dict[str, int]
-    correlation_id: Any
-    through: dict[str, int] = attrs.field(factory=dict)
-    sent: int = 0
-
 
 @attrs.define(eq=False)
 class ResponseRoute:
@@ -90,7 +51,8 @@ class ResponseRoute:
     sender: Any = None
     cookie: bytes | None = None
     responses: deque[Message] = attrs.field(factory=deque)
-    replay: Replay | None = None
+    replay: Iterator[ReplayFrame] | None = None
+    replay_correlation: Any = None
     replayed: int = 0
 
     def respond(self, message: Message, correlation_id: Any) -> None:
@@ -101,15 +63,20 @@ class ResponseRoute:
             message.instructions = {symbol("address-cookie"): self.cookie}
         self.responses.append(message)
 
-    def start_replay(self, request: SourceGapRequest, correlation_id: Any) -> None:
-        """Answer a source-level request by replaying from the journal (replaces any other)."""
-        self.replay = Replay(request, dict(request.after), correlation_id)
+    def start_replay(self, replay: Iterable[ReplayFrame], correlation_id: Any) -> None:
+        """Send the gap-fill service's answer to a source request, a chunk per transfer.
+
+        The answer is read lazily (the journal is paged as credit allows); a new replay
+        replaces one in progress, whose requester has given up on it.
+        """
+        self.replay = iter(replay)
+        self.replay_correlation = correlation_id
 
     def busy(self) -> bool:
         """Whether answers are waiting."""
         return bool(self.responses) or self.replay is not None
 
-    def send_one(self, journal: JournalPort) -> bool:
+    def send_one(self) -> bool:
         """Send one queued answer or replay chunk; False when there was nothing to send."""
         while True:
             if self.responses:
@@ -117,15 +84,15 @@ class ResponseRoute:
                 return True
             if self.replay is None:
                 return False
-            message = self._replay_chunk(journal)
+            message = self._replay_chunk()
             if message is not None:
                 self.sender.send(message)
                 return True
 
-    def pump(self, journal: JournalPort) -> int:
+    def pump(self) -> int:
         """Send answers while credit lasts."""
         sent = 0
-        while self.sender is not None and self.sender.credit > 0 and self.send_one(journal):
+        while self.sender is not None and self.sender.credit > 0 and self.send_one():
             sent += 1
         return sent
 
@@ -135,44 +102,32 @@ class ResponseRoute:
             message.instructions = {symbol("address-cookie"): self.cookie}
         return message
 
-    def _replay_chunk(self, journal: JournalPort) -> Message | None:
-        """The next chunk of the replay as one message, ReplayComplete at the end."""
-        replay = self.replay
-        assert replay is not None
+    def _replay_chunk(self) -> Message | None:
+        """The next chunk of the replay as one message; the closing frame on its own."""
+        assert self.replay is not None
         chunk: list[Publication] = []
-        for source, after in list(replay.position.items()):
-            try:
-                pubs = journal.read_after(source, after, self.max_batch * 4)
-            except TrimmedError as exc:
-                self.replay = None
-                return self._finish(
-                    encode(GapError("trimmed", replay.request, str(exc))), replay.correlation_id
-                )
-            if not pubs:
-                replay.through[source] = after
-                del replay.position[source]
+        for frame in self.replay:
+            if isinstance(frame, Publication):
+                chunk.append(frame)
+                if len(chunk) >= self.max_batch:
+                    break
                 continue
-            replay.position[source] = pubs[-1].source_seq
-            chunk = [
-                attrs.evolve(p, retransmit=True, link_seq=None)
-                for p in pubs
-                if self.entitlement.allows(p)
-            ]
+            self.replay = None  # ReplayComplete or GapError("trimmed") ends it
+            log.info("replay finished", replayed=self.replayed, end=type(frame).__name__)
             if chunk:
+                self.responses.append(self._finish(encode(frame), self.replay_correlation))
                 break
-        if chunk:
-            replay.sent += len(chunk)
-            self.replayed += len(chunk)
-            if self.batch:
-                return self._finish(encode_frames(chunk, self.source_bits), replay.correlation_id)
-            for pub in chunk:
-                self.respond(encode_frames([pub], self.source_bits), replay.correlation_id)
+            return self._finish(encode(frame), self.replay_correlation)
+        else:
+            self.replay = None
+        if not chunk:
             return None
-        if replay.position:
-            return None
-        self.replay = None
-        log.info("replay complete", replayed=replay.sent, through=replay.through)
-        return self._finish(encode(ReplayComplete(through=replay.through)), replay.correlation_id)
+        self.replayed += len(chunk)
+        if self.batch:
+            return self._finish(encode_frames(chunk, self.source_bits), self.replay_correlation)
+        for pub in chunk:
+            self.respond(encode_frames([pub], self.source_bits), self.replay_correlation)
+        return None
 
 
 @attrs.define(eq=False)
@@ -241,7 +196,7 @@ class SubscriberLink:
     def _state(self, status: str, reason: str = "") -> SubscriptionState:
         return SubscriptionState(
             status=status,
-            topic=str(self.entitlement.pattern),
+            topic=",".join(str(p) for p in self.entitlement.topics),
             subscription_id=self.name,
             queue=self.address,
             reason=reason,
@@ -249,7 +204,7 @@ class SubscriberLink:
 
     # --- sending ------------------------------------------------------------------------
 
-    def pump(self, journal: JournalPort, now: float) -> int:
+    def pump(self, now: float) -> int:
         """Send what credit allows; return the number of transfers made."""
         sender = self.sender
         if sender is None:
@@ -261,7 +216,7 @@ class SubscriberLink:
         if self.paused and not self.route.busy() and credit >= max(1, self.max_credit // 2):
             self._resume(now)
         while sender.credit > 0:
-            if self.route.send_one(journal):
+            if self.route.send_one():
                 pass
             elif self.reset_pending:
                 self.reset_pending = False

@@ -1,0 +1,199 @@
+"""``seqrepair serve``, ``seqrepair publish`` and ``seqrepair subscribe``."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from seqrepair.core.messages import Publication
+
+
+def register(subparsers: Any) -> None:
+    """Add the AMQP subcommands to the ``seqrepair`` parser."""
+    serve = subparsers.add_parser("serve", help="run the AMQP 1.0 pubsub component")
+    serve.add_argument("--url", default="127.0.0.1:5672", help="listen address host:port")
+    serve.add_argument("--redis-url", required=True, help="the journal's Redis")
+    serve.add_argument("--link-bits", type=int, default=16)
+    serve.add_argument("--heartbeat", type=float, default=1.0, help="heartbeat interval (s)")
+    serve.add_argument("--idle-timeout", type=float, default=10.0)
+    serve.add_argument("--max-batch", type=int, default=64)
+    serve.add_argument("--max-pending", type=int, default=20_000)
+    serve.add_argument("--max-gap-range", type=int, default=10_000)
+    serve.add_argument("--context-retention", type=float, default=30.0)
+    serve.add_argument("--drop-rate", type=float, default=0.0,
+                       help="forced loss: fraction of frames not sent (they are still numbered)")
+    serve.add_argument("--drop-seed", type=int, default=None)
+    serve.add_argument("--subscription", action="append", default=[],
+                       metavar="NAME=PATTERN[;TOKENS]",
+                       help="a subscription queue /subscriptions/NAME (tokens comma-separated)")
+    serve.add_argument("--ready-file", help="write the listen address here once listening")
+    serve.set_defaults(func=_serve)
+
+    pub = subparsers.add_parser("publish", help="publish through the embedded sequencer")
+    pub.add_argument("--url", default="127.0.0.1:5672")
+    pub.add_argument("--source", required=True)
+    pub.add_argument("--bits", type=int, default=32)
+    pub.add_argument("--redis-url", help="journal first (recommended): numbering resumes there")
+    pub.add_argument("--address", default="/#", help="target address (topic or pattern)")
+    pub.add_argument("--file", help="JSON lines: {topic, fields, ptype?, permtoken?}")
+    pub.add_argument("--count", type=int, default=0, help="generated load: how many")
+    pub.add_argument("--topics", default="/load/a,/load/b", help="generated load: topics")
+    pub.add_argument("--rate", type=float, default=0.0, help="generated load: per second (0=max)")
+    pub.add_argument("--batch", type=int, default=64)
+    pub.set_defaults(func=_publish)
+
+    sub = subparsers.add_parser("subscribe", help="subscribe and print the ordered stream")
+    sub.add_argument("--url", default="127.0.0.1:5672")
+    sub.add_argument("--address", required=True, help="topic pattern or /subscriptions/NAME")
+    sub.add_argument("--link-name", help="link identity (resumption); default random")
+    sub.add_argument("--bits", type=int, default=16, help="link bits (see CAPABILITIES)")
+    sub.add_argument("--heartbeat", type=float, default=1.0)
+    sub.add_argument("--permtokens", default="", help="comma-separated permission tokens")
+    sub.add_argument("--count", type=int, default=0, help="stop after this many deliveries")
+    sub.add_argument("--duration", type=float, default=0.0, help="stop after this many seconds")
+    sub.add_argument("--idle-exit", type=float, default=0.0,
+                     help="stop after this many seconds without a delivery (after the first)")
+    sub.add_argument("--output", help="write JSON lines here instead of stdout")
+    sub.add_argument("--stats-file", help="write the repair statistics (JSON) here at the end")
+    sub.add_argument("--no-batch", action="store_true", help="one publication per transfer")
+    sub.set_defaults(func=_subscribe)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from proton.reactor import Container
+
+    from seqrepair.amqp.component import Component, ComponentConfig, Subscription
+    from seqrepair.core.topics import TopicPattern
+    from seqrepair.journal.journal import Journal
+
+    subs = {}
+    for spec in args.subscription:
+        name, _, rest = spec.partition("=")
+        pattern, _, tokens = rest.partition(";")
+        subs[name] = Subscription(name, TopicPattern(pattern),
+                                  frozenset(t for t in tokens.split(",") if t))
+    config = ComponentConfig(
+        url=args.url,
+        link_bits=args.link_bits,
+        heartbeat_interval=args.heartbeat,
+        idle_timeout=args.idle_timeout,
+        max_batch=args.max_batch,
+        max_pending=args.max_pending,
+        max_gap_range=args.max_gap_range,
+        context_retention=args.context_retention,
+        drop_rate=args.drop_rate,
+        drop_seed=args.drop_seed,
+        subscriptions=subs,
+    )
+
+    def ready(url: str) -> None:
+        if args.ready_file:
+            Path(args.ready_file).write_text(url)
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    component = Component(config, Journal.from_url(args.redis_url), on_ready=ready)
+    with contextlib.suppress(KeyboardInterrupt):
+        Container(component).run()
+    return 0
+
+
+def _publish(args: argparse.Namespace) -> int:
+    from seqrepair.amqp.client import Publisher
+    from seqrepair.journal.journal import Journal
+
+    journal = Journal.from_url(args.redis_url) if args.redis_url else None
+    publisher = Publisher(args.url, args.source, bits=args.bits, address=args.address,
+                          journal=journal, max_batch=args.batch).start()
+    count = 0
+    if args.file:
+        with open(args.file, encoding="utf-8") as fh:
+            batch: list[tuple[str, dict[str, Any], str]] = []
+            for line in fh:
+                if not line.strip():
+                    continue
+                item = json.loads(line)
+                batch.append((item["topic"], item.get("fields", {}), item.get("ptype", "update")))
+                if len(batch) >= args.batch:
+                    publisher.publish_many(batch)
+                    count += len(batch)
+                    batch = []
+            if batch:
+                publisher.publish_many(batch)
+                count += len(batch)
+    topics = [t for t in args.topics.split(",") if t]
+    start = time.monotonic()
+    step = max(1, args.batch)
+    for first in range(0, args.count, step):
+        n = min(step, args.count - first)
+        publisher.publish_many(
+            [(topics[(first + i) % len(topics)], {"n": first + i, "t": time.time()}, "update")
+             for i in range(n)]
+        )
+        count += n
+        if args.rate > 0:
+            delay = start + count / args.rate - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+    ok = publisher.close(timeout=60)
+    print(json.dumps({"published": count, "accepted": publisher.accepted,
+                      "rejected": publisher.rejected, "flushed": ok}))
+    return 0 if ok and not publisher.rejected else 1
+
+
+def publication_record(pub: Publication) -> dict[str, Any]:
+    """A delivered publication as one JSON line."""
+    return {
+        "source": pub.source,
+        "source_seq": pub.source_seq,
+        "topic": pub.topic,
+        "ptype": pub.ptype.value,
+        "fields": {k: (v.hex() if isinstance(v, bytes) else v) for k, v in pub.fields.items()},
+        "permtoken": pub.permtoken,
+        "retransmit": pub.retransmit,
+    }
+
+
+def _subscribe(args: argparse.Namespace) -> int:
+    from seqrepair.amqp.client import Subscriber
+
+    out: TextIO = open(args.output, "a", encoding="utf-8") if args.output else sys.stdout  # noqa: SIM115
+    state = {"n": 0, "last": time.monotonic()}
+
+    def on_publication(pub: Publication) -> None:
+        out.write(json.dumps(publication_record(pub)) + "\n")
+        state["n"] += 1
+        state["last"] = time.monotonic()
+
+    started = time.monotonic()
+
+    def stop_when() -> bool:
+        now = time.monotonic()
+        if args.count and state["n"] >= args.count:
+            return True
+        if args.duration and now - started >= args.duration:
+            return True
+        return bool(args.idle_exit and state["n"] and now - state["last"] >= args.idle_exit)
+
+    subscriber = Subscriber(
+        args.url, args.address, link_name=args.link_name, on_publication=on_publication,
+        bits=args.bits, heartbeat_interval=args.heartbeat,
+        permtokens=[t for t in args.permtokens.split(",") if t], batch=not args.no_batch,
+    )
+    signal.signal(signal.SIGTERM, lambda *_: subscriber._shutdown())
+    with contextlib.suppress(KeyboardInterrupt):
+        subscriber.run(stop_when=stop_when)
+    out.flush()
+    stats: dict[str, Any] = dict(subscriber.stats().as_dict())
+    stats["unrecoverable_events"] = [str(u) for u in subscriber.unrecoverable]
+    if args.stats_file:
+        Path(args.stats_file).write_text(json.dumps(stats))
+    print(json.dumps(stats), file=sys.stderr)
+    if out is not sys.stdout:
+        out.close()
+    return 0
