@@ -21,9 +21,14 @@ from seqrepair.journal.format import (
 )
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**62), 2**62) | st.text(max_size=8)
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**62), 2**62)
+    | st.text(max_size=8)
     | st.floats(allow_nan=False, allow_infinity=False),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+    ),
     max_leaves=6,
 )
 
@@ -46,7 +51,9 @@ def test_keys_share_a_cluster_hash_tag() -> None:
 
 def test_archive_path_quotes_the_source(tmp_path) -> None:
     path = archive_path(tmp_path, "feed/a b", 1, 42)
-    assert path == tmp_path / "feed%2Fa%20b" / "seq-00000000000000000001-00000000000000000042.parquet"
+    assert (
+        path == tmp_path / "feed%2Fa%20b" / "seq-00000000000000000001-00000000000000000042.parquet"
+    )
 
 
 @settings(deadline=None)
@@ -106,6 +113,13 @@ def test_archive_file_columns(tmp_path) -> None:
     pq.write_table(encode_archive_table(pubs, 16), path)
     row = pq.read_table(path).to_pylist()[0]
     assert row == {
-        "source": "feed.a", "seq": 70000, "wire_seq": 70000 - 65535, "bits": 16, "topic": "/a",
-        "ptype": "image", "fields": [("g", "null")], "permtoken": "t", "timestamp": 1.5,
+        "source": "feed.a",
+        "seq": 70000,
+        "wire_seq": 70000 - 65535,
+        "bits": 16,
+        "topic": "/a",
+        "ptype": "image",
+        "fields": [("g", "null")],
+        "permtoken": "t",
+        "timestamp": 1.5,
     }

@@ -23,11 +23,18 @@ from seqrepair.journal.format import meta_key, stream_key
 pytestmark = pytest.mark.redis
 
 
-def stamp(n: int, source: str = "feed.a", bits: int = 16, start_after: int = 0) -> list[Publication]:
+def stamp(
+    n: int, source: str = "feed.a", bits: int = 16, start_after: int = 0
+) -> list[Publication]:
     seq = SourceSequencer(source=source, bits=bits, start_after=start_after)
     return [
-        seq.stamp(f"/item/{i % 4}", {"v": i, "null": None}, "update", timestamp=float(i),
-                  permtoken="t" if i % 3 == 0 else None)
+        seq.stamp(
+            f"/item/{i % 4}",
+            {"v": i, "null": None},
+            "update",
+            timestamp=float(i),
+            permtoken="t" if i % 3 == 0 else None,
+        )
         for i in range(n)
     ]
 
@@ -61,7 +68,8 @@ def test_repeated_append_is_rejected_and_writes_nothing(journal: Journal) -> Non
     journal.append(pubs[:5], 16)
     with pytest.raises(SequenceConflictError) as info:
         journal.append(pubs[3:8], 16)  # overlaps: nothing of it may be written
-    assert info.value.expected == 6 and info.value.got == 4
+    assert info.value.expected == 6
+    assert info.value.got == 4
     with pytest.raises(SequenceConflictError):
         journal.append(pubs[6:], 16)  # leaves a hole
     assert journal.high_water("feed.a") == 5
@@ -103,7 +111,8 @@ def test_trim_is_remembered_and_reads_into_it_raise(journal: Journal) -> None:
     assert (info.trimmed_through, info.trimmed_at, info.length) == (40, 123.0, 60)
     with pytest.raises(TrimmedRangeError) as exc:
         journal.read_range("feed.a", 40, 50)
-    assert exc.value.trimmed_through == 40 and exc.value.requested == 40
+    assert exc.value.trimmed_through == 40
+    assert exc.value.requested == 40
     with pytest.raises(TrimmedRangeError):
         journal.read_after("feed.a", 0)
     assert journal.read_after("feed.a", 40, limit=2) == pubs[40:42]
@@ -140,11 +149,14 @@ def test_latest_image_folds_from_last_image(journal: Journal) -> None:
     image = journal.latest_image("feed.a", "/x")
     assert image is not None
     assert dict(image.fields) == {"a": 2, "b": None, "c": 4}
-    assert not image.partial and image.corrected == {"c"}
+    assert not image.partial
+    assert image.corrected == {"c"}
     assert journal.latest_image("feed.a", "/y") is None
     assert journal.latest_image("feed.a", "/nothing") is None
     partial = journal.latest_image("feed.a", "/filler")
-    assert partial is not None and partial.partial and partial.fields == {"i": 119}
+    assert partial is not None
+    assert partial.partial
+    assert partial.fields == {"i": 119}
 
 
 def test_latest_image_with_trimmed_base_raises(journal: Journal) -> None:

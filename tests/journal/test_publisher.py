@@ -36,7 +36,8 @@ def test_synchronous_publish_is_journaled_before_sent(journal: Journal) -> None:
     transport = Recorder(journal)
     publisher = Publisher("feed.a", journal, bits=16, transport=transport, clock=lambda: 5.0)
     pub = publisher.publish("/a", {"x": 1})
-    assert pub.source_seq == 1 and pub.timestamp == 5.0
+    assert pub.source_seq == 1
+    assert pub.timestamp == 5.0
     assert transport.sent == [pub]
     assert publisher.published_through == 1
     assert journal.read_range("feed.a", 1, 1) == [pub]
@@ -46,7 +47,8 @@ def test_batches_wait_for_flush(journal: Journal) -> None:
     transport = Recorder(journal)
     publisher = Publisher("feed.a", journal, transport=transport, batch_size=10, window=20)
     pubs = [publisher.publish("/a", {"i": i}) for i in range(25)]
-    assert len(transport.sent) == 20 and publisher.pending == 5
+    assert len(transport.sent) == 20
+    assert publisher.pending == 5
     assert publisher.flush() == 5
     assert transport.sent == pubs
     assert journal.high_water("feed.a") == 25
@@ -95,7 +97,8 @@ def test_redis_down_keeps_a_bounded_backlog_and_reports_nothing(
     assert publisher.pending == 4
     with pytest.raises(BacklogFullError):
         publisher.publish("/a", {"i": 99})  # window full: refused, no number taken
-    assert publisher.published_through == 2 and len(sent) == 2
+    assert publisher.published_through == 2
+    assert len(sent) == 2
     assert publisher.sequencer.high_water == 6
     private_server.start()
     assert publisher.flush() == 4
@@ -126,7 +129,8 @@ def test_append_of_unknown_outcome_is_resolved_by_reading_high_water(journal: Jo
     flaky.fail_next = True
     with pytest.raises(JournalTimeoutError):
         publisher.publish("/a", {})
-    assert sent == [] and publisher.pending == 2
+    assert sent == []
+    assert publisher.pending == 2
     assert publisher.flush() == 2  # held already: handed on, not appended twice
     assert [p.source_seq for p in sent] == [1, 2]
     publisher.publish("/a", {})
@@ -142,5 +146,6 @@ def test_transport_failure_does_not_unpublish(journal: Journal) -> None:
     publisher = Publisher("feed.a", journal, transport=broken)
     with pytest.raises(RuntimeError):
         publisher.publish("/a", {})
-    assert publisher.published_through == 1 and publisher.pending == 0
+    assert publisher.published_through == 1
+    assert publisher.pending == 0
     assert journal.high_water("feed.a") == 1

@@ -1,0 +1,242 @@
+"""Gap-fill service: link context, source replay from the journal, filters, refusals."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from seqrepair.core.budget import RefusalPolicy
+from seqrepair.core.errors import InvalidMessageError
+from seqrepair.core.messages import (
+    GapError,
+    GapRequest,
+    Heartbeat,
+    Publication,
+    ReplayComplete,
+    SourceGapRequest,
+)
+from seqrepair.core.permissions import Entitlement
+from seqrepair.core.sequencers import LinkSequencer, SourceSequencer
+from seqrepair.journal import GapFillService, Journal, Replay, UnknownLinkError
+
+pytestmark = pytest.mark.redis
+
+EVERYTHING = Entitlement.everything()
+
+
+def fill(journal: Journal, source: str, rows: list[tuple[str, str | None]]) -> list[Publication]:
+    seq = SourceSequencer(source=source, bits=16, start_after=journal.high_water(source))
+    pubs = [seq.stamp(topic, {"n": i}, permtoken=token) for i, (topic, token) in enumerate(rows)]
+    if pubs:
+        journal.append(pubs, 16)
+    return pubs
+
+
+def frames(answer: object) -> list[object]:
+    assert isinstance(answer, Replay), answer
+    return list(answer)
+
+
+def test_gap_request_from_link_context(journal: Journal) -> None:
+    service = GapFillService(journal, link_bits=4, context_capacity=5)
+    service.attach("L1", EVERYTHING)
+    link = LinkSequencer(bits=4)
+    sent = []
+    for i in range(20):  # wraps the 4-bit link space
+        frame = (
+            link.heartbeat(float(i))
+            if i % 4 == 3
+            else link.stamp(Publication("/a", "feed.a", i + 1, "update", {}), float(i))
+        )
+        service.record("L1", frame)
+        sent.append(frame)
+    answer = service.answer_gap("L1", GapRequest(sent[-3].link_seq, sent[-1].link_seq), now=0.0)
+    assert isinstance(answer, list)
+    assert len(answer) == 3
+    assert [f.link_seq for f in answer] == [f.link_seq for f in sent[-3:]]
+    assert all(f.retransmit for f in answer if isinstance(f, Publication))
+    assert any(isinstance(f, Heartbeat) for f in answer)
+    lost = service.answer_gap("L1", GapRequest(sent[-8].link_seq, sent[-6].link_seq), now=0.0)
+    assert isinstance(lost, GapError)
+    assert lost.reason == "context-lost"
+
+
+def test_unknown_link_and_bad_requests(journal: Journal) -> None:
+    service = GapFillService(journal)
+    with pytest.raises(UnknownLinkError):
+        service.answer_gap("nope", GapRequest(1, 2), now=0.0)
+    service.attach("L1", EVERYTHING)
+    with pytest.raises(InvalidMessageError):
+        service.answer_source_gap("L1", GapRequest(1, 2), now=0.0)  # type: ignore[arg-type]
+    with pytest.raises(InvalidMessageError):
+        service.attach("L2", "everything")  # type: ignore[arg-type]
+    service.detach("L1")
+    with pytest.raises(UnknownLinkError):
+        service.answer_source_gap("L1", SourceGapRequest({}), now=0.0)
+
+
+def test_source_replay_in_source_order_then_complete(journal: Journal) -> None:
+    a = fill(journal, "feed.a", [("/w/x", None)] * 120)
+    b = fill(journal, "feed.b", [("/w/y", None)] * 30)
+    service = GapFillService(journal)
+    service.attach("L1", EVERYTHING, start_after={})
+    request = SourceGapRequest({"feed.a": 100, "feed.b": 0})
+    out = frames(service.answer_source_gap("L1", request, now=0.0))
+    assert out[-1] == ReplayComplete(through={"feed.a": 120, "feed.b": 30}, request=request)
+    assert out[:-1] == [_rt(p) for p in a[100:] + b]
+
+
+def _rt(pub: Publication) -> Publication:
+    import attrs
+
+    return attrs.evolve(pub, retransmit=True)
+
+
+def test_unlisted_sources_replay_after_the_link_start(journal: Journal) -> None:
+    fill(journal, "feed.a", [("/w/x", None)] * 10)
+    service = GapFillService(journal)
+    service.attach("L1", EVERYTHING)  # starts after feed.a's 10
+    new_a = fill(journal, "feed.a", [("/w/x", None)] * 2)
+    new_c = fill(journal, "feed.c", [("/w/z", None)] * 3)  # a source born after the attach
+    out = frames(service.answer_source_gap("L1", SourceGapRequest({}), now=0.0))
+    assert out[:-1] == [_rt(p) for p in new_a + new_c]
+    assert out[-1].through == {"feed.a": 12, "feed.c": 3}
+
+
+def test_replay_never_leaks_what_live_delivery_would_not_send(journal: Journal) -> None:
+    rows = [
+        ("/weather/wind", None),
+        ("/weather/wind", "gold"),
+        ("/sport/x", None),
+        ("/weather/rain", "secret"),
+        ("/weather/rain", "silver"),
+    ]
+    pubs = fill(journal, "feed.a", rows)
+    ent = Entitlement(topics=["/weather/#"], grant={"gold", "secret"}, deny={"secret"})
+    service = GapFillService(journal)
+    service.attach("L1", ent)
+    out = frames(service.answer_source_gap("L1", SourceGapRequest({"feed.a": 0}), now=0.0))
+    assert out[:-1] == [_rt(pubs[0]), _rt(pubs[1])]
+
+
+def test_trimmed_range_is_an_error_not_silence(journal: Journal) -> None:
+    fill(journal, "feed.a", [("/a", None)] * 50)
+    journal.trim_through("feed.a", 20, now=1.0)
+    service = GapFillService(journal)
+    service.attach("L1", EVERYTHING)
+    error = service.answer_source_gap("L1", SourceGapRequest({"feed.a": 10}), now=0.0)
+    assert isinstance(error, GapError)
+    assert error.reason == "trimmed"
+    assert "20" in error.detail
+    ok = frames(service.answer_source_gap("L1", SourceGapRequest({"feed.a": 20}), now=0.0))
+    assert len(ok) == 31
+
+
+def test_trim_racing_a_replay_ends_it_with_trimmed(journal: Journal) -> None:
+    fill(journal, "feed.a", [("/a", None)] * 200)
+    service = GapFillService(journal, page_size=50)
+    service.attach("L1", EVERYTHING)
+    replay = service.answer_source_gap("L1", SourceGapRequest({"feed.a": 0}), now=0.0)
+    assert isinstance(replay, Replay)
+    it = iter(replay)
+    first = [next(it) for _ in range(50)]
+    journal.trim_through("feed.a", 120, now=1.0)
+    rest = list(it)
+    assert len(first) == 50
+    assert isinstance(rest[-1], GapError)
+    assert rest[-1].reason == "trimmed"
+    assert not any(isinstance(f, ReplayComplete) for f in rest)
+
+
+def test_refusals_by_range_and_budget(journal: Journal) -> None:
+    fill(journal, "feed.a", [("/a", None)] * 100)
+    policy = RefusalPolicy(max_range=60, budget_capacity=100, budget_refill_per_second=10.0)
+    service = GapFillService(journal, policy=policy)
+    service.attach("L1", EVERYTHING)
+    too_big = service.answer_source_gap("L1", SourceGapRequest({"feed.a": 30}), now=0.0)
+    assert isinstance(too_big, GapError)
+    assert too_big.reason == "refused"
+    assert "exceeds" in too_big.detail
+    assert isinstance(
+        service.answer_source_gap("L1", SourceGapRequest({"feed.a": 50}), 0.0), Replay
+    )
+    assert isinstance(
+        service.answer_source_gap("L1", SourceGapRequest({"feed.a": 50}), 0.0), Replay
+    )
+    spent = service.answer_source_gap("L1", SourceGapRequest({"feed.a": 50}), now=0.0)
+    assert isinstance(spent, GapError)
+    assert "budget" in spent.detail
+    assert isinstance(
+        service.answer_source_gap("L1", SourceGapRequest({"feed.a": 50}), 5.0), Replay
+    )
+    link = LinkSequencer(bits=16)
+    for i in range(100):
+        service.record("L1", link.stamp(Publication("/a", "feed.a", i + 1, "update", {}), 0.0))
+    big_link = service.answer_gap("L1", GapRequest(1, 61), now=5.0)
+    assert isinstance(big_link, GapError)
+    assert big_link.reason == "refused"
+    broke = service.answer_gap("L1", GapRequest(1, 10), now=5.0)
+    assert isinstance(broke, GapError)
+    assert broke.reason == "refused"
+    assert "budget" in broke.detail
+
+
+def test_answer_dispatches_both_request_kinds(journal: Journal) -> None:
+    fill(journal, "feed.a", [("/a", None)] * 3)
+    service = GapFillService(journal)
+    service.attach("L1", EVERYTHING)
+    assert isinstance(next(iter(service.answer("L1", GapRequest(1, 1), 0.0))), GapError)
+    out = list(service.answer("L1", SourceGapRequest({"feed.a": 1}), 0.0))
+    assert len(out) == 3
+    assert isinstance(out[-1], ReplayComplete)
+    with pytest.raises(InvalidMessageError):
+        service.answer("L1", "gap", 0.0)  # type: ignore[arg-type]
+
+
+TOPICS = ["/weather/wind", "/weather/rain", "/sport/x", "/news/a/b"]
+TOKENS = [None, "gold", "silver", "secret"]
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    rows=st.dictionaries(
+        st.sampled_from(["feed.a", "feed.b", "feed.c"]),
+        st.lists(st.tuples(st.sampled_from(TOPICS), st.sampled_from(TOKENS)), max_size=40),
+        max_size=3,
+    ),
+    patterns=st.lists(st.sampled_from(["/weather/#", "/sport/*", "/#/b", "/news/*"]), min_size=1),
+    grant=st.sets(st.sampled_from(["gold", "silver", "secret", "*"])),
+    deny=st.sets(st.sampled_from(["gold", "secret"])),
+    after=st.dictionaries(st.sampled_from(["feed.a", "feed.b", "feed.c"]), st.integers(0, 45)),
+)
+def test_replay_is_exactly_the_entitled_publications_in_source_order(
+    journal: Journal, rows, patterns, grant, deny, after
+) -> None:
+    journal.client.flushall()
+    journal = Journal(journal.client, page_size=7)  # a fresh one: no cached registrations
+    journaled = {source: fill(journal, source, items) for source, items in rows.items()}
+    ent = Entitlement(topics=patterns, grant=grant, deny=deny)
+    service = GapFillService(journal, page_size=7)
+    service.attach("L", ent, start_after={})
+    request = SourceGapRequest(after)
+    out = frames(service.answer_source_gap("L", request, now=0.0))
+    expected = [
+        _rt(p)
+        for source in sorted(journaled)
+        for p in journaled[source]
+        if p.source_seq > after.get(source, 0) and ent.allows(p)
+    ]
+    assert out[:-1] == expected
+    complete = out[-1]
+    assert isinstance(complete, ReplayComplete)
+    for source, pubs in journaled.items():
+        if source in after or len(pubs) > 0:
+            assert complete.through[source] == len(pubs)
+    # the oracle: live delivery's filter, evaluated independently of Entitlement.allows
+    for pub in out[:-1]:
+        assert pub.permtoken is None or (
+            pub.permtoken not in deny and (pub.permtoken in grant or "*" in grant)
+        )

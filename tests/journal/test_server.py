@@ -1,0 +1,108 @@
+"""The embedded redis-server: starts on a free port, persists, leaves nothing behind."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import redis
+
+from seqrepair.journal import EmbeddedRedis, EmbeddedRedisError
+
+pytestmark = pytest.mark.redis
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie is dead for our purposes
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().split()[2] != "Z"
+
+
+def test_start_stop_and_persistence(tmp_path: Path) -> None:
+    with EmbeddedRedis(data_dir=tmp_path, appendfsync="everysec") as server:
+        pid = server.pid
+        assert pid is not None
+        assert alive(pid)
+        assert server.url.startswith("redis://127.0.0.1:")
+        redis.Redis.from_url(server.url).set("k", "v")
+    assert not alive(pid)
+    with EmbeddedRedis(data_dir=tmp_path) as again:
+        assert redis.Redis.from_url(again.url).get("k") == b"v"
+    assert any(tmp_path.rglob("*.aof"))
+
+
+def test_stopped_even_when_the_block_raises(tmp_path: Path) -> None:
+    server = EmbeddedRedis(data_dir=tmp_path)
+    pids: list[int | None] = []
+
+    def crash() -> None:
+        with server:
+            pids.append(server.pid)
+            raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        crash()
+    [pid] = pids
+    assert pid is not None
+    assert not alive(pid)
+    assert not server.running
+
+
+def test_temporary_data_dir_is_removed() -> None:
+    with EmbeddedRedis() as server:
+        folder = server.data_dir
+        assert folder.exists()
+    assert not folder.exists()
+
+
+def test_kill_and_restart(tmp_path: Path) -> None:
+    with EmbeddedRedis(data_dir=tmp_path, appendfsync="always") as server:
+        redis.Redis.from_url(server.url).set("k", "1")
+        pid = server.pid
+        server.kill()
+        assert pid is not None
+        assert not alive(pid)
+        assert not server.running
+        server.start()
+        assert redis.Redis.from_url(server.url).get("k") == b"1"
+        with pytest.raises(EmbeddedRedisError):
+            server.start()
+
+
+def test_dies_with_its_parent_process(tmp_path: Path) -> None:
+    code = (
+        "import os, sys\n"
+        "from seqrepair.journal import EmbeddedRedis\n"
+        f"s = EmbeddedRedis(data_dir={str(tmp_path)!r}).start()\n"
+        "print('PID', s.pid, flush=True)\n"
+        "os.kill(os.getpid(), 9)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    pid = int(out.stdout.split("PID ")[1].split()[0])
+    for _ in range(100):
+        if not alive(pid):
+            break
+        import time
+
+        time.sleep(0.05)
+    assert not alive(pid)
+
+
+def test_bad_configuration_and_missing_binary(tmp_path: Path) -> None:
+    with pytest.raises(EmbeddedRedisError):
+        EmbeddedRedis(data_dir=tmp_path, appendfsync="sometimes")  # type: ignore[arg-type]
+    with pytest.raises(EmbeddedRedisError):
+        EmbeddedRedis(data_dir=tmp_path, executable="no-such-redis-server").start()
+    with pytest.raises(EmbeddedRedisError):
+        EmbeddedRedis(data_dir=tmp_path).url  # noqa: B018 - never started
+    broken = EmbeddedRedis(data_dir=tmp_path, extra_args=("--no-such-option", "1"))
+    with pytest.raises(EmbeddedRedisError, match=r"no-such-option|Bad directive"):
+        broken.start()
+    assert not broken.running
