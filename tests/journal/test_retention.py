@@ -52,7 +52,7 @@ def test_failed_export_trims_nothing(journal: Journal, tmp_path: Path) -> None:
     fill(journal, 20)
     blocker = tmp_path / "root"
     blocker.write_text("a file where the archive folder should go")
-    with pytest.raises(OSError, match="exists|Not a directory"):
+    with pytest.raises(OSError, match=r"exists|Not a directory"):
         apply_retention(
             journal, "feed/a", RetentionPolicy(max_count=5, archive_root=blocker), now=0.0
         )
