@@ -517,29 +517,26 @@ class Decoder:
             source = props.get("source", default_source)
             source = _str(source, "source")
             topic = _str(props.get("topic", default_topic), "topic")
+            retransmit = props.get("retransmit", False)
+            if not isinstance(retransmit, bool):
+                raise MalformedMessageError("retransmit must be a boolean", got=retransmit)
+            ptype = PublishType.parse(props.get("ptype", PublishType.UPDATE.value))
+            plain_fields = _plain(_map(fields, "fields"))
+            link_seq = self._link_seq(props.get("link_seq"), required=False)
+            permtoken = _opt_str(props.get("permtoken"), "permtoken")
+            timestamp = _timestamp(props.get("timestamp"))
             wire = props.get("source_seq")
             if wire is None:
                 if assign is None:
                     raise MalformedMessageError("source_seq is required", got=None)
-                source_seq = assign(source)
-            else:
-                bits = _int(props.get("source_bits", DEFAULT_SOURCE_BITS), "source_bits",
-                            low=2, high=64)
-                source_seq = self.unwrapper.unwrap(source, _int(wire, "source_seq"), bits)
-            retransmit = props.get("retransmit", False)
-            if not isinstance(retransmit, bool):
-                raise MalformedMessageError("retransmit must be a boolean", got=retransmit)
-            return Publication(
-                topic=topic,
-                source=source,
-                source_seq=source_seq,
-                ptype=props.get("ptype", PublishType.UPDATE.value),
-                fields=_plain(_map(fields, "fields")),
-                link_seq=self._link_seq(props.get("link_seq"), required=False),
-                permtoken=_opt_str(props.get("permtoken"), "permtoken"),
-                timestamp=_timestamp(props.get("timestamp")),
-                retransmit=retransmit,
-            )
+                # everything else is valid: only now may a number be consumed
+                return Publication(topic, source, assign(source), ptype, plain_fields,
+                                   link_seq, permtoken, timestamp, retransmit)
+            bits = _int(props.get("source_bits", DEFAULT_SOURCE_BITS), "source_bits",
+                        low=2, high=64)
+            source_seq = self.unwrapper.unwrap(source, _int(wire, "source_seq"), bits)
+            return Publication(topic, source, source_seq, ptype, plain_fields,
+                               link_seq, permtoken, timestamp, retransmit)
         except MalformedMessageError:
             raise
         except SeqRepairError as exc:

@@ -421,6 +421,10 @@ class Component(MessagingHandler):
                         condition=getattr(exc, "condition", "amqp:invalid-field"),
                         error=exc.message)
             self._reject(delivery, exc)
+        except Exception as exc:  # the component must outlive any one bad message
+            self.stats["rejected"] += 1
+            log.exception("message failed", link=receiver.name)
+            self._reject(delivery, AmqpAdapterError(f"internal error: {exc!r}"))
         finally:
             if receiver.state & Endpoint.LOCAL_ACTIVE:
                 window = (
@@ -564,6 +568,8 @@ class Component(MessagingHandler):
                     f"reply-to {reply_to!r} names no link of this connection", got=reply_to
                 )
             return route
+        if isinstance(cookie, memoryview | bytearray):
+            cookie = bytes(cookie)
         if cookie is not None and not isinstance(cookie, bytes):
             raise MalformedMessageError("response-address-cookie must be binary", got=cookie)
         key = (conn.seqrepair_id, f"{target}\0{cookie!r}")

@@ -14,6 +14,7 @@ from typing import Protocol
 
 import attrs
 
+from seqrepair.amqp.errors import AmqpAdapterError
 from seqrepair.core.messages import Publication
 
 
@@ -35,8 +36,10 @@ def _bare(pub: Publication) -> Publication:
     return attrs.evolve(pub, link_seq=None, retransmit=False)
 
 
-class TrimmedError(Exception):
-    """Raised by :meth:`JournalPort.read_after` when the requested numbers were trimmed."""
+class JournalGapError(AmqpAdapterError):
+    """A publisher skipped numbers: the journal only takes contiguous continuations."""
+
+    condition = "amqp:precondition-failed"
 
 
 @attrs.define
@@ -80,8 +83,12 @@ class RedisJournalPort:
                     break
                 except SequenceConflictError:
                     self._hw[source] = self.journal.high_water(source)  # type: ignore[attr-defined]
-            else:  # pragma: no cover - a publisher racing us three times in a row
-                raise TrimmedError(f"could not journal {source!r} after three conflicts")
+                    if fresh[0].source_seq > self._hw[source] + 1:
+                        raise JournalGapError(
+                            f"{source!r}: the journal holds through {self._hw[source]}, "
+                            f"this starts at {fresh[0].source_seq}",
+                            expected=self._hw[source] + 1, got=fresh[0].source_seq,
+                        ) from None
 
     def high_waters(self) -> dict[str, int]:
         """The last number held per journaled source."""

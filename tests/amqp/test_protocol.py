@@ -1,0 +1,268 @@
+"""The component against plain proton clients that know nothing of seqrepair, and bad input.
+
+One component process serves every test in this module; each test checks that it still serves
+(a fresh plain round trip) after the abuse.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from proton import Delivery, Message, symbol, ulong
+from proton.handlers import MessagingHandler
+from proton.reactor import Container
+
+from seqrepair.journal.server import EmbeddedRedis
+
+from .conftest import ComponentProcess
+
+pytestmark = [pytest.mark.amqp, pytest.mark.redis]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ComponentProcess]:
+    tmp = tmp_path_factory.mktemp("proto")
+    with EmbeddedRedis() as redis:
+        comp = ComponentProcess(redis.url, Path(tmp), "--heartbeat", "0.2",
+                                "--request-rate", "20", "--request-burst", "20",
+                                "--max-gap-range", "1000").start()
+        yield comp
+        comp.stop()
+
+
+class Session(MessagingHandler):
+    """A scripted plain-proton client: attach, send, collect, stop when ``done`` says so."""
+
+    def __init__(self, url: str, *, receive: str | None = None, send: str | None = None,
+                 messages: list[Message] = (), want: int = 0, reply_link: str | None = None,
+                 accept_incoming: bool = False) -> None:
+        super().__init__(prefetch=50)
+        self.url = url
+        self.receive_from = receive
+        self.send_to = send
+        self.to_send = list(messages)
+        self.want = want
+        self.reply_link = reply_link
+        self.received: list[Message] = []
+        self.incoming: list[tuple[str, Message]] = []
+        self.outcomes: list[tuple[Any, Any]] = []
+        self.link_errors: list[Any] = []
+        self.conn: Any = None
+
+    def on_start(self, event: Any) -> None:
+        self.timer = event.container.schedule(15, self)
+        self.conn = event.container.connect(self.url, reconnect=False)
+        if self.receive_from:
+            event.container.create_receiver(self.conn, self.receive_from, name=self.reply_link)
+        if self.send_to:
+            event.container.create_sender(self.conn, self.send_to)
+
+    def on_timer_task(self, event: Any) -> None:
+        self._close()
+
+    def _close(self) -> None:
+        self.conn.close()
+        self.timer.cancel()
+
+    def on_sendable(self, event: Any) -> None:
+        while self.to_send and event.sender.credit:
+            event.sender.send(self.to_send.pop(0))
+
+    def on_settled(self, event: Any) -> None:
+        cond = event.delivery.remote.condition
+        self.outcomes.append((event.delivery.remote_state, cond.name if cond else None))
+        self._check()
+
+    def on_message(self, event: Any) -> None:
+        address = event.receiver.source.address if event.receiver else None
+        self.received.append(event.message)
+        self.incoming.append((address, event.message))
+        self._check()
+
+    def on_link_error(self, event: Any) -> None:
+        cond = event.link.remote_condition
+        self.link_errors.append(cond.name if cond else None)
+        self._close()
+
+    def _check(self) -> None:
+        sent_all = not self.to_send and len(self.outcomes) >= self._n_sent()
+        if sent_all and len(self.received) >= self.want:
+            self._close()
+
+    def _n_sent(self) -> int:
+        return self._total
+
+    def run(self) -> Session:
+        self._total = len(self.to_send)
+        Container(self).run()
+        return self
+
+
+def plain_publication(topic: str, body: Any) -> Message:
+    return Message(body=body, address=topic)
+
+
+def served(url: str) -> bool:
+    """A plain publish is still accepted."""
+    s = Session(url, send="/health/check", messages=[Message(body={"ok": True})]).run()
+    return s.outcomes == [(Delivery.ACCEPTED, None)]
+
+
+def test_plain_client_publishes_and_reads_publications_and_heartbeats(
+    server: ComponentProcess,
+) -> None:
+    import threading
+
+    reader = Session(server.url, receive="/plain/#", want=4)
+    t = threading.Thread(target=reader.run)
+    t.start()
+    import time
+
+    time.sleep(0.5)
+    writer = Session(server.url, send="/plain/x",
+                     messages=[Message(body={"speed": i, "gust": None}) for i in range(3)]).run()
+    t.join(20)
+    assert writer.outcomes == [(Delivery.ACCEPTED, None)] * 3
+    kinds = [m.properties["message-type"] for m in reader.received]
+    pubs = [m for m in reader.received if m.properties["message-type"] == "PUBLICATION"]
+    assert [m.body for m in pubs] == [{"speed": i, "gust": None} for i in range(3)]
+    assert all(m.properties["topic"] == "/plain/x" for m in pubs)
+    assert "HEARTBEAT" in kinds or len(pubs) == 3
+    link_seqs = [int(m.properties["link_seq"]) for m in reader.received]
+    assert link_seqs == list(range(1, len(link_seqs) + 1))
+
+
+@pytest.mark.parametrize(
+    ("props", "body", "condition"),
+    [
+        ({"message-type": "PUBLICATION", "source": "x", "source_seq": ulong(9),
+          "source_bits": 3}, {}, "amqp:invalid-field"),
+        ({"message-type": "PUBLICATION", "source": "x", "source_seq": ulong(1),
+          "ptype": "explode"}, {}, "amqp:decode-error"),
+        ({"message-type": "PUBLICATION"}, [1, 2, 3], "amqp:decode-error"),
+        ({"message-type": "WHAT"}, None, "amqp:not-implemented"),
+        ({"message-type": "GAP-REQUEST", "link_from": ulong(1), "link_to": ulong(2)}, None,
+         "amqp:not-implemented"),
+    ],
+)
+def test_malformed_publications_are_rejected_and_the_server_keeps_serving(
+    server: ComponentProcess, props: dict, body: Any, condition: str
+) -> None:
+    msg = Message(body=body, properties=props)
+    s = Session(server.url, send="/bad/topic",
+                messages=[msg, Message(body={"after": "bad"})]).run()
+    assert s.outcomes[0] == (Delivery.REJECTED, condition)
+    assert s.outcomes[1] == (Delivery.ACCEPTED, None)  # same link, still served
+    assert served(server.url)
+
+
+def test_topic_outside_the_link_address_is_rejected(server: ComponentProcess) -> None:
+    msg = Message(body={}, properties={"message-type": "PUBLICATION", "topic": "/other/t",
+                                       "source": "s", "source_seq": ulong(1)})
+    s = Session(server.url, send="/mine/#", messages=[msg]).run()
+    assert s.outcomes == [(Delivery.REJECTED, "amqp:decode-error")]
+
+
+@pytest.mark.parametrize(("receive", "send"), [("/subscriptions/nope", None), (None, "$nope"),
+                                               ("/bad//pattern", None)])
+def test_unknown_addresses_are_refused(server: ComponentProcess, receive: str | None,
+                                       send: str | None) -> None:
+    s = Session(server.url, receive=receive, send=send,
+                messages=[Message(body={})] if send else []).run()
+    assert s.link_errors == ["amqp:not-found"]
+    assert served(server.url)
+
+
+def _request(kind: str, link: str, **props: Any) -> Message:
+    return Message(properties={"message-type": kind, "link": link, **props},
+                   reply_to=f"$link/{link}", id=uuid.uuid4().hex)
+
+
+class Requester(Session):
+    """Attaches a data link, then sends requests about it on $seqrepair once it is open."""
+
+    def __init__(self, url: str, requests: list[Message], want: int,
+                 annotations: dict | None = None) -> None:
+        self.name = "req-" + uuid.uuid4().hex[:8]
+        super().__init__(url, receive="/req/#", want=want, reply_link=self.name)
+        self.requests = requests
+        self.annotations = annotations
+
+    def on_link_opened(self, event: Any) -> None:
+        if event.link.is_receiver and event.link.name == self.name:
+            sender = event.container.create_sender(self.conn, "$seqrepair")
+            self._sender = sender
+        elif event.link.is_sender and event.link.target.address == "$seqrepair":
+            caps = event.link.remote_target.capabilities
+            caps.rewind()
+            caps.next()
+            found = caps.get_object()
+            self.remote_caps = list(getattr(found, "elements", None) or [found])
+            for msg in self.requests:
+                msg.properties = {**msg.properties, "link": self.name}
+                msg.reply_to = f"$link/{self.name}"
+                if self.annotations:
+                    msg.instructions = self.annotations
+                event.sender.send(msg) if hasattr(event, "sender") and event.sender else \
+                    event.link.send(msg)
+            self._total = len(self.requests)
+
+
+def test_capabilities_and_absurd_gap_range(server: ComponentProcess) -> None:
+    reqs = [_request("CAPABILITIES", "x"),
+            _request("GAP-REQUEST", "x", link_from=ulong(1), link_to=ulong(60_000))]
+    s = Requester(server.url, reqs, want=2)
+    s._total = 2
+    s.run()
+    answers = {m.properties["message-type"]: m for m in s.received
+               if m.properties["message-type"] in ("CAPABILITIES", "GAP-ERROR")}
+    caps = answers["CAPABILITIES"].body
+    assert caps["link_bits"] == 16
+    assert caps["max_gap_range"] == 1000
+    assert "image" in caps["publish_types"]
+    assert caps["heartbeat_interval"] == 0.2
+    err = answers["GAP-ERROR"]
+    assert err.properties["reason"] == "refused"
+    assert err.correlation_id == reqs[1].id
+    assert symbol("response-address-supported") in s.remote_caps
+
+
+def test_out_of_space_request_is_rejected(server: ComponentProcess) -> None:
+    reqs = [_request("GAP-REQUEST", "x", link_from=ulong(1), link_to=ulong(70_000))]
+    s = Requester(server.url, reqs, want=0)
+    s._total = 1
+    s.run()
+    assert s.outcomes == [(Delivery.REJECTED, "amqp:invalid-field")]
+    assert served(server.url)
+
+
+def test_request_flood_is_limited_and_server_keeps_serving(server: ComponentProcess) -> None:
+    reqs = [_request("CAPABILITIES", "x") for _ in range(60)]
+    s = Requester(server.url, reqs, want=0)
+    s._total = 60
+    s.run()
+    states = [c for _, c in s.outcomes]
+    assert states.count("amqp:resource-limit-exceeded") >= 20
+    assert states.count(None) >= 10
+    assert served(server.url)
+
+
+def test_response_annotations_route_the_answer_to_the_target_with_the_cookie(
+    server: ComponentProcess,
+) -> None:
+    cookie = b"\x01gateway-cookie"
+    req = _request("CAPABILITIES", "x")
+    s = Requester(server.url, [req], want=1, annotations={
+        symbol("response-link-target-address"): "gw/responses",
+        symbol("response-address-cookie"): cookie,
+    })
+    s._total = 1
+    s.run()
+    [(_address, answer)] = [(a, m) for a, m in s.incoming
+                           if m.properties["message-type"] == "CAPABILITIES"]
+    assert answer.instructions[symbol("address-cookie")] == cookie
+    assert answer.correlation_id == req.id
