@@ -166,17 +166,21 @@ class Simulation:
             return space.distance(expected, space.wire(upcoming))
 
         def send(frames: list[ToSubscriber], first: int, *, repair: bool, now: float) -> None:
-            key = (context_id, first, tuple(type(f).__name__ for f in frames)) if repair else None
-            # a reset frame opens a new link (an attach), which the transport does not lose
-            lost = rng.random() < conditions.loss and not (first == 0 and not repair and resets)
-            if lost and key is not None:
-                if repair_losses[key] >= conditions.max_repair_losses:
-                    lost = False
-                else:
-                    repair_losses[key] += 1
-            if lost:
-                counts["wire_lost"] += 1
+            if first == 0 and not repair and resets:
+                # A reset frame opens a new link (an attach): the transport neither loses it nor
+                # lets the new link's frames overtake it.
+                item = _InFlight(frames, context_id, first)
+                heapq.heappush(to_subscriber, (now + conditions.latency, next(order), item))
                 return
+            if rng.random() < conditions.loss:
+                key = (context_id, first, tuple(type(f).__name__ for f in frames))
+                if not repair:
+                    counts["wire_lost"] += 1
+                    return
+                if repair_losses[key] < conditions.max_repair_losses:
+                    repair_losses[key] += 1
+                    counts["wire_lost"] += 1
+                    return
             copies = 2 if rng.random() < conditions.duplicate else 1
             for _ in range(copies):
                 delay = conditions.latency

@@ -78,6 +78,23 @@ def _int_in(low: int, high: int) -> Any:
     return check
 
 
+def _instance_of(*types: type) -> Any:
+    def check(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+        if isinstance(value, bool) and bool not in types:
+            value_ok = False
+        else:
+            value_ok = isinstance(value, types)
+        if not value_ok:
+            names = " | ".join(t.__name__ for t in types)
+            raise InvalidMessageError(
+                f"{type(instance).__name__}.{attribute.name} must be {names}",
+                expected=names,
+                got=value,
+            )
+
+    return check
+
+
 def _optional(check: Any) -> Any:
     def optional(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
         if value is not None:
@@ -144,7 +161,7 @@ class Publication:
     link_seq: int | None = attrs.field(default=None, validator=_optional(_int_in(0, _MAX_WIRE)))
     permtoken: str | None = attrs.field(default=None, validator=_optional(_nonempty_str))
     timestamp: float | None = attrs.field(default=None, validator=_optional(_timestamp))
-    retransmit: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+    retransmit: bool = attrs.field(default=False, validator=_instance_of(bool))
 
 
 @attrs.frozen
@@ -188,9 +205,9 @@ class GapError:
     reason: GapErrorReason = attrs.field(validator=_reason)
     request: GapRequest | SourceGapRequest | None = attrs.field(
         default=None,
-        validator=_optional(attrs.validators.instance_of((GapRequest, SourceGapRequest))),
+        validator=_optional(_instance_of(GapRequest, SourceGapRequest)),
     )
-    detail: str = attrs.field(default="", validator=attrs.validators.instance_of(str))
+    detail: str = attrs.field(default="", validator=_instance_of(str))
 
 
 @attrs.frozen(hash=False)
@@ -199,7 +216,7 @@ class ReplayComplete:
 
     through: Mapping[str, int] = attrs.field(converter=_source_numbers)
     request: SourceGapRequest | None = attrs.field(
-        default=None, validator=_optional(attrs.validators.instance_of(SourceGapRequest))
+        default=None, validator=_optional(_instance_of(SourceGapRequest))
     )
     """The request answered, when the transport can say (a stale answer is then ignored)."""
 

@@ -22,20 +22,21 @@ MIN_BITS = 2
 MAX_BITS = 64
 
 
-def _check_bits(_instance: object, _attribute: object, bits: int) -> None:
+def _check_bits(bits: int) -> int:
     if isinstance(bits, bool) or not isinstance(bits, int) or not MIN_BITS <= bits <= MAX_BITS:
         raise InvalidSequenceError(
             f"bit width must be an integer in {MIN_BITS}..{MAX_BITS}, got {bits!r}",
             expected=(MIN_BITS, MAX_BITS),
             got=bits,
         )
+    return bits
 
 
 @attrs.frozen
 class SequenceSpace:
     """The cyclic space 1..2**bits-1 of one link or source."""
 
-    bits: int = attrs.field(validator=_check_bits)
+    bits: int = attrs.field(converter=_check_bits)
     max: int = attrs.field(init=False)
     half: int = attrs.field(init=False)
 

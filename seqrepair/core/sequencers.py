@@ -28,6 +28,13 @@ def _positive_number(instance: object, attribute: attrs.Attribute[Any], value: o
         )
 
 
+def _source_name(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, str) or not value:
+        raise InvalidConfigError(
+            "a source name must be a non-empty string", expected="non-empty str", got=value
+        )
+
+
 def _high_water(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise InvalidConfigError(
@@ -46,7 +53,7 @@ class SourceSequencer:
     in on the wire (see :attr:`wire_seq`).
     """
 
-    source: str = attrs.field(validator=attrs.validators.min_len(1))
+    source: str = attrs.field(validator=_source_name)
     bits: int = 32
     start_after: int = attrs.field(default=0, validator=_high_water)
     space: SequenceSpace = attrs.field(init=False)

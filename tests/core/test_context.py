@@ -1,0 +1,63 @@
+"""The component's link context answers gap requests, or says the context is lost."""
+
+from seqrepair import GapError, GapRequest, Heartbeat, LinkContext, LinkSequencer, SourceSequencer
+from seqrepair.core.errors import InvalidConfigError
+
+
+def filled(bits, count, capacity=100, max_range=50):
+    context = LinkContext(bits=bits, capacity=capacity, max_range=max_range)
+    link = LinkSequencer(bits=bits)
+    src = SourceSequencer(source="feed.a")
+    for _ in range(count):
+        context.record(link.stamp(src.stamp("/t", {}), now=0.0))
+    return context, link, src
+
+
+def test_answers_a_range_across_the_wrap_as_retransmissions():
+    context, _, _ = filled(bits=3, count=12)  # link 1..7, 1..5
+    frames = context.answer(GapRequest(link_from=6, link_to=2))
+    assert [(f.link_seq, f.source_seq) for f in frames] == [(6, 6), (7, 7), (1, 8), (2, 9)]
+    assert all(f.retransmit for f in frames)
+
+
+def test_heartbeats_are_resent_as_they_were():
+    context = LinkContext(bits=8)
+    beat = Heartbeat(link_seq=1, timestamp=3.0)
+    context.record(beat)
+    assert context.answer(GapRequest(1, 1)) == [beat]
+
+
+def test_range_older_than_the_capacity_is_context_lost():
+    context, _, _ = filled(bits=16, count=30, capacity=10)
+    error = context.answer(GapRequest(link_from=5, link_to=6))
+    assert isinstance(error, GapError)
+    assert error.reason == "context-lost"
+    assert error.request == GapRequest(5, 6)
+
+
+def test_absurd_range_is_refused_and_out_of_space_is_refused():
+    context, _, _ = filled(bits=16, count=30, max_range=50)
+    assert context.answer(GapRequest(link_from=1, link_to=60000)).reason == "refused"
+    assert context.answer(GapRequest(link_from=1, link_to=70000)).reason == "refused"
+
+
+def test_a_reset_voids_the_old_context():
+    context, link, src = filled(bits=16, count=20)
+    link.reset()
+    for _ in range(3):
+        context.record(link.stamp(src.stamp("/t", {}), now=0.0))
+    assert [f.source_seq for f in context.answer(GapRequest(1, 2))] == [22, 23]
+    assert context.answer(GapRequest(3, 3)) == []  # not sent yet: nothing to resend
+    empty = LinkContext(bits=16)
+    assert empty.answer(GapRequest(1, 1)).reason == "context-lost"
+
+
+def test_frames_without_link_numbers_cannot_be_recorded():
+    context = LinkContext(bits=16)
+    src = SourceSequencer(source="feed.a")
+    try:
+        context.record(src.stamp("/t", {}))
+    except InvalidConfigError as error:
+        assert "link number" in error.message
+    else:
+        raise AssertionError("recording a frame without a link number must fail")

@@ -1,0 +1,102 @@
+"""Messages are immutable and validated: bad input raises a typed error and builds nothing."""
+
+import attrs
+import pytest
+
+from seqrepair import (
+    GapError,
+    GapRequest,
+    Heartbeat,
+    Publication,
+    PublishType,
+    ReplayComplete,
+    SeqRepairError,
+    SourceGapRequest,
+)
+from seqrepair.core.errors import InvalidMessageError, UnknownPublishTypeError
+
+
+def publication(**overrides):
+    values = dict(topic="/weather/wind/LEMD", source="feed.a", source_seq=7,
+                  ptype=PublishType.UPDATE, fields={"speed": 12, "gust": None})
+    values.update(overrides)
+    return Publication(**values)
+
+
+def test_contract_constructor_and_defaults():
+    pub = publication()
+    assert pub.link_seq is None
+    assert pub.permtoken is None
+    assert pub.timestamp is None
+    assert pub.retransmit is False
+
+
+def test_explicit_null_is_a_value_and_an_absent_key_is_not_sent():
+    pub = publication()
+    assert "gust" in pub.fields
+    assert pub.fields["gust"] is None
+    assert "direction" not in pub.fields
+
+
+def test_publication_is_immutable_including_its_fields():
+    source_fields = {"speed": 1}
+    pub = publication(fields=source_fields)
+    source_fields["speed"] = 99
+    assert pub.fields["speed"] == 1
+    with pytest.raises(TypeError):
+        pub.fields["speed"] = 3
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        pub.topic = "/other"
+
+
+@pytest.mark.parametrize(("name", "expected"), [
+    ("update", PublishType.UPDATE), ("correction", PublishType.CORRECTION),
+    ("image", PublishType.IMAGE), ("drop", PublishType.DROP),
+    ("snapshot", PublishType.SNAPSHOT), ("add", PublishType.IMAGE), ("ADD", PublishType.IMAGE),
+])
+def test_publish_types_are_read_by_name_and_add_means_image(name, expected):
+    assert publication(ptype=name).ptype is expected
+
+
+@pytest.mark.parametrize("bad", ["set", "", 3, None])
+def test_unknown_publish_type_is_a_typed_error(bad):
+    with pytest.raises(UnknownPublishTypeError) as info:
+        publication(ptype=bad)
+    assert info.value.got == bad
+    assert "add" in info.value.expected
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("topic", ""), ("topic", None), ("source", ""), ("source_seq", 0), ("source_seq", -1),
+    ("source_seq", "7"), ("source_seq", True), ("fields", [("a", 1)]), ("fields", {1: "x"}),
+    ("link_seq", -1), ("link_seq", 2**64), ("permtoken", ""), ("timestamp", "now"),
+    ("retransmit", 1),
+])
+def test_malformed_publication_fields_are_rejected(field, value):
+    with pytest.raises(InvalidMessageError):
+        publication(**{field: value})
+
+
+def test_heartbeat_gap_request_and_replies_validate():
+    assert Heartbeat(link_seq=57374, timestamp=1562075995.0).link_seq == 57374
+    assert GapRequest(link_from=65534, link_to=2).link_to == 2  # crosses the wrap
+    with pytest.raises(InvalidMessageError):
+        GapRequest(link_from=0, link_to=3)
+    with pytest.raises(InvalidMessageError):
+        Heartbeat(link_seq=-5)
+    with pytest.raises(InvalidMessageError):
+        SourceGapRequest(after={"feed.a": -1})
+    with pytest.raises(InvalidMessageError):
+        SourceGapRequest(after=[("feed.a", 1)])
+    with pytest.raises(InvalidMessageError):
+        ReplayComplete(through={"": 3})
+    with pytest.raises(InvalidMessageError) as info:
+        GapError(reason="lost")
+    assert isinstance(info.value, SeqRepairError)
+
+
+def test_gap_error_names_its_request():
+    request = SourceGapRequest(after={"feed.a": 56737, "feed.b": 211234})
+    error = GapError(reason="trimmed", request=request)
+    assert error.request == SourceGapRequest(after={"feed.b": 211234, "feed.a": 56737})
+    assert ReplayComplete(through={"feed.a": 57001}).through["feed.a"] == 57001

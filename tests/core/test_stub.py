@@ -1,0 +1,300 @@
+"""The subscriber stub, scenario by scenario (DESIGN.md, "Subscriber stub semantics")."""
+
+import pytest
+
+from seqrepair import (
+    BufferOverflow,
+    Delivered,
+    Disconnect,
+    GapError,
+    GapRequest,
+    Heartbeat,
+    HeartbeatOverdue,
+    InvalidSequenceError,
+    LinkReset,
+    Publication,
+    PublishType,
+    ReplayComplete,
+    RequestGap,
+    RequestSourceGap,
+    SourceGapRequest,
+    SubscriberStub,
+    Unrecoverable,
+)
+from seqrepair.core.errors import InvalidConfigError, InvalidMessageError
+
+
+def pub(link, seq, source="feed.a", retransmit=False):
+    return Publication(topic="/weather/wind/LEMD", source=source, source_seq=seq,
+                       ptype=PublishType.UPDATE, fields={"speed": seq}, link_seq=link,
+                       retransmit=retransmit)
+
+
+def replayed(seq, source="feed.a"):
+    return pub(None, seq, source=source, retransmit=True)
+
+
+def delivered(events):
+    return [(e.publication.source, e.publication.source_seq) for e in events
+            if isinstance(e, Delivered)]
+
+
+def of(kind, events):
+    return [e for e in events if isinstance(e, kind)]
+
+
+def make(**options):
+    defaults = dict(bits=16, heartbeat_interval=1.0, missed_heartbeats=3, nak_delay=0.05,
+                    jitter=0.0, seed=1)
+    defaults.update(options)
+    return SubscriberStub(**defaults)
+
+
+def test_in_order_frames_are_delivered_at_once_and_heartbeats_only_fill_numbers():
+    stub = make()
+    assert delivered(stub.receive(pub(1, 10), now=0.0)) == [("feed.a", 10)]
+    assert stub.receive(Heartbeat(link_seq=2), now=0.1) == []
+    assert delivered(stub.receive(pub(3, 11), now=0.2)) == [("feed.a", 11)]
+    stats = stub.stats
+    assert (stats.delivered, stats.heartbeats, stats.duplicates) == (2, 1, 0)
+    assert stub.expected_link_seq == 4
+
+
+def test_a_frame_ahead_is_buffered_and_released_when_the_gap_fills():
+    stub = make()
+    stub.receive(pub(1, 1), now=0.0)
+    assert stub.receive(pub(3, 3), now=0.01) == []
+    assert stub.buffered == 1
+    events = stub.receive(pub(2, 2), now=0.02)  # a late original within the nak delay
+    assert delivered(events) == [("feed.a", 2), ("feed.a", 3)]
+    assert stub.stats.requests_sent == 0
+
+
+def test_missing_range_is_requested_only_after_the_nak_delay():
+    stub = make(nak_delay=0.05)
+    stub.receive(pub(1, 1), now=0.0)
+    stub.receive(pub(5, 5), now=1.0)
+    assert stub.next_deadline == pytest.approx(1.05)
+    assert of(RequestGap, stub.poll(now=1.04)) == []
+    assert of(RequestGap, stub.poll(now=1.05)) == [RequestGap(GapRequest(2, 4))]
+    events = []
+    for link in (2, 3, 4):
+        events += stub.receive(pub(link, link, retransmit=True), now=1.1)
+    assert delivered(events) == [("feed.a", n) for n in (2, 3, 4, 5)]
+    assert stub.stats.link_repaired == 3
+
+
+def test_gap_request_crosses_the_wrap():
+    stub = make(bits=3)  # 1..7
+    for link in range(1, 8):
+        stub.receive(pub(link, link), now=0.0)
+    stub.receive(pub(3, 10), now=0.0)  # 8 and 9 (wire 1 and 2) missing
+    assert of(RequestGap, stub.poll(now=1.0)) == [RequestGap(GapRequest(1, 2))]
+
+
+def test_nearby_gaps_coalesce_and_several_gaps_go_out_together():
+    stub = make(coalesce=1)
+    for link in (1, 3, 5, 6, 20):
+        stub.receive(pub(link, link), now=0.0)
+    requests = of(RequestGap, stub.poll(now=1.0))
+    # 2 and 4 are one received number apart: one request; 7..19 is two further away.
+    assert requests == [RequestGap(GapRequest(2, 4)), RequestGap(GapRequest(7, 19))]
+
+
+def test_outstanding_requests_are_bounded():
+    stub = make(coalesce=0, max_outstanding=2)
+    stub.receive(pub(1, 1), now=0.0)
+    for link in (3, 5, 7, 9):
+        stub.receive(pub(link, link), now=0.0)
+    first = of(RequestGap, stub.poll(now=1.0))
+    assert first == [RequestGap(GapRequest(2, 2)), RequestGap(GapRequest(4, 4))]
+    stub.receive(pub(2, 2, retransmit=True), now=1.01)
+    stub.receive(pub(4, 4, retransmit=True), now=1.01)
+    assert of(RequestGap, stub.poll(now=1.02)) == [
+        RequestGap(GapRequest(6, 6)), RequestGap(GapRequest(8, 8))]
+
+
+def test_retries_back_off_then_give_up_with_unrecoverable_and_move_on():
+    stub = make(retry_interval=0.1, backoff=2.0, max_retries=3)
+    stub.receive(pub(1, 1), now=0.0)
+    stub.receive(pub(3, 3), now=0.0)
+    sent_at = []
+    now = 0.0
+    events = []
+    while now < 5.0 and not of(Unrecoverable, events):
+        now = stub.next_deadline
+        events = stub.poll(now)
+        if of(RequestGap, events):
+            sent_at.append(round(now, 3))
+    assert sent_at == [0.05, 0.15, 0.35]  # waits of 0.1 then 0.2 (backoff), no jitter
+    assert of(Unrecoverable, events) == [
+        Unrecoverable(source=None, after=None, reason="give-up", link_from=2, link_to=2)]
+    assert delivered(events) == [("feed.a", 3)]  # it does not stall forever
+    assert stub.stats.unrecoverable == 1
+
+
+def test_jitter_spreads_retries_deterministically_per_seed():
+    def retry_time(seed):
+        stub = make(jitter=0.5, seed=seed)
+        stub.receive(pub(1, 1), now=0.0)
+        stub.receive(pub(3, 3), now=0.0)
+        stub.poll(now=0.05)
+        return stub.next_deadline
+
+    assert retry_time(1) == retry_time(1)
+    assert len({retry_time(seed) for seed in range(5)}) > 1
+    assert all(0.25 <= retry_time(seed) <= 0.35 for seed in range(5))
+
+
+def test_duplicates_are_dropped_and_counted():
+    stub = make()
+    events = stub.receive(pub(1, 1), now=0.0)
+    events += stub.receive(pub(1, 1), now=0.0)
+    events += stub.receive(pub(2, 2), now=0.0)
+    events += stub.receive(pub(1, 1, retransmit=True), now=0.0)
+    assert delivered(events) == [("feed.a", 1), ("feed.a", 2)]
+    assert stub.stats.duplicates == 2
+
+
+def test_link_reset_holds_new_frames_until_the_source_replay_completes():
+    stub = make()
+    for link in (1, 2):
+        stub.receive(pub(link, link), now=0.0)
+    stub.receive(pub(4, 4), now=0.0)  # 3 is missing when the link resets
+    events = stub.receive(pub(0, 7), now=0.1)
+    assert of(LinkReset, events) == [LinkReset(previous_expected=3, abandoned=2)]
+    request = SourceGapRequest(after={"feed.a": 2})
+    assert of(RequestSourceGap, events) == [RequestSourceGap(request)]
+    assert delivered(stub.receive(pub(1, 8), now=0.1)) == []  # held
+    replay = []
+    for seq in (3, 4, 5, 6, 7):
+        replay += stub.receive(replayed(seq), now=0.2)
+    assert delivered(replay) == [("feed.a", n) for n in (3, 4, 5, 6, 7)]
+    done = stub.receive(ReplayComplete(through={"feed.a": 8}, request=request), now=0.3)
+    assert delivered(done) == [("feed.a", 8)]  # 7 was already delivered by the replay
+    assert delivered(stub.receive(pub(2, 9), now=0.3)) == [("feed.a", 9)]
+    assert stub.stats.resets == 1
+
+
+def test_a_stale_replay_complete_is_ignored():
+    stub = make()
+    stub.receive(pub(1, 1), now=0.0)
+    stub.receive(pub(0, 5), now=0.1)
+    stale = ReplayComplete(through={"feed.a": 9}, request=SourceGapRequest(after={"x": 1}))
+    assert stub.receive(stale, now=0.2) == []
+    assert stub.buffered == 1  # still held
+
+
+def test_context_lost_falls_back_to_source_level_repair_and_covers_the_gap():
+    stub = make()
+    stub.receive(pub(1, 1), now=0.0)
+    stub.receive(pub(2, 2, source="feed.b"), now=0.0)
+    stub.receive(pub(6, 6), now=0.0)
+    (request,) = of(RequestGap, stub.poll(now=1.0))
+    events = stub.receive(GapError("context-lost", request.request), now=1.1)
+    (source_request,) = of(RequestSourceGap, events)
+    assert source_request.request.after == {"feed.a": 1, "feed.b": 2}
+    replay = stub.receive(replayed(4), now=1.2) + stub.receive(replayed(6), now=1.2)
+    assert delivered(replay) == [("feed.a", 4), ("feed.a", 6)]
+    done = stub.receive(ReplayComplete(through={"feed.a": 6, "feed.b": 2}), now=1.3)
+    assert done == []
+    assert stub.expected_link_seq == 7  # moved past the covered gap and drained 6 as a dup
+    assert delivered(stub.receive(pub(7, 7), now=1.4)) == [("feed.a", 7)]
+    assert stub.stats.source_covered == 3
+
+
+@pytest.mark.parametrize("reason", ["refused", "trimmed"])
+def test_refused_or_trimmed_link_gap_is_unrecoverable_and_skipped(reason):
+    stub = make()
+    stub.receive(pub(1, 1), now=0.0)
+    stub.receive(pub(4, 4), now=0.0)
+    events = stub.receive(GapError(reason, GapRequest(2, 3)), now=0.5)
+    assert of(Unrecoverable, events) == [
+        Unrecoverable(source=None, after=None, reason=reason, link_from=2, link_to=3)]
+    assert delivered(events) == [("feed.a", 4)]
+
+
+def test_refused_source_replay_names_each_source_and_releases_held_frames():
+    stub = make()
+    stub.receive(pub(1, 3), now=0.0)
+    events = stub.receive(pub(0, 9), now=0.1)
+    (req,) = of(RequestSourceGap, events)
+    events = stub.receive(GapError("refused", req.request), now=0.2)
+    assert of(Unrecoverable, events) == [
+        Unrecoverable(source="feed.a", after=3, reason="refused")]
+    assert delivered(events) == [("feed.a", 9)]
+
+
+def test_a_replayed_frame_without_a_replay_in_flight_is_not_delivered_out_of_order():
+    stub = make()
+    stub.receive(pub(1, 1), now=0.0)
+    stub.receive(pub(3, 3), now=0.0)
+    assert stub.receive(replayed(5), now=0.0) == []
+    assert stub.stats.stray_dropped == 1
+
+
+def test_heartbeat_overdue_alerts_and_probes_for_the_next_number():
+    stub = make(heartbeat_interval=1.0, missed_heartbeats=3)
+    stub.receive(pub(1, 1), now=10.0)
+    assert stub.next_deadline == 13.0
+    assert stub.poll(now=12.9) == []
+    events = stub.poll(now=13.0)
+    assert of(HeartbeatOverdue, events) == [HeartbeatOverdue(missed=3, since=10.0)]
+    assert of(RequestGap, events) == [RequestGap(GapRequest(2, 2))]
+    assert of(HeartbeatOverdue, stub.poll(now=14.0)) == [HeartbeatOverdue(missed=4, since=10.0)]
+    stub.receive(Heartbeat(link_seq=2), now=14.5)
+    assert stub.poll(now=15.0) == []
+
+
+@pytest.mark.parametrize(("policy", "kind"), [("wait", None), ("disconnect", Disconnect)])
+def test_overdue_policy_wait_or_disconnect(policy, kind):
+    stub = make(overdue_policy=policy)
+    stub.receive(pub(1, 1), now=0.0)
+    events = stub.poll(now=3.0)
+    assert of(HeartbeatOverdue, events)
+    assert of(RequestGap, events) == []
+    assert len(of(Disconnect, events)) == (1 if kind else 0)
+
+
+def test_overflow_is_explicit_and_the_dropped_frames_are_requested_again():
+    stub = make(max_buffer=2)
+    stub.receive(pub(1, 1), now=0.0)
+    stub.receive(pub(3, 3), now=0.0)
+    stub.receive(pub(4, 4), now=0.0)
+    events = stub.receive(pub(5, 5), now=0.0)
+    assert of(BufferOverflow, events) == [BufferOverflow(limit=2, dropped=1)]
+    assert stub.buffered == 2
+    assert of(RequestGap, stub.poll(now=1.0)) == [RequestGap(GapRequest(2, 2))]
+    events = stub.receive(pub(2, 2, retransmit=True), now=1.1)
+    assert delivered(events) == [("feed.a", 2), ("feed.a", 3), ("feed.a", 4)]
+    assert of(RequestGap, stub.poll(now=2.0)) == [RequestGap(GapRequest(5, 5))]
+    assert delivered(stub.receive(pub(5, 5, retransmit=True), now=2.1)) == [("feed.a", 5)]
+
+
+def test_resume_point_names_the_last_delivered_number_per_source():
+    stub = make()
+    stub.receive(pub(1, 41), now=0.0)
+    stub.receive(pub(2, 7, source="feed.b"), now=0.0)
+    assert stub.resume_point() == SourceGapRequest(after={"feed.a": 41, "feed.b": 7})
+
+
+def test_bad_frames_raise_typed_errors_and_leave_state_intact():
+    stub = make(bits=8)
+    stub.receive(pub(1, 1), now=0.0)
+    before = (stub.stats, stub.expected_link_seq, stub.buffered)
+    with pytest.raises(InvalidSequenceError) as info:
+        stub.receive(pub(300, 2), now=0.0)
+    assert info.value.got == 300
+    with pytest.raises(InvalidMessageError):
+        stub.receive({"link_seq": 2}, now=0.0)
+    assert (stub.stats, stub.expected_link_seq, stub.buffered) == before
+    assert delivered(stub.receive(pub(2, 2), now=0.0)) == [("feed.a", 2)]
+
+
+@pytest.mark.parametrize(("option", "value"), [
+    ("bits", 1), ("heartbeat_interval", 0), ("missed_heartbeats", 0), ("nak_delay", -1),
+    ("max_buffer", 0), ("max_retries", 0), ("overdue_policy", "panic"),
+])
+def test_bad_configuration_is_a_typed_error(option, value):
+    with pytest.raises((InvalidConfigError, InvalidSequenceError)):
+        make(**{option: value})

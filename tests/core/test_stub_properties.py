@@ -1,0 +1,181 @@
+"""Properties of the stub under random loss, reordering, duplication, wraparound and resets.
+
+The simulation runs a real component (sequencers, link context, journal replay) against the
+real stub over a link that misbehaves as hypothesis chooses, at 3, 4, 8 and 16 bits so the link
+numbers wrap many times. The application must see every publication exactly once, per source in
+order, and end with the publisher's images.
+"""
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from seqrepair import (
+    Delivered,
+    Heartbeat,
+    Publication,
+    PublishType,
+    SeqRepairError,
+    SequenceSpace,
+    SubscriberStub,
+)
+from seqrepair.simulation import LinkConditions, Simulation
+
+TOPICS = [f"/weather/wind/{code}" for code in ("LEMD", "EGLL", "LFPG", "EDDF")]
+
+
+@st.composite
+def plans(draw, max_size):
+    sources = draw(st.lists(st.sampled_from(["feed.a", "feed.b", "feed.c"]), min_size=1,
+                            max_size=3, unique=True))
+    size = draw(st.integers(min_value=1, max_value=max_size))
+    rows = []
+    for _ in range(size):
+        fields = draw(st.dictionaries(st.sampled_from(["speed", "gust", "dir"]),
+                                      st.one_of(st.none(), st.integers(0, 99)), max_size=3))
+        rows.append((draw(st.sampled_from(sources)), draw(st.sampled_from(TOPICS)), fields,
+                     draw(st.sampled_from(list(PublishType)))))
+    return rows
+
+
+conditions = st.builds(
+    LinkConditions,
+    loss=st.floats(0.0, 0.3),
+    duplicate=st.floats(0.0, 0.2),
+    reorder=st.floats(0.0, 0.5),
+    request_loss=st.floats(0.0, 0.3),
+)
+
+
+@pytest.mark.slow
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    bits=st.sampled_from([3, 4, 8, 16]),
+    plan=plans(max_size=300),
+    link=conditions,
+    reset_points=st.sets(st.integers(0, 299), max_size=3),
+    context_capacity=st.sampled_from([2, 8, 64, 1 << 20]),
+    seed=st.integers(0, 2**32),
+)
+def test_every_publication_arrives_exactly_once_in_order(
+    bits, plan, link, reset_points, context_capacity, seed
+):
+    report = Simulation(
+        bits=bits, plan=plan, conditions=link, resets_at=frozenset(reset_points),
+        context_capacity=context_capacity, seed=seed,
+    ).run(max_time=300.0)
+    assert report.unrecoverable == ()
+    assert report.exactly_once_in_order
+    assert report.subscriber_images == report.publisher_images
+
+
+@pytest.mark.slow
+@settings(max_examples=25, deadline=None)
+@given(
+    bits=st.sampled_from([3, 4, 8]),
+    plan=plans(max_size=400),
+    seed=st.integers(0, 2**32),
+)
+def test_without_context_loss_delivery_follows_link_order_exactly(bits, plan, seed):
+    link = LinkConditions(loss=0.1, duplicate=0.1, reorder=0.3)
+    report = Simulation(bits=bits, plan=plan, conditions=link, seed=seed).run()
+    def numbers(publications):
+        return [(p.source, p.source_seq) for p in publications]
+
+    assert numbers(report.delivered) == numbers(report.published)
+    assert report.stats.source_requests_sent == 0
+
+
+def test_many_wraps_at_eight_bits_with_a_reset():
+    plan = [(f"feed.{i % 3}", TOPICS[i % 4], {"n": i}, PublishType.UPDATE) for i in range(5000)]
+    report = Simulation(bits=8, plan=plan, conditions=LinkConditions(loss=0.02, reorder=0.1,
+                        duplicate=0.02), resets_at=frozenset({2500}), seed=7).run()
+    assert report.exactly_once_in_order
+    assert report.resets == 1
+    assert report.stats.link_repaired > 0
+    assert report.stats.resets == 1
+
+
+class ReorderBuffer(RuleBasedStateMachine):
+    """The stub's reorder buffer against a model: deliver the contiguous prefix, nothing more.
+
+    Frames arrive in any order within the window, duplicated at will, across the wrap of a
+    3-bit space; no time passes, so nothing is requested or given up.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.stub = SubscriberStub(bits=3, max_buffer=1000)
+        self.space = SequenceSpace(bits=3)
+        self.received = set()  # absolute positions that have arrived
+        self.next_undelivered = 1  # the model's delivery point
+        self.delivered = []
+
+    def frame(self, position):
+        wire = self.space.wire(position)
+        if position % 4 == 0:
+            return Heartbeat(link_seq=wire)
+        return Publication(topic="/t", source="s", source_seq=position,
+                           ptype=PublishType.UPDATE, fields={}, link_seq=wire)
+
+    @rule(offset=st.integers(0, 2))
+    def arrive(self, offset):
+        # within the window the sender's flow control allows (< half the space ahead)
+        position = self.next_undelivered + offset
+        self.feed(position)
+
+    @precondition(lambda self: self.next_undelivered > 1)
+    @rule(back=st.integers(1, 3))
+    def duplicate_of_old(self, back):
+        self.feed(max(1, self.next_undelivered - back))
+
+    def feed(self, position):
+        for event in self.stub.receive(self.frame(position), now=0.0):
+            assert isinstance(event, Delivered), event
+            self.delivered.append(event.publication.source_seq)
+        self.received.add(position)
+        while self.next_undelivered in self.received:
+            self.next_undelivered += 1
+
+    @invariant()
+    def delivers_exactly_the_contiguous_prefix(self):
+        expected = [p for p in range(1, self.next_undelivered) if p % 4 != 0]
+        assert self.delivered == expected
+        assert self.stub.buffered == len([p for p in self.received if p >= self.next_undelivered])
+        assert self.stub.expected_link_seq == self.space.wire(self.next_undelivered)
+
+
+TestReorderBuffer = ReorderBuffer.TestCase
+TestReorderBuffer.settings = settings(max_examples=200, stateful_step_count=60, deadline=None)
+
+
+frames = st.one_of(
+    st.builds(Heartbeat, link_seq=st.integers(0, 40)),
+    st.builds(Publication, topic=st.just("/t"), source=st.sampled_from(["a", "b"]),
+              source_seq=st.integers(1, 30), ptype=st.just(PublishType.UPDATE),
+              fields=st.just({}), link_seq=st.one_of(st.none(), st.integers(0, 40)),
+              retransmit=st.booleans()),
+    st.integers(), st.text(max_size=3), st.none(),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(frames, st.booleans()), max_size=60))
+def test_hostile_input_raises_only_seqrepair_errors_and_never_breaks_order(script):
+    stub = SubscriberStub(bits=4, nak_delay=0.0, retry_interval=0.01, max_retries=2)
+    now = 0.0
+    last = {}
+    for frame, then_poll in script:
+        now += 0.01
+        try:
+            events = stub.receive(frame, now)
+        except SeqRepairError:
+            events = []
+        if then_poll:
+            events += stub.poll(now)
+        for event in events:
+            if isinstance(event, Delivered):
+                pub = event.publication
+                assert pub.source_seq > last.get(pub.source, 0)
+                last[pub.source] = pub.source_seq
