@@ -1,0 +1,61 @@
+"""A SparkSession with quiet logging and defaults that suit one machine."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from collections.abc import Mapping
+
+import structlog
+from pyspark.sql import SparkSession
+
+log = structlog.get_logger(__name__)
+
+LOCAL_DEFAULTS: Mapping[str, str] = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "8",
+    "spark.sql.adaptive.enabled": "true",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.driver.memory": "4g",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.python.worker.reuse": "true",
+}
+"""Settings applied unless the caller overrides them."""
+
+
+def spark_session(
+    master: str = "local[*]",
+    *,
+    app_name: str = "seqrepair",
+    progress: bool = False,
+    conf: Mapping[str, str] | None = None,
+) -> SparkSession:
+    """Get (or create) a SparkSession for seqrepair jobs.
+
+    ``master`` is any Spark master URL (``local[2]``, ``spark://host:7077``). ``progress``
+    turns on Spark's console progress bar for long jobs. Logging is set to WARN, the UI is off
+    and shuffle partitions are few, which suits a single machine; ``conf`` overrides any of
+    it. The Python workers use this interpreter, and ``seqrepair`` is put on their path.
+    """
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    settings = dict(LOCAL_DEFAULTS)
+    settings["spark.ui.showConsoleProgress"] = "true" if progress else "false"
+    settings["spark.executorEnv.PYTHONPATH"] = _package_parent()
+    settings.update(conf or {})
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    log.info("spark session", master=master, version=spark.version)
+    return spark
+
+
+def _package_parent() -> str:
+    """The folder holding the ``seqrepair`` package, prepended to workers' PYTHONPATH."""
+    parent = str(Path(__file__).resolve().parents[2])
+    existing = os.environ.get("PYTHONPATH", "")
+    return parent if not existing else f"{parent}{os.pathsep}{existing}"
