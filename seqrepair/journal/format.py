@@ -42,9 +42,10 @@ from __future__ import annotations
 
 import json
 import urllib.parse
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from functools import lru_cache
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from seqrepair.core.errors import InvalidMessageError, SeqRepairError
@@ -66,8 +67,33 @@ META_BITS = "bits"
 META_TRIMMED_THROUGH = "trimmed_through"
 META_TRIMMED_AT = "trimmed_at"
 
-_encode_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
 _decode_json = json.JSONDecoder().decode
+
+
+def _not_json(value: object) -> Any:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def _make_encoder() -> Any:
+    """Compact, UTF-8, no NaN. The C encoder is built once (``JSONEncoder.encode`` rebuilds it
+    on every call, which costs more than encoding a small object)."""
+    c_make_encoder = getattr(json.encoder, "c_make_encoder", None)
+    c_encode_basestring = getattr(json.encoder, "c_encode_basestring", None)
+    if c_make_encoder is None or c_encode_basestring is None:  # pragma: no cover - no C accel
+        return json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+    iterencode = c_make_encoder(
+        None, _not_json, c_encode_basestring, None, ":", ",", False, False, False
+    )
+
+    def encode(value: Any) -> str:
+        return "".join(iterencode(value, 0))
+
+    return encode
+
+
+_encode_json: Callable[[Any], str] = _make_encoder()
+encode_json = _encode_json
+"""Compact JSON text of ``value`` (UTF-8, NaN and Infinity refused with ValueError)."""
 
 
 def stream_key(source: str) -> str:
@@ -115,8 +141,8 @@ def check_seq(seq: object, what: str = "sequence number", *, low: int = 0) -> in
 def encode_fields(fields: Mapping[str, Any]) -> str:
     """The JSON object text of a publication's fields (explicit null -> ``null``)."""
     try:
-        return _encode_json(dict(fields))
-    except (TypeError, ValueError) as exc:
+        return _encode_json(fields.copy() if type(fields) is MappingProxyType else dict(fields))
+    except (TypeError, ValueError, RecursionError) as exc:
         raise InvalidMessageError(
             f"publication fields are not JSON-encodable: {exc}", expected="JSON values"
         ) from exc
@@ -137,7 +163,7 @@ def encode_value(value: Any) -> str:
     """The JSON text of one field value (the archive's map values)."""
     try:
         return _encode_json(value)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:
         raise InvalidMessageError(f"field value is not JSON-encodable: {exc}") from exc
 
 

@@ -39,6 +39,7 @@ from seqrepair.journal.format import (
     check_source,
     decode_values,
     encode_fields,
+    encode_json,
     entry_id,
     meta_key,
     space,
@@ -47,7 +48,6 @@ from seqrepair.journal.format import (
 
 log = structlog.get_logger(__name__)
 
-_encode_envelope = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 _decode_page = json.loads
 
 
@@ -137,17 +137,29 @@ class Journal:
         :class:`SequenceConflictError` and nothing is written; a repeated append is therefore
         rejected. Bad publications raise InvalidMessageError before anything is sent.
         """
+        source, envelope = self.prepare_append(publications, bits)
+        with map_redis_errors("append", source):
+            reply = self._append(
+                keys=[stream_key(source), meta_key(source)],
+                args=[source, str(bits), envelope],
+            )
+        return self.append_result(publications, bits, reply)
+
+    def prepare_append(self, publications: Sequence[Publication], bits: int) -> tuple[str, bytes]:
+        """Validate a batch, register its source, and encode it: ``(source, envelope)``."""
         if not publications:
             raise InvalidMessageError("an append needs at least one publication", got=0)
         source = publications[0].source
         envelope = self._envelope(publications, bits, source)
         if source not in self._registered:
             self.register_source(source, bits)
-        with map_redis_errors("append", source):
-            status, value = self._append(
-                keys=[stream_key(source), meta_key(source)],
-                args=[source, str(bits), envelope],
-            )
+        return source, envelope
+
+    @staticmethod
+    def append_result(publications: Sequence[Publication], bits: int, reply: Any) -> int:
+        """The new high-water from the append script's reply, or the typed error it means."""
+        status, value = reply
+        source = publications[0].source
         if status == b"ok":
             return int(value)
         if status == b"bits":
@@ -191,12 +203,13 @@ class Journal:
                     pub.ptype.value,
                     encode_fields(pub.fields),
                     pub.permtoken,
-                    None if ts is None else repr(float(ts)),
+                    None if ts is None else repr(ts if type(ts) is float else float(ts)),
                     str((seq - 1) % modulus + 1),
                 )
             )
         try:
-            return _encode_envelope(rows).encode("utf-8")
+            encoded: str = encode_json(rows)
+            return encoded.encode("utf-8")
         except (UnicodeEncodeError, ValueError) as exc:
             raise InvalidMessageError(f"publication text is not valid UTF-8: {exc}") from exc
 

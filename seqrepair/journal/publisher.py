@@ -9,8 +9,10 @@
   what is queued now. Only after the journal holds a publication is it handed to ``transport``,
   in source order. A publication counts as published exactly then (``published_through``).
 * ``window`` bounds the publications stamped but not yet journaled: the in-memory backlog
-  while Redis is unreachable. ``publish()`` on a full window flushes first; if the journal is
-  still unreachable it raises :class:`~seqrepair.journal.errors.BacklogFullError` and stamps
+  while Redis is unreachable. With a window of several batches, up to ``window // batch_size``
+  batches are in flight at once (:class:`~seqrepair.journal.pipelined.AppendPipeline`): the
+  publisher stamps and encodes the next batch while Redis writes the last. ``publish()`` on
+  a full window flushes first; if the journal is still unreachable it raises :class:`~seqrepair.journal.errors.BacklogFullError` and stamps
   nothing (no number is consumed). Queued publications are never dropped and never reported
   as published before the journal holds them.
 * When an append fails with an unknown outcome (timeout, dropped connection) the next flush
@@ -30,9 +32,10 @@ import structlog
 from seqrepair.core.errors import InvalidConfigError
 from seqrepair.core.messages import Publication, PublishType
 from seqrepair.core.sequencers import SourceSequencer
-from seqrepair.journal.errors import BacklogFullError, JournalUnavailableError
+from seqrepair.journal.errors import BacklogFullError, JournalError, JournalUnavailableError
 from seqrepair.journal.format import check_encodable
 from seqrepair.journal.journal import Journal
+from seqrepair.journal.pipelined import AppendPipeline
 
 Transport = Callable[[Publication], object]
 
@@ -77,7 +80,9 @@ class Publisher:
         self.sequencer = SourceSequencer(source=source, bits=bits, start_after=info.high_water)
         self.published_through = info.high_water
         """Highest number the journal holds and the transport was given (or started after)."""
-        self._pending: deque[Publication] = deque()
+        self._unheld: deque[Publication] = deque()  # stamped, not known held; oldest first
+        self._sent = 0  # how many of _unheld (from the front) are in flight
+        self._pipe = AppendPipeline(journal, bits, depth=max(1, self.window // self.batch_size))
         self._uncertain = False
         self.log.info("publisher.started", high_water=info.high_water, bits=bits)
 
@@ -88,8 +93,8 @@ class Publisher:
 
     @property
     def pending(self) -> int:
-        """Publications stamped but not yet held by the journal."""
-        return len(self._pending)
+        """Publications stamped but not yet held by the journal (queued or in flight)."""
+        return len(self._unheld)
 
     def publish(
         self,
@@ -108,65 +113,79 @@ class Publisher:
         queued), BacklogFullError when the window is full and the journal unreachable, and
         InvalidMessageError for bad input (no number consumed).
         """
-        if len(self._pending) >= self.window:
+        if len(self._unheld) >= self.window:
             try:
                 self.flush()
             except JournalUnavailableError as exc:
                 raise BacklogFullError(
-                    f"journal unreachable and {len(self._pending)} publications are waiting "
+                    f"journal unreachable and {len(self._unheld)} publications are waiting "
                     f"(window {self.window}): {exc.message}",
                     source=self.source,
                     operation="publish",
                     expected=f"< {self.window} pending",
-                    got=len(self._pending),
+                    got=len(self._unheld),
                 ) from exc
         check_encodable(topic, fields, permtoken)
         if timestamp is None and self.clock is not None:
             timestamp = self.clock()
         pub = self.sequencer.stamp(topic, fields, ptype, permtoken=permtoken, timestamp=timestamp)
-        self._pending.append(pub)
-        if len(self._pending) >= self.batch_size:
-            self.flush()
+        self._unheld.append(pub)
+        if len(self._unheld) - self._sent >= self.batch_size:
+            self._send(wait=False)
         return pub
 
     def flush(self) -> int:
-        """Journal everything queued (in batches), handing each batch on once held.
+        """Journal everything queued and wait until the journal holds it, handing it on.
 
         Returns how many publications were published by this call. Raises
         JournalUnavailableError (what is not held stays queued) and the journal's other errors.
         """
+        return self._send(wait=True)
+
+    def _send(self, *, wait: bool) -> int:
+        """Submit full batches (every queued one when ``wait``), then hand on what is held."""
         published = 0
-        if self._uncertain and self._pending:
-            published += self._resolve_uncertain()
-        while self._pending:
-            batch = [self._pending[i] for i in range(min(self.batch_size, len(self._pending)))]
-            try:
-                self.journal.append(batch, self.bits)
-            except JournalUnavailableError:
-                self._uncertain = True
-                self.log.warning("publisher.journal_unavailable", pending=len(self._pending))
-                raise
-            published += self._hand_on(len(batch))
+        try:
+            if self._uncertain:
+                published += self._resolve_uncertain()
+            while len(self._unheld) - self._sent >= (1 if wait else self.batch_size):
+                end = min(self._sent + self.batch_size, len(self._unheld))
+                batch = [self._unheld[i] for i in range(self._sent, end)]
+                self._sent = end
+                for held, _ in self._pipe.submit(batch):
+                    published += self._hand_on(len(held))
+            if wait:
+                for held, _ in self._pipe.drain():
+                    published += self._hand_on(len(held))
+        except JournalError as exc:
+            self._pipe.abandon()
+            self._sent = 0
+            self._uncertain = True
+            self.log.warning(
+                "publisher.append_failed", error=type(exc).__name__, pending=len(self._unheld)
+            )
+            raise
         return published
 
     def _resolve_uncertain(self) -> int:
-        """After an append of unknown outcome: hand on what the journal turned out to hold."""
+        """After a failed append: hand on what the journal turned out to hold."""
         high_water = self.journal.high_water(self.source)
         self._uncertain = False
         held = 0
-        while held < len(self._pending) and self._pending[held].source_seq <= high_water:
+        while held < len(self._unheld) and self._unheld[held].source_seq <= high_water:
             held += 1
         if held:
             self.log.info("publisher.append_was_held", through=high_water, count=held)
         return self._hand_on(held)
 
     def _hand_on(self, count: int) -> int:
-        """Mark the first ``count`` queued publications published, then give them to the
+        """Mark the first ``count`` unheld publications published, then give them to the
         transport. If the transport raises, the rest of them are not sent live; the journal
         holds them and subscribers repair the gap from it."""
         if not count:
             return 0
-        batch = [self._pending.popleft() for _ in range(count)]
+        batch = [self._unheld.popleft() for _ in range(count)]
+        self._sent = max(0, self._sent - count)
         self.published_through = batch[-1].source_seq
         if self.transport is not None:
             for pub in batch:
@@ -174,8 +193,11 @@ class Publisher:
         return count
 
     def close(self) -> None:
-        """Flush what is queued (raises if the journal is unreachable)."""
-        self.flush()
+        """Flush what is queued (raises if the journal is unreachable), free the connection."""
+        try:
+            self.flush()
+        finally:
+            self._pipe.abandon()
 
     def __enter__(self) -> Publisher:
         return self

@@ -1,0 +1,117 @@
+"""Appends with several batches in flight on one connection (client encodes while Redis writes).
+
+``AppendPipeline(journal, bits, depth=4)``: :meth:`~AppendPipeline.submit` sends a batch
+without waiting and returns the batches whose replies have been read (oldest first, once
+``depth`` are in flight); :meth:`~AppendPipeline.drain` waits for the rest. Each batch is still
+one atomic script call, and because every batch must start at the high-water + 1, a batch that
+fails makes every later one in flight fail too without writing: the journal never holds a batch
+whose predecessor it lacks.
+
+On any error the connection is discarded and the batches still in flight are returned by
+:meth:`~AppendPipeline.abandon` so the caller can resolve them (re-read the high-water).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
+
+from seqrepair.core.errors import InvalidConfigError
+from seqrepair.core.messages import Publication
+from seqrepair.journal import scripts
+from seqrepair.journal.errors import (
+    JournalError,
+    JournalResponseError,
+    JournalUnavailableError,
+    map_redis_errors,
+)
+from seqrepair.journal.format import meta_key, stream_key
+from seqrepair.journal.journal import Journal
+
+Batch = Sequence[Publication]
+
+
+class AppendPipeline:
+    """Up to ``depth`` append batches in flight on one dedicated connection."""
+
+    def __init__(self, journal: Journal, bits: int, *, depth: int = 4) -> None:
+        if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+            raise InvalidConfigError("depth must be a positive integer", got=depth)
+        self.journal = journal
+        self.bits = bits
+        self.depth = depth
+        self._conn: Any = None
+        self._inflight: deque[Batch] = deque()
+
+    @property
+    def inflight(self) -> int:
+        """Batches sent whose replies have not been read."""
+        return len(self._inflight)
+
+    def _connection(self) -> Any:
+        if self._conn is None:
+            with map_redis_errors("append"):
+                self._conn = self.journal.client.connection_pool.get_connection()
+        return self._conn
+
+    def submit(self, batch: Batch) -> list[tuple[Batch, int]]:
+        """Send ``batch``; return ``(batch, high_water)`` for every batch now known held."""
+        source, envelope = self.journal.prepare_append(batch, self.bits)
+        conn = self._connection()
+        self._inflight.append(batch)  # from here its outcome is unknown until a reply is read
+        try:
+            with map_redis_errors("append", source):
+                conn.send_command(
+                    "EVAL", scripts.APPEND, 2, stream_key(source), meta_key(source),
+                    source, str(self.bits), envelope,
+                )  # fmt: skip
+        except JournalError:
+            self._discard()
+            raise
+        held = []
+        while len(self._inflight) >= self.depth:
+            held.append(self._read_one())
+        return held
+
+    def drain(self) -> list[tuple[Batch, int]]:
+        """Wait for every batch in flight; return them with their high-waters."""
+        held = []
+        while self._inflight:
+            held.append(self._read_one())
+        return held
+
+    def _read_one(self) -> tuple[Batch, int]:
+        batch = self._inflight.popleft()
+        try:
+            if self._conn is None:
+                raise JournalUnavailableError("the append connection was lost", operation="append")
+            with map_redis_errors("append", batch[0].source):
+                reply = self._conn.read_response()
+        except JournalResponseError:
+            raise  # answered with an error: nothing of this batch was written
+        except JournalError:
+            self._inflight.appendleft(batch)
+            self._discard()
+            raise
+        return batch, self.journal.append_result(batch, self.bits, reply)
+
+    def _discard(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.disconnect()
+            self.journal.client.connection_pool.release(conn)
+
+    def abandon(self) -> list[Batch]:
+        """Drop the connection; return the batches in flight (their outcome is unknown)."""
+        lost = list(self._inflight)
+        self._inflight.clear()
+        self._discard()
+        return lost
+
+    def close(self) -> None:
+        """Wait for what is in flight and give the connection back."""
+        try:
+            self.drain()
+        finally:
+            self.abandon()
