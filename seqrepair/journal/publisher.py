@@ -12,8 +12,9 @@
   while Redis is unreachable. With a window of several batches, up to ``window // batch_size``
   batches are in flight at once (:class:`~seqrepair.journal.pipelined.AppendPipeline`): the
   publisher stamps and encodes the next batch while Redis writes the last. ``publish()`` on
-  a full window flushes first; if the journal is still unreachable it raises :class:`~seqrepair.journal.errors.BacklogFullError` and stamps
-  nothing (no number is consumed). Queued publications are never dropped and never reported
+  a full window flushes first; if the journal is still unreachable it raises
+  :class:`~seqrepair.journal.errors.BacklogFullError` and stamps nothing (no number is
+  consumed). Queued publications are never dropped and never reported
   as published before the journal holds them.
 * When an append fails with an unknown outcome (timeout, dropped connection) the next flush
   first re-reads the high-water: what the journal already holds is handed on, the rest is
