@@ -82,7 +82,7 @@ def event_order(items: Iterable[T], key: Any = None) -> list[T]:
     rebuild's event key; ``key`` maps an item to such an object when it is not one itself."""
 
     def sort_key(item: T) -> tuple[float, str, int]:
-        pub = key(item) if key is not None else item
+        pub: Any = key(item) if key is not None else item
         ts = pub.timestamp
         return (_NO_TIME if ts is None else float(ts), pub.source, pub.source_seq)
 
@@ -153,14 +153,13 @@ def rebuild_images(
             "seq",
             "ptype",
             "fields",
-            F.struct(
-                F.col("_time").alias("time"), F.col("source"), F.col("seq")
-            ).alias("_key"),
+            F.struct(F.col("_time").alias("time"), F.col("source"), F.col("seq")).alias("_key"),
         )
     )
     # 3. one row per (item, field) carried in the tail, plus a marker row per publication
     #    (field "", never a real field name) that stands for the publication itself
     carried = F.when(F.col("ptype") == "drop", F.create_map().cast("map<string,string>"))
+    marker_entry = F.create_map(F.lit(_MARK), F.lit("null"))
     cells = (
         tail.select(
             "topic",
@@ -169,9 +168,9 @@ def rebuild_images(
             "seq",
             (F.col("ptype") == "correction").alias("correction"),
             F.when(F.col("ptype").isin(*_RESETS), F.struct("_key", "ptype")).alias("_r"),
-            F.explode(
-                F.map_concat(carried.otherwise(F.col("fields")), F.create_map(F.lit(_MARK), F.lit("null")))
-            ).alias("field", "value"),
+            F.explode(F.map_concat(carried.otherwise(F.col("fields")), marker_entry)).alias(
+                "field", "value"
+            ),
         )
         .groupBy("topic", "field")
         .agg(
@@ -191,9 +190,7 @@ def rebuild_images(
         reset.isNull() | (reset["ptype"] == "image") | (F.col("_last") > reset["_key"])
     )
     kept = F.array_sort(
-        F.filter(
-            "_cells", lambda c: reset.isNull() | (c["_w"]["_key"] >= reset["_key"])
-        )
+        F.filter("_cells", lambda c: reset.isNull() | (c["_w"]["_key"] >= reset["_key"]))
     )
     result = live.select(
         "topic",

@@ -9,8 +9,6 @@ schema, which is what :func:`~seqrepair.spark.rebuild.rebuild_images` and
 
 from __future__ import annotations
 
-import urllib.parse
-
 from pyspark.sql.types import (
     BooleanType,
     DoubleType,
@@ -50,27 +48,3 @@ PROVENANCE_TYPE = StructType(
     ]
 )
 """Per field of a rebuilt image: the publication that last set it."""
-
-
-def stream_key(source: str) -> str:
-    """The Redis stream holding ``source``'s journal."""
-    return f"seqrepair:{{{source}}}:journal"
-
-
-def meta_key(source: str) -> str:
-    """The Redis hash with ``high_water``, ``bits`` and ``trimmed_through`` of ``source``."""
-    return f"seqrepair:{{{source}}}:meta"
-
-
-SOURCES_KEY = "seqrepair:sources"
-"""The Redis set listing every journaled source."""
-
-
-def archive_dir_name(source: str) -> str:
-    """The archive folder name of ``source`` (percent-encoded, no slashes)."""
-    return urllib.parse.quote(source, safe="")
-
-
-def archive_file_name(first: int, last: int) -> str:
-    """The archive file holding absolute sequence numbers ``first``..``last``."""
-    return f"seq-{first:020d}-{last:020d}.parquet"

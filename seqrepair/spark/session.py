@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 from collections.abc import Mapping
+from pathlib import Path
 
 import structlog
 from pyspark.sql import SparkSession

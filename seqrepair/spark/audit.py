@@ -1,0 +1,292 @@
+"""Audit a journal: per source gaps, duplicates, out-of-order arrivals, trimmed ranges and
+publish-type counts; per item corrections, drops and whether it was ever imaged.
+
+``audit(spark, journal)`` returns an :class:`AuditReport` of DataFrames; ``report.summary()``
+is a plain-text table for people and ``report.write(path)`` writes Parquet tables plus a
+``summary.json`` for machines.
+
+Definitions
+-----------
+gap
+    absolute numbers missing between a source's first and last held number, and numbers
+    missing before the first held one, that were *not* removed by retention.
+trimmed
+    missing numbers at or below the source's ``trimmed_through`` (retention removed them and
+    no archive supplied them); reported apart from gaps because nothing was lost unexpectedly.
+duplicate
+    a (source, seq) held more than once (overlapping archive files, a union without
+    deduplication).
+out-of-order arrival
+    a publication whose timestamp is earlier than that of a lower-numbered publication of the
+    same source: it was stamped out of sequence order. Such sources break the rebuild's
+    assumption that time order agrees with sequence order (see :mod:`seqrepair.spark.rebuild`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+import structlog
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+
+from seqrepair.spark.schema import PUBLISH_TYPES
+
+log = structlog.get_logger(__name__)
+
+SUMMARY_GAP_LIMIT = 20
+"""Gap ranges listed per report in the human summary and in summary.json."""
+
+
+@attrs.frozen
+class AuditReport:
+    """The audit's tables (Spark DataFrames).
+
+    - ``sources``: source, bits, publications, distinct_seqs, first_seq, last_seq,
+      trimmed_through, gap_count, gap_numbers, trimmed_numbers, duplicates, out_of_order, and
+      one count column per publish type.
+    - ``gaps``: source, first, last, count, kind (``gap`` | ``trimmed``).
+    - ``duplicates``: source, seq, copies.
+    - ``out_of_order``: source, seq, timestamp, latest_before (the highest earlier timestamp).
+    - ``items``: topic, publications, sources, images, updates, corrections, drops,
+      snapshots, never_imaged.
+    """
+
+    sources: DataFrame
+    gaps: DataFrame
+    duplicates: DataFrame
+    out_of_order: DataFrame
+    items: DataFrame
+
+    def tables(self) -> dict[str, DataFrame]:
+        """The tables by name."""
+        return {
+            "sources": self.sources,
+            "gaps": self.gaps,
+            "duplicates": self.duplicates,
+            "out_of_order": self.out_of_order,
+            "items": self.items,
+        }
+
+    def to_dict(self, *, gap_limit: int = SUMMARY_GAP_LIMIT) -> dict[str, Any]:
+        """A JSON-ready digest: every source row, item totals and the first gap ranges."""
+        sources = [r.asDict() for r in self.sources.orderBy("source").collect()]
+        totals = self.items.agg(
+            F.count("*").alias("items"),
+            F.sum(F.col("never_imaged").cast("int")).alias("never_imaged"),
+            F.sum(F.when(F.col("corrections") > 0, 1).otherwise(0)).alias("corrected_items"),
+            F.sum(F.when(F.col("drops") > 0, 1).otherwise(0)).alias("dropped_items"),
+            F.sum("corrections").alias("corrections"),
+            F.sum("drops").alias("drops"),
+        ).first()
+        item_totals = {k: int(v or 0) for k, v in (totals.asDict() if totals else {}).items()}
+        gaps = [r.asDict() for r in self.gaps.orderBy("source", "first").limit(gap_limit).collect()]
+        return {"sources": sources, "items": item_totals, "gaps": gaps}
+
+    def summary(self, *, gap_limit: int = SUMMARY_GAP_LIMIT) -> str:
+        """A plain-text summary table for people."""
+        return format_summary(self.to_dict(gap_limit=gap_limit))
+
+    def write(self, path: str, *, mode: str = "overwrite") -> dict[str, Any]:
+        """Write each table as Parquet under ``path/<table>/`` and ``path/summary.json``;
+        returns the summary dict."""
+        for name, table in self.tables().items():
+            table.write.mode(mode).parquet(os.path.join(path, name))
+        digest = self.to_dict()
+        os.makedirs(path, exist_ok=True)
+        with open(os.path.join(path, "summary.json"), "w", encoding="utf-8") as fh:
+            json.dump(digest, fh, indent=2, sort_keys=True)
+        log.info("audit written", path=path)
+        return digest
+
+
+def format_summary(digest: Mapping[str, Any]) -> str:
+    """Render :meth:`AuditReport.to_dict` output as aligned text tables."""
+    cols = [
+        ("source", "source"),
+        ("bits", "bits"),
+        ("pubs", "publications"),
+        ("first", "first_seq"),
+        ("last", "last_seq"),
+        ("gaps", "gap_count"),
+        ("missing", "gap_numbers"),
+        ("trimmed", "trimmed_numbers"),
+        ("dups", "duplicates"),
+        ("ooo", "out_of_order"),
+        *[(p[:4], p) for p in PUBLISH_TYPES],
+    ]
+    rows = [[h for h, _ in cols]] + [
+        ["" if s.get(k) is None else str(s.get(k)) for _, k in cols] for s in digest["sources"]
+    ]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(cols))]
+    lines = ["Sources"]
+    for n, r in enumerate(rows):
+        lines.append(
+            "  ".join(
+                c.rjust(w) if n and i else c.ljust(w)
+                for i, (c, w) in enumerate(zip(r, widths, strict=True))
+            )
+        )
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    items = digest["items"]
+    lines.append("")
+    lines.append(
+        "Items: {items} live or dropped, {never_imaged} never imaged, {corrected_items} "
+        "corrected ({corrections} corrections), {dropped_items} dropped ({drops} drops)".format(
+            **{
+                k: items.get(k, 0)
+                for k in (
+                    "items",
+                    "never_imaged",
+                    "corrected_items",
+                    "corrections",
+                    "dropped_items",
+                    "drops",
+                )
+            }
+        )
+    )
+    if digest["gaps"]:
+        lines.append("")
+        lines.append("Missing ranges (first {}):".format(len(digest["gaps"])))
+        for g in digest["gaps"]:
+            lines.append(f"  {g['source']}: {g['first']}..{g['last']} ({g['count']}, {g['kind']})")
+    return "\n".join(lines)
+
+
+def audit(
+    spark: SparkSession,
+    journal: DataFrame,
+    *,
+    trimmed_through: Mapping[str, int] | None = None,
+) -> AuditReport:
+    """Audit ``journal`` (the :data:`~seqrepair.spark.schema.JOURNAL_SCHEMA`).
+
+    ``trimmed_through`` gives per source the last number retention removed (from the
+    journal's meta hash; :func:`~seqrepair.spark.datasource.source_ranges` reads it), so that
+    missing numbers up to it count as trimmed rather than as gaps.
+    """
+    trimmed = dict(trimmed_through or {})
+    trim_rows = [(s, int(t)) for s, t in trimmed.items()]
+    trim_df = spark.createDataFrame(trim_rows, "source string, trimmed_through long")
+
+    held = journal.groupBy("source", "seq").agg(
+        F.count("*").alias("copies"), F.min("timestamp").alias("timestamp")
+    )
+    duplicates = held.where(F.col("copies") > 1).select("source", "seq", "copies")
+
+    by_seq = Window.partitionBy("source").orderBy("seq")
+    before = by_seq.rowsBetween(Window.unboundedPreceding, -1)
+    steps = held.select(
+        "source",
+        "seq",
+        "timestamp",
+        F.lag("seq").over(by_seq).alias("prev"),
+        F.max("timestamp").over(before).alias("latest_before"),
+    )
+    out_of_order = steps.where(F.col("timestamp") < F.col("latest_before")).select(
+        "source", "seq", "timestamp", "latest_before"
+    )
+    # missing ranges: between held numbers, and before the first held number
+    missing = steps.select(
+        "source",
+        F.coalesce(F.col("prev"), F.lit(0)).alias("after"),
+        F.col("seq").alias("before"),
+    ).where(F.col("before") - F.col("after") > 1)
+    missing = missing.join(trim_df, "source", "left").select(
+        "source",
+        (F.col("after") + 1).alias("first"),
+        (F.col("before") - 1).alias("last"),
+        F.coalesce(F.col("trimmed_through"), F.lit(0)).alias("_t"),
+    )
+    trimmed_part = missing.where(F.col("first") <= F.col("_t")).select(
+        "source",
+        "first",
+        F.least("last", "_t").alias("last"),
+        F.lit("trimmed").alias("kind"),
+    )
+    gap_part = missing.where(F.col("last") > F.col("_t")).select(
+        "source",
+        F.greatest("first", F.col("_t") + 1).alias("first"),
+        "last",
+        F.lit("gap").alias("kind"),
+    )
+    gaps = (
+        trimmed_part.unionByName(gap_part)
+        .withColumn("count", F.col("last") - F.col("first") + 1)
+        .select("source", "first", "last", "count", "kind")
+    )
+
+    per_type = [F.sum(F.when(F.col("ptype") == p, 1).otherwise(0)).alias(p) for p in PUBLISH_TYPES]
+    base = journal.groupBy("source").agg(
+        F.max("bits").alias("bits"),
+        F.count("*").alias("publications"),
+        F.countDistinct("seq").alias("distinct_seqs"),
+        F.min("seq").alias("first_seq"),
+        F.max("seq").alias("last_seq"),
+        *per_type,
+    )
+    gap_totals = gaps.groupBy("source").agg(
+        F.sum(F.when(F.col("kind") == "gap", 1).otherwise(0)).alias("gap_count"),
+        F.sum(F.when(F.col("kind") == "gap", F.col("count")).otherwise(0)).alias("gap_numbers"),
+        F.sum(F.when(F.col("kind") == "trimmed", F.col("count")).otherwise(0)).alias(
+            "trimmed_numbers"
+        ),
+    )
+    dup_totals = duplicates.groupBy("source").agg(F.sum(F.col("copies") - 1).alias("duplicates"))
+    ooo_totals = out_of_order.groupBy("source").agg(F.count("*").alias("out_of_order"))
+    zero = F.lit(0).cast("long")
+    sources = (
+        base.join(trim_df, "source", "left")
+        .join(gap_totals, "source", "left")
+        .join(dup_totals, "source", "left")
+        .join(ooo_totals, "source", "left")
+        .select(
+            "source",
+            "bits",
+            "publications",
+            "distinct_seqs",
+            "first_seq",
+            "last_seq",
+            F.coalesce("trimmed_through", zero).alias("trimmed_through"),
+            F.coalesce("gap_count", zero).alias("gap_count"),
+            F.coalesce("gap_numbers", zero).alias("gap_numbers"),
+            F.coalesce("trimmed_numbers", zero).alias("trimmed_numbers"),
+            F.coalesce("duplicates", zero).alias("duplicates"),
+            F.coalesce("out_of_order", zero).alias("out_of_order"),
+            *[F.col(p).cast("long").alias(p) for p in PUBLISH_TYPES],
+        )
+    )
+
+    counts = {
+        "images": "image",
+        "updates": "update",
+        "corrections": "correction",
+        "drops": "drop",
+        "snapshots": "snapshot",
+    }
+    items = (
+        journal.groupBy("topic")
+        .agg(
+            F.count("*").alias("publications"),
+            F.countDistinct("source").alias("sources"),
+            *[
+                F.sum(F.when(F.col("ptype") == p, 1).otherwise(0)).cast("long").alias(name)
+                for name, p in counts.items()
+            ],
+        )
+        .withColumn("never_imaged", F.col("images") == 0)
+    )
+    log.debug("audit planned", trimmed=trimmed)
+    return AuditReport(
+        sources=sources,
+        gaps=gaps,
+        duplicates=duplicates,
+        out_of_order=out_of_order,
+        items=items,
+    )

@@ -1,0 +1,123 @@
+"""Hypothesis strategies for random journals, and helpers to turn them into DataFrames."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from hypothesis import strategies as st
+from pyspark.sql import DataFrame, SparkSession
+
+from seqrepair.core.image import ImageCache
+from seqrepair.core.messages import Publication, PublishType
+from seqrepair.journal.format import encode_archive_row
+from seqrepair.spark.rebuild import event_order
+from seqrepair.spark.schema import JOURNAL_COLUMNS, JOURNAL_SCHEMA
+
+FIELD_NAMES = ("a", "b", "c", "speed")
+TOPICS = ("/w/1", "/w/2", "/x")
+PTYPES = (
+    [PublishType.UPDATE] * 4
+    + [PublishType.CORRECTION] * 2
+    + [PublishType.IMAGE] * 2
+    + [PublishType.DROP, PublishType.SNAPSHOT]
+)
+
+json_values = st.one_of(
+    st.none(),
+    st.integers(-5, 5),
+    st.sampled_from(["x", "", "é", "null"]),
+    st.booleans(),
+    st.lists(st.integers(0, 3), max_size=2),
+)
+field_maps = st.dictionaries(st.sampled_from(FIELD_NAMES), json_values, max_size=3)
+
+
+@st.composite
+def source_journal(draw: st.DrawFn, source: str, prefix: str) -> tuple[list[Publication], int]:
+    """One source's publications (absolute numbers from 1) and its bit width."""
+    bits = draw(st.sampled_from([2, 3, 4, 16]))
+    count = draw(st.integers(0, 14))
+    timed = draw(st.booleans())
+    time = draw(st.integers(0, 3)) * 1.0
+    pubs = []
+    for seq in range(1, count + 1):
+        ptype = draw(st.sampled_from(PTYPES))
+        fields = {} if ptype in (PublishType.DROP, PublishType.SNAPSHOT) else draw(field_maps)
+        if timed:
+            time += draw(st.sampled_from([0.0, 0.5, 1.0]))
+        pubs.append(
+            Publication(
+                topic=prefix + draw(st.sampled_from(TOPICS)),
+                source=source,
+                source_seq=seq,
+                ptype=ptype,
+                fields=fields,
+                timestamp=time if timed else None,
+            )
+        )
+    return pubs, bits
+
+
+@st.composite
+def journals(draw: st.DrawFn, prefix: str = "") -> list[tuple[Publication, int]]:
+    """A journal of 1..3 sources: (publication, bits) in per-source order."""
+    names = draw(
+        st.lists(st.sampled_from(["feed.a", "feed.b", "f/c"]), min_size=1, max_size=3, unique=True)
+    )
+    out: list[tuple[Publication, int]] = []
+    for name in names:
+        pubs, bits = draw(source_journal(name, prefix))
+        out.extend((p, bits) for p in pubs)
+    return out
+
+
+def to_frame(spark: SparkSession, entries: Iterable[tuple[Publication, int]]) -> DataFrame:
+    """A journal DataFrame holding ``entries`` (encoded as the archive encodes them)."""
+    rows = []
+    for pub, bits in entries:
+        row = encode_archive_row(pub, bits)
+        row["fields"] = dict(row["fields"])
+        rows.append(tuple(row[c] for c in JOURNAL_COLUMNS))
+    return spark.createDataFrame(rows, JOURNAL_SCHEMA)
+
+
+def fold(pubs: Iterable[Publication]) -> ImageCache:
+    """The core ImageCache fed in the rebuild's event order."""
+    cache = ImageCache()
+    for pub in event_order(pubs):
+        cache.apply(pub)
+    return cache
+
+
+def expected_images(pubs: Sequence[Publication]) -> dict[str, dict[str, Any]]:
+    """What the Spark rebuild must produce, from the core ImageCache, keyed by topic."""
+    cache = fold(pubs)
+    out = {}
+    for topic in cache:
+        entry = cache.entry(topic)
+        assert entry is not None
+        out[topic] = {
+            "fields": dict(entry.fields),
+            "partial": entry.partial,
+            "provenance": {
+                name: (src, seq, name in entry.corrected)
+                for name, (src, seq) in entry.field_seq.items()
+            },
+        }
+    return out
+
+
+def actual_images(images: DataFrame) -> dict[str, dict[str, Any]]:
+    """Rebuilt images collected into the shape of :func:`expected_images`."""
+    out = {}
+    for row in images.collect():
+        out[row["topic"]] = {
+            "fields": {k: json.loads(v) for k, v in row["fields"].items()},
+            "partial": row["partial"],
+            "provenance": {
+                k: (p["source"], p["seq"], p["correction"]) for k, p in row["provenance"].items()
+            },
+        }
+    return out
