@@ -23,6 +23,7 @@ from seqrepair.core.events import (
     RequestSourceGap,
     Unrecoverable,
 )
+from seqrepair.core.image import ImageCache, ItemImage
 from seqrepair.core.messages import (
     GapError,
     GapRequest,
@@ -35,6 +36,7 @@ from seqrepair.core.messages import (
 from seqrepair.core.sequence import SequenceSpace
 from seqrepair.core.sequencers import LinkSequencer, SourceSequencer
 from seqrepair.core.stub import OverduePolicy, StubStats, SubscriberStub
+from seqrepair.core.topics import TopicPattern
 
 __all__ = [
     "BufferOverflow",
@@ -44,10 +46,12 @@ __all__ = [
     "GapRequest",
     "Heartbeat",
     "HeartbeatOverdue",
+    "ImageCache",
     "InvalidConfigError",
     "InvalidMessageError",
     "InvalidSequenceError",
     "InvalidTopicPatternError",
+    "ItemImage",
     "LinkContext",
     "LinkReset",
     "LinkSequencer",
@@ -64,6 +68,7 @@ __all__ = [
     "SourceSequencer",
     "StubStats",
     "SubscriberStub",
+    "TopicPattern",
     "UnknownPublishTypeError",
     "Unrecoverable",
 ]

@@ -60,7 +60,7 @@ class LinkConditions:
     max_repair_losses: int = 2
 
 
-@attrs.define
+@attrs.define(on_setattr=attrs.setters.NO_OP)
 class _InFlight:
     frames: list[ToSubscriber]
     context: int  # link context (reset count) the frames belong to
@@ -94,7 +94,7 @@ def _by_source(publications: Iterable[Publication]) -> dict[str, list[int]]:
     return out
 
 
-@attrs.define
+@attrs.define(on_setattr=attrs.setters.NO_OP)
 class Simulation:
     """A component (sequencers, journal, link context) and one subscriber stub over a bad link.
 

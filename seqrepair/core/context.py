@@ -27,7 +27,7 @@ def _positive_int(instance: object, attribute: attrs.Attribute[int], value: obje
         )
 
 
-@attrs.define
+@attrs.define(on_setattr=attrs.setters.NO_OP)
 class LinkContext:
     """The last ``capacity`` frames sent on one link, addressable by link number.
 
@@ -89,6 +89,6 @@ class LinkContext:
         for position in range(first, min(last, self._head) + 1):
             frame = self._frames[position - oldest]
             if isinstance(frame, Publication):
-                frame = attrs.evolve(frame, retransmit=True)
+                frame = frame.with_link(frame.link_seq, retransmit=True)
             out.append(frame)
         return out

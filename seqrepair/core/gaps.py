@@ -32,7 +32,7 @@ class GapState(enum.Enum):
     SKIPPED = "skipped"
 
 
-@attrs.define
+@attrs.define(on_setattr=attrs.setters.NO_OP)
 class Gap:
     """A run of missing absolute link numbers ``start``..``end`` inclusive."""
 
@@ -85,7 +85,7 @@ class GiveUp:
     end: int
 
 
-@attrs.define
+@attrs.define(on_setattr=attrs.setters.NO_OP)
 class GapTracker:
     """Sorted, disjoint missing ranges with their repair state (see the module docstring)."""
 

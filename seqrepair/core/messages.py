@@ -163,6 +163,32 @@ class Publication:
     timestamp: float | None = attrs.field(default=None, validator=_optional(_timestamp))
     retransmit: bool = attrs.field(default=False, validator=_instance_of(bool))
 
+    def with_link(self, link_seq: int | None, *, retransmit: bool | None = None) -> Publication:
+        """This publication with another link number (and retransmit flag).
+
+        Cheaper than ``attrs.evolve``: only the changed values are validated, the rest were
+        validated when this publication was built. Fan-out stamps every frame this way.
+        """
+        if link_seq is not None:
+            _LINK_SEQ(self, _LINK_SEQ_FIELD, link_seq)
+        flag = self.retransmit if retransmit is None else retransmit
+        if flag is not self.retransmit:
+            _RETRANSMIT(self, _RETRANSMIT_FIELD, flag)
+        new = object.__new__(Publication)
+        for name in _COPIED:
+            _set(new, name, getattr(self, name))
+        _set(new, "link_seq", link_seq)
+        _set(new, "retransmit", flag)
+        return new
+
+
+_set = object.__setattr__
+_LINK_SEQ = _optional(_int_in(0, _MAX_WIRE))
+_LINK_SEQ_FIELD = attrs.fields(Publication).link_seq
+_RETRANSMIT = _instance_of(bool)
+_RETRANSMIT_FIELD = attrs.fields(Publication).retransmit
+_COPIED = ("topic", "source", "source_seq", "ptype", "fields", "permtoken", "timestamp")
+
 
 @attrs.frozen
 class Heartbeat:

@@ -44,7 +44,7 @@ def _high_water(instance: object, attribute: attrs.Attribute[Any], value: object
         )
 
 
-@attrs.define
+@attrs.define(on_setattr=attrs.setters.NO_OP)
 class SourceSequencer:
     """Stamps the publications of one source with consecutive absolute source numbers.
 
@@ -100,7 +100,7 @@ class SourceSequencer:
         return self.space.wire(self.high_water) if self.high_water else RESET
 
 
-@attrs.define
+@attrs.define(on_setattr=attrs.setters.NO_OP)
 class LinkSequencer:
     """Numbers the frames of one subscriber link and schedules its heartbeats.
 
@@ -134,7 +134,7 @@ class LinkSequencer:
 
     def stamp(self, publication: Publication, now: float) -> Publication:
         """``publication`` with the next link number; resets the heartbeat timer."""
-        return attrs.evolve(publication, link_seq=self._take(now))
+        return publication.with_link(self._take(now))
 
     def heartbeat(self, now: float) -> Heartbeat:
         """A heartbeat with the next link number, whether or not one is due."""

@@ -63,7 +63,7 @@ class OverduePolicy(enum.Enum):
     DISCONNECT = "disconnect"  # ask the adapter to drop and re-attach the link
 
 
-@attrs.define
+@attrs.define(on_setattr=attrs.setters.NO_OP)
 class StubStats:
     """Counters of what the stub has done. Numbers count link numbers unless named otherwise."""
 
@@ -83,7 +83,7 @@ class StubStats:
     max_buffered: int = 0
 
 
-@attrs.define
+@attrs.define(on_setattr=attrs.setters.NO_OP)
 class _SourceRepair:
     """A source-level request in flight."""
 
@@ -126,7 +126,7 @@ def _policy(value: OverduePolicy | str) -> OverduePolicy:
         ) from None
 
 
-@attrs.define
+@attrs.define(on_setattr=attrs.setters.NO_OP)
 class SubscriberStub:
     """Turns a lossy, reordering, duplicating link into an ordered, exact stream.
 
@@ -170,6 +170,11 @@ class SubscriberStub:
     _last_frame_at: float | None = attrs.field(init=False, default=None)
     _overdue_at: float | None = attrs.field(init=False, default=None)
     _events: list[Event] = attrs.field(init=False, factory=list)
+    _silence_limit: float = attrs.field(init=False)
+
+    @_silence_limit.default
+    def _silence_default(self) -> float:
+        return self.missed_heartbeats * self.heartbeat_interval
 
     @space.default
     def _space(self) -> SequenceSpace:
@@ -231,18 +236,49 @@ class SubscriberStub:
         is not a seqrepair frame or whose link number is outside the space; the stub's state is
         then unchanged.
         """
+        expected = self._expected_wire
+        if (
+            type(frame) is Publication
+            and frame.link_seq == expected
+            and expected
+            and not self._buffer
+            and not self._gaps
+            and self._source is None
+        ):
+            # The common case, kept short: the next frame, in order, nothing outstanding.
+            self._last_frame_at = now
+            self._overdue_at = now + self._silence_limit
+            self._expected += 1
+            self._highest = self._expected - 1
+            self._expected_wire = 1 if expected == self.space.max else expected + 1
+            events: list[Event] = []
+            last = self._last_delivered.get(frame.source, 0)
+            if frame.source_seq > last:
+                self._last_delivered[frame.source] = frame.source_seq
+                self._stats.delivered += 1
+                events.append(Delivered(frame))
+            else:
+                self._stats.duplicates += 1
+            return events
+        return self._receive(frame, now)
+
+    def _receive(self, frame: object, now: float) -> list[Event]:
         link_seq: int | None = None
         if isinstance(frame, Publication | Heartbeat):
             if frame.link_seq is not None:
                 link_seq = self.space.check(frame.link_seq, allow_reset=True)
-        elif not isinstance(frame, GapError | ReplayComplete):
+        elif isinstance(frame, GapError):
+            if isinstance(frame.request, GapRequest):
+                self.space.check(frame.request.link_from)
+                self.space.check(frame.request.link_to)
+        elif not isinstance(frame, ReplayComplete):
             raise InvalidMessageError(
                 "a stub receives Publication, Heartbeat, GapError or ReplayComplete",
                 expected="Publication | Heartbeat | GapError | ReplayComplete",
                 got=type(frame).__name__,
             )
         self._last_frame_at = now
-        self._overdue_at = now + self.missed_heartbeats * self.heartbeat_interval
+        self._overdue_at = now + self._silence_limit
         events: list[Event] = []
         self._events = events
         if isinstance(frame, GapError):
@@ -264,7 +300,7 @@ class SubscriberStub:
         self._events = events
         if self._last_frame_at is None:
             self._last_frame_at = now
-            self._overdue_at = now + self.missed_heartbeats * self.heartbeat_interval
+            self._overdue_at = now + self._silence_limit
         elif self._overdue_at is not None and now >= self._overdue_at:
             self._on_overdue(now)
         if self._source is not None and now >= self._source.next_at:
@@ -292,7 +328,7 @@ class SubscriberStub:
             self._highest = self._expected - 1
             self._consume(frame)
             return
-        number = self.space.unwrap(self._expected, wire)
+        number = self._position(wire)
         if number < self._expected or number in self._buffer:
             self._stats.duplicates += 1
             return
@@ -318,7 +354,17 @@ class SubscriberStub:
         self._buffer[number] = frame
         if len(self._buffer) > self._stats.max_buffered:
             self._stats.max_buffered = len(self._buffer)
-        self._drain()
+        if number == self._expected:
+            self._drain()
+
+    def _position(self, wire: int) -> int:
+        """The absolute link number of ``wire``: within half the space of the expected one."""
+        if not self._expected:
+            return wire  # a reset context: numbers count from the reset frame at 0
+        ahead = (wire - self._expected_wire) % self.space.max
+        if ahead > self.space.half and self._expected + ahead - self.space.max >= 1:
+            return self._expected + ahead - self.space.max
+        return self._expected + ahead
 
     def _drain(self) -> None:
         """Deliver from the expected number on, jumping covered or abandoned gaps."""
@@ -479,7 +525,7 @@ class SubscriberStub:
         if request is None:  # no request named: it concerns every link gap
             start, end = self._expected, self._highest
         else:
-            start = self.space.unwrap(self._expected, request.link_from)
+            start = self._position(request.link_from)
             end = start + self.space.distance(request.link_from, request.link_to)
         if error.reason == "context-lost":
             marked = self._gaps.mark(start, end, GapState.SOURCE)
