@@ -82,6 +82,11 @@ from seqrepair.journal.publisher import Publisher as JournalPublisher
 
 log = structlog.get_logger("seqrepair.amqp.client")
 
+FATAL_CONDITIONS = frozenset(
+    {"amqp:not-found", "amqp:unauthorized-access", "amqp:decode-error", "amqp:invalid-field"}
+)
+"""Link errors a reconnect cannot cure: the subscriber stops and reports them."""
+
 
 class _LinkProperties(LinkOption):
     def __init__(self, props: Mapping[symbol, Any]) -> None:
@@ -280,11 +285,13 @@ class Subscriber(MessagingHandler):
         self._flush()
 
     def on_disconnected(self, event: Any) -> None:
+        if self._stopping or event.connection != self._conn:
+            return  # only the current connection starts (one) reconnect chain
         self.connected.clear()
-        if self._stopping:
-            return
         self.log.info("disconnected; reconnecting", delay=self.reconnect_delay)
         self._outbox.clear()
+        self._conn = None
+        self._receiver = self._control = None
         self._container.schedule(self.reconnect_delay, _Call(self._reconnect))
 
     def on_transport_error(self, event: Any) -> None:
@@ -295,7 +302,7 @@ class Subscriber(MessagingHandler):
         cond = event.link.remote_condition
         self.log.error("link refused", condition=cond.name if cond else None,
                        description=cond.description if cond else None)
-        if event.link == self._receiver:
+        if event.link == self._receiver and cond is not None and cond.name in FATAL_CONDITIONS:
             self._stopping = True
             self.error = AmqpAdapterError(
                 f"{cond.name if cond else '?'}: {cond.description if cond else ''}"
@@ -303,7 +310,7 @@ class Subscriber(MessagingHandler):
             self._shutdown()
 
     def _reconnect(self) -> None:
-        if not self._stopping:
+        if not self._stopping and self._conn is None:
             self._connect()
 
     def on_rejected(self, event: Any) -> None:
@@ -597,8 +604,9 @@ class Publisher(MessagingHandler):
             self._idle.notify_all()
 
     def on_disconnected(self, event: Any) -> None:
-        if self._stopping:
+        if self._stopping or event.connection != self._conn:
             return
+        self._conn = None
         # everything unsettled goes again, in order, before anything newer
         with self._lock:
             for tag in sorted(self._unsettled, reverse=True, key=_tag_order):
@@ -609,7 +617,7 @@ class Publisher(MessagingHandler):
         self._container.schedule(self.reconnect_delay, _Call(self._reconnect))
 
     def _reconnect(self) -> None:
-        if not self._stopping:
+        if not self._stopping and self._conn is None:
             self._connect()
 
 
