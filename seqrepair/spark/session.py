@@ -26,7 +26,7 @@ LOCAL_DEFAULTS: Mapping[str, str] = {
 
 
 def spark_session(
-    master: str = "local[*]",
+    master: str | None = "local[*]",
     *,
     app_name: str = "seqrepair",
     progress: bool = False,
@@ -34,7 +34,8 @@ def spark_session(
 ) -> SparkSession:
     """Get (or create) a SparkSession for seqrepair jobs.
 
-    ``master`` is any Spark master URL (``local[2]``, ``spark://host:7077``). ``progress``
+    ``master`` is any Spark master URL (``local[2]``, ``spark://host:7077``), or None to take
+    it from ``spark-submit``. ``progress``
     turns on Spark's console progress bar for long jobs. Logging is set to WARN, the UI is off
     and shuffle partitions are few, which suits a single machine; ``conf`` overrides any of
     it. The Python workers use this interpreter, and ``seqrepair`` is put on their path.
@@ -45,7 +46,9 @@ def spark_session(
     settings["spark.ui.showConsoleProgress"] = "true" if progress else "false"
     settings["spark.executorEnv.PYTHONPATH"] = _package_parent()
     settings.update(conf or {})
-    builder = SparkSession.builder.master(master).appName(app_name)
+    builder = SparkSession.builder.appName(app_name)
+    if master is not None:
+        builder = builder.master(master)
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
