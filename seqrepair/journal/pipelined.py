@@ -3,9 +3,10 @@
 ``AppendPipeline(journal, bits, depth=4)``: :meth:`~AppendPipeline.submit` sends a batch
 without waiting and returns the batches whose replies have been read (oldest first, once
 ``depth`` are in flight); :meth:`~AppendPipeline.drain` waits for the rest. Each batch is still
-one atomic script call, and because every batch must start at the high-water + 1, a batch that
-fails makes every later one in flight fail too without writing: the journal never holds a batch
-whose predecessor it lacks.
+one atomic script call that writes only if it starts at the high-water + 1, so the journal
+never has a gap: when a batch is refused, the later ones in flight that continue it are refused
+too, without writing. A refusal is raised when its reply is read (the batch is then dropped
+from the pipeline; the caller still holds it).
 
 On any error the connection is discarded and the batches still in flight are returned by
 :meth:`~AppendPipeline.abandon` so the caller can resolve them (re-read the high-water).

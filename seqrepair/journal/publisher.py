@@ -206,3 +206,5 @@ class Publisher:
     def __exit__(self, exc_type: object, *rest: object) -> None:
         if exc_type is None:
             self.close()
+        else:  # do not journal after a failure in the block; what is queued stays unpublished
+            self._pipe.abandon()

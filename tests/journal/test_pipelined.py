@@ -1,0 +1,76 @@
+"""AppendPipeline: several batches in flight, still all-or-nothing and gap-free."""
+
+from __future__ import annotations
+
+import pytest
+
+from seqrepair.core.errors import InvalidConfigError
+from seqrepair.core.messages import Publication
+from seqrepair.core.sequencers import SourceSequencer
+from seqrepair.journal import EmbeddedRedis, Journal, JournalUnavailableError
+from seqrepair.journal.errors import SequenceConflictError
+from seqrepair.journal.pipelined import AppendPipeline
+
+pytestmark = pytest.mark.redis
+
+
+def stamp(n: int) -> list[Publication]:
+    seq = SourceSequencer("feed.a", bits=16)
+    return [seq.stamp("/a", {"i": i}) for i in range(n)]
+
+
+def test_batches_held_in_order(journal: Journal) -> None:
+    pubs = stamp(100)
+    pipe = AppendPipeline(journal, 16, depth=3)
+    held = []
+    for offset in range(0, 100, 10):
+        held += pipe.submit(pubs[offset : offset + 10])
+        assert pipe.inflight <= 2
+    held += pipe.drain()
+    assert [hw for _, hw in held] == list(range(10, 101, 10))
+    assert journal.read_range("feed.a", 1, 100) == pubs
+    pipe.close()
+
+
+def test_a_refused_batch_never_leaves_a_gap(journal: Journal) -> None:
+    pubs = stamp(40)
+    pipe = AppendPipeline(journal, 16, depth=4)
+    assert pipe.submit(pubs[:10]) == []
+    assert pipe.submit(pubs[20:30]) == []  # leaves a hole: will be refused, writes nothing
+    assert pipe.submit(pubs[30:40]) == []  # continues the refused one: refused as well
+    with pytest.raises(SequenceConflictError) as refused:
+        pipe.drain()  # batch 1 is held, batch 2 refused
+    assert refused.value.expected == 11
+    with pytest.raises(SequenceConflictError):
+        pipe.drain()
+    assert pipe.inflight == 0
+    assert journal.high_water("feed.a") == 10
+    assert pipe.submit(pubs[10:20]) == []
+    assert [hw for _, hw in pipe.drain()] == [20]
+    pipe.close()
+    assert journal.read_range("feed.a", 1, 40) == pubs[:20]
+
+
+def test_unreachable_server_returns_the_batches_in_flight(private_server: EmbeddedRedis) -> None:
+    journal = Journal.from_url(private_server.url, socket_timeout=1.0)
+    pubs = stamp(30)
+    pipe = AppendPipeline(journal, 16, depth=3)
+    pipe.submit(pubs[:10])
+    pipe.drain()
+    private_server.kill()
+
+    def push() -> None:
+        for offset in (10, 20):
+            pipe.submit(pubs[offset : offset + 10])
+        pipe.drain()
+
+    with pytest.raises(JournalUnavailableError):
+        push()
+    lost = pipe.abandon()
+    assert [b[0].source_seq for b in lost] in ([11, 21], [11], [21])
+    journal.close()
+
+
+def test_bad_depth(journal: Journal) -> None:
+    with pytest.raises(InvalidConfigError):
+        AppendPipeline(journal, 16, depth=0)
