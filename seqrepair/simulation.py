@@ -18,7 +18,7 @@ import itertools
 import random
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 
@@ -94,6 +94,69 @@ def _by_source(publications: Iterable[Publication]) -> dict[str, list[int]]:
     return out
 
 
+class ComponentBackend(Protocol):
+    """The component's publishing and repair side, as the simulation drives it.
+
+    :class:`InMemoryComponent` keeps everything in lists; the journal adapter offers one that
+    journals to Redis and repairs through its gap-fill service.
+    """
+
+    def publish(self, source: str, topic: str, fields: dict[str, Any], ptype: PublishType) -> None:
+        """Stamp and queue one publication."""
+
+    def flush(self) -> list[Publication]:
+        """The queued publications, once they count as published, in order."""
+
+    def record(self, frame: Publication | Heartbeat) -> None:
+        """Remember a frame sent on the subscriber's link."""
+
+    def answer(self, request: GapRequest | SourceGapRequest, now: float) -> list[ToSubscriber]:
+        """The frames that answer ``request`` (ending with ReplayComplete or a GapError)."""
+
+
+@attrs.define(on_setattr=attrs.setters.NO_OP)
+class InMemoryComponent:
+    """Sequencers, a journal in a list and one link context, all in memory."""
+
+    bits: int
+    context_capacity: int = 1 << 20
+    _sequencers: dict[str, SourceSequencer] = attrs.field(init=False, factory=dict)
+    _journal: list[Publication] = attrs.field(init=False, factory=list)
+    _queued: list[Publication] = attrs.field(init=False, factory=list)
+    _context: LinkContext = attrs.field(init=False)
+
+    @_context.default
+    def _new_context(self) -> LinkContext:
+        return LinkContext(bits=self.bits, capacity=self.context_capacity)
+
+    def publish(self, source: str, topic: str, fields: dict[str, Any], ptype: PublishType) -> None:
+        sequencer = self._sequencers.get(source)
+        if sequencer is None:
+            sequencer = self._sequencers[source] = SourceSequencer(source, bits=32)
+        self._queued.append(sequencer.stamp(topic, fields, ptype))
+
+    def flush(self) -> list[Publication]:
+        published, self._queued = self._queued, []
+        self._journal.extend(published)
+        return published
+
+    def record(self, frame: Publication | Heartbeat) -> None:
+        self._context.record(frame)
+
+    def answer(self, request: GapRequest | SourceGapRequest, now: float) -> list[ToSubscriber]:
+        if isinstance(request, GapRequest):
+            result = self._context.answer(request)
+            return [result] if isinstance(result, GapError) else list(result)
+        replay: list[ToSubscriber] = [
+            p.with_link(None, retransmit=True)
+            for p in self._journal
+            if p.source_seq > request.after.get(p.source, 0)
+        ]
+        through = {name: seq.high_water for name, seq in self._sequencers.items()}
+        replay.append(ReplayComplete(through=through, request=request))
+        return replay
+
+
 @attrs.define(on_setattr=attrs.setters.NO_OP)
 class Simulation:
     """A component (sequencers, journal, link context) and one subscriber stub over a bad link.
@@ -114,14 +177,15 @@ class Simulation:
     send_rate: int = 64
     seed: int = 0
     stub_options: dict[str, Any] = attrs.field(factory=dict)
+    component: ComponentBackend | None = None
+    """None: an :class:`InMemoryComponent` with ``context_capacity``."""
 
     def run(self, max_time: float = 600.0) -> SimulationReport:
         """Run until everything published is delivered (and the link is quiet) or ``max_time``."""
         rng = random.Random(self.seed)
         conditions = self.conditions
-        sequencers = {name: SourceSequencer(name, bits=32) for name, *_ in self.plan}
+        component = self.component or InMemoryComponent(self.bits, self.context_capacity)
         link = LinkSequencer(bits=self.bits, heartbeat_interval=self.heartbeat_interval)
-        context = LinkContext(bits=self.bits, capacity=self.context_capacity)
         options: dict[str, Any] = {
             "heartbeat_interval": self.heartbeat_interval,
             "nak_delay": 0.02,
@@ -211,23 +275,14 @@ class Simulation:
                     unrecoverable.append(event)
 
         def answer(req: GapRequest | SourceGapRequest, now: float) -> None:
-            if isinstance(req, GapRequest):
-                result = context.answer(req)
-                if isinstance(result, GapError):
-                    send([result], 0, repair=True, now=now)
-                    return
-                for frame in result:
+            frames = component.answer(req, now)
+            resent = [f for f in frames if isinstance(f, Publication | Heartbeat) and f.link_seq]
+            if isinstance(req, GapRequest) and len(resent) == len(frames):
+                for frame in resent:  # each resent link frame travels on its own
                     assert frame.link_seq is not None
                     send([frame], position_of(frame.link_seq), repair=True, now=now)
-                return
-            replay: list[ToSubscriber] = [
-                attrs.evolve(p, link_seq=None, retransmit=True)
-                for p in journal
-                if p.source_seq > req.after.get(p.source, 0)
-            ]
-            through = {name: seq.high_water for name, seq in sequencers.items() if seq.high_water}
-            replay.append(ReplayComplete(through=through, request=req))
-            send(replay, 0, repair=True, now=now)
+            elif frames:  # a replay, or a GapError, travels as one message
+                send(frames, 0, repair=True, now=now)
 
         now = 0.0
         next_index = 0
@@ -244,23 +299,27 @@ class Simulation:
                     resets += 1
                     reset_base = link.absolute
                     to_subscriber.clear()
-                if ahead() >= space.half - 1:
+                next_reset = min((r for r in self.resets_at if r > next_index), default=total)
+                room = min(space.half - 1 - ahead(), self.send_rate - sent,
+                           next_reset - next_index)
+                if room <= 0:
                     break
-                name, topic, fields, ptype = self.plan[next_index]
-                publication = sequencers[name].stamp(topic, fields, ptype)
-                journal.append(publication)
-                publisher_images.apply(publication)
-                pos = next_position()
-                stamped = link.stamp(publication, now)
-                context.record(stamped)
-                send([stamped], pos, repair=False, now=now)
-                next_index += 1
-                sent += 1
+                for row in self.plan[next_index : next_index + room]:
+                    component.publish(*row)
+                for publication in component.flush():
+                    journal.append(publication)
+                    publisher_images.apply(publication)
+                    pos = next_position()
+                    stamped = link.stamp(publication, now)
+                    component.record(stamped)
+                    send([stamped], pos, repair=False, now=now)
+                next_index += room
+                sent += room
             if not sent and ahead() < space.half - 1:
                 pos = next_position()
                 heartbeat = link.poll(now)
                 if heartbeat is not None:
-                    context.record(heartbeat)
+                    component.record(heartbeat)
                     send([heartbeat], pos, repair=False, now=now)
             # the link delivers to the subscriber; stale copies die of old age
             while to_subscriber and to_subscriber[0][0] <= now:
@@ -278,7 +337,7 @@ class Simulation:
             while to_component and to_component[0][0] <= now:
                 _, _, req = heapq.heappop(to_component)
                 answer(req, now)
-            if next_index >= total and len(delivered) >= total and not to_subscriber:
+            if next_index >= total and len(delivered) >= len(journal) and not to_subscriber:
                 break
         return SimulationReport(
             published=tuple(journal),
