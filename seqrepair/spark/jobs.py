@@ -127,9 +127,9 @@ def rebuild_main(args: argparse.Namespace) -> int:
         print(f"seqrepair rebuild: {exc}", file=sys.stderr)
         return 2
     spark = session_for(args)
-    summary = run_rebuild(spark, args)
-    if args.show and not args.output:
-        images = rebuild_images(_input(spark, args), as_of_seq=as_of, as_of_time=args.as_of_time)
+    log.debug("rebuild", as_of_seq=as_of, as_of_time=args.as_of_time)
+    summary, images = run_rebuild(spark, args)
+    if args.show:
         for row in images.orderBy("topic").limit(args.show).collect():
             print(f"{row['topic']}: {dict(row['fields'])}{' (partial)' if row['partial'] else ''}")
     print(json.dumps(summary, sort_keys=True))
