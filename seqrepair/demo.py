@@ -10,14 +10,19 @@ Spark) are added by the adapters as they land.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import random
 import sys
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TextIO
 
+import attrs
+
 from seqrepair.core.messages import PublishType
-from seqrepair.simulation import LinkConditions, Simulation, SimulationReport
+from seqrepair.simulation import ComponentBackend, LinkConditions, Simulation, SimulationReport
 
 Plan = list[tuple[str, str, dict[str, Any], PublishType]]
 
@@ -33,8 +38,8 @@ def demo_plan(count: int, *, sources: int = 3, items: int = 200, seed: int = 1) 
     plan: Plan = []
     for _ in range(count):
         topic = rng.choice(topics)
-        owner = names[topics.index(topic) % len(names)]
-        source = owner if rng.random() < 0.9 else rng.choice(names)
+        # each item has one publishing source, so item order is that source's order
+        source = names[topics.index(topic) % len(names)]
         if topic not in imaged:
             ptype = PublishType.IMAGE
             imaged.add(topic)
@@ -57,7 +62,13 @@ def demo_plan(count: int, *, sources: int = 3, items: int = 200, seed: int = 1) 
 
 
 def run_in_process(
-    count: int, *, bits: int, loss: float, resets: int, seed: int
+    count: int,
+    *,
+    bits: int,
+    loss: float,
+    resets: int,
+    seed: int,
+    component: ComponentBackend | None = None,
 ) -> SimulationReport:
     """Stage 1: the whole pipeline in one process on simulated time."""
     plan = demo_plan(count, seed=seed)
@@ -73,6 +84,7 @@ def run_in_process(
         context_capacity=4096,
         send_rate=256,
         seed=seed,
+        component=component,
     )
     return simulation.run(max_time=3600.0)
 
@@ -105,37 +117,77 @@ def print_in_process_report(report: SimulationReport, wall: float, out: TextIO) 
         ("simulated seconds / wall seconds", f"{report.elapsed:.1f} / {wall:.1f}"),
     ]
     width = max(len(label) for label, _ in rows)
-    print("stage 1: in-process pipeline over a simulated lossy 8-bit link", file=out)
     for label, value in rows:
         print(f"  {label:<{width}}  {value}", file=out)
     return perfect
 
 
-Stage = Callable[[argparse.Namespace, TextIO], bool]
-STAGES: list[tuple[str, Stage]] = []
+@attrs.define
+class DemoRun:
+    """What the stages share: options, the journal's Redis, and earlier stages' results."""
+
+    args: argparse.Namespace
+    redis_url: str | None
+    workdir: Path
+    out: TextIO
+    results: dict[str, Any] = attrs.Factory(dict)
 
 
-def in_process_stage(args: argparse.Namespace, out: TextIO) -> bool:
+Stage = Callable[[DemoRun], bool]
+
+
+def in_process_stage(run: DemoRun) -> bool:
+    """Publishers journal to Redis; gaps are repaired from link context and the journal."""
+    args = run.args
     started = time.perf_counter()
-    report = run_in_process(
-        args.publications, bits=args.bits, loss=args.loss, resets=args.resets, seed=args.seed
-    )
-    return print_in_process_report(report, time.perf_counter() - started, out)
+    if run.redis_url is None:
+        title = "in-memory journal"
+        report = run_in_process(
+            args.publications, bits=args.bits, loss=args.loss, resets=args.resets,
+            seed=args.seed,
+        )
+    else:
+        from seqrepair.journal import Journal
+        from seqrepair.journal.inprocess import JournalComponent
+
+        title = "journal in Redis"
+        with Journal.from_url(run.redis_url) as journal:
+            component = JournalComponent(journal, link_bits=args.bits, context_capacity=4096)
+            report = run_in_process(
+                args.publications, bits=args.bits, loss=args.loss, resets=args.resets,
+                seed=args.seed, component=component,
+            )
+            component.close()
+    run.results["in-process"] = report
+    print(f"stage in-process: publishers -> {title} -> simulated lossy {args.bits}-bit link "
+          "-> subscriber stub -> image cache", file=run.out)
+    return print_in_process_report(report, time.perf_counter() - started, run.out)
 
 
-STAGES.append(("in-process", in_process_stage))
+STAGES: list[tuple[str, Stage]] = [("in-process", in_process_stage)]
 
 
 def run(args: argparse.Namespace) -> int:
     out = sys.stdout
-    results = []
-    for name, stage in STAGES:
-        if args.only and name not in args.only:
-            continue
-        ok = stage(args, out)
-        results.append((name, ok))
-        print(f"  => {name}: {'OK' if ok else 'FAILED'}\n", file=out)
-    failed = [name for name, ok in results if not ok]
+    outcomes = []
+    with contextlib.ExitStack() as stack:
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="seqrepair-demo-")))
+        redis_url = args.redis_url
+        if redis_url is None and not args.no_redis:
+            from seqrepair.journal import EmbeddedRedis
+
+            server = stack.enter_context(EmbeddedRedis(data_dir=workdir / "redis"))
+            redis_url = server.url
+            print(f"embedded redis-server at {redis_url} (data in {workdir / 'redis'})\n",
+                  file=out)
+        demo = DemoRun(args=args, redis_url=redis_url, workdir=workdir, out=out)
+        for name, stage in STAGES:
+            if args.only and name not in args.only:
+                continue
+            ok = stage(demo)
+            outcomes.append((name, ok))
+            print(f"  => {name}: {'OK' if ok else 'FAILED'}\n", file=out)
+    failed = [name for name, ok in outcomes if not ok]
     print("demo:", "all stages OK" if not failed else f"FAILED stages: {', '.join(failed)}",
           file=out)
     return 1 if failed else 0
@@ -152,4 +204,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--resets", type=int, default=2, help="forced link resets (2)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--only", action="append", help="run only the named stage(s)")
+    parser.add_argument("--redis-url", help="journal to this Redis instead of a private one")
+    parser.add_argument("--no-redis", action="store_true",
+                        help="keep the journal in memory (no Redis stages)")
     parser.set_defaults(func=run)

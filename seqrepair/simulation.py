@@ -209,6 +209,8 @@ class Simulation:
         reset_base = -1  # next position = link.absolute - reset_base; a reset context starts at 0
         resets = 0
         resets_done: set[int] = set()
+        reset_frame: object = None
+        reset_pending = False  # a reset frame is on its way: the subscriber's credit is unknown
 
         def next_position() -> int:
             """The stub-side position (absolute link number) of the next frame sent."""
@@ -225,8 +227,8 @@ class Simulation:
             """How far the next frame is ahead of what the subscriber expects (its credit)."""
             upcoming = next_position()
             expected = stub.expected_link_seq
-            if upcoming == 0 or expected == 0:
-                return upcoming
+            if upcoming == 0 or expected == 0 or reset_pending:
+                return upcoming  # counted from the reset frame the subscriber waits for
             return space.distance(expected, space.wire(upcoming))
 
         def send(frames: list[ToSubscriber], first: int, *, repair: bool, now: float) -> None:
@@ -298,6 +300,7 @@ class Simulation:
                     context_id += 1
                     resets += 1
                     reset_base = link.absolute
+                    reset_pending = True
                     to_subscriber.clear()
                 next_reset = min((r for r in self.resets_at if r > next_index), default=total)
                 room = min(space.half - 1 - ahead(), self.send_rate - sent,
@@ -311,6 +314,8 @@ class Simulation:
                     publisher_images.apply(publication)
                     pos = next_position()
                     stamped = link.stamp(publication, now)
+                    if pos == 0:
+                        reset_frame = stamped
                     component.record(stamped)
                     send([stamped], pos, repair=False, now=now)
                 next_index += room
@@ -330,6 +335,8 @@ class Simulation:
                     counts["expired"] += 1
                     continue
                 for frame in item.frames:
+                    if frame is reset_frame:
+                        reset_pending = False
                     act(stub.receive(frame, now), now)
             deadline = stub.next_deadline
             if deadline is not None and deadline <= now:
