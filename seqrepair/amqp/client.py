@@ -109,6 +109,7 @@ class SubscriberReport:
     resets: int = 0
     unrecoverable: int = 0
     connections: int = 0
+    disconnections: int = 0
     paused: int = 0
     rejected: int = 0
 
@@ -253,6 +254,10 @@ class Subscriber(MessagingHandler):
         if self._stop_when is not None and self._stop_when():
             self._shutdown()
             return
+        conn = self._conn
+        if conn is not None and (conn.transport is None or conn.transport.closed):
+            # a transport torn down without an on_disconnected reaching us: same recovery
+            self._lost(conn)
         self._perform(self.stub.poll(self.clock()))
         self._flush()
         self._schedule()
@@ -279,14 +284,22 @@ class Subscriber(MessagingHandler):
         self.log.info("connected", connections=self.report.connections)
 
     def on_link_opened(self, event: Any) -> None:
+        if event.link == self._receiver:
+            event.connection.seqrepair_attached = True
+            self.connected.set()
         self._flush()
 
     def on_sendable(self, event: Any) -> None:
         self._flush()
 
     def on_disconnected(self, event: Any) -> None:
-        if self._stopping or event.connection != self._conn:
+        self._lost(event.connection)
+
+    def _lost(self, conn: Any) -> None:
+        if self._stopping or conn is None or conn != self._conn:
             return  # only the current connection starts (one) reconnect chain
+        if getattr(conn, "seqrepair_attached", False):
+            self.report.disconnections += 1
         self.connected.clear()
         self.log.info("disconnected; reconnecting", delay=self.reconnect_delay)
         self._outbox.clear()

@@ -1,0 +1,166 @@
+"""Delivered publications per second through the component vs raw proton, in one run.
+
+    .venv/bin/python benchmarks/bench_amqp.py [N]
+
+Baseline: a plain proton sender and receiver in two processes, one message per transfer
+(application properties + a map body, like a PUBLICATION), at-most-once, receiver prefetch 1000.
+Component: ``seqrepair serve`` (journal on a private redis-server, 1% of frames dropped at its
+send path and repaired by gap fill), ``seqrepair publish`` (journal first, 50 per transfer) and
+one subscriber (this process) driving the SubscriberStub. Rate = deliveries / (last - first
+delivery); latency = delivery time - the publication's timestamp (set when published).
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from proton import Message
+from proton.handlers import MessagingHandler
+from proton.reactor import AtMostOnce, Container
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from seqrepair.amqp.client import Subscriber  # noqa: E402
+from seqrepair.journal.server import EmbeddedRedis  # noqa: E402
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class RawReceiver(MessagingHandler):
+    def __init__(self, url: str, n: int, out: Any) -> None:
+        super().__init__(prefetch=1000)
+        self.url, self.n, self.out, self.count, self.first = url, n, out, 0, 0.0
+
+    def on_start(self, event: Any) -> None:
+        self.acceptor = event.container.listen(self.url)
+        self.out.put("ready")
+
+    def on_message(self, event: Any) -> None:
+        if self.count == 0:
+            self.first = time.perf_counter()
+        self.count += 1
+        if self.count == self.n:
+            self.out.put((self.n - 1) / (time.perf_counter() - self.first))
+            event.connection.close()
+            self.acceptor.close()
+
+
+class RawSender(MessagingHandler):
+    def __init__(self, url: str, n: int) -> None:
+        super().__init__()
+        self.url, self.n, self.sent = url, n, 0
+
+    def on_start(self, event: Any) -> None:
+        event.container.create_sender(self.url, options=AtMostOnce())
+
+    def on_sendable(self, event: Any) -> None:
+        while event.sender.credit and self.sent < self.n:
+            self.sent += 1
+            event.sender.send(Message(
+                body={"n": self.sent, "t": time.time()},
+                properties={"message-type": "PUBLICATION", "link_seq": self.sent,
+                            "source": "bench", "source_seq": self.sent, "source_bits": 32,
+                            "topic": "/load/a", "ptype": "update"}))
+        if self.sent >= self.n:
+            event.connection.close()
+
+
+def _raw_receive(url: str, n: int, out: Any) -> None:
+    Container(RawReceiver(url, n, out)).run()
+
+
+def raw_rate(n: int) -> float:
+    url = f"127.0.0.1:{free_port()}/bench"
+    out: Any = mp.Queue()
+    proc = mp.Process(target=_raw_receive, args=(url, n, out))
+    proc.start()
+    out.get(timeout=10)
+    Container(RawSender(url, n)).run()
+    rate = float(out.get(timeout=300))
+    proc.join(10)
+    return rate
+
+
+def component_rate(n: int) -> dict[str, float]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    with EmbeddedRedis() as redis:
+        url = f"127.0.0.1:{free_port()}"
+        ready = Path(f"/tmp/bench-ready-{os.getpid()}")
+        ready.unlink(missing_ok=True)
+        comp = subprocess.Popen(
+            [sys.executable, "-m", "seqrepair.cli", "serve", "--url", url, "--redis-url",
+             redis.url, "--drop-rate", "0.01", "--drop-seed", "1", "--ready-file", str(ready),
+             "--max-pending", "200000"],
+            env=env,
+        )
+        try:
+            while not ready.exists():
+                time.sleep(0.05)
+            times: list[float] = []
+            lat: list[float] = []
+
+            def on_pub(pub: Any) -> None:
+                now = time.time()
+                times.append(time.perf_counter())
+                lat.append(now - pub.fields["t"])
+
+            sub = Subscriber(url, "/load/#", on_publication=on_pub, credit=500).start()
+            sub.connected.wait(10)
+            time.sleep(0.5)
+            subprocess.run(
+                [sys.executable, "-m", "seqrepair.cli", "publish", "--url", url, "--redis-url",
+                 redis.url, "--source", "bench", "--count", str(n), "--batch", "64"],
+                env=env, check=True, capture_output=True, timeout=600,
+            )
+            deadline = time.monotonic() + 120
+            while len(times) < n and time.monotonic() < deadline:
+                time.sleep(0.05)
+            sub.stop()
+            stats = sub.stats().as_dict()
+        finally:
+            comp.terminate()
+            comp.wait(10)
+            ready.unlink(missing_ok=True)
+    lat.sort()
+    return {
+        "delivered": len(times),
+        "rate": (len(times) - 1) / (times[-1] - times[0]),
+        "p50_ms": 1000 * statistics.median(lat),
+        "p99_ms": 1000 * lat[int(0.99 * (len(lat) - 1))],
+        "gaps": stats["gaps_detected"],
+        "repaired": stats["repaired"],
+    }
+
+
+def main() -> None:
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 20_000
+    raw = raw_rate(n)
+    comp = component_rate(n)
+    print(json.dumps({
+        "n": n,
+        "raw_one_per_transfer_msgs_per_s": round(raw),
+        "component_delivered_pubs_per_s": round(comp["rate"]),
+        "ratio": round(comp["rate"] / raw, 2),
+        "p50_ms": round(comp["p50_ms"], 1),
+        "p99_ms": round(comp["p99_ms"], 1),
+        "delivered": comp["delivered"],
+        "gaps_repaired": [comp["gaps"], comp["repaired"]],
+    }, indent=2))
+
+
+if __name__ == "__main__":
+    main()
