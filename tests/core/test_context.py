@@ -59,3 +59,11 @@ def test_frames_without_link_numbers_cannot_be_recorded():
     src = SourceSequencer(source="feed.a")
     with pytest.raises(InvalidConfigError, match="link number"):
         context.record(src.stamp("/t", {}))
+
+
+@pytest.mark.parametrize(
+    ("option", "value"), [("capacity", 0), ("max_range", -1), ("capacity", "9")]
+)
+def test_bad_context_configuration_is_a_typed_error(option, value):
+    with pytest.raises(InvalidConfigError):
+        LinkContext(bits=16, **{option: value})

@@ -298,3 +298,33 @@ def test_bad_frames_raise_typed_errors_and_leave_state_intact():
 def test_bad_configuration_is_a_typed_error(option, value):
     with pytest.raises((InvalidConfigError, InvalidSequenceError)):
         make(**{option: value})
+
+
+def test_source_replay_that_never_completes_gives_up_per_source_and_releases():
+    stub = make(retry_interval=0.1, max_retries=2)
+    stub.receive(pub(1, 3), now=0.0)
+    stub.receive(pub(2, 4, source="feed.b"), now=0.0)
+    stub.receive(pub(0, 9), now=0.1)  # reset: held until a replay completes
+    retried = of(RequestSourceGap, stub.poll(now=stub.next_deadline))
+    assert retried == [RequestSourceGap(SourceGapRequest(after={"feed.a": 3, "feed.b": 4}))]
+    events = stub.poll(now=stub.next_deadline)
+    assert of(Unrecoverable, events) == [
+        Unrecoverable(source="feed.a", after=3, reason="give-up"),
+        Unrecoverable(source="feed.b", after=4, reason="give-up"),
+    ]
+    assert delivered(events) == [("feed.a", 9)]
+
+
+def test_silence_is_measured_from_the_first_poll_when_nothing_has_arrived():
+    stub = make(heartbeat_interval=1.0, missed_heartbeats=2)
+    assert stub.poll(now=100.0) == []
+    assert stub.next_deadline == 102.0
+    assert of(HeartbeatOverdue, stub.poll(now=102.0)) == [HeartbeatOverdue(missed=2, since=100.0)]
+
+
+def test_a_gap_error_with_numbers_outside_the_space_is_rejected():
+    stub = make(bits=4)
+    stub.receive(pub(1, 1), now=0.0)
+    with pytest.raises(InvalidSequenceError):
+        stub.receive(GapError("refused", GapRequest(2, 99)), now=0.0)
+    assert stub.stats.unrecoverable == 0
