@@ -1,0 +1,33 @@
+"""The ``seqrepair`` command: help, and the demo's in-process stage end to end."""
+
+import subprocess
+import sys
+
+import pytest
+
+from seqrepair.cli import main
+
+
+def test_help_lists_the_demo():
+    result = subprocess.run([sys.executable, "-m", "seqrepair.cli", "--help"],
+                            capture_output=True, text=True, check=True)
+    assert "demo" in result.stdout
+
+
+def test_demo_in_memory_repairs_everything(capsys):
+    code = main(["demo", "--publications", "3000", "--no-redis", "--only", "in-process"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "exactly once, in order                 yes" in out
+    assert "unrecoverable                          0" in out
+
+
+@pytest.mark.redis
+def test_demo_journals_to_a_private_redis_and_stops_it(capsys):
+    code = main(["demo", "--publications", "3000", "--only", "in-process"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "journal in Redis" in out
+    assert "subscriber images == publisher images  yes" in out
+    leftover = subprocess.run(["pgrep", "-f", "seqrepair-demo-"], capture_output=True)
+    assert leftover.returncode == 1  # no redis-server of the demo is left running
