@@ -76,6 +76,19 @@ class BacklogFullError(JournalUnavailableError):
     """The journal is unreachable and the publisher's bounded window is full."""
 
 
+class PublicationQueuedError(JournalUnavailableError):
+    """``publish()`` stamped and queued ``publication`` but could not journal its batch.
+
+    It is not published: a later ``flush()`` (or publish) journals it and only then hands it to
+    the transport. ``pending`` publications are waiting in all.
+    """
+
+    def __init__(self, message: str, *, publication: Any, pending: int, source: str) -> None:
+        super().__init__(message, source=source, operation="publish")
+        self.publication = publication
+        self.pending = pending
+
+
 class EmbeddedRedisError(SeqRepairError):
     """The private redis-server could not be started, or died."""
 

@@ -33,7 +33,13 @@ import structlog
 from seqrepair.core.errors import InvalidConfigError
 from seqrepair.core.messages import Publication, PublishType
 from seqrepair.core.sequencers import SourceSequencer
-from seqrepair.journal.errors import BacklogFullError, JournalError, JournalUnavailableError
+from seqrepair.journal.errors import (
+    BacklogFullError,
+    JournalError,
+    JournalTimeoutError,
+    JournalUnavailableError,
+    PublicationQueuedError,
+)
 from seqrepair.journal.format import check_encodable
 from seqrepair.journal.journal import Journal
 from seqrepair.journal.pipelined import AppendPipeline
@@ -110,9 +116,10 @@ class Publisher:
 
         Returns the stamped publication: it is published once ``published_through`` reaches
         its ``source_seq`` (at once when ``batch_size`` is 1 and this returns normally).
-        Raises JournalUnavailableError from the append of a full batch (the batch stays
-        queued), BacklogFullError when the window is full and the journal unreachable, and
-        InvalidMessageError for bad input (no number consumed).
+        Raises :class:`PublicationQueuedError` (a JournalUnavailableError carrying the stamped
+        ``publication``, which stays queued) when the append of a full batch fails,
+        :class:`BacklogFullError` when the window is full and the journal unreachable (nothing
+        stamped), and InvalidMessageError for bad input (no number consumed).
         """
         if len(self._unheld) >= self.window:
             try:
@@ -132,7 +139,15 @@ class Publisher:
         pub = self.sequencer.stamp(topic, fields, ptype, permtoken=permtoken, timestamp=timestamp)
         self._unheld.append(pub)
         if len(self._unheld) - self._sent >= self.batch_size:
-            self._send(wait=False)
+            try:
+                self._send(wait=False)
+            except JournalUnavailableError as exc:
+                raise PublicationQueuedError(
+                    f"publication {pub.source_seq} is queued, not published: {exc.message}",
+                    publication=pub,
+                    pending=len(self._unheld),
+                    source=self.source,
+                ) from exc
         return pub
 
     def flush(self) -> int:
@@ -144,20 +159,33 @@ class Publisher:
         return self._send(wait=True)
 
     def _send(self, *, wait: bool) -> int:
-        """Submit full batches (every queued one when ``wait``), then hand on what is held."""
-        published = 0
+        """Submit full batches (every queued one when ``wait``), then hand on what is held.
+
+        A dropped connection (a restarted Redis, say) is retried once at once on a new one,
+        after re-reading the high-water, as redis-py retries its own commands; a timeout is not.
+        """
+        before = self.published_through
+        try:
+            self._send_once(wait=wait)
+        except JournalTimeoutError:
+            raise
+        except JournalUnavailableError:
+            self._send_once(wait=wait)
+        return self.published_through - before
+
+    def _send_once(self, *, wait: bool) -> None:
         try:
             if self._uncertain:
-                published += self._resolve_uncertain()
+                self._resolve_uncertain()
             while len(self._unheld) - self._sent >= (1 if wait else self.batch_size):
                 end = min(self._sent + self.batch_size, len(self._unheld))
                 batch = [self._unheld[i] for i in range(self._sent, end)]
                 self._sent = end
                 for held, _ in self._pipe.submit(batch):
-                    published += self._hand_on(len(held))
+                    self._hand_on(len(held))
             if wait:
                 for held, _ in self._pipe.drain():
-                    published += self._hand_on(len(held))
+                    self._hand_on(len(held))
         except JournalError as exc:
             self._pipe.abandon()
             self._sent = 0
@@ -166,7 +194,6 @@ class Publisher:
                 "publisher.append_failed", error=type(exc).__name__, pending=len(self._unheld)
             )
             raise
-        return published
 
     def _resolve_uncertain(self) -> int:
         """After a failed append: hand on what the journal turned out to hold."""

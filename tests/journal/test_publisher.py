@@ -14,7 +14,7 @@ from seqrepair.journal import (
     EmbeddedRedis,
     Journal,
     JournalTimeoutError,
-    JournalUnavailableError,
+    PublicationQueuedError,
     Publisher,
 )
 
@@ -96,16 +96,19 @@ def test_redis_down_keeps_a_bounded_backlog_and_reports_nothing(
     assert [p.source_seq for p in sent] == [1, 2]
     private_server.kill()
     unavailable = 0
+    queued_seqs: list[int] = []
     for attempt in range(10):
         try:
             publisher.publish("/a", {"i": attempt})
         except BacklogFullError:
             break  # the window is full: refused, no number taken
-        except JournalUnavailableError:
+        except PublicationQueuedError as exc:
             unavailable += 1  # a full batch could not be journaled; it stays queued
+            queued_seqs.append(exc.publication.source_seq)
     else:
         pytest.fail("the window never filled")
     assert unavailable >= 1
+    assert all(3 <= seq <= 6 for seq in queued_seqs)
     assert publisher.pending == 4
     assert publisher.sequencer.high_water == 6
     assert publisher.published_through == 2
@@ -148,8 +151,10 @@ def test_append_of_unknown_outcome_is_resolved_by_reading_high_water(journal: Jo
     publisher = Publisher("feed.a", flaky, transport=sent.append, batch_size=2, window=2)
     publisher.publish("/a", {})
     flaky.fail_next = True
-    with pytest.raises(JournalTimeoutError):
+    with pytest.raises(PublicationQueuedError) as queued:
         publisher.publish("/a", {})
+    assert isinstance(queued.value.__cause__, JournalTimeoutError)
+    assert queued.value.publication.source_seq == 2
     assert sent == []
     assert publisher.pending == 2
     assert publisher.flush() == 2  # held already: handed on, not appended twice
