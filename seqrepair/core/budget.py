@@ -109,7 +109,6 @@ class RefusalPolicy:
             return f"range of {span} exceeds the maximum of {self.max_range} per request"
         if not budget.try_spend(span, now):
             return (
-                f"resend budget exhausted: {span} requested, "
-                f"{int(budget.available(now))} available"
+                f"resend budget exhausted: {span} requested, {int(budget.available(now))} available"
             )
         return None
