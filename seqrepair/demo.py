@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import random
+import subprocess
 import sys
 import tempfile
 import time
@@ -164,7 +165,52 @@ def in_process_stage(run: DemoRun) -> bool:
     return print_in_process_report(report, time.perf_counter() - started, run.out)
 
 
-STAGES: list[tuple[str, Stage]] = [("in-process", in_process_stage)]
+def network_stage(run: DemoRun) -> bool:
+    """Component, publisher and subscribers as real processes over AMQP on loopback."""
+    if run.redis_url is None:
+        print("stage network: skipped (it needs Redis; run without --no-redis)", file=run.out)
+        return True
+    from seqrepair.amqp.demo import run_network_demo
+
+    args = run.args
+    started = time.perf_counter()
+    try:
+        report = run_network_demo(
+            run.redis_url,
+            args.network_publications,
+            drop_rate=args.network_loss,
+            source="net.feed",
+            workdir=run.workdir / "network",
+        )
+    except subprocess.TimeoutExpired as exc:
+        print(f"stage network: a process did not finish in time: {exc}", file=run.out)
+        return False
+    run.results["network"] = report
+    print("stage network: seqrepair publish -> seqrepair serve (AMQP 1.0, journal first, "
+          f"{args.network_loss:.0%} forced loss, SIGKILL + restart half way) -> "
+          "seqrepair subscribe x2", file=run.out)
+    print(f"  published {report['published']}, component restarts "
+          f"{report['component_restarts']}, {time.perf_counter() - started:.1f} s", file=run.out)
+    header = ("subscriber", "pattern", "entitled", "delivered", "gaps", "repairs",
+              "duplicates", "resets", "unrecoverable", "exactly once")
+    rows = [header]
+    for name, sub in report["subscribers"].items():
+        rows.append((name, sub["pattern"], sub["entitled"], sub["delivered"], sub["gaps"],
+                     sub["repairs"], sub["duplicates"], sub["resets"], sub["unrecoverable"],
+                     "yes" if sub["in_order_exactly_once"] else "NO"))
+    widths = [max(len(str(row[i])) for row in rows) for i in range(len(header))]
+    for row in rows:
+        print("  " + "  ".join(f"{value!s:<{w}}" for value, w in zip(row, widths, strict=True)),
+              file=run.out)
+    return bool(report["ok"]) and all(
+        sub["unrecoverable"] == 0 for sub in report["subscribers"].values()
+    )
+
+
+STAGES: list[tuple[str, Stage]] = [
+    ("in-process", in_process_stage),
+    ("network", network_stage),
+]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -203,6 +249,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--loss", type=float, default=0.01, help="loss probability (0.01)")
     parser.add_argument("--resets", type=int, default=2, help="forced link resets (2)")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--network-publications", type=int, default=3000,
+                        help="publications in the networked stage (3000)")
+    parser.add_argument("--network-loss", type=float, default=0.02,
+                        help="loss forced at the component's send path (0.02)")
     parser.add_argument("--only", action="append", help="run only the named stage(s)")
     parser.add_argument("--redis-url", help="journal to this Redis instead of a private one")
     parser.add_argument("--no-redis", action="store_true",

@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -23,11 +24,14 @@ def test_demo_in_memory_repairs_everything(capsys):
 
 
 @pytest.mark.redis
-def test_demo_journals_to_a_private_redis_and_stops_it(capsys):
+def test_demo_journals_to_a_private_redis_and_stops_it(capsys, monkeypatch, tmp_path):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the demo's private data dir
     code = main(["demo", "--publications", "3000", "--only", "in-process"])
     out = capsys.readouterr().out
     assert code == 0
+    assert "embedded redis-server at redis://127.0.0.1" in out
+    assert str(tmp_path) in out
     assert "journal in Redis" in out
     assert "subscriber images == publisher images  yes" in out
-    leftover = subprocess.run(["pgrep", "-f", "seqrepair-demo-"], capture_output=True)
-    assert leftover.returncode == 1  # no redis-server of the demo is left running
+    leftover = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True)
+    assert leftover.returncode == 1  # the demo's redis-server is not left running
