@@ -16,43 +16,18 @@ refills nothing (it never raises).
 
 from __future__ import annotations
 
-from typing import Any
-
 import attrs
 
+from seqrepair.core.config import check_now, non_negative_number, positive_int
 from seqrepair.core.errors import InvalidConfigError
-
-
-def _positive_int(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidConfigError(
-            f"{type(instance).__name__}.{attribute.name} must be a positive integer",
-            expected=">= 1",
-            got=value,
-        )
-
-
-def _non_negative(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
-        raise InvalidConfigError(
-            f"{type(instance).__name__}.{attribute.name} must be a number >= 0",
-            expected=">= 0",
-            got=value,
-        )
-
-
-def _check_now(now: object) -> float:
-    if isinstance(now, bool) or not isinstance(now, int | float) or now != now:
-        raise InvalidConfigError("now must be a number of seconds", expected="float", got=now)
-    return float(now)
 
 
 @attrs.define
 class ResendBudget:
     """A token bucket of resend units for one subscriber. Starts full."""
 
-    capacity: int = attrs.field(validator=_positive_int)
-    refill_per_second: float = attrs.field(validator=_non_negative)
+    capacity: int = attrs.field(validator=positive_int)
+    refill_per_second: float = attrs.field(validator=non_negative_number)
     _level: float = attrs.field(init=False)
     _updated: float | None = attrs.field(init=False, default=None)
 
@@ -71,7 +46,7 @@ class ResendBudget:
 
     def available(self, now: float) -> float:
         """Units that could be spent at ``now``."""
-        self._refill(_check_now(now))
+        self._refill(check_now(now))
         return self._level
 
     def try_spend(self, amount: int, now: float) -> bool:
@@ -80,7 +55,7 @@ class ResendBudget:
             raise InvalidConfigError(
                 "a resend cost must be an integer >= 0", expected=">= 0", got=amount
             )
-        self._refill(_check_now(now))
+        self._refill(check_now(now))
         if amount > self._level:
             return False
         self._level -= amount
@@ -95,9 +70,9 @@ class RefusalPolicy:
     ``budget_refill_per_second`` size each subscriber's :class:`ResendBudget`.
     """
 
-    max_range: int = attrs.field(default=100_000, validator=_positive_int)
-    budget_capacity: int = attrs.field(default=1_000_000, validator=_positive_int)
-    budget_refill_per_second: float = attrs.field(default=100_000.0, validator=_non_negative)
+    max_range: int = attrs.field(default=100_000, validator=positive_int)
+    budget_capacity: int = attrs.field(default=1_000_000, validator=positive_int)
+    budget_refill_per_second: float = attrs.field(default=100_000.0, validator=non_negative_number)
 
     def new_budget(self) -> ResendBudget:
         """A full budget for a newly attached subscriber."""

@@ -11,6 +11,7 @@ from collections import deque
 
 import attrs
 
+from seqrepair.core.config import positive_int
 from seqrepair.core.errors import InvalidConfigError, InvalidSequenceError
 from seqrepair.core.messages import GapError, GapRequest, Heartbeat, Publication
 from seqrepair.core.sequence import RESET, SequenceSpace
@@ -18,13 +19,6 @@ from seqrepair.core.sequence import RESET, SequenceSpace
 LinkFrame = Publication | Heartbeat
 
 
-def _positive_int(instance: object, attribute: attrs.Attribute[int], value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidConfigError(
-            f"{type(instance).__name__}.{attribute.name} must be a positive integer",
-            expected=">= 1",
-            got=value,
-        )
 
 
 @attrs.define(on_setattr=attrs.setters.NO_OP)
@@ -36,8 +30,8 @@ class LinkContext:
     """
 
     bits: int = 16
-    capacity: int = attrs.field(default=65_536, validator=_positive_int)
-    max_range: int = attrs.field(default=10_000, validator=_positive_int)
+    capacity: int = attrs.field(default=65_536, validator=positive_int)
+    max_range: int = attrs.field(default=10_000, validator=positive_int)
     space: SequenceSpace = attrs.field(init=False)
     _frames: deque[LinkFrame] = attrs.field(init=False, factory=deque)
     _head: int = attrs.field(init=False, default=0)

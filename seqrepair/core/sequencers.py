@@ -14,18 +14,10 @@ from typing import Any
 
 import attrs
 
+from seqrepair.core.config import non_negative_int, positive_number
 from seqrepair.core.errors import InvalidConfigError
 from seqrepair.core.messages import Heartbeat, Publication, PublishType
 from seqrepair.core.sequence import RESET, SequenceSpace
-
-
-def _positive_number(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        raise InvalidConfigError(
-            f"{type(instance).__name__}.{attribute.name} must be a positive number",
-            expected="> 0",
-            got=value,
-        )
 
 
 def _source_name(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -35,13 +27,6 @@ def _source_name(instance: object, attribute: attrs.Attribute[Any], value: objec
         )
 
 
-def _high_water(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidConfigError(
-            f"{type(instance).__name__}.{attribute.name} must be an integer >= 0",
-            expected=">= 0",
-            got=value,
-        )
 
 
 @attrs.define(on_setattr=attrs.setters.NO_OP)
@@ -55,7 +40,7 @@ class SourceSequencer:
 
     source: str = attrs.field(validator=_source_name)
     bits: int = 32
-    start_after: int = attrs.field(default=0, validator=_high_water)
+    start_after: int = attrs.field(default=0, validator=non_negative_int)
     space: SequenceSpace = attrs.field(init=False)
     high_water: int = attrs.field(init=False)
 
@@ -110,7 +95,7 @@ class LinkSequencer:
     """
 
     bits: int = 16
-    heartbeat_interval: float = attrs.field(default=1.0, validator=_positive_number)
+    heartbeat_interval: float = attrs.field(default=1.0, validator=positive_number)
     space: SequenceSpace = attrs.field(init=False)
     absolute: int = attrs.field(init=False, default=0)
     _next_wire: int = attrs.field(init=False, default=1)

@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import enum
 import random
-from typing import Any
 
 import attrs
 
+from seqrepair.core.config import non_negative_number, positive_int, positive_number
 from seqrepair.core.errors import InvalidConfigError, InvalidMessageError
 from seqrepair.core.events import (
     BufferOverflow,
@@ -94,25 +94,10 @@ class _SourceRepair:
     next_at: float
 
 
-def _positive(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise InvalidConfigError(
-            f"SubscriberStub.{attribute.name} must be > 0", expected="> 0", got=value
-        )
 
 
-def _non_negative(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
-        raise InvalidConfigError(
-            f"SubscriberStub.{attribute.name} must be >= 0", expected=">= 0", got=value
-        )
 
 
-def _count(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidConfigError(
-            f"SubscriberStub.{attribute.name} must be an integer >= 1", expected=">= 1", got=value
-        )
 
 
 def _policy(value: OverduePolicy | str) -> OverduePolicy:
@@ -140,17 +125,17 @@ class SubscriberStub:
     """
 
     bits: int = 16
-    heartbeat_interval: float = attrs.field(default=1.0, validator=_positive)
-    missed_heartbeats: int = attrs.field(default=3, validator=_count)
-    nak_delay: float = attrs.field(default=0.05, validator=_non_negative)
-    max_buffer: int = attrs.field(default=100_000, validator=_count)
-    retry_interval: float = attrs.field(default=0.2, kw_only=True, validator=_positive)
-    backoff: float = attrs.field(default=2.0, kw_only=True, validator=_positive)
-    jitter: float = attrs.field(default=0.25, kw_only=True, validator=_non_negative)
-    max_retries: int = attrs.field(default=6, kw_only=True, validator=_count)
-    max_outstanding: int = attrs.field(default=32, kw_only=True, validator=_count)
-    max_request_span: int = attrs.field(default=10_000, kw_only=True, validator=_count)
-    coalesce: int = attrs.field(default=2, kw_only=True, validator=_non_negative)
+    heartbeat_interval: float = attrs.field(default=1.0, validator=positive_number)
+    missed_heartbeats: int = attrs.field(default=3, validator=positive_int)
+    nak_delay: float = attrs.field(default=0.05, validator=non_negative_number)
+    max_buffer: int = attrs.field(default=100_000, validator=positive_int)
+    retry_interval: float = attrs.field(default=0.2, kw_only=True, validator=positive_number)
+    backoff: float = attrs.field(default=2.0, kw_only=True, validator=positive_number)
+    jitter: float = attrs.field(default=0.25, kw_only=True, validator=non_negative_number)
+    max_retries: int = attrs.field(default=6, kw_only=True, validator=positive_int)
+    max_outstanding: int = attrs.field(default=32, kw_only=True, validator=positive_int)
+    max_request_span: int = attrs.field(default=10_000, kw_only=True, validator=positive_int)
+    coalesce: int = attrs.field(default=2, kw_only=True, validator=non_negative_number)
     overdue_policy: OverduePolicy = attrs.field(
         default=OverduePolicy.REQUEST, kw_only=True, converter=_policy
     )
