@@ -8,6 +8,7 @@ import json
 import signal
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -49,6 +50,12 @@ def register(subparsers: Any) -> None:
     pub.add_argument("--topics", default="/load/a,/load/b", help="generated load: topics")
     pub.add_argument("--rate", type=float, default=0.0, help="generated load: per second (0=max)")
     pub.add_argument("--batch", type=int, default=64)
+    pub.add_argument("--broker", metavar="URL",
+                     help="brokered mode: publish through this AMQP 1.0 broker (RabbitMQ) to "
+                          "--address (/queue/NAME, /exchange/NAME[/KEY]); needs --redis-url")
+    pub.add_argument("--drop-rate", type=float, default=0.0,
+                     help="brokered mode, forced loss: fraction journaled but not sent")
+    pub.add_argument("--drop-seed", type=int, default=None)
     pub.set_defaults(func=_publish)
 
     sub = subparsers.add_parser("subscribe", help="subscribe and print the ordered stream")
@@ -65,6 +72,16 @@ def register(subparsers: Any) -> None:
     sub.add_argument("--output", help="write JSON lines here instead of stdout")
     sub.add_argument("--stats-file", help="write the repair statistics (JSON) here at the end")
     sub.add_argument("--no-batch", action="store_true", help="one publication per transfer")
+    sub.add_argument("--broker", metavar="URL",
+                     help="brokered mode: receive from --address on this AMQP 1.0 broker and "
+                          "repair per source from the journal at --redis-url")
+    sub.add_argument("--redis-url", help="brokered mode: the journal (the repair authority)")
+    sub.add_argument("--entitled", default="/#",
+                     help="brokered mode: comma-separated topic patterns this subscriber may see "
+                          "(match the queue's binding)")
+    sub.add_argument("--resume", action="store_true",
+                     help="brokered mode: continue after what --output already holds "
+                          "(sources it lacks from their first number)")
     sub.set_defaults(func=_subscribe)
 
 
@@ -109,6 +126,8 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _publish(args: argparse.Namespace) -> int:
+    if args.broker:
+        return _publish_brokered(args)
     from seqrepair.amqp.client import Publisher
     from seqrepair.journal.journal import Journal
 
@@ -165,6 +184,8 @@ def publication_record(pub: Publication) -> dict[str, Any]:
 
 
 def _subscribe(args: argparse.Namespace) -> int:
+    if args.broker:
+        return _subscribe_brokered(args)
     from seqrepair.amqp.client import Subscriber
 
     out: TextIO = open(args.output, "a", encoding="utf-8") if args.output else sys.stdout  # noqa: SIM115
@@ -202,3 +223,129 @@ def _subscribe(args: argparse.Namespace) -> int:
     if out is not sys.stdout:
         out.close()
     return 0
+
+
+# ------------------------------------------------------------------------------ brokered mode
+
+
+def _load_items(args: argparse.Namespace) -> Iterator[list[tuple[str, dict[str, Any], str]]]:
+    """Batches of ``(topic, fields, ptype)`` from ``--file`` and then ``--count``."""
+    step = max(1, args.batch)
+    if args.file:
+        with open(args.file, encoding="utf-8") as fh:
+            batch: list[tuple[str, dict[str, Any], str]] = []
+            for line in fh:
+                if line.strip():
+                    item = json.loads(line)
+                    batch.append((item["topic"], item.get("fields", {}),
+                                  item.get("ptype", "update")))
+                if len(batch) >= step:
+                    yield batch
+                    batch = []
+            if batch:
+                yield batch
+    topics = [t for t in args.topics.split(",") if t]
+    for first in range(0, args.count, step):
+        n = min(step, args.count - first)
+        yield [(topics[(first + i) % len(topics)], {"n": first + i, "t": time.time()}, "update")
+               for i in range(n)]
+
+
+def _publish_brokered(args: argparse.Namespace) -> int:
+    import random
+
+    from seqrepair.amqp.brokered import BrokerPublisher
+    from seqrepair.journal.journal import Journal
+
+    if not args.redis_url:
+        print("seqrepair publish --broker needs --redis-url (the journal repairs losses)",
+              file=sys.stderr)
+        return 2
+    rng = random.Random(args.drop_seed)
+    drop = (lambda _pub: rng.random() < args.drop_rate) if args.drop_rate > 0 else None
+    publisher = BrokerPublisher(args.broker, args.source, Journal.from_url(args.redis_url),
+                                address=args.address, bits=args.bits, batch_size=args.batch,
+                                drop=drop).start()
+    count = 0
+    start = time.monotonic()
+    for batch in _load_items(args):
+        publisher.publish_many(batch)
+        count += len(batch)
+        if args.rate > 0:
+            delay = start + count / args.rate - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+    ok = publisher.close(timeout=60)
+    print(json.dumps({"published": count, "sent": publisher.sent, "dropped": publisher.dropped,
+                      "accepted": publisher.accepted, "rejected": publisher.rejected,
+                      "flushed": ok}))
+    return 0 if ok else 1
+
+
+def resume_after(path: Path) -> dict[str, int]:
+    """The last ``source_seq`` per source in a JSON-lines output (a torn last line is cut off)."""
+    after: dict[str, int] = {}
+    data = path.read_bytes()
+    end = data.rfind(b"\n") + 1
+    if end < len(data):  # killed mid-write: drop the partial line so appends stay well-formed
+        with open(path, "r+b") as fh:
+            fh.truncate(end)
+    for line in data[:end].splitlines():
+        if line.strip():
+            record = json.loads(line)
+            after[record["source"]] = max(after.get(record["source"], 0), record["source_seq"])
+    return after
+
+
+def _subscribe_brokered(args: argparse.Namespace) -> int:
+    from seqrepair.amqp.brokered import BrokerSubscriber
+    from seqrepair.journal.journal import Journal
+
+    if not args.redis_url:
+        print("seqrepair subscribe --broker needs --redis-url (the repair authority)",
+              file=sys.stderr)
+        return 2
+    start_after = None
+    if args.resume and args.output and Path(args.output).exists():
+        start_after = resume_after(Path(args.output))
+    # line-buffered: what a crash leaves in the file is whole lines, and --resume reads them
+    out: TextIO = (
+        open(args.output, "a", encoding="utf-8", buffering=1)  # noqa: SIM115
+        if args.output else sys.stdout
+    )
+    state = {"n": 0, "last": time.monotonic()}
+
+    def on_publication(pub: Publication) -> None:
+        out.write(json.dumps(publication_record(pub)) + "\n")
+        state["n"] += 1
+        state["last"] = time.monotonic()
+
+    started = time.monotonic()
+
+    def stop_when() -> bool:
+        now = time.monotonic()
+        if args.count and state["n"] >= args.count:
+            return True
+        if args.duration and now - started >= args.duration:
+            return True
+        return bool(args.idle_exit and state["n"] and now - state["last"] >= args.idle_exit)
+
+    subscriber = BrokerSubscriber(
+        args.broker, args.address, Journal.from_url(args.redis_url), start_after=start_after,
+        topics=[t for t in args.entitled.split(",") if t],
+        permtokens=[t for t in args.permtokens.split(",") if t],
+        on_publication=on_publication, probe_interval=args.heartbeat,
+        link_name=args.link_name,
+    )
+    signal.signal(signal.SIGTERM, lambda *_: subscriber._shutdown())
+    with contextlib.suppress(KeyboardInterrupt):
+        subscriber.run(stop_when=stop_when)
+    out.flush()
+    stats: dict[str, Any] = subscriber.stats().as_dict()
+    stats["unrecoverable_events"] = [str(u) for u in subscriber.unrecoverable]
+    if args.stats_file:
+        Path(args.stats_file).write_text(json.dumps(stats))
+    print(json.dumps(stats), file=sys.stderr)
+    if out is not sys.stdout:
+        out.close()
+    return 1 if subscriber.error is not None else 0

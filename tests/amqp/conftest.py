@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -108,3 +110,128 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 20.0) -> bool:
             return True
         time.sleep(0.02)
     return predicate()
+
+
+# ------------------------------------------------------------------------------------------
+# a private RabbitMQ broker with the AMQP 1.0 plugin (brokered mode)
+
+RABBITMQ_BIN = Path("/usr/lib/rabbitmq/bin")
+
+
+def _install_rabbitmq() -> str | None:
+    """Install Debian's rabbitmq-server when missing; None when ready, else why not."""
+    if (RABBITMQ_BIN / "rabbitmq-server").exists():
+        return None
+    if os.geteuid() != 0:
+        return "rabbitmq-server is not installed and the tests do not run as root to install it"
+    if shutil.which("apt-get") is None:
+        return "rabbitmq-server is not installed and there is no apt-get to install it"
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    try:
+        subprocess.run(["apt-get", "install", "-y", "-q", "rabbitmq-server"], env=env,
+                       check=True, capture_output=True, timeout=600)
+    except (subprocess.SubprocessError, OSError) as exc:
+        out = getattr(exc, "stderr", b"") or b""
+        return f"apt-get install rabbitmq-server failed: {exc} {out.decode(errors='replace')}"
+    # the package may have started a system broker: stop it so nothing is left running
+    if shutil.which("service") is not None:
+        subprocess.run(["service", "rabbitmq-server", "stop"], capture_output=True, timeout=60,
+                       check=False)
+    else:  # pragma: no cover - no service command on this machine
+        # the system wrapper runs as the rabbitmq user with the system node's settings
+        subprocess.run(["/usr/sbin/rabbitmqctl", "stop"], capture_output=True, timeout=60,
+                       check=False)
+    if not (RABBITMQ_BIN / "rabbitmq-server").exists():
+        return f"apt-get installed rabbitmq-server but {RABBITMQ_BIN}/rabbitmq-server is missing"
+    return None
+
+
+class RabbitBroker:
+    """RabbitMQ with ``rabbitmq_amqp1_0`` on private ports, node name, epmd and directories.
+
+    ``url`` is ``amqp://127.0.0.1:PORT`` (AMQP 1.0 on the AMQP port, anonymous login as guest).
+    """
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.port = free_port()
+        self.epmd_port = free_port()
+        self.url = f"amqp://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+        (base / "enabled_plugins").write_text("[rabbitmq_amqp1_0].\n")
+        (base / "rabbitmq.conf").write_text(
+            f"loopback_users = none\nlisteners.tcp.default = 127.0.0.1:{self.port}\n"
+        )
+        self.env = dict(
+            os.environ,
+            HOME=str(base),  # the Erlang cookie lives here, for the server and rabbitmqctl
+            RABBITMQ_NODENAME=f"seqrepair-test-{os.getpid()}@localhost",
+            RABBITMQ_NODE_IP_ADDRESS="127.0.0.1",
+            RABBITMQ_NODE_PORT=str(self.port),
+            RABBITMQ_DIST_PORT=str(free_port()),
+            ERL_EPMD_PORT=str(self.epmd_port),
+            RABBITMQ_MNESIA_BASE=str(base / "mnesia"),
+            RABBITMQ_LOG_BASE=str(base / "log"),
+            RABBITMQ_ENABLED_PLUGINS_FILE=str(base / "enabled_plugins"),
+            RABBITMQ_CONFIG_FILE=str(base / "rabbitmq"),
+            RABBITMQ_ADVANCED_CONFIG_FILE=str(base / "advanced.config"),
+            RABBITMQ_CONF_ENV_FILE=str(base / "rabbitmq-env.conf"),
+            RABBITMQ_PID_FILE=str(base / "rabbitmq.pid"),
+            RABBITMQ_PLUGINS_EXPAND_DIR=str(base / "plugins-expand"),
+        )
+
+    def start(self, timeout: float = 60.0) -> RabbitBroker:
+        log = open(self.base / "server.out", "wb")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [str(RABBITMQ_BIN / "rabbitmq-server")], env=self.env, stdout=log,
+            stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"rabbitmq-server exited: {self.log_text()}")
+            # it prints "Starting broker... completed with 1 plugins." when ready
+            if "completed with" in self.log_text():
+                try:
+                    socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                    return self
+                except OSError:
+                    pass
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"rabbitmq-server did not start: {self.log_text()}")
+            time.sleep(0.1)
+
+    def log_text(self) -> str:
+        return (self.base / "server.out").read_text(errors="replace")
+
+    def stop(self) -> None:
+        """rabbitmqctl stop, then the process group and our own epmd, whatever is left."""
+        proc = self.proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            subprocess.run([str(RABBITMQ_BIN / "rabbitmqctl"), "stop"], env=self.env,
+                           capture_output=True, timeout=60, check=False)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(20)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        epmd = shutil.which("epmd") or "/usr/lib/erlang/bin/epmd"
+        subprocess.run([epmd, "-kill"], env=self.env, capture_output=True, timeout=10,
+                       check=False)
+        self.proc = None
+
+
+@pytest.fixture(scope="session")
+def rabbitmq(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RabbitBroker]:
+    """A private RabbitMQ broker for the session (installed via apt-get when missing)."""
+    why = _install_rabbitmq()
+    if why is not None:
+        pytest.skip(f"brokered mode needs RabbitMQ: {why}")
+    broker = RabbitBroker(tmp_path_factory.mktemp("rabbitmq")).start()
+    try:
+        yield broker
+    finally:
+        broker.stop()
