@@ -219,3 +219,31 @@ def test_subscriber_killed_mid_stream_resumes_exactly_once_from_the_journal(
     assert [r["source_seq"] for r in records] == list(range(1, n + 1))
     assert {r["source"] for r in records} == {"feed.k"}
     assert resume_after(out) == {"feed.k": n}
+
+
+def test_cli_publish_through_the_broker_with_forced_loss(
+    rabbitmq: RabbitBroker, redis_url: str, journal: Journal
+) -> None:
+    address = queue_address()
+    got: list[Publication] = []
+    sub = BrokerSubscriber(rabbitmq.url, address, journal, on_publication=got.append,
+                           probe_interval=0.3).start()
+    try:
+        assert sub.connected.wait(10)
+        result = subprocess.run(
+            [sys.executable, "-m", "seqrepair.cli", "publish", "--broker", rabbitmq.url,
+             "--address", address, "--redis-url", redis_url, "--source", "feed.cli",
+             "--count", "300", "--batch", "20", "--drop-rate", "0.1", "--drop-seed", "7"],
+            env=_env(), capture_output=True, timeout=60, check=False,
+        )
+        assert result.returncode == 0, result.stderr.decode(errors="replace")
+        report = json.loads(result.stdout.decode().strip().splitlines()[-1])
+        assert report["published"] == 300
+        assert report["dropped"] > 0
+        assert report["accepted"] == 300 - report["dropped"]
+        assert wait_for(lambda: len(got) >= 300, 20), sub.stats().as_dict()
+        time.sleep(0.3)
+    finally:
+        sub.stop()
+    assert [p.source_seq for p in got] == list(range(1, 301))
+    assert [p.fields["n"] for p in got] == list(range(300))
