@@ -56,6 +56,7 @@ from seqrepair.amqp.component import (
     PROP_RESUME,
 )
 from seqrepair.amqp.errors import AmqpAdapterError
+from seqrepair.amqp.rawamqp import read_raw
 from seqrepair.core.errors import SeqRepairError
 from seqrepair.core.events import (
     BufferOverflow,
@@ -143,6 +144,7 @@ class Subscriber(MessagingHandler):
         clock: Callable[[], float] = time.time,
     ) -> None:
         super().__init__(prefetch=credit, auto_accept=False)
+        read_raw(self)
         self.url = url
         self.address = address
         self.link_name = link_name or f"sub-{uuid.uuid4()}"

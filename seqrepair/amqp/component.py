@@ -23,7 +23,7 @@ from __future__ import annotations
 import itertools
 import random
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -38,6 +38,7 @@ from seqrepair.amqp.codec import (
     CapabilitiesRequest,
     Decoder,
     encode,
+    encode_entry,
     encode_frames,
 )
 from seqrepair.amqp.errors import (
@@ -50,6 +51,7 @@ from seqrepair.amqp.errors import (
 )
 from seqrepair.amqp.journalport import RedisJournalPort
 from seqrepair.amqp.links import ResponseRoute, SubscriberLink
+from seqrepair.amqp.rawamqp import Unsupported, read_raw
 from seqrepair.core.budget import RefusalPolicy
 from seqrepair.core.errors import SeqRepairError
 from seqrepair.core.messages import (
@@ -144,6 +146,7 @@ class Component(MessagingHandler):
         on_ready: Callable[[str], None] | None = None,
     ) -> None:
         super().__init__(prefetch=0, auto_accept=False, auto_settle=True)
+        read_raw(self)
         self.config = config
         self.clock = clock
         self.on_ready = on_ready
@@ -466,7 +469,7 @@ class Component(MessagingHandler):
             if frame.source_seq <= self.ingested.get(frame.source, 0):
                 self.stats["duplicates"] += 1
                 continue
-            fresh.append(attrs.evolve(frame, link_seq=None, retransmit=False)
+            fresh.append(frame.with_link(None, retransmit=False)
                          if frame.link_seq is not None or frame.retransmit else frame)
         if fresh:
             self.journal.append(fresh)  # journal before fan-out
@@ -477,19 +480,29 @@ class Component(MessagingHandler):
             self._fan_out(fresh)
         self.accept(delivery)
 
-    def _fan_out(self, pubs: Iterable[Publication]) -> None:
+    def _fan_out(self, pubs: Sequence[Publication]) -> None:
         now = self.clock()
         touched = []
+        entries: dict[int, bytes | None] = {}  # each publication encoded once for all links
         for link in self.links.values():
             offered = False
-            for pub in pubs:
-                if link.entitlement.allows(pub):
-                    link.offer(pub, now)
+            allows = link.entitlement.allows
+            for i, pub in enumerate(pubs):
+                if allows(pub):
+                    if link.batch and i not in entries:
+                        entries[i] = self._entry(pub)
+                    link.offer(pub, now, entries.get(i) if link.batch else None)
                     offered = True
             if offered:
                 touched.append(link)
         for link in touched:
             link.pump(now)
+
+    def _entry(self, pub: Publication) -> bytes | None:
+        try:
+            return encode_entry(pub, self.source_bits)
+        except Unsupported:
+            return None
 
     def _on_request(self, receiver: Any, delivery: Delivery, message: Message) -> None:
         conn = receiver.connection

@@ -24,9 +24,19 @@ from typing import Any
 
 import attrs
 import structlog
-from proton import Message, symbol
+from proton import symbol
 
-from seqrepair.amqp.codec import SubscriptionState, encode, encode_frames
+from seqrepair.amqp.codec import (
+    Outgoing,
+    SubscriptionState,
+    encode,
+    encode_batch,
+    encode_entry,
+    encode_frames,
+    pack_frame,
+    regular_runs,
+)
+from seqrepair.amqp.rawamqp import Unsupported
 from seqrepair.core.context import LinkContext
 from seqrepair.core.messages import GapError, Heartbeat, Publication, ReplayComplete
 from seqrepair.core.permissions import Entitlement
@@ -50,12 +60,12 @@ class ResponseRoute:
     batch: bool = True
     sender: Any = None
     cookie: bytes | None = None
-    responses: deque[Message] = attrs.field(factory=deque)
+    responses: deque[Outgoing] = attrs.field(factory=deque)
     replay: Iterator[ReplayFrame] | None = None
     replay_correlation: Any = None
     replayed: int = 0
 
-    def respond(self, message: Message, correlation_id: Any) -> None:
+    def respond(self, message: Outgoing, correlation_id: Any) -> None:
         """Queue an answer (the caller bounds how many requests a peer may make)."""
         if correlation_id is not None:
             message.correlation_id = correlation_id
@@ -96,13 +106,13 @@ class ResponseRoute:
             sent += 1
         return sent
 
-    def _finish(self, message: Message, correlation_id: Any) -> Message:
+    def _finish(self, message: Outgoing, correlation_id: Any) -> Outgoing:
         message.correlation_id = correlation_id
         if self.cookie is not None:
             message.instructions = {symbol("address-cookie"): self.cookie}
         return message
 
-    def _replay_chunk(self) -> Message | None:
+    def _replay_chunk(self) -> Outgoing | None:
         """The next chunk of the replay as one message; the closing frame on its own."""
         assert self.replay is not None
         chunk: list[Publication] = []
@@ -145,7 +155,9 @@ class SubscriberLink:
     source_bits: Callable[[str], int]
     drop: Callable[[], bool] = attrs.field(default=lambda: False)
     sender: Any = None
-    pending: deque[Publication] = attrs.field(factory=deque)
+    pending: deque[tuple[Publication, bytes | None]] = attrs.field(factory=deque)
+    """Live publications waiting for credit, each with its encoded batch entry (shared by
+    every link the publication goes to; None when only proton's codec can encode it)."""
     route: ResponseRoute = attrs.field(init=False)
     paused: bool = False
     detached_at: float | None = None
@@ -177,11 +189,12 @@ class SubscriberLink:
 
     # --- feeding ------------------------------------------------------------------------
 
-    def offer(self, pub: Publication, now: float) -> None:
-        """A live publication for this link (already filtered by the caller)."""
+    def offer(self, pub: Publication, now: float, entry: bytes | None = None) -> None:
+        """A live publication for this link (already filtered by the caller), with its
+        encoded batch entry when the caller has one (see :func:`codec.encode_entry`)."""
         if self.paused:
             return
-        self.pending.append(pub)
+        self.pending.append((pub, entry))
         if len(self.pending) > self.max_pending:
             self.pause(now, f"more than {self.max_pending} publications waiting for credit")
 
@@ -222,10 +235,11 @@ class SubscriberLink:
                 self.reset_pending = False
                 self._send_frames([self.sequencer.heartbeat(now)])
             elif self.pending and not self.paused:
-                chunk = [
-                    self.pending.popleft() for _ in range(min(self.max_batch, len(self.pending)))
-                ]
-                self._send_frames([self.sequencer.stamp(pub, now) for pub in chunk])
+                pending = self.pending
+                chunk = [pending.popleft() for _ in range(min(self.max_batch, len(pending)))]
+                stamp = self.sequencer.stamp
+                self._send_frames([stamp(pub, now) for pub, _ in chunk],
+                                  [entry for _, entry in chunk])
             else:
                 break
             transfers += 1
@@ -252,17 +266,42 @@ class SubscriberLink:
         self.sequencer.reset()
         self.reset_pending = True
 
-    def _send_frames(self, frames: list[Publication | Heartbeat]) -> None:
+    def _send_frames(
+        self, frames: list[Publication | Heartbeat], entries: list[bytes | None] | None = None
+    ) -> None:
+        record = self.context.record
         for frame in frames:
-            self.context.record(frame)
-        wire = [f for f in frames if not self.drop()]
-        self.stats["dropped"] += len(frames) - len(wire)
+            record(frame)
+        drop = self.drop
+        keep = [i for i in range(len(frames)) if not drop()]
+        self.stats["dropped"] += len(frames) - len(keep)
         self.stats["sent"] += len(frames)
-        if not wire:
+        if not keep:
             return
-        if self.batch:
-            self.sender.send(encode_frames(wire, self.source_bits))
-        else:
-            for frame in wire[:-1]:
-                self.sender.send(encode_frames([frame], self.source_bits))
-            self.sender.send(encode_frames(wire[-1:], self.source_bits))
+        wire = [frames[i] for i in keep]
+        send = self.sender.send
+        if not self.batch:
+            for frame in wire:
+                send(pack_frame(frame, self.source_bits))
+            return
+        cached: list[bytes | None] = (
+            [None] * len(keep) if entries is None else [entries[i] for i in keep]
+        )
+        for start, end in regular_runs(wire):
+            if end - start == 1:
+                send(pack_frame(wire[start], self.source_bits))
+                continue
+            send(self._batch(wire[start:end], cached[start:end]))
+
+    def _batch(
+        self, frames: list[Publication | Heartbeat], entries: list[bytes | None]
+    ) -> Outgoing:
+        """One run of consecutive frames as one ``PUBLICATIONS`` transfer."""
+        try:
+            encoded = [
+                entry if entry is not None else encode_entry(frame, self.source_bits)
+                for frame, entry in zip(frames, entries, strict=True)
+            ]
+        except Unsupported:
+            return encode_frames(frames, self.source_bits)
+        return encode_batch(encoded, first_link_seq=frames[0].link_seq, retransmit=False)

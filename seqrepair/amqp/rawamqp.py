@@ -1,0 +1,366 @@
+"""A small hand-written AMQP 1.0 encoder/decoder for the hot path (AMQP core §1.6, §3.2).
+
+proton's Python binding walks every value through several Python calls per element (about
+35-40 us per publication each way). The link frames of WIRE.md only need a handful of
+primitive types, so this module writes and reads those bytes directly:
+
+* :func:`encode_value` for ``None``, ``bool``, ``int`` (as ``long``; proton's ``ulong`` as
+  ``ulong``), ``float`` (``double``), ``str`` (``string``; proton's ``symbol`` as ``symbol``),
+  ``bytes`` (``binary``), ``uuid.UUID``, ``list``/``tuple`` and mappings. Anything else raises
+  :class:`Unsupported` and the caller falls back to proton's own codec.
+* :class:`PackedMessage`: a message whose sections are written here; it has the ``send``
+  method proton's ``Sender.send`` looks for, so it is a drop-in for :class:`proton.Message`.
+* :func:`read_message`: the sections of received bytes as a :class:`ReceivedMessage` (the
+  attributes :class:`~seqrepair.amqp.codec.Decoder` and the component read), or ``None`` when
+  the bytes use something this reader does not know (the caller then asks proton).
+
+Decoded values are plain Python values (what ``codec._plain`` makes of proton's), so the
+decoder can skip that pass.
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from proton import Delivery, Endpoint, Link, Message, symbol, ulong
+from proton.handlers import IncomingMessageHandler
+
+__all__ = [
+    "PackedMessage",
+    "RawIncomingHandler",
+    "ReceivedMessage",
+    "Unsupported",
+    "encode_value",
+    "read_message",
+    "read_raw",
+]
+
+
+class Unsupported(Exception):
+    """A value or section this module does not handle; use proton's codec instead."""
+
+
+_Q = struct.Struct(">Q").pack
+_q = struct.Struct(">q").pack
+_d = struct.Struct(">d").pack
+_I = struct.Struct(">I").pack
+_NULL, _TRUE, _FALSE = b"\x40", b"\x41", b"\x42"
+
+
+def _str(raw: bytes, small: int, large: int) -> bytes:
+    n = len(raw)
+    if n < 256:
+        return bytes((small, n)) + raw
+    return bytes((large,)) + _I(n) + raw
+
+
+def _compound(items: bytes, count: int, small: int, large: int) -> bytes:
+    size = len(items) + 1
+    if size < 256 and count < 256:
+        return bytes((small, size, count)) + items
+    return bytes((large,)) + _I(len(items) + 4) + _I(count) + items
+
+
+def encode_value(value: Any) -> bytes:
+    """The AMQP encoding of ``value`` (see the module docstring for the types handled)."""
+    cls = type(value)
+    if cls is str:
+        return _str(value.encode("utf-8"), 0xA1, 0xB1)
+    if cls is int:
+        if -128 <= value <= 127:
+            return b"\x55" + bytes((value & 0xFF,))
+        if -(1 << 63) <= value < (1 << 63):
+            return b"\x81" + _q(value)
+        raise Unsupported(f"integer {value} does not fit an AMQP long")
+    if value is None:
+        return _NULL
+    if cls is float:
+        return b"\x82" + _d(value)
+    if cls is bool:
+        return _TRUE if value else _FALSE
+    if cls is ulong:
+        if value == 0:
+            return b"\x44"
+        if value < 256:
+            return bytes((0x53, value))
+        return b"\x80" + _Q(value)
+    if cls is bytes:
+        return _str(value, 0xA0, 0xB0)
+    if cls is symbol:
+        return _str(value.encode("ascii"), 0xA3, 0xB3)
+    if cls is dict or isinstance(value, Mapping):
+        return encode_map(value)
+    if cls is list or cls is tuple:
+        return encode_list([encode_value(v) for v in value])
+    if cls is uuid.UUID:
+        return b"\x98" + bytes(value.bytes)
+    raise Unsupported(f"{cls.__name__} is left to proton's codec")
+
+
+def encode_list(encoded_items: list[bytes]) -> bytes:
+    """An AMQP list of already encoded items."""
+    if not encoded_items:
+        return b"\x45"
+    return _compound(b"".join(encoded_items), len(encoded_items), 0xC0, 0xD0)
+
+
+def encode_map(mapping: Mapping[Any, Any], *, symbol_keys: bool = False) -> bytes:
+    """An AMQP map; ``symbol_keys`` writes string keys as symbols (annotations)."""
+    parts = []
+    for key, val in mapping.items():
+        if symbol_keys and type(key) is str:
+            key = symbol(key)
+        parts.append(encode_value(key))
+        parts.append(encode_value(val))
+    return _compound(b"".join(parts), len(parts), 0xC1, 0xD1)
+
+
+# section descriptors (AMQP core §3.2): 0x00, smallulong code
+_DELIVERY_ANNOTATIONS = b"\x00\x53\x71"
+_PROPERTIES = b"\x00\x53\x73"
+_APPLICATION_PROPERTIES = b"\x00\x53\x74"
+_AMQP_VALUE = b"\x00\x53\x77"
+
+
+class PackedMessage:
+    """A message encoded by this module: application properties and an amqp-value body.
+
+    ``body`` is the AMQP encoding of the body value (see :func:`encode_value`). ``id``,
+    ``reply_to``, ``correlation_id`` (the properties section) and ``instructions`` (delivery
+    annotations) may be set afterwards, as on :class:`proton.Message`.
+    """
+
+    __slots__ = ("body", "correlation_id", "id", "instructions", "properties", "reply_to")
+
+    def __init__(self, properties: dict[str, Any], body: bytes) -> None:
+        self.properties = properties
+        self.body = body
+        self.id: Any = None
+        self.reply_to: str | None = None
+        self.correlation_id: Any = None
+        self.instructions: Mapping[Any, Any] | None = None
+
+    def encode(self) -> bytes:
+        """The message as bytes on the wire."""
+        parts = []
+        if self.instructions:
+            parts.append(_DELIVERY_ANNOTATIONS + encode_map(self.instructions, symbol_keys=True))
+        if self.id is not None or self.reply_to is not None or self.correlation_id is not None:
+            fields = [self.id, None, None, None, self.reply_to, self.correlation_id]
+            while fields[-1] is None:
+                fields.pop()
+            parts.append(_PROPERTIES + encode_list([_message_id(f) for f in fields]))
+        parts.append(_APPLICATION_PROPERTIES + encode_map(self.properties))
+        parts.append(_AMQP_VALUE + self.body)
+        return b"".join(parts)
+
+    def send(self, sender: Any, tag: str | None = None) -> Any:
+        """What :meth:`proton.Message.send` does, with these bytes."""
+        delivery = sender.delivery(tag or sender.delivery_tag())
+        sender.stream(self.encode())
+        sender.advance()
+        if sender.snd_settle_mode == Link.SND_SETTLED:
+            delivery.settle()
+        return delivery
+
+
+def _message_id(value: Any) -> bytes:
+    if type(value) is int:  # message ids are ulong, uuid, binary or string
+        return encode_value(ulong(value))
+    return encode_value(value)
+
+
+# --------------------------------------------------------------------------------------------
+# reading
+
+
+class ReceivedMessage:
+    """The sections of a received message that seqrepair reads (a :class:`proton.Message`
+    look-alike with plain Python values)."""
+
+    __slots__ = (
+        "address",
+        "body",
+        "correlation_id",
+        "id",
+        "instructions",
+        "plain",
+        "properties",
+        "reply_to",
+    )
+
+    def __init__(self) -> None:
+        self.properties: dict[str, Any] | None = None
+        self.body: Any = None
+        self.id: Any = None
+        self.address: str | None = None
+        self.reply_to: str | None = None
+        self.correlation_id: Any = None
+        self.instructions: dict[Any, Any] | None = None
+        self.plain = True
+        """Values are plain Python values already."""
+
+
+_u8 = struct.Struct(">B").unpack_from
+_u32 = struct.Struct(">I").unpack_from
+_fixed = {
+    0x50: (1, struct.Struct(">B").unpack_from),  # ubyte
+    0x51: (1, struct.Struct(">b").unpack_from),  # byte
+    0x52: (1, struct.Struct(">B").unpack_from),  # smalluint
+    0x53: (1, struct.Struct(">B").unpack_from),  # smallulong
+    0x54: (1, struct.Struct(">b").unpack_from),  # smallint
+    0x55: (1, struct.Struct(">b").unpack_from),  # smalllong
+    0x60: (2, struct.Struct(">H").unpack_from),  # ushort
+    0x61: (2, struct.Struct(">h").unpack_from),  # short
+    0x70: (4, struct.Struct(">I").unpack_from),  # uint
+    0x71: (4, struct.Struct(">i").unpack_from),  # int
+    0x72: (4, struct.Struct(">f").unpack_from),  # float
+    0x80: (8, struct.Struct(">Q").unpack_from),  # ulong
+    0x81: (8, struct.Struct(">q").unpack_from),  # long
+    0x82: (8, struct.Struct(">d").unpack_from),  # double
+    0x83: (8, struct.Struct(">q").unpack_from),  # timestamp (ms)
+}
+_CONSTANTS: dict[int, Any] = {0x40: None, 0x41: True, 0x42: False, 0x43: 0, 0x44: 0, 0x45: []}
+
+
+def _read(buf: bytes, pos: int) -> tuple[Any, int]:
+    """One value at ``pos``: (value, position after it)."""
+    code = buf[pos]
+    pos += 1
+    fixed = _fixed.get(code)
+    if fixed is not None:
+        width, unpack = fixed
+        return unpack(buf, pos)[0], pos + width
+    if code in _CONSTANTS:
+        value = _CONSTANTS[code]
+        return ([] if code == 0x45 else value), pos
+    if code == 0xA1 or code == 0xA3:
+        n = buf[pos]
+        return buf[pos + 1 : pos + 1 + n].decode("utf-8"), pos + 1 + n
+    if code == 0xA0:
+        n = buf[pos]
+        return bytes(buf[pos + 1 : pos + 1 + n]), pos + 1 + n
+    if code == 0xC0 or code == 0xC1:
+        size, count = buf[pos], buf[pos + 1]
+        end = pos + 1 + size
+        items, pos = _read_items(buf, pos + 2, count)
+        return _compound_value(code, items, pos, end)
+    if code == 0xD0 or code == 0xD1:
+        size, count = _u32(buf, pos)[0], _u32(buf, pos + 4)[0]
+        end = pos + 4 + size
+        items, pos = _read_items(buf, pos + 8, count)
+        return _compound_value(code, items, pos, end)
+    if code == 0xB1 or code == 0xB3:
+        n = _u32(buf, pos)[0]
+        return buf[pos + 4 : pos + 4 + n].decode("utf-8"), pos + 4 + n
+    if code == 0xB0:
+        n = _u32(buf, pos)[0]
+        return bytes(buf[pos + 4 : pos + 4 + n]), pos + 4 + n
+    if code == 0x56:
+        return buf[pos] != 0, pos + 1
+    if code == 0x98:
+        return uuid.UUID(bytes=bytes(buf[pos : pos + 16])), pos + 16
+    if code == 0x73:
+        return chr(_u32(buf, pos)[0]), pos + 4
+    raise Unsupported(f"AMQP type code 0x{code:02x}")
+
+
+def _read_items(buf: bytes, pos: int, count: int) -> tuple[list[Any], int]:
+    items = []
+    for _ in range(count):
+        value, pos = _read(buf, pos)
+        items.append(value)
+    return items, pos
+
+
+def _compound_value(code: int, items: list[Any], pos: int, end: int) -> tuple[Any, int]:
+    if pos != end:
+        raise Unsupported("compound size does not match its items")
+    if code in (0xC1, 0xD1):
+        if len(items) % 2:
+            raise Unsupported("a map needs an even number of items")
+        it = iter(items)
+        try:
+            return dict(zip(it, it, strict=True)), pos
+        except TypeError:  # an unhashable key: let proton say what it makes of it
+            raise Unsupported("unhashable map key") from None
+    return items, pos
+
+
+def read_message(data: bytes) -> ReceivedMessage | None:
+    """The sections of a message, or None when proton's codec should read it instead."""
+    try:
+        return _read_message(data)
+    except (Unsupported, IndexError, UnicodeDecodeError, struct.error):
+        return None
+
+
+def _read_message(data: bytes) -> ReceivedMessage:
+    msg = ReceivedMessage()
+    pos, end = 0, len(data)
+    while pos < end:
+        if data[pos] != 0x00 or data[pos + 1] != 0x53:
+            raise Unsupported("not a section")
+        code = data[pos + 2]
+        value, pos = _read(data, pos + 3)
+        if code == 0x77:
+            msg.body = value
+        elif code == 0x74:
+            if not isinstance(value, dict):
+                raise Unsupported("application-properties is not a map")
+            msg.properties = value
+        elif code == 0x73:
+            fields = value if isinstance(value, list) else []
+            fields = fields + [None] * (6 - len(fields))
+            msg.id, msg.address, msg.reply_to, msg.correlation_id = (
+                fields[0], fields[2], fields[4], fields[5]
+            )
+        elif code == 0x71:
+            msg.instructions = value if isinstance(value, dict) else None
+        elif code in (0x70, 0x72, 0x78):
+            pass  # header, message annotations, footer: not read by seqrepair
+        else:
+            raise Unsupported("data or amqp-sequence body")
+    return msg
+
+
+class RawIncomingHandler(IncomingMessageHandler):
+    """proton's incoming-message handler, reading with :func:`read_message` first.
+
+    ``event.message`` is a :class:`ReceivedMessage` when this module could read the bytes and a
+    :class:`proton.Message` otherwise; the rest (accept, reject, settle) is proton's.
+    """
+
+    def on_delivery(self, event: Any) -> None:
+        dlv = event.delivery
+        link = dlv.link
+        if not link.is_receiver or dlv.aborted or not dlv.readable or dlv.partial:
+            super().on_delivery(event)
+            return
+        data = link.recv(dlv.pending)
+        link.advance()
+        message: Any = read_message(data)
+        if message is None:
+            message = Message()
+            message.decode(data)
+        event.message = message
+        if event.link.state & Endpoint.LOCAL_CLOSED:
+            if self.auto_accept:
+                dlv.update(Delivery.RELEASED)
+                dlv.settle()
+            return
+        self.on_message(event)
+        if self.auto_accept:
+            dlv.update(Delivery.ACCEPTED)
+            dlv.settle()
+
+
+def read_raw(handler: Any) -> None:
+    """Make a :class:`~proton.handlers.MessagingHandler` read deliveries with this module."""
+    handler.handlers = [
+        RawIncomingHandler(h.auto_accept, h.delegate) if type(h) is IncomingMessageHandler else h
+        for h in handler.handlers
+    ]
