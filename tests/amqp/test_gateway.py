@@ -114,7 +114,8 @@ def test_gap_fills_find_their_way_back_through_a_rewriting_gateway(
     assert [p.source_seq for p in got] == list(range(1, 601))
     assert [p.fields["n"] for p in got] == list(range(600))
     stats = sub.stats()
-    assert stats.repaired > 0 and stats.unrecoverable == 0
+    assert stats.repaired > 0
+    assert stats.unrecoverable == 0
     assert gateway.stats["rewritten"] >= 1
     assert gateway.stats["restored"] >= 1  # answers carried the rewritten id back
     assert gateway.stats["unroutable"] == 0
