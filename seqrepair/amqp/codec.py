@@ -354,6 +354,7 @@ def _entry_items(frame: LinkFrame, source_bits: Callable[[str], int]) -> list[by
 
 
 _HB = encode_value(HEARTBEAT_ENTRY)
+_PTYPE_NAMES: dict[Any, PublishType] = {t.value: t for t in PublishType}
 _PTYPES = {t: encode_value(t.value) for t in PublishType}
 
 
@@ -654,7 +655,8 @@ class Decoder:
                                   _int(bits, "source_bits", low=2, high=64))
                 fields = _map(fields, "fields")
                 out.append(Publication(
-                    _str(topic, "topic"), source, absolute, PublishType.parse(ptype),
+                    _str(topic, "topic"), source, absolute,
+                    (type(ptype) is str and _PTYPE_NAMES.get(ptype)) or PublishType.parse(ptype),
                     fields if plain else _plain(fields), seq,
                     _opt_str(permtoken, "permtoken"), _timestamp(stamp), retransmit,
                 ))

@@ -204,7 +204,6 @@ class ReceivedMessage:
         """Values are plain Python values already."""
 
 
-_u8 = struct.Struct(">B").unpack_from
 _u32 = struct.Struct(">I").unpack_from
 _fixed = {
     0x50: (1, struct.Struct(">B").unpack_from),  # ubyte
@@ -227,32 +226,49 @@ _CONSTANTS: dict[int, Any] = {0x40: None, 0x41: True, 0x42: False, 0x43: 0, 0x44
 
 
 def _read(buf: bytes, pos: int) -> tuple[Any, int]:
-    """One value at ``pos``: (value, position after it)."""
+    """One value at ``pos``: (value, position after it). Most frequent codes first."""
     code = buf[pos]
     pos += 1
-    fixed = _fixed.get(code)
-    if fixed is not None:
-        width, unpack = fixed
-        return unpack(buf, pos)[0], pos + width
+    if code == 0xA1 or code == 0xA3:  # str8, sym8
+        end = pos + 1 + buf[pos]
+        return buf[pos + 1 : end].decode("utf-8"), end
+    if code == 0xC0 or code == 0xC1:  # list8, map8
+        end = pos + 1 + buf[pos]
+        count = buf[pos + 1]
+        pos += 2
+    elif code == 0xD0 or code == 0xD1:  # list32, map32
+        end = pos + 4 + _u32(buf, pos)[0]
+        count = _u32(buf, pos + 4)[0]
+        pos += 8
+    else:
+        fixed = _fixed.get(code)
+        if fixed is not None:
+            width, unpack = fixed
+            return unpack(buf, pos)[0], pos + width
+        return _read_other(buf, pos, code)
+    items: list[Any] = []
+    append = items.append
+    for _ in range(count):
+        value, pos = _read(buf, pos)
+        append(value)
+    if pos != end:
+        raise Unsupported("compound size does not match its items")
+    if code == 0xC0 or code == 0xD0:
+        return items, pos
+    if count % 2:
+        raise Unsupported("a map needs an even number of items")
+    try:
+        return dict(zip(items[::2], items[1::2], strict=True)), pos
+    except TypeError:  # an unhashable key: let proton say what it makes of it
+        raise Unsupported("unhashable map key") from None
+
+
+def _read_other(buf: bytes, pos: int, code: int) -> tuple[Any, int]:
     if code in _CONSTANTS:
-        value = _CONSTANTS[code]
-        return ([] if code == 0x45 else value), pos
-    if code == 0xA1 or code == 0xA3:
-        n = buf[pos]
-        return buf[pos + 1 : pos + 1 + n].decode("utf-8"), pos + 1 + n
+        return ([] if code == 0x45 else _CONSTANTS[code]), pos
     if code == 0xA0:
         n = buf[pos]
         return bytes(buf[pos + 1 : pos + 1 + n]), pos + 1 + n
-    if code == 0xC0 or code == 0xC1:
-        size, count = buf[pos], buf[pos + 1]
-        end = pos + 1 + size
-        items, pos = _read_items(buf, pos + 2, count)
-        return _compound_value(code, items, pos, end)
-    if code == 0xD0 or code == 0xD1:
-        size, count = _u32(buf, pos)[0], _u32(buf, pos + 4)[0]
-        end = pos + 4 + size
-        items, pos = _read_items(buf, pos + 8, count)
-        return _compound_value(code, items, pos, end)
     if code == 0xB1 or code == 0xB3:
         n = _u32(buf, pos)[0]
         return buf[pos + 4 : pos + 4 + n].decode("utf-8"), pos + 4 + n
@@ -266,28 +282,6 @@ def _read(buf: bytes, pos: int) -> tuple[Any, int]:
     if code == 0x73:
         return chr(_u32(buf, pos)[0]), pos + 4
     raise Unsupported(f"AMQP type code 0x{code:02x}")
-
-
-def _read_items(buf: bytes, pos: int, count: int) -> tuple[list[Any], int]:
-    items = []
-    for _ in range(count):
-        value, pos = _read(buf, pos)
-        items.append(value)
-    return items, pos
-
-
-def _compound_value(code: int, items: list[Any], pos: int, end: int) -> tuple[Any, int]:
-    if pos != end:
-        raise Unsupported("compound size does not match its items")
-    if code in (0xC1, 0xD1):
-        if len(items) % 2:
-            raise Unsupported("a map needs an even number of items")
-        it = iter(items)
-        try:
-            return dict(zip(it, it, strict=True)), pos
-        except TypeError:  # an unhashable key: let proton say what it makes of it
-            raise Unsupported("unhashable map key") from None
-    return items, pos
 
 
 def read_message(data: bytes) -> ReceivedMessage | None:
