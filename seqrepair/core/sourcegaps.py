@@ -50,6 +50,13 @@ from typing import Any
 
 import attrs
 
+from seqrepair.core.config import (
+    check_now,
+    non_negative_number,
+    optional,
+    positive_int,
+    positive_number,
+)
 from seqrepair.core.errors import InvalidConfigError, InvalidMessageError
 from seqrepair.core.events import (
     BufferOverflow,
@@ -103,34 +110,6 @@ class _Outstanding:
     next_at: float
 
 
-def _positive(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise InvalidConfigError(
-            f"SourceGapDetector.{attribute.name} must be > 0", expected="> 0", got=value
-        )
-
-
-def _non_negative(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
-        raise InvalidConfigError(
-            f"SourceGapDetector.{attribute.name} must be >= 0", expected=">= 0", got=value
-        )
-
-
-def _optional_positive(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if value is not None:
-        _positive(instance, attribute, value)
-
-
-def _count(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidConfigError(
-            f"SourceGapDetector.{attribute.name} must be an integer >= 1",
-            expected=">= 1",
-            got=value,
-        )
-
-
 def _start_after(value: object) -> dict[str, int]:
     try:
         return dict(SourceGapRequest(after=value).after)
@@ -149,12 +128,6 @@ def _entitlement(instance: object, attribute: attrs.Attribute[Any], value: objec
         )
 
 
-def _check_now(now: object) -> float:
-    if isinstance(now, bool) or not isinstance(now, int | float) or now != now:
-        raise InvalidConfigError("now must be a number of seconds", expected="float", got=now)
-    return float(now)
-
-
 @attrs.define(on_setattr=attrs.setters.NO_OP)
 class SourceGapDetector:
     """Orders a link-less stream by source number, detects gaps per source, asks for repair.
@@ -164,12 +137,12 @@ class SourceGapDetector:
 
     start_after: dict[str, int] = attrs.field(factory=dict, converter=_start_after)
     entitlement: Entitlement | None = attrs.field(default=None, validator=_entitlement)
-    nak_delay: float = attrs.field(default=0.05, validator=_non_negative)
-    probe_interval: float | None = attrs.field(default=1.0, validator=_optional_positive)
-    retry_interval: float = attrs.field(default=1.0, validator=_positive)
-    backoff: float = attrs.field(default=2.0, validator=_positive)
-    max_retries: int = attrs.field(default=5, validator=_count)
-    max_buffer: int = attrs.field(default=100_000, validator=_count)
+    nak_delay: float = attrs.field(default=0.05, validator=non_negative_number)
+    probe_interval: float | None = attrs.field(default=1.0, validator=optional(positive_number))
+    retry_interval: float = attrs.field(default=1.0, validator=positive_number)
+    backoff: float = attrs.field(default=2.0, validator=positive_number)
+    max_retries: int = attrs.field(default=5, validator=positive_int)
+    max_buffer: int = attrs.field(default=100_000, validator=positive_int)
 
     _sources: dict[str, _Source] = attrs.field(init=False, factory=dict)
     _outstanding: _Outstanding | None = attrs.field(init=False, default=None)
@@ -242,7 +215,7 @@ class SourceGapDetector:
         Anything else raises :class:`~seqrepair.core.errors.InvalidMessageError` and changes
         nothing.
         """
-        now = _check_now(now)
+        now = check_now(now)
         if not isinstance(frame, Publication | ReplayComplete | GapError):
             raise InvalidMessageError(
                 "a source gap detector receives Publication, ReplayComplete or GapError",
@@ -260,7 +233,7 @@ class SourceGapDetector:
 
     def poll(self, now: float) -> list[Event]:
         """Requests that are due: a first request after ``nak_delay``, a retry, a probe."""
-        now = _check_now(now)
+        now = check_now(now)
         self._start(now)
         outstanding = self._outstanding
         if outstanding is not None:
