@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
+import os
 import random
 import subprocess
 import sys
@@ -22,7 +24,8 @@ from typing import Any, TextIO
 
 import attrs
 
-from seqrepair.core.messages import PublishType
+from seqrepair.core.image import ImageCache
+from seqrepair.core.messages import Publication, PublishType
 from seqrepair.simulation import ComponentBackend, LinkConditions, Simulation, SimulationReport
 
 Plan = list[tuple[str, str, dict[str, Any], PublishType]]
@@ -207,9 +210,77 @@ def network_stage(run: DemoRun) -> bool:
     )
 
 
+def _images_from_output(path: Path) -> dict[str, dict[str, Any]]:
+    """Fold a ``seqrepair subscribe`` JSON-lines output into item images."""
+    cache = ImageCache()
+    with path.open() as lines:
+        for line in lines:
+            row = json.loads(line)
+            cache.apply(Publication(topic=row["topic"], source=row["source"],
+                                    source_seq=row["source_seq"], ptype=row["ptype"],
+                                    fields=row["fields"]))
+    return cache.snapshot()
+
+
+def spark_stage(run: DemoRun) -> bool:
+    """Spark reads the Redis journal, rebuilds every image and audits every source."""
+    if run.redis_url is None:
+        print("stage spark: skipped (it reads the Redis journal; run without --no-redis)",
+              file=run.out)
+        return True
+    from seqrepair.spark.audit import audit, format_summary
+    from seqrepair.spark.reading import read_journal
+    from seqrepair.spark.rebuild import rebuild_images
+    from seqrepair.spark.session import spark_session
+
+    started = time.perf_counter()
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # everything here is on loopback
+    spark = spark_session(run.args.master, progress=False)
+    try:
+        journal = read_journal(spark, run.redis_url).cache()
+        rows = rebuild_images(journal).collect()
+        rebuilt = {
+            row["topic"]: {name: json.loads(text) for name, text in row["fields"].items()}
+            for row in rows
+        }
+        digest = audit(spark, journal).to_dict()
+        events = journal.count()
+    finally:
+        spark.stop()
+    print(f"stage spark: {run.args.master} Spark read {events} journaled publications from "
+          f"Redis, rebuilt {len(rebuilt)} items and audited them "
+          f"({time.perf_counter() - started:.1f} s)", file=run.out)
+    print("  " + format_summary(digest).replace("\n", "\n  "), file=run.out)
+    ok = all(source["gap_numbers"] == 0 and source["duplicates"] == 0
+             for source in digest["sources"])
+    checks: list[tuple[str, dict[str, dict[str, Any]]]] = []
+    in_process = run.results.get("in-process")
+    if isinstance(in_process, SimulationReport):
+        checks.append(("in-process subscriber", in_process.subscriber_images))
+    network = run.results.get("network")
+    if network is not None:
+        output = Path(network["workdir"]) / "all.jsonl"
+        checks.append(("network subscriber 'all'", _images_from_output(output)))
+    for label, images in checks:
+        theirs = {topic: rebuilt.get(topic) for topic in images}
+        missing = [t for t in rebuilt if t.startswith(_prefix(images)) and t not in images]
+        same = theirs == images and not missing
+        ok = ok and same
+        print(f"  Spark images == {label}'s cache ({len(images)} items): "
+              f"{'yes' if same else 'NO'}", file=run.out)
+    return ok
+
+
+def _prefix(images: dict[str, dict[str, Any]]) -> str:
+    """The topic root a subscriber's items share (``/weather/`` or ``/demo/``)."""
+    first = next(iter(images), "/")
+    return "/" + first.split("/")[1] + "/"
+
+
 STAGES: list[tuple[str, Stage]] = [
     ("in-process", in_process_stage),
     ("network", network_stage),
+    ("spark", spark_stage),
 ]
 
 
@@ -253,6 +324,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="publications in the networked stage (3000)")
     parser.add_argument("--network-loss", type=float, default=0.02,
                         help="loss forced at the component's send path (0.02)")
+    parser.add_argument("--master", default="local[2]", help="Spark master (local[2])")
     parser.add_argument("--only", action="append", help="run only the named stage(s)")
     parser.add_argument("--redis-url", help="journal to this Redis instead of a private one")
     parser.add_argument("--no-redis", action="store_true",
