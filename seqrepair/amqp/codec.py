@@ -7,9 +7,11 @@ space together with ``source_bits``, and the receiver unwraps it to the absolute
 
 Publications may travel one per transfer (``PUBLICATION``: properties + an AMQP map body of
 fields, readable by any AMQP client) or several per transfer (``PUBLICATIONS``: a list body of
-maps, each map one frame). Decoding validates everything and raises
-:class:`~seqrepair.amqp.errors.MalformedMessageError` (or a subclass) on bad input; it never
-returns half a batch.
+positional entries, one frame each, the first link number in the properties). Frames are
+written by :mod:`seqrepair.amqp.rawamqp` (proton's codec walks each value through several
+Python calls); requests and technical messages are rare and use proton's. Decoding validates
+everything and raises :class:`~seqrepair.amqp.errors.MalformedMessageError` (or a subclass) on
+bad input; it never returns half a batch.
 """
 
 from __future__ import annotations

@@ -454,8 +454,13 @@ class Component(MessagingHandler):
             default_topic=default_topic,
             assign=self._assign,
         )
+        # a batch's entries, as received, are what the subscribers get: reuse their bytes
+        items: list[bytes] | None = getattr(message, "items", None)
+        if items is not None and len(items) != len(frames):
+            items = None
         fresh: list[Publication] = []
-        for frame in frames:
+        entries: dict[int, bytes | None] = {}
+        for i, frame in enumerate(frames):
             if not isinstance(frame, Publication):
                 raise UnknownMessageTypeError(
                     "only publications may be sent to a topic address", got=type(frame).__name__
@@ -469,6 +474,8 @@ class Component(MessagingHandler):
             if frame.source_seq <= self.ingested.get(frame.source, 0):
                 self.stats["duplicates"] += 1
                 continue
+            if items is not None and _regular_entry(items[i]):
+                entries[len(fresh)] = items[i]
             fresh.append(frame.with_link(None, retransmit=False)
                          if frame.link_seq is not None or frame.retransmit else frame)
         if fresh:
@@ -477,13 +484,16 @@ class Component(MessagingHandler):
                 if pub.source_seq > self.ingested.get(pub.source, 0):
                     self.ingested[pub.source] = pub.source_seq
             self.stats["ingested"] += len(fresh)
-            self._fan_out(fresh)
+            self._fan_out(fresh, entries)
         self.accept(delivery)
 
-    def _fan_out(self, pubs: Sequence[Publication]) -> None:
+    def _fan_out(
+        self, pubs: Sequence[Publication], entries: dict[int, bytes | None] | None = None
+    ) -> None:
         now = self.clock()
         touched = []
-        entries: dict[int, bytes | None] = {}  # each publication encoded once for all links
+        if entries is None:
+            entries = {}  # each publication encoded once for all links
         for link in self.links.values():
             offered = False
             allows = link.entitlement.allows
@@ -603,6 +613,13 @@ class Component(MessagingHandler):
         """Close the listener (the container then ends when its connections do)."""
         if self.acceptor is not None:
             self.acceptor.close()
+
+
+def _regular_entry(entry: bytes) -> bool:
+    """A publication entry of 8 elements (no per-entry link number or retransmit flag)."""
+    if entry[0] == 0xC0:
+        return entry[2] == 8
+    return entry[0] == 0xD0 and entry[5:9] == b"\x00\x00\x00\x08"
 
 
 def _plain_props(props: Any) -> dict[str, Any]:

@@ -187,6 +187,7 @@ class ReceivedMessage:
         "correlation_id",
         "id",
         "instructions",
+        "items",
         "plain",
         "properties",
         "reply_to",
@@ -200,6 +201,8 @@ class ReceivedMessage:
         self.reply_to: str | None = None
         self.correlation_id: Any = None
         self.instructions: dict[Any, Any] | None = None
+        self.items: list[bytes] | None = None
+        """When the body is a list: the encoded bytes of each item (a batch's entries)."""
         self.plain = True
         """Values are plain Python values already."""
 
@@ -292,6 +295,20 @@ def read_message(data: bytes) -> ReceivedMessage | None:
         return None
 
 
+def _item_bytes(data: bytes, pos: int) -> list[bytes]:
+    """The encoded items of the (already validated) list at ``pos``."""
+    if data[pos] == 0xC0:
+        count, pos = data[pos + 2], pos + 3
+    else:
+        count, pos = _u32(data, pos + 5)[0], pos + 9
+    items = []
+    for _ in range(count):
+        _value, end = _read(data, pos)
+        items.append(data[pos:end])
+        pos = end
+    return items
+
+
 def _read_message(data: bytes) -> ReceivedMessage:
     msg = ReceivedMessage()
     pos, end = 0, len(data)
@@ -299,9 +316,12 @@ def _read_message(data: bytes) -> ReceivedMessage:
         if data[pos] != 0x00 or data[pos + 1] != 0x53:
             raise Unsupported("not a section")
         code = data[pos + 2]
-        value, pos = _read(data, pos + 3)
+        start = pos + 3
+        value, pos = _read(data, start)
         if code == 0x77:
             msg.body = value
+            if data[start] == 0xC0 or data[start] == 0xD0:
+                msg.items = _item_bytes(data, start)
         elif code == 0x74:
             if not isinstance(value, dict):
                 raise Unsupported("application-properties is not a map")

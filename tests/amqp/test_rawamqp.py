@@ -86,3 +86,12 @@ def test_unknown_types_are_left_to_proton() -> None:
     assert raw.body == ["s", 5]
     assert read_message(b"\x00\x53\x75\xa0\x01x") is None  # a data section: proton's
     assert read_message(b"\x00\x53\x77\xe0\x02\x01\x41") is None  # an array: proton's
+
+
+def test_batch_entries_are_read_back_as_the_bytes_written() -> None:
+    from seqrepair.amqp.codec import encode_entry
+
+    pubs = [Publication("/t", "s", i, "update", {"n": i, "x": None}) for i in range(1, 4)]
+    raw = read_message(encode_frames(pubs, 32).encode())
+    assert raw is not None
+    assert raw.items == [encode_entry(p, lambda _s: 32) for p in pubs]
