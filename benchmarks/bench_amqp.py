@@ -170,6 +170,7 @@ def main() -> None:
         "ratio": round(comp["rate"] / raw, 2),
         "all_raw": [round(r) for r in raws],
         "all_component": [round(c["rate"]) for c in comps],
+        "ratio_per_round": [round(c["rate"] / r, 2) for r, c in zip(raws, comps, strict=True)],
         "saturated_p50_ms": round(comp["p50_ms"], 1),
         "saturated_p99_ms": round(comp["p99_ms"], 1),
         "delivered": comp["delivered"],

@@ -295,18 +295,24 @@ def read_message(data: bytes) -> ReceivedMessage | None:
         return None
 
 
-def _item_bytes(data: bytes, pos: int) -> list[bytes]:
-    """The encoded items of the (already validated) list at ``pos``."""
+def _read_list_keeping_items(data: bytes, pos: int) -> tuple[list[Any], list[bytes], int]:
+    """The list at ``pos`` (list8 or list32), the encoded bytes of each item, the end."""
     if data[pos] == 0xC0:
+        end = pos + 2 + data[pos + 1]
         count, pos = data[pos + 2], pos + 3
     else:
+        end = pos + 5 + _u32(data, pos + 1)[0]
         count, pos = _u32(data, pos + 5)[0], pos + 9
-    items = []
+    values: list[Any] = []
+    items: list[bytes] = []
     for _ in range(count):
-        _value, end = _read(data, pos)
-        items.append(data[pos:end])
-        pos = end
-    return items
+        value, after = _read(data, pos)
+        values.append(value)
+        items.append(data[pos:after])
+        pos = after
+    if pos != end:
+        raise Unsupported("compound size does not match its items")
+    return values, items, pos
 
 
 def _read_message(data: bytes) -> ReceivedMessage:
@@ -317,11 +323,12 @@ def _read_message(data: bytes) -> ReceivedMessage:
             raise Unsupported("not a section")
         code = data[pos + 2]
         start = pos + 3
+        if code == 0x77 and (data[start] == 0xC0 or data[start] == 0xD0):
+            msg.body, msg.items, pos = _read_list_keeping_items(data, start)
+            continue
         value, pos = _read(data, start)
         if code == 0x77:
             msg.body = value
-            if data[start] == 0xC0 or data[start] == 0xD0:
-                msg.items = _item_bytes(data, start)
         elif code == 0x74:
             if not isinstance(value, dict):
                 raise Unsupported("application-properties is not a map")
