@@ -209,6 +209,8 @@ class SourceUnwrapper:
     """
 
     _last: dict[str, int] = attrs.field(factory=dict)
+    _next_wire: dict[str, tuple[int, int]] = attrs.field(factory=dict)
+    """Per source: (bits, the wire value that would follow ``_last``), the common case."""
     _spaces: dict[int, SequenceSpace] = attrs.field(factory=dict)
     bits: dict[str, int] = attrs.field(factory=dict)
     """The bit width each source was last seen with."""
@@ -229,9 +231,17 @@ class SourceUnwrapper:
         """Start unwrapping ``source`` near ``absolute`` (a recovered high-water)."""
         if absolute > self._last.get(source, 0):
             self._last[source] = absolute
+            self._next_wire.pop(source, None)
 
     def unwrap(self, source: str, wire: int, bits: int) -> int:
         """The absolute number of ``wire`` in ``source``'s ``bits``-bit space."""
+        expected = self._next_wire.get(source)
+        if expected is not None and expected[0] == bits and expected[1] == wire:
+            # the number after the last one: the core's arithmetic would say last + 1
+            absolute = self._last[source] + 1
+            self._last[source] = absolute
+            self._next_wire[source] = (bits, 1 if wire == (1 << bits) - 1 else wire + 1)
+            return absolute
         space = self.space(bits)
         if not 1 <= wire <= space.max:
             raise OutOfSpaceError(
@@ -243,6 +253,7 @@ class SourceUnwrapper:
         absolute = space.unwrap(self._last.get(source, 0), wire)
         if absolute > self._last.get(source, 0):
             self._last[source] = absolute
+        self._next_wire[source] = (bits, space.next(space.wire(self._last[source])))
         return absolute
 
     def wire(self, absolute: int, bits: int) -> int:

@@ -181,3 +181,21 @@ def test_plain_publication_gets_defaults_and_assigned_number() -> None:
         roundtrip(msg), default_source="plain", default_topic="/w", assign=lambda s: 41
     )
     assert (pub.source, pub.topic, pub.source_seq, pub.fields) == ("plain", "/w", 41, {"speed": 3})
+
+
+@given(st.sampled_from([3, 4, 8, 16]), st.lists(st.integers(-3, 3), min_size=1, max_size=200))
+def test_source_unwrapper_agrees_with_the_core_arithmetic(bits: int, steps: list[int]) -> None:
+    """The consecutive-number fast path gives what SequenceSpace.unwrap gives."""
+    from seqrepair.amqp.codec import SourceUnwrapper
+    from seqrepair.core.sequence import SequenceSpace
+
+    space = SequenceSpace(bits)
+    fast = SourceUnwrapper()
+    last = 0
+    absolute = 0
+    for step in steps:
+        absolute = max(1, absolute + (1 if step >= 0 else step))  # mostly consecutive
+        wire = space.wire(absolute)
+        expected = space.unwrap(last, wire)
+        last = max(last, expected)
+        assert fast.unwrap("s", wire, bits) == expected
