@@ -225,6 +225,9 @@ _fixed = {
     0x82: (8, struct.Struct(">d").unpack_from),  # double
     0x83: (8, struct.Struct(">q").unpack_from),  # timestamp (ms)
 }
+_ulong_at = struct.Struct(">Q").unpack_from
+_double_at = struct.Struct(">d").unpack_from
+_byte_at = struct.Struct(">b").unpack_from
 _CONSTANTS: dict[int, Any] = {0x40: None, 0x41: True, 0x42: False, 0x43: 0, 0x44: 0, 0x45: []}
 
 
@@ -235,6 +238,16 @@ def _read(buf: bytes, pos: int) -> tuple[Any, int]:
     if code == 0xA1 or code == 0xA3:  # str8, sym8
         end = pos + 1 + buf[pos]
         return buf[pos + 1 : end].decode("utf-8"), end
+    if code == 0x80:  # ulong
+        return _ulong_at(buf, pos)[0], pos + 8
+    if code == 0x82:  # double
+        return _double_at(buf, pos)[0], pos + 8
+    if code == 0x40:
+        return None, pos
+    if code == 0x55 or code == 0x54:  # smalllong, smallint
+        return _byte_at(buf, pos)[0], pos + 1
+    if code == 0x53 or code == 0x52:  # smallulong, smalluint
+        return buf[pos], pos + 1
     if code == 0xC0 or code == 0xC1:  # list8, map8
         end = pos + 1 + buf[pos]
         count = buf[pos + 1]
