@@ -18,7 +18,14 @@ from seqrepair.spark.reading import (
     read_journals,
     register_journal_source,
 )
-from seqrepair.spark.rebuild import IMAGE_COLUMNS, as_of, event_order, rebuild_images, write_images
+from seqrepair.spark.rebuild import (
+    IMAGE_COLUMNS,
+    as_of,
+    collect_images,
+    event_order,
+    rebuild_images,
+    write_images,
+)
 from seqrepair.spark.schema import JOURNAL_SCHEMA
 from seqrepair.spark.session import spark_session
 
@@ -30,6 +37,7 @@ __all__ = [
     "JournalDataSource",
     "as_of",
     "audit",
+    "collect_images",
     "event_order",
     "read_archive",
     "read_journal",

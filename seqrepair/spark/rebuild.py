@@ -37,6 +37,7 @@ Plan
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
@@ -216,6 +217,16 @@ def rebuild_images(
     )
     log.debug("rebuild planned", as_of_seq=dict(as_of_seq or {}), as_of_time=as_of_time)
     return result
+
+
+def collect_images(images: DataFrame) -> dict[str, dict[str, Any]]:
+    """Rebuilt images as plain Python, ``{topic: {field: value}}`` with JSON values decoded
+    (comparable with :meth:`seqrepair.core.image.ImageCache.snapshot`). Collects to the
+    driver: for checks and small journals."""
+    return {
+        row["topic"]: {name: json.loads(text) for name, text in row["fields"].items()}
+        for row in images.select("topic", "fields").collect()
+    }
 
 
 def write_images(images: DataFrame, path: str, *, mode: str = "overwrite") -> None:

@@ -9,9 +9,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from seqrepair.core.messages import Publication, PublishType
-from seqrepair.spark.rebuild import IMAGE_COLUMNS, event_order, rebuild_images
+from seqrepair.spark.rebuild import IMAGE_COLUMNS, collect_images, event_order, rebuild_images
 
-from .journals import actual_images, expected_images, journals, to_frame
+from .journals import actual_images, expected_images, fold, journals, to_frame
 
 pytestmark = pytest.mark.spark
 
@@ -57,6 +57,8 @@ def test_image_update_correction_drop_semantics(spark):
         "/empty": {"fields": {}, "partial": True, "provenance": {}},
     }
     assert got == expected_images(pubs)
+    frame = to_frame(spark, [(p, 16) for p in pubs])
+    assert collect_images(rebuild_images(frame)) == fold(pubs).snapshot()
 
 
 def test_explicit_null_is_distinct_from_absent(spark):
