@@ -33,7 +33,7 @@ def _bare(pub: Publication) -> Publication:
     """A publication as journaled: no link number, not a retransmission."""
     if pub.link_seq is None and not pub.retransmit:
         return pub
-    return attrs.evolve(pub, link_seq=None, retransmit=False)
+    return pub.with_link(None, retransmit=False)
 
 
 class JournalGapError(AmqpAdapterError):
