@@ -256,11 +256,20 @@ class Simulation:
                 heapq.heappush(to_subscriber, (now + delay, next(order), item))
 
         def request(req: GapRequest | SourceGapRequest, now: float) -> None:
-            key = req if isinstance(req, GapRequest) else tuple(sorted(req.after.items()))
-            if rng.random() < conditions.request_loss and repair_losses[key] < (
-                conditions.max_repair_losses
+            # Losses are bounded per link number (or per source request), not per request: a
+            # retry may cover a different range, and every number must get through eventually.
+            keys: list[object]
+            if isinstance(req, GapRequest):
+                first = position_of(req.link_from)
+                keys = [(context_id, n) for n in range(first, first + space.distance(
+                    req.link_from, req.link_to) + 1)]
+            else:
+                keys = [(context_id, "source")]
+            if rng.random() < conditions.request_loss and all(
+                repair_losses["request", key] < conditions.max_repair_losses for key in keys
             ):
-                repair_losses[key] += 1
+                for key in keys:
+                    repair_losses["request", key] += 1
                 counts["request_lost"] += 1
                 return
             heapq.heappush(to_component, (now + conditions.latency, next(order), req))
@@ -339,7 +348,7 @@ class Simulation:
                         reset_pending = False
                     act(stub.receive(frame, now), now)
             deadline = stub.next_deadline
-            if deadline is not None and deadline <= now:
+            if deadline is None or deadline <= now:  # None: not polled yet, start its clock
                 act(stub.poll(now), now)
             while to_component and to_component[0][0] <= now:
                 _, _, req = heapq.heappop(to_component)

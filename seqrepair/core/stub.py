@@ -280,7 +280,11 @@ class SubscriberStub:
         return events
 
     def poll(self, now: float) -> list[Event]:
-        """Timed work: overdue heartbeats, due and retried gap requests, source retries."""
+        """Timed work: overdue heartbeats, due and retried gap requests, source retries.
+
+        Call it once when the link is attached (that starts the heartbeat watch even if no
+        frame ever arrives), then whenever ``now`` reaches :attr:`next_deadline`.
+        """
         events: list[Event] = []
         self._events = events
         if self._last_frame_at is None:
