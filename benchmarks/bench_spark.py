@@ -125,6 +125,11 @@ def generate_archive(root: Path, events: int, *, topics: int = 10_000, seed: int
 FORBIDDEN = ("PythonUDF", "BatchEvalPython", "ArrowEvalPython", "PythonUDTF", "MapInPandas")
 RESULTS = Path(__file__).parent / "results" / "spark.md"
 WARM_RUNS = 3
+SPARK_CONFIGS = (
+    ("spark1cpu", "spark-pinned", 1),  # local[1], the process pinned to one CPU
+    ("spark1", "spark", 1),  # local[1], the JVM free to use both CPUs for GC and JIT
+    ("spark2", "spark", 2),
+)
 
 
 def peak_rss_mib(pid: int | str = "self") -> float:
@@ -150,8 +155,14 @@ def archive_for(root: Path, events: int) -> Path:
 # --- Spark ------------------------------------------------------------------------------------
 
 
-def spark_run(archive: Path, cores: int) -> dict[str, Any]:
-    """Rebuild ``archive`` with Spark on ``cores`` local cores (runs inside a child process)."""
+def spark_run(archive: Path, cores: int, *, pin: bool = False) -> dict[str, Any]:
+    """Rebuild ``archive`` with Spark on ``cores`` local cores (runs inside a child process).
+
+    ``pin`` restricts this process, and so the JVM it starts, to ``cores`` CPUs: without it a
+    ``local[1]`` JVM still runs its garbage collector and JIT compiler on the other CPU.
+    """
+    if pin:
+        os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:cores])
     from seqrepair.spark.reading import read_archive
     from seqrepair.spark.rebuild import rebuild_images
     from seqrepair.spark.session import spark_session
@@ -251,7 +262,8 @@ def in_child(kind: str, archive: Path, cores: int = 0) -> dict[str, Any]:
     code = (
         "import json, sys; from pathlib import Path; sys.path[:0] = sys.argv[4:];"
         "import bench_spark as b; k, a, c = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]);"
-        "r = b.spark_run(a, c) if k == 'spark' else b.python_fold(a);"
+        "r = b.spark_run(a, c, pin=k == 'spark-pinned') if k.startswith('spark') "
+        "else b.python_fold(a);"
         "print('RESULT ' + json.dumps(r))"
     )
     here = str(Path(__file__).parent)
@@ -283,16 +295,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{events:,} events")
         archive = archive_for(args.root, events)
         row: dict[str, Any] = {"events": events}
-        for cores in (1, 2):
-            r = in_child("spark", archive, cores)
+        for name, kind, cores in SPARK_CONFIGS:
+            r = in_child(kind, archive, cores)
             if not plan_printed:
                 print("physical plan:\n" + r["plan"])
                 plan_printed = True
             bad = [n for n in FORBIDDEN if n in r["plan"]]
             assert not bad, f"Python evaluation in the physical plan: {bad}"
-            row[f"spark{cores}"] = r
+            row[name] = r
             print(
-                f"  spark local[{cores}]: best {r['seconds']:.1f}s, "
+                f"  {name} (local[{cores}]): best {r['seconds']:.1f}s, "
                 f"{events / r['seconds']:,.0f} ev/s (cold {r['cold_seconds']:.1f}s, warm "
                 f"{', '.join(f'{w:.1f}' for w in r['warm_runs'])}s), JVM {r['jvm_mib']:.0f} MiB, "
                 f"python {r['python_mib']:.0f} MiB, {r['items']} items"
@@ -317,6 +329,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _cell(events: int, r: dict[str, Any]) -> str:
+    return f"{events / r['seconds']:,.0f} ({r['seconds']:.1f}s; cold {r['cold_seconds']:.1f}s)"
+
+
 def render(rows: list[dict[str, Any]], command: str) -> str:
     lines = [
         "# Spark image rebuild benchmark",
@@ -326,26 +342,39 @@ def render(rows: list[dict[str, Any]], command: str) -> str:
         f"{time.strftime('%Y-%m-%d %H:%M')}; load average at the end "
         f"{os.getloadavg()[0]:.1f} (other jobs share the machine).",
         "",
-        "| events | Spark 1 core ev/s (best warm s; cold s) | Spark 2 cores ev/s (best; cold) "
-        "| 2 / 1 | Python fold ev/s "
-        "| Spark 2 / fold | peak RSS 1 core (JVM + py) | 2 cores (JVM + py) | fold |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "Events per second (best of three warm runs; seconds; the cold first run). "
+        "`local[1] 1 CPU`: the process pinned to one CPU; `local[1]`: one task thread but the "
+        "JVM free to run GC and JIT on the other CPU.",
+        "",
+        "| events | Spark local[1] 1 CPU | Spark local[1] | Spark local[2] | 2 / 1 CPU "
+        "| Python fold | Spark local[2] / fold |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for row in rows:
         n = row["events"]
-        s1, s2, f = row["spark1"], row["spark2"], row.get("fold")
-        r1, r2 = n / s1["seconds"], n / s2["seconds"]
-        rf = n / f["seconds"] if f else float("nan")
+        p1, s1, s2, f = row["spark1cpu"], row["spark1"], row["spark2"], row.get("fold")
+        r2 = n / s2["seconds"]
+        fold = f"{n / f['seconds']:,.0f} ({f['seconds']:.1f}s)" if f else "-"
+        vs = f"{r2 / (n / f['seconds']):.1f}x" if f else "-"
         lines.append(
-            f"| {n:,} | {r1:,.0f} ({s1['seconds']:.1f}s; {s1['cold_seconds']:.1f}s) "
-            f"| {r2:,.0f} ({s2['seconds']:.1f}s; {s2['cold_seconds']:.1f}s) "
-            f"| {r2 / r1:.2f}x | {rf:,.0f} ({f['seconds']:.1f}s) | {r2 / rf:.1f}x "
-            f"| {s1['jvm_mib']:.0f} + {s1['python_mib']:.0f} MiB "
-            f"| {s2['jvm_mib']:.0f} + {s2['python_mib']:.0f} MiB "
-            f"| {f['python_mib']:.0f} MiB |"
-            if f
-            else f"| {n:,} | {r1:,.0f} | {r2:,.0f} | {r2 / r1:.2f}x | - | - | - | - | - |"
+            f"| {n:,} | {_cell(n, p1)} | {_cell(n, s1)} | {_cell(n, s2)} "
+            f"| {p1['seconds'] / s2['seconds']:.2f}x | {fold} | {vs} |"
         )
+    lines += [
+        "",
+        "Peak RSS (VmHWM), MiB:",
+        "",
+        "| events | local[1] 1 CPU: JVM + python | local[1]: JVM + python "
+        "| local[2]: JVM + python | Python fold |",
+        "| ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for row in rows:
+        cells = [
+            f"{row[k]['jvm_mib']:.0f} + {row[k]['python_mib']:.0f}"
+            for k in ("spark1cpu", "spark1", "spark2")
+        ]
+        fold_mib = f"{row['fold']['python_mib']:.0f}" if row.get("fold") else "-"
+        lines.append(f"| {row['events']:,} | {' | '.join(cells)} | {fold_mib} |")
     lines += [
         "",
         "Goals: Spark >= 1,000,000 events/s at 20M; 2 cores >= 1.6x 1 core; no Python UDF in "
