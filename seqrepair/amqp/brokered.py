@@ -28,22 +28,18 @@ in flight the journal repairs.
 
 from __future__ import annotations
 
-import queue
-import threading
 import time
 import uuid
-from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
 import structlog
 from proton import Message
-from proton.handlers import MessagingHandler
-from proton.reactor import ApplicationEvent, Container, EventInjector
 
 from seqrepair.amqp.codec import DEFAULT_LINK_BITS, Decoder, encode_frame
 from seqrepair.amqp.errors import AmqpAdapterError
+from seqrepair.amqp.runner import PublisherRunner, SubscriberRunner
 from seqrepair.core.budget import RefusalPolicy
 from seqrepair.core.errors import SeqRepairError
 from seqrepair.core.events import (
@@ -82,18 +78,10 @@ def needs_subject(address: str) -> bool:
     return address.startswith(EXCHANGE_PREFIX) and "/" not in address[len(EXCHANGE_PREFIX):]
 
 
-class _Call:
-    def __init__(self, fn: Callable[[], None]) -> None:
-        self.fn = fn
-
-    def on_timer_task(self, event: Any) -> None:
-        self.fn()
-
-
 # ------------------------------------------------------------------------------ publisher
 
 
-class BrokerPublisher(MessagingHandler):
+class BrokerPublisher(PublisherRunner[Publication]):
     """Journals a source's publications, then sends each as one message to a broker address.
 
     ``drop(publication) -> bool`` is a forced-loss hook (tests, demos): a publication it
@@ -116,7 +104,7 @@ class BrokerPublisher(MessagingHandler):
         reconnect_delay: float = 0.2,
         idle_timeout: float = 10.0,
     ) -> None:
-        super().__init__(prefetch=0, auto_settle=True)
+        super().__init__()
         self.url = url
         self.address = address
         self.bits = bits
@@ -125,10 +113,6 @@ class BrokerPublisher(MessagingHandler):
         self.reconnect_delay = reconnect_delay
         self.idle_timeout = idle_timeout
         self._subject = needs_subject(address)
-        self._lock = threading.Lock()
-        self._idle = threading.Condition(self._lock)
-        self._pending: deque[Publication] = deque()
-        self._unsettled: dict[Any, Publication] = {}
         self.embedded = JournalPublisher(
             source, journal, bits=bits, transport=self._hand_off, batch_size=batch_size
         )
@@ -137,12 +121,6 @@ class BrokerPublisher(MessagingHandler):
         self.rejected = 0
         self.dropped = 0
         self.error: BrokerError | None = None
-        self._container: Any = None
-        self._conn: Any = None
-        self._sender: Any = None
-        self._stopping = False
-        self._injector = EventInjector()
-        self._thread: threading.Thread | None = None
         self.log = log.bind(source=source, address=address)
 
     @property
@@ -181,36 +159,12 @@ class BrokerPublisher(MessagingHandler):
         self._wake()
         return pubs
 
-    def start(self) -> BrokerPublisher:
-        """Run the proton container in a background thread."""
-        self._thread = threading.Thread(target=self.run, name=f"pub-{self.source}", daemon=True)
-        self._thread.start()
-        return self
-
-    def run(self) -> None:
-        """Run the proton container in this thread until :meth:`close`."""
-        container = Container(self)
-        container.selectable(self._injector)
-        container.run()
-
-    def flush(self, timeout: float = 30.0) -> bool:
-        """Wait until the broker accepted everything handed to it so far."""
-        deadline = time.monotonic() + timeout
-        with self._idle:
-            while (self._pending or self._unsettled) and self.error is None:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._idle.wait(min(left, 0.05))
-        return self.error is None
+    def _thread_name(self) -> str:
+        return f"pub-{self.source}"
 
     def close(self, timeout: float = 30.0) -> bool:
         """Flush, close the connection, stop the thread. False if not everything was accepted."""
-        done = self.flush(timeout)
-        self._stopping = True
-        self._injector.trigger(ApplicationEvent("seqrepair_stop"))
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        done = super().close(timeout)
         self.embedded.close()
         return done
 
@@ -222,9 +176,6 @@ class BrokerPublisher(MessagingHandler):
             self.dropped += 1
             return
         self._pending.append(pub)
-
-    def _wake(self) -> None:
-        self._injector.trigger(ApplicationEvent("seqrepair_wake"))
 
     def message(self, pub: Publication) -> Message:
         """One publication as one message of the wire format."""
@@ -248,31 +199,9 @@ class BrokerPublisher(MessagingHandler):
 
     # --- proton events ------------------------------------------------------------------
 
-    def on_start(self, event: Any) -> None:
-        self._container = event.container
-        self._connect()
-
-    def _connect(self) -> None:
-        self._conn = self._container.connect(self.url, reconnect=False,
-                                             heartbeat=self.idle_timeout)
-        self._sender = self._container.create_sender(self._conn, self.address)
-
-    def on_seqrepair_wake(self, event: Any) -> None:
-        self._send()
-
-    def on_seqrepair_stop(self, event: Any) -> None:
-        self._stopping = True
-        if self._conn is not None:
-            self._conn.close()
-        self._injector.close()
-
-    def on_sendable(self, event: Any) -> None:
-        self._send()
-
     def _settled(self, event: Any) -> Publication | None:
         pub = self._unsettled.pop(event.delivery, None)
-        with self._idle:
-            self._idle.notify_all()
+        self._notify()
         return pub
 
     def on_accepted(self, event: Any) -> None:
@@ -307,8 +236,7 @@ class BrokerPublisher(MessagingHandler):
             got=self.address,
         )
         self.log.error("link refused", condition=cond.name if cond else None)
-        with self._idle:
-            self._idle.notify_all()
+        self._notify()
 
     def on_disconnected(self, event: Any) -> None:
         if self._stopping or event.connection != self._conn:
@@ -318,11 +246,7 @@ class BrokerPublisher(MessagingHandler):
             self._pending.extendleft(reversed(list(self._unsettled.values())))
             self._unsettled.clear()
         self.log.info("disconnected from broker; reconnecting", delay=self.reconnect_delay)
-        self._container.schedule(self.reconnect_delay, _Call(self._reconnect))
-
-    def _reconnect(self) -> None:
-        if not self._stopping and self._conn is None:
-            self._connect()
+        self._schedule_reconnect()
 
 
 # ------------------------------------------------------------------------------ subscriber
@@ -348,7 +272,7 @@ class BrokerSubscriberReport:
         return out
 
 
-class BrokerSubscriber(MessagingHandler):
+class BrokerSubscriber(SubscriberRunner):
     """Receives from a broker address; orders, dedupes and repairs per source from the journal.
 
     ``topics``/``permtokens`` make the subscriber's :class:`Entitlement`: what the journal may
@@ -378,7 +302,7 @@ class BrokerSubscriber(MessagingHandler):
         link_name: str | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        super().__init__(prefetch=credit, auto_accept=False)
+        super().__init__(credit=credit)
         self.url = url
         self.address = address
         self.journal = journal
@@ -406,15 +330,7 @@ class BrokerSubscriber(MessagingHandler):
         self.report = BrokerSubscriberReport(detector=self.detector.stats)
         self.unrecoverable: list[Unrecoverable] = []
         self.error: BrokerError | None = None
-        self.connected = threading.Event()
-        self._container: Any = None
-        self._conn: Any = None
         self._receiver: Any = None
-        self._stopping = False
-        self._stop_when: Callable[[], bool] | None = None
-        self._injector: EventInjector | None = None
-        self._thread: threading.Thread | None = None
-        self._queue: queue.Queue[Publication | None] = queue.Queue()
         self.log = log.bind(link=self.link_name, address=address)
 
     def _high_waters(self) -> dict[str, int]:
@@ -422,36 +338,6 @@ class BrokerSubscriber(MessagingHandler):
         return {s: hw for s, (hw, _trimmed) in self.journal.high_waters(sources).items()}
 
     # --- public API ---------------------------------------------------------------------
-
-    def run(self, stop_when: Callable[[], bool] | None = None) -> None:
-        """Run in this thread until :meth:`stop` (or ``stop_when()`` turns true)."""
-        self._stop_when = stop_when
-        self._injector = EventInjector()
-        container = Container(self)
-        container.selectable(self._injector)
-        container.run()
-
-    def start(self) -> BrokerSubscriber:
-        """Run in a background thread; iterate over the subscriber to read publications."""
-        self._thread = threading.Thread(target=self.run, name=self.link_name, daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Close the connection and end :meth:`run` (safe from any thread)."""
-        self._stopping = True
-        if self._injector is not None:
-            self._injector.trigger(ApplicationEvent("seqrepair_stop"))
-        if self._thread is not None and threading.current_thread() is not self._thread:
-            self._thread.join(timeout=5)
-
-    def __iter__(self) -> Iterator[Publication]:
-        """Publications in per-source order, exactly once, until the subscriber stops."""
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            yield item
 
     def resume_point(self) -> SourceGapRequest:
         """The last number delivered per source: ``start_after`` for a restarted subscriber."""
@@ -463,36 +349,14 @@ class BrokerSubscriber(MessagingHandler):
 
     # --- proton events ------------------------------------------------------------------
 
-    def on_start(self, event: Any) -> None:
-        self._container = event.container
-        self._connect()
-        self._container.schedule(self.tick, self)
-
     def _connect(self) -> None:
         self._conn = self._container.connect(self.url, reconnect=False,
                                              heartbeat=self.idle_timeout)
         self._receiver = self._container.create_receiver(self._conn, self.address,
                                                          name=self.link_name)
 
-    def on_timer_task(self, event: Any) -> None:
-        if self._stopping:
-            return
-        if self._stop_when is not None and self._stop_when():
-            self._shutdown()
-            return
+    def _on_tick(self) -> None:
         self._perform(self.detector.poll(self.clock()))
-        self._container.schedule(self.tick, self)
-
-    def on_seqrepair_stop(self, event: Any) -> None:
-        self._shutdown()
-
-    def _shutdown(self) -> None:
-        self._stopping = True
-        if self._conn is not None:
-            self._conn.close()
-        if self._injector is not None:
-            self._injector.close()
-        self._queue.put(None)
 
     def on_link_opened(self, event: Any) -> None:
         if event.link == self._receiver:
@@ -517,11 +381,7 @@ class BrokerSubscriber(MessagingHandler):
         self.connected.clear()
         self._conn = self._receiver = None
         self.log.info("disconnected from broker; reconnecting", delay=self.reconnect_delay)
-        self._container.schedule(self.reconnect_delay, _Call(self._reconnect))
-
-    def _reconnect(self) -> None:
-        if not self._stopping and self._conn is None:
-            self._connect()
+        self._schedule_reconnect()
 
     def on_message(self, event: Any) -> None:
         self.report.received += 1
@@ -547,10 +407,7 @@ class BrokerSubscriber(MessagingHandler):
     def _perform(self, events: list[Event]) -> None:
         for ev in events:
             if isinstance(ev, Delivered):
-                if self.on_publication is not None:
-                    self.on_publication(ev.publication)
-                if self._thread is not None:
-                    self._queue.put(ev.publication)
+                self._deliver(ev.publication)
             elif isinstance(ev, RequestSourceGap):
                 self._repair(ev.request)
             elif isinstance(ev, Unrecoverable):

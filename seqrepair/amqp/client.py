@@ -18,25 +18,16 @@ has one, and sends them batched; deliveries stay unsettled until the component a
 from __future__ import annotations
 
 import itertools
-import queue
-import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
 import structlog
 from proton import Message, symbol
-from proton.handlers import MessagingHandler
-from proton.reactor import (
-    ApplicationEvent,
-    AtMostOnce,
-    Container,
-    EventInjector,
-    LinkOption,
-)
+from proton.reactor import ApplicationEvent, AtMostOnce, LinkOption
 
 from seqrepair.amqp.codec import (
     Capabilities,
@@ -57,6 +48,7 @@ from seqrepair.amqp.component import (
 )
 from seqrepair.amqp.errors import AmqpAdapterError
 from seqrepair.amqp.rawamqp import read_raw
+from seqrepair.amqp.runner import PublisherRunner, SubscriberRunner
 from seqrepair.core.errors import SeqRepairError
 from seqrepair.core.events import (
     BufferOverflow,
@@ -119,7 +111,7 @@ class SubscriberReport:
         return attrs.asdict(self)
 
 
-class Subscriber(MessagingHandler):
+class Subscriber(SubscriberRunner):
     """A subscriber to one topic pattern or subscription queue of a component."""
 
     def __init__(
@@ -143,7 +135,7 @@ class Subscriber(MessagingHandler):
         tick: float = 0.02,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        super().__init__(prefetch=credit, auto_accept=False)
+        super().__init__(credit=credit)
         read_raw(self)
         self.url = url
         self.address = address
@@ -167,57 +159,14 @@ class Subscriber(MessagingHandler):
         self.report = SubscriberReport()
         self.capabilities: Capabilities | None = None
         self.unrecoverable: list[Unrecoverable] = []
-        self.connected = threading.Event()
         self._ids = itertools.count(1)
         self._outbox: deque[Message] = deque()
-        self._container: Any = None
-        self._conn: Any = None
         self._receiver: Any = None
         self._control: Any = None
         self._attached_once = False
-        self._stopping = False
-        self._queue: queue.Queue[Publication | None] = queue.Queue()
-        self._thread: threading.Thread | None = None
-        self._injector: EventInjector | None = None
-        self._stop_when: Callable[[], bool] | None = None
         self.log = log.bind(link=self.link_name, topic=address)
 
     # --- public API ---------------------------------------------------------------------
-
-    def run(self, stop_when: Callable[[], bool] | None = None) -> None:
-        """Run in this thread until :meth:`stop` (or ``stop_when()`` turns true)."""
-        self._stop_when = stop_when
-        self._injector = EventInjector()
-        container = Container(self)
-        container.selectable(self._injector)
-        try:
-            container.run()
-        except AttributeError:
-            # proton 0.40 can trip over a transport already torn down while stopping
-            if not self._stopping:
-                raise
-
-    def start(self) -> Subscriber:
-        """Run in a background thread; iterate over the subscriber to read publications."""
-        self._thread = threading.Thread(target=self.run, name=self.link_name, daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Close the connection and end :meth:`run` (safe from any thread)."""
-        self._stopping = True
-        if self._injector is not None:
-            self._injector.trigger(ApplicationEvent("seqrepair_stop"))
-        if self._thread is not None and threading.current_thread() is not self._thread:
-            self._thread.join(timeout=5)
-
-    def __iter__(self) -> Iterator[Publication]:
-        """Publications in order, exactly once, until the subscriber stops."""
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            yield item
 
     def drop_connection(self) -> None:
         """Tear down the transport abruptly (tests: a lost connection); it reconnects."""
@@ -225,11 +174,6 @@ class Subscriber(MessagingHandler):
             self._injector.trigger(ApplicationEvent("seqrepair_drop"))
 
     # --- proton events ------------------------------------------------------------------
-
-    def on_start(self, event: Any) -> None:
-        self._container = event.container
-        self._connect()
-        self._schedule()
 
     def _connect(self) -> None:
         self._conn = self._container.connect(
@@ -247,38 +191,18 @@ class Subscriber(MessagingHandler):
         )
         self._attached_once = True
 
-    def _schedule(self) -> None:
-        self._container.schedule(self.tick, self)
-
-    def on_timer_task(self, event: Any) -> None:
-        if self._stopping:
-            return
-        if self._stop_when is not None and self._stop_when():
-            self._shutdown()
-            return
+    def _on_tick(self) -> None:
         conn = self._conn
         if conn is not None and (conn.transport is None or conn.transport.closed):
             # a transport torn down without an on_disconnected reaching us: same recovery
             self._lost(conn)
         self._perform(self.stub.poll(self.clock()))
         self._flush()
-        self._schedule()
-
-    def on_seqrepair_stop(self, event: Any) -> None:
-        self._shutdown()
 
     def on_seqrepair_drop(self, event: Any) -> None:
         if self._conn is not None and self._conn.transport is not None:
             self._conn.transport.close_tail()
             self._conn.transport.close_head()
-
-    def _shutdown(self) -> None:
-        self._stopping = True
-        if self._conn is not None:
-            self._conn.close()
-        if self._injector is not None:
-            self._injector.close()
-        self._queue.put(None)
 
     def on_connection_opened(self, event: Any) -> None:
         self.report.connections += 1
@@ -307,7 +231,7 @@ class Subscriber(MessagingHandler):
         self._outbox.clear()
         self._conn = None
         self._receiver = self._control = None
-        self._container.schedule(self.reconnect_delay, _Call(self._reconnect))
+        self._schedule_reconnect()
 
     def on_transport_error(self, event: Any) -> None:
         cond = event.transport.condition
@@ -323,10 +247,6 @@ class Subscriber(MessagingHandler):
                 f"{cond.name if cond else '?'}: {cond.description if cond else ''}"
             )
             self._shutdown()
-
-    def _reconnect(self) -> None:
-        if not self._stopping and self._conn is None:
-            self._connect()
 
     def on_rejected(self, event: Any) -> None:
         self.report.rejected += 1
@@ -357,10 +277,7 @@ class Subscriber(MessagingHandler):
         gaps = []
         for ev in events:
             if isinstance(ev, Delivered):
-                if self.on_publication is not None:
-                    self.on_publication(ev.publication)
-                if self._thread is not None:
-                    self._queue.put(ev.publication)
+                self._deliver(ev.publication)
             elif isinstance(ev, RequestGap):
                 gaps.append(ev.request)
             elif isinstance(ev, RequestSourceGap):
@@ -414,20 +331,10 @@ class Subscriber(MessagingHandler):
         self._request(encode(CapabilitiesRequest()))
 
 
-class _Call:
-    """A timer handler that calls a function."""
-
-    def __init__(self, fn: Callable[[], None]) -> None:
-        self.fn = fn
-
-    def on_timer_task(self, event: Any) -> None:
-        self.fn()
-
-
 # ------------------------------------------------------------------------------------------
 
 
-class Publisher(MessagingHandler):
+class Publisher(PublisherRunner[list[Publication]]):
     """Publishes one source's publications to a component, batched, at least once.
 
     ``journal``: when given, numbering continues after its high-water and every publication is
@@ -449,8 +356,7 @@ class Publisher(MessagingHandler):
         idle_timeout: float = 10.0,
         on_sent: Callable[[Sequence[Publication]], None] | None = None,
     ) -> None:
-        super().__init__(prefetch=0, auto_settle=True)
-        self._pending: deque[Publication] = deque()
+        super().__init__()
         self.url = url
         self.address = address
         self.sequencer = SourceSequencer(source, bits)
@@ -468,16 +374,7 @@ class Publisher(MessagingHandler):
         self.on_sent = on_sent
         self.accepted = 0
         self.rejected = 0
-        self._unsettled: dict[Any, list[Publication]] = {}
-        self._lock = threading.Lock()
-        self._container: Any = None
-        self._sender: Any = None
-        self._conn: Any = None
-        self._stopping = False
         self._finish_when_done = False
-        self._injector = EventInjector()
-        self._thread: threading.Thread | None = None
-        self._idle = threading.Condition(self._lock)
         self.log = log.bind(source=source, topic=address)
 
     # --- public API ---------------------------------------------------------------------
@@ -502,7 +399,7 @@ class Publisher(MessagingHandler):
                 pub = self.sequencer.stamp(topic, fields, ptype, permtoken=permtoken,
                                            timestamp=stamp)
                 self._pending.append(pub)
-        self._injector.trigger(ApplicationEvent("seqrepair_wake"))
+        self._wake()
         return pub
 
     def publish_many(self, items: Sequence[tuple[Any, ...]]) -> None:
@@ -519,62 +416,9 @@ class Publisher(MessagingHandler):
                     self._pending.append(pub)
             if self.embedded is not None:
                 self.embedded.flush()
-        self._injector.trigger(ApplicationEvent("seqrepair_wake"))
+        self._wake()
 
-    def start(self) -> Publisher:
-        """Run the container in a background thread."""
-        self._thread = threading.Thread(target=self.run, name="publisher", daemon=True)
-        self._thread.start()
-        return self
-
-    def run(self) -> None:
-        """Run the container in this thread until :meth:`close`."""
-        container = Container(self)
-        container.selectable(self._injector)
-        container.run()
-
-    def flush(self, timeout: float = 30.0) -> bool:
-        """Wait until everything published so far is accepted by the component."""
-        deadline = time.monotonic() + timeout
-        with self._idle:
-            while self._pending or self._unsettled:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._idle.wait(min(left, 0.05))
-        return True
-
-    def close(self, timeout: float = 30.0) -> bool:
-        """Flush, then close the connection and stop the thread."""
-        done = self.flush(timeout)
-        self._stopping = True
-        self._injector.trigger(ApplicationEvent("seqrepair_stop"))
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        return done
-
-    # --- proton events ------------------------------------------------------------------
-
-    def on_start(self, event: Any) -> None:
-        self._container = event.container
-        self._connect()
-
-    def _connect(self) -> None:
-        self._conn = self._container.connect(self.url, reconnect=False,
-                                             heartbeat=self.idle_timeout)
-        self._sender = self._container.create_sender(self._conn, self.address)
-
-    def on_seqrepair_wake(self, event: Any) -> None:
-        self._send()
-
-    def on_seqrepair_stop(self, event: Any) -> None:
-        self._stopping = True
-        if self._conn is not None:
-            self._conn.close()
-        self._injector.close()
-
-    def on_sendable(self, event: Any) -> None:
-        self._send()
+    # --- sending ------------------------------------------------------------------------
 
     def _send(self) -> None:
         sender = self._sender
@@ -614,10 +458,6 @@ class Publisher(MessagingHandler):
                 self._pending.extendleft(reversed(batch))
         self._send()
 
-    def _notify(self) -> None:
-        with self._idle:
-            self._idle.notify_all()
-
     def on_disconnected(self, event: Any) -> None:
         if self._stopping or event.connection != self._conn:
             return
@@ -629,11 +469,7 @@ class Publisher(MessagingHandler):
             self._unsettled.clear()
         self._sender = None
         self.log.info("disconnected; reconnecting")
-        self._container.schedule(self.reconnect_delay, _Call(self._reconnect))
-
-    def _reconnect(self) -> None:
-        if not self._stopping and self._conn is None:
-            self._connect()
+        self._schedule_reconnect()
 
 
 def _tag_order(tag: Any) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import signal
 import sys
@@ -135,35 +136,14 @@ def _publish(args: argparse.Namespace) -> int:
     publisher = Publisher(args.url, args.source, bits=args.bits, address=args.address,
                           journal=journal, max_batch=args.batch).start()
     count = 0
-    if args.file:
-        with open(args.file, encoding="utf-8") as fh:
-            batch: list[tuple[str, dict[str, Any], str]] = []
-            for line in fh:
-                if not line.strip():
-                    continue
-                item = json.loads(line)
-                batch.append((item["topic"], item.get("fields", {}), item.get("ptype", "update")))
-                if len(batch) >= args.batch:
-                    publisher.publish_many(batch)
-                    count += len(batch)
-                    batch = []
-            if batch:
-                publisher.publish_many(batch)
-                count += len(batch)
-    topics = [t for t in args.topics.split(",") if t]
+    for batch in _file_items(args):  # as fast as it goes; --rate paces the generated load
+        publisher.publish_many(batch)
+        count += len(batch)
     start = time.monotonic()
-    step = max(1, args.batch)
-    for first in range(0, args.count, step):
-        n = min(step, args.count - first)
-        publisher.publish_many(
-            [(topics[(first + i) % len(topics)], {"n": first + i, "t": time.time()}, "update")
-             for i in range(n)]
-        )
-        count += n
-        if args.rate > 0:
-            delay = start + count / args.rate - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
+    for batch in _generated_items(args):
+        publisher.publish_many(batch)
+        count += len(batch)
+        _pace(start, count, args.rate)
     ok = publisher.close(timeout=60)
     print(json.dumps({"published": count, "accepted": publisher.accepted,
                       "rejected": publisher.rejected, "flushed": ok}))
@@ -188,67 +168,104 @@ def _subscribe(args: argparse.Namespace) -> int:
         return _subscribe_brokered(args)
     from seqrepair.amqp.client import Subscriber
 
-    out: TextIO = open(args.output, "a", encoding="utf-8") if args.output else sys.stdout  # noqa: SIM115
-    state = {"n": 0, "last": time.monotonic()}
-
-    def on_publication(pub: Publication) -> None:
-        out.write(json.dumps(publication_record(pub)) + "\n")
-        state["n"] += 1
-        state["last"] = time.monotonic()
-
-    started = time.monotonic()
-
-    def stop_when() -> bool:
-        now = time.monotonic()
-        if args.count and state["n"] >= args.count:
-            return True
-        if args.duration and now - started >= args.duration:
-            return True
-        return bool(args.idle_exit and state["n"] and now - state["last"] >= args.idle_exit)
-
+    sink = _Sink(args, line_buffered=False)
     subscriber = Subscriber(
-        args.url, args.address, link_name=args.link_name, on_publication=on_publication,
+        args.url, args.address, link_name=args.link_name, on_publication=sink.write,
         bits=args.bits, heartbeat_interval=args.heartbeat,
         permtokens=[t for t in args.permtokens.split(",") if t], batch=not args.no_batch,
     )
+    _run_subscriber(subscriber, sink, args)
+    return 0
+
+
+class _Sink:
+    """Where ``seqrepair subscribe`` writes deliveries (JSON lines), and when it stops."""
+
+    def __init__(self, args: argparse.Namespace, *, line_buffered: bool) -> None:
+        self.args = args
+        self.out: TextIO = (
+            open(args.output, "a", encoding="utf-8",  # noqa: SIM115
+                 buffering=1 if line_buffered else -1)
+            if args.output else sys.stdout
+        )
+        self.n = 0
+        self.last = time.monotonic()
+        self.started = time.monotonic()
+
+    def write(self, pub: Publication) -> None:
+        """One delivery as one JSON line."""
+        self.out.write(json.dumps(publication_record(pub)) + "\n")
+        self.n += 1
+        self.last = time.monotonic()
+
+    def stop_when(self) -> bool:
+        """``--count``, ``--duration`` or ``--idle-exit`` reached."""
+        args = self.args
+        now = time.monotonic()
+        if args.count and self.n >= args.count:
+            return True
+        if args.duration and now - self.started >= args.duration:
+            return True
+        return bool(args.idle_exit and self.n and now - self.last >= args.idle_exit)
+
+
+def _run_subscriber(subscriber: Any, sink: _Sink, args: argparse.Namespace) -> None:
+    """Run until the sink says stop (or SIGTERM / ^C), then report the statistics."""
     signal.signal(signal.SIGTERM, lambda *_: subscriber._shutdown())
     with contextlib.suppress(KeyboardInterrupt):
-        subscriber.run(stop_when=stop_when)
-    out.flush()
+        subscriber.run(stop_when=sink.stop_when)
+    sink.out.flush()
     stats: dict[str, Any] = dict(subscriber.stats().as_dict())
     stats["unrecoverable_events"] = [str(u) for u in subscriber.unrecoverable]
     if args.stats_file:
         Path(args.stats_file).write_text(json.dumps(stats))
     print(json.dumps(stats), file=sys.stderr)
-    if out is not sys.stdout:
-        out.close()
-    return 0
+    if sink.out is not sys.stdout:
+        sink.out.close()
 
 
 # ------------------------------------------------------------------------------ brokered mode
 
 
-def _load_items(args: argparse.Namespace) -> Iterator[list[tuple[str, dict[str, Any], str]]]:
-    """Batches of ``(topic, fields, ptype)`` from ``--file`` and then ``--count``."""
+Item = tuple[str, dict[str, Any], str]
+"""One ``(topic, fields, ptype)`` for ``publish_many``."""
+
+
+def _file_items(args: argparse.Namespace) -> Iterator[list[Item]]:
+    """Batches of ``--batch`` items from the JSON lines of ``--file`` (blank lines skipped)."""
+    if not args.file:
+        return
     step = max(1, args.batch)
-    if args.file:
-        with open(args.file, encoding="utf-8") as fh:
-            batch: list[tuple[str, dict[str, Any], str]] = []
-            for line in fh:
-                if line.strip():
-                    item = json.loads(line)
-                    batch.append((item["topic"], item.get("fields", {}),
-                                  item.get("ptype", "update")))
-                if len(batch) >= step:
-                    yield batch
-                    batch = []
-            if batch:
+    with open(args.file, encoding="utf-8") as fh:
+        batch: list[Item] = []
+        for line in fh:
+            if line.strip():
+                item = json.loads(line)
+                batch.append((item["topic"], item.get("fields", {}),
+                              item.get("ptype", "update")))
+            if len(batch) >= step:
                 yield batch
+                batch = []
+        if batch:
+            yield batch
+
+
+def _generated_items(args: argparse.Namespace) -> Iterator[list[Item]]:
+    """Batches of the generated load: ``--count`` updates round-robin over ``--topics``."""
     topics = [t for t in args.topics.split(",") if t]
+    step = max(1, args.batch)
     for first in range(0, args.count, step):
         n = min(step, args.count - first)
         yield [(topics[(first + i) % len(topics)], {"n": first + i, "t": time.time()}, "update")
                for i in range(n)]
+
+
+def _pace(start: float, count: int, rate: float) -> None:
+    """Sleep until ``count`` items at ``rate`` per second since ``start`` are due (0: no pacing)."""
+    if rate > 0:
+        delay = start + count / rate - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
 
 
 def _publish_brokered(args: argparse.Namespace) -> int:
@@ -268,13 +285,10 @@ def _publish_brokered(args: argparse.Namespace) -> int:
                                 drop=drop).start()
     count = 0
     start = time.monotonic()
-    for batch in _load_items(args):
+    for batch in itertools.chain(_file_items(args), _generated_items(args)):
         publisher.publish_many(batch)
         count += len(batch)
-        if args.rate > 0:
-            delay = start + count / args.rate - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
+        _pace(start, count, args.rate)
     ok = publisher.close(timeout=60)
     print(json.dumps({"published": count, "sent": publisher.sent, "dropped": publisher.dropped,
                       "accepted": publisher.accepted, "rejected": publisher.rejected,
@@ -309,43 +323,13 @@ def _subscribe_brokered(args: argparse.Namespace) -> int:
     if args.resume and args.output and Path(args.output).exists():
         start_after = resume_after(Path(args.output))
     # line-buffered: what a crash leaves in the file is whole lines, and --resume reads them
-    out: TextIO = (
-        open(args.output, "a", encoding="utf-8", buffering=1)  # noqa: SIM115
-        if args.output else sys.stdout
-    )
-    state = {"n": 0, "last": time.monotonic()}
-
-    def on_publication(pub: Publication) -> None:
-        out.write(json.dumps(publication_record(pub)) + "\n")
-        state["n"] += 1
-        state["last"] = time.monotonic()
-
-    started = time.monotonic()
-
-    def stop_when() -> bool:
-        now = time.monotonic()
-        if args.count and state["n"] >= args.count:
-            return True
-        if args.duration and now - started >= args.duration:
-            return True
-        return bool(args.idle_exit and state["n"] and now - state["last"] >= args.idle_exit)
-
+    sink = _Sink(args, line_buffered=True)
     subscriber = BrokerSubscriber(
         args.broker, args.address, Journal.from_url(args.redis_url), start_after=start_after,
         topics=[t for t in args.entitled.split(",") if t],
         permtokens=[t for t in args.permtokens.split(",") if t],
-        on_publication=on_publication, probe_interval=args.heartbeat,
+        on_publication=sink.write, probe_interval=args.heartbeat,
         link_name=args.link_name,
     )
-    signal.signal(signal.SIGTERM, lambda *_: subscriber._shutdown())
-    with contextlib.suppress(KeyboardInterrupt):
-        subscriber.run(stop_when=stop_when)
-    out.flush()
-    stats: dict[str, Any] = subscriber.stats().as_dict()
-    stats["unrecoverable_events"] = [str(u) for u in subscriber.unrecoverable]
-    if args.stats_file:
-        Path(args.stats_file).write_text(json.dumps(stats))
-    print(json.dumps(stats), file=sys.stderr)
-    if out is not sys.stdout:
-        out.close()
+    _run_subscriber(subscriber, sink, args)
     return 1 if subscriber.error is not None else 0

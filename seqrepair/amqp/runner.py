@@ -1,0 +1,272 @@
+"""The threaded proton lifecycle shared by our clients (component mode and brokered mode).
+
+Each client is a proton :class:`~proton.handlers.MessagingHandler` that runs its own
+:class:`~proton.reactor.Container`, either in the caller's thread (``run``) or in a daemon
+thread (``start``), and is told to stop from any thread through an
+:class:`~proton.reactor.EventInjector` (an ``ApplicationEvent``). Reconnecting after a lost
+connection is the same everywhere too: forget the connection, schedule ``_reconnect`` after
+``reconnect_delay``, connect again unless stopping.
+
+* :class:`SubscriberRunner`: a receiver that polls its repair engine on a timer (``tick``),
+  hands deliveries to a callback and/or a queue (``for pub in subscriber``) and can stop
+  itself when ``stop_when()`` turns true.
+* :class:`PublisherRunner`: a sender with a pending queue, an unsettled map and a condition
+  that :meth:`PublisherRunner.flush` waits on.
+
+What differs between the modes (what a frame means, how repair is asked for) stays in
+:mod:`seqrepair.amqp.client` and :mod:`seqrepair.amqp.brokered`.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import Any, Generic, Self, TypeVar
+
+from proton.handlers import MessagingHandler
+from proton.reactor import ApplicationEvent, Container, EventInjector
+
+from seqrepair.amqp.errors import AmqpAdapterError
+from seqrepair.core.messages import Publication
+
+Unsettled = TypeVar("Unsettled")
+"""What a publisher keeps per unsettled delivery (a batch, or one publication)."""
+
+
+class Call:
+    """A timer handler that calls a function."""
+
+    def __init__(self, fn: Callable[[], None]) -> None:
+        self.fn = fn
+
+    def on_timer_task(self, event: Any) -> None:
+        """Proton's timer fired: call the function."""
+        self.fn()
+
+
+class _Reconnecting(MessagingHandler):
+    """The reconnect step both runners share: connect again unless stopping or connected."""
+
+    _container: Any
+    _conn: Any
+    _stopping: bool
+    reconnect_delay: float
+
+    def _connect(self) -> None:
+        raise NotImplementedError
+
+    def _schedule_reconnect(self) -> None:
+        self._container.schedule(self.reconnect_delay, Call(self._reconnect))
+
+    def _reconnect(self) -> None:
+        if not self._stopping and self._conn is None:
+            self._connect()
+
+
+class SubscriberRunner(_Reconnecting):
+    """A receiving client's lifecycle: run/start/stop, the tick timer, the delivery queue.
+
+    Subclasses set ``link_name``, ``tick``, ``reconnect_delay``, ``on_publication`` before
+    running, and implement ``_connect`` (open the connection and links) and ``_on_tick`` (poll
+    the repair engine).
+    """
+
+    link_name: str
+    tick: float
+    on_publication: Callable[[Publication], None] | None
+
+    def __init__(self, *, credit: int) -> None:
+        super().__init__(prefetch=credit, auto_accept=False)
+        self.connected = threading.Event()
+        self._container = None
+        self._conn = None
+        self._stopping = False
+        self._stop_when: Callable[[], bool] | None = None
+        self._injector: EventInjector | None = None
+        self._thread: threading.Thread | None = None
+        self._queue: queue.Queue[Publication | None] = queue.Queue()
+
+    # --- public API ---------------------------------------------------------------------
+
+    def run(self, stop_when: Callable[[], bool] | None = None) -> None:
+        """Run in this thread until :meth:`stop` (or ``stop_when()`` turns true)."""
+        self._stop_when = stop_when
+        self._injector = EventInjector()
+        container = Container(self)
+        container.selectable(self._injector)
+        try:
+            container.run()
+        except AttributeError:
+            # proton 0.40 can trip over a transport already torn down while stopping
+            if not self._stopping:
+                raise
+
+    def start(self) -> Self:
+        """Run in a background thread; iterate over the subscriber to read publications."""
+        self._thread = threading.Thread(target=self.run, name=self.link_name, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Close the connection and end :meth:`run` (safe from any thread)."""
+        self._stopping = True
+        if self._injector is not None:
+            self._injector.trigger(ApplicationEvent("seqrepair_stop"))
+        if self._thread is not None and threading.current_thread() is not self._thread:
+            self._thread.join(timeout=5)
+
+    def __iter__(self) -> Iterator[Publication]:
+        """Publications in delivery order, exactly once, until the subscriber stops."""
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            yield item
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    def _on_tick(self) -> None:
+        raise NotImplementedError
+
+    def _schedule(self) -> None:
+        self._container.schedule(self.tick, self)
+
+    def on_start(self, event: Any) -> None:
+        """The container runs: connect and start the tick timer."""
+        self._container = event.container
+        self._connect()
+        self._schedule()
+
+    def on_timer_task(self, event: Any) -> None:
+        """Every ``tick``: stop if asked to, else poll (``_on_tick``) and schedule again."""
+        if self._stopping:
+            return
+        if self._stop_when is not None and self._stop_when():
+            self._shutdown()
+            return
+        self._on_tick()
+        self._schedule()
+
+    def on_seqrepair_stop(self, event: Any) -> None:
+        """:meth:`stop` was called (from any thread)."""
+        self._shutdown()
+
+    def _shutdown(self) -> None:
+        self._stopping = True
+        if self._conn is not None:
+            self._conn.close()
+        if self._injector is not None:
+            self._injector.close()
+        self._queue.put(None)
+
+    def _deliver(self, publication: Publication) -> None:
+        """Hand one delivery to the callback and, when running in a thread, to the queue."""
+        if self.on_publication is not None:
+            self.on_publication(publication)
+        if self._thread is not None:
+            self._queue.put(publication)
+
+
+class PublisherRunner(_Reconnecting, Generic[Unsettled]):
+    """A sending client's lifecycle: pending queue, unsettled map, flush/close, reconnect.
+
+    Subclasses set ``url``, ``address``, ``idle_timeout``, ``reconnect_delay`` and implement
+    ``_send`` (move pending publications to the sender while it has credit).
+    """
+
+    url: str
+    address: str
+    idle_timeout: float
+
+    def __init__(self) -> None:
+        super().__init__(prefetch=0, auto_settle=True)
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._pending: deque[Publication] = deque()
+        self._unsettled: dict[Any, Unsettled] = {}
+        self.error: AmqpAdapterError | None = None
+        self._container = None
+        self._conn = None
+        self._sender: Any = None
+        self._stopping = False
+        self._injector = EventInjector()
+        self._thread: threading.Thread | None = None
+
+    # --- public API ---------------------------------------------------------------------
+
+    def _thread_name(self) -> str:
+        return "publisher"
+
+    def start(self) -> Self:
+        """Run the proton container in a background thread."""
+        self._thread = threading.Thread(target=self.run, name=self._thread_name(), daemon=True)
+        self._thread.start()
+        return self
+
+    def run(self) -> None:
+        """Run the proton container in this thread until :meth:`close`."""
+        container = Container(self)
+        container.selectable(self._injector)
+        container.run()
+
+    def flush(self, timeout: float = 30.0) -> bool:
+        """Wait until everything handed over so far is accepted (False on timeout or error)."""
+        deadline = time.monotonic() + timeout
+        with self._idle:
+            while (self._pending or self._unsettled) and self.error is None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._idle.wait(min(left, 0.05))
+        return self.error is None
+
+    def close(self, timeout: float = 30.0) -> bool:
+        """Flush, then close the connection and stop the thread. False if not all accepted."""
+        done = self.flush(timeout)
+        self._stopping = True
+        self._injector.trigger(ApplicationEvent("seqrepair_stop"))
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        return done
+
+    # --- sending ------------------------------------------------------------------------
+
+    def _send(self) -> None:
+        raise NotImplementedError
+
+    def _wake(self) -> None:
+        self._injector.trigger(ApplicationEvent("seqrepair_wake"))
+
+    def _notify(self) -> None:
+        with self._idle:
+            self._idle.notify_all()
+
+    # --- proton events ------------------------------------------------------------------
+
+    def on_start(self, event: Any) -> None:
+        """The container runs: connect."""
+        self._container = event.container
+        self._connect()
+
+    def _connect(self) -> None:
+        self._conn = self._container.connect(self.url, reconnect=False,
+                                             heartbeat=self.idle_timeout)
+        self._sender = self._container.create_sender(self._conn, self.address)
+
+    def on_seqrepair_wake(self, event: Any) -> None:
+        """Something was queued (from any thread): send it."""
+        self._send()
+
+    def on_seqrepair_stop(self, event: Any) -> None:
+        """:meth:`close` was called: close the connection, end the container."""
+        self._stopping = True
+        if self._conn is not None:
+            self._conn.close()
+        self._injector.close()
+
+    def on_sendable(self, event: Any) -> None:
+        """The sender has credit: send."""
+        self._send()
