@@ -112,7 +112,12 @@ class SubscriberReport:
 
 
 class Subscriber(SubscriberRunner):
-    """A subscriber to one topic pattern or subscription queue of a component."""
+    """A subscriber to one topic pattern or subscription queue of a component.
+
+    ``permtokens`` can only narrow what the component grants this subscriber's principal
+    (``seqrepair serve --grant``): the authenticated user, else ``container_id`` (the AMQP
+    container id of its connections; random when not given).
+    """
 
     def __init__(
         self,
@@ -128,6 +133,7 @@ class Subscriber(SubscriberRunner):
         nak_delay: float = 0.05,
         max_buffer: int = 100_000,
         permtokens: Sequence[str] = (),
+        container_id: str | None = None,
         batch: bool = True,
         credit: int = 200,
         idle_timeout: float = 10.0,
@@ -151,6 +157,7 @@ class Subscriber(SubscriberRunner):
         )
         self.decoder = Decoder(link_bits=bits)
         self.permtokens = tuple(permtokens)
+        self.container_id = container_id
         self.batch = batch
         self.idle_timeout = idle_timeout
         self.reconnect_delay = reconnect_delay
@@ -176,9 +183,10 @@ class Subscriber(SubscriberRunner):
     # --- proton events ------------------------------------------------------------------
 
     def _connect(self) -> None:
+        identity = {} if self.container_id is None else {"container_id": self.container_id}
         self._conn = self._container.connect(
             self.url, reconnect=False, heartbeat=self.idle_timeout,
-            desired_capabilities=["RESPONSE_ANNOTATIONS_V1_0"],
+            desired_capabilities=["RESPONSE_ANNOTATIONS_V1_0"], **identity,
         )
         props: dict[symbol, Any] = {PROP_BATCH: self.batch, PROP_RESUME: self._attached_once}
         if self.permtokens:

@@ -37,6 +37,18 @@ def register(subparsers: Any) -> None:
     serve.add_argument("--subscription", action="append", default=[],
                        metavar="NAME=PATTERN[;TOKENS]",
                        help="a subscription queue /subscriptions/NAME (tokens comma-separated)")
+    serve.add_argument("--grant", action="append", default=[],
+                       metavar="PRINCIPAL=TOKENS[;deny=TOKENS]",
+                       help="permission tokens of one principal on topic-pattern links "
+                            "(repeatable; tokens comma-separated, '*' = every token; deny "
+                            "exceptions win). PRINCIPAL is the user the transport authenticated "
+                            "when it authenticated one, else the client's AMQP container id "
+                            "(self-declared: it identifies, it does not authenticate). A "
+                            "subscriber's seqrepair-permtokens link property may only narrow "
+                            "its grant, never widen it")
+    serve.add_argument("--default-grant", default="", metavar="TOKENS[;deny=TOKENS]",
+                       help="the grant of every principal without a --grant (default: none, "
+                            "only publications without a permission token are visible)")
     serve.add_argument("--ready-file", help="write the listen address here once listening")
     serve.set_defaults(func=_serve)
 
@@ -65,7 +77,10 @@ def register(subparsers: Any) -> None:
     sub.add_argument("--link-name", help="link identity (resumption); default random")
     sub.add_argument("--bits", type=int, default=16, help="link bits (see CAPABILITIES)")
     sub.add_argument("--heartbeat", type=float, default=1.0)
-    sub.add_argument("--permtokens", default="", help="comma-separated permission tokens")
+    sub.add_argument("--permtokens", default="",
+                     help="comma-separated permission tokens: in component mode they narrow "
+                          "what the component grants (never widen it); in brokered mode they "
+                          "are the subscriber's own entitlement for journal repair")
     sub.add_argument("--count", type=int, default=0, help="stop after this many deliveries")
     sub.add_argument("--duration", type=float, default=0.0, help="stop after this many seconds")
     sub.add_argument("--idle-exit", type=float, default=0.0,
@@ -90,9 +105,15 @@ def _serve(args: argparse.Namespace) -> int:
     from proton.reactor import Container
 
     from seqrepair.amqp.component import Component, ComponentConfig, Subscription
+    from seqrepair.amqp.grants import GrantTable, InvalidGrantError
     from seqrepair.core.topics import TopicPattern
     from seqrepair.journal.journal import Journal
 
+    try:
+        grants = GrantTable.parse(args.grant, args.default_grant)
+    except InvalidGrantError as exc:
+        print(f"seqrepair serve: {exc.message}", file=sys.stderr)
+        return 2
     subs = {}
     for spec in args.subscription:
         name, _, rest = spec.partition("=")
@@ -113,6 +134,7 @@ def _serve(args: argparse.Namespace) -> int:
         request_rate=args.request_rate,
         request_burst=args.request_burst,
         subscriptions=subs,
+        grants=grants,
     )
 
     def ready(url: str) -> None:

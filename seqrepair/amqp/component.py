@@ -14,6 +14,10 @@ Addresses (WIRE.md has the full table):
   carries response annotations, over a link to ``response-link-target-address`` with the
   ``address-cookie`` echoed.
 
+A subscriber's permission tokens are the component's decision (:mod:`seqrepair.amqp.grants`):
+the grant of the connection's principal, which the link property ``seqrepair-permtokens``
+may narrow but never widen; live delivery and repair use that one entitlement.
+
 Every publication is journaled before fan-out. Bad input is rejected with an AMQP error
 condition on that delivery or link only; every other connection keeps being served.
 """
@@ -49,6 +53,7 @@ from seqrepair.amqp.errors import (
     UnknownAddressError,
     UnknownMessageTypeError,
 )
+from seqrepair.amqp.grants import GrantTable, principal_of
 from seqrepair.amqp.journalport import RedisJournalPort
 from seqrepair.amqp.links import ResponseRoute, SubscriberLink
 from seqrepair.amqp.rawamqp import Unsupported, read_raw
@@ -114,6 +119,7 @@ class ComponentConfig:
     drop_rate: float = 0.0
     drop_seed: int | None = None
     subscriptions: dict[str, Subscription] = attrs.field(factory=dict)
+    grants: GrantTable = attrs.field(factory=GrantTable)
 
 
 @attrs.define
@@ -163,6 +169,7 @@ class Component(MessagingHandler):
             self.decoder.unwrapper.seed(source, hw)
         self.sequencers: dict[str, SourceSequencer] = {}
         self.links: dict[str, SubscriberLink] = {}
+        self.principals: dict[str, str] = {}
         self.routes: dict[tuple[int, str], ResponseRoute] = {}
         self._conn_ids = itertools.count(1)
         self._rng = random.Random(config.drop_seed)
@@ -331,14 +338,19 @@ class Component(MessagingHandler):
             )
             return
         props = _plain_props(sender.remote_properties)
-        grants = frozenset(_tokens(props.get(str(PROP_GRANTS))))
+        principal = principal_of(sender.connection)
         if address.startswith(SUBSCRIPTION_PREFIX):
             sub = self.config.subscriptions.get(address[len(SUBSCRIPTION_PREFIX) :])
             if sub is None:
                 raise UnknownAddressError(f"no subscription queue {address!r}", got=address)
             entitlement = Entitlement(topics=(sub.pattern,), grant=sub.grants)
         else:
-            entitlement = Entitlement(topics=(TopicPattern(address),), grant=grants)
+            # the server's grant for this principal; the link property may only narrow it
+            claimed = props.get(str(PROP_GRANTS))
+            entitlement = self.config.grants.entitlement(
+                principal, (TopicPattern(address),),
+                None if claimed is None else _tokens(claimed),
+            )
         name = sender.name
         resume = bool(props.get(str(PROP_RESUME), False))
         link = self.links.get(name)
@@ -369,7 +381,9 @@ class Component(MessagingHandler):
                 link.reset()
             link.attach(sender)
             self.links[name] = link
-            link.log.info("link attached", reset=resume, batch=link.batch, grants=sorted(grants))
+            link.log.info("link attached", reset=resume, batch=link.batch, principal=principal,
+                          grants=sorted(entitlement.grant), deny=sorted(entitlement.deny))
+        self.principals[name] = principal
         sender.subscriber = name
         self.routes[(sender.connection.seqrepair_id, LINK_PREFIX + name)] = link.route
 
@@ -530,7 +544,12 @@ class Component(MessagingHandler):
                 route.respond(encode(self.capabilities()), correlation)
             elif isinstance(request, GapRequest | SourceGapRequest):
                 link = self.links.get(str(name)) if name else None
-                if link is None or (route.cookie is None and link.route is not route):
+                if (
+                    link is None
+                    or (route.cookie is None and link.route is not route)
+                    # a routed answer (cookie) only for the principal that attached the link
+                    or self.principals.get(link.name) != principal_of(conn)
+                ):
                     raise UnknownAddressError(f"no link {name!r} on this connection", got=name)
                 self._answer_gap(link, route, request, correlation)
             else:
