@@ -230,7 +230,7 @@ def spark_stage(run: DemoRun) -> bool:
         return True
     from seqrepair.spark.audit import audit, format_summary
     from seqrepair.spark.reading import read_journal
-    from seqrepair.spark.rebuild import rebuild_images
+    from seqrepair.spark.rebuild import collect_images, rebuild_images
     from seqrepair.spark.session import spark_session
 
     started = time.perf_counter()
@@ -238,11 +238,7 @@ def spark_stage(run: DemoRun) -> bool:
     spark = spark_session(run.args.master, progress=False)
     try:
         journal = read_journal(spark, run.redis_url).cache()
-        rows = rebuild_images(journal).collect()
-        rebuilt = {
-            row["topic"]: {name: json.loads(text) for name, text in row["fields"].items()}
-            for row in rows
-        }
+        rebuilt = collect_images(rebuild_images(journal))
         digest = audit(spark, journal).to_dict()
         events = journal.count()
     finally:
