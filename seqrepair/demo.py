@@ -185,8 +185,8 @@ def network_stage(run: DemoRun) -> bool:
             source="net.feed",
             workdir=run.workdir / "network",
         )
-    except subprocess.TimeoutExpired as exc:
-        print(f"stage network: a process did not finish in time: {exc}", file=run.out)
+    except (subprocess.TimeoutExpired, RuntimeError) as exc:
+        print(f"stage network: a process did not start or finish in time: {exc}", file=run.out)
         return False
     run.results["network"] = report
     print("stage network: seqrepair publish -> seqrepair serve (AMQP 1.0, journal first, "

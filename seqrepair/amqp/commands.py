@@ -8,6 +8,7 @@ import itertools
 import json
 import signal
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -87,6 +88,8 @@ def register(subparsers: Any) -> None:
                      help="stop after this many seconds without a delivery (after the first)")
     sub.add_argument("--output", help="write JSON lines here instead of stdout")
     sub.add_argument("--stats-file", help="write the repair statistics (JSON) here at the end")
+    sub.add_argument("--ready-file",
+                     help="write this file once the subscription link is attached")
     sub.add_argument("--no-batch", action="store_true", help="one publication per transfer")
     sub.add_argument("--broker", metavar="URL",
                      help="brokered mode: receive from --address on this AMQP 1.0 broker and "
@@ -196,6 +199,14 @@ def _subscribe(args: argparse.Namespace) -> int:
         bits=args.bits, heartbeat_interval=args.heartbeat,
         permtokens=[t for t in args.permtokens.split(",") if t], batch=not args.no_batch,
     )
+    if args.ready_file:
+        ready_file = Path(args.ready_file)
+
+        def announce() -> None:
+            subscriber.connected.wait()
+            ready_file.write_text(args.address)
+
+        threading.Thread(target=announce, name="ready-file", daemon=True).start()
     _run_subscriber(subscriber, sink, args)
     return 0
 

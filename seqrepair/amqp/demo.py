@@ -116,11 +116,18 @@ def run_network_demo(
                      "--link-name", f"demo-{name}", "--heartbeat", "0.25",
                      "--output", str(work / f"{name}.jsonl"),
                      "--stats-file", str(work / f"{name}.stats.json"),
-                     "--idle-exit", "4", "--duration", "240"),
+                     "--idle-exit", "4", "--duration", "240",
+                     "--ready-file", str(work / f"{name}.ready")),
                 env=_env(), stdout=subprocess.DEVNULL,
                 stderr=open(work / f"{name}.log", "wb"),  # noqa: SIM115
             )
-        time.sleep(1.5)  # subscribers attach before the first publication
+        # subscribers attach before the first publication (a slow start under load must not
+        # let them miss it: they would wait out --duration for a stream that never comes)
+        deadline = time.monotonic() + 60
+        while not all((work / f"{name}.ready").exists() for name in SUBSCRIBERS):
+            if time.monotonic() > deadline:
+                raise RuntimeError("subscribers did not attach within 60 s; see their logs")
+            time.sleep(0.05)
         half = n_publications // 2
         _publish(url, redis_url, half, source)
         _kill(component)  # forced reset: the component loses every link context
