@@ -306,17 +306,6 @@ class SubscriberStub:
     # ----------------------------------------------------------------- link frames
 
     def _on_link_frame(self, frame: LinkFrame, wire: int, now: float) -> None:
-        if (
-            wire == self._expected_wire
-            and not self._buffer
-            and not self._gaps
-            and not (self._source is not None and self._source.hold)
-        ):
-            self._expected += 1
-            self._expected_wire = self.space.wire(self._expected)
-            self._highest = self._expected - 1
-            self._consume(frame)
-            return
         number = self._position(wire)
         if number < self._expected or number in self._buffer:
             self._stats.duplicates += 1
