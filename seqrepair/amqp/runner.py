@@ -19,6 +19,7 @@ What differs between the modes (what a frame means, how repair is asked for) sta
 
 from __future__ import annotations
 
+import abc
 import queue
 import threading
 import time
@@ -47,7 +48,7 @@ class Call:
         self.fn()
 
 
-class _Reconnecting(MessagingHandler):
+class _Reconnecting(MessagingHandler, abc.ABC):
     """The reconnect step both runners share: connect again unless stopping or connected."""
 
     _container: Any
@@ -55,8 +56,9 @@ class _Reconnecting(MessagingHandler):
     _stopping: bool
     reconnect_delay: float
 
+    @abc.abstractmethod
     def _connect(self) -> None:
-        raise NotImplementedError
+        """Open the connection and the links of this client."""
 
     def _schedule_reconnect(self) -> None:
         self._container.schedule(self.reconnect_delay, Call(self._reconnect))
@@ -128,8 +130,9 @@ class SubscriberRunner(_Reconnecting):
 
     # --- lifecycle ----------------------------------------------------------------------
 
+    @abc.abstractmethod
     def _on_tick(self) -> None:
-        raise NotImplementedError
+        """Timed work of the subscriber (its stub's poll), every tick."""
 
     def _schedule(self) -> None:
         self._container.schedule(self.tick, self)
@@ -234,8 +237,9 @@ class PublisherRunner(_Reconnecting, Generic[Unsettled]):
 
     # --- sending ------------------------------------------------------------------------
 
+    @abc.abstractmethod
     def _send(self) -> None:
-        raise NotImplementedError
+        """Send what is pending, as far as credit allows."""
 
     def _wake(self) -> None:
         self._injector.trigger(ApplicationEvent("seqrepair_wake"))
