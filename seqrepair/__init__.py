@@ -9,7 +9,6 @@ from seqrepair.core.errors import (
     InvalidMessageError,
     InvalidSequenceError,
     InvalidTopicPatternError,
-    ProtocolViolationError,
     SeqRepairError,
     UnknownPublishTypeError,
 )
@@ -56,7 +55,6 @@ __all__ = [
     "LinkReset",
     "LinkSequencer",
     "OverduePolicy",
-    "ProtocolViolationError",
     "Publication",
     "PublishType",
     "ReplayComplete",

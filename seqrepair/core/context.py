@@ -42,11 +42,6 @@ class LinkContext:
     def _space(self) -> SequenceSpace:
         return SequenceSpace(self.bits)
 
-    @property
-    def head(self) -> int:
-        """Absolute number (within the current context) of the last frame recorded."""
-        return self._head
-
     def record(self, frame: LinkFrame) -> None:
         """Remember a frame just sent. A frame numbered 0 starts a new context."""
         if frame.link_seq is None:

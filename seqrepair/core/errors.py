@@ -38,7 +38,3 @@ class InvalidTopicPatternError(SeqRepairError):
 
 class InvalidConfigError(SeqRepairError):
     """A constructor argument outside its allowed range."""
-
-
-class ProtocolViolationError(SeqRepairError):
-    """A frame that the state machine cannot accept in its current state."""

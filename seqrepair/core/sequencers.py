@@ -105,11 +105,6 @@ class LinkSequencer:
     def _space(self) -> SequenceSpace:
         return SequenceSpace(self.bits)
 
-    @property
-    def last_link_seq(self) -> int | None:
-        """The wire number of the last frame sent, None before the first."""
-        return self.space.wire(self.absolute) if self.absolute else None
-
     def _take(self, now: float) -> int:
         wire = self._next_wire
         self._next_wire = self.space.next(wire)
