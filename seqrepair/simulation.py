@@ -165,6 +165,10 @@ class Simulation:
     publication indices before which the component loses the link (reset to 0 and drop what is
     on the wire). ``context_capacity`` bounds the component's link context, so old gaps get
     "context-lost" and are repaired by source. ``send_rate`` is frames per step.
+    ``announce_resets``: the stub learns of each reset out of band (``link_reset``), as the
+    AMQP attach of a new link context tells it, and the reset frame is a heartbeat that the link
+    may lose, reorder or duplicate like any other; otherwise the reset frame itself is the only
+    signal and travels reliably (it stands for the attach).
     """
 
     bits: int
@@ -176,6 +180,7 @@ class Simulation:
     step: float = 0.005
     send_rate: int = 64
     seed: int = 0
+    announce_resets: bool = False
     stub_options: dict[str, Any] = attrs.field(factory=dict)
     component: ComponentBackend | None = None
     """None: an :class:`InMemoryComponent` with ``context_capacity``."""
@@ -232,7 +237,7 @@ class Simulation:
             return space.distance(expected, space.wire(upcoming))
 
         def send(frames: list[ToSubscriber], first: int, *, repair: bool, now: float) -> None:
-            if first == 0 and not repair and resets:
+            if first == 0 and not repair and resets and not self.announce_resets:
                 # A reset frame opens a new link (an attach): the transport neither loses it nor
                 # lets the new link's frames overtake it.
                 item = _InFlight(frames, context_id, first)
@@ -242,6 +247,8 @@ class Simulation:
                 key = (context_id, first, tuple(type(f).__name__ for f in frames))
                 if not repair:
                     counts["wire_lost"] += 1
+                    if first == 0 and resets:
+                        counts["reset_frame_lost"] += 1
                     return
                 if repair_losses[key] < conditions.max_repair_losses:
                     repair_losses[key] += 1
@@ -309,8 +316,14 @@ class Simulation:
                     context_id += 1
                     resets += 1
                     reset_base = link.absolute
-                    reset_pending = True
                     to_subscriber.clear()
+                    if self.announce_resets:
+                        act(stub.link_reset(now), now)
+                        beat = link.heartbeat(now)
+                        component.record(beat)
+                        send([beat], 0, repair=False, now=now)
+                    else:
+                        reset_pending = True
                 next_reset = min((r for r in self.resets_at if r > next_index), default=total)
                 room = min(space.half - 1 - ahead(), self.send_rate - sent,
                            next_reset - next_index)

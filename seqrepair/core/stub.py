@@ -14,6 +14,8 @@ When the component has lost the link context (``GapError("context-lost")``) or t
 (a frame numbered 0), the stub asks for everything after the last source number it delivered
 per source; replayed publications are delivered as they come and the closing
 ``ReplayComplete`` covers every link number that was missing when the request went out.
+An adapter that learns of a reset out of band (a component announces a new link context when
+the link attaches) calls ``link_reset(now)``; the in-band frame 0 is then optional.
 Delivery dedupes by source as well as by link: a publication whose source number is at or below
 the last delivered for its source is a duplicate, which makes the two levels safe to mix.
 
@@ -150,6 +152,8 @@ class SubscriberStub:
     _expected_wire: int = attrs.field(init=False, default=1)
     _highest: int = attrs.field(init=False, default=0)
     _reset_frame: LinkFrame | None = attrs.field(init=False, default=None)
+    # a reset was announced out of band (link_reset) and its in-band frame 0 has not come yet
+    _reset_announced: bool = attrs.field(init=False, default=False)
     _last_delivered: dict[str, int] = attrs.field(init=False, factory=dict)
     _source: _SourceRepair | None = attrs.field(init=False, default=None)
     _last_frame_at: float | None = attrs.field(init=False, default=None)
@@ -200,6 +204,22 @@ class SubscriberStub:
     def last_delivered(self) -> dict[str, int]:
         """The last source number delivered, per source."""
         return dict(self._last_delivered)
+
+    def link_reset(self, now: float) -> list[Event]:
+        """The link restarts at 0, learnt out of band (the attach of a new link context).
+
+        Does what the reset frame (link number 0) does, so losing that frame costs nothing:
+        while no later frame of the new context has arrived, an in-band frame 0 is taken as
+        this reset's frame rather than as another reset.
+        """
+        events: list[Event] = []
+        self._events = events
+        self._last_frame_at = now
+        self._overdue_at = now + self._silence_limit
+        self._new_context(Heartbeat(link_seq=RESET), now)  # a placeholder for frame 0
+        self._reset_frame = None
+        self._reset_announced = True
+        return events
 
     def resume_point(self) -> SourceGapRequest:
         """What a (re)attaching subscriber sends first: the last delivered number per source."""
@@ -400,9 +420,22 @@ class SubscriberStub:
     # ----------------------------------------------------------------- reset and source repair
 
     def _on_reset(self, frame: LinkFrame, now: float) -> None:
+        if self._reset_announced and self._highest == 0:
+            # the in-band frame of the reset announced by link_reset(): the same reset
+            self._reset_announced = False
+            self._reset_frame = frame
+            if self._expected == 0:
+                self._buffer[0] = frame  # still held: it takes the placeholder's place
+            else:
+                self._consume(frame)  # the replay has released the context already
+            return
         if frame == self._reset_frame:
             self._stats.duplicates += 1
             return
+        self._new_context(frame, now)
+
+    def _new_context(self, frame: LinkFrame, now: float) -> None:
+        """Void the old link context; ``frame`` is the new context's number 0."""
         self._events.append(
             LinkReset(
                 previous_expected=self._expected_wire,
@@ -410,6 +443,7 @@ class SubscriberStub:
             )
         )
         self._stats.resets += 1
+        self._reset_announced = False
         self._buffer.clear()
         self._gaps.clear()
         self._reset_frame = frame

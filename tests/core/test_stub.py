@@ -176,6 +176,55 @@ def test_link_reset_holds_new_frames_until_the_source_replay_completes():
     assert stub.stats.resets == 1
 
 
+def test_announced_reset_needs_no_frame_zero_when_that_frame_is_lost():
+    stub = make()
+    stub.receive(pub(1, 1), now=0.0)
+    stub.receive(pub(3, 3), now=0.0)  # 2 is missing when the new context is announced
+    events = stub.link_reset(now=0.1)
+    assert of(LinkReset, events) == [LinkReset(previous_expected=2, abandoned=2)]
+    request = SourceGapRequest(after={"feed.a": 1})
+    assert of(RequestSourceGap, events) == [RequestSourceGap(request)]
+    assert stub.expected_link_seq == 0
+    # frame 0 (the reset heartbeat) is lost; the new context's frame 1 is held
+    assert delivered(stub.receive(pub(1, 5), now=0.1)) == []
+    replay = stub.receive(replayed(2), now=0.2) + stub.receive(replayed(3), now=0.2)
+    done = stub.receive(ReplayComplete(through={"feed.a": 4}, request=request), now=0.3)
+    assert delivered(replay + done) == [("feed.a", 2), ("feed.a", 3), ("feed.a", 5)]
+    assert (stub.stats.resets, stub.stats.unrecoverable) == (1, 0)
+    assert stub.expected_link_seq == 2
+
+
+def test_frame_zero_of_an_announced_reset_is_the_same_reset_not_another():
+    stub = make()
+    stub.receive(pub(1, 1), now=0.0)
+    announced = stub.link_reset(now=0.1)
+    assert stub.receive(Heartbeat(link_seq=0, timestamp=5.0), now=0.1) == []
+    request = of(RequestSourceGap, announced)[0].request
+    stub.receive(pub(1, 2), now=0.1)
+    done = stub.receive(ReplayComplete(through={"feed.a": 1}, request=request), now=0.2)
+    assert delivered(done) == [("feed.a", 2)]
+    assert (stub.stats.resets, stub.stats.source_requests_sent) == (1, 1)
+
+
+def test_frame_zero_arriving_after_the_replay_released_the_context_is_not_a_new_reset():
+    stub = make()
+    request = of(RequestSourceGap, stub.link_reset(now=0.0))[0].request
+    stub.receive(ReplayComplete(through={}, request=request), now=0.1)
+    assert stub.expected_link_seq == 1
+    assert of(LinkReset, stub.receive(Heartbeat(link_seq=0), now=0.2)) == []
+    assert delivered(stub.receive(pub(1, 1), now=0.2)) == [("feed.a", 1)]
+    assert stub.stats.resets == 1
+
+
+def test_a_later_frame_zero_after_the_new_context_has_frames_is_a_new_reset():
+    stub = make()
+    stub.link_reset(now=0.0)  # its frame 0 never comes
+    stub.receive(pub(1, 1), now=0.1)
+    events = stub.receive(Heartbeat(link_seq=0), now=0.2)
+    assert len(of(LinkReset, events)) == 1
+    assert stub.stats.resets == 2
+
+
 def test_a_stale_replay_complete_is_ignored():
     stub = make()
     stub.receive(pub(1, 1), now=0.0)

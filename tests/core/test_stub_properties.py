@@ -56,14 +56,16 @@ conditions = st.builds(
     link=conditions,
     reset_points=st.sets(st.integers(0, 299), max_size=3),
     context_capacity=st.sampled_from([2, 8, 64, 1 << 20]),
+    announce_resets=st.booleans(),
     seed=st.integers(0, 2**32),
 )
 def test_every_publication_arrives_exactly_once_in_order(
-    bits, plan, link, reset_points, context_capacity, seed
+    bits, plan, link, reset_points, context_capacity, announce_resets, seed
 ):
+    """With announced resets the reset frame itself may be lost, duplicated or reordered."""
     report = Simulation(
         bits=bits, plan=plan, conditions=link, resets_at=frozenset(reset_points),
-        context_capacity=context_capacity, seed=seed,
+        context_capacity=context_capacity, announce_resets=announce_resets, seed=seed,
     ).run(max_time=300.0)
     assert report.unrecoverable == ()
     assert report.exactly_once_in_order
@@ -95,6 +97,17 @@ def test_many_wraps_at_eight_bits_with_a_reset():
     assert report.resets == 1
     assert report.stats.link_repaired > 0
     assert report.stats.resets == 1
+
+
+def test_an_announced_reset_survives_losing_its_reset_frame():
+    plan = [(f"feed.{i % 3}", TOPICS[i % 4], {"n": i}, PublishType.UPDATE) for i in range(3000)]
+    report = Simulation(bits=4, plan=plan, conditions=LinkConditions(loss=0.3, reorder=0.2,
+                        duplicate=0.1), resets_at=frozenset({700, 1500, 2200}),
+                        announce_resets=True, seed=1).run()
+    assert report.events["reset_frame_lost"] == 2  # of three: the seed makes it so
+    assert report.unrecoverable == ()
+    assert report.exactly_once_in_order
+    assert report.stats.resets == 3
 
 
 class ReorderBuffer(RuleBasedStateMachine):
