@@ -42,9 +42,12 @@ from seqrepair.amqp.component import (
     CONTROL_ADDRESS,
     LINK_PREFIX,
     PROP_BATCH,
+    PROP_EPOCH,
     PROP_GRANTS,
     PROP_LINK,
     PROP_RESUME,
+    PROP_START,
+    plain_properties,
 )
 from seqrepair.amqp.errors import AmqpAdapterError
 from seqrepair.amqp.rawamqp import read_raw
@@ -171,6 +174,10 @@ class Subscriber(SubscriberRunner):
         self._receiver: Any = None
         self._control: Any = None
         self._attached_once = False
+        self._epoch: str | None = None  # the link context the stub is in, as the component names it
+        # where the subscription started per source (the component's first attach reply): kept
+        # so a component that lost the context replays sources not yet delivered from there
+        self._start: dict[str, int] | None = None
         self.log = log.bind(link=self.link_name, topic=address)
 
     # --- public API ---------------------------------------------------------------------
@@ -189,6 +196,10 @@ class Subscriber(SubscriberRunner):
             desired_capabilities=["RESPONSE_ANNOTATIONS_V1_0"], **identity,
         )
         props: dict[symbol, Any] = {PROP_BATCH: self.batch, PROP_RESUME: self._attached_once}
+        if self._epoch is not None:
+            props[PROP_EPOCH] = self._epoch
+        if self._start is not None:
+            props[PROP_START] = self._start
         if self.permtokens:
             props[PROP_GRANTS] = ",".join(self.permtokens)
         self._receiver = self._container.create_receiver(
@@ -220,6 +231,12 @@ class Subscriber(SubscriberRunner):
     def on_link_opened(self, event: Any) -> None:
         if event.link == self._receiver:
             event.connection.seqrepair_attached = True
+            props = plain_properties(event.link.remote_properties)
+            start = props.get(str(PROP_START))
+            if self._start is None and isinstance(start, Mapping):
+                self._start = {str(k): int(v) for k, v in start.items()}
+            epoch = props.get(str(PROP_EPOCH))
+            self._enter_epoch(None if epoch is None else str(epoch))
             self.connected.set()
         self._flush()
 
@@ -274,10 +291,20 @@ class Subscriber(SubscriberRunner):
             elif isinstance(item, SubscriptionState):
                 if item.status == "PAUSED":
                     self.report.paused += 1
+                elif item.epoch:
+                    self._enter_epoch(item.epoch)
                 self.log.info("subscription state", status=item.status, reason=item.reason)
             elif isinstance(item, Capabilities):
                 self.capabilities = item
         self._flush()
+
+    def _enter_epoch(self, epoch: str | None) -> None:
+        """The component named the link context; a different one than ours restarted at 0."""
+        if epoch is None:
+            return  # a component (or gateway) that does not name contexts: frame 0 tells
+        if self._epoch is not None and epoch != self._epoch:
+            self._perform(self.stub.link_reset(self.clock()))
+        self._epoch = epoch
 
     # --- performing the stub's events ---------------------------------------------------
 

@@ -100,6 +100,9 @@ class SubscriptionState:
     qos: str = "EXACTLY_ONCE"
     durable: bool = False
     reason: str = ""
+    epoch: str = ""
+    """The link context the subscription continues in (see ``seqrepair-epoch`` in WIRE.md);
+    a new one means the link numbering restarted at 0."""
 
 
 Decoded = (
@@ -538,6 +541,7 @@ def encode(obj: Decoded) -> Message:
                 "qos": obj.qos,
                 "durable": obj.durable,
                 "reason": obj.reason,
+                "link_epoch": obj.epoch,
             },
             properties={MESSAGE_TYPE: MessageType.SUBSCRIPTION.value},
         )
@@ -827,6 +831,7 @@ class Decoder:
                     qos=str(state.get("qos", "EXACTLY_ONCE")),
                     durable=bool(state.get("durable", False)),
                     reason=str(state.get("reason", "")),
+                    epoch=str(state.get("link_epoch", "")),
                 )
         except MalformedMessageError:
             raise

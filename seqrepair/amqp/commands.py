@@ -32,6 +32,9 @@ def register(subparsers: Any) -> None:
     serve.add_argument("--drop-rate", type=float, default=0.0,
                        help="forced loss: fraction of frames not sent (they are still numbered)")
     serve.add_argument("--drop-seed", type=int, default=None)
+    serve.add_argument("--drop-reset-frames", action="store_true",
+                       help="forced loss: never send a link's reset frame (link number 0); "
+                            "subscribers learn of resets from the attach and SUBSCRIPTION")
     serve.add_argument("--request-rate", type=float, default=500.0,
                        help="requests per second allowed per connection")
     serve.add_argument("--request-burst", type=float, default=1_000.0)
@@ -134,6 +137,7 @@ def _serve(args: argparse.Namespace) -> int:
         context_retention=args.context_retention,
         drop_rate=args.drop_rate,
         drop_seed=args.drop_seed,
+        drop_reset_frames=args.drop_reset_frames,
         request_rate=args.request_rate,
         request_burst=args.request_burst,
         subscriptions=subs,

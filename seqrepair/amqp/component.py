@@ -27,7 +27,7 @@ from __future__ import annotations
 import itertools
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -58,10 +58,11 @@ from seqrepair.amqp.journalport import RedisJournalPort
 from seqrepair.amqp.links import ResponseRoute, SubscriberLink
 from seqrepair.amqp.rawamqp import Unsupported, read_raw
 from seqrepair.core.budget import RefusalPolicy
-from seqrepair.core.errors import SeqRepairError
+from seqrepair.core.errors import InvalidMessageError, SeqRepairError
 from seqrepair.core.messages import (
     GapError,
     GapRequest,
+    Heartbeat,
     Publication,
     PublishType,
     SourceGapRequest,
@@ -84,6 +85,8 @@ RESPONSE_TARGET = symbol("response-link-target-address")
 ADDRESS_COOKIE = symbol("address-cookie")
 PROP_BATCH = symbol("seqrepair-batch")
 PROP_RESUME = symbol("seqrepair-resume")
+PROP_EPOCH = symbol("seqrepair-epoch")
+PROP_START = symbol("seqrepair-start-after")
 PROP_GRANTS = symbol("seqrepair-permtokens")
 PROP_LINK = "link"
 
@@ -118,6 +121,7 @@ class ComponentConfig:
     request_burst: float = 1_000.0
     drop_rate: float = 0.0
     drop_seed: int | None = None
+    drop_reset_frames: bool = False
     subscriptions: dict[str, Subscription] = attrs.field(factory=dict)
     grants: GrantTable = attrs.field(factory=GrantTable)
 
@@ -183,7 +187,10 @@ class Component(MessagingHandler):
         """The wire width of ``source``'s numbers (as its publisher sent them)."""
         return self.decoder.unwrapper.bits.get(source, DEFAULT_SOURCE_BITS)
 
-    def _drop(self) -> bool:
+    def _drop(self, frame: Publication | Heartbeat) -> bool:
+        """Fault injection: lose this frame on its way out (tests and demo only)."""
+        if frame.link_seq == 0 and self.config.drop_reset_frames:
+            return True
         return self.config.drop_rate > 0 and self._rng.random() < self.config.drop_rate
 
     def capabilities(self) -> Capabilities:
@@ -337,7 +344,7 @@ class Component(MessagingHandler):
                 sender.route
             )
             return
-        props = _plain_props(sender.remote_properties)
+        props = plain_properties(sender.remote_properties)
         principal = principal_of(sender.connection)
         if address.startswith(SUBSCRIPTION_PREFIX):
             sub = self.config.subscriptions.get(address[len(SUBSCRIPTION_PREFIX) :])
@@ -353,22 +360,33 @@ class Component(MessagingHandler):
             )
         name = sender.name
         resume = bool(props.get(str(PROP_RESUME), False))
+        epoch = props.get(str(PROP_EPOCH))
         link = self.links.get(name)
-        if link is not None and resume and link.entitlement == entitlement:
+        if (
+            link is not None
+            and resume
+            and link.entitlement == entitlement
+            and (epoch is None or epoch == link.epoch)
+        ):
             if link.sender is not None and link.sender != sender:
                 old = link.sender
                 old.subscriber = None
                 old.condition = Condition("amqp:link:stolen", "resumed on another connection")
                 old.close()
             link.attach(sender)
-            link.log.info("link resumed", expected=props.get("expected"))
+            link.log.info("link resumed", epoch=link.epoch)
         else:
+            # a subscriber that had a context keeps the start it was given then: sources it
+            # has delivered nothing of are replayed from there, not from the high-water now
+            start = props.get(str(PROP_START)) if resume else None
             link = SubscriberLink(
                 name=name,
                 address=address,
                 entitlement=entitlement,
                 sequencer=LinkSequencer(self.config.link_bits, self.config.heartbeat_interval),
-                context=self.gapfill.attach(name, entitlement).context,
+                context=self.gapfill.attach(
+                    name, entitlement, start_after=None if start is None else _start_map(start)
+                ).context,
                 batch=bool(props.get(str(PROP_BATCH), False)),
                 max_batch=self.config.max_batch,
                 max_pending=self.config.max_pending,
@@ -381,8 +399,15 @@ class Component(MessagingHandler):
                 link.reset()
             link.attach(sender)
             self.links[name] = link
-            link.log.info("link attached", reset=resume, batch=link.batch, principal=principal,
+            link.log.info("link attached", reset=resume, epoch=link.epoch, batch=link.batch,
+                          principal=principal,
                           grants=sorted(entitlement.grant), deny=sorted(entitlement.deny))
+        # the attach reply names the context, so the subscriber learns of a reset even if the
+        # reset frame is lost
+        sender.properties = {
+            PROP_EPOCH: link.epoch,
+            PROP_START: dict(self.gapfill.link(name).start_after),
+        }
         self.principals[name] = principal
         sender.subscriber = name
         self.routes[(sender.connection.seqrepair_id, LINK_PREFIX + name)] = link.route
@@ -641,10 +666,20 @@ def _regular_entry(entry: bytes) -> bool:
     return entry[0] == 0xD0 and entry[5:9] == b"\x00\x00\x00\x08"
 
 
-def _plain_props(props: Any) -> dict[str, Any]:
+def plain_properties(props: Any) -> dict[str, Any]:
+    """AMQP link properties as a dict keyed by plain strings (empty when there are none)."""
     if not props:
         return {}
     return {str(k): v for k, v in dict(props).items()}
+
+
+def _start_map(value: Any) -> dict[str, int]:
+    """A subscriber's ``seqrepair-start-after`` property: source -> absolute number."""
+    if not isinstance(value, Mapping):
+        raise InvalidMessageError(
+            "seqrepair-start-after must map sources to numbers", expected="map", got=value
+        )
+    return dict(SourceGapRequest(after={str(k): v for k, v in value.items()}).after)
 
 
 def _tokens(value: Any) -> list[str]:

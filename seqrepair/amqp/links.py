@@ -18,6 +18,7 @@ never slowed. No sequencing decision is made here that the core does not make.
 
 from __future__ import annotations
 
+import secrets
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -153,7 +154,7 @@ class SubscriberLink:
     max_batch: int
     max_pending: int
     source_bits: Callable[[str], int]
-    drop: Callable[[], bool] = attrs.field(default=lambda: False)
+    drop: Callable[[Publication | Heartbeat], bool] = attrs.field(default=lambda _frame: False)
     sender: Any = None
     pending: deque[tuple[Publication, bytes | None]] = attrs.field(factory=deque)
     """Live publications waiting for credit, each with its encoded batch entry (shared by
@@ -163,6 +164,10 @@ class SubscriberLink:
     detached_at: float | None = None
     max_credit: int = 0
     reset_pending: bool = False
+    epoch: str = attrs.field(factory=lambda: secrets.token_hex(6))
+    """Names the link context: a new one whenever the numbering restarts at 0, so a
+    subscriber that re-attaches naming an older epoch is not resumed in a context it never
+    saw begin."""
     stats: dict[str, int] = attrs.field(
         factory=lambda: {"sent": 0, "dropped": 0, "transfers": 0, "paused": 0}
     )
@@ -213,6 +218,7 @@ class SubscriberLink:
             subscription_id=self.name,
             queue=self.address,
             reason=reason,
+            epoch=self.epoch,
         )
 
     # --- sending ------------------------------------------------------------------------
@@ -256,15 +262,15 @@ class SubscriberLink:
 
     def _resume(self, now: float) -> None:
         self.paused = False
-        self.sequencer.reset()
-        self.reset_pending = True
+        self.reset()
         self.log.info("link resumed with a reset")
         self.route.respond(encode(self._state("ACTIVE", "resumed with a link reset")), None)
 
     def reset(self) -> None:
-        """Void the link context: the next frame carries link number 0."""
+        """Void the link context: a new epoch, and the next frame carries link number 0."""
         self.sequencer.reset()
         self.reset_pending = True
+        self.epoch = secrets.token_hex(6)
 
     def _send_frames(
         self, frames: list[Publication | Heartbeat], entries: list[bytes | None] | None = None
@@ -273,7 +279,7 @@ class SubscriberLink:
         for frame in frames:
             record(frame)
         drop = self.drop
-        keep = [i for i in range(len(frames)) if not drop()]
+        keep = [i for i, frame in enumerate(frames) if not drop(frame)]
         self.stats["dropped"] += len(frames) - len(keep)
         self.stats["sent"] += len(frames)
         if not keep:

@@ -120,6 +120,13 @@ class SubscriberRunner(_Reconnecting):
         if self._thread is not None and threading.current_thread() is not self._thread:
             self._thread.join(timeout=5)
 
+    def __enter__(self) -> Self:
+        """``with Subscriber(...) as sub``: started on entry (unless it runs), stopped on exit."""
+        return self if self._thread is not None else self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
     def __iter__(self) -> Iterator[Publication]:
         """Publications in delivery order, exactly once, until the subscriber stops."""
         while True:
@@ -234,6 +241,14 @@ class PublisherRunner(_Reconnecting, Generic[Unsettled]):
         if self._thread is not None:
             self._thread.join(timeout=5)
         return done
+
+    def __enter__(self) -> Self:
+        """``with Publisher(...) as pub``: started on entry (unless it runs), closed on exit
+        (after a flush, unless the block raised)."""
+        return self if self._thread is not None else self.start()
+
+    def __exit__(self, exc_type: object, *exc_info: object) -> None:
+        self.close(timeout=0.0 if exc_type is not None else 30.0)
 
     # --- sending ------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ exactly the publications it is entitled to, in order, once.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 
@@ -56,41 +57,43 @@ def test_losses_connection_cut_and_component_kill(
         "vip": ("/subscriptions/vip", Entitlement(topics=("/#",), grant={"gold"})),
     }
     got: dict[str, list[Publication]] = {k: [] for k in specs}
-    subs = {
-        k: Subscriber(comp.url, addr, on_publication=got[k].append, heartbeat_interval=0.2,
-                      link_name=f"test-{k}").start()
-        for k, (addr, _) in specs.items()
-    }
-    for sub in subs.values():
-        assert sub.connected.wait(10)
-    time.sleep(0.3)
-    publisher = Publisher(comp.url, "feed.a", journal=Journal.from_url(redis_url)).start()
     items: list[tuple[str, dict, str, str | None]] = []
+    with contextlib.ExitStack() as running:
+        subs = {
+            k: running.enter_context(
+                Subscriber(comp.url, addr, on_publication=got[k].append, heartbeat_interval=0.2,
+                           link_name=f"test-{k}")
+            )
+            for k, (addr, _) in specs.items()
+        }
+        for sub in subs.values():
+            assert sub.connected.wait(10)
+        time.sleep(0.3)
+        publisher = running.enter_context(
+            Publisher(comp.url, "feed.a", journal=Journal.from_url(redis_url))
+        )
 
-    def publish(n: int) -> None:
-        batch = workload(len(items), n)
-        items.extend(batch)
-        for k in range(0, n, 50):
-            publisher.publish_many(batch[k : k + 50])
+        def publish(n: int) -> None:
+            batch = workload(len(items), n)
+            items.extend(batch)
+            for k in range(0, n, 50):
+                publisher.publish_many(batch[k : k + 50])
 
-    publish(1500)
-    assert publisher.flush(30)
-    # cut one subscriber's connection: it reattaches with its link name and resumes
-    subs["wind"].drop_connection()
-    publish(500)
-    assert publisher.flush(30)
-    # SIGKILL the component and restart it: links come back with context lost (reset)
-    comp.kill()
-    publish(300)  # journaled by the publisher while the component is down
-    comp.start()
-    publish(700)
-    assert publisher.flush(60)
-    expected = {k: entitled(items, ent) for k, (_, ent) in specs.items()}
-    done = wait_for(lambda: all(len(got[k]) >= len(expected[k]) for k in specs), 60)
-    time.sleep(0.5)  # anything extra (a duplicate) would arrive now
-    for sub in subs.values():
-        sub.stop()
-    publisher.close()
+        publish(1500)
+        assert publisher.flush(30)
+        # cut one subscriber's connection: it reattaches with its link name and resumes
+        subs["wind"].drop_connection()
+        publish(500)
+        assert publisher.flush(30)
+        # SIGKILL the component and restart it: links come back with context lost (reset)
+        comp.kill()
+        publish(300)  # journaled by the publisher while the component is down
+        comp.start()
+        publish(700)
+        assert publisher.flush(60)
+        expected = {k: entitled(items, ent) for k, (_, ent) in specs.items()}
+        done = wait_for(lambda: all(len(got[k]) >= len(expected[k]) for k in specs), 60)
+        time.sleep(0.5)  # anything extra (a duplicate) would arrive now
     report = {k: subs[k].stats().as_dict() for k in specs}
     assert done, (report, {k: len(got[k]) for k in got}, comp.log_text()[-3000:])
     for k in specs:

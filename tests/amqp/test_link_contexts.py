@@ -1,0 +1,202 @@
+"""Link contexts over AMQP: epochs, resumption, lost reset frames and pausing.
+
+The component names each link context with an epoch in its attach reply (and in SUBSCRIPTION
+ACTIVE after a pause). A subscriber resumes only the context it knows; any other attach starts
+a new context at link number 0, and the subscriber learns of it from the reply even when the
+reset frame itself never arrives (``serve --drop-reset-frames``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from proton import symbol
+from proton.reactor import LinkOption
+from proton.utils import BlockingConnection
+
+from seqrepair.amqp.client import Publisher, Subscriber
+from seqrepair.amqp.codec import Decoder
+from seqrepair.core.messages import Heartbeat, Publication
+from seqrepair.journal.journal import Journal
+
+from .conftest import ComponentProcess, wait_for
+
+pytestmark = [pytest.mark.amqp, pytest.mark.redis]
+
+EPOCH = symbol("seqrepair-epoch")
+RESUME = symbol("seqrepair-resume")
+
+
+class _Props(LinkOption):
+    def __init__(self, props: dict[symbol, Any]) -> None:
+        self.props = props
+
+    def apply(self, link: Any) -> None:
+        link.properties = self.props
+
+
+def attach(url: str, name: str, props: dict[symbol, Any]) -> tuple[Any, Any, str]:
+    """A plain proton receiver on ``/weather/#``; returns it, its connection and its epoch."""
+    conn = BlockingConnection(url, timeout=10)
+    receiver = conn.create_receiver("/weather/#", name=name, credit=10, options=_Props(props))
+    epoch = {str(k): v for k, v in dict(receiver.link.remote_properties or {}).items()}
+    return receiver, conn, str(epoch["seqrepair-epoch"])
+
+
+def first_frame(receiver: Any) -> Publication | Heartbeat:
+    (frame,) = Decoder(link_bits=16).decode(receiver.receive(timeout=10))
+    assert isinstance(frame, Publication | Heartbeat)
+    return frame
+
+
+def test_attach_reply_names_the_context_and_only_that_epoch_resumes_it(
+    component: Callable[..., ComponentProcess],
+) -> None:
+    comp = component("--heartbeat", "0.2")
+    receiver, conn, epoch = attach(comp.url, "ctx", {})
+    assert first_frame(receiver).link_seq == 1  # a new subscriber's link starts at 1
+    conn.close()
+
+    receiver, conn, resumed = attach(comp.url, "ctx", {RESUME: True, EPOCH: epoch})
+    assert resumed == epoch
+    assert first_frame(receiver).link_seq > 1  # the numbering goes on
+    conn.close()
+
+    receiver, conn, fresh = attach(comp.url, "ctx", {RESUME: True, EPOCH: "not-this-one"})
+    assert fresh != epoch
+    reset = first_frame(receiver)
+    assert isinstance(reset, Heartbeat)
+    assert reset.link_seq == 0  # a context the subscriber does not know starts at 0
+    conn.close()
+
+
+def publish_rows(first: int, n: int) -> list[tuple[str, dict[str, Any], str, str | None]]:
+    topics = ("/weather/wind/LEMD", "/weather/rain/LFPG")
+    return [(topics[i % 2], {"n": i, "gust": None}, "update", None)
+            for i in range(first, first + n)]
+
+
+def test_a_restart_whose_reset_frames_are_all_lost_still_delivers_everything_once(
+    component: Callable[..., ComponentProcess], redis_url: str
+) -> None:
+    comp = component("--heartbeat", "0.2", "--drop-rate", "0.02", "--drop-seed", "3",
+                     "--drop-reset-frames")
+    got: dict[str, list[int]] = {"all": [], "wind": []}
+    rows: list[tuple[str, dict[str, Any], str, str | None]] = []
+    with contextlib.ExitStack() as running:
+        subs = {
+            name: running.enter_context(
+                Subscriber(comp.url, address, link_name=f"lost-reset-{name}",
+                           heartbeat_interval=0.2,
+                           on_publication=lambda p, name=name: got[name].append(p.source_seq))
+            )
+            for name, address in (("all", "/weather/#"), ("wind", "/weather/wind/*"))
+        }
+        for sub in subs.values():
+            assert sub.connected.wait(10)
+        publisher = running.enter_context(
+            Publisher(comp.url, "feed.r", journal=Journal.from_url(redis_url))
+        )
+
+        def publish(n: int) -> None:
+            batch = publish_rows(len(rows), n)
+            rows.extend(batch)
+            publisher.publish_many(batch)
+
+        publish(400)
+        assert publisher.flush(30)
+        comp.kill()
+        publish(200)  # journaled while the component is down
+        comp.start()
+        publish(400)
+        assert publisher.flush(60)
+        expected = {
+            "all": list(range(1, len(rows) + 1)),
+            "wind": [i + 1 for i, row in enumerate(rows) if row[0].startswith("/weather/wind/")],
+        }
+        assert wait_for(lambda: all(len(got[k]) >= len(expected[k]) for k in got), 60)
+        time.sleep(0.5)  # a duplicate would arrive now
+    assert got == expected
+    for sub in subs.values():
+        report = sub.stats()
+        assert report.resets == 1  # announced by the attach reply: no reset frame came
+        assert report.unrecoverable == 0
+
+
+def test_a_slow_subscriber_is_paused_and_catches_up_while_a_fast_one_is_never_paused(
+    component: Callable[..., ComponentProcess], redis_url: str
+) -> None:
+    comp = component("--heartbeat", "0.2", "--max-pending", "100", "--drop-reset-frames")
+    fast: list[int] = []
+    slow: list[int] = []
+
+    def slow_consumer(publication: Publication) -> None:
+        if len(slow) < 50:
+            time.sleep(0.02)  # blocks the subscriber's thread: no credit goes back meanwhile
+        slow.append(publication.source_seq)
+
+    with contextlib.ExitStack() as running:
+        subs = [
+            running.enter_context(
+                Subscriber(comp.url, "/weather/#", link_name="fast", heartbeat_interval=0.2,
+                           credit=50, on_publication=lambda p: fast.append(p.source_seq))
+            ),
+            running.enter_context(
+                Subscriber(comp.url, "/weather/#", link_name="slow", heartbeat_interval=0.2,
+                           credit=20, on_publication=slow_consumer)
+            ),
+        ]
+        for sub in subs:
+            assert sub.connected.wait(10)
+        publisher = running.enter_context(
+            Publisher(comp.url, "feed.p", journal=Journal.from_url(redis_url))
+        )
+        publisher.publish_many(publish_rows(0, 2000))
+        assert publisher.flush(60)
+        assert wait_for(lambda: len(fast) >= 2000 and len(slow) >= 2000, 90)
+        time.sleep(0.5)
+    expected = list(range(1, 2001))
+    assert fast == expected
+    assert slow == expected
+    fast_report, slow_report = (sub.stats() for sub in subs)
+    assert fast_report.paused == 0
+    assert slow_report.paused >= 1
+    assert slow_report.resets >= 1  # resumed by a reset it learnt from SUBSCRIPTION ACTIVE
+    assert slow_report.unrecoverable == 0
+
+
+def test_a_subscriber_that_delivered_nothing_before_the_restart_gets_all_since_it_subscribed(
+    component: Callable[..., ComponentProcess], redis_url: str
+) -> None:
+    comp = component("--heartbeat", "0.2", "--drop-reset-frames")
+    rows: list[tuple[str, dict[str, Any], str, str | None]] = []
+    got: list[int] = []
+    with contextlib.ExitStack() as running:
+        publisher = running.enter_context(
+            Publisher(comp.url, "feed.h", journal=Journal.from_url(redis_url))
+        )
+
+        def publish(n: int) -> None:
+            batch = publish_rows(len(rows), n)
+            rows.extend(batch)
+            publisher.publish_many(batch)
+
+        publish(100)  # history from before the subscription: not for this subscriber
+        assert publisher.flush(30)
+        sub = running.enter_context(
+            Subscriber(comp.url, "/weather/#", link_name="late", heartbeat_interval=0.2,
+                       on_publication=lambda p: got.append(p.source_seq))
+        )
+        assert sub.connected.wait(10)
+        comp.kill()  # before the subscriber has delivered anything of feed.h
+        publish(300)
+        comp.start()
+        assert publisher.flush(60)
+        assert wait_for(lambda: len(got) >= 300, 30)
+        time.sleep(0.5)
+    assert got == list(range(101, 401))
+    assert sub.stats().resets == 1
