@@ -234,7 +234,10 @@ class Subscriber(SubscriberRunner):
             props = plain_properties(event.link.remote_properties)
             start = props.get(str(PROP_START))
             if self._start is None and isinstance(start, Mapping):
-                self._start = {str(k): int(v) for k, v in start.items()}
+                try:
+                    self._start = {str(k): int(v) for k, v in start.items()}
+                except (TypeError, ValueError):
+                    self.log.warning("unreadable seqrepair-start-after ignored", value=start)
             epoch = props.get(str(PROP_EPOCH))
             self._enter_epoch(None if epoch is None else str(epoch))
             self.connected.set()

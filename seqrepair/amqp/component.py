@@ -47,6 +47,7 @@ from seqrepair.amqp.codec import (
 )
 from seqrepair.amqp.errors import (
     AmqpAdapterError,
+    InvalidLinkPropertyError,
     MalformedMessageError,
     NotImplementedAnnotationError,
     RequestFloodError,
@@ -58,7 +59,7 @@ from seqrepair.amqp.journalport import RedisJournalPort
 from seqrepair.amqp.links import ResponseRoute, SubscriberLink
 from seqrepair.amqp.rawamqp import Unsupported, read_raw
 from seqrepair.core.budget import RefusalPolicy
-from seqrepair.core.errors import InvalidMessageError, SeqRepairError
+from seqrepair.core.errors import SeqRepairError
 from seqrepair.core.messages import (
     GapError,
     GapRequest,
@@ -675,11 +676,13 @@ def plain_properties(props: Any) -> dict[str, Any]:
 
 def _start_map(value: Any) -> dict[str, int]:
     """A subscriber's ``seqrepair-start-after`` property: source -> absolute number."""
+    problem = "seqrepair-start-after must map sources to numbers >= 0"
     if not isinstance(value, Mapping):
-        raise InvalidMessageError(
-            "seqrepair-start-after must map sources to numbers", expected="map", got=value
-        )
-    return dict(SourceGapRequest(after={str(k): v for k, v in value.items()}).after)
+        raise InvalidLinkPropertyError(problem, expected="map", got=value)
+    try:
+        return dict(SourceGapRequest(after={str(k): v for k, v in value.items()}).after)
+    except SeqRepairError as exc:
+        raise InvalidLinkPropertyError(f"{problem}: {exc.message}", got=exc.got) from None
 
 
 def _tokens(value: Any) -> list[str]:

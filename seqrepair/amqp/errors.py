@@ -46,6 +46,12 @@ class UnknownAddressError(AmqpAdapterError):
     condition = "amqp:not-found"
 
 
+class InvalidLinkPropertyError(AmqpAdapterError):
+    """A link property the component reads holds a value it cannot take."""
+
+    condition = "amqp:invalid-field"
+
+
 class RequestFloodError(AmqpAdapterError):
     """A peer sent requests faster than its allowance."""
 

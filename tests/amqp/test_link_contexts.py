@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from proton import symbol
 from proton.reactor import LinkOption
-from proton.utils import BlockingConnection
+from proton.utils import BlockingConnection, LinkDetached
 
 from seqrepair.amqp.client import Publisher, Subscriber
 from seqrepair.amqp.codec import Decoder
@@ -29,6 +29,7 @@ pytestmark = [pytest.mark.amqp, pytest.mark.redis]
 
 EPOCH = symbol("seqrepair-epoch")
 RESUME = symbol("seqrepair-resume")
+START = symbol("seqrepair-start-after")
 
 
 class _Props(LinkOption):
@@ -80,13 +81,25 @@ def publish_rows(first: int, n: int) -> list[tuple[str, dict[str, Any], str, str
             for i in range(first, first + n)]
 
 
+class Feed:
+    """A journaling publisher and every row it was given, in order."""
+
+    def __init__(self, publisher: Publisher) -> None:
+        self.publisher = publisher
+        self.rows: list[tuple[str, dict[str, Any], str, str | None]] = []
+
+    def publish(self, n: int) -> None:
+        batch = publish_rows(len(self.rows), n)
+        self.rows.extend(batch)
+        self.publisher.publish_many(batch)
+
+
 def test_a_restart_whose_reset_frames_are_all_lost_still_delivers_everything_once(
     component: Callable[..., ComponentProcess], redis_url: str
 ) -> None:
     comp = component("--heartbeat", "0.2", "--drop-rate", "0.02", "--drop-seed", "3",
                      "--drop-reset-frames")
     got: dict[str, list[int]] = {"all": [], "wind": []}
-    rows: list[tuple[str, dict[str, Any], str, str | None]] = []
     with contextlib.ExitStack() as running:
         subs = {
             name: running.enter_context(
@@ -101,19 +114,15 @@ def test_a_restart_whose_reset_frames_are_all_lost_still_delivers_everything_onc
         publisher = running.enter_context(
             Publisher(comp.url, "feed.r", journal=Journal.from_url(redis_url))
         )
-
-        def publish(n: int) -> None:
-            batch = publish_rows(len(rows), n)
-            rows.extend(batch)
-            publisher.publish_many(batch)
-
-        publish(400)
+        feed = Feed(publisher)
+        feed.publish(400)
         assert publisher.flush(30)
         comp.kill()
-        publish(200)  # journaled while the component is down
+        feed.publish(200)  # journaled while the component is down
         comp.start()
-        publish(400)
+        feed.publish(400)
         assert publisher.flush(60)
+        rows = feed.rows
         expected = {
             "all": list(range(1, len(rows) + 1)),
             "wind": [i + 1 for i, row in enumerate(rows) if row[0].startswith("/weather/wind/")],
@@ -173,19 +182,13 @@ def test_a_subscriber_that_delivered_nothing_before_the_restart_gets_all_since_i
     component: Callable[..., ComponentProcess], redis_url: str
 ) -> None:
     comp = component("--heartbeat", "0.2", "--drop-reset-frames")
-    rows: list[tuple[str, dict[str, Any], str, str | None]] = []
     got: list[int] = []
     with contextlib.ExitStack() as running:
         publisher = running.enter_context(
             Publisher(comp.url, "feed.h", journal=Journal.from_url(redis_url))
         )
-
-        def publish(n: int) -> None:
-            batch = publish_rows(len(rows), n)
-            rows.extend(batch)
-            publisher.publish_many(batch)
-
-        publish(100)  # history from before the subscription: not for this subscriber
+        feed = Feed(publisher)
+        feed.publish(100)  # history from before the subscription: not for this subscriber
         assert publisher.flush(30)
         sub = running.enter_context(
             Subscriber(comp.url, "/weather/#", link_name="late", heartbeat_interval=0.2,
@@ -193,10 +196,24 @@ def test_a_subscriber_that_delivered_nothing_before_the_restart_gets_all_since_i
         )
         assert sub.connected.wait(10)
         comp.kill()  # before the subscriber has delivered anything of feed.h
-        publish(300)
+        feed.publish(300)
         comp.start()
         assert publisher.flush(60)
         assert wait_for(lambda: len(got) >= 300, 30)
         time.sleep(0.5)
     assert got == list(range(101, 401))
     assert sub.stats().resets == 1
+
+
+@pytest.mark.parametrize("start", ["not a map", {"feed.a": -1}, {"feed.a": "x"}])
+def test_a_malformed_start_after_is_refused_and_the_component_keeps_serving(
+    component: Callable[..., ComponentProcess], start: Any
+) -> None:
+    comp = component("--heartbeat", "0.2")
+    with pytest.raises(LinkDetached) as refused:
+        attach(comp.url, "bad-start", {RESUME: True, START: start})
+    assert "amqp:invalid-field" in str(refused.value)
+    assert "seqrepair-start-after" in str(refused.value)
+    receiver, conn, _ = attach(comp.url, "good", {})
+    assert first_frame(receiver).link_seq == 1
+    conn.close()
