@@ -212,8 +212,10 @@ class Subscriber(SubscriberRunner):
 
     def _on_tick(self) -> None:
         conn = self._conn
-        if conn is not None and (conn.transport is None or conn.transport.closed):
-            # a transport torn down without an on_disconnected reaching us: same recovery
+        bound = conn is not None and getattr(conn, "seqrepair_bound", False)
+        if bound and (conn.transport is None or conn.transport.closed):
+            # a transport torn down without an on_disconnected reaching us: same recovery (a
+            # connection not bound yet has no transport either, but it is still being made)
             self._lost(conn)
         self._perform(self.stub.poll(self.clock()))
         self._flush()
@@ -223,7 +225,14 @@ class Subscriber(SubscriberRunner):
             self._conn.transport.close_tail()
             self._conn.transport.close_head()
 
+    def on_connection_bound(self, event: Any) -> None:
+        event.connection.seqrepair_bound = True
+
     def on_connection_opened(self, event: Any) -> None:
+        if event.connection != self._conn:
+            # a connection given up on while it was being made: one link, one connection
+            event.connection.close()
+            return
         self.report.connections += 1
         self.connected.set()
         self.log.info("connected", connections=self.report.connections)

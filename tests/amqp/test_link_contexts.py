@@ -127,8 +127,9 @@ def test_a_restart_whose_reset_frames_are_all_lost_still_delivers_everything_onc
             "all": list(range(1, len(rows) + 1)),
             "wind": [i + 1 for i, row in enumerate(rows) if row[0].startswith("/weather/wind/")],
         }
-        assert wait_for(lambda: all(len(got[k]) >= len(expected[k]) for k in got), 60)
+        done = wait_for(lambda: all(len(got[k]) >= len(expected[k]) for k in got), 60)
         time.sleep(0.5)  # a duplicate would arrive now
+    assert done, ({k: sub.stats() for k, sub in subs.items()}, comp.log_text()[-4000:])
     assert got == expected
     for sub in subs.values():
         report = sub.stats()
@@ -139,7 +140,7 @@ def test_a_restart_whose_reset_frames_are_all_lost_still_delivers_everything_onc
 def test_a_slow_subscriber_is_paused_and_catches_up_while_a_fast_one_is_never_paused(
     component: Callable[..., ComponentProcess], redis_url: str
 ) -> None:
-    comp = component("--heartbeat", "0.2", "--max-pending", "100", "--drop-reset-frames")
+    comp = component("--heartbeat", "0.2", "--max-pending", "400", "--drop-reset-frames")
     fast: list[int] = []
     slow: list[int] = []
 
@@ -152,7 +153,7 @@ def test_a_slow_subscriber_is_paused_and_catches_up_while_a_fast_one_is_never_pa
         subs = [
             running.enter_context(
                 Subscriber(comp.url, "/weather/#", link_name="fast", heartbeat_interval=0.2,
-                           credit=50, on_publication=lambda p: fast.append(p.source_seq))
+                           credit=200, on_publication=lambda p: fast.append(p.source_seq))
             ),
             running.enter_context(
                 Subscriber(comp.url, "/weather/#", link_name="slow", heartbeat_interval=0.2,
