@@ -369,14 +369,12 @@ class Component(MessagingHandler):
             and link.entitlement == entitlement
             and (epoch is None or epoch == link.epoch)
         ):
-            if link.sender is not None and link.sender != sender:
-                old = link.sender
-                old.subscriber = None
-                old.condition = Condition("amqp:link:stolen", "resumed on another connection")
-                old.close()
+            _close_stolen(link, sender)
             link.attach(sender)
             link.log.info("link resumed", epoch=link.epoch)
         else:
+            if link is not None:
+                _close_stolen(link, sender)
             # a subscriber that had a context keeps the start it was given then: sources it
             # has delivered nothing of are replayed from there, not from the high-water now
             start = props.get(str(PROP_START)) if resume else None
@@ -672,6 +670,15 @@ def plain_properties(props: Any) -> dict[str, Any]:
     if not props:
         return {}
     return {str(k): v for k, v in dict(props).items()}
+
+
+def _close_stolen(link: SubscriberLink, sender: Any) -> None:
+    """Detach the link's sender on another connection: a link name has one subscriber."""
+    old = link.sender
+    if old is not None and old != sender:
+        old.subscriber = None
+        old.condition = Condition("amqp:link:stolen", "attached on another connection")
+        old.close()
 
 
 def _start_map(value: Any) -> dict[str, int]:

@@ -48,6 +48,12 @@ def attach(url: str, name: str, props: dict[symbol, Any]) -> tuple[Any, Any, str
     return receiver, conn, str(epoch["seqrepair-epoch"])
 
 
+def drain(receiver: Any) -> None:
+    """Read until the link ends (LinkDetached) or stays silent (proton's Timeout)."""
+    while True:
+        receiver.receive(timeout=5)
+
+
 def first_frame(receiver: Any) -> Publication | Heartbeat:
     (frame,) = Decoder(link_bits=16).decode(receiver.receive(timeout=10))
     assert isinstance(frame, Publication | Heartbeat)
@@ -218,3 +224,19 @@ def test_a_malformed_start_after_is_refused_and_the_component_keeps_serving(
     receiver, conn, _ = attach(comp.url, "good", {})
     assert first_frame(receiver).link_seq == 1
     conn.close()
+
+
+@pytest.mark.parametrize("epoch", ["own", "stale"])
+def test_a_link_name_attached_on_another_connection_detaches_the_first(
+    component: Callable[..., ComponentProcess], epoch: str
+) -> None:
+    comp = component("--heartbeat", "0.2")
+    first, first_conn, own = attach(comp.url, "twice", {})
+    second, second_conn, _ = attach(
+        comp.url, "twice", {RESUME: True, EPOCH: own if epoch == "own" else "stale"}
+    )
+    with pytest.raises(LinkDetached, match="amqp:link:stolen"):
+        drain(first)
+    assert isinstance(first_frame(second), Publication | Heartbeat)  # the second one is served
+    second_conn.close()
+    first_conn.close()
