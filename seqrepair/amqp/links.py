@@ -47,6 +47,11 @@ ReplayFrame = Publication | ReplayComplete | GapError
 
 log = structlog.get_logger("seqrepair.amqp.links")
 
+def _new_epoch() -> str:
+    """A fresh name for a link context (48 random bits: unique across component restarts)."""
+    return secrets.token_hex(6)
+
+
 @attrs.define(eq=False)
 class ResponseRoute:
     """Where answers go: a sender, the answers queued for it and a source replay in progress.
@@ -164,7 +169,7 @@ class SubscriberLink:
     detached_at: float | None = None
     max_credit: int = 0
     reset_pending: bool = False
-    epoch: str = attrs.field(factory=lambda: secrets.token_hex(6))
+    epoch: str = attrs.field(factory=_new_epoch)
     """Names the link context: a new one whenever the numbering restarts at 0, so a
     subscriber that re-attaches naming an older epoch is not resumed in a context it never
     saw begin."""
@@ -270,7 +275,7 @@ class SubscriberLink:
         """Void the link context: a new epoch, and the next frame carries link number 0."""
         self.sequencer.reset()
         self.reset_pending = True
-        self.epoch = secrets.token_hex(6)
+        self.epoch = _new_epoch()
 
     def _send_frames(
         self, frames: list[Publication | Heartbeat], entries: list[bytes | None] | None = None

@@ -54,11 +54,20 @@ class _Reconnecting(MessagingHandler, abc.ABC):
     _container: Any
     _conn: Any
     _stopping: bool
+    _thread: threading.Thread | None
     reconnect_delay: float
 
     @abc.abstractmethod
     def _connect(self) -> None:
         """Open the connection and the links of this client."""
+
+    @abc.abstractmethod
+    def start(self) -> Self:
+        """Run in a background thread."""
+
+    def __enter__(self) -> Self:
+        """``with Client(...) as client``: started on entry (unless it runs already)."""
+        return self if self._thread is not None else self.start()
 
     def _schedule_reconnect(self) -> None:
         self._container.schedule(self.reconnect_delay, Call(self._reconnect))
@@ -120,11 +129,8 @@ class SubscriberRunner(_Reconnecting):
         if self._thread is not None and threading.current_thread() is not self._thread:
             self._thread.join(timeout=5)
 
-    def __enter__(self) -> Self:
-        """``with Subscriber(...) as sub``: started on entry (unless it runs), stopped on exit."""
-        return self if self._thread is not None else self.start()
-
     def __exit__(self, *exc_info: object) -> None:
+        """Leaving ``with``: stop."""
         self.stop()
 
     def __iter__(self) -> Iterator[Publication]:
@@ -242,12 +248,8 @@ class PublisherRunner(_Reconnecting, Generic[Unsettled]):
             self._thread.join(timeout=5)
         return done
 
-    def __enter__(self) -> Self:
-        """``with Publisher(...) as pub``: started on entry (unless it runs), closed on exit
-        (after a flush, unless the block raised)."""
-        return self if self._thread is not None else self.start()
-
     def __exit__(self, exc_type: object, *exc_info: object) -> None:
+        """Leaving ``with``: close, after a flush unless the block raised."""
         self.close(timeout=0.0 if exc_type is not None else 30.0)
 
     # --- sending ------------------------------------------------------------------------
