@@ -37,9 +37,11 @@ import attrs
 import structlog
 from proton import Message
 
-from seqrepair.amqp.codec import DEFAULT_LINK_BITS, Decoder, encode_frame
+from seqrepair.amqp.codec import Decoder
 from seqrepair.amqp.errors import AmqpAdapterError
+from seqrepair.amqp.framing import encode_frame
 from seqrepair.amqp.runner import PublisherRunner, SubscriberRunner
+from seqrepair.amqp.technical import DEFAULT_LINK_BITS
 from seqrepair.core.budget import RefusalPolicy
 from seqrepair.core.errors import SeqRepairError
 from seqrepair.core.events import (

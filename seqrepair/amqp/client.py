@@ -29,15 +29,7 @@ import structlog
 from proton import Message, symbol
 from proton.reactor import ApplicationEvent, AtMostOnce, LinkOption
 
-from seqrepair.amqp.codec import (
-    Capabilities,
-    CapabilitiesRequest,
-    Decoder,
-    SubscriptionState,
-    encode,
-    encode_frames,
-    encode_gap_requests,
-)
+from seqrepair.amqp.codec import Decoder, encode, encode_gap_requests
 from seqrepair.amqp.component import (
     CONTROL_ADDRESS,
     LINK_PREFIX,
@@ -50,8 +42,10 @@ from seqrepair.amqp.component import (
     plain_properties,
 )
 from seqrepair.amqp.errors import AmqpAdapterError
+from seqrepair.amqp.framing import encode_frames
 from seqrepair.amqp.rawamqp import read_raw
 from seqrepair.amqp.runner import PublisherRunner, SubscriberRunner
+from seqrepair.amqp.technical import Capabilities, CapabilitiesRequest, SubscriptionState
 from seqrepair.core.errors import SeqRepairError
 from seqrepair.core.events import (
     BufferOverflow,

@@ -36,15 +36,7 @@ from proton import Condition, Data, Delivery, Endpoint, Message, symbol
 from proton.handlers import MessagingHandler
 from proton.reactor import Container
 
-from seqrepair.amqp.codec import (
-    DEFAULT_SOURCE_BITS,
-    Capabilities,
-    CapabilitiesRequest,
-    Decoder,
-    encode,
-    encode_entry,
-    encode_frames,
-)
+from seqrepair.amqp.codec import Decoder, encode
 from seqrepair.amqp.errors import (
     AmqpAdapterError,
     InvalidLinkPropertyError,
@@ -54,10 +46,12 @@ from seqrepair.amqp.errors import (
     UnknownAddressError,
     UnknownMessageTypeError,
 )
+from seqrepair.amqp.framing import encode_entry, encode_frames
 from seqrepair.amqp.grants import GrantTable, principal_of
 from seqrepair.amqp.journalport import RedisJournalPort
 from seqrepair.amqp.links import ResponseRoute, SubscriberLink
 from seqrepair.amqp.rawamqp import Unsupported, read_raw
+from seqrepair.amqp.technical import DEFAULT_SOURCE_BITS, Capabilities, CapabilitiesRequest
 from seqrepair.core.budget import RefusalPolicy
 from seqrepair.core.errors import SeqRepairError
 from seqrepair.core.messages import (

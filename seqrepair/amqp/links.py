@@ -27,10 +27,9 @@ import attrs
 import structlog
 from proton import symbol
 
-from seqrepair.amqp.codec import (
+from seqrepair.amqp.codec import encode
+from seqrepair.amqp.framing import (
     Outgoing,
-    SubscriptionState,
-    encode,
     encode_batch,
     encode_entry,
     encode_frames,
@@ -38,6 +37,7 @@ from seqrepair.amqp.codec import (
     regular_runs,
 )
 from seqrepair.amqp.rawamqp import Unsupported
+from seqrepair.amqp.technical import SubscriptionState
 from seqrepair.core.context import LinkContext
 from seqrepair.core.messages import GapError, Heartbeat, Publication, ReplayComplete
 from seqrepair.core.permissions import Entitlement
@@ -201,7 +201,7 @@ class SubscriberLink:
 
     def offer(self, pub: Publication, now: float, entry: bytes | None = None) -> None:
         """A live publication for this link (already filtered by the caller), with its
-        encoded batch entry when the caller has one (see :func:`codec.encode_entry`)."""
+        encoded batch entry when the caller has one (see :func:`framing.encode_entry`)."""
         if self.paused:
             return
         self.pending.append((pub, entry))

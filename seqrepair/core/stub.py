@@ -96,12 +96,6 @@ class _SourceRepair:
     next_at: float
 
 
-
-
-
-
-
-
 def _policy(value: OverduePolicy | str) -> OverduePolicy:
     try:
         return OverduePolicy(value)

@@ -22,8 +22,9 @@ from proton import Message, ulong
 from proton.utils import BlockingConnection
 
 from seqrepair.amqp.brokered import BrokerPublisher, BrokerSubscriber, routing_key
-from seqrepair.amqp.codec import Decoder, encode_frame
+from seqrepair.amqp.codec import Decoder
 from seqrepair.amqp.commands import resume_after
+from seqrepair.amqp.framing import encode_frame
 from seqrepair.core.messages import Publication, PublishType
 from seqrepair.journal.journal import Journal
 

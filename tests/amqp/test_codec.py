@@ -7,20 +7,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from proton import Message, ulong
 
-from seqrepair.amqp.codec import (
-    Capabilities,
-    CapabilitiesRequest,
-    Decoder,
-    SubscriptionState,
-    encode,
-    encode_frame,
-    encode_frames,
-)
+from seqrepair.amqp.codec import Decoder, encode
 from seqrepair.amqp.errors import (
     MalformedMessageError,
     OutOfSpaceError,
     UnknownMessageTypeError,
 )
+from seqrepair.amqp.framing import encode_frame, encode_frames
+from seqrepair.amqp.technical import Capabilities, CapabilitiesRequest, SubscriptionState
 from seqrepair.core.messages import (
     GapError,
     GapRequest,
@@ -186,7 +180,7 @@ def test_plain_publication_gets_defaults_and_assigned_number() -> None:
 @given(st.sampled_from([3, 4, 8, 16]), st.lists(st.integers(-3, 3), min_size=1, max_size=200))
 def test_source_unwrapper_agrees_with_the_core_arithmetic(bits: int, steps: list[int]) -> None:
     """The consecutive-number fast path gives what SequenceSpace.unwrap gives."""
-    from seqrepair.amqp.codec import SourceUnwrapper
+    from seqrepair.amqp.framing import SourceUnwrapper
     from seqrepair.core.sequence import SequenceSpace
 
     space = SequenceSpace(bits)

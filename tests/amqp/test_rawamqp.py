@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from proton import Message, symbol, ulong
 
-from seqrepair.amqp.codec import Decoder, _plain, encode, encode_frames
+from seqrepair.amqp.codec import Decoder, _plain, encode
+from seqrepair.amqp.framing import encode_frames
 from seqrepair.amqp.rawamqp import PackedMessage, encode_value, read_message
 from seqrepair.core.messages import GapRequest, Heartbeat, Publication
 
@@ -89,7 +90,7 @@ def test_unknown_types_are_left_to_proton() -> None:
 
 
 def test_batch_entries_are_read_back_as_the_bytes_written() -> None:
-    from seqrepair.amqp.codec import encode_entry
+    from seqrepair.amqp.framing import encode_entry
 
     pubs = [Publication("/t", "s", i, "update", {"n": i, "x": None}) for i in range(1, 4)]
     raw = read_message(encode_frames(pubs, 32).encode())

@@ -1,0 +1,93 @@
+"""The ``message-type`` vocabulary of the wire format and its technical messages.
+
+Link frames are the core's :class:`~seqrepair.core.messages.Publication` and
+:class:`~seqrepair.core.messages.Heartbeat`; what only the wire knows lives here: the names in
+the ``message-type`` application property, the source query and its answer (XEP-0040 §4) and
+the SWIM SUBSCRIPTION technical message.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+
+import attrs
+
+from seqrepair.core.messages import (
+    GapError,
+    GapRequest,
+    Heartbeat,
+    Publication,
+    ReplayComplete,
+    SourceGapRequest,
+)
+
+MESSAGE_TYPE = "message-type"
+DEFAULT_SOURCE_BITS = 32
+DEFAULT_LINK_BITS = 16
+
+
+class MessageType(enum.StrEnum):
+    """Values of the ``message-type`` application property."""
+
+    PUBLICATION = "PUBLICATION"
+    PUBLICATIONS = "PUBLICATIONS"
+    HEARTBEAT = "HEARTBEAT"
+    SUBSCRIPTION = "SUBSCRIPTION"
+    GAP_REQUEST = "GAP-REQUEST"
+    SOURCE_GAP_REQUEST = "SOURCE-GAP-REQUEST"
+    GAP_ERROR = "GAP-ERROR"
+    REPLAY_COMPLETE = "REPLAY-COMPLETE"
+    CAPABILITIES = "CAPABILITIES"
+
+
+@attrs.frozen
+class CapabilitiesRequest:
+    """A source query (XEP-0040 §4): what does the component offer?"""
+
+
+@attrs.frozen(hash=False)
+class Capabilities:
+    """The answer to a source query (XEP-0040 §4)."""
+
+    link_bits: int
+    source_bits: Mapping[str, int]
+    default_source_bits: int
+    heartbeat_interval: float
+    max_gap_range: int
+    retention: float | None
+    publish_types: tuple[str, ...]
+    max_batch: int
+    response_annotations: bool = True
+
+
+@attrs.frozen
+class SubscriptionState:
+    """The SWIM SUBSCRIPTION technical message: the component changed a subscription's state."""
+
+    status: str
+    topic: str
+    subscription_id: str
+    queue: str
+    qos: str = "EXACTLY_ONCE"
+    durable: bool = False
+    reason: str = ""
+    epoch: str = ""
+    """The link context the subscription continues in (see ``seqrepair-epoch`` in WIRE.md);
+    a new one means the link numbering restarted at 0."""
+
+
+Decoded = (
+    Publication
+    | Heartbeat
+    | GapRequest
+    | SourceGapRequest
+    | GapError
+    | ReplayComplete
+    | CapabilitiesRequest
+    | Capabilities
+    | SubscriptionState
+)
+"""Everything :meth:`Decoder.decode` can return."""
+
+LinkFrame = Publication | Heartbeat
