@@ -29,6 +29,14 @@ def register(subparsers: Any) -> None:
     serve.add_argument("--max-pending", type=int, default=20_000)
     serve.add_argument("--max-gap-range", type=int, default=10_000)
     serve.add_argument("--context-retention", type=float, default=30.0)
+    serve.add_argument("--retain-count", type=int, default=None, metavar="N",
+                       help="journal retention: keep the newest N publications per source")
+    serve.add_argument("--retain-age", type=float, default=None, metavar="SECONDS",
+                       help="journal retention: trim publications older than SECONDS")
+    serve.add_argument("--archive", default=None, metavar="DIR",
+                       help="export to Parquet under DIR before retention trims")
+    serve.add_argument("--retention-interval", type=float, default=60.0, metavar="SECONDS",
+                       help="how often retention runs (with --retain-count/--retain-age)")
     serve.add_argument("--drop-rate", type=float, default=0.0,
                        help="forced loss: fraction of frames not sent (they are still numbered)")
     serve.add_argument("--drop-seed", type=int, default=None)
@@ -111,13 +119,24 @@ def _serve(args: argparse.Namespace) -> int:
     from proton.reactor import Container
 
     from seqrepair.amqp.component import Component, ComponentConfig, Subscription
-    from seqrepair.amqp.grants import GrantTable, InvalidGrantError
+    from seqrepair.amqp.grants import GrantTable
+    from seqrepair.core.errors import SeqRepairError
     from seqrepair.core.topics import TopicPattern
     from seqrepair.journal.journal import Journal
+    from seqrepair.journal.retainer import RetentionWorker
+    from seqrepair.journal.retention import RetentionPolicy
 
     try:
         grants = GrantTable.parse(args.grant, args.default_grant)
-    except InvalidGrantError as exc:
+        policy = RetentionPolicy(
+            max_count=args.retain_count, max_age=args.retain_age, archive_root=args.archive
+        )
+        retention = (
+            RetentionWorker(Journal.from_url(args.redis_url), policy, args.retention_interval)
+            if args.retain_count is not None or args.retain_age is not None
+            else None
+        )
+    except SeqRepairError as exc:  # a bad grant or retention setting
         print(f"seqrepair serve: {exc.message}", file=sys.stderr)
         return 2
     subs = {}
@@ -135,6 +154,7 @@ def _serve(args: argparse.Namespace) -> int:
         max_pending=args.max_pending,
         max_gap_range=args.max_gap_range,
         context_retention=args.context_retention,
+        journal_retention=args.retain_age,
         drop_rate=args.drop_rate,
         drop_seed=args.drop_seed,
         drop_reset_frames=args.drop_reset_frames,
@@ -150,7 +170,9 @@ def _serve(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     component = Component(config, Journal.from_url(args.redis_url), on_ready=ready)
-    with contextlib.suppress(KeyboardInterrupt):
+    with contextlib.ExitStack() as stack, contextlib.suppress(KeyboardInterrupt):
+        if retention is not None:
+            stack.enter_context(retention)
         Container(component).run()
     return 0
 
