@@ -1,23 +1,32 @@
 """Delivered publications per second through the component vs raw proton, in one run.
 
-    .venv/bin/python benchmarks/bench_amqp.py [N] [ROUNDS]
+    .venv/bin/python benchmarks/bench_amqp.py [N] [ROUNDS] [--component-only]
 
 Baseline: a plain proton sender and receiver in two processes, one message per transfer
 (application properties + a map body, like a PUBLICATION), at-most-once, receiver prefetch 1000.
 Component: ``seqrepair serve`` (journal on a private redis-server, 1% of frames dropped at its
-send path and repaired by gap fill), ``seqrepair publish`` (journal first, 50 per transfer) and
+send path and repaired by gap fill), ``seqrepair publish`` (journal first, 64 per transfer) and
 one subscriber (this process) driving the SubscriberStub. Rate = deliveries / (last - first
 delivery); latency = delivery time - the publication's timestamp (set when published).
 Raw and component runs are interleaved ROUNDS times (default 2) and the best of each is kept.
 The saturated run's latency is queueing (the publisher is not paced); a second run publishes
 5 000 publications at 1 000/s (10 per call) and reports p50/p99 publish -> delivery.
+
+CPU seconds per process are reported for every run (load-independent, unlike the rates): the
+component and redis-server from /proc between the start and the end of the publishing, the
+subscriber as this process's CPU time meanwhile (its thread is the only busy one), the
+publisher from its rusage, with its fixed start-up cost (interpreter, imports, connecting)
+measured apart by a one-publication run. ``--component-only`` runs only the saturated
+component ROUNDS times and prints the CPU figures (no baseline, no paced run).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import multiprocessing as mp
 import os
+import resource
 import socket
 import statistics
 import subprocess
@@ -35,6 +44,23 @@ sys.path.insert(0, str(ROOT))
 
 from seqrepair.amqp.client import Subscriber  # noqa: E402
 from seqrepair.journal.server import EmbeddedRedis  # noqa: E402
+
+
+def proc_cpu(pid: int | None) -> float:
+    """CPU seconds (user + system) a live process has used so far (0 when it is gone)."""
+    if pid is None:
+        return 0.0
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu() -> float:
+    """CPU seconds of the children this process has waited for."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def free_port() -> int:
@@ -57,7 +83,8 @@ class RawReceiver(MessagingHandler):
             self.first = time.perf_counter()
         self.count += 1
         if self.count == self.n:
-            self.out.put((self.n - 1) / (time.perf_counter() - self.first))
+            self.out.put(((self.n - 1) / (time.perf_counter() - self.first),
+                          time.process_time()))
             event.connection.close()
             self.acceptor.close()
 
@@ -86,16 +113,19 @@ def _raw_receive(url: str, n: int, out: Any) -> None:
     Container(RawReceiver(url, n, out)).run()
 
 
-def raw_rate(n: int) -> float:
+def raw_rate(n: int) -> dict[str, float]:
     url = f"127.0.0.1:{free_port()}/bench"
     out: Any = mp.Queue()
     proc = mp.Process(target=_raw_receive, args=(url, n, out))
     proc.start()
     out.get(timeout=10)
+    before = time.process_time()
     Container(RawSender(url, n)).run()
-    rate = float(out.get(timeout=300))
+    sender_cpu = time.process_time() - before
+    rate, receiver_cpu = out.get(timeout=300)
     proc.join(10)
-    return rate
+    return {"rate": float(rate), "cpu_s": {"sender": round(sender_cpu, 3),
+                                           "receiver": round(receiver_cpu, 3)}}
 
 
 def component_rate(n: int, rate: float = 0.0, batch: int = 64) -> dict[str, float]:
@@ -113,6 +143,7 @@ def component_rate(n: int, rate: float = 0.0, batch: int = 64) -> dict[str, floa
         try:
             while not ready.exists():
                 time.sleep(0.05)
+            comp_ready = proc_cpu(comp.pid)
             times: list[float] = []
             lat: list[float] = []
 
@@ -124,6 +155,17 @@ def component_rate(n: int, rate: float = 0.0, batch: int = 64) -> dict[str, floa
             sub = Subscriber(url, "/load/#", on_publication=on_pub, credit=500).start()
             sub.connected.wait(10)
             time.sleep(0.5)
+            # the publisher's fixed cost (interpreter, imports, connecting), measured apart:
+            # one publication of another source on a topic the subscriber does not see
+            before = children_cpu()
+            subprocess.run(
+                [sys.executable, "-m", "seqrepair.cli", "publish", "--url", url, "--redis-url",
+                 redis.url, "--source", "warm-up", "--count", "1", "--topics", "/warm-up/a"],
+                env=env, check=True, capture_output=True, timeout=60,
+            )
+            pub_start = children_cpu() - before
+            comp_before, redis_before = proc_cpu(comp.pid), proc_cpu(redis.pid)
+            sub_before, pub_before = time.process_time(), children_cpu()
             subprocess.run(
                 [sys.executable, "-m", "seqrepair.cli", "publish", "--url", url, "--redis-url",
                  redis.url, "--source", "bench", "--count", str(n), "--batch", str(batch),
@@ -131,8 +173,13 @@ def component_rate(n: int, rate: float = 0.0, batch: int = 64) -> dict[str, floa
                 env=env, check=True, capture_output=True, timeout=600,
             )
             deadline = time.monotonic() + 120
+            pub_cpu = children_cpu() - pub_before
             while len(times) < n and time.monotonic() < deadline:
                 time.sleep(0.05)
+            # the subscriber's thread is the only busy one of this process meanwhile
+            sub_cpu = time.process_time() - sub_before
+            comp_cpu = proc_cpu(comp.pid) - comp_before
+            redis_cpu = proc_cpu(redis.pid) - redis_before
             sub.stop()
             stats = sub.stats().as_dict()
         finally:
@@ -147,30 +194,70 @@ def component_rate(n: int, rate: float = 0.0, batch: int = 64) -> dict[str, floa
         "p99_ms": 1000 * lat[int(0.99 * (len(lat) - 1))],
         "gaps": stats["gaps_detected"],
         "repaired": stats["repaired"],
+        "cpu_s": {
+            "component": round(comp_cpu, 3),
+            "component_start": round(comp_ready, 3),
+            "subscriber": round(sub_cpu, 3),
+            "publisher": round(pub_cpu, 3),
+            "publisher_start": round(pub_start, 3),
+            "redis": round(redis_cpu, 3),
+        },
     }
 
 
 def main() -> None:
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 20_000
-    rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 2
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("n", type=int, nargs="?", default=20_000)
+    parser.add_argument("rounds", type=int, nargs="?", default=2)
+    parser.add_argument("--component-only", action="store_true",
+                        help="only the saturated component runs, with their CPU per process "
+                             "(no raw baseline, no paced run)")
+    args = parser.parse_args()
+    n, rounds = args.n, args.rounds
+    if args.component_only:
+        runs = [component_rate(n) for _ in range(rounds)]
+        work = {  # CPU per process per run, without the publisher's fixed start-up cost
+            "component": [c["cpu_s"]["component"] for c in runs],
+            "subscriber": [c["cpu_s"]["subscriber"] for c in runs],
+            "publisher": [round(c["cpu_s"]["publisher"] - c["cpu_s"]["publisher_start"], 3)
+                          for c in runs],
+            "redis": [c["cpu_s"]["redis"] for c in runs],
+        }
+        print(json.dumps({
+            "n": n,
+            "load_avg": os.getloadavg(),
+            "component_pubs_per_s": [round(c["rate"]) for c in runs],
+            "cpu_s_mean": {k: round(statistics.mean(v), 3) for k, v in work.items()},
+            "cpu_s_total_mean": round(sum(statistics.mean(v) for v in work.values()), 3),
+            "cpu_s": [c["cpu_s"] for c in runs],
+            "gaps_repaired": [[c["gaps"], c["repaired"]] for c in runs],
+            "delivered": [c["delivered"] for c in runs],
+        }, indent=2))
+        return
+    load_before = os.getloadavg()
     # interleaved rounds, best of each: the machine is shared and its load drifts
     raws, comps = [], []
     for _ in range(rounds):
         raws.append(raw_rate(n))
         comps.append(component_rate(n))
-    raw = max(raws)
+    raw = max(r["rate"] for r in raws)
     comp = max(comps, key=lambda c: c["rate"])
     # latency at a fixed rate well below capacity (saturated latency is only queueing)
     paced = component_rate(LATENCY_COUNT, rate=LATENCY_RATE, batch=LATENCY_BATCH)
     print(json.dumps({
         "n": n,
         "rounds": rounds,
+        "load_avg_before_after": [load_before, os.getloadavg()],
         "raw_one_per_transfer_msgs_per_s": round(raw),
         "component_delivered_pubs_per_s": round(comp["rate"]),
         "ratio": round(comp["rate"] / raw, 2),
-        "all_raw": [round(r) for r in raws],
+        "all_raw": [round(r["rate"]) for r in raws],
         "all_component": [round(c["rate"]) for c in comps],
-        "ratio_per_round": [round(c["rate"] / r, 2) for r, c in zip(raws, comps, strict=True)],
+        "ratio_per_round": [
+            round(c["rate"] / r["rate"], 2) for r, c in zip(raws, comps, strict=True)
+        ],
+        "cpu_s_raw": [r["cpu_s"] for r in raws],
+        "cpu_s_component": [c["cpu_s"] for c in comps],
         "saturated_p50_ms": round(comp["p50_ms"], 1),
         "saturated_p99_ms": round(comp["p99_ms"], 1),
         "delivered": comp["delivered"],
