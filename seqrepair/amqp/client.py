@@ -286,6 +286,11 @@ class Subscriber(SubscriberRunner):
 
     def on_message(self, event: Any) -> None:
         now = self.clock()
+        delivery = event.delivery
+        if delivery.settled:  # sent pre-settled (the component's frames): only free it here
+            delivery.settle()
+        else:  # a peer that waits for an outcome: the frame is taken (repair covers the rest)
+            self.accept(delivery)
         try:
             decoded = self.decoder.decode(event.message)
         except SeqRepairError as exc:

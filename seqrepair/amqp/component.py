@@ -32,9 +32,9 @@ from typing import Any
 
 import attrs
 import structlog
-from proton import Condition, Data, Delivery, Endpoint, Message, symbol
+from proton import Condition, Data, Delivery, Endpoint, Link, Message, symbol
 from proton.handlers import MessagingHandler
-from proton.reactor import Container
+from proton.reactor import AtMostOnce, Container
 
 from seqrepair.amqp.codec import Decoder, encode
 from seqrepair.amqp.errors import (
@@ -326,6 +326,10 @@ class Component(MessagingHandler):
     # --- attaching ----------------------------------------------------------------------
 
     def _open_subscriber(self, sender: Any) -> None:
+        # frames go pre-settled (at most once): the link numbers and repair make delivery
+        # reliable, and nobody would act on a disposition; an unsettled delivery would stay
+        # in proton's memory on both ends for the life of the link
+        sender.snd_settle_mode = Link.SND_SETTLED
         address = sender.remote_source.address
         sender.source.address = address
         if not address:
@@ -635,7 +639,7 @@ class Component(MessagingHandler):
         key = (conn.seqrepair_id, f"{target}\0{cookie!r}")
         route = self.routes.get(key)
         if route is None:
-            sender = self.container.create_sender(conn, target=str(target))
+            sender = self.container.create_sender(conn, target=str(target), options=AtMostOnce())
             route = ResponseRoute(
                 Entitlement.everything(), self.config.max_batch, self.source_bits,
                 sender=sender, cookie=cookie,

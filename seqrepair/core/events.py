@@ -12,7 +12,7 @@ import attrs
 from seqrepair.core.messages import GapRequest, Publication, SourceGapRequest
 
 
-@attrs.frozen(hash=False)
+@attrs.frozen
 class Delivered:
     """Hand ``publication`` to the application: in order, exactly once."""
 
@@ -26,7 +26,7 @@ class RequestGap:
     request: GapRequest
 
 
-@attrs.frozen(hash=False)
+@attrs.frozen
 class RequestSourceGap:
     """Ask the component to replay by source ("last-ditch" repair, XEP-0040 §2.4)."""
 
@@ -56,8 +56,8 @@ class LinkReset:
     recovered by the source-level request that follows.
     """
 
-    previous_expected: int | None
-    abandoned: int
+    previous_expected: int | None = None
+    abandoned: int = 0
 
 
 @attrs.frozen

@@ -147,10 +147,10 @@ class ImageCache:
         item = self._items.get(topic) if isinstance(topic, str) else None
         return None if item is None else item.image()
 
-    def items(self) -> Iterator[tuple[str, Mapping[str, Any]]]:
-        """``(topic, fields)`` for every item, in topic order."""
-        for topic in sorted(self._items):
-            yield topic, MappingProxyType(self._items[topic].fields)
+    def items(self) -> list[tuple[str, Mapping[str, Any]]]:
+        """``(topic, fields)`` for every item, in topic order (fields read-only)."""
+        items = self._items
+        return [(topic, MappingProxyType(items[topic].fields)) for topic in sorted(items)]
 
     def snapshot(self) -> dict[str, dict[str, Any]]:
         """A plain, independent ``{topic: {field: value}}`` copy, for comparisons."""

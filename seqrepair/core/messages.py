@@ -37,14 +37,18 @@ class PublishType(enum.Enum):
         """Read a publish type from its name; ``add`` means image. Unknown names raise."""
         if isinstance(value, PublishType):
             return value
+        return cls(value)
+
+    @classmethod
+    def _missing_(cls, value: object) -> PublishType:
+        # PublishType("add"), PublishType(" Update "): what parse() promises, for the enum call
         if isinstance(value, str):
             name = value.strip().lower()
             if name == "add":
                 return cls.IMAGE
-            try:
-                return cls(name)
-            except ValueError:
-                pass
+            for member in cls:
+                if member.value == name:
+                    return member
         raise UnknownPublishTypeError(
             f"unknown publish type {value!r}",
             expected=[t.value for t in cls] + ["add"],
@@ -61,6 +65,18 @@ def _nonempty_str(instance: object, attribute: attrs.Attribute[Any], value: obje
         raise InvalidMessageError(
             f"{type(instance).__name__}.{attribute.name} must be a non-empty string",
             expected="non-empty str",
+            got=value,
+        )
+
+
+def _topic(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    _nonempty_str(instance, attribute, value)
+    topic = str(value)
+    if ("*" in topic or "#" in topic) and {"*", "#"} & set(topic.split("/")):
+        raise InvalidMessageError(
+            f"{type(instance).__name__}.{attribute.name} names one item; {value!r} is a topic "
+            "pattern (the wildcards * and # are for subscriptions)",
+            expected="a topic without wildcard words",
             got=value,
         )
 
@@ -146,18 +162,20 @@ def _source_numbers(value: object) -> Mapping[str, int]:
     return MappingProxyType(dict(value))
 
 
-@attrs.frozen(hash=False)
+@attrs.frozen
 class Publication:
     """One publish element: an item's topic, the source that published it and its fields.
 
     In ``fields`` a value of ``None`` is an explicit null; an absent key is "not sent".
+    ``ptype`` defaults to update (XEP-0040 §3.1). Publications compare by value and hash by
+    everything but ``fields`` (equal publications still hash equal).
     """
 
-    topic: str = attrs.field(validator=_nonempty_str)
+    topic: str = attrs.field(validator=_topic)
     source: str = attrs.field(validator=_nonempty_str)
     source_seq: int = attrs.field(validator=_int_in(1, _MAX_WIRE))
-    ptype: PublishType = attrs.field(converter=_publish_type)
-    fields: Mapping[str, Any] = attrs.field(factory=dict, converter=_freeze_fields)
+    ptype: PublishType = attrs.field(default=PublishType.UPDATE, converter=_publish_type)
+    fields: Mapping[str, Any] = attrs.field(factory=dict, converter=_freeze_fields, hash=False)
     link_seq: int | None = attrs.field(default=None, validator=_optional(_int_in(0, _MAX_WIRE)))
     permtoken: str | None = attrs.field(default=None, validator=_optional(_nonempty_str))
     timestamp: float | None = attrs.field(default=None, validator=_optional(_timestamp))
@@ -212,6 +230,9 @@ class SourceGapRequest:
 
     after: Mapping[str, int] = attrs.field(converter=_source_numbers)
 
+    def __hash__(self) -> int:
+        return hash(frozenset(self.after.items()))
+
 
 GapErrorReason = Literal["context-lost", "refused", "trimmed"]
 GAP_ERROR_REASONS: tuple[GapErrorReason, ...] = ("context-lost", "refused", "trimmed")
@@ -224,7 +245,7 @@ def _reason(_instance: object, _attribute: object, value: object) -> None:
         )
 
 
-@attrs.frozen(hash=False)
+@attrs.frozen
 class GapError:
     """The component cannot (or will not) answer ``request``."""
 
@@ -245,6 +266,9 @@ class ReplayComplete:
         default=None, validator=_optional(_instance_of(SourceGapRequest))
     )
     """The request answered, when the transport can say (a stale answer is then ignored)."""
+
+    def __hash__(self) -> int:
+        return hash((frozenset(self.through.items()), self.request))
 
 
 Frame = Publication | Heartbeat | GapError | ReplayComplete

@@ -14,8 +14,8 @@ from typing import Any
 
 import attrs
 
-from seqrepair.core.config import non_negative_int, positive_number
-from seqrepair.core.errors import InvalidConfigError
+from seqrepair.core.config import check_now, non_negative_int, positive_number
+from seqrepair.core.errors import InvalidConfigError, InvalidMessageError
 from seqrepair.core.messages import Heartbeat, Publication, PublishType
 from seqrepair.core.sequence import RESET, SequenceSpace
 
@@ -106,6 +106,8 @@ class LinkSequencer:
         return SequenceSpace(self.bits)
 
     def _take(self, now: float) -> int:
+        if type(now) is not float or now != now:  # the cheap test first: this is per frame
+            now = check_now(now)
         wire = self._next_wire
         self._next_wire = self.space.next(wire)
         self.absolute += 1
@@ -114,6 +116,10 @@ class LinkSequencer:
 
     def stamp(self, publication: Publication, now: float) -> Publication:
         """``publication`` with the next link number; resets the heartbeat timer."""
+        if type(publication) is not Publication:
+            raise InvalidMessageError(
+                "a link stamps publications", expected="Publication", got=type(publication).__name__
+            )
         return publication.with_link(self._take(now))
 
     def heartbeat(self, now: float) -> Heartbeat:
@@ -122,6 +128,7 @@ class LinkSequencer:
 
     def poll(self, now: float) -> Heartbeat | None:
         """A heartbeat when the link has been idle for an interval, else None."""
+        now = check_now(now)
         if self._last_sent is None:
             self._last_sent = now
             return None

@@ -30,7 +30,7 @@ import random
 
 import attrs
 
-from seqrepair.core.config import non_negative_number, positive_int, positive_number
+from seqrepair.core.config import check_now, non_negative_number, positive_int, positive_number
 from seqrepair.core.errors import InvalidConfigError, InvalidMessageError
 from seqrepair.core.events import (
     BufferOverflow,
@@ -84,6 +84,11 @@ class StubStats:
     stray_dropped: int = 0
     max_buffered: int = 0
 
+    @property
+    def repaired(self) -> int:
+        """Link numbers repaired, by link range or by source replay."""
+        return self.link_repaired + self.source_repaired
+
 
 @attrs.define(on_setattr=attrs.setters.NO_OP)
 class _SourceRepair:
@@ -93,7 +98,19 @@ class _SourceRepair:
     cover_through: int  # link numbers up to here are covered once the replay completes
     hold: bool  # deliver nothing from the link until the replay completes (after a reset)
     attempts: int
-    next_at: float
+    next_at: float | None  # None: sent by the application (resume_point), timed from next poll
+
+
+def _answers(complete: ReplayComplete, request: SourceGapRequest) -> bool:
+    """Can ``complete`` end the replay asked for by ``request``?
+
+    When the transport names the request, it must be this one. Otherwise an answer that stops
+    short of a source's ``after`` (a late copy of an earlier answer) cannot be for it.
+    """
+    if complete.request is not None:
+        return complete.request == request
+    through = complete.through
+    return all(through.get(name, seq) >= seq for name, seq in request.after.items())
 
 
 def _policy(value: OverduePolicy | str) -> OverduePolicy:
@@ -206,6 +223,7 @@ class SubscriberStub:
         while no later frame of the new context has arrived, an in-band frame 0 is taken as
         this reset's frame rather than as another reset.
         """
+        now = check_now(now)
         events: list[Event] = []
         self._events = events
         self._last_frame_at = now
@@ -216,15 +234,31 @@ class SubscriberStub:
         return events
 
     def resume_point(self) -> SourceGapRequest:
-        """What a (re)attaching subscriber sends first: the last delivered number per source."""
-        return SourceGapRequest(after=self._last_delivered)
+        """What a (re)attaching subscriber sends first: the last delivered number per source.
+
+        Send it: the stub now expects the replay that answers it (delivered as it comes, the
+        closing ``ReplayComplete`` covering the link numbers missing now), and retries it from
+        :meth:`poll` if no answer comes, like a source request of its own.
+        """
+        request = SourceGapRequest(after=self._last_delivered)
+        previous = self._source
+        self._source = _SourceRepair(
+            request=request,
+            cover_through=self._highest,
+            hold=previous is not None and previous.hold,
+            attempts=1,
+            next_at=None,
+        )
+        self._stats.source_requests_sent += 1
+        return request
 
     @property
     def next_deadline(self) -> float | None:
         """When :meth:`poll` has work to do next, or None if nothing is timed."""
         deadlines = [self._overdue_at, self._gaps.next_deadline()]
         if self._source is not None:
-            deadlines.append(self._source.next_at)
+            next_at = self._source.next_at
+            deadlines.append(self._last_frame_at if next_at is None else next_at)
         timed = [d for d in deadlines if d is not None]
         return min(timed) if timed else None
 
@@ -235,6 +269,8 @@ class SubscriberStub:
         is not a seqrepair frame or whose link number is outside the space; the stub's state is
         then unchanged.
         """
+        if type(now) is not float or now != now:  # NaN would silence every deadline
+            now = check_now(now)
         expected = self._expected_wire
         if (
             type(frame) is Publication
@@ -299,6 +335,7 @@ class SubscriberStub:
         Call it once when the link is attached (that starts the heartbeat watch even if no
         frame ever arrives), then whenever ``now`` reaches :attr:`next_deadline`.
         """
+        now = check_now(now)
         events: list[Event] = []
         self._events = events
         if self._last_frame_at is None:
@@ -306,8 +343,12 @@ class SubscriberStub:
             self._overdue_at = now + self._silence_limit
         elif self._overdue_at is not None and now >= self._overdue_at:
             self._on_overdue(now)
-        if self._source is not None and now >= self._source.next_at:
-            self._retry_source_request(now)
+        source = self._source
+        if source is not None:
+            if source.next_at is None:
+                source.next_at = now + self._retry_wait(source.attempts)
+            elif now >= source.next_at:
+                self._retry_source_request(now)
         requests, give_ups = self._gaps.due(now, below=self._expected + self.max_buffer)
         for give_up in give_ups:
             self._unrecoverable_link(give_up.start, give_up.end, "give-up")
@@ -423,7 +464,8 @@ class SubscriberStub:
             else:
                 self._consume(frame)  # the replay has released the context already
             return
-        if frame == self._reset_frame:
+        if self._highest == 0 and frame == self._reset_frame:
+            # a copy of this context's frame 0; once the context has moved on, a 0 is a new reset
             self._stats.duplicates += 1
             return
         self._new_context(frame, now)
@@ -475,8 +517,9 @@ class SubscriberStub:
             self._abandon_source_repair("give-up")
             return
         source.attempts += 1
+        # The cover point stays the first attempt's: requests with the same ``after`` are equal,
+        # so an answer may be to an earlier attempt, made before the newer frames went missing.
         source.request = SourceGapRequest(after=self._last_delivered)
-        source.cover_through = self._highest
         source.next_at = now + self._retry_wait(source.attempts)
         self._stats.source_requests_sent += 1
         self._events.append(RequestSourceGap(source.request))
@@ -492,7 +535,7 @@ class SubscriberStub:
 
     def _on_replay_complete(self, complete: ReplayComplete, now: float) -> None:
         source = self._source
-        if source is None or (complete.request is not None and complete.request != source.request):
+        if source is None or not _answers(complete, source.request):
             self._stats.stray_dropped += 1
             return
         self._finish_source_repair(source, now)

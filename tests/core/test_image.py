@@ -391,3 +391,12 @@ def test_an_image_erases_all_history(
         corrected=frozenset(),
         field_seq=dict.fromkeys(image, ("feed.c", 1)),
     )
+
+
+def test_items_is_a_list_that_can_be_measured_and_read_twice() -> None:
+    cache = cache_of(pub("image", {"a": 1}, topic="/b"), pub("image", {"a": None}, topic="/a"))
+    items = cache.items()
+    assert len(items) == 2
+    assert [(topic, dict(fields)) for topic, fields in items] == [("/a", {"a": None}),
+                                                                  ("/b", {"a": 1})]
+    assert dict(items) == dict(cache.items())

@@ -100,3 +100,48 @@ def test_gap_error_names_its_request():
     error = GapError(reason="trimmed", request=request)
     assert error.request == SourceGapRequest(after={"feed.b": 211234, "feed.a": 56737})
     assert ReplayComplete(through={"feed.a": 57001}).through["feed.a"] == 57001
+
+
+@pytest.mark.parametrize(("name", "expected"), [
+    ("add", PublishType.IMAGE), ("Update", PublishType.UPDATE), (" drop ", PublishType.DROP),
+    ("image", PublishType.IMAGE),
+])
+def test_the_enum_reads_publish_type_names_like_parse(name, expected):
+    assert PublishType(name) is expected
+    assert PublishType.parse(name) is expected
+
+
+@pytest.mark.parametrize("name", ["bogus", "", 3, None])
+def test_an_unknown_publish_type_is_a_typed_error(name):
+    with pytest.raises(UnknownPublishTypeError) as info:
+        PublishType(name)
+    assert isinstance(info.value, SeqRepairError)
+    assert info.value.got == name
+    with pytest.raises(UnknownPublishTypeError):
+        PublishType.parse(name)
+
+
+def test_publish_type_defaults_to_update():
+    assert Publication("/a", "feed.a", 1).ptype is PublishType.UPDATE
+
+
+@pytest.mark.parametrize("topic", ["/weather/#", "/weather/*/LEMD", "#"])
+def test_a_publication_topic_is_an_item_not_a_pattern(topic):
+    with pytest.raises(InvalidMessageError, match="pattern"):
+        publication(topic=topic)
+
+
+def test_a_wildcard_character_inside_a_word_is_just_a_character():
+    assert publication(topic="/fx/EUR#USD").topic == "/fx/EUR#USD"
+
+
+def test_messages_are_hashable_and_equal_ones_hash_alike():
+    a, b = publication(), publication()
+    assert a == b
+    assert hash(a) == hash(b)
+    assert len({a, b, publication(source_seq=8)}) == 2
+    assert hash(SourceGapRequest({"feed.a": 3})) == hash(SourceGapRequest({"feed.a": 3}))
+    complete = ReplayComplete(through={"feed.a": 3}, request=SourceGapRequest({"feed.a": 1}))
+    assert hash(complete) == hash(ReplayComplete({"feed.a": 3}, SourceGapRequest({"feed.a": 1})))
+    assert len({GapError("refused", SourceGapRequest({"a": 1})),
+                GapError("refused", SourceGapRequest({"a": 1}))}) == 1

@@ -80,3 +80,23 @@ def test_heartbeat_interval_must_be_positive(interval):
 def test_source_name_must_be_a_non_empty_string(source):
     with pytest.raises(InvalidConfigError):
         SourceSequencer(source=source)
+
+
+def test_a_link_stamps_only_publications_and_a_bad_one_consumes_no_number():
+    link = LinkSequencer(bits=8)
+    with pytest.raises(InvalidMessageError):
+        link.stamp("not a publication", 0.0)
+    pub = SourceSequencer(source="feed.a").stamp("/a", {}, PublishType.UPDATE)
+    assert link.stamp(pub, 0.0).link_seq == 1
+
+
+@pytest.mark.parametrize("now", ["soon", float("nan"), None])
+def test_a_bad_now_is_a_typed_error_and_consumes_no_number(now):
+    link = LinkSequencer(bits=8, heartbeat_interval=1.0)
+    pub = SourceSequencer(source="feed.a").stamp("/a", {}, PublishType.UPDATE)
+    with pytest.raises(InvalidConfigError):
+        link.stamp(pub, now)
+    with pytest.raises(InvalidConfigError):
+        link.poll(now)
+    assert link.poll(0.0) is None
+    assert link.poll(1.0) == Heartbeat(link_seq=1, timestamp=1.0)

@@ -377,3 +377,125 @@ def test_a_gap_error_with_numbers_outside_the_space_is_rejected():
     with pytest.raises(InvalidSequenceError):
         stub.receive(GapError("refused", GapRequest(2, 99)), now=0.0)
     assert stub.stats.unrecoverable == 0
+
+
+# ---------------------------------------------------------------- found in review
+
+
+def test_stats_repaired_counts_link_and_source_repairs():
+    stub = make()
+    stub.receive(pub(1, 1), now=0.0)
+    stub.receive(pub(3, 3), now=0.0)
+    stub.poll(now=1.0)
+    stub.receive(pub(2, 2, retransmit=True), now=1.1)
+    stats = stub.stats
+    assert (stats.link_repaired, stats.source_repaired, stats.repaired) == (1, 0, 1)
+
+
+def test_a_second_reset_with_an_identical_frame_zero_is_a_new_reset():
+    stub = make()
+    stub.receive(pub(1, 1), now=0.0)
+    stub.receive(Heartbeat(link_seq=0), now=1.0)
+    stub.receive(ReplayComplete(through={"feed.a": 1}), now=1.1)
+    stub.receive(pub(1, 2), now=1.2)
+    stub.receive(pub(2, 3), now=1.3)
+    events = stub.receive(Heartbeat(link_seq=0), now=2.0)  # equal to the first frame 0
+    assert len(of(LinkReset, events)) == 1
+    assert of(RequestSourceGap, events) == [RequestSourceGap(SourceGapRequest({"feed.a": 3}))]
+    held = [stub.receive(pub(n, 3 + n), now=2.1) for n in (1, 2, 3)]
+    assert [delivered(e) for e in held] == [[], [], []]
+    events = stub.receive(ReplayComplete(through={"feed.a": 3}), now=2.2)
+    assert delivered(events) == [("feed.a", 4), ("feed.a", 5), ("feed.a", 6)]
+
+
+def test_a_copy_of_the_reset_frame_before_the_context_moves_on_is_a_duplicate():
+    stub = make()
+    stub.receive(pub(1, 1), now=0.0)
+    stub.receive(Heartbeat(link_seq=0), now=1.0)
+    assert stub.receive(Heartbeat(link_seq=0), now=1.0) == []
+    assert stub.stats.resets == 1
+
+
+def test_the_replay_answering_resume_point_is_delivered():
+    stub = make()
+    for n in (1, 2, 3):
+        stub.receive(pub(n, n), now=0.0)
+    assert stub.resume_point() == SourceGapRequest(after={"feed.a": 3})
+    assert delivered(stub.receive(replayed(4), now=5.0)) == [("feed.a", 4)]
+    assert delivered(stub.receive(replayed(5), now=5.0)) == [("feed.a", 5)]
+    assert stub.receive(ReplayComplete(through={"feed.a": 5}), now=5.0) == []
+    assert stub.stats.stray_dropped == 0
+    # the component then starts the new link context at 0
+    events = stub.receive(pub(0, 6), now=5.1)
+    assert of(RequestSourceGap, events) == [RequestSourceGap(SourceGapRequest({"feed.a": 5}))]
+    stub.receive(pub(1, 7), now=5.1)
+    events = stub.receive(ReplayComplete(through={"feed.a": 7}), now=5.2)
+    assert delivered(events) == [("feed.a", 6), ("feed.a", 7)]
+
+
+def test_an_unanswered_resume_point_is_retried_from_poll():
+    stub = make(retry_interval=0.5)
+    stub.receive(pub(1, 1), now=0.0)
+    stub.resume_point()
+    assert stub.next_deadline == 0.0  # poll now: that starts the retry timer
+    assert of(RequestSourceGap, stub.poll(now=0.0)) == []
+    retry = of(RequestSourceGap, stub.poll(now=stub.next_deadline))
+    assert retry == [RequestSourceGap(SourceGapRequest({"feed.a": 1}))]
+
+
+def test_a_retried_source_request_covers_only_what_was_missing_at_the_first_attempt():
+    stub = make(retry_interval=0.1)
+    stub.receive(pub(1, 1), now=0.0)
+    stub.receive(pub(3, 3), now=0.0)
+    stub.poll(now=0.1)  # asks for link 2
+    stub.receive(GapError("context-lost", GapRequest(2, 2)), now=0.12)  # -> source request
+    stub.receive(pub(5, 5), now=0.13)  # link 4 (feed.a 4) goes missing after the request
+    while not of(RequestSourceGap, stub.poll(now=stub.next_deadline)):
+        pass  # until the source request is retried
+    # the (slow) answer to the first attempt: it replayed through feed.a 3, not 4
+    stub.receive(replayed(2), now=0.5)
+    stub.receive(ReplayComplete(through={"feed.a": 3}), now=0.5)
+    # link 4 is still a gap of its own: asked for, repaired, delivered
+    asked = []
+    while not asked:
+        asked = of(RequestGap, stub.poll(now=stub.next_deadline))
+    assert asked == [RequestGap(GapRequest(4, 4))]
+    events = stub.receive(pub(4, 4, retransmit=True), now=2.0)
+    assert delivered(events) == [("feed.a", 4), ("feed.a", 5)]
+
+
+def test_a_late_copy_of_an_earlier_replay_does_not_end_a_newer_one():
+    stub = make()
+    stub.receive(pub(1, 1), now=0.0)
+    stub.receive(pub(3, 3), now=0.0)
+    stub.poll(now=0.1)
+    stub.receive(GapError("context-lost", GapRequest(2, 2)), now=0.12)
+    first_answer = [replayed(2), replayed(3), ReplayComplete(through={"feed.a": 3})]
+    for frame in first_answer:
+        stub.receive(frame, now=0.13)
+    stub.receive(pub(4, 4), now=0.14)
+    stub.receive(pub(6, 6), now=0.15)  # link 5 lost
+    stub.poll(now=0.25)
+    events = stub.receive(GapError("context-lost", GapRequest(5, 5)), now=0.26)
+    assert of(RequestSourceGap, events) == [RequestSourceGap(SourceGapRequest({"feed.a": 4}))]
+    for frame in first_answer:  # a duplicate of the first answer, late on the wire
+        assert delivered(stub.receive(frame, now=0.27)) == []
+    events = stub.receive(replayed(5), now=0.3)
+    assert delivered(events) == [("feed.a", 5)]
+    events = stub.receive(ReplayComplete(through={"feed.a": 6}), now=0.3)
+    assert delivered(events) == [("feed.a", 6)]
+
+
+@pytest.mark.parametrize("now", ["soon", float("nan"), None, True])
+def test_a_bad_now_is_a_typed_error_and_changes_nothing(now):
+    stub = make()
+    stub.receive(pub(1, 1), now=0.0)
+    before = (stub.stats, stub.expected_link_seq, stub.next_deadline)
+    with pytest.raises(InvalidConfigError):
+        stub.receive(pub(2, 2), now=now)
+    with pytest.raises(InvalidConfigError):
+        stub.poll(now=now)
+    with pytest.raises(InvalidConfigError):
+        stub.link_reset(now=now)
+    assert (stub.stats, stub.expected_link_seq, stub.next_deadline) == before
+    assert delivered(stub.receive(pub(2, 2), now=1)) == [("feed.a", 2)]  # an int is fine

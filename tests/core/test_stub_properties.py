@@ -45,6 +45,8 @@ conditions = st.builds(
     duplicate=st.floats(0.0, 0.2),
     reorder=st.floats(0.0, 0.5),
     request_loss=st.floats(0.0, 0.3),
+    # up to past the stub's retry interval (0.2 s): answers to an earlier attempt arrive late
+    latency=st.floats(0.001, 0.5),
 )
 
 
