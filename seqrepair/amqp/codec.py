@@ -185,6 +185,8 @@ def encode(obj: Decoded) -> Message:
             props["link_to"] = ulong(obj.request.link_to)
         elif isinstance(obj.request, SourceGapRequest):
             body = _ulongs(obj.request.after)
+            if obj.trimmed_through is not None:
+                body = [body, _ulongs(obj.trimmed_through)]
         return Message(body=body, properties=props)
     if isinstance(obj, ReplayComplete):
         answered = obj.request
@@ -471,15 +473,25 @@ class Decoder:
                         got=reason,
                     )
                 request: GapRequest | SourceGapRequest | None = None
+                trimmed: dict[str, int] | None = None
                 if props.get("link_from") is not None:
                     request = GapRequest(
                         link_from=_int(props.get("link_from"), "link_from", low=1),
                         link_to=_int(props.get("link_to"), "link_to", low=1),
                     )
                 elif body is not None:
+                    if isinstance(body, list):  # [after, trimmed_through]
+                        if len(body) != 2:
+                            raise MalformedMessageError(
+                                "GAP-ERROR body is a map or [after, trimmed_through]", got=body
+                            )
+                        body, trimmed_body = body
+                        trimmed = _source_numbers(trimmed_body, "trimmed_through")
                     request = SourceGapRequest(after=_source_numbers(body, "after"))
                 detail = props.get("detail", "")
-                return GapError(reason, request, str(detail) if detail is not None else "")
+                return GapError(
+                    reason, request, str(detail) if detail is not None else "", trimmed
+                )
             if mtype is MessageType.CAPABILITIES:
                 if body is None:
                     return CapabilitiesRequest()

@@ -247,7 +247,12 @@ def _reason(_instance: object, _attribute: object, value: object) -> None:
 
 @attrs.frozen
 class GapError:
-    """The component cannot (or will not) answer ``request``."""
+    """The component cannot (or will not) answer ``request``.
+
+    ``trimmed_through`` (reason "trimmed", source requests): per source, the last number
+    retention removed. What follows it is still journaled; a subscriber reports the loss and
+    asks again from there rather than giving up on the rest.
+    """
 
     reason: GapErrorReason = attrs.field(validator=_reason)
     request: GapRequest | SourceGapRequest | None = attrs.field(
@@ -255,6 +260,9 @@ class GapError:
         validator=_optional(_instance_of(GapRequest, SourceGapRequest)),
     )
     detail: str = attrs.field(default="", validator=_instance_of(str))
+    trimmed_through: Mapping[str, int] | None = attrs.field(
+        default=None, converter=attrs.converters.optional(_source_numbers), hash=False
+    )
 
 
 @attrs.frozen(hash=False)

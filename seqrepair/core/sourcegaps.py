@@ -46,6 +46,7 @@ No I/O, no clock: ``receive(frame, now)`` and ``poll(now)`` return events;
 from __future__ import annotations
 
 import heapq
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -372,7 +373,26 @@ class SourceGapDetector:
         if error.reason == "context-lost":
             outstanding.next_at = now  # the journal never loses context: just ask again
             return
+        trimmed = error.trimmed_through
+        if error.reason == "trimmed" and trimmed and self._skip_trimmed(trimmed, now):
+            return
         self._abandon(error.reason, outstanding.request, now)
+
+    def _skip_trimmed(self, trimmed_through: Mapping[str, int], now: float) -> bool:
+        """Report the sources retention trimmed past what was delivered, move them past the
+        trimmed numbers and ask again for what the journal still holds after them."""
+        moved = False
+        for name, through in sorted(trimmed_through.items()):
+            state = self._sources.get(name)
+            if state is None or through <= state.delivered:
+                continue
+            self._events.append(Unrecoverable(source=name, after=state.delivered, reason="trimmed"))
+            self._skip_to(state, through, answered=False)
+            self._mark_gap(state, now)
+            moved = True
+        if moved:
+            self._send_request(now, 1, probe=False)
+        return moved
 
     def _abandon(self, reason: str, request: SourceGapRequest, now: float) -> None:
         """Report the gapped sources unrecoverable and move past their gaps."""

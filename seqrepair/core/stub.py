@@ -14,6 +14,9 @@ When the component has lost the link context (``GapError("context-lost")``) or t
 (a frame numbered 0), the stub asks for everything after the last source number it delivered
 per source; replayed publications are delivered as they come and the closing
 ``ReplayComplete`` covers every link number that was missing when the request went out.
+A replay that reaches into numbers retention trimmed is answered ``GapError("trimmed")`` naming
+how far each source was trimmed; the stub reports those sources ``Unrecoverable`` and asks again
+after the trimmed numbers, so what the journal still holds is delivered.
 An adapter that learns of a reset out of band (a component announces a new link context when
 the link attaches) calls ``link_reset(now)``; the in-band frame 0 is then optional.
 Delivery dedupes by source as well as by link: a publication whose source number is at or below
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import enum
 import random
+from collections.abc import Mapping
 
 import attrs
 
@@ -83,6 +87,7 @@ class StubStats:
     overflow_dropped: int = 0
     stray_dropped: int = 0
     max_buffered: int = 0
+    sources_trimmed: int = 0  # replays that found part of a source's journal trimmed
 
     @property
     def repaired(self) -> int:
@@ -166,6 +171,8 @@ class SubscriberStub:
     # a reset was announced out of band (link_reset) and its in-band frame 0 has not come yet
     _reset_announced: bool = attrs.field(init=False, default=False)
     _last_delivered: dict[str, int] = attrs.field(init=False, factory=dict)
+    # per source, numbers retention trimmed before they could be replayed: ask after them
+    _replay_floor: dict[str, int] = attrs.field(init=False, factory=dict)
     _source: _SourceRepair | None = attrs.field(init=False, default=None)
     _last_frame_at: float | None = attrs.field(init=False, default=None)
     _overdue_at: float | None = attrs.field(init=False, default=None)
@@ -240,7 +247,7 @@ class SubscriberStub:
         closing ``ReplayComplete`` covering the link numbers missing now), and retries it from
         :meth:`poll` if no answer comes, like a source request of its own.
         """
-        request = SourceGapRequest(after=self._last_delivered)
+        request = SourceGapRequest(after=self._resume_after())
         previous = self._source
         self._source = _SourceRepair(
             request=request,
@@ -494,7 +501,7 @@ class SubscriberStub:
 
         The answer covers every link number missing now: all were sent before the request.
         """
-        request = SourceGapRequest(after=self._last_delivered)
+        request = SourceGapRequest(after=self._resume_after())
         previous = self._source
         self._source = _SourceRepair(
             request=request,
@@ -505,6 +512,45 @@ class SubscriberStub:
         )
         self._stats.source_requests_sent += 1
         self._events.append(RequestSourceGap(request))
+
+    def _resume_after(self) -> dict[str, int]:
+        """Where a replay should start per source: after the last delivered number, or after
+        what retention trimmed when that is further."""
+        after = dict(self._last_delivered)
+        for name, floor in list(self._replay_floor.items()):
+            if floor > after.get(name, 0):
+                after[name] = floor
+            else:
+                del self._replay_floor[name]
+        return after
+
+    def _skip_trimmed(self, trimmed_through: Mapping[str, int], now: float) -> bool:
+        """Report the sources whose requested numbers were trimmed and ask again after them.
+
+        False when the answer names nothing beyond what was asked: no progress is possible,
+        the caller gives up as for any other refusal.
+        """
+        source = self._source
+        assert source is not None
+        after = source.request.after
+        lost = {
+            name: through
+            for name, through in sorted(trimmed_through.items())
+            if through > after.get(name, 0)
+        }
+        if not lost:
+            return False
+        for name, through in lost.items():
+            last = self._last_delivered.get(name, after.get(name))
+            self._events.append(Unrecoverable(source=name, after=last, reason="trimmed"))
+            self._replay_floor[name] = through
+            self._stats.sources_trimmed += 1
+        source.request = SourceGapRequest(after=self._resume_after())
+        source.attempts = 1
+        source.next_at = now + self._retry_wait(1)
+        self._stats.source_requests_sent += 1
+        self._events.append(RequestSourceGap(source.request))
+        return True
 
     def _retry_wait(self, attempts: int) -> float:
         wait = self.retry_interval * self.backoff ** (attempts - 1)
@@ -519,7 +565,7 @@ class SubscriberStub:
         source.attempts += 1
         # The cover point stays the first attempt's: requests with the same ``after`` are equal,
         # so an answer may be to an earlier attempt, made before the newer frames went missing.
-        source.request = SourceGapRequest(after=self._last_delivered)
+        source.request = SourceGapRequest(after=self._resume_after())
         source.next_at = now + self._retry_wait(source.attempts)
         self._stats.source_requests_sent += 1
         self._events.append(RequestSourceGap(source.request))
@@ -568,6 +614,9 @@ class SubscriberStub:
         if isinstance(request, SourceGapRequest) or (request is None and self._source):
             if self._source is None or (request is not None and request != self._source.request):
                 self._stats.stray_dropped += 1
+                return
+            trimmed = error.trimmed_through
+            if error.reason == "trimmed" and trimmed and self._skip_trimmed(trimmed, now):
                 return
             self._abandon_source_repair(error.reason)
             return

@@ -114,7 +114,9 @@ class Replay:
                 log.warning(
                     "gapfill.trimmed_during_replay", link=self.link.link_id, source=seg.source
                 )
-                yield GapError("trimmed", self.request, exc.message)
+                yield GapError(
+                    "trimmed", self.request, exc.message, {seg.source: exc.trimmed_through}
+                )
                 return
         log.info("gapfill.replayed", link=self.link.link_id, sent=self.sent, filtered=self.filtered)
         yield ReplayComplete(through=self.through, request=self.request)
@@ -228,6 +230,7 @@ class GapFillService:
         marks = self.journal.high_waters(sources)
         segments: list[_Segment] = []
         through: dict[str, int] = {}
+        trimmed_through: dict[str, int] = {}
         for source in sources:
             high_water, trimmed = marks[source]
             listed = source in request.after
@@ -239,11 +242,19 @@ class GapFillService:
                 continue
             if after < trimmed:
                 if listed:
-                    detail = f"{source}: numbers through {trimmed} were trimmed; after={after}"
-                    log.info("gapfill.trimmed", link=link_id, source=source, after=after)
-                    return GapError("trimmed", request, detail)
+                    trimmed_through[source] = trimmed
+                    continue
                 after = trimmed
             segments.append(_Segment(source, after + 1, high_water))
+        if trimmed_through:
+            # One answer names every source that lost numbers; the subscriber reports them and
+            # asks again after these points for what the journal still holds.
+            log.info("gapfill.trimmed", link=link_id, trimmed_through=trimmed_through)
+            detail = ", ".join(
+                f"{source}: numbers after {request.after[source]} through {seq} were trimmed"
+                for source, seq in trimmed_through.items()
+            )
+            return GapError("trimmed", request, detail, trimmed_through)
         replay = Replay(self.journal, link, request, segments, through, self.page_size)
         reason = self.policy.refusal(replay.span, link.budget, now)
         if reason is not None:

@@ -119,6 +119,13 @@ def test_wire_source_seq_is_unwrapped_to_absolute() -> None:
             | st.builds(SourceGapRequest, st.dictionaries(names, st.integers(0, 99))),
             st.text(max_size=10),
         ),
+        st.builds(
+            GapError,
+            st.just("trimmed"),
+            st.builds(SourceGapRequest, st.dictionaries(names, st.integers(0, 99))),
+            st.text(max_size=10),
+            st.dictionaries(names, st.integers(1, 2**64 - 1)),
+        ),
         st.just(CapabilitiesRequest()),
         st.builds(
             SubscriptionState,

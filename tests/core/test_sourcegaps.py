@@ -327,3 +327,20 @@ def test_every_entitled_publication_is_delivered_once_in_source_order(
     assert len(out) == len(set(out)) == len(expected)
     assert det.buffered == 0
     assert det.stats.unrecoverable == 0
+
+
+def test_a_trimmed_answer_reports_the_loss_and_asks_again_after_the_trim_point() -> None:
+    det = SourceGapDetector(nak_delay=0.0)
+    det.receive(pub("a", 1), 0.0)
+    det.receive(pub("a", 50), 0.0)
+    [request] = requests(det.poll(0.0))
+    assert request == SourceGapRequest(after={"a": 1})
+    events = det.receive(GapError("trimmed", request, "gone", {"a": 40}), 0.1)
+    assert [e for e in events if isinstance(e, Unrecoverable)] == [
+        Unrecoverable(source="a", after=1, reason="trimmed")
+    ]
+    assert requests(events) == [SourceGapRequest(after={"a": 40})]
+    assert delivered(events) == []  # 41..49 are still journaled: asked for, not skipped
+    replay = [det.receive(pub("a", n, retransmit=True), 0.2) for n in range(41, 50)]
+    assert [d for e in replay for d in delivered(e)] == [("a", n) for n in range(41, 51)]
+    assert det.last_delivered == {"a": 50}

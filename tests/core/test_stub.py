@@ -499,3 +499,35 @@ def test_a_bad_now_is_a_typed_error_and_changes_nothing(now):
         stub.link_reset(now=now)
     assert (stub.stats, stub.expected_link_seq, stub.next_deadline) == before
     assert delivered(stub.receive(pub(2, 2), now=1)) == [("feed.a", 2)]  # an int is fine
+
+
+def test_a_trimmed_replay_reports_the_loss_and_asks_again_for_what_the_journal_kept():
+    stub = make()
+    stub.receive(pub(1, 10), now=0.0)
+    events = stub.link_reset(now=1.0)  # a new link context: replay after feed.a 10
+    assert of(RequestSourceGap, events) == [RequestSourceGap(SourceGapRequest({"feed.a": 10}))]
+    stub.receive(pub(1, 100), now=1.0)  # live frames of the new context, held
+    events = stub.receive(GapError("trimmed", SourceGapRequest({"feed.a": 10}),
+                                   trimmed_through={"feed.a": 90}), now=1.1)
+    assert of(Unrecoverable, events) == [Unrecoverable(source="feed.a", after=10,
+                                                       reason="trimmed")]
+    assert of(RequestSourceGap, events) == [RequestSourceGap(SourceGapRequest({"feed.a": 90}))]
+    assert delivered(events) == []  # still held: the journal has more to give
+    replay = [stub.receive(replayed(n), now=1.2) for n in range(91, 100)]
+    assert [d for e in replay for d in delivered(e)] == [("feed.a", n) for n in range(91, 100)]
+    events = stub.receive(ReplayComplete(through={"feed.a": 99}), now=1.3)
+    assert delivered(events) == [("feed.a", 100)]
+    assert (stub.stats.sources_trimmed, stub.stats.unrecoverable) == (1, 0)
+
+
+def test_a_trimmed_answer_that_names_no_progress_gives_up_as_before():
+    stub = make()
+    stub.receive(pub(1, 10), now=0.0)
+    stub.link_reset(now=1.0)
+    stub.receive(pub(1, 11), now=1.0)
+    events = stub.receive(GapError("trimmed", SourceGapRequest({"feed.a": 10}),
+                                   trimmed_through={"feed.a": 5}), now=1.1)
+    assert of(Unrecoverable, events) == [Unrecoverable(source="feed.a", after=10,
+                                                       reason="trimmed")]
+    assert of(RequestSourceGap, events) == []
+    assert delivered(events) == [("feed.a", 11)]  # moved past, not stalled

@@ -129,6 +129,7 @@ def test_trimmed_range_is_an_error_not_silence(journal: Journal) -> None:
     assert isinstance(error, GapError)
     assert error.reason == "trimmed"
     assert "20" in error.detail
+    assert error.trimmed_through == {"feed.a": 20}
     ok = frames(service.answer_source_gap("L1", SourceGapRequest({"feed.a": 20}), now=0.0))
     assert len(ok) == 31
 
@@ -146,7 +147,28 @@ def test_trim_racing_a_replay_ends_it_with_trimmed(journal: Journal) -> None:
     assert len(first) == 50
     assert isinstance(rest[-1], GapError)
     assert rest[-1].reason == "trimmed"
+    assert rest[-1].trimmed_through == {"feed.a": 120}
     assert not any(isinstance(f, ReplayComplete) for f in rest)
+
+
+def test_one_trimmed_answer_names_every_source_that_lost_numbers(journal: Journal) -> None:
+    for source in ("feed.a", "feed.b", "feed.c"):
+        fill(journal, source, [("/a", None)] * 30)
+    journal.trim_through("feed.a", 10, now=1.0)
+    journal.trim_through("feed.b", 25, now=1.0)
+    service = GapFillService(journal)
+    service.attach("L1", EVERYTHING)
+    request = SourceGapRequest({"feed.a": 5, "feed.b": 26, "feed.c": 0})
+    error = service.answer_source_gap("L1", request, now=0.0)
+    assert isinstance(error, GapError)
+    assert (error.reason, error.request) == ("trimmed", request)
+    assert error.trimmed_through == {"feed.a": 10}  # feed.b asked after its trim point
+    again = SourceGapRequest({"feed.a": 10, "feed.b": 26, "feed.c": 0})
+    replayed = frames(service.answer_source_gap("L1", again, now=0.0))
+    assert [(p.source, p.source_seq) for p in replayed[:-1]] == (
+        [("feed.a", n) for n in range(11, 31)] + [("feed.b", n) for n in range(27, 31)]
+        + [("feed.c", n) for n in range(1, 31)]
+    )
 
 
 def test_refusals_by_range_and_budget(journal: Journal) -> None:
