@@ -21,22 +21,45 @@ The rewriting itself is pure (:func:`rewrite_request`, :func:`restore_response`,
 from __future__ import annotations
 
 import itertools
+import random
 import threading
+import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import attrs
 import structlog
-from proton import Message
-from proton.handlers import MessagingHandler
+from proton import Condition, Connection, Endpoint, Message, symbol
+from proton.handlers import EndpointStateHandler, MessagingHandler
 from proton.reactor import ApplicationEvent, AtMostOnce, Container, EventInjector, LinkOption
+
+from seqrepair.amqp.gateway_relays import (
+    Action,
+    AnswerDownstream,
+    AttachUpstream,
+    Backoff,
+    CloseDownstreamConnection,
+    DetachDownstream,
+    DetachUpstream,
+    Relay,
+    RelayState,
+    RelayTable,
+    upstream_name,
+)
+from seqrepair.amqp.runner import Call
 
 log = structlog.get_logger("seqrepair.amqp.gateway")
 
 LINK_PREFIX = "$link/"
 CONTROL_ADDRESS = "$seqrepair"
 PROP_LINK = "link"
+PROP_EPOCH = symbol("seqrepair-epoch")
+TICK = 0.5
+"""Seconds between two looks for subscribers held too long (``hold_timeout``)."""
+STOP_GRACE = 1.0
+"""Seconds :meth:`Gateway.stop` gives peers to answer its close before cutting them off."""
 
 
 @attrs.frozen
@@ -57,11 +80,6 @@ class PendingReply:
     original_id: Any
     original_reply_to: str | None
     original_link: str | None
-
-
-def upstream_name(gateway: str, link: str) -> str:
-    """The name, in the upstream scope, of a downstream link ``link``."""
-    return f"{gateway}.{link}"
 
 
 def rewrite_request(
@@ -141,6 +159,20 @@ class _Properties(LinkOption):
             link.properties = self.props
 
 
+class _HoldingEndpoints(EndpointStateHandler):
+    """Proton's endpoint handler, except that a link the gateway marks ``seqrepair_held`` in
+    ``on_link_opening`` is not attached at once: the gateway answers it later."""
+
+    def on_link_remote_open(self, event: Any) -> None:
+        link = event.link
+        if self.is_local_uninitialised(link):
+            self.on_link_opening(event)
+            if not getattr(link, "seqrepair_held", False):
+                link.open()
+            return
+        super().on_link_remote_open(event)
+
+
 def _addressing(message: Message) -> Addressing:
     props: Mapping[Any, Any] = message.properties or {}
     link = props.get(PROP_LINK)
@@ -148,12 +180,30 @@ def _addressing(message: Message) -> Addressing:
                       None if link is None else str(link))
 
 
+def _upstream(endpoint: Any) -> bool:
+    """Whether a link or connection belongs to the gateway's side at the component."""
+    conn = endpoint if isinstance(endpoint, Connection) else endpoint.connection
+    return bool(getattr(conn, "seqrepair_upstream", False))
+
+
+def _condition(endpoint: Any) -> tuple[str, str] | None:
+    cond = endpoint.remote_condition
+    return None if cond is None else (str(cond.name), str(cond.description or ""))
+
+
 class Gateway(MessagingHandler):
     """Relays subscriber links from ``listen`` (downstream scope) to the component at
     ``upstream`` and rewrites requests and their answers across the boundary.
 
+    A subscriber's attach is answered once the component has answered the gateway's (with the
+    component's link properties, or its refusal). When the connection to the component is lost
+    the gateway closes the connections of the subscribers that were relayed through it
+    (``amqp:connection:forced``) and connects again after ``backoff``'s delays; attaches that
+    come meanwhile wait for it, at most ``hold_timeout`` seconds.
+
     :meth:`run` in this thread or :meth:`start` in a background one, :meth:`close` from any;
-    :attr:`stats` counts rewritten requests, restored answers and relayed messages.
+    :attr:`stats` counts rewritten requests, restored answers, relayed messages and upstream
+    connections; :attr:`error` says why the gateway gave up, when it did.
     """
 
     def __init__(
@@ -164,26 +214,50 @@ class Gateway(MessagingHandler):
         name: str = "gw",
         capacity: int = 10_000,
         on_ready: Callable[[str], None] | None = None,
+        idle_timeout: float = 10.0,
+        hold_timeout: float = 30.0,
+        backoff: Backoff | None = None,
+        credit: int = 200,
+        seed: int | None = None,
     ) -> None:
         super().__init__(prefetch=0, auto_accept=False)
+        # MessagingHandler builds its handlers as a list; ours holds downstream attaches
+        self.handlers = [
+            _HoldingEndpoints(False, weakref.proxy(self))
+            if isinstance(h, EndpointStateHandler) else h
+            for h in cast(list[Any], self.handlers)
+        ]
         self.listen_url = listen
         self.upstream_url = upstream
         self.name = name
         self.on_ready = on_ready
+        self.idle_timeout = idle_timeout
+        self.credit = credit
+        self.backoff = backoff or Backoff()
         self.replies = ReplyTable(capacity)
+        self.relays = RelayTable(name, hold_timeout=hold_timeout)
+        self.stats = {"rewritten": 0, "restored": 0, "relayed": 0, "unroutable": 0,
+                      "dropped_requests": 0, "upstream_connections": 0, "upstream_losses": 0,
+                      "refused": 0}
+        self.error: str | None = None
+        self.ready = threading.Event()
+        self.log = log.bind(gateway=name, upstream=upstream)
         self._ids = itertools.count(1)
+        self._rng = random.Random(seed)
         self._container: Any = None
         self._acceptor: Any = None
         self._upstream: Any = None
         self._control: Any = None
-        self._downstream: dict[str, Any] = {}  # downstream link name -> its sender
-        self.stats = {"rewritten": 0, "restored": 0, "relayed": 0, "unroutable": 0}
-        self.ready = threading.Event()
+        self._downstream: list[Any] = []  # the subscribers' connections
+        self._tasks: dict[str, Any] = {}
+        self._stopping = False
         self._injector = EventInjector()
         self._thread: threading.Thread | None = None
 
+    # --- running ------------------------------------------------------------------------
+
     def run(self) -> None:
-        """Run the gateway in this thread until :meth:`close`."""
+        """Run the gateway in this thread until :meth:`close` (or until it gives up)."""
         container = Container(self)
         container.selectable(self._injector)
         container.run()
@@ -198,71 +272,257 @@ class Gateway(MessagingHandler):
         """Stop the gateway (safe from any thread)."""
         self._injector.trigger(ApplicationEvent("seqrepair_stop"))
         if self._thread is not None and threading.current_thread() is not self._thread:
-            self._thread.join(timeout=5)
+            self._thread.join(timeout=10)
 
     def on_seqrepair_stop(self, event: Any) -> None:
         self.stop()
+
+    def stop(self) -> None:
+        """Close the listener and every connection (from the container's thread); peers that
+        have not answered the close within ``STOP_GRACE`` seconds are cut off."""
+        if self._stopping and "abort" in self._tasks:
+            return
+        self._stopping = True
+        for task in self._tasks.values():
+            task.cancel()
+        if self._acceptor is not None:
+            self._acceptor.close()
+        for conn in self._connections():
+            conn.close()
         self._injector.close()
+        self._schedule("abort", STOP_GRACE, self._abort)
+
+    def _connections(self) -> list[Any]:
+        return [*self._downstream, *([] if self._upstream is None else [self._upstream])]
+
+    def _abort(self) -> None:
+        for conn in self._connections():
+            transport = conn.transport
+            if transport is not None:
+                transport.close_tail()
+                transport.close_head()
+        self._container.stop()
 
     def on_start(self, event: Any) -> None:
         self._container = event.container
         self._acceptor = event.container.listen(self.listen_url)
-        self._upstream = event.container.connect(self.upstream_url, reconnect=False)
-        self._control = event.container.create_sender(
-            self._upstream, CONTROL_ADDRESS, options=AtMostOnce()
-        )
-        log.info("gateway listening", listen=self.listen_url, upstream=self.upstream_url)
+        self._connect()
+        self._schedule("tick", TICK, self._tick)
+        self.log.info("gateway listening", listen=self.listen_url)
         self.ready.set()
         if self.on_ready is not None:
             self.on_ready(self.listen_url)
 
-    def stop(self) -> None:
-        """Close the listener and every connection (from the container's thread)."""
-        if self._acceptor is not None:
-            self._acceptor.close()
-        for sender in list(self._downstream.values()):
-            sender.connection.close()
-        if self._upstream is not None:
-            self._upstream.close()
+    def _schedule(self, what: str, delay: float, fn: Callable[[], None]) -> None:
+        self._tasks[what] = self._container.schedule(delay, Call(fn))
+
+    def _tick(self) -> None:
+        if self._stopping:
+            return
+        self._perform(self.relays.expire(time.monotonic()))
+        self._schedule("tick", TICK, self._tick)
+
+    # --- the upstream connection ----------------------------------------------------------
+
+    def _connect(self) -> None:
+        conn = self._container.connect(self.upstream_url, reconnect=False,
+                                       heartbeat=self.idle_timeout)
+        conn.seqrepair_upstream = True
+        self._upstream = conn
+        self._control = self._container.create_sender(conn, CONTROL_ADDRESS, options=AtMostOnce())
+
+    def _reconnect(self) -> None:
+        if not self._stopping and self._upstream is None:
+            self._connect()
+
+    def _upstream_lost(self, conn: Any, why: str) -> None:
+        if conn != self._upstream or self._stopping:
+            return  # an earlier connection, already given up; or the gateway closing it
+        was_open = self.relays.upstream_ready
+        self._upstream = self._control = None
+        actions = self.relays.upstream_down()
+        if was_open:
+            self.stats["upstream_losses"] += 1
+            self.log.warning("upstream connection lost", reason=why,
+                             subscribers=sum(isinstance(a, CloseDownstreamConnection)
+                                             for a in actions))
+        self._perform(actions)
+        if self._stopping:
+            return
+        delay = self.backoff.next_delay(self._rng)
+        if delay is None:
+            self.error = (f"gave up reaching the component at {self.upstream_url} after "
+                          f"{self.backoff.attempts} attempts ({why})")
+            self.log.error("upstream unreachable; gateway stops", attempts=self.backoff.attempts)
+            self.stop()
+            return
+        self.log.info("reconnecting upstream", delay=round(delay, 3),
+                      attempt=self.backoff.attempts, reason=why)
+        self._schedule("reconnect", delay, self._reconnect)
+
+    def on_connection_bound(self, event: Any) -> None:
+        if not _upstream(event.connection):
+            event.transport.idle_timeout = self.idle_timeout
+
+    def on_connection_opening(self, event: Any) -> None:
+        self._downstream.append(event.connection)
+
+    def on_connection_opened(self, event: Any) -> None:
+        conn = event.connection
+        if not _upstream(conn) or conn != self._upstream:
+            return
+        self.backoff.reset()
+        self.stats["upstream_connections"] += 1
+        self.log.info("upstream connected", connections=self.stats["upstream_connections"],
+                      waiting=len(self.relays))
+        self._perform(self.relays.upstream_up())
+
+    def on_transport_error(self, event: Any) -> None:
+        if event.connection is not None and getattr(event.connection, "seqrepair_forced", False):
+            return  # a subscriber's connection the gateway closed itself
+        cond = event.transport.condition
+        self.log.info("transport error", condition=cond.name if cond else None,
+                      description=cond.description if cond else None,
+                      upstream=event.connection is not None and _upstream(event.connection))
+
+    def on_transport_closed(self, event: Any) -> None:
+        self._ended(event.connection, "transport closed")
+
+    def on_disconnected(self, event: Any) -> None:
+        self._ended(event.connection, "disconnected")
+
+    def on_connection_closing(self, event: Any) -> None:
+        self._ended(event.connection, "closed by the peer")
+
+    def on_connection_error(self, event: Any) -> None:
+        cond = event.connection.remote_condition
+        self._ended(event.connection, f"closed by the peer: {cond.name if cond else '?'}")
+
+    def on_connection_closed(self, event: Any) -> None:
+        self._ended(event.connection, "closed")
+
+    def _ended(self, conn: Any, why: str) -> None:
+        """A connection ended, whichever way: the component's, or a subscriber's."""
+        if conn is None:
+            return
+        if _upstream(conn):
+            self._upstream_lost(conn, why)
+            return
+        if conn in self._downstream:
+            self._downstream.remove(conn)
+        for relay in self.relays:
+            if relay.downstream.connection == conn:
+                self._perform(self.relays.downstream_detached(relay))
 
     # --- attaching ----------------------------------------------------------------------
 
     def on_link_opening(self, event: Any) -> None:
         link = event.link
-        if link.connection == self._upstream:
+        if _upstream(link):
             return
-        if link.is_sender:  # a subscriber's data link: attach the same source upstream
+        if link.is_sender:  # a subscriber's data link: held until the component answers
+            link.seqrepair_held = True
             address = link.remote_source.address
             link.source.address = address
-            self._downstream[link.name] = link
-            receiver = self._container.create_receiver(
-                self._upstream, address, name=upstream_name(self.name, link.name),
-                options=_Properties(link.remote_properties),
-            )
-            receiver.downstream = link.name
-            receiver.flow(200)
+            relay, actions = self.relays.attach(link.name, address, link.remote_properties,
+                                                link, time.monotonic())
+            link.seqrepair_relay = relay
+            self._perform(actions)
         else:  # the requests link
             link.target.address = link.remote_target.address
             link.flow(64)
 
-    def on_link_closing(self, event: Any) -> None:
+    def on_link_opened(self, event: Any) -> None:
         link = event.link
-        if link.connection != self._upstream and link.is_sender:
-            self._downstream.pop(link.name, None)
+        relay: Relay | None = getattr(link, "seqrepair_relay", None)
+        if relay is None or not _upstream(link):
+            return
+        refused = None
+        if link.state & Endpoint.REMOTE_CLOSED:  # attached and detached at once: refused
+            refused = _condition(link) or ("amqp:link:detach-forced", "refused upstream")
+            self.stats["refused"] += 1
+            self.log.info("attach refused upstream", link=relay.name, condition=refused[0],
+                          description=refused[1])
+        self._perform(self.relays.upstream_attached(relay, link.remote_properties, refused))
+
+    def on_link_error(self, event: Any) -> None:
+        link = event.link
+        cond = _condition(link)
+        self.log.info("link detached with an error", link=link.name, upstream=_upstream(link),
+                      condition=cond[0] if cond else None)
+
+    def on_link_closed(self, event: Any) -> None:
+        link = event.link
+        relay: Relay | None = getattr(link, "seqrepair_relay", None)
+        if relay is None:
+            return
+        if _upstream(link):
+            self._perform(self.relays.upstream_detached(relay, _condition(link)))
+        else:
+            self._perform(self.relays.downstream_detached(relay))
+
+    def _perform(self, actions: list[Action]) -> None:
+        for action in actions:
+            relay = action.relay
+            if isinstance(action, AttachUpstream):
+                receiver = self._container.create_receiver(
+                    self._upstream, relay.address, name=action.name,
+                    options=_Properties(action.properties),
+                )
+                receiver.seqrepair_relay = relay
+                relay.upstream = receiver
+                receiver.flow(self.credit)
+            elif isinstance(action, AnswerDownstream):
+                link = relay.downstream
+                link.properties = action.properties
+                link.seqrepair_held = False
+                link.open()
+                self.log.info("link relayed", link=relay.name, address=relay.address,
+                              epoch=action.properties.get(PROP_EPOCH))
+            elif isinstance(action, DetachUpstream):
+                if relay.upstream is not None and not relay.upstream.state & Endpoint.LOCAL_CLOSED:
+                    relay.upstream.close()
+            elif isinstance(action, DetachDownstream):
+                link = relay.downstream
+                if link.state & Endpoint.LOCAL_CLOSED:
+                    continue
+                if link.state & Endpoint.LOCAL_UNINIT:
+                    link.open()  # a refusal: attach, then detach with the condition
+                if action.condition is not None:
+                    link.condition = Condition(action.condition, action.description[:500])
+                link.close()
+            else:
+                conn = relay.downstream.connection
+                if not conn.state & Endpoint.LOCAL_CLOSED:
+                    self.log.info("closing a subscriber's connection", link=relay.name,
+                                  condition=action.condition, reason=action.description)
+                    conn.condition = Condition(action.condition, action.description)
+                    conn.seqrepair_forced = True
+                    conn.close()
+                # proton's clients take amqp:connection:forced for a lost transport and do not
+                # answer the close: end the transport once the close is out, not at their
+                # idle timeout
+                if conn.transport is not None:
+                    conn.transport.close_tail()
 
     # --- messages -----------------------------------------------------------------------
 
     def on_message(self, event: Any) -> None:
         receiver = event.receiver
-        if receiver.connection == self._upstream:
+        if _upstream(receiver):
             self._from_upstream(receiver, event.message)
-            receiver.flow(1)
+            if receiver.state & Endpoint.LOCAL_ACTIVE:
+                receiver.flow(1)
         else:
             self._request(event.message)
             self.accept(event.delivery)
             receiver.flow(1)
 
     def _request(self, message: Message) -> None:
+        if not self.relays.upstream_ready or self._control is None:
+            # the component is out of reach: the subscriber's stub asks again
+            self.stats["dropped_requests"] += 1
+            return
         new_id = f"{self.name}:{next(self._ids)}"
         rewritten, pending = rewrite_request(_addressing(message), new_id=new_id,
                                              gateway=self.name)
@@ -276,25 +536,25 @@ class Gateway(MessagingHandler):
         self.stats["rewritten"] += 1
 
     def _from_upstream(self, receiver: Any, message: Message) -> None:
-        destination = getattr(receiver, "downstream", None)
+        relay: Relay | None = getattr(receiver, "seqrepair_relay", None)
         restored = restore_response(_addressing(message), self.replies)
         if restored is not None:
             addressing, reply_to = restored
             message.correlation_id = addressing.correlation_id
             if reply_to and reply_to.startswith(LINK_PREFIX):
-                destination = reply_to[len(LINK_PREFIX) :]
+                relay = self.relays.get(reply_to[len(LINK_PREFIX) :])
             self.stats["restored"] += 1
         message.instructions = None
-        sender = self._downstream.get(destination) if destination else None
-        if sender is None:
-            self.stats["unroutable"] += 1
+        if relay is None or not self.relays.is_current(relay) or relay.state is not RelayState.OPEN:
+            self.stats["unroutable"] += 1  # its subscriber went away: the context repairs it
             return
-        sender.send(message)
+        relay.downstream.send(message)
         self.stats["relayed"] += 1
 
 
 __all__ = [
     "Addressing",
+    "Backoff",
     "Gateway",
     "PendingReply",
     "ReplyTable",

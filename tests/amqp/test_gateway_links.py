@@ -1,0 +1,171 @@
+"""Links through a gateway: attach properties relayed both ways, resumption, the component's
+refusals, and the component lost and back (SIGKILL and restart).
+
+Real parts only: a real redis-server, the component as a real process, the gateway and the
+clients over proton on loopback. No timed assertions: every wait is a generous deadline.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from proton.utils import LinkDetached
+
+from seqrepair.amqp.client import Publisher, Subscriber
+from seqrepair.amqp.gateway import Gateway
+from seqrepair.core.events import Event, LinkReset
+from seqrepair.journal.journal import Journal
+
+from .conftest import ComponentProcess, free_port, wait_for
+from .test_link_contexts import EPOCH, RESUME, START, Feed, attach, first_frame
+
+pytestmark = [pytest.mark.amqp, pytest.mark.redis]
+
+
+@pytest.fixture
+def gateway() -> Iterator[Callable[[str], Gateway]]:
+    """Gateways in front of a component, closed at the end of the test."""
+    started: list[Gateway] = []
+
+    def make(upstream: str) -> Gateway:
+        gw = Gateway(f"127.0.0.1:{free_port()}", upstream, name="edge").start()
+        started.append(gw)
+        assert gw.ready.wait(10)
+        assert wait_for(lambda: gw.stats["upstream_connections"] >= 1, 20)
+        return gw
+
+    yield make
+    for gw in started:
+        gw.close()
+
+
+def test_the_attach_reply_crosses_the_gateway_and_the_epoch_resumes_the_context(
+    component: Callable[..., ComponentProcess], gateway: Callable[[str], Gateway]
+) -> None:
+    comp = component("--heartbeat", "0.2")
+    gw = gateway(comp.url)
+    receiver, conn, epoch = attach(gw.listen_url, "ctx", {})  # the reply names the epoch
+    assert first_frame(receiver).link_seq == 1
+    conn.close()
+
+    receiver, conn, resumed = attach(gw.listen_url, "ctx", {RESUME: True, EPOCH: epoch})
+    assert resumed == epoch
+    assert first_frame(receiver).link_seq > 1  # the numbering goes on
+    conn.close()
+
+    receiver, conn, fresh = attach(gw.listen_url, "ctx", {RESUME: True, EPOCH: "not-this-one"})
+    assert fresh != epoch
+    assert first_frame(receiver).link_seq == 0
+    conn.close()
+    assert "link resumed" in comp.log_text()
+
+
+def test_a_subscriber_behind_the_gateway_resumes_its_link_context_and_ends_exact(
+    component: Callable[..., ComponentProcess], gateway: Callable[[str], Gateway],
+    redis_url: str,
+) -> None:
+    comp = component("--heartbeat", "0.2")
+    gw = gateway(comp.url)
+    got: list[int] = []
+    events: list[Event] = []
+    with contextlib.ExitStack() as running:
+        sub = running.enter_context(
+            Subscriber(gw.listen_url, "/weather/#", link_name="resumer", heartbeat_interval=0.2,
+                       on_publication=lambda p: got.append(p.source_seq),
+                       on_event=events.append)
+        )
+        assert sub.connected.wait(10)
+        publisher = running.enter_context(
+            Publisher(comp.url, "feed.g", journal=Journal.from_url(redis_url))
+        )
+        feed = Feed(publisher)
+        feed.publish(300)
+        assert publisher.flush(30)
+        assert wait_for(lambda: len(got) >= 300, 30)
+        sub.drop_connection()  # it reconnects at once, well within the context retention
+        feed.publish(300)  # partly while it is away: repaired from the resumed context
+        assert publisher.flush(30)
+        assert wait_for(lambda: sub.report.connections >= 2, 30)
+        feed.publish(300)
+        assert publisher.flush(30)
+        done = wait_for(lambda: len(got) >= 900, 60)
+        time.sleep(0.5)  # a duplicate would arrive now
+    assert done, (sub.stats(), gw.stats)
+    assert got == list(range(1, 901))
+    report = sub.stats()
+    assert report.connections >= 2
+    assert report.resets == 0  # the context was resumed: no reset, no link number 0
+    assert not [e for e in events if isinstance(e, LinkReset)]
+    assert report.unrecoverable == 0
+    assert "link resumed" in comp.log_text()
+
+
+def test_a_subscriber_behind_the_gateway_ends_exact_across_a_component_kill_and_restart(
+    component: Callable[..., ComponentProcess], gateway: Callable[[str], Gateway],
+    redis_url: str,
+) -> None:
+    comp = component("--heartbeat", "0.2", "--drop-rate", "0.02", "--drop-seed", "5",
+                     "--drop-reset-frames")
+    gw = gateway(comp.url)
+    got: dict[str, list[int]] = {"all": [], "wind": []}
+    with contextlib.ExitStack() as running:
+        subs = {
+            name: running.enter_context(
+                Subscriber(gw.listen_url, address, link_name=f"gw-restart-{name}",
+                           heartbeat_interval=0.2,
+                           on_publication=lambda p, name=name: got[name].append(p.source_seq))
+            )
+            for name, address in (("all", "/weather/#"), ("wind", "/weather/wind/*"))
+        }
+        for sub in subs.values():
+            assert sub.connected.wait(10)
+        publisher = running.enter_context(
+            Publisher(comp.url, "feed.k", journal=Journal.from_url(redis_url))
+        )
+        feed = Feed(publisher)
+        feed.publish(400)
+        assert publisher.flush(30)
+        comp.kill()
+        feed.publish(200)  # journaled while the component is down
+        comp.start()
+        feed.publish(400)
+        assert publisher.flush(60)
+        rows = feed.rows
+        expected = {
+            "all": list(range(1, len(rows) + 1)),
+            "wind": [i + 1 for i, row in enumerate(rows) if row[0].startswith("/weather/wind/")],
+        }
+        done = wait_for(lambda: all(len(got[k]) >= len(expected[k]) for k in got), 90)
+        time.sleep(0.5)  # a duplicate would arrive now
+    assert done, ({k: sub.stats() for k, sub in subs.items()}, gw.stats)
+    assert got == expected
+    assert gw.stats["upstream_connections"] >= 2
+    assert gw.stats["upstream_losses"] >= 1
+    for sub in subs.values():
+        report = sub.stats()
+        assert report.connections >= 2  # the gateway closed its connection; it came back
+        assert report.resets == 1  # the new epoch came through the gateway in the attach reply
+        assert report.unrecoverable == 0
+
+
+@pytest.mark.parametrize("start", ["not a map", {"feed.a": -1}, {"feed.a": "x"}])
+def test_a_malformed_start_after_is_refused_through_the_gateway_which_keeps_serving(
+    component: Callable[..., ComponentProcess], gateway: Callable[[str], Gateway], start: Any
+) -> None:
+    comp = component("--heartbeat", "0.2")
+    gw = gateway(comp.url)
+    before, before_conn, _ = attach(gw.listen_url, "before", {})
+    with pytest.raises(LinkDetached) as refused:
+        attach(gw.listen_url, "bad-start", {RESUME: True, START: start})
+    assert "amqp:invalid-field" in str(refused.value)
+    assert "seqrepair-start-after" in str(refused.value)
+    receiver, conn, _ = attach(gw.listen_url, "good", {})
+    assert first_frame(receiver).link_seq == 1
+    first_frame(before)  # a link attached before the refusal is still served
+    conn.close()
+    before_conn.close()
+    assert gw.stats["refused"] == 1
