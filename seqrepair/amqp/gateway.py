@@ -14,8 +14,29 @@ This is what a transiting container does when the next hop does not take respons
 (respann §2.1, §3 item 3). Forwarding with annotations instead (§2.3, §3 item 2) is not done
 here: this gateway always rewrites.
 
+Attaches cross the gateway both ways. The upstream link is attached with the subscriber's link
+properties (``seqrepair-epoch``, ``seqrepair-start-after``...: they name contexts and sources,
+never a link, so they pass unchanged), and the subscriber's attach is answered only once the
+component has answered, with the component's reply properties (the epoch it granted, the
+subscription's start) or its refusal and error condition (``amqp:invalid-field``...). A
+subscriber behind the gateway therefore resumes its link context, or learns of a new one, as it
+would connected directly. A subscriber that detaches makes the gateway detach upstream (the
+component keeps the context); a name is attached upstream again only once the component has
+seen the previous link detached.
+
+When the connection to the component is lost, the gateway closes the connection of every
+subscriber whose link had reached the component, with ``amqp:connection:forced``: each sees a
+lost connection, as it would connected directly, and reconnects and re-attaches with its epoch.
+The gateway reconnects with capped, jittered exponential backoff
+(:class:`~seqrepair.amqp.gateway_relays.Backoff`) and holds new attaches until the component
+answers (at most ``hold_timeout``, then their connections are closed the same way). Nothing is
+lost: what did not reach a subscriber is repaired from the resumed context or, in a new one,
+from the journal, as for any subscriber.
+
 The rewriting itself is pure (:func:`rewrite_request`, :func:`restore_response`,
-:class:`ReplyTable`); :class:`Gateway` is the thin proton adapter around it.
+:class:`ReplyTable`), so is the relay bookkeeping
+(:class:`~seqrepair.amqp.gateway_relays.RelayTable`); :class:`Gateway` is the thin proton
+adapter around them.
 """
 
 from __future__ import annotations
@@ -203,7 +224,8 @@ class Gateway(MessagingHandler):
 
     :meth:`run` in this thread or :meth:`start` in a background one, :meth:`close` from any;
     :attr:`stats` counts rewritten requests, restored answers, relayed messages and upstream
-    connections; :attr:`error` says why the gateway gave up, when it did.
+    connections; :attr:`error` says why the gateway gave up, when it did (then
+    :attr:`stopped` is set, as after :meth:`close`).
     """
 
     def __init__(
@@ -241,6 +263,8 @@ class Gateway(MessagingHandler):
                       "refused": 0}
         self.error: str | None = None
         self.ready = threading.Event()
+        self.stopped = threading.Event()
+        """Set when the gateway has stopped (closed, or given up: see :attr:`error`)."""
         self.log = log.bind(gateway=name, upstream=upstream)
         self._ids = itertools.count(1)
         self._rng = random.Random(seed)
@@ -260,7 +284,10 @@ class Gateway(MessagingHandler):
         """Run the gateway in this thread until :meth:`close` (or until it gives up)."""
         container = Container(self)
         container.selectable(self._injector)
-        container.run()
+        try:
+            container.run()
+        finally:
+            self.stopped.set()
 
     def start(self) -> Gateway:
         """Run the gateway in a background thread."""

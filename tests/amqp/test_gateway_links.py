@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from proton.utils import LinkDetached
 
 from seqrepair.amqp.client import Publisher, Subscriber
 from seqrepair.amqp.gateway import Gateway
+from seqrepair.amqp.gateway_relays import RelayState
 from seqrepair.core.events import Event, LinkReset
 from seqrepair.journal.journal import Journal
 
@@ -24,6 +26,12 @@ from .conftest import ComponentProcess, free_port, wait_for
 from .test_link_contexts import EPOCH, RESUME, START, Feed, attach, first_frame
 
 pytestmark = [pytest.mark.amqp, pytest.mark.redis]
+
+
+def relayed(gw: Gateway, name: str) -> bool:
+    """Whether the link ``name`` is attached through ``gw`` (the component has answered)."""
+    relay = gw.relays.get(name)
+    return relay is not None and relay.state is RelayState.OPEN
 
 
 @pytest.fixture
@@ -78,7 +86,7 @@ def test_a_subscriber_behind_the_gateway_resumes_its_link_context_and_ends_exact
                        on_publication=lambda p: got.append(p.source_seq),
                        on_event=events.append)
         )
-        assert sub.connected.wait(10)
+        assert wait_for(lambda: relayed(gw, "resumer"), 30)
         publisher = running.enter_context(
             Publisher(comp.url, "feed.g", journal=Journal.from_url(redis_url))
         )
@@ -122,7 +130,7 @@ def test_a_subscriber_behind_the_gateway_ends_exact_across_a_component_kill_and_
             for name, address in (("all", "/weather/#"), ("wind", "/weather/wind/*"))
         }
         for sub in subs.values():
-            assert sub.connected.wait(10)
+            assert wait_for(lambda sub=sub: relayed(gw, sub.link_name), 30)
         publisher = running.enter_context(
             Publisher(comp.url, "feed.k", journal=Journal.from_url(redis_url))
         )
@@ -169,3 +177,37 @@ def test_a_malformed_start_after_is_refused_through_the_gateway_which_keeps_serv
     conn.close()
     before_conn.close()
     assert gw.stats["refused"] == 1
+
+
+def test_a_subscriber_attaching_before_the_component_is_up_is_held_then_served(
+    redis_url: str, tmp_path: Path
+) -> None:
+    comp = ComponentProcess(redis_url, tmp_path, "--heartbeat", "0.2")  # not started yet
+    gw = Gateway(f"127.0.0.1:{free_port()}", comp.url, name="edge").start()
+    got: list[int] = []
+    try:
+        assert gw.ready.wait(10)
+        with contextlib.ExitStack() as running:
+            sub = running.enter_context(
+                Subscriber(gw.listen_url, "/weather/#", link_name="early",
+                           heartbeat_interval=0.2,
+                           on_publication=lambda p: got.append(p.source_seq))
+            )
+            assert wait_for(lambda: len(gw.relays) == 1, 20)  # its attach waits, unanswered
+            assert gw.stats["upstream_connections"] == 0
+            comp.start()
+            assert wait_for(lambda: relayed(gw, "early"), 60)
+            publisher = running.enter_context(
+                Publisher(comp.url, "feed.e", journal=Journal.from_url(redis_url))
+            )
+            Feed(publisher).publish(200)
+            assert publisher.flush(30)
+            done = wait_for(lambda: len(got) >= 200, 30)
+            time.sleep(0.3)
+    finally:
+        gw.close()
+        comp.stop()
+    assert done, (sub.stats(), gw.stats)
+    assert got == list(range(1, 201))
+    assert sub.stats().resets == 0
+    assert gw.backoff.attempts == 0  # reset by the successful connection

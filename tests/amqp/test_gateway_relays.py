@@ -282,3 +282,17 @@ def test_backoff_gives_up_after_max_attempts_and_never_overflows() -> None:
 def test_backoff_refuses_nonsense(bad: dict[str, float]) -> None:
     with pytest.raises(ValueError, match=next(iter(bad))):
         Backoff(**bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.amqp
+def test_a_gateway_that_cannot_reach_the_component_gives_up_after_its_attempts() -> None:
+    from seqrepair.amqp.gateway import Gateway
+
+    from .conftest import free_port
+
+    gw = Gateway(f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}",
+                 backoff=Backoff(initial=0.02, max_attempts=3)).start()
+    assert gw.stopped.wait(30)  # it stops by itself
+    assert gw.error is not None
+    assert "after 3 attempts" in gw.error
+    assert gw.stats["upstream_connections"] == 0
