@@ -502,6 +502,8 @@ class Gateway(MessagingHandler):
             elif isinstance(action, AnswerDownstream):
                 link = relay.downstream
                 link.properties = action.properties
+                if relay.upstream is not None:  # frames go settled as the component sends them
+                    link.snd_settle_mode = relay.upstream.remote_snd_settle_mode
                 link.seqrepair_held = False
                 link.open()
                 self.log.info("link relayed", link=relay.name, address=relay.address,
@@ -538,6 +540,11 @@ class Gateway(MessagingHandler):
         receiver = event.receiver
         if _upstream(receiver):
             self._from_upstream(receiver, event.message)
+            delivery = event.delivery
+            if delivery.settled:  # sent pre-settled (the component's frames): only free it
+                delivery.settle()
+            else:
+                self.accept(delivery)
             if receiver.state & Endpoint.LOCAL_ACTIVE:
                 receiver.flow(1)
         else:

@@ -8,18 +8,22 @@ clients over proton on loopback. No timed assertions: every wait is a generous d
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from proton.handlers import MessagingHandler
+from proton.reactor import Container
 from proton.utils import LinkDetached
 
 from seqrepair.amqp.client import Publisher, Subscriber
 from seqrepair.amqp.gateway import Gateway
 from seqrepair.amqp.gateway_relays import RelayState
 from seqrepair.core.events import Event, LinkReset
+from seqrepair.core.messages import Publication
 from seqrepair.journal.journal import Journal
 
 from .conftest import ComponentProcess, free_port, wait_for
@@ -211,3 +215,59 @@ def test_a_subscriber_attaching_before_the_component_is_up_is_held_then_served(
     assert got == list(range(1, 201))
     assert sub.stats().resets == 0
     assert gw.backoff.attempts == 0  # reset by the successful connection
+
+
+class _PlainReader(MessagingHandler):
+    """A plain proton receiver recording whether each delivery arrived settled."""
+
+    def __init__(self, url: str, address: str, want: int) -> None:
+        super().__init__(prefetch=50, auto_accept=False)
+        self.url, self.address, self.want = url, address, want
+        self.settled: list[bool] = []
+        self.attached = threading.Event()
+
+    def on_start(self, event: Any) -> None:
+        self.timer = event.container.schedule(20, self)
+        self.conn = event.container.connect(self.url, reconnect=False)
+        event.container.create_receiver(self.conn, self.address, name="plain")
+
+    def on_link_opened(self, event: Any) -> None:
+        self.attached.set()
+
+    def on_message(self, event: Any) -> None:
+        self.settled.append(bool(event.delivery.settled))
+        event.delivery.settle()
+        if len(self.settled) >= self.want:
+            self.conn.close()
+            self.timer.cancel()
+
+    def on_timer_task(self, event: Any) -> None:
+        self.conn.close()
+
+
+def test_frames_cross_the_gateway_pre_settled_and_it_holds_no_delivery(
+    component: Callable[..., ComponentProcess], gateway: Callable[[str], Gateway]
+) -> None:
+    comp = component("--heartbeat", "0.2")
+    gw = gateway(comp.url)
+    plain = _PlainReader(gw.listen_url, "/settle/#", want=5)
+    plain_thread = threading.Thread(target=Container(plain).run)
+    plain_thread.start()
+    got: list[Publication] = []
+    with Subscriber(gw.listen_url, "/settle/#", link_name="settling", on_publication=got.append,
+                    heartbeat_interval=0.2):
+        assert plain.attached.wait(20)
+        assert wait_for(lambda: relayed(gw, "settling"), 30)
+        with Publisher(comp.url, "feed.s") as publisher:
+            publisher.publish_many([("/settle/x", {"n": i}, "update") for i in range(200)])
+            assert publisher.flush()
+        assert wait_for(lambda: len(got) == 200, 30)
+        relay = gw.relays.get("settling")
+        assert relay is not None
+        # heartbeats keep coming: wait for a moment with nothing in hand on either side
+        assert wait_for(lambda: relay.upstream.unsettled == 0 and relay.downstream.unsettled == 0,
+                        timeout=10)
+    plain_thread.join(30)
+    assert [p.fields["n"] for p in got] == list(range(200))
+    assert len(plain.settled) >= 5
+    assert all(plain.settled)
