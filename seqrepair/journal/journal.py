@@ -364,7 +364,9 @@ class Journal:
 
         Scans back to the item's last image (or drop), then folds forward. None when the item
         does not exist (never published, or dropped last). Raises TrimmedRangeError when the
-        scan reaches trimmed numbers without finding an image: the result would be incomplete.
+        scan reaches trimmed numbers without finding an image: the result would be incomplete,
+        and an item found nowhere may have been imaged in the trimmed numbers, so "no such
+        item" cannot be said either.
         """
         check_source(source)
         if not isinstance(topic, str) or not topic:
@@ -384,12 +386,13 @@ class Journal:
             if len(rows) < self.page_size:
                 break
             end = f"({pubs[-1].source_seq}-0"
-        if trimmed and chain:
+        if trimmed:
             raise TrimmedRangeError(
-                f"the last image of {topic!r} in {source!r} was trimmed (through {trimmed})",
+                f"the last image of {topic!r} in {source!r}, if any, was trimmed "
+                f"(through {trimmed})",
                 source=source,
                 trimmed_through=trimmed,
-                requested=chain[-1].source_seq - 1,
+                requested=chain[-1].source_seq - 1 if chain else trimmed,
             )
         return self._fold(topic, chain)
 

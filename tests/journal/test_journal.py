@@ -167,6 +167,16 @@ def test_latest_image_with_trimmed_base_raises(journal: Journal) -> None:
         journal.latest_image("feed.a", "/x")
 
 
+def test_latest_image_of_an_item_whose_whole_history_was_trimmed_raises(journal: Journal) -> None:
+    seq = SourceSequencer("feed.a", bits=16)
+    journal.append([seq.stamp("/x", {"a": 1}, "image"), seq.stamp("/y", {"b": 2}, "image")], 16)
+    journal.trim_through("feed.a", 1, now=0.0)
+    with pytest.raises(TrimmedRangeError) as info:
+        journal.latest_image("feed.a", "/x")  # not "no such item": its image was trimmed
+    assert info.value.trimmed_through == 1
+    assert journal.latest_image("feed.a", "/y").fields == {"b": 2}
+
+
 def test_unreachable_redis_is_a_typed_error(tmp_path) -> None:
     server = EmbeddedRedis(data_dir=tmp_path)
     with server:
