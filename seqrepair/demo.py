@@ -1,10 +1,17 @@
 """``seqrepair demo``: the main job.
 
-Stage 1 runs publishers -> link sequencer -> a lossy, reordering, duplicating simulated link
--> subscriber stub -> image cache in one process: 100,000 publications over an 8-bit link, so
-the link numbers wrap hundreds of times, with forced link resets. It prints what was repaired
-and whether the subscriber's images equal the publisher's. Later stages (journal, network,
-Spark) are added by the adapters as they land.
+Three stages, each printing its report; the demo fails if any stage does.
+
+* ``in-process``: publishers -> journal (a private redis-server) -> link sequencer -> a lossy,
+  reordering, duplicating simulated link -> subscriber stub -> image cache in one process:
+  100,000 publications over an 8-bit link, so the link numbers wrap hundreds of times, with
+  forced link resets, repaired from link context and the journal.
+* ``network``: ``seqrepair serve``, ``seqrepair publish`` and subscribers as real processes
+  over AMQP 1.0, with loss forced at the component's send path and a forced reset.
+* ``spark``: a local Spark rebuild and audit of the journals, checked against the
+  subscribers' image caches.
+
+``--only NAME`` runs one stage; ``--no-redis`` keeps the journal in memory (in-process only).
 """
 
 from __future__ import annotations
