@@ -22,7 +22,10 @@ subscription's start) or its refusal and error condition (``amqp:invalid-field``
 subscriber behind the gateway therefore resumes its link context, or learns of a new one, as it
 would connected directly. A subscriber that detaches makes the gateway detach upstream (the
 component keeps the context); a name is attached upstream again only once the component has
-seen the previous link detached.
+seen the previous link detached. Settlement and credit cross as well: the relayed link sends
+as the component does (pre-settled), and the component gets on the upstream link the credit the
+subscriber gives the gateway, so the gateway keeps no queue and a slow subscriber is paused by the
+component as a direct one is.
 
 When the connection to the component is lost, the gateway closes the connection of every
 subscriber whose link had reached the component, with ``amqp:connection:forced``: each sees a
@@ -239,7 +242,6 @@ class Gateway(MessagingHandler):
         idle_timeout: float = 10.0,
         hold_timeout: float = 30.0,
         backoff: Backoff | None = None,
-        credit: int = 200,
         seed: int | None = None,
     ) -> None:
         super().__init__(prefetch=0, auto_accept=False)
@@ -254,7 +256,6 @@ class Gateway(MessagingHandler):
         self.name = name
         self.on_ready = on_ready
         self.idle_timeout = idle_timeout
-        self.credit = credit
         self.backoff = backoff or Backoff()
         self.replies = ReplyTable(capacity)
         self.relays = RelayTable(name, hold_timeout=hold_timeout)
@@ -498,7 +499,7 @@ class Gateway(MessagingHandler):
                 )
                 receiver.seqrepair_relay = relay
                 relay.upstream = receiver
-                receiver.flow(self.credit)
+                self._top_up(relay)
             elif isinstance(action, AnswerDownstream):
                 link = relay.downstream
                 link.properties = action.properties
@@ -506,6 +507,7 @@ class Gateway(MessagingHandler):
                     link.snd_settle_mode = relay.upstream.remote_snd_settle_mode
                 link.seqrepair_held = False
                 link.open()
+                self._top_up(relay)
                 self.log.info("link relayed", link=relay.name, address=relay.address,
                               epoch=action.properties.get(PROP_EPOCH))
             elif isinstance(action, DetachUpstream):
@@ -545,12 +547,29 @@ class Gateway(MessagingHandler):
                 delivery.settle()
             else:
                 self.accept(delivery)
-            if receiver.state & Endpoint.LOCAL_ACTIVE:
-                receiver.flow(1)
+            relay = getattr(receiver, "seqrepair_relay", None)
+            if relay is not None and self.relays.is_current(relay):
+                self._top_up(relay)
         else:
             self._request(event.message)
             self.accept(event.delivery)
             receiver.flow(1)
+
+    def on_sendable(self, event: Any) -> None:
+        relay: Relay | None = getattr(event.sender, "seqrepair_relay", None)
+        if relay is not None and not _upstream(event.sender) and self.relays.is_current(relay):
+            self._top_up(relay)
+
+    def _top_up(self, relay: Relay) -> None:
+        """Give the component as much credit on the upstream link as the subscriber gives the
+        gateway, less what waits to go: the gateway holds no queue of its own, and the
+        component's flow control (pausing a slow link) works through it."""
+        up, down = relay.upstream, relay.downstream
+        if up is None or not up.state & Endpoint.LOCAL_ACTIVE:
+            return
+        missing = down.credit - down.queued - up.credit
+        if missing > 0:
+            up.flow(missing)
 
     def _request(self, message: Message) -> None:
         if not self.relays.upstream_ready or self._control is None:

@@ -271,3 +271,49 @@ def test_frames_cross_the_gateway_pre_settled_and_it_holds_no_delivery(
     assert [p.fields["n"] for p in got] == list(range(200))
     assert len(plain.settled) >= 5
     assert all(plain.settled)
+
+
+def test_a_slow_subscriber_behind_the_gateway_is_paused_by_its_credit_and_catches_up(
+    component: Callable[..., ComponentProcess], gateway: Callable[[str], Gateway],
+    redis_url: str,
+) -> None:
+    comp = component("--heartbeat", "0.2", "--max-pending", "400", "--drop-reset-frames")
+    gw = gateway(comp.url)
+    fast: list[int] = []
+    slow: list[int] = []
+
+    def slow_consumer(publication: Publication) -> None:
+        if len(slow) < 50:
+            time.sleep(0.02)  # blocks the subscriber's thread: no credit goes back meanwhile
+        slow.append(publication.source_seq)
+
+    with contextlib.ExitStack() as running:
+        subs = [
+            running.enter_context(
+                Subscriber(gw.listen_url, "/weather/#", link_name="fast",
+                           heartbeat_interval=0.2, credit=200,
+                           on_publication=lambda p: fast.append(p.source_seq))
+            ),
+            running.enter_context(
+                Subscriber(gw.listen_url, "/weather/#", link_name="slow",
+                           heartbeat_interval=0.2, credit=20, on_publication=slow_consumer)
+            ),
+        ]
+        for name in ("fast", "slow"):
+            assert wait_for(lambda name=name: relayed(gw, name), 30)
+        publisher = running.enter_context(
+            Publisher(comp.url, "feed.p", journal=Journal.from_url(redis_url))
+        )
+        Feed(publisher).publish(2000)
+        assert publisher.flush(60)
+        done = wait_for(lambda: len(fast) >= 2000 and len(slow) >= 2000, 90)
+        time.sleep(0.5)
+    assert done, ([sub.stats() for sub in subs], gw.stats)
+    expected = list(range(1, 2001))
+    assert fast == expected
+    assert slow == expected
+    fast_report, slow_report = (sub.stats() for sub in subs)
+    assert fast_report.paused == 0
+    assert slow_report.paused >= 1  # the component saw the slow link's credit through the gateway
+    assert slow_report.resets >= 1  # resumed by a reset it learnt from SUBSCRIPTION ACTIVE
+    assert slow_report.unrecoverable == 0
