@@ -64,6 +64,21 @@ def register(subparsers: Any) -> None:
     serve.add_argument("--ready-file", help="write the listen address here once listening")
     serve.set_defaults(func=_serve)
 
+    gateway = subparsers.add_parser(
+        "gateway", help="relay subscribers of another address scope to a component")
+    gateway.add_argument("--listen", default="127.0.0.1:5673", help="listen address host:port")
+    gateway.add_argument("--upstream", required=True, help="the component, host:port")
+    gateway.add_argument("--name", default="gw",
+                         help="prefix of the upstream link names (<name>.<link name>)")
+    gateway.add_argument("--idle-timeout", type=float, default=10.0)
+    gateway.add_argument("--hold-timeout", type=float, default=30.0,
+                         help="how long an attach waits for the component to be reachable")
+    gateway.add_argument("--max-attempts", type=int, default=None,
+                         help="give up after this many failed connections in a row "
+                              "(default: keep trying)")
+    gateway.add_argument("--ready-file", help="write the listen address here once listening")
+    gateway.set_defaults(func=_gateway)
+
     pub = subparsers.add_parser("publish", help="publish through the embedded sequencer")
     pub.add_argument("--url", default="127.0.0.1:5672")
     pub.add_argument("--source", required=True)
@@ -174,6 +189,26 @@ def _serve(args: argparse.Namespace) -> int:
         if retention is not None:
             stack.enter_context(retention)
         Container(component).run()
+    return 0
+
+
+def _gateway(args: argparse.Namespace) -> int:
+    from seqrepair.amqp.gateway import Gateway
+    from seqrepair.amqp.gateway_relays import Backoff
+
+    def ready(url: str) -> None:
+        if args.ready_file:
+            Path(args.ready_file).write_text(url)
+
+    gateway = Gateway(args.listen, args.upstream, name=args.name, on_ready=ready,
+                      idle_timeout=args.idle_timeout, hold_timeout=args.hold_timeout,
+                      backoff=Backoff(max_attempts=args.max_attempts))
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    with contextlib.suppress(KeyboardInterrupt):
+        gateway.run()
+    if gateway.error is not None:
+        print(f"seqrepair gateway: {gateway.error}", file=sys.stderr)
+        return 1
     return 0
 
 
