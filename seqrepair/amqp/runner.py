@@ -98,7 +98,8 @@ class SubscriberRunner(_Reconnecting):
         self._stop_when: Callable[[], bool] | None = None
         self._injector: EventInjector | None = None
         self._thread: threading.Thread | None = None
-        self._queue: queue.Queue[Publication | None] = queue.Queue()
+        # the C SimpleQueue: a put costs no Python-level lock and condition (one per delivery)
+        self._queue: queue.SimpleQueue[Publication | None] = queue.SimpleQueue()
 
     # --- public API ---------------------------------------------------------------------
 
