@@ -33,7 +33,9 @@ __all__ = [
     "RawIncomingHandler",
     "ReceivedMessage",
     "Unsupported",
+    "decode_message",
     "encode_value",
+    "malformed",
     "read_message",
     "read_raw",
 ]
@@ -188,6 +190,7 @@ class ReceivedMessage:
         "id",
         "instructions",
         "items",
+        "malformed",
         "plain",
         "properties",
         "reply_to",
@@ -205,6 +208,8 @@ class ReceivedMessage:
         """When the body is a list: the encoded bytes of each item (a batch's entries)."""
         self.plain = True
         """Values are plain Python values already."""
+        self.malformed: str | None = None
+        """Why the bytes could not be read as an AMQP message (None: they could)."""
 
 
 _u32 = struct.Struct(">I").unpack_from
@@ -226,6 +231,7 @@ _fixed = {
     0x83: (8, struct.Struct(">q").unpack_from),  # timestamp (ms)
 }
 _ulong_at = struct.Struct(">Q").unpack_from
+_long_at = struct.Struct(">q").unpack_from
 _double_at = struct.Struct(">d").unpack_from
 _byte_at = struct.Struct(">b").unpack_from
 _CONSTANTS: dict[int, Any] = {0x40: None, 0x41: True, 0x42: False, 0x43: 0, 0x44: 0, 0x45: []}
@@ -262,21 +268,93 @@ def _read(buf: bytes, pos: int) -> tuple[Any, int]:
             width, unpack = fixed
             return unpack(buf, pos)[0], pos + width
         return _read_other(buf, pos, code)
-    items: list[Any] = []
-    append = items.append
-    for _ in range(count):
-        value, pos = _read(buf, pos)
-        append(value)
-    if pos != end:
-        raise Unsupported("compound size does not match its items")
     if code == 0xC0 or code == 0xD0:
+        items, pos = _read_items(buf, pos, count)
+        if pos != end:
+            raise Unsupported("compound size does not match its items")
         return items, pos
     if count % 2:
         raise Unsupported("a map needs an even number of items")
-    try:
-        return dict(zip(items[::2], items[1::2], strict=True)), pos
-    except TypeError:  # an unhashable key: let proton say what it makes of it
-        raise Unsupported("unhashable map key") from None
+    mapping, pos = _read_pairs(buf, pos, count // 2)
+    if pos != end:
+        raise Unsupported("compound size does not match its items")
+    return mapping, pos
+
+
+def _read_scalar(buf: bytes, pos: int) -> tuple[Any, int]:
+    """:func:`_read` with the scalars of a publication read in line (the codes checked in the
+    order they are most frequent in frames)."""
+    code = buf[pos]
+    if code == 0xA1 or code == 0xA3:  # str8, sym8
+        end = pos + 2 + buf[pos + 1]
+        return buf[pos + 2 : end].decode("utf-8"), end
+    if code == 0x82:  # double
+        return _double_at(buf, pos + 1)[0], pos + 9
+    if code == 0x55 or code == 0x54:  # smalllong, smallint
+        value = buf[pos + 1]
+        return (value - 256 if value > 127 else value), pos + 2
+    if code == 0x81:  # long
+        return _long_at(buf, pos + 1)[0], pos + 9
+    if code == 0x40:
+        return None, pos + 1
+    return _read(buf, pos)
+
+
+def _read_pairs(buf: bytes, pos: int, pairs: int) -> tuple[dict[Any, Any], int]:
+    """The ``pairs`` key/value pairs of a map from ``pos`` (keys mostly str8, read in line)."""
+    mapping: dict[Any, Any] = {}
+    for _ in range(pairs):
+        code = buf[pos]
+        if code == 0xA1 or code == 0xA3:  # str8, sym8
+            end = pos + 2 + buf[pos + 1]
+            key: Any = buf[pos + 2 : end].decode("utf-8")
+            pos = end
+        else:
+            key, pos = _read(buf, pos)
+        value, pos = _read_scalar(buf, pos)
+        try:
+            mapping[key] = value
+        except TypeError:  # an unhashable key: let proton say what it makes of it
+            raise Unsupported("unhashable map key") from None
+    if len(mapping) != pairs:
+        raise Unsupported("a map key repeats")
+    return mapping, pos
+
+
+def _read_items(buf: bytes, pos: int, count: int) -> tuple[list[Any], int]:
+    """The ``count`` items of a list or map from ``pos``, the scalars of a publication entry
+    (strings, numbers, null) read in line rather than by a call to :func:`_read` each."""
+    items: list[Any] = []
+    append = items.append
+    for _ in range(count):
+        code = buf[pos]
+        if code == 0xA1 or code == 0xA3:  # str8, sym8
+            end = pos + 2 + buf[pos + 1]
+            append(buf[pos + 2 : end].decode("utf-8"))
+            pos = end
+        elif code == 0x82:  # double
+            append(_double_at(buf, pos + 1)[0])
+            pos += 9
+        elif code == 0x55 or code == 0x54:  # smalllong, smallint
+            value = buf[pos + 1]
+            append(value - 256 if value > 127 else value)
+            pos += 2
+        elif code == 0x53 or code == 0x52:  # smallulong, smalluint
+            append(buf[pos + 1])
+            pos += 2
+        elif code == 0x80:  # ulong
+            append(_ulong_at(buf, pos + 1)[0])
+            pos += 9
+        elif code == 0x81:  # long
+            append(_long_at(buf, pos + 1)[0])
+            pos += 9
+        elif code == 0x40:
+            append(None)
+            pos += 1
+        else:
+            value, pos = _read(buf, pos)
+            append(value)
+    return items, pos
 
 
 def _read_other(buf: bytes, pos: int, code: int) -> tuple[Any, int]:
@@ -306,6 +384,98 @@ def read_message(data: bytes) -> ReceivedMessage | None:
         return _read_message(data)
     except (Unsupported, IndexError, UnicodeDecodeError, struct.error):
         return None
+
+
+def decode_message(data: bytes) -> ReceivedMessage | Message:
+    """What a receiver makes of ``data``: :func:`read_message`, else proton's codec when the
+    bytes are well-formed AMQP, else a :class:`ReceivedMessage` whose ``malformed`` says why
+    (the :class:`~seqrepair.amqp.codec.Decoder` rejects it).
+
+    proton 0.40's ``Message.decode`` reports nothing for bytes it cannot read (garbage decodes
+    to an empty message, which a topic link would take for an empty publication) and raises
+    from deep inside for a string that is not UTF-8: neither may reach the caller unchecked.
+    """
+    message = read_message(data)
+    if message is not None:
+        return message
+    problem = malformed(data)
+    if problem is None:
+        decoded = Message()
+        try:
+            decoded.decode(data)
+            return decoded
+        except Exception as exc:  # whatever proton raises: the bytes are bad
+            problem = f"undecodable: {exc!r}"[:200]
+    bad = ReceivedMessage()
+    bad.malformed = problem
+    return bad
+
+
+_WIDTHS = {0x4: 0, 0x5: 1, 0x6: 2, 0x7: 4, 0x8: 8, 0x9: 16}
+_TYPE_CODES = frozenset(
+    [*range(0x40, 0x46), *range(0x50, 0x57), 0x60, 0x61, *range(0x70, 0x75), *range(0x80, 0x85),
+     0x94, 0x98, 0xA0, 0xA1, 0xA3, 0xB0, 0xB1, 0xB3, 0xC0, 0xC1, 0xD0, 0xD1, 0xE0, 0xF0]
+)
+
+
+def malformed(data: bytes) -> str | None:
+    """Why ``data`` is not a well-formed AMQP message (a sequence of described sections whose
+    every value has a known type code and lies within the bytes), or None when it is one."""
+    if not data:
+        return None
+    pos = 0
+    try:
+        while pos < len(data):
+            if data[pos] != 0x00:
+                return f"byte {pos} does not start a section"
+            pos = _skip(data, pos, 0)
+    except (Unsupported, IndexError, struct.error) as exc:
+        return str(exc) or "a value runs past the end of the message"
+    return None if pos == len(data) else "a value runs past the end of the message"
+
+
+def _skip(buf: bytes, pos: int, depth: int) -> int:
+    """The position after the value at ``pos`` (checked, not decoded)."""
+    if depth > 64:
+        raise Unsupported("values nested too deep")
+    code = buf[pos]
+    if code == 0x00:  # described: the descriptor, then the value
+        return _skip(buf, _skip(buf, pos + 1, depth + 1), depth + 1)
+    return _skip_value(buf, pos + 1, code, depth)
+
+
+def _skip_value(buf: bytes, pos: int, code: int, depth: int) -> int:
+    """The position after a value of type ``code`` whose bytes start at ``pos``."""
+    if code not in _TYPE_CODES:
+        raise Unsupported(f"no AMQP type has code 0x{code:02x}")
+    high = code >> 4
+    width = _WIDTHS.get(high)
+    if width is not None:
+        end = pos + width
+    elif high == 0xA or high == 0xB:
+        end = pos + 1 + buf[pos] if high == 0xA else pos + 4 + _u32(buf, pos)[0]
+    else:
+        small = high == 0xC or high == 0xE
+        end = pos + 1 + buf[pos] if small else pos + 4 + _u32(buf, pos)[0]
+        count = buf[pos + 1] if small else _u32(buf, pos + 4)[0]
+        at = pos + 2 if small else pos + 8
+        if high == 0xC or high == 0xD:  # list, map: each item has its constructor
+            for _ in range(count):
+                at = _skip(buf, at, depth + 1)
+        elif count or at < end:  # array: one constructor (even when empty), the elements
+            element = buf[at]
+            at += 1
+            if element == 0x00:
+                at = _skip(buf, at, depth + 1)
+                element = buf[at]
+                at += 1
+            for _ in range(count):
+                at = _skip_value(buf, at, element, depth + 1)
+        if at != end:
+            raise Unsupported("a compound's size does not match its items")
+    if end > len(buf):
+        raise Unsupported("a value runs past the end of the message")
+    return end
 
 
 def _read_list_keeping_items(data: bytes, pos: int) -> tuple[list[Any], list[bytes], int]:
@@ -358,6 +528,8 @@ def _read_message(data: bytes) -> ReceivedMessage:
             pass  # header, message annotations, footer: not read by seqrepair
         else:
             raise Unsupported("data or amqp-sequence body")
+    if pos != end:  # the last value claims bytes past the end
+        raise Unsupported("truncated message")
     return msg
 
 
@@ -376,11 +548,7 @@ class RawIncomingHandler(IncomingMessageHandler):
             return
         data = link.recv(dlv.pending)
         link.advance()
-        message: Any = read_message(data)
-        if message is None:
-            message = Message()
-            message.decode(data)
-        event.message = message
+        event.message = decode_message(data)
         if event.link.state & Endpoint.LOCAL_CLOSED:
             if self.auto_accept:
                 dlv.update(Delivery.RELEASED)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import attrs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -208,3 +209,55 @@ def test_source_unwrapper_agrees_with_the_core_arithmetic(bits: int, steps: list
         expected = space.unwrap(last, wire)
         last = max(last, expected)
         assert fast.unwrap("s", wire, bits) == expected
+
+
+GOOD_ENTRY = ["update", 1.5, "src", ulong(7), 32, "/t/a", {"n": 1}, None]
+
+
+def _raw_batch(*entries: list) -> object:
+    """A PUBLICATIONS message as the component reads it (rawamqp: plain values)."""
+    from seqrepair.amqp.rawamqp import PackedMessage, encode_value, read_message
+
+    props = {"message-type": "PUBLICATIONS", "count": ulong(len(entries)), "link_seq": ulong(4)}
+    raw = read_message(PackedMessage(props, encode_value(list(entries))).encode())
+    assert raw is not None
+    return raw
+
+
+@pytest.mark.parametrize(
+    ("index", "value", "error"),
+    [
+        (0, "bogus", MalformedMessageError),
+        (0, 3, MalformedMessageError),
+        (1, "soon", MalformedMessageError),
+        (1, True, MalformedMessageError),
+        (2, "", MalformedMessageError),
+        (2, 5, MalformedMessageError),
+        (3, -1, OutOfSpaceError),
+        (3, 0, OutOfSpaceError),
+        (3, "7", MalformedMessageError),
+        (4, 65, OutOfSpaceError),
+        (4, 1, OutOfSpaceError),
+        (5, "", MalformedMessageError),
+        (5, None, MalformedMessageError),
+        (6, [1, 2], MalformedMessageError),
+        (7, "", MalformedMessageError),
+        (7, 9, MalformedMessageError),
+    ],
+)
+def test_malformed_batch_entries_raise_typed_errors(index: int, value: object, error: type) -> None:
+    entry = list(GOOD_ENTRY)
+    entry[index] = value
+    with pytest.raises(error):
+        Decoder().decode(_raw_batch(list(GOOD_ENTRY), entry))  # type: ignore[arg-type]
+
+
+def test_batch_entries_of_other_valid_types_decode_as_the_usual_ones() -> None:
+    usual = Decoder().decode(_raw_batch(list(GOOD_ENTRY)))  # type: ignore[arg-type]
+    other = list(GOOD_ENTRY)
+    other[0], other[1], other[7] = "add", 3, "gold"  # add = image; an integer timestamp
+    [pub] = Decoder().decode(_raw_batch(other))  # type: ignore[arg-type]
+    assert pub == attrs.evolve(usual[0], ptype=PublishType.IMAGE, timestamp=3.0,
+                               permtoken="gold")
+    assert type(pub.timestamp) is float
+    assert usual[0].link_seq == 4

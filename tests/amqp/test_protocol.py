@@ -160,6 +160,39 @@ def test_malformed_publications_are_rejected_and_the_server_keeps_serving(
     assert served(server.url)
 
 
+class RawBytes:
+    """A transfer of arbitrary bytes (what a broken or hostile peer may send)."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def send(self, sender: Any, tag: str | None = None) -> Any:
+        delivery = sender.delivery(tag or sender.delivery_tag())
+        sender.stream(self.data)
+        sender.advance()
+        return delivery
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"\xff\xff",  # not a section
+        b"\x00\x53\x77\xa1\x05ab",  # a string cut short
+        b"\x00\x53\x77\xa1\x02\xff\xfe",  # a string that is not UTF-8 (proton raises)
+        b"\x00\x53\x77\x40\xff",  # bytes after the last section
+        b"\x00\x53\x77\xc0\x03\x01\xff\xff",  # an unknown type code inside a list
+    ],
+)
+def test_bytes_that_are_not_amqp_are_rejected_and_the_server_keeps_serving(
+    server: ComponentProcess, data: bytes
+) -> None:
+    s = Session(server.url, send="/bad/raw",
+                messages=[RawBytes(data), Message(body={"after": "bad"})]).run()  # type: ignore[list-item]
+    assert s.outcomes[0] == (Delivery.REJECTED, "amqp:decode-error")
+    assert s.outcomes[1] == (Delivery.ACCEPTED, None)
+    assert served(server.url)
+
+
 def test_topic_outside_the_link_address_is_rejected(server: ComponentProcess) -> None:
     msg = Message(body={}, properties={"message-type": "PUBLICATION", "topic": "/other/t",
                                        "source": "s", "source_seq": ulong(1)})

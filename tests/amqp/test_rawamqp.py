@@ -10,11 +10,19 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from proton import Message, symbol, ulong
+from proton import UNDESCRIBED, Array, Data, Message, symbol, ulong
 
 from seqrepair.amqp.codec import Decoder, _plain, encode
+from seqrepair.amqp.errors import MalformedMessageError
 from seqrepair.amqp.framing import encode_frames
-from seqrepair.amqp.rawamqp import PackedMessage, encode_value, read_message
+from seqrepair.amqp.rawamqp import (
+    PackedMessage,
+    ReceivedMessage,
+    decode_message,
+    encode_value,
+    malformed,
+    read_message,
+)
 from seqrepair.core.messages import GapRequest, Heartbeat, Publication
 
 from .test_codec import publications, roundtrip
@@ -96,3 +104,69 @@ def test_batch_entries_are_read_back_as_the_bytes_written() -> None:
     raw = read_message(encode_frames(pubs, 32).encode())
     assert raw is not None
     assert raw.items == [encode_entry(p, lambda _s: 32) for p in pubs]
+
+
+def test_a_map_with_a_repeated_key_is_left_to_proton() -> None:
+    from seqrepair.amqp.rawamqp import encode_list
+
+    pairs = [encode_value("k"), encode_value(1), encode_value("k"), encode_value(2)]
+    repeated = b"\xc1" + bytes((len(b"".join(pairs)) + 1, 4)) + b"".join(pairs)
+    data = PackedMessage({"x": 1}, encode_list([repeated])).encode()
+    assert read_message(data) is None
+    assert read_message(PackedMessage({"x": 1}, encode_value([{"k": -5}])).encode()).body == [
+        {"k": -5}
+    ]
+
+
+def test_bytes_past_the_last_section_are_left_to_proton() -> None:
+    data = PackedMessage({"x": 1}, encode_value("abc")).encode()
+    assert read_message(data) is not None
+    assert read_message(data[:-1]) is None  # the body's string is cut short
+
+
+proton_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.floats(allow_nan=False)
+    | st.text(max_size=300) | st.binary(max_size=300) | st.uuids()
+    | st.sampled_from([symbol("s"), symbol("sym-bol")]) | st.integers(0, 2**64 - 1).map(ulong)
+    | st.lists(st.integers(-(2**31), 2**31 - 1), max_size=5).map(
+        lambda xs: Array(UNDESCRIBED, Data.INT, *xs))
+    | st.lists(st.text(max_size=5), max_size=5).map(
+        lambda xs: Array(UNDESCRIBED, Data.STRING, *xs)),
+    lambda inner: st.lists(inner, max_size=4)
+    | st.dictionaries(st.text(min_size=1, max_size=5), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@given(proton_values)
+def test_whatever_proton_writes_is_well_formed_and_decodes_as_proton_reads_it(
+    value: object,
+) -> None:
+    data = Message(body=value, properties={"a": 1}, id=3,
+                   instructions={symbol("x"): value}).encode()
+    assert malformed(data) is None
+    decoded = decode_message(data)
+    assert getattr(decoded, "malformed", None) is None
+    assert _plain(decoded.body) == _plain(roundtrip_bytes(data).body)
+
+
+@pytest.mark.parametrize(
+    ("data", "why"),
+    [
+        (b"\xff", "does not start a section"),
+        (b"\x00\x53\x77\xa1\x05ab", "past the end"),
+        (b"\x00\x53\x77\x40\xff", "does not start a section"),
+        (b"\x00\x53\x77\xc0\x03\x01\xff\xff", "no AMQP type"),
+        (b"\x00\x53\x77\xc0\x04\x02\x40\x40", "size does not match"),
+        (b"\x00\x53\x77\xe0\x06\x02\xa1\x01A\x05B", "past the end"),
+        (b"\x00\x53\x77\xa1\x02\xff\xfe", "UnicodeDecodeError"),
+        (b"\x00" * 200, "nested too deep"),
+    ],
+)
+def test_bytes_that_are_not_amqp_are_marked_malformed_not_guessed(data: bytes, why: str) -> None:
+    decoded = decode_message(data)
+    assert isinstance(decoded, ReceivedMessage)
+    assert decoded.malformed is not None
+    assert why in decoded.malformed
+    with pytest.raises(MalformedMessageError, match="not a well-formed AMQP message"):
+        Decoder().decode(decoded)  # type: ignore[arg-type]
