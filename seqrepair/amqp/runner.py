@@ -27,6 +27,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, Self, TypeVar
 
+from proton import Handler
 from proton.handlers import MessagingHandler
 from proton.reactor import ApplicationEvent, Container, EventInjector
 
@@ -46,6 +47,41 @@ class Call:
     def on_timer_task(self, event: Any) -> None:
         """Proton's timer fired: call the function."""
         self.fn()
+
+
+class BatchedCredit(Handler):
+    """Keeps ``window`` credit on every receiving link, topped up once half of it is used.
+
+    proton's ``FlowController`` (``MessagingHandler(prefetch=...)``) tops credit up after
+    every delivery: one flow frame back per transfer, and one flow event and pump at the
+    sender for each. Here the receiver grants ``window - credit`` only when credit has
+    fallen to half the window, so a flow frame goes every ``window / 2`` transfers.
+    """
+
+    def __init__(self, window: int) -> None:
+        self.window = window
+
+    def on_link_local_open(self, event: Any) -> None:
+        """A link of ours opened: grant the window."""
+        self._flow(event.link)
+
+    def on_link_remote_open(self, event: Any) -> None:
+        """The peer attached: grant the window."""
+        self._flow(event.link)
+
+    def on_link_flow(self, event: Any) -> None:
+        """The peer's view of credit changed (drain): top up if due."""
+        self._flow(event.link)
+
+    def on_delivery(self, event: Any) -> None:
+        """A transfer used credit: top up if due."""
+        self._flow(event.link)
+
+    def _flow(self, link: Any) -> None:
+        if link.is_receiver:
+            credit = link.credit
+            if credit <= self.window // 2:
+                link.flow(self.window - credit)
 
 
 class _Reconnecting(MessagingHandler, abc.ABC):
@@ -90,7 +126,9 @@ class SubscriberRunner(_Reconnecting):
     on_publication: Callable[[Publication], None] | None
 
     def __init__(self, *, credit: int) -> None:
-        super().__init__(prefetch=credit, auto_accept=False)
+        super().__init__(prefetch=0, auto_accept=False)
+        handlers: Any = self.handlers  # a list once set (proton types it lazily)
+        handlers.append(BatchedCredit(credit))
         self.connected = threading.Event()
         self._container = None
         self._conn = None
