@@ -28,7 +28,7 @@ import itertools
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import attrs
 import structlog
@@ -420,6 +420,8 @@ class Component(MessagingHandler):
             caps.put_symbol(RESPONSE_ADDRESS_SUPPORTED)
             caps.exit()
             return
+        # the topics this link has already seen valid and inside its address (bounded)
+        receiver.topics_checked = set()
         if address is None:
             receiver.kind = "publish"
             receiver.pattern = TopicPattern("/#")
@@ -484,30 +486,36 @@ class Component(MessagingHandler):
 
     def _on_publish(self, receiver: Any, delivery: Delivery, message: Message) -> None:
         default_topic = receiver.default_topic or message.address
-        frames = self.decoder.decode(
-            message,
-            default_source=str(receiver.connection.remote_container or receiver.name),
-            default_topic=default_topic,
-            assign=self._assign,
-        )
-        # a batch's entries, as received, are what the subscribers get: reuse their bytes
-        items: list[bytes] | None = getattr(message, "items", None)
-        if items is not None and len(items) != len(frames):
-            items = None
-        fresh: list[Publication] = []
-        entries: dict[int, bytes | None] = {}
-        for i, frame in enumerate(frames):
+        default_source = str(receiver.connection.remote_container or receiver.name)
+        wanted: list[str] = []
+
+        def count(source: str) -> int:  # a stand-in number: nothing is consumed yet
+            wanted.append(source)
+            return 1
+
+        frames = self.decoder.decode(message, default_source=default_source,
+                                     default_topic=default_topic, assign=count)
+        for frame in frames:
             if not isinstance(frame, Publication):
                 raise UnknownMessageTypeError(
                     "only publications may be sent to a topic address", got=type(frame).__name__
                 )
-            validate_topic(frame.topic)
-            if not receiver.pattern.matches(frame.topic):
-                raise MalformedMessageError(
-                    f"topic {frame.topic!r} is outside this link's address {receiver.pattern}",
-                    expected=str(receiver.pattern), got=frame.topic,
-                )
-            if frame.source_seq <= self.ingested.get(frame.source, 0):
+            self._check_topic(receiver, frame.topic)
+        if wanted:
+            # publications without a number, all valid: only now may numbers be taken (a
+            # number taken for a rejected message would leave a hole the journal refuses)
+            frames = self.decoder.decode(message, default_source=default_source,
+                                         default_topic=default_topic, assign=self._assign)
+        pubs = cast(list[Publication], frames)  # all publications (checked above)
+        # a batch's entries, as received, are what the subscribers get: reuse their bytes
+        items: list[bytes] | None = getattr(message, "items", None)
+        if items is not None and len(items) != len(pubs):
+            items = None
+        fresh: list[Publication] = []
+        entries: dict[int, bytes | None] = {}
+        ingested = self.ingested
+        for i, frame in enumerate(pubs):
+            if frame.source_seq <= ingested.get(frame.source, 0):
                 self.stats["duplicates"] += 1
                 continue
             if items is not None and _regular_entry(items[i]):
@@ -523,6 +531,23 @@ class Component(MessagingHandler):
             self._fan_out(fresh, entries)
         self.accept(delivery)
 
+    @staticmethod
+    def _check_topic(receiver: Any, topic: str) -> None:
+        """``topic`` is a valid topic inside the publishing link's address, else raise; the
+        topics that passed are remembered per link (bounded)."""
+        checked: set[str] = receiver.topics_checked
+        if topic in checked:
+            return
+        validate_topic(topic)
+        if not receiver.pattern.matches(topic):
+            raise MalformedMessageError(
+                f"topic {topic!r} is outside this link's address {receiver.pattern}",
+                expected=str(receiver.pattern), got=topic,
+            )
+        if len(checked) >= TOPIC_CACHE:
+            checked.clear()
+        checked.add(topic)
+
     def _fan_out(
         self, pubs: Sequence[Publication], entries: dict[int, bytes | None] | None = None
     ) -> None:
@@ -531,15 +556,19 @@ class Component(MessagingHandler):
         if entries is None:
             entries = {}  # each publication encoded once for all links
         for link in self.links.values():
-            offered = False
-            allows = link.entitlement.allows
-            for i, pub in enumerate(pubs):
-                if allows(pub):
-                    if link.batch and i not in entries:
-                        entries[i] = self._entry(pub)
-                    link.offer(pub, now, entries.get(i) if link.batch else None)
-                    offered = True
-            if offered:
+            allows = link.allows
+            if link.batch:
+                offers = []
+                for i, pub in enumerate(pubs):
+                    if allows(pub):
+                        entry = entries.get(i, _MISSING)
+                        if entry is _MISSING:
+                            entry = entries[i] = self._entry(pub)
+                        offers.append((pub, entry))
+            else:
+                offers = [(pub, None) for pub in pubs if allows(pub)]
+            if offers:
+                link.offer_many(offers, now)
                 touched.append(link)
         for link in touched:
             link.pump(now)
@@ -654,6 +683,12 @@ class Component(MessagingHandler):
         """Close the listener (the container then ends when its connections do)."""
         if self.acceptor is not None:
             self.acceptor.close()
+
+
+TOPIC_CACHE = 4096
+"""How many checked topics a publishing link remembers (then it starts again)."""
+
+_MISSING: Any = object()
 
 
 def _regular_entry(entry: bytes) -> bool:

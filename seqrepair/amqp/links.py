@@ -45,6 +45,9 @@ from seqrepair.core.sequencers import LinkSequencer
 
 ReplayFrame = Publication | ReplayComplete | GapError
 
+ALLOWS_CACHE = 4096
+"""How many (topic, permission token) answers of its entitlement a link remembers."""
+
 log = structlog.get_logger("seqrepair.amqp.links")
 
 def _new_epoch() -> str:
@@ -176,6 +179,7 @@ class SubscriberLink:
     stats: dict[str, int] = attrs.field(
         factory=lambda: {"sent": 0, "dropped": 0, "transfers": 0, "paused": 0}
     )
+    _allowed: dict[tuple[str, str | None], bool] = attrs.field(factory=dict, init=False)
 
     def __attrs_post_init__(self) -> None:
         self.route = ResponseRoute(self.entitlement, self.max_batch, self.source_bits, self.batch)
@@ -199,12 +203,27 @@ class SubscriberLink:
 
     # --- feeding ------------------------------------------------------------------------
 
+    def allows(self, pub: Publication) -> bool:
+        """``entitlement.allows(pub)``, remembered per (topic, permission token): the answer
+        depends on nothing else, and the entitlement of a link never changes."""
+        key = (pub.topic, pub.permtoken)
+        allowed = self._allowed.get(key)
+        if allowed is None:
+            if len(self._allowed) >= ALLOWS_CACHE:
+                self._allowed.clear()
+            allowed = self._allowed[key] = self.entitlement.allows(pub)
+        return allowed
+
     def offer(self, pub: Publication, now: float, entry: bytes | None = None) -> None:
         """A live publication for this link (already filtered by the caller), with its
         encoded batch entry when the caller has one (see :func:`framing.encode_entry`)."""
+        self.offer_many([(pub, entry)], now)
+
+    def offer_many(self, offers: list[tuple[Publication, bytes | None]], now: float) -> None:
+        """Several live publications for this link, in order (see :meth:`offer`)."""
         if self.paused:
             return
-        self.pending.append((pub, entry))
+        self.pending.extend(offers)
         if len(self.pending) > self.max_pending:
             self.pause(now, f"more than {self.max_pending} publications waiting for credit")
 
