@@ -43,6 +43,7 @@ class AppendPipeline:
         self.bits = bits
         self.depth = depth
         self._conn: Any = None
+        self._pool: Any = None
         self._inflight: deque[Batch] = deque()
 
     @property
@@ -50,16 +51,22 @@ class AppendPipeline:
         """Batches sent whose replies have not been read."""
         return len(self._inflight)
 
-    def _connection(self) -> Any:
+    def _connection(self, source: str) -> Any:
         if self._conn is None:
-            with map_redis_errors("append"):
-                self._conn = self.journal.client.connection_pool.get_connection()
+            with map_redis_errors("append", source):
+                client: Any = self.journal.client  # redis.Redis or RedisCluster
+                pool = getattr(client, "connection_pool", None)
+                if pool is None:  # Redis Cluster: the node owning the source's hash slot
+                    node = client.get_node_from_key(stream_key(source))
+                    pool = client.get_redis_connection(node).connection_pool
+                self._conn = pool.get_connection()
+                self._pool = pool
         return self._conn
 
     def submit(self, batch: Batch) -> list[tuple[Batch, int]]:
         """Send ``batch``; return ``(batch, high_water)`` for every batch now known held."""
         source, envelope = self.journal.prepare_append(batch, self.bits)
-        conn = self._connection()
+        conn = self._connection(source)
         self._inflight.append(batch)  # from here its outcome is unknown until a reply is read
         try:
             with map_redis_errors("append", source):
@@ -101,7 +108,7 @@ class AppendPipeline:
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.disconnect()
-            self.journal.client.connection_pool.release(conn)
+            self._pool.release(conn)
 
     def abandon(self) -> list[Batch]:
         """Drop the connection; return the batches in flight (their outcome is unknown)."""
