@@ -9,6 +9,7 @@ types only it knows. :class:`SourceUnwrapper` turns wire source numbers back int
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -174,9 +175,55 @@ def encode_entry(frame: LinkFrame, source_bits: Callable[[str], int]) -> bytes:
     """One frame as a positional ``PUBLICATIONS`` entry, without link number or retransmit.
 
     These bytes do not depend on the link: the component encodes a live publication once and
-    shares the entry across every link it is sent on.
+    shares the entry across every link it is sent on. A publication is written in line here
+    (the bytes :func:`encode_list` of :func:`_entry_items` would give, which a test holds);
+    its source, bits and topic are encoded once and remembered.
     """
-    return encode_list(_entry_items(frame, source_bits))
+    if type(frame) is not Publication:
+        return encode_list(_entry_items(frame, source_bits))
+    source = frame.source
+    bits = source_bits(source)
+    max_wire = _MAX_WIRE.get(bits)
+    if max_wire is None:
+        _SPACES.space(bits)  # raises for a width outside 2..64
+        max_wire = _MAX_WIRE[bits] = (1 << bits) - 1
+    seq = frame.source_seq
+    if seq < 1:
+        _SPACES.wire(seq, bits)  # raises: absolute numbers start at 1
+    wire = (seq - 1) % max_wire + 1
+    stamp = frame.timestamp
+    token = frame.permtoken
+    body = b"".join((
+        _PTYPES[frame.ptype],
+        _NULL if stamp is None else b"\x82" + _double(float(stamp)),
+        _TEXTS.get(source) or _text(source),
+        bytes((0x53, wire)) if wire < 256 else b"\x80" + _ulong(wire),
+        _BITS[bits],
+        _TEXTS.get(frame.topic) or _text(frame.topic),
+        encode_map(frame.fields),
+        _NULL if token is None else encode_value(token),
+    ))
+    if len(body) < 255:
+        return bytes((0xC0, len(body) + 1, 8)) + body
+    return b"\xd0" + _uint(len(body) + 4) + b"\x00\x00\x00\x08" + body
+
+
+_TEXTS: dict[str, bytes] = {}
+"""Encoded sources and topics (bounded: cleared when full)."""
+_MAX_WIRE: dict[int, int] = {}
+_BITS = {bits: encode_value(bits) for bits in range(2, 65)}
+_NULL = encode_value(None)
+_double = struct.Struct(">d").pack
+_ulong = struct.Struct(">Q").pack
+_uint = struct.Struct(">I").pack
+
+
+def _text(value: str) -> bytes:
+    encoded = encode_value(value)
+    if len(_TEXTS) >= 4096:
+        _TEXTS.clear()
+    _TEXTS[value] = encoded
+    return encoded
 
 
 def _entry_items(frame: LinkFrame, source_bits: Callable[[str], int]) -> list[bytes]:

@@ -301,6 +301,11 @@ class PublisherRunner(_Reconnecting, Generic[Unsettled]):
         self._injector.trigger(ApplicationEvent("seqrepair_wake"))
 
     def _notify(self) -> None:
+        """Wake :meth:`flush` if what it waits for may have come (nothing pending or unsettled,
+        or an error). Only this thread empties the queues, so the check without the lock is
+        exact here; the waiter re-checks under the lock anyway, and every 50 ms."""
+        if (self._pending or self._unsettled) and self.error is None:
+            return  # not yet: no need to take the lock the publishing thread holds
         with self._idle:
             self._idle.notify_all()
 

@@ -7,6 +7,7 @@ client can read every frame); whatever proton writes, the raw reader reads as pr
 
 from __future__ import annotations
 
+import attrs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -170,3 +171,15 @@ def test_bytes_that_are_not_amqp_are_marked_malformed_not_guessed(data: bytes, w
     assert why in decoded.malformed
     with pytest.raises(MalformedMessageError, match="not a well-formed AMQP message"):
         Decoder().decode(decoded)  # type: ignore[arg-type]
+
+
+@given(publications())
+def test_a_publication_entry_written_in_line_is_the_generic_one(
+    drawn: tuple[Publication, int],
+) -> None:
+    from seqrepair.amqp.framing import _entry_items, encode_entry
+    from seqrepair.amqp.rawamqp import encode_list
+
+    pub, bits = drawn
+    for p in (pub, attrs.evolve(pub, topic="/" + "t" * 300, source="s" * 300)):
+        assert encode_entry(p, lambda _s: bits) == encode_list(_entry_items(p, lambda _s: bits))

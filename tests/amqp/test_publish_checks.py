@@ -1,0 +1,56 @@
+"""The journal publisher's shortcut for "can this be journaled?" never says yes wrongly.
+
+(Here with the AMQP tests because the publisher's speed is measured by bench_amqp; the
+publisher's own tests are in tests/journal.)
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from seqrepair.core.errors import InvalidMessageError
+from seqrepair.journal.format import check_encodable
+from seqrepair.journal.publisher import _plainly_encodable
+
+text = st.text(max_size=8)  # surrogates, non-ASCII and all
+leaves = (st.none() | st.booleans() | st.integers() | st.floats() | text | st.binary(max_size=3))
+values = st.recursive(leaves, lambda inner: st.lists(inner, max_size=3)
+                      | st.dictionaries(text, inner, max_size=3), max_leaves=8)
+
+
+def _passes(topic: object, fields: object, token: object) -> bool:
+    try:
+        check_encodable(topic, fields, token)  # type: ignore[arg-type]
+    except InvalidMessageError:
+        return False
+    return True
+
+
+@given(text | st.integers(), st.dictionaries(text | st.integers(), values, max_size=4),
+       st.none() | text)
+def test_the_shortcut_says_yes_only_when_the_real_check_passes(
+    topic: object, fields: dict, token: object
+) -> None:
+    if _plainly_encodable(topic, fields, token):
+        assert _passes(topic, fields, token)
+
+
+@pytest.mark.parametrize(
+    ("topic", "fields", "token"),
+    [("/a", {"x": math.nan}, None), ("/a", {"x": math.inf}, None), ("/a", {"x": "\ud800"}, None),
+     ("/\ud800", {}, None), ("/a", {}, "\ud800"), ("/a", {"\ud800": 1}, None),
+     ("/a", {"x": object()}, None), ("/a", {1: 1}, None), ("/a", {"x": [1]}, None)],
+)
+def test_the_shortcut_leaves_anything_unusual_to_the_real_check(
+    topic: str, fields: dict, token: str | None
+) -> None:
+    assert not _plainly_encodable(topic, fields, token)
+
+
+def test_the_shortcut_takes_what_publishers_usually_send() -> None:
+    assert _plainly_encodable("/load/a", {"n": 1, "t": 1.5, "s": "x", "b": True, "z": None}, None)
+    assert _plainly_encodable("/load/a", {}, "gold")
