@@ -128,7 +128,8 @@ def raw_rate(n: int) -> dict[str, float]:
                                            "receiver": round(receiver_cpu, 3)}}
 
 
-def component_rate(n: int, rate: float = 0.0, batch: int = 64) -> dict[str, float]:
+def component_rate(n: int, rate: float = 0.0, batch: int = 64,
+                   max_batch: int = 64) -> dict[str, float]:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     with EmbeddedRedis() as redis:
         url = f"127.0.0.1:{free_port()}"
@@ -137,7 +138,7 @@ def component_rate(n: int, rate: float = 0.0, batch: int = 64) -> dict[str, floa
         comp = subprocess.Popen(
             [sys.executable, "-m", "seqrepair.cli", "serve", "--url", url, "--redis-url",
              redis.url, "--drop-rate", "0.01", "--drop-seed", "1", "--ready-file", str(ready),
-             "--max-pending", "200000"],
+             "--max-pending", "200000", "--max-batch", str(max_batch)],
             env=env,
         )
         try:
@@ -209,13 +210,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("n", type=int, nargs="?", default=20_000)
     parser.add_argument("rounds", type=int, nargs="?", default=2)
+    parser.add_argument("--batch", type=int, default=64,
+                        help="publications per transfer: the publisher's --batch and the "
+                             "component's --max-batch (default 64, both CLI defaults)")
     parser.add_argument("--component-only", action="store_true",
                         help="only the saturated component runs, with their CPU per process "
                              "(no raw baseline, no paced run)")
     args = parser.parse_args()
     n, rounds = args.n, args.rounds
     if args.component_only:
-        runs = [component_rate(n) for _ in range(rounds)]
+        runs = [component_rate(n, batch=args.batch, max_batch=args.batch)
+                for _ in range(rounds)]
         work = {  # CPU per process per run, without the publisher's fixed start-up cost
             "component": [c["cpu_s"]["component"] for c in runs],
             "subscriber": [c["cpu_s"]["subscriber"] for c in runs],
@@ -239,7 +244,7 @@ def main() -> None:
     raws, comps = [], []
     for _ in range(rounds):
         raws.append(raw_rate(n))
-        comps.append(component_rate(n))
+        comps.append(component_rate(n, batch=args.batch, max_batch=args.batch))
     raw = max(r["rate"] for r in raws)
     comp = max(comps, key=lambda c: c["rate"])
     # latency at a fixed rate well below capacity (saturated latency is only queueing)
@@ -247,6 +252,7 @@ def main() -> None:
     print(json.dumps({
         "n": n,
         "rounds": rounds,
+        "batch": args.batch,
         "load_avg_before_after": [load_before, os.getloadavg()],
         "raw_one_per_transfer_msgs_per_s": round(raw),
         "component_delivered_pubs_per_s": round(comp["rate"]),
