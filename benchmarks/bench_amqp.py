@@ -5,14 +5,16 @@
 Baseline: a plain proton sender and receiver in two processes, one message per transfer
 (application properties + a map body, like a PUBLICATION), at-most-once, receiver prefetch 1000.
 Component: ``seqrepair serve`` (journal on a private redis-server, 1% of frames dropped at its
-send path and repaired by gap fill), ``seqrepair publish`` (journal first, 64 per transfer) and
-one subscriber (this process) driving the SubscriberStub. Rate = deliveries / (last - first
+send path and repaired by gap fill), ``seqrepair publish`` (journal first, up to ``--batch``
+publications per transfer, default 256, and the component forwards up to as many per transfer)
+and one subscriber (this process) driving the SubscriberStub. Rate = deliveries / (last - first
 delivery); latency = delivery time - the publication's timestamp (set when published).
 Raw and component runs are interleaved ROUNDS times (default 2) and the best of each is kept.
 The saturated run's latency is queueing (the publisher is not paced); a second run publishes
 5 000 publications at 1 000/s (10 per call) and reports p50/p99 publish -> delivery.
 
-CPU seconds per process are reported for every run (load-independent, unlike the rates): the
+CPU seconds per process are reported for every run (far less load-dependent than the rates,
+though contention on a busy machine still inflates them: compare interleaved runs): the
 component and redis-server from /proc between the start and the end of the publishing, the
 subscriber as this process's CPU time meanwhile (its thread is the only busy one), the
 publisher from its rusage, with its fixed start-up cost (interpreter, imports, connecting)
@@ -128,8 +130,8 @@ def raw_rate(n: int) -> dict[str, float]:
                                            "receiver": round(receiver_cpu, 3)}}
 
 
-def component_rate(n: int, rate: float = 0.0, batch: int = 64,
-                   max_batch: int = 64) -> dict[str, float]:
+def component_rate(n: int, rate: float = 0.0, batch: int = 256,
+                   max_batch: int = 256) -> dict[str, float]:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     with EmbeddedRedis() as redis:
         url = f"127.0.0.1:{free_port()}"
@@ -210,9 +212,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("n", type=int, nargs="?", default=20_000)
     parser.add_argument("rounds", type=int, nargs="?", default=2)
-    parser.add_argument("--batch", type=int, default=64,
+    parser.add_argument("--batch", type=int, default=256,
                         help="publications per transfer: the publisher's --batch and the "
-                             "component's --max-batch (default 64, both CLI defaults)")
+                             "component's --max-batch (default 256, the library defaults)")
     parser.add_argument("--component-only", action="store_true",
                         help="only the saturated component runs, with their CPU per process "
                              "(no raw baseline, no paced run)")

@@ -396,7 +396,7 @@ class Publisher(PublisherRunner[list[Publication]]):
         bits: int = 32,
         address: str = "/#",
         journal: Journal | None = None,
-        max_batch: int = 64,
+        max_batch: int = 256,
         max_unsettled: int = 64,
         reconnect_delay: float = 0.2,
         idle_timeout: float = 10.0,
