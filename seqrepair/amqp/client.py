@@ -72,6 +72,9 @@ from seqrepair.journal.publisher import Publisher as JournalPublisher
 
 log = structlog.get_logger("seqrepair.amqp.client")
 
+_FRAMES = (Publication, Heartbeat, GapError, ReplayComplete)
+"""What the subscriber's stub receives."""
+
 FATAL_CONDITIONS = frozenset(
     {"amqp:not-found", "amqp:unauthorized-access", "amqp:decode-error", "amqp:invalid-field"}
 )
@@ -296,9 +299,15 @@ class Subscriber(SubscriberRunner):
         except SeqRepairError as exc:
             self.log.warning("undecodable message dropped", error=exc.message)
             return
+        receive = self.stub.receive
+        quiet = self.on_event is None
         for item in decoded:
-            if isinstance(item, Publication | Heartbeat | GapError | ReplayComplete):
-                self._perform(self.stub.receive(item, now))
+            if type(item) is Publication or isinstance(item, _FRAMES):
+                events = receive(item, now)
+                if quiet and len(events) == 1 and type(events[0]) is Delivered:
+                    self._deliver(events[0].publication)  # the usual outcome, in short
+                else:
+                    self._perform(events)
             elif isinstance(item, SubscriptionState):
                 if item.status == "PAUSED":
                     self.report.paused += 1

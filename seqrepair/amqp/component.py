@@ -497,12 +497,14 @@ class Component(MessagingHandler):
 
         frames = self.decoder.decode(message, default_source=default_source,
                                      default_topic=default_topic, assign=count)
+        checked: set[str] = receiver.topics_checked
         for frame in frames:
             if not isinstance(frame, Publication):
                 raise UnknownMessageTypeError(
                     "only publications may be sent to a topic address", got=type(frame).__name__
                 )
-            self._check_topic(receiver, frame.topic)
+            if frame.topic not in checked:
+                self._check_topic(receiver, frame.topic)
         if wanted:
             # publications without a number, all valid: only now may numbers be taken (a
             # number taken for a rejected message would leave a hole the journal refuses)

@@ -489,13 +489,75 @@ def _read_list_keeping_items(data: bytes, pos: int) -> tuple[list[Any], list[byt
     values: list[Any] = []
     items: list[bytes] = []
     for _ in range(count):
-        value, after = _read(data, pos)
+        if data[pos] == 0xC0 and data[pos + 2] == 8:
+            value, after = _read_entry(data, pos)
+        else:
+            value, after = _read(data, pos)
         values.append(value)
         items.append(data[pos:after])
         pos = after
     if pos != end:
         raise Unsupported("compound size does not match its items")
     return values, items, pos
+
+
+def _read_entry(buf: bytes, start: int) -> tuple[Any, int]:
+    """A list8 of 8 items at ``start`` shaped like a publication entry (WIRE.md: ptype,
+    timestamp, source, wire number, bits, topic, fields, permtoken), read in straight line;
+    anything shaped otherwise is read by :func:`_read`, which gives the same value."""
+    pos = start + 3
+    if buf[pos] != 0xA1:  # ptype
+        return _read(buf, start)
+    end = pos + 2 + buf[pos + 1]
+    ptype = buf[pos + 2 : end].decode("utf-8")
+    code = buf[end]  # timestamp
+    if code == 0x82:
+        stamp = _double_at(buf, end + 1)[0]
+        pos = end + 9
+    elif code == 0x40:
+        stamp, pos = None, end + 1
+    else:
+        return _read(buf, start)
+    if buf[pos] != 0xA1:  # source
+        return _read(buf, start)
+    end = pos + 2 + buf[pos + 1]
+    source = buf[pos + 2 : end].decode("utf-8")
+    code = buf[end]  # wire number
+    if code == 0x80:
+        wire = _ulong_at(buf, end + 1)[0]
+        pos = end + 9
+    elif code == 0x53:
+        wire, pos = buf[end + 1], end + 2
+    else:
+        return _read(buf, start)
+    if buf[pos] != 0x55:  # bits
+        return _read(buf, start)
+    bits = buf[pos + 1]
+    if bits > 127:
+        bits -= 256
+    pos += 2
+    if buf[pos] != 0xA1:  # topic
+        return _read(buf, start)
+    end = pos + 2 + buf[pos + 1]
+    topic = buf[pos + 2 : end].decode("utf-8")
+    code = buf[end]  # fields
+    if code == 0xC1:
+        count = buf[end + 2]
+        if count % 2:
+            raise Unsupported("a map needs an even number of items")
+        fields, pos = _read_pairs(buf, end + 3, count // 2)
+        if pos != end + 2 + buf[end + 1]:
+            raise Unsupported("compound size does not match its items")
+    else:
+        fields, pos = _read(buf, end)
+    code = buf[pos]  # permtoken
+    if code == 0x40:
+        token, pos = None, pos + 1
+    else:
+        token, pos = _read(buf, pos)
+    if pos != start + 2 + buf[start + 1]:
+        raise Unsupported("compound size does not match its items")
+    return [ptype, stamp, source, wire, bits, topic, fields, token], pos
 
 
 def _read_message(data: bytes) -> ReceivedMessage:

@@ -183,3 +183,21 @@ def test_a_publication_entry_written_in_line_is_the_generic_one(
     pub, bits = drawn
     for p in (pub, attrs.evolve(pub, topic="/" + "t" * 300, source="s" * 300)):
         assert encode_entry(p, lambda _s: bits) == encode_list(_entry_items(p, lambda _s: bits))
+
+
+@given(publications(), st.lists(values, min_size=8, max_size=8))
+def test_an_entry_read_in_line_is_what_the_generic_reader_reads(
+    drawn: tuple[Publication, int], other: list[object]
+) -> None:
+    from seqrepair.amqp.framing import encode_entry
+    from seqrepair.amqp.rawamqp import _read, _read_entry
+
+    pub, bits = drawn
+    entry = encode_entry(pub, lambda _s: bits)
+    usual, _ = _read(entry, 0)
+    shapes = [entry, encode_value(other)]
+    for i in range(8):  # each element in turn of another type or size
+        shapes.append(encode_value([*usual[:i], other[i], *usual[i + 1 :]]))
+    for data in shapes:
+        if data[0] == 0xC0 and data[2] == 8:
+            assert _read_entry(data, 0) == _read(data, 0)

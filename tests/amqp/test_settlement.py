@@ -120,3 +120,15 @@ def test_subscriber_frees_pre_settled_frames_and_accepts_unsettled_ones() -> Non
     sub.on_message(_Event(Message(body=1, properties={"message-type": "NOPE"}), undecodable))
     assert undecodable.calls == [Delivery.ACCEPTED, "settle"]
     assert [p.source_seq for p in got] == [1, 2]
+
+
+def test_subscriber_reports_every_event_to_on_event_and_delivers_in_order() -> None:
+    from seqrepair.core.events import Delivered
+
+    got: list[Publication] = []
+    events: list[object] = []
+    sub = Subscriber("127.0.0.1:1", "/t/#", on_publication=got.append, on_event=events.append)
+    for seq in (1, 2, 4, 3):  # 4 early: buffered, delivered after 3
+        sub.on_message(_Event(_frame(seq), _Delivery(settled=True)))
+    assert [p.source_seq for p in got] == [1, 2, 3, 4]
+    assert [e.publication.source_seq for e in events if isinstance(e, Delivered)] == [1, 2, 3, 4]
