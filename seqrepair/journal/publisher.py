@@ -40,6 +40,7 @@ from seqrepair.journal.errors import (
     JournalTimeoutError,
     JournalUnavailableError,
     PublicationQueuedError,
+    SequenceConflictError,
 )
 from seqrepair.journal.format import check_encodable
 from seqrepair.journal.journal import Journal
@@ -224,15 +225,44 @@ class Publisher:
             raise
 
     def _resolve_uncertain(self) -> int:
-        """After a failed append: hand on what the journal turned out to hold."""
+        """After a failed append: hand on what the journal turned out to hold.
+
+        The journal is compared by content, not only by number: when another writer of this
+        source took the numbers (a stale instance next to a restarted one), what it wrote is
+        not ours. Our publications from there on can never be journaled under their numbers:
+        they are dropped unpublished, numbering resumes after the journal's high-water and
+        :class:`SequenceConflictError` says so.
+        """
         high_water = self.journal.high_water(self.source)
         self._uncertain = False
+        numbered = 0
+        while numbered < len(self._unheld) and self._unheld[numbered].source_seq <= high_water:
+            numbered += 1
         held = 0
-        while held < len(self._unheld) and self._unheld[held].source_seq <= high_water:
-            held += 1
-        if held:
+        if numbered:
+            first, last = self._unheld[0].source_seq, self._unheld[numbered - 1].source_seq
+            journaled = self.journal.read_range(self.source, first, last)
+            mine = list(self._unheld)[:numbered]
+            while held < min(numbered, len(journaled)) and journaled[held] == mine[held]:
+                held += 1
             self.log.info("publisher.append_was_held", through=high_water, count=held)
-        return self._hand_on(held)
+        handed = self._hand_on(held)
+        if held < numbered:
+            lost, conflict = len(self._unheld), self._unheld[0].source_seq
+            self._unheld.clear()
+            self._sent = 0
+            self.sequencer = SourceSequencer(
+                source=self.source, bits=self.bits, start_after=high_water
+            )
+            self.log.error("publisher.sequence_conflict", through=high_water, dropped=lost)
+            raise SequenceConflictError(
+                f"another writer of {self.source!r} journaled numbers through {high_water}; "
+                f"{lost} publications of this publisher were not published",
+                source=self.source,
+                expected=high_water + 1,
+                got=conflict,
+            )
+        return handed
 
     def _hand_on(self, count: int) -> int:
         """Mark the first ``count`` unheld publications published, then give them to the

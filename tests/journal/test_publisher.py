@@ -17,6 +17,7 @@ from seqrepair.journal import (
     PublicationQueuedError,
     Publisher,
 )
+from seqrepair.journal.errors import SequenceConflictError
 
 pytestmark = pytest.mark.redis
 
@@ -175,3 +176,22 @@ def test_transport_failure_does_not_unpublish(journal: Journal) -> None:
     assert publisher.published_through == 1
     assert publisher.pending == 0
     assert journal.high_water("feed.a") == 1
+
+
+def test_a_stale_second_writer_never_reports_the_other_writers_number_as_its_own(
+    journal: Journal,
+) -> None:
+    sent_a: list = []
+    a = Publisher("feed.a", journal, transport=sent_a.append)
+    b = Publisher("feed.a", journal)  # a restarted instance next to the stale one
+    b.publish("/t", {"who": "B"})
+    with pytest.raises(SequenceConflictError):
+        a.publish("/t", {"who": "A"})  # number 1 is taken
+    with pytest.raises(SequenceConflictError) as info:
+        a.flush()  # the journal holds B's publication under 1, not A's
+    assert (info.value.expected, info.value.got) == (2, 1)
+    assert sent_a == []
+    assert a.published_through == 0
+    assert a.publish("/t", {"who": "A again"}).source_seq == 2  # numbering resumed after 1
+    assert [p.fields["who"] for p in sent_a] == ["A again"]
+    assert [p.fields["who"] for p in journal.read_range("feed.a", 1, 2)] == ["B", "A again"]
