@@ -26,7 +26,7 @@ from typing import Any
 
 import attrs
 import structlog
-from proton import Message, symbol
+from proton import symbol
 from proton.reactor import ApplicationEvent, AtMostOnce, LinkOption
 
 from seqrepair.amqp.codec import Decoder, encode, encode_gap_requests
@@ -42,7 +42,7 @@ from seqrepair.amqp.component import (
     plain_properties,
 )
 from seqrepair.amqp.errors import AmqpAdapterError
-from seqrepair.amqp.framing import encode_frames
+from seqrepair.amqp.framing import Outgoing, encode_frames
 from seqrepair.amqp.rawamqp import read_raw
 from seqrepair.amqp.runner import PublisherRunner, SubscriberRunner
 from seqrepair.amqp.technical import Capabilities, CapabilitiesRequest, SubscriptionState
@@ -167,7 +167,7 @@ class Subscriber(SubscriberRunner):
         self.capabilities: Capabilities | None = None
         self.unrecoverable: list[Unrecoverable] = []
         self._ids = itertools.count(1)
-        self._outbox: deque[Message] = deque()
+        self._outbox: deque[Outgoing] = deque()
         self._receiver: Any = None
         self._control: Any = None
         self._attached_once = False
@@ -354,12 +354,12 @@ class Subscriber(SubscriberRunner):
         for start in range(0, len(gaps), 256):
             self._request(encode_gap_requests(gaps[start : start + 256]))
 
-    def _request(self, message: Message) -> None:
+    def _request(self, message: Outgoing) -> None:
         message.id = next(self._ids)
         message.reply_to = LINK_PREFIX + self.link_name
         props: dict[Any, Any] = dict(message.properties or {})
         props[PROP_LINK] = self.link_name
-        message.properties = props  # type: ignore[assignment]  # proton types it as None
+        message.properties = props
         self._outbox.append(message)
 
     def _flush(self) -> None:

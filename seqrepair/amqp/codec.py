@@ -31,6 +31,7 @@ from seqrepair.amqp.framing import (
     SourceUnwrapper,
     encode_frame,
 )
+from seqrepair.amqp.rawamqp import PackedMessage, encode_value
 from seqrepair.amqp.technical import (
     DEFAULT_LINK_BITS,
     DEFAULT_SOURCE_BITS,
@@ -142,19 +143,20 @@ def _ulongs(numbers: Mapping[str, int]) -> dict[str, ulong]:
 # requests, responses and technical messages
 
 
-def encode_gap_requests(requests: Sequence[GapRequest]) -> Message:
-    """Several link ranges in one GAP-REQUEST (what one stub call asked for)."""
-    if len(requests) == 1:
-        return encode(requests[0])
+def encode_gap_requests(requests: Sequence[GapRequest]) -> PackedMessage:
+    """Several link ranges in one GAP-REQUEST (what one stub call asked for), written by
+    :mod:`~seqrepair.amqp.rawamqp` (a subscriber may send one every few frames under loss)."""
     if not requests or len(requests) > MAX_RANGES:
         raise MalformedMessageError(f"1..{MAX_RANGES} ranges per request", got=len(requests))
-    return Message(
-        body=[[ulong(r.link_from), ulong(r.link_to)] for r in requests],
-        properties={
-            MESSAGE_TYPE: MessageType.GAP_REQUEST.value,
-            "link_from": ulong(requests[0].link_from),
-            "link_to": ulong(requests[0].link_to),
-        },
+    props = {
+        MESSAGE_TYPE: MessageType.GAP_REQUEST.value,
+        "link_from": ulong(requests[0].link_from),
+        "link_to": ulong(requests[0].link_to),
+    }
+    if len(requests) == 1:
+        return PackedMessage(props, encode_value(None))
+    return PackedMessage(
+        props, encode_value([[ulong(r.link_from), ulong(r.link_to)] for r in requests])
     )
 
 

@@ -261,3 +261,21 @@ def test_batch_entries_of_other_valid_types_decode_as_the_usual_ones() -> None:
                                permtoken="gold")
     assert type(pub.timestamp) is float
     assert usual[0].link_seq == 4
+
+
+@pytest.mark.parametrize("ranges", [[(3, 9)], [(3, 9), (65530, 2)]])
+def test_gap_requests_written_raw_read_back_by_both_readers(ranges: list[tuple[int, int]]) -> None:
+    from seqrepair.amqp.codec import encode_gap_requests
+    from seqrepair.amqp.rawamqp import read_message
+
+    requests = [GapRequest(a, b) for a, b in ranges]
+    message = encode_gap_requests(requests)
+    message.id, message.reply_to = 7, "$link/x"
+    data = message.encode()
+    via_proton = Message()
+    via_proton.decode(data)
+    assert Decoder().decode(via_proton) == requests
+    assert Decoder().decode(read_message(data)) == requests  # type: ignore[arg-type]
+    assert (via_proton.id, via_proton.reply_to) == (7, "$link/x")
+    with pytest.raises(MalformedMessageError):
+        encode_gap_requests([])
