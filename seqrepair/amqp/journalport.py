@@ -55,6 +55,10 @@ class RedisJournalPort:
     bits_of: dict[str, int] = attrs.field(factory=dict)
     default_bits: int = 32
     _hw: dict[str, int] = attrs.field(factory=dict)
+    _ahead: set[str] = attrs.field(factory=set)
+    """Sources whose publisher journals first (our last append found it already held): for
+    those the high-water is read before appending, not learnt from a refused append, which
+    would cost the encoding of the whole batch and a script run in Redis for nothing."""
 
     @classmethod
     def from_url(cls, url: str) -> RedisJournalPort:
@@ -74,21 +78,34 @@ class RedisJournalPort:
             if source not in self._hw:
                 self._hw[source] = self.journal.high_water(source)  # type: ignore[attr-defined]
             bits = self.bits_of.get(source, self.default_bits)
+            held = self._hw[source]
+            fresh = [p for p in pubs if p.source_seq > held]
+            if fresh and source in self._ahead:
+                held = self._hw[source] = self.journal.high_water(source)  # type: ignore[attr-defined]
+                fresh = [p for p in pubs if p.source_seq > held]
             for _attempt in range(3):
-                fresh = [p for p in pubs if p.source_seq > self._hw[source]]
                 if not fresh:
                     break
                 try:
                     self._hw[source] = self.journal.append(fresh, bits)  # type: ignore[attr-defined]
+                    self._ahead.discard(source)
                     break
                 except SequenceConflictError:
-                    self._hw[source] = self.journal.high_water(source)  # type: ignore[attr-defined]
-                    if fresh[0].source_seq > self._hw[source] + 1:
+                    held = self._hw[source] = self.journal.high_water(source)  # type: ignore[attr-defined]
+                    if fresh[0].source_seq > held + 1:
                         raise JournalGapError(
-                            f"{source!r}: the journal holds through {self._hw[source]}, "
+                            f"{source!r}: the journal holds through {held}, "
                             f"this starts at {fresh[0].source_seq}",
-                            expected=self._hw[source] + 1, got=fresh[0].source_seq,
+                            expected=held + 1, got=fresh[0].source_seq,
                         ) from None
+                    self._ahead.add(source)
+                    fresh = [p for p in pubs if p.source_seq > held]
+            else:
+                if fresh:  # never fan out what the journal may not hold
+                    raise JournalGapError(
+                        f"{source!r}: the journal moved under three appends; not journaled",
+                        expected=held + 1, got=fresh[0].source_seq,
+                    )
 
     def high_waters(self) -> dict[str, int]:
         """The last number held per journaled source."""
