@@ -245,8 +245,10 @@ ops = st.one_of(
 def test_random_events_keep_every_promise_of_the_relay_table(events: list[tuple[Any, ...]]) -> None:
     sim = _Sim(RelayTable("gw", hold_timeout=10.0))
     for op in events:
-        sim.step(op)
+        sim.step(op)  # each step asserts the table's promises on the actions it returns
     sim.settle()
+    assert sim.table.upstream_ready
+    assert all(link.state == "open" for link in sim.up.values())
 
 
 # --- backoff --------------------------------------------------------------------------------
