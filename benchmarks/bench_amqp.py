@@ -145,6 +145,8 @@ def component_rate(n: int, rate: float = 0.0, batch: int = 256,
         )
         try:
             while not ready.exists():
+                if comp.poll() is not None:  # e.g. an import error: say so rather than hang
+                    raise RuntimeError(f"seqrepair serve exited with {comp.returncode}")
                 time.sleep(0.05)
             comp_ready = proc_cpu(comp.pid)
             times: list[float] = []
