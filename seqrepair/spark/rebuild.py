@@ -7,32 +7,60 @@ item and a *snapshot* is a request that changes nothing.
 
 Ordering
 --------
-Publications of one source are ordered by absolute source sequence. An item may be written by
-several sources, so the rebuild uses one total order over all publications, the **event key**::
+Within one source, publications are applied in **absolute source sequence** order, always:
+timestamps never reorder a source's own publications (a single-source journal rebuilds
+exactly as the core ImageCache applied in sequence order, and as
+:meth:`seqrepair.journal.Journal.latest_image`).
 
-    (timestamp, source, seq)        a missing timestamp sorts before every present one
+An item may be written by several sources, so the rebuild uses one total order over all
+publications, the **event key**::
 
-i.e. publication time first, then source name, then absolute sequence. For a source whose
-timestamps never go backwards (the journal stamps them in sequence order; the audit reports any
-source where they do as ``time_regressions``) this is exactly its sequence order, and sources
-without timestamps are applied source by source. :func:`event_order` sorts publications in
-this order for an in-memory fold (the differential test feeds the core ImageCache with it).
+    (effective time, source, seq)
+
+A publication's *effective time* is the running maximum of its source's timestamps in
+sequence order: the largest timestamp among the source's journal entries numbered at or below
+it (every publish type counts, snapshots included). A publication without a timestamp takes
+the running maximum so far, or -infinity when no earlier entry of its source has one. The
+effective time never decreases along a source's sequence, so the event key keeps each
+source's sequence order and interleaves sources by time; ties go to the source name, then the
+sequence. For a source whose timestamps are all present and never go backwards (the journal
+stamps them in sequence order; the audit reports any publication stamped earlier than a
+lower-numbered one as ``out_of_order``) the effective time is the timestamp itself. (A NaN
+timestamp is not supported: Spark orders NaN above every number, Python does not.)
+:func:`event_order` sorts publications in this order for an in-memory fold (the differential
+test feeds the core ImageCache with it).
+
+As-of rebuilds cut each source at a prefix of its sequence: ``as_of_seq`` at the number
+given, ``as_of_time`` on the effective time (a publication is kept when its effective time is
+at or before the cut: each source up to, not including, its first publication stamped after
+the cut, so a publication stamped before the cut but numbered after a later-stamped one is
+cut, and so is an untimed one there). The cut is an aggregate (per source, the first number
+stamped after the cut) and a broadcast join: no sort.
 
 Plan
 ----
-1. Per item, the event-key time of its last image or drop (a hash aggregate on a double over a
-   scan that skips the ``fields`` column).
-2. A broadcast join keeps only publications at or after that time: everything earlier is
-   overwritten by the image or removed by the drop, so the heavy work below touches only each
-   item's tail.
-3. On that tail, one aggregate over (item, field): each publication's fields are exploded,
-   plus one marker row per publication, and the latest value per (item, field) is kept with
-   the publication that set it (a struct max on the event key); the marker rows give each
-   item's exact last image/drop and last publication.
-4. Per item: fields set before the last reset are discarded (array ``filter``), the rest
-   become the ``fields`` and ``provenance`` maps. Items whose last reset is a drop with
-   nothing after it are gone; items never imaged since creation (or since their last drop)
-   are ``partial``.
+The journal is cut into blocks of ``block_size`` absolute numbers per source. From a narrow
+aggregate over (source, seq, timestamp) each block gets the largest timestamp before it and
+in it, so every publication has a lower bound (``max(before block, own timestamp)``) and an
+upper bound (``max(before block, in block)``) of its effective time without any sort.
+
+1. Per item, a lower bound of the event key of its last image or drop (an aggregate over the
+   narrow columns of images and drops; the block table is broadcast).
+2. A broadcast join keeps only publications whose upper-bound key is at or after that bound:
+   a superset of everything from the item's last reset on (everything earlier is overwritten
+   by the image or removed by the drop), so the heavy work below touches only each item's
+   tail.
+3. On that tail, one aggregate over (item, field, source): each publication's fields are
+   exploded, plus a marker cell per publication (its last image or drop kept apart), and the
+   highest sequence per (item, field, source) is kept with its value. Within a source the
+   highest sequence is the latest event key, so no time is needed yet.
+4. The exact effective time of those winners only: a window (running maximum over sequence,
+   partitioned by source and block) over the narrow columns of the blocks that hold a winner,
+   plus the block table's maximum before the block; joined back on (source, seq).
+5. Per (item, field), the winner with the largest event key; per item the last reset, the last
+   publication and the fields set at or after the reset (array ``filter``). Items whose last
+   reset is a drop with nothing after it are gone; items never imaged since creation (or since
+   their last drop) are ``partial``.
 """
 
 from __future__ import annotations
@@ -42,7 +70,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
 import structlog
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from seqrepair.spark.schema import JOURNAL_COLUMNS
@@ -51,7 +79,11 @@ log = structlog.get_logger(__name__)
 
 _NO_TIME = float("-inf")
 _RESETS = ("image", "drop")
+_FIELD, _PUBLICATION, _RESET = 0, 1, 2  # kinds of tail cells
 _MARK = ""  # the marker "field" of a publication; field names are never empty
+
+DEFAULT_BLOCK_SIZE = 1024
+"""Absolute numbers per block when bounding effective times (see the module's Plan)."""
 
 IMAGE_COLUMNS = ("topic", "fields", "provenance", "partial", "last_source", "last_seq")
 """Columns of a rebuilt image DataFrame.
@@ -66,28 +98,92 @@ IMAGE_COLUMNS = ("topic", "fields", "provenance", "partial", "last_source", "las
 """
 
 
-def event_key(df: DataFrame) -> Column:
-    """The total order of publications as a struct column ``(time, source, seq)``."""
-    return F.struct(
-        F.coalesce(df["timestamp"], F.lit(_NO_TIME)).alias("time"),
-        df["source"].alias("source"),
-        df["seq"].alias("seq"),
-    )
-
-
 T = TypeVar("T")
+
+
+def event_keys(items: Iterable[T], key: Any = None) -> list[tuple[tuple[float, str, int], T]]:
+    """``(event key, item)`` for publications (or anything with ``timestamp``, ``source``,
+    ``source_seq``; ``key`` maps an item to such an object when it is not one itself), sorted
+    by event key ``(effective time, source, seq)``."""
+    by_source: dict[str, list[tuple[int, Any, T]]] = {}
+    for item in items:
+        pub: Any = key(item) if key is not None else item
+        by_source.setdefault(pub.source, []).append((pub.source_seq, pub.timestamp, item))
+    keyed: list[tuple[tuple[float, str, int], T]] = []
+    for source, entries in by_source.items():
+        entries.sort(key=lambda e: e[0])
+        time = _NO_TIME
+        for seq, ts, item in entries:
+            if ts is not None and float(ts) > time:
+                time = float(ts)
+            keyed.append(((time, source, seq), item))
+    keyed.sort(key=lambda k: k[0])
+    return keyed
 
 
 def event_order(items: Iterable[T], key: Any = None) -> list[T]:
     """Sort publications (or anything with ``timestamp``, ``source``, ``source_seq``) by the
     rebuild's event key; ``key`` maps an item to such an object when it is not one itself."""
+    return [item for _, item in event_keys(items, key)]
 
-    def sort_key(item: T) -> tuple[float, str, int]:
-        pub: Any = key(item) if key is not None else item
-        ts = pub.timestamp
-        return (_NO_TIME if ts is None else float(ts), pub.source, pub.source_seq)
 
-    return sorted(items, key=sort_key)
+def _block(seq: str, block_size: int) -> Column:
+    return F.expr(f"`{seq}` div {int(block_size)}").alias("_block")
+
+
+def _time(*candidates: Column) -> Column:
+    return F.coalesce(F.greatest(*candidates), F.lit(_NO_TIME))
+
+
+def _key(time: Column) -> Column:
+    return F.struct(time.alias("time"), F.col("source").alias("source"), F.col("seq").alias("seq"))
+
+
+def _cell(kind: int, name: Column, seq: Column, value: Column, correction: Column) -> Column:
+    """One winner: a field (its name and JSON value), the last publication or the last reset
+    (its publish type as the value) of an item in one source."""
+    return F.struct(
+        F.lit(kind).alias("kind"),
+        name.alias("name"),
+        seq.cast("long").alias("seq"),
+        value.cast("string").alias("value"),
+        correction.alias("correction"),
+    )
+
+
+def block_table(journal: DataFrame, block_size: int = DEFAULT_BLOCK_SIZE) -> DataFrame:
+    """Per (source, block of ``block_size`` numbers): ``_prev``, the largest timestamp of the
+    source before the block, and ``_bmax``, the largest in it (null when none)."""
+    if block_size < 1:
+        raise ValueError(f"block_size must be >= 1, got {block_size}")
+    stats = journal.groupBy("source", _block("seq", block_size)).agg(
+        F.max("timestamp").alias("_bmax")
+    )
+    earlier = (
+        Window.partitionBy("source").orderBy("_block").rowsBetween(Window.unboundedPreceding, -1)
+    )
+    return stats.select("source", "_block", F.max("_bmax").over(earlier).alias("_prev"), "_bmax")
+
+
+def effective_times(
+    journal: DataFrame, points: DataFrame, *, block_size: int = DEFAULT_BLOCK_SIZE
+) -> DataFrame:
+    """``source, seq, _time``: the effective time of each (source, seq) in ``points``, from
+    ``journal`` (only the blocks holding a point are sorted)."""
+    blocks = block_table(journal, block_size)
+    wanted = points.select("source", _block("seq", block_size)).distinct()
+    near = journal.select("source", "seq", "timestamp", _block("seq", block_size)).join(
+        F.broadcast(wanted), ["source", "_block"], "left_semi"
+    )
+    within = (
+        Window.partitionBy("source", "_block")
+        .orderBy("seq")
+        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    )
+    running = near.select("source", "seq", "_block", F.max("timestamp").over(within).alias("_m"))
+    return running.join(F.broadcast(blocks), ["source", "_block"], "left").select(
+        "source", "seq", _time(F.col("_prev"), F.col("_m")).alias("_time")
+    )
 
 
 def as_of(
@@ -96,21 +192,30 @@ def as_of(
     seq: Mapping[str, int] | None = None,
     timestamp: float | None = None,
 ) -> DataFrame:
-    """The journal as it stood at a point in time.
+    """The journal as it stood at a point in time: a prefix of each source's sequence.
 
     ``seq`` keeps, for each source it names, publications up to and including that absolute
     sequence (sources it does not name are kept whole). ``timestamp`` keeps publications whose
-    event-key time is at or before it (publications without a timestamp are always kept, as
-    they order before every timestamped one). Both may be given.
+    *effective* time (see the module docstring) is at or before it: each source up to, not
+    including, its first publication stamped after ``timestamp`` (untimed publications before
+    that are kept, those after it are not). Both may be given.
     """
     cond = F.lit(True)
     for source, limit in (seq or {}).items():
         cond = cond & ((F.col("source") != F.lit(source)) | (F.col("seq") <= F.lit(int(limit))))
-    if timestamp is not None:
-        cond = cond & (
-            F.col("timestamp").isNull() | (F.col("timestamp") <= F.lit(float(timestamp)))
-        )
-    return journal.where(cond)
+    kept = journal.where(cond)
+    if timestamp is None:
+        return kept
+    cuts = (
+        kept.where(F.col("timestamp") > F.lit(float(timestamp)))
+        .groupBy(F.col("source").alias("_cut_source"))
+        .agg(F.min("seq").alias("_cut"))
+    )
+    return (
+        kept.join(F.broadcast(cuts), F.col("source") == F.col("_cut_source"), "left")
+        .where(F.col("_cut").isNull() | (F.col("seq") < F.col("_cut")))
+        .select(*journal.columns)
+    )
 
 
 def rebuild_images(
@@ -119,6 +224,7 @@ def rebuild_images(
     as_of_seq: Mapping[str, int] | None = None,
     as_of_time: float | None = None,
     broadcast_items: bool = True,
+    block_size: int = DEFAULT_BLOCK_SIZE,
 ) -> DataFrame:
     """Rebuild the current image of every item in ``journal`` (the :data:`JOURNAL_SCHEMA`).
 
@@ -126,65 +232,102 @@ def rebuild_images(
     ``as_of_time`` rebuild the images as of a point in time (see :func:`as_of`).
     ``broadcast_items`` broadcasts the per-item reset table (one row per item) to prune each
     item's history before the shuffle; turn it off for journals with very many items.
+    ``block_size`` (absolute numbers per block, see the module's Plan) trades the size of the
+    broadcast block table (numbers / block_size rows) against the rows sorted to make
+    effective times exact; it does not change the result.
     The journal should hold each (source, seq) once (the readers deduplicate).
     """
     missing = set(JOURNAL_COLUMNS) - set(journal.columns)
     if missing:
         raise ValueError(f"journal lacks columns {sorted(missing)}")
-    events = journal.where(F.col("ptype") != "snapshot")
+    if block_size < 1:
+        raise ValueError(f"block_size must be >= 1, got {block_size}")
     if as_of_seq or as_of_time is not None:
-        events = as_of(events, seq=as_of_seq, timestamp=as_of_time)
-    events = events.withColumn("_time", F.coalesce(F.col("timestamp"), F.lit(_NO_TIME)))
+        journal = as_of(journal, seq=as_of_seq, timestamp=as_of_time)
+    blocks = F.broadcast(block_table(journal, block_size))
+    events = (
+        journal.where(F.col("ptype") != "snapshot")
+        .withColumn("_block", _block("seq", block_size))
+        .join(blocks, ["source", "_block"], "left")
+    )
 
-    # 1. per item: the time of its last image or drop (lower bound of what still matters)
+    # 1. per item: a lower bound of its last image or drop's event key
     bound = (
         events.where(F.col("ptype").isin(*_RESETS))
         .groupBy("topic")
-        .agg(F.max("_time").alias("_bound"))
+        .agg(F.max(_key(_time(F.col("_prev"), F.col("timestamp")))).alias("_bound"))
     )
     if broadcast_items:
         bound = F.broadcast(bound)
-    # 2. each item's tail: publications at or after that time
-    tail = (
-        events.join(bound, "topic", "left")
-        .where(F.col("_bound").isNull() | (F.col("_time") >= F.col("_bound")))
-        .select(
+    # 2. a superset of each item's tail: publications whose upper-bound key reaches the bound
+    tail = events.join(bound, "topic", "left").where(
+        F.col("_bound").isNull() | (_key(_time(F.col("_prev"), F.col("_bmax"))) >= F.col("_bound"))
+    )
+    # 3. per (item, field, source) the highest sequence carrying the field; a marker cell
+    #    (field "", never a real field name) per publication gives per (item, source) the last
+    #    publication and the last image or drop
+    empty = F.create_map().cast("map<string,string>")
+    carried = F.when(F.col("ptype") == "drop", empty).otherwise(F.coalesce("fields", empty))
+    marker = F.col("field") == F.lit(_MARK)
+    per_source = (
+        tail.select(
             "topic",
             "source",
             "seq",
             "ptype",
-            "fields",
-            F.struct(F.col("_time").alias("time"), F.col("source"), F.col("seq")).alias("_key"),
-        )
-    )
-    # 3. one row per (item, field) carried in the tail, plus a marker row per publication
-    #    (field "", never a real field name) that stands for the publication itself
-    carried = F.when(F.col("ptype") == "drop", F.create_map().cast("map<string,string>"))
-    marker_entry = F.create_map(F.lit(_MARK), F.lit("null"))
-    cells = (
-        tail.select(
-            "topic",
-            "_key",
-            "source",
-            "seq",
             (F.col("ptype") == "correction").alias("correction"),
-            F.when(F.col("ptype").isin(*_RESETS), F.struct("_key", "ptype")).alias("_r"),
-            F.explode(F.map_concat(carried.otherwise(F.col("fields")), marker_entry)).alias(
+            F.explode(F.map_concat(carried, F.create_map(F.lit(_MARK), F.lit("")))).alias(
                 "field", "value"
             ),
         )
-        .groupBy("topic", "field")
+        .groupBy("topic", "field", "source")
         .agg(
-            F.max(F.struct("_key", "value", "source", "seq", "correction")).alias("_w"),
-            F.max("_r").alias("_r"),
+            F.max(F.struct("seq", "value", "correction")).alias("_w"),
+            F.max(F.when(marker & F.col("ptype").isin(*_RESETS), F.struct("seq", "ptype"))).alias(
+                "_r"
+            ),
         )
     )
-    # 4. per item: last reset, last publication, and the fields set at or after the reset
-    marker = F.col("field") == F.lit(_MARK)
+    # one row per winner: kind, name, seq, value, correction
+    winner_rows = F.when(
+        marker,
+        F.array(
+            _cell(_PUBLICATION, F.lit(_MARK), F.col("_w.seq"), F.lit(None), F.lit(False)),
+            _cell(_RESET, F.lit(_MARK), F.col("_r.seq"), F.col("_r.ptype"), F.lit(False)),
+        ),
+    ).otherwise(
+        F.array(
+            _cell(
+                _FIELD, F.col("field"), F.col("_w.seq"), F.col("_w.value"), F.col("_w.correction")
+            )
+        )
+    )
+    winners = (
+        per_source.select("topic", "source", F.explode(winner_rows).alias("_c"))
+        .select("topic", "source", "_c.*")
+        .where(F.col("seq").isNotNull())
+    )
+    # 4. the exact effective time of each winner
+    times = effective_times(journal, winners, block_size=block_size)
+    keyed = winners.join(times, ["source", "seq"])
+    # 5. per (item, field) the winner with the largest event key, then per item
+    cells = keyed.groupBy("topic", "kind", "name").agg(
+        F.max(
+            F.struct(_key(F.col("_time")).alias("_key"), "value", "source", "seq", "correction")
+        ).alias("_w")
+    )
+    kind = F.col("kind")
     per_item = cells.groupBy("topic").agg(
-        F.max(F.when(marker, F.col("_r"))).alias("_reset"),
-        F.max(F.when(marker, F.col("_w._key"))).alias("_last"),
-        F.collect_list(F.when(~marker, F.struct("field", "_w"))).alias("_cells"),
+        F.max(
+            F.when(
+                kind == _RESET,
+                F.struct(F.col("_w._key").alias("_key"), F.col("_w.value").alias("ptype")),
+            )
+        ).alias("_reset"),
+        F.max(F.when(kind == _PUBLICATION, F.col("_w._key"))).alias("_last"),
+        F.collect_list(
+            F.when(kind == _FIELD, F.struct(F.col("name").alias("field"), F.col("_w")))
+        ).alias("_cells"),
     )
     reset = F.col("_reset")
     live = per_item.where(
@@ -215,7 +358,12 @@ def rebuild_images(
         F.col("_last.source").alias("last_source"),
         F.col("_last.seq").alias("last_seq"),
     )
-    log.debug("rebuild planned", as_of_seq=dict(as_of_seq or {}), as_of_time=as_of_time)
+    log.debug(
+        "rebuild planned",
+        as_of_seq=dict(as_of_seq or {}),
+        as_of_time=as_of_time,
+        block_size=block_size,
+    )
     return result
 
 

@@ -34,19 +34,28 @@ json_values = st.one_of(
 field_maps = st.dictionaries(st.sampled_from(FIELD_NAMES), json_values, max_size=3)
 
 
+TIMESTAMPS = ("none", "forward", "messy")
+"""How a generated source stamps its publications: never, in sequence order (never going
+backwards), or anyhow (going backwards, repeating, sometimes missing)."""
+
+
 @st.composite
 def source_journal(draw: st.DrawFn, source: str, prefix: str) -> tuple[list[Publication], int]:
     """One source's publications (absolute numbers from 1) and its bit width."""
     bits = draw(st.sampled_from([2, 3, 4, 16]))
     count = draw(st.integers(0, 14))
-    timed = draw(st.booleans())
+    stamping = draw(st.sampled_from(TIMESTAMPS))
     time = draw(st.integers(0, 3)) * 1.0
     pubs = []
     for seq in range(1, count + 1):
         ptype = draw(st.sampled_from(PTYPES))
         fields = {} if ptype in (PublishType.DROP, PublishType.SNAPSHOT) else draw(field_maps)
-        if timed:
+        ts: float | None = None
+        if stamping == "forward":
             time += draw(st.sampled_from([0.0, 0.5, 1.0]))
+            ts = time
+        elif stamping == "messy":
+            ts = draw(st.none() | st.integers(0, 12).map(lambda n: n / 2))
         pubs.append(
             Publication(
                 topic=prefix + draw(st.sampled_from(TOPICS)),
@@ -54,7 +63,7 @@ def source_journal(draw: st.DrawFn, source: str, prefix: str) -> tuple[list[Publ
                 source_seq=seq,
                 ptype=ptype,
                 fields=fields,
-                timestamp=time if timed else None,
+                timestamp=ts,
             )
         )
     return pubs, bits
@@ -62,13 +71,14 @@ def source_journal(draw: st.DrawFn, source: str, prefix: str) -> tuple[list[Publ
 
 @st.composite
 def journals(draw: st.DrawFn, prefix: str = "") -> list[tuple[Publication, int]]:
-    """A journal of 1..3 sources: (publication, bits) in per-source order."""
+    """A journal of 1..3 sources: (publication, bits) in per-source order. Topics and source
+    names start with ``prefix``, so journals with different prefixes can share a DataFrame."""
     names = draw(
         st.lists(st.sampled_from(["feed.a", "feed.b", "f/c"]), min_size=1, max_size=3, unique=True)
     )
     out: list[tuple[Publication, int]] = []
     for name in names:
-        pubs, bits = draw(source_journal(name, prefix))
+        pubs, bits = draw(source_journal(prefix + name, prefix))
         out.extend((p, bits) for p in pubs)
     return out
 
@@ -84,16 +94,23 @@ def to_frame(spark: SparkSession, entries: Iterable[tuple[Publication, int]]) ->
 
 
 def fold(pubs: Iterable[Publication]) -> ImageCache:
-    """The core ImageCache fed in the rebuild's event order."""
+    """The core ImageCache fed in the rebuild's documented event order."""
     cache = ImageCache()
     for pub in event_order(pubs):
         cache.apply(pub)
     return cache
 
 
-def expected_images(pubs: Sequence[Publication]) -> dict[str, dict[str, Any]]:
-    """What the Spark rebuild must produce, from the core ImageCache, keyed by topic."""
-    cache = fold(pubs)
+def fold_in_seq_order(pubs: Iterable[Publication]) -> ImageCache:
+    """The core ImageCache fed one source after the other, each in plain sequence order."""
+    cache = ImageCache()
+    for pub in sorted(pubs, key=lambda p: (p.source, p.source_seq)):
+        cache.apply(pub)
+    return cache
+
+
+def entries_of(cache: ImageCache) -> dict[str, dict[str, Any]]:
+    """A cache's items in the shape of :func:`actual_images`."""
     out = {}
     for topic in cache:
         entry = cache.entry(topic)
@@ -107,6 +124,11 @@ def expected_images(pubs: Sequence[Publication]) -> dict[str, dict[str, Any]]:
             },
         }
     return out
+
+
+def expected_images(pubs: Sequence[Publication]) -> dict[str, dict[str, Any]]:
+    """What the Spark rebuild must produce, from the core ImageCache, keyed by topic."""
+    return entries_of(fold(pubs))
 
 
 def actual_images(images: DataFrame) -> dict[str, dict[str, Any]]:
