@@ -7,11 +7,15 @@
     spark = spark_session("local[*]")
     journal = read_journals(spark, url="redis://127.0.0.1:6379/0", archive="archive/")
     images = rebuild_images(journal)              # topic, fields, provenance, partial, ...
-    report = audit(spark, journal); print(report.summary())
+    report = audit(spark, journal); print(report.summary())   # trimmed ranges as trimmed
+
+``journal`` is a snapshot of the numbers held when it was built, each (source, seq) once.
+Publications are ordered per source by absolute sequence and across sources by effective time
+(see :mod:`seqrepair.spark.rebuild`).
 """
 
 from seqrepair.spark.audit import AuditReport, audit
-from seqrepair.spark.datasource import FORMAT_NAME, JournalDataSource
+from seqrepair.spark.datasource import FORMAT_NAME, JournalDataSource, SnapshotTrimmedError
 from seqrepair.spark.reading import (
     read_archive,
     read_journal,
@@ -22,11 +26,12 @@ from seqrepair.spark.rebuild import (
     IMAGE_COLUMNS,
     as_of,
     collect_images,
+    event_keys,
     event_order,
     rebuild_images,
     write_images,
 )
-from seqrepair.spark.schema import JOURNAL_SCHEMA
+from seqrepair.spark.schema import JOURNAL_SCHEMA, trim_record
 from seqrepair.spark.session import spark_session
 
 __all__ = [
@@ -35,9 +40,11 @@ __all__ = [
     "JOURNAL_SCHEMA",
     "AuditReport",
     "JournalDataSource",
+    "SnapshotTrimmedError",
     "as_of",
     "audit",
     "collect_images",
+    "event_keys",
     "event_order",
     "read_archive",
     "read_journal",
@@ -45,5 +52,6 @@ __all__ = [
     "rebuild_images",
     "register_journal_source",
     "spark_session",
+    "trim_record",
     "write_images",
 ]

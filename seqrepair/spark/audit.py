@@ -13,13 +13,18 @@ gap
 trimmed
     missing numbers at or below the source's ``trimmed_through`` (retention removed them and
     no archive supplied them); reported apart from gaps because nothing was lost unexpectedly.
+    The trim record comes from the ``trimmed_through`` argument or, when that is not given,
+    from the journal DataFrame itself (:func:`~seqrepair.spark.reading.read_journal` and
+    :func:`~seqrepair.spark.reading.read_journals` record it in the ``seq`` column's
+    metadata), so ``audit(spark, read_journal(spark, url))`` reports trimmed ranges as such.
 duplicate
-    a (source, seq) held more than once (overlapping archive files, a union without
-    deduplication).
+    a (source, seq) held more than once (the readers return each number once, so only a
+    DataFrame built otherwise, e.g. a union of reads, has any).
 out-of-order arrival
     a publication whose timestamp is earlier than that of a lower-numbered publication of the
-    same source: it was stamped out of sequence order. Such sources break the rebuild's
-    assumption that time order agrees with sequence order (see :mod:`seqrepair.spark.rebuild`).
+    same source: it was stamped out of sequence order. The rebuild still applies such a
+    source in sequence order, at the running maximum of its timestamps (its *effective time*,
+    see :mod:`seqrepair.spark.rebuild`).
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ import structlog
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from seqrepair.spark.schema import PUBLISH_TYPES
+from seqrepair.spark.schema import PUBLISH_TYPES, trim_record
 
 log = structlog.get_logger(__name__)
 
@@ -167,10 +172,13 @@ def audit(
 ) -> AuditReport:
     """Audit ``journal`` (the :data:`~seqrepair.spark.schema.JOURNAL_SCHEMA`).
 
-    ``trimmed_through`` gives per source the last number retention removed (from the
-    journal's meta hash; :func:`~seqrepair.spark.datasource.source_ranges` reads it), so that
-    missing numbers up to it count as trimmed rather than as gaps.
+    ``trimmed_through`` gives per source the last number retention removed, so that missing
+    numbers up to it count as trimmed rather than as gaps. When it is None, the trim record
+    the journal readers attach to the ``seq`` column is used (none: every missing number is
+    a gap).
     """
+    if trimmed_through is None:
+        trimmed_through = trim_record(journal)
     trimmed = dict(trimmed_through or {})
     trim_rows = [(s, int(t)) for s, t in trimmed.items()]
     trim_df = spark.createDataFrame(trim_rows, "source string, trimmed_through long")

@@ -13,12 +13,28 @@ partitions of ``partition_size`` absolute numbers; each partition is read by one
 ``XRANGE`` pages (``page_size`` entries per round trip) and yields rows of
 :data:`~seqrepair.spark.schema.JOURNAL_SCHEMA`. Options: ``url`` (required), ``sources``
 (comma-separated; default every source in ``seqrepair:sources``), ``partition_size``
-(default 50000), ``page_size`` (default 2000).
+(default 50000), ``page_size`` (default 2000), ``ranges`` and ``archive`` (below).
+
+Snapshots and retention
+-----------------------
+Without ``ranges`` the ranges are read from Redis whenever Spark plans a query, so each
+action sees the journal as it is then. ``ranges`` (JSON ``[[source, first, last], ...]``, as
+:func:`~seqrepair.spark.reading.read_journal` sets it from the ranges held when the DataFrame
+is built) fixes them instead: every action reads the same numbers, later appends are not seen.
+
+A partition must yield every number of its range. Numbers retention trimmed after the range
+was chosen are read from the Parquet archive under ``archive`` when it holds them (retention
+archives before it trims); any still missing fail the task with
+:class:`SnapshotTrimmedError` (Spark reports it on the driver as a ``PythonException`` whose
+message names it), never a silently shorter result.
 """
 
 from __future__ import annotations
 
+import glob
 import json
+import os
+import re
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -27,7 +43,8 @@ import structlog
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from seqrepair.spark.schema import JOURNAL_SCHEMA
+from seqrepair.journal.errors import TrimmedRangeError
+from seqrepair.spark.schema import JOURNAL_COLUMNS, JOURNAL_SCHEMA
 
 log = structlog.get_logger(__name__)
 
@@ -44,6 +61,11 @@ class SourceRange:
     first: int
     last: int
     bits: int | None
+
+
+class SnapshotTrimmedError(TrimmedRangeError):
+    """Numbers a journal DataFrame's range needs were trimmed from Redis after the range was
+    chosen, and the archive (if one was given) does not hold them either."""
 
 
 class RangePartition(InputPartition):
@@ -115,7 +137,8 @@ def plan_partitions(ranges: Sequence[SourceRange], partition_size: int) -> list[
 def journal_rows(
     url: str, source: str, first: int, last: int, page_size: int = DEFAULT_PAGE_SIZE
 ) -> Iterator[tuple[Any, ...]]:
-    """Rows (in :data:`JOURNAL_SCHEMA` order) of ``source``'s entries ``first``..``last``."""
+    """Rows (in :data:`JOURNAL_SCHEMA` order) of ``source``'s entries ``first``..``last``
+    that Redis holds (numbers trimmed meanwhile are simply absent)."""
     import redis
 
     from seqrepair.journal.format import encode_value, seq_of, stream_key
@@ -150,6 +173,89 @@ def journal_rows(
         client.close()
 
 
+_ARCHIVE_NAME = re.compile(r"seq-(\d+)-(\d+)\.parquet")
+
+
+def archive_file_range(path: str) -> tuple[int, int] | None:
+    """``(first, last)`` from an archive file's name ``seq-<first>-<last>.parquet``, or None."""
+    match = _ARCHIVE_NAME.fullmatch(os.path.basename(path))
+    return None if match is None else (int(match.group(1)), int(match.group(2)))
+
+
+def archived_rows(root: str, source: str, first: int, last: int) -> dict[int, tuple[Any, ...]]:
+    """``source``'s numbers ``first``..``last`` found in the archive under ``root``, by number
+    (rows in :data:`JOURNAL_SCHEMA` order; each number once however many files hold it)."""
+    import pyarrow.parquet as pq
+
+    from seqrepair.journal.format import archive_dir
+
+    found: dict[int, tuple[Any, ...]] = {}
+    folder = str(archive_dir(root, source))
+    for path in sorted(glob.glob(os.path.join(glob.escape(folder), "seq-*.parquet"))):
+        span = archive_file_range(path)
+        if span is not None and (span[1] < first or span[0] > last):
+            continue
+        table = pq.read_table(path, filters=[("seq", ">=", first), ("seq", "<=", last)])
+        for row in table.to_pylist():
+            if row["source"] != source or row["seq"] in found:
+                continue
+            row["fields"] = dict(row["fields"] or ())
+            found[row["seq"]] = tuple(row[c] for c in JOURNAL_COLUMNS)
+    return found
+
+
+def range_rows(
+    url: str,
+    source: str,
+    first: int,
+    last: int,
+    *,
+    page_size: int = DEFAULT_PAGE_SIZE,
+    archive: str | None = None,
+) -> Iterator[tuple[Any, ...]]:
+    """Every number ``first``..``last`` of ``source``, in order: from Redis, and numbers
+    Redis no longer holds from the archive under ``archive``. Raises SnapshotTrimmedError
+    when a number is in neither."""
+    expected = first
+    for row in journal_rows(url, source, first, last, page_size):
+        if row[1] > expected:
+            yield from _fill(url, source, expected, row[1] - 1, archive)
+        yield row
+        expected = row[1] + 1
+    if expected <= last:
+        yield from _fill(url, source, expected, last, archive)
+
+
+def _fill(
+    url: str, source: str, first: int, last: int, archive: str | None
+) -> Iterator[tuple[Any, ...]]:
+    found = archived_rows(archive, source, first, last) if archive is not None else {}
+    lost = [n for n in range(first, last + 1) if n not in found]
+    if lost:
+        trimmed = next((r.first - 1 for r in source_ranges(url, [source]) if r.source == source), 0)
+        where = f"nor in the archive under {archive!r}" if archive is not None else "(no archive)"
+        raise SnapshotTrimmedError(
+            f"{len(lost)} numbers of {source!r} in {first}..{last} (first {lost[0]}) were "
+            f"trimmed from the journal after this DataFrame's ranges were chosen and are not "
+            f"in Redis {where}; the journal is now trimmed through {trimmed}",
+            source=source,
+            trimmed_through=trimmed,
+            requested=lost[0],
+        )
+    for n in range(first, last + 1):
+        yield found[n]
+
+
+def encode_ranges(ranges: Sequence[SourceRange]) -> str:
+    """The ``ranges`` option for ``ranges``."""
+    return json.dumps([[r.source, r.first, r.last] for r in ranges])
+
+
+def decode_ranges(text: str) -> list[SourceRange]:
+    """The ranges of a ``ranges`` option."""
+    return [SourceRange(str(s), int(a), int(b), None) for s, a, b in json.loads(text)]
+
+
 class JournalReader(DataSourceReader):
     """Reads the partitions planned from the sources' ranges at planning time."""
 
@@ -159,9 +265,12 @@ class JournalReader(DataSourceReader):
         self.sources = [s for s in raw.split(",") if s] if raw else None
         self.partition_size = int(options.get("partition_size", DEFAULT_PARTITION_SIZE))
         self.page_size = int(options.get("page_size", DEFAULT_PAGE_SIZE))
+        self.ranges = decode_ranges(options["ranges"]) if options.get("ranges") else None
+        self.archive = options.get("archive") or None
 
     def partitions(self) -> Sequence[InputPartition]:
-        parts = plan_partitions(source_ranges(self.url, self.sources), self.partition_size)
+        ranges = self.ranges if self.ranges is not None else source_ranges(self.url, self.sources)
+        parts = plan_partitions(ranges, self.partition_size)
         log.info("journal partitions", count=len(parts), url=self.url)
         # Spark needs at least one partition; an empty one reads nothing.
         return parts or [RangePartition("", 1, 0)]
@@ -169,8 +278,13 @@ class JournalReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         if not isinstance(partition, RangePartition) or partition.first > partition.last:
             return iter(())
-        return journal_rows(
-            self.url, partition.source, partition.first, partition.last, self.page_size
+        return range_rows(
+            self.url,
+            partition.source,
+            partition.first,
+            partition.last,
+            page_size=self.page_size,
+            archive=self.archive,
         )
 
 

@@ -10,11 +10,12 @@ from collections.abc import Sequence
 from typing import Any
 
 import structlog
+from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from seqrepair.spark.audit import audit
-from seqrepair.spark.datasource import DEFAULT_PARTITION_SIZE, source_ranges
+from seqrepair.spark.datasource import DEFAULT_PARTITION_SIZE
 from seqrepair.spark.reading import read_journals
 from seqrepair.spark.rebuild import rebuild_images, write_images
 from seqrepair.spark.session import spark_session
@@ -69,9 +70,13 @@ def parse_as_of(values: Sequence[str]) -> dict[str, int]:
 def _input(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
     if not args.journal and not args.archive:
         raise ValueError("give --journal REDIS_URL and/or --archive PATH")
-    return read_journals(
+    frame = read_journals(
         spark, url=args.journal, archive=args.archive, partition_size=args.partition_size
     )
+    if args.journal:
+        # the rebuild and the audit scan their input several times: read Redis once
+        frame = frame.persist(StorageLevel.MEMORY_AND_DISK)
+    return frame
 
 
 def session_for(args: argparse.Namespace) -> SparkSession:
@@ -107,10 +112,7 @@ def run_rebuild(spark: SparkSession, args: argparse.Namespace) -> tuple[dict[str
 
 def run_audit(spark: SparkSession, args: argparse.Namespace) -> dict[str, Any]:
     """Audit the input; write tables and summary.json when ``--output``; return the digest."""
-    trimmed = {}
-    if args.journal:
-        trimmed = {r.source: r.first - 1 for r in source_ranges(args.journal)}
-    report = audit(spark, _input(spark, args), trimmed_through=trimmed)
+    report = audit(spark, _input(spark, args))  # the journal's trim record rides along
     digest = report.write(args.output) if args.output else report.to_dict()
     print(report.summary())
     log.info("audit done", sources=len(digest["sources"]), output=args.output)

@@ -5,10 +5,17 @@ JSON text of its value, so an explicit null is the string ``"null"`` and a field
 sent has no key. Both the Redis data source and the Parquet archive produce exactly this
 schema, which is what :func:`~seqrepair.spark.rebuild.rebuild_images` and
 :func:`~seqrepair.spark.audit.audit` consume.
+
+Readers of the Redis journal also attach a *trim record* to the ``seq`` column's metadata
+(:func:`with_trim_record`, :func:`trim_record`), so that an audit of the DataFrame alone can
+tell numbers retention removed from numbers that were lost.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+from pyspark.sql import DataFrame
 from pyspark.sql.types import (
     BooleanType,
     DoubleType,
@@ -48,3 +55,26 @@ PROVENANCE_TYPE = StructType(
     ]
 )
 """Per field of a rebuilt image: the publication that last set it."""
+
+TRIM_METADATA = "seqrepair.trimmed_through"
+"""Key of the trim record in the ``seq`` column's metadata: per source the last absolute
+number retention had removed when the journal was read (``{"feed.a": 12}``)."""
+
+
+def with_trim_record(frame: DataFrame, trimmed: Mapping[str, int]) -> DataFrame:
+    """``frame`` with ``trimmed`` (per source the last trimmed number) as the trim record of
+    its ``seq`` column, which :func:`~seqrepair.spark.audit.audit` reads."""
+    metadata = dict(frame.schema["seq"].metadata)
+    metadata[TRIM_METADATA] = {source: int(through) for source, through in trimmed.items()}
+    return frame.withMetadata("seq", metadata)
+
+
+def trim_record(frame: DataFrame) -> dict[str, int] | None:
+    """The trim record of ``frame``'s ``seq`` column, or None when it has none (a frame not
+    read from a Redis journal)."""
+    if "seq" not in frame.columns:
+        return None
+    record = frame.schema["seq"].metadata.get(TRIM_METADATA)
+    if record is None:
+        return None
+    return {str(source): int(through) for source, through in record.items()}
