@@ -52,7 +52,12 @@ def add_rebuild_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SOURCE=SEQ",
         help="rebuild as of this absolute number of SOURCE (repeatable)",
     )
-    parser.add_argument("--as-of-time", type=float, help="rebuild as of this timestamp (seconds)")
+    parser.add_argument(
+        "--as-of-time",
+        type=float,
+        help="rebuild as of this timestamp (seconds): each source up to its first publication "
+        "stamped later (publications are cut on their effective time)",
+    )
     parser.add_argument("--show", type=int, default=10, help="print this many images")
 
 
