@@ -247,17 +247,7 @@ class SubscriberStub:
         closing ``ReplayComplete`` covering the link numbers missing now), and retries it from
         :meth:`poll` if no answer comes, like a source request of its own.
         """
-        request = SourceGapRequest(after=self._resume_after())
-        previous = self._source
-        self._source = _SourceRepair(
-            request=request,
-            cover_through=self._highest,
-            hold=previous is not None and previous.hold,
-            attempts=1,
-            next_at=None,
-        )
-        self._stats.source_requests_sent += 1
-        return request
+        return self._start_source_repair(next_at=None, hold=False)
 
     @property
     def next_deadline(self) -> float | None:
@@ -501,6 +491,12 @@ class SubscriberStub:
 
         The answer covers every link number missing now: all were sent before the request.
         """
+        request = self._start_source_repair(next_at=now + self._retry_wait(1), hold=hold)
+        self._events.append(RequestSourceGap(request))
+
+    def _start_source_repair(self, *, next_at: float | None, hold: bool) -> SourceGapRequest:
+        """Put a source request in flight (replacing any): it covers every link number missing
+        now and keeps the hold of the one it replaces."""
         request = SourceGapRequest(after=self._resume_after())
         previous = self._source
         self._source = _SourceRepair(
@@ -508,10 +504,10 @@ class SubscriberStub:
             cover_through=self._highest,
             hold=hold or (previous is not None and previous.hold),
             attempts=1,
-            next_at=now + self._retry_wait(1),
+            next_at=next_at,
         )
         self._stats.source_requests_sent += 1
-        self._events.append(RequestSourceGap(request))
+        return request
 
     def _resume_after(self) -> dict[str, int]:
         """Where a replay should start per source: after the last delivered number, or after
