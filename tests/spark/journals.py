@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import strategies as st
 from pyspark.sql import DataFrame, SparkSession
 
-from seqrepair.core.image import ImageCache
+from seqrepair.core.image import ImageCache, ItemImage
 from seqrepair.core.messages import Publication, PublishType
 from seqrepair.journal.format import encode_archive_row
 from seqrepair.spark.rebuild import event_order
@@ -109,20 +109,25 @@ def fold_in_seq_order(pubs: Iterable[Publication]) -> ImageCache:
     return cache
 
 
+def entry_record(entry: ItemImage) -> dict[str, Any]:
+    """One item image in the shape of :func:`actual_images`' values."""
+    return {
+        "fields": dict(entry.fields),
+        "partial": entry.partial,
+        "provenance": {
+            name: (src, seq, name in entry.corrected)
+            for name, (src, seq) in entry.field_seq.items()
+        },
+    }
+
+
 def entries_of(cache: ImageCache) -> dict[str, dict[str, Any]]:
     """A cache's items in the shape of :func:`actual_images`."""
     out = {}
     for topic in cache:
         entry = cache.entry(topic)
         assert entry is not None
-        out[topic] = {
-            "fields": dict(entry.fields),
-            "partial": entry.partial,
-            "provenance": {
-                name: (src, seq, name in entry.corrected)
-                for name, (src, seq) in entry.field_seq.items()
-            },
-        }
+        out[topic] = entry_record(entry)
     return out
 
 

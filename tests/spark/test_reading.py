@@ -16,7 +16,7 @@ from seqrepair.spark.reading import read_archive, read_journal, read_journals
 from seqrepair.spark.rebuild import rebuild_images
 from seqrepair.spark.schema import JOURNAL_COLUMNS, JOURNAL_SCHEMA, trim_record
 
-from .journals import actual_images, entries_of, expected_images, fold_in_seq_order
+from .journals import actual_images, entries_of, entry_record, expected_images, fold_in_seq_order
 
 pytestmark = [pytest.mark.spark, pytest.mark.redis]
 
@@ -225,18 +225,7 @@ def test_rebuild_agrees_with_latest_image_when_timestamps_go_backwards(spark, jo
 
 
 def entries_of_latest(journal, source, topics):
-    out = {}
-    for topic in topics:
-        entry = journal.latest_image(source, topic)
-        out[topic] = {
-            "fields": dict(entry.fields),
-            "partial": entry.partial,
-            "provenance": {
-                name: (src, seq, name in entry.corrected)
-                for name, (src, seq) in entry.field_seq.items()
-            },
-        }
-    return out
+    return {topic: entry_record(journal.latest_image(source, topic)) for topic in topics}
 
 
 def test_cli_reads_the_journal_once_and_keeps_its_trim_record(
