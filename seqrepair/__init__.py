@@ -15,6 +15,7 @@ from seqrepair.core.errors import (
 from seqrepair.core.events import (
     BufferOverflow,
     Delivered,
+    DeliveredRun,
     Disconnect,
     HeartbeatOverdue,
     LinkReset,
@@ -40,6 +41,7 @@ from seqrepair.core.topics import TopicPattern
 __all__ = [
     "BufferOverflow",
     "Delivered",
+    "DeliveredRun",
     "Disconnect",
     "GapError",
     "GapRequest",

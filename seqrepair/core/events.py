@@ -1,8 +1,9 @@
 """Events the subscriber stub returns. Adapters perform them; the core never does I/O.
 
-``Delivered`` goes to the application; ``RequestGap`` and ``RequestSourceGap`` are requests the
-adapter sends to the component (all ``RequestGap`` events from one call may travel in one
-message); the rest are notices for the application and its operators.
+``Delivered`` and ``DeliveredRun`` go to the application; ``RequestGap`` and
+``RequestSourceGap`` are requests the adapter sends to the component (all ``RequestGap`` events
+from one call may travel in one message); the rest are notices for the application and its
+operators.
 """
 
 from __future__ import annotations
@@ -17,6 +18,17 @@ class Delivered:
     """Hand ``publication`` to the application: in order, exactly once."""
 
     publication: Publication
+
+
+@attrs.frozen
+class DeliveredRun:
+    """Hand ``publications`` to the application, in this order, each exactly once.
+
+    What :meth:`~seqrepair.core.stub.SubscriberStub.receive_many` reports for a run of frames
+    that arrived in order: one event instead of one :class:`Delivered` per publication.
+    """
+
+    publications: tuple[Publication, ...]
 
 
 @attrs.frozen
@@ -89,6 +101,7 @@ class BufferOverflow:
 
 Event = (
     Delivered
+    | DeliveredRun
     | RequestGap
     | RequestSourceGap
     | HeartbeatOverdue
