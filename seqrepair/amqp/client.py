@@ -50,6 +50,7 @@ from seqrepair.core.errors import SeqRepairError
 from seqrepair.core.events import (
     BufferOverflow,
     Delivered,
+    DeliveredRun,
     Disconnect,
     Event,
     HeartbeatOverdue,
@@ -299,16 +300,15 @@ class Subscriber(SubscriberRunner):
         except SeqRepairError as exc:
             self.log.warning("undecodable message dropped", error=exc.message)
             return
-        receive = self.stub.receive
-        quiet = self.on_event is None
+        frames: list[object] = []  # a transfer's frames go to the stub together
         for item in decoded:
             if type(item) is Publication or isinstance(item, _FRAMES):
-                events = receive(item, now)
-                if quiet and len(events) == 1 and type(events[0]) is Delivered:
-                    self._deliver(events[0].publication)  # the usual outcome, in short
-                else:
-                    self._perform(events)
-            elif isinstance(item, SubscriptionState):
+                frames.append(item)
+                continue
+            if frames:
+                self._take(frames, now)
+                frames = []
+            if isinstance(item, SubscriptionState):
                 if item.status == "PAUSED":
                     self.report.paused += 1
                 elif item.epoch:
@@ -316,7 +316,17 @@ class Subscriber(SubscriberRunner):
                 self.log.info("subscription state", status=item.status, reason=item.reason)
             elif isinstance(item, Capabilities):
                 self.capabilities = item
+        if frames:
+            self._take(frames, now)
         self._flush()
+
+    def _take(self, frames: list[object], now: float) -> None:
+        events = self.stub.receive_many(frames, now)
+        if self.on_event is None and len(events) == 1 and type(events[0]) is DeliveredRun:
+            for publication in events[0].publications:  # the usual outcome, in short
+                self._deliver(publication)
+        else:
+            self._perform(events)
 
     def _enter_epoch(self, epoch: str | None) -> None:
         """The component named the link context; a different one than ours restarted at 0."""
@@ -331,6 +341,12 @@ class Subscriber(SubscriberRunner):
     def _perform(self, events: list[Event]) -> None:
         gaps = []
         for ev in events:
+            if isinstance(ev, DeliveredRun):
+                for publication in ev.publications:
+                    self._deliver(publication)
+                    if self.on_event is not None:  # one Delivered each, as receive() gives
+                        self.on_event(Delivered(publication))
+                continue
             if isinstance(ev, Delivered):
                 self._deliver(ev.publication)
             elif isinstance(ev, RequestGap):
