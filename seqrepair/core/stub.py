@@ -363,9 +363,10 @@ class SubscriberStub:
         source: str | None = None
         source_last = 0
         duplicates = 0
+        publication = Publication
         # the loop is the batch path's whole cost per frame: locals only, one branch per test
         for frame in frames[start:] if start else frames:
-            if type(frame) is not Publication:
+            if type(frame) is not publication:
                 break
             if frame.link_seq != expected:
                 if expected <= top or frame.link_seq != 1:
