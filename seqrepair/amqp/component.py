@@ -27,7 +27,7 @@ from __future__ import annotations
 import itertools
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, cast
 
 import attrs
@@ -479,12 +479,8 @@ class Component(MessagingHandler):
                     receiver.flow(window - receiver.credit)
 
     def _assign(self, source: str) -> int:
-        seq = self.sequencers.get(source)
-        if seq is None:
-            seq = self.sequencers[source] = SourceSequencer(
-                source, DEFAULT_SOURCE_BITS, start_after=self.ingested.get(source, 0)
-            )
-        return seq.next_seq()
+        """The next number of a source the component numbers (started in _on_publish)."""
+        return self.sequencers[source].next_seq()
 
     def _on_publish(self, receiver: Any, delivery: Delivery, message: Message) -> None:
         default_topic = receiver.default_topic or message.address
@@ -505,19 +501,47 @@ class Component(MessagingHandler):
                 )
             if frame.topic not in checked:
                 self._check_topic(receiver, frame.topic)
-        if wanted:
+        items: list[bytes] | None = getattr(message, "items", None)
+        if not wanted:
+            self._ingest(cast(list[Publication], frames), items, ())
+        else:
             # publications without a number, all valid: only now may numbers be taken (a
             # number taken for a rejected message would leave a hole the journal refuses)
-            frames = self.decoder.decode(message, default_source=default_source,
-                                         default_topic=default_topic, assign=self._assign)
-        pubs = cast(list[Publication], frames)  # all publications (checked above)
-        # a batch's entries, as received, are what the subscribers get: reuse their bytes
-        items: list[bytes] | None = getattr(message, "items", None)
+            numbered = dict.fromkeys(wanted)
+            try:
+                for source in numbered:  # continue what the journal holds (read before decoding)
+                    if source not in self.sequencers:
+                        hw = self.journal.high_water(source)
+                        self.sequencers[source] = SourceSequencer(source, DEFAULT_SOURCE_BITS, hw)
+                frames = self.decoder.decode(message, default_source=default_source,
+                                             default_topic=default_topic, assign=self._assign)
+                self._ingest(cast(list[Publication], frames), items, numbered)
+            except BaseException:
+                # not all of it journaled: the next numbers continue what the journal holds
+                for source in numbered:
+                    self.sequencers.pop(source, None)
+                raise
+        self.accept(delivery)
+
+    def _ingest(
+        self, pubs: list[Publication], items: list[bytes] | None, numbered: Iterable[str]
+    ) -> None:
+        """Journal what is new of ``pubs`` (all publications, checked), then fan it out.
+
+        Journaled is published: when the append fails part-way (it goes source by source),
+        what the journal took of this message is fanned out and counted as ingested all the
+        same, and the error is raised, so the message is rejected. A publisher that sends it
+        again has its numbered publications the journal took skipped as duplicates; a plain
+        publisher's are numbered again. The sources the component numbers (``numbered``)
+        first fan out what the journal took of them without answering (a lost reply).
+        """
         if items is not None and len(items) != len(pubs):
-            items = None
+            items = None  # a batch's entries, as received, are what subscribers get
         fresh: list[Publication] = []
-        entries: dict[int, bytes | None] = {}
         ingested = self.ingested
+        for source in numbered:
+            fresh.extend(self.journal.unsent(source, ingested.get(source, 0)))
+        entries: dict[int, bytes | None] = {}
         for i, frame in enumerate(pubs):
             if frame.source_seq <= ingested.get(frame.source, 0):
                 self.stats["duplicates"] += 1
@@ -526,14 +550,24 @@ class Component(MessagingHandler):
                 entries[len(fresh)] = items[i]
             fresh.append(frame.with_link(None, retransmit=False)
                          if frame.link_seq is not None or frame.retransmit else frame)
-        if fresh:
+        if not fresh:
+            return
+        try:
             self.journal.append(fresh)  # journal before fan-out
-            for pub in fresh:
-                if pub.source_seq > self.ingested.get(pub.source, 0):
-                    self.ingested[pub.source] = pub.source_seq
-            self.stats["ingested"] += len(fresh)
-            self._fan_out(fresh, entries)
-        self.accept(delivery)
+        except BaseException:
+            kept = self.journal.journaled(fresh)
+            self._publish([fresh[i] for i in kept],
+                          {j: entries[i] for j, i in enumerate(kept) if i in entries})
+            raise
+        self._publish(fresh, entries)
+
+    def _publish(self, pubs: list[Publication], entries: dict[int, bytes | None]) -> None:
+        """Count journaled ``pubs`` as ingested and fan them out."""
+        for pub in pubs:
+            if pub.source_seq > self.ingested.get(pub.source, 0):
+                self.ingested[pub.source] = pub.source_seq
+        self.stats["ingested"] += len(pubs)
+        self._fan_out(pubs, entries)
 
     @staticmethod
     def _check_topic(receiver: Any, topic: str) -> None:

@@ -5,6 +5,12 @@ after their publisher may already have journaled them (and again after a reconne
 :class:`RedisJournalPort` appends what the journal does not hold yet and skips the rest, so
 journaling twice never duplicates and never fails. Source-level repair reads go through the
 journal's own gap-fill service.
+
+When an append fails the port remembers what it still knows: a source whose append the journal
+answered (a gap, a bad publication) keeps its high-water; one whose outcome is unknown (Redis
+down, a timeout, an error reply) is forgotten until :meth:`RedisJournalPort.high_water` reads it
+again. :meth:`RedisJournalPort.held` answers without a round trip, so the component can tell
+which publications of a failed message the journal took, and where numbering continues.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from typing import Protocol
 import attrs
 
 from seqrepair.amqp.errors import AmqpAdapterError
+from seqrepair.core.errors import InvalidMessageError
 from seqrepair.core.messages import Publication
 
 
@@ -23,10 +30,25 @@ class JournalPort(Protocol):
 
     def append(self, publications: Sequence[Publication]) -> None:
         """Store ``publications`` durably; ones already held (same source and number) are
-        skipped, so a publisher that journaled first and the component never duplicate."""
+        skipped, so a publisher that journaled first and the component never duplicate.
+        Sources go one by one: after a failure, :meth:`journaled` tells what was taken."""
 
     def high_waters(self) -> dict[str, int]:
         """The last number held per source."""
+
+    def held(self, source: str) -> int | None:
+        """The last number of ``source`` the port knows the journal holds, without asking the
+        journal; None when it does not know (never asked, or an append with an unknown
+        outcome since)."""
+
+    def journaled(self, publications: Sequence[Publication]) -> list[int]:
+        """The indexes of ``publications`` the port knows the journal holds."""
+
+    def high_water(self, source: str) -> int:
+        """The last number of ``source`` the journal holds: :meth:`held`, else read."""
+
+    def unsent(self, source: str, after: int) -> list[Publication]:
+        """What the journal holds of ``source`` past ``after`` up to :meth:`held`."""
 
 
 def _bare(pub: Publication) -> Publication:
@@ -40,6 +62,13 @@ class JournalGapError(AmqpAdapterError):
     """A publisher skipped numbers: the journal only takes contiguous continuations."""
 
     condition = "amqp:precondition-failed"
+
+
+class NotJournaledError(AmqpAdapterError):
+    """The journal could not be written or read (Redis down, a timeout, an error reply): the
+    publications of the source named are not (known to be) journaled, so not published."""
+
+    condition = "amqp:internal-error"
 
 
 @attrs.define
@@ -68,44 +97,108 @@ class RedisJournalPort:
         return cls(Journal.from_url(url))
 
     def append(self, publications: Sequence[Publication]) -> None:
-        """Append, per source, the part of ``publications`` the journal does not hold yet."""
-        from seqrepair.journal.errors import SequenceConflictError
+        """Append, per source, the part of ``publications`` the journal does not hold yet.
+
+        Sources are appended one after another: when one fails, those before it are held
+        (:meth:`held` says so) and those after it were not tried. A failure whose outcome is
+        unknown raises :class:`NotJournaledError` and forgets the source's high-water.
+        """
+        from seqrepair.journal.errors import BitsMismatchError
 
         runs: dict[str, list[Publication]] = {}
         for pub in publications:
             runs.setdefault(pub.source, []).append(_bare(pub))
         for source, pubs in runs.items():
-            if source not in self._hw:
-                self._hw[source] = self.journal.high_water(source)  # type: ignore[attr-defined]
-            bits = self.bits_of.get(source, self.default_bits)
-            held = self._hw[source]
+            try:
+                self._append_run(source, pubs)
+            except (AmqpAdapterError, InvalidMessageError, BitsMismatchError):
+                raise  # the journal answered (or was never asked): nothing written, hw known
+            except Exception as exc:
+                self._hw.pop(source, None)  # written or not: unknown until read again
+                raise NotJournaledError(
+                    f"{source!r}: not journaled ({type(exc).__name__}: {exc}); publish again",
+                    got=pubs[0].source_seq,
+                ) from exc
+
+    def _append_run(self, source: str, pubs: list[Publication]) -> None:
+        """Append the part of one source's ``pubs`` the journal does not hold yet."""
+        from seqrepair.journal.errors import SequenceConflictError
+
+        if source not in self._hw:
+            self._hw[source] = self.journal.high_water(source)  # type: ignore[attr-defined]
+        bits = self.bits_of.get(source, self.default_bits)
+        held = self._hw[source]
+        fresh = [p for p in pubs if p.source_seq > held]
+        if fresh and source in self._ahead:
+            held = self._hw[source] = self.journal.high_water(source)  # type: ignore[attr-defined]
             fresh = [p for p in pubs if p.source_seq > held]
-            if fresh and source in self._ahead:
+        for _attempt in range(3):
+            if not fresh:
+                break
+            try:
+                self._hw[source] = self.journal.append(fresh, bits)  # type: ignore[attr-defined]
+                self._ahead.discard(source)
+                break
+            except SequenceConflictError:
                 held = self._hw[source] = self.journal.high_water(source)  # type: ignore[attr-defined]
-                fresh = [p for p in pubs if p.source_seq > held]
-            for _attempt in range(3):
-                if not fresh:
-                    break
-                try:
-                    self._hw[source] = self.journal.append(fresh, bits)  # type: ignore[attr-defined]
-                    self._ahead.discard(source)
-                    break
-                except SequenceConflictError:
-                    held = self._hw[source] = self.journal.high_water(source)  # type: ignore[attr-defined]
-                    if fresh[0].source_seq > held + 1:
-                        raise JournalGapError(
-                            f"{source!r}: the journal holds through {held}, "
-                            f"this starts at {fresh[0].source_seq}",
-                            expected=held + 1, got=fresh[0].source_seq,
-                        ) from None
-                    self._ahead.add(source)
-                    fresh = [p for p in pubs if p.source_seq > held]
-            else:
-                if fresh:  # never fan out what the journal may not hold
+                if fresh[0].source_seq > held + 1:
                     raise JournalGapError(
-                        f"{source!r}: the journal moved under three appends; not journaled",
+                        f"{source!r}: the journal holds through {held}, "
+                        f"this starts at {fresh[0].source_seq}",
                         expected=held + 1, got=fresh[0].source_seq,
-                    )
+                    ) from None
+                self._ahead.add(source)
+                fresh = [p for p in pubs if p.source_seq > held]
+        else:
+            if fresh:  # never fan out what the journal may not hold
+                raise JournalGapError(
+                    f"{source!r}: the journal moved under three appends; not journaled",
+                    expected=held + 1, got=fresh[0].source_seq,
+                )
+
+    def held(self, source: str) -> int | None:
+        """The last number of ``source`` this port knows the journal holds, without a round
+        trip (Redis may be down); None when it does not know."""
+        return self._hw.get(source)
+
+    def journaled(self, publications: Sequence[Publication]) -> list[int]:
+        """The indexes of ``publications`` this port knows the journal holds (after a failed
+        :meth:`append`: the part it took), without a round trip."""
+        hw = self._hw
+        return [i for i, p in enumerate(publications) if p.source_seq <= hw.get(p.source, 0)]
+
+    def high_water(self, source: str) -> int:
+        """The last number of ``source`` the journal holds: as this port knows it, else read
+        from the journal and remembered."""
+        if source in self._hw:
+            return self._hw[source]
+        try:
+            hw: int = self.journal.high_water(source)  # type: ignore[attr-defined]
+        except Exception as exc:
+            raise NotJournaledError(
+                f"{source!r}: the journal's high-water cannot be read ({type(exc).__name__}: "
+                f"{exc}); publish again"
+            ) from exc
+        self._hw[source] = hw
+        return hw
+
+    def unsent(self, source: str, after: int) -> list[Publication]:
+        """What the journal holds of ``source`` past ``after`` through :meth:`held` (nothing
+        when that is unknown): for a source only the component numbers, publications an
+        append journaled although its answer was lost."""
+        held = self._hw.get(source)
+        if held is None or held <= after:
+            return []
+        try:
+            pubs: list[Publication] = self.journal.read_range(  # type: ignore[attr-defined]
+                source, after + 1, held
+            )
+        except Exception as exc:
+            raise NotJournaledError(
+                f"{source!r}: {after + 1}..{held} cannot be read back ({type(exc).__name__}: "
+                f"{exc}); publish again"
+            ) from exc
+        return pubs
 
     def high_waters(self) -> dict[str, int]:
         """The last number held per journaled source."""

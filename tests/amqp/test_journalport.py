@@ -4,40 +4,71 @@ from __future__ import annotations
 
 import pytest
 
-from seqrepair.amqp.journalport import JournalGapError, RedisJournalPort
+from seqrepair.amqp.journalport import JournalGapError, NotJournaledError, RedisJournalPort
 from seqrepair.core.messages import Publication
-from seqrepair.journal.errors import SequenceConflictError
+from seqrepair.journal.errors import (
+    JournalResponseError,
+    JournalTimeoutError,
+    JournalUnavailableError,
+    SequenceConflictError,
+)
 
 
 class FakeJournal:
-    """The journal's contiguity rule, and a record of what was asked of it."""
+    """The journal's contiguity rule, a record of what was asked of it, and Redis failures
+    on demand."""
 
     def __init__(self) -> None:
         self.held: dict[str, list[int]] = {}
+        self.stored: dict[tuple[str, int], Publication] = {}
         self.calls: list[str] = []
         self.moving = False  # another writer appends before each of ours (a race)
+        self.down: set[str] = set()  # sources whose every call fails: nothing written
+        self.refusing: set[str] = set()  # sources whose appends get an error reply (out of memory)
+        self.replies_lost: set[str] = set()  # sources whose appends are written, then time out
+
+    def _reach(self, source: str) -> None:
+        if source in self.down:
+            raise JournalUnavailableError("connection refused", source=source)
 
     def high_water(self, source: str) -> int:
         self.calls.append("high_water")
+        self._reach(source)
         return len(self.held.get(source, []))
 
     def append(self, pubs: list[Publication], bits: int) -> int:
         self.calls.append(f"append {pubs[0].source_seq}..{pubs[-1].source_seq}")
+        self._reach(pubs[0].source)
+        if pubs[0].source in self.refusing:
+            raise JournalResponseError("OOM command not allowed", source=pubs[0].source)
         held = self.held.setdefault(pubs[0].source, [])
         if self.moving:
             held.append(len(held) + 1)
         if pubs[0].source_seq != len(held) + 1:
             raise SequenceConflictError("conflict", expected=len(held) + 1)
         held.extend(p.source_seq for p in pubs)
+        self.stored.update(((p.source, p.source_seq), p) for p in pubs)
+        if pubs[0].source in self.replies_lost:
+            raise JournalTimeoutError("written, but the reply timed out", source=pubs[0].source)
         return len(held)
+
+    def read_range(self, source: str, first: int, last: int) -> list[Publication]:
+        self._reach(source)
+        return [self.stored[(source, seq)] for seq in range(first, last + 1)]
+
+    def sources(self) -> list[str]:
+        return sorted(self.held)
+
+    def high_waters(self, sources: list[str]) -> dict[str, tuple[int, int]]:
+        return {source: (len(self.held.get(source, [])), 0) for source in sources}
 
     def publisher_journals(self, source: str, through: int) -> None:
         held = self.held.setdefault(source, [])
         held.extend(range(len(held) + 1, through + 1))
 
 
-def pubs(first: int, last: int) -> list[Publication]:
-    return [Publication("/t", "s", i, "update", {}) for i in range(first, last + 1)]
+def pubs(first: int, last: int, source: str = "s") -> list[Publication]:
+    return [Publication("/t", source, i, "update", {}) for i in range(first, last + 1)]
 
 
 def test_a_component_journaling_alone_appends_each_batch_once_without_reads() -> None:
@@ -75,3 +106,52 @@ def test_a_hole_is_refused_and_a_journal_that_keeps_moving_is_not_taken_for_held
     journal.moving = True
     with pytest.raises(JournalGapError, match="moved under three appends"):
         port.append(pubs(3, 10))  # another writer gets one in before each attempt
+
+
+def test_after_a_failed_append_the_port_says_which_sources_the_journal_took() -> None:
+    journal = FakeJournal()
+    port = RedisJournalPort(journal)
+    port.append(pubs(1, 2, "a") + pubs(1, 2, "b"))
+    journal.down.add("b")
+    batch = pubs(3, 4, "a") + pubs(3, 4, "b") + pubs(1, 1, "c")
+    with pytest.raises(NotJournaledError) as failed:
+        port.append(batch)
+    assert failed.value.condition == "amqp:internal-error"
+    assert journal.held == {"a": [1, 2, 3, 4], "b": [1, 2]}  # c was never tried
+    assert port.journaled(batch) == [0, 1]  # a's part, known without asking the journal
+    assert (port.held("a"), port.held("b"), port.held("c")) == (4, None, None)
+    journal.down.clear()
+    assert port.high_water("b") == 2
+    assert port.held("b") == 2
+
+
+def test_an_append_whose_reply_is_lost_is_read_back_not_guessed() -> None:
+    journal = FakeJournal()
+    port = RedisJournalPort(journal)
+    port.append(pubs(1, 2))
+    journal.replies_lost.add("s")
+    with pytest.raises(NotJournaledError):
+        port.append(pubs(3, 5))
+    assert journal.held["s"] == [1, 2, 3, 4, 5]  # written after all
+    assert port.held("s") is None  # the port does not claim to know
+    assert port.journaled(pubs(3, 5)) == []
+    assert port.unsent("s", 2) == []  # nothing is read back before the high-water is
+    assert port.high_water("s") == 5
+    assert [p.source_seq for p in port.unsent("s", 2)] == [3, 4, 5]
+
+
+def test_what_the_port_cannot_read_from_the_journal_is_an_internal_error() -> None:
+    journal = FakeJournal()
+    port = RedisJournalPort(journal)
+    journal.down.add("s")
+    with pytest.raises(NotJournaledError, match="high-water cannot be read") as failed:
+        port.high_water("s")
+    assert failed.value.condition == "amqp:internal-error"
+    journal.down.clear()
+    journal.replies_lost.add("s")
+    with pytest.raises(NotJournaledError):
+        port.append(pubs(1, 2))
+    assert port.high_water("s") == 2
+    journal.down.add("s")
+    with pytest.raises(NotJournaledError, match="cannot be read back"):
+        port.unsent("s", 0)
