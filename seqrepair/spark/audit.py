@@ -13,6 +13,8 @@ gap
 trimmed
     missing numbers at or below the source's ``trimmed_through`` (retention removed them and
     no archive supplied them); reported apart from gaps because nothing was lost unexpectedly.
+    That includes numbers after the last held one up to ``trimmed_through``, and for a source
+    with no rows at all (retention removed every entry) the whole range 1..trimmed_through.
     The trim record comes from the ``trimmed_through`` argument or, when that is not given,
     from the journal DataFrame itself (:func:`~seqrepair.spark.reading.read_journal` and
     :func:`~seqrepair.spark.reading.read_journals` record it in the ``seq`` column's
@@ -25,6 +27,20 @@ out-of-order arrival
     same source: it was stamped out of sequence order. The rebuild still applies such a
     source in sequence order, at the running maximum of its timestamps (its *effective time*,
     see :mod:`seqrepair.spark.rebuild`).
+
+Every source of the trim record is a row of ``sources``, also one the DataFrame holds no
+rows of (a source retention emptied, or one registered and never published): it shows
+``publications`` 0, no ``bits``, ``first_seq`` or ``last_seq``, and its trimmed range. So audit
+a frame read for the sources you mean (``read_journal(..., sources=[...])``), not one filtered
+afterwards, whose trim record still names every source read.
+
+Numbers after a source's last row *above* ``trimmed_through`` (up to the journal's
+high-water) are not examined, and the trim record does not carry the high-water: the journal
+readers yield every number from ``trimmed_through + 1`` through the high-water or fail (see
+:mod:`seqrepair.spark.reading`), so a frame they read has none missing there, and retention
+never trims past the high-water, so a source it emptied has ``trimmed_through`` equal to its
+high-water. A frame cut afterwards (``where(seq <= n)``) would otherwise show its cut-off
+tail as a gap.
 """
 
 from __future__ import annotations
@@ -53,7 +69,8 @@ class AuditReport:
 
     - ``sources``: source, bits, publications, distinct_seqs, first_seq, last_seq,
       trimmed_through, gap_count, gap_numbers, trimmed_numbers, duplicates, out_of_order, and
-      one count column per publish type.
+      one count column per publish type; one row per source held or in the trim record (bits,
+      first_seq and last_seq are null for a source with no rows).
     - ``gaps``: source, first, last, count, kind (``gap`` | ``trimmed``).
     - ``duplicates``: source, seq, copies.
     - ``out_of_order``: source, seq, timestamp, latest_before (the highest earlier timestamp).
@@ -175,7 +192,7 @@ def audit(
     ``trimmed_through`` gives per source the last number retention removed, so that missing
     numbers up to it count as trimmed rather than as gaps. When it is None, the trim record
     the journal readers attach to the ``seq`` column is used (none: every missing number is
-    a gap).
+    a gap). Every source it names is audited, rows or not (see the module docstring).
     """
     if trimmed_through is None:
         trimmed_through = trim_record(journal)
@@ -224,8 +241,21 @@ def audit(
         "last",
         F.lit("gap").alias("kind"),
     )
+    # trimmed numbers after the last held one (all of 1..trimmed_through without rows)
+    last_held = held.groupBy("source").agg(F.max("seq").alias("_last"))
+    tail_part = (
+        trim_df.join(last_held, "source", "left")
+        .select(
+            "source",
+            (F.coalesce(F.col("_last"), F.lit(0).cast("long")) + 1).alias("first"),
+            F.col("trimmed_through").alias("last"),
+            F.lit("trimmed").alias("kind"),
+        )
+        .where(F.col("first") <= F.col("last"))
+    )
     gaps = (
         trimmed_part.unionByName(gap_part)
+        .unionByName(tail_part)
         .withColumn("count", F.col("last") - F.col("first") + 1)
         .select("source", "first", "last", "count", "kind")
     )
@@ -250,15 +280,15 @@ def audit(
     ooo_totals = out_of_order.groupBy("source").agg(F.count("*").alias("out_of_order"))
     zero = F.lit(0).cast("long")
     sources = (
-        base.join(trim_df, "source", "left")
+        base.join(trim_df, "source", "full")  # a source in the trim record may have no rows
         .join(gap_totals, "source", "left")
         .join(dup_totals, "source", "left")
         .join(ooo_totals, "source", "left")
         .select(
             "source",
             "bits",
-            "publications",
-            "distinct_seqs",
+            F.coalesce("publications", zero).alias("publications"),
+            F.coalesce("distinct_seqs", zero).alias("distinct_seqs"),
             "first_seq",
             "last_seq",
             F.coalesce("trimmed_through", zero).alias("trimmed_through"),
@@ -267,7 +297,7 @@ def audit(
             F.coalesce("trimmed_numbers", zero).alias("trimmed_numbers"),
             F.coalesce("duplicates", zero).alias("duplicates"),
             F.coalesce("out_of_order", zero).alias("out_of_order"),
-            *[F.col(p).cast("long").alias(p) for p in PUBLISH_TYPES],
+            *[F.coalesce(F.col(p).cast("long"), zero).alias(p) for p in PUBLISH_TYPES],
         )
     )
 

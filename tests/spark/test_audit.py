@@ -5,9 +5,14 @@ from __future__ import annotations
 import json
 
 import pytest
+from pyspark.sql import functions as F
 
+from seqrepair.cli import main
 from seqrepair.core.messages import Publication, PublishType
+from seqrepair.journal import RetentionPolicy, apply_retention
 from seqrepair.spark.audit import audit
+from seqrepair.spark.reading import read_journal, read_journals
+from seqrepair.spark.schema import PUBLISH_TYPES, with_trim_record
 
 from .journals import to_frame
 
@@ -83,3 +88,114 @@ def test_summary_and_machine_output(report, tmp_path, spark):
     assert on_disk["items"]["drops"] == 1
     gaps = spark.read.parquet(str(tmp_path / "audit" / "gaps"))
     assert gaps.count() == 4
+
+
+# --- sources retention emptied or trimmed beyond their last row ----------------------------
+
+
+def test_every_source_of_the_trim_record_is_audited_rows_or_not(spark):
+    frame = to_frame(spark, [(pub("feed.a", n, ts=float(n)), 16) for n in (1, 2, 3)])
+    # feed.gone: every entry trimmed; feed.a: trimmed beyond its last row; feed.new: no
+    # entries and nothing trimmed (registered, never published)
+    trimmed = {"feed.a": 6, "feed.gone": 7, "feed.new": 0}
+    for report in (
+        audit(spark, frame, trimmed_through=trimmed),
+        audit(spark, with_trim_record(frame, trimmed)),
+    ):
+        assert sorted(tuple(r) for r in report.gaps.collect()) == [
+            ("feed.a", 4, 6, 3, "trimmed"),
+            ("feed.gone", 1, 7, 7, "trimmed"),
+        ]
+        rows = {r["source"]: r.asDict() for r in report.sources.collect()}
+        assert sorted(rows) == ["feed.a", "feed.gone", "feed.new"]
+        a, gone, new = rows["feed.a"], rows["feed.gone"], rows["feed.new"]
+        assert (a["publications"], a["last_seq"], a["trimmed_numbers"], a["gap_numbers"]) == (
+            3,
+            3,
+            3,
+            0,
+        )
+        assert gone == {
+            "source": "feed.gone",
+            "bits": None,
+            "publications": 0,
+            "distinct_seqs": 0,
+            "first_seq": None,
+            "last_seq": None,
+            "trimmed_through": 7,
+            "gap_count": 0,
+            "gap_numbers": 0,
+            "trimmed_numbers": 7,
+            "duplicates": 0,
+            "out_of_order": 0,
+            **{p: 0 for p in PUBLISH_TYPES},
+        }
+        assert (new["publications"], new["trimmed_numbers"], new["gap_numbers"]) == (0, 0, 0)
+
+
+@pytest.mark.redis
+def test_a_source_retention_emptied_is_in_every_audit_output(
+    spark, journal, redis_url, tmp_path, capsys
+):
+    journal.append([pub("feed.a", n, ts=float(n)) for n in range(1, 6)], 16)
+    journal.append([pub("feed.gone", n, ts=float(n)) for n in range(1, 8)], 3)
+    trim = apply_retention(journal, "feed.gone", RetentionPolicy(max_age=10.0), now=100.0)
+    assert (trim.trimmed_through, trim.removed) == (7, 7)
+    info = journal.info("feed.gone")
+    assert (info.high_water, info.trimmed_through) == (7, 7)
+    frame = read_journal(spark, redis_url)
+    assert frame.where(F.col("source") == "feed.gone").count() == 0
+    report = audit(spark, frame)
+    rows = {r["source"]: r.asDict() for r in report.sources.collect()}
+    assert sorted(rows) == ["feed.a", "feed.gone"]
+    gone = rows["feed.gone"]
+    assert (gone["publications"], gone["trimmed_through"], gone["trimmed_numbers"]) == (0, 7, 7)
+    assert (gone["gap_count"], gone["gap_numbers"]) == (0, 0)
+    assert rows["feed.a"]["publications"] == 5
+    assert sorted(tuple(r) for r in report.gaps.collect()) == [("feed.gone", 1, 7, 7, "trimmed")]
+    text = report.summary()
+    assert any(line.startswith("feed.gone ") for line in text.splitlines())
+    assert "feed.gone: 1..7 (7, trimmed)" in text
+    out = tmp_path / "audit"
+    report.write(str(out))
+    digest = json.loads((out / "summary.json").read_text())
+    by_source = {s["source"]: s for s in digest["sources"]}
+    assert (by_source["feed.gone"]["publications"], by_source["feed.gone"]["trimmed_numbers"]) == (
+        0,
+        7,
+    )
+    assert {"source": "feed.gone", "first": 1, "last": 7, "count": 7, "kind": "trimmed"} in digest[
+        "gaps"
+    ]
+    parquet = spark.read.parquet(str(out / "sources")).where(F.col("source") == "feed.gone")
+    assert [(r["publications"], r["trimmed_numbers"]) for r in parquet.collect()] == [(0, 7)]
+    gaps = spark.read.parquet(str(out / "gaps")).where(F.col("source") == "feed.gone")
+    assert [(r["first"], r["last"], r["kind"]) for r in gaps.collect()] == [(1, 7, "trimmed")]
+    # the audit command prints and writes it as well
+    capsys.readouterr()
+    cli_out = tmp_path / "cli"
+    args = ["--master", "local[2]", "--journal", redis_url, "--no-progress"]
+    assert main(["audit", *args, "--output", str(cli_out)]) == 0
+    printed = capsys.readouterr().out
+    assert any(line.startswith("feed.gone ") for line in printed.splitlines())
+    assert "feed.gone: 1..7 (7, trimmed)" in printed
+    cli_digest = json.loads((cli_out / "summary.json").read_text())
+    assert "feed.gone" in [s["source"] for s in cli_digest["sources"]]
+
+
+@pytest.mark.redis
+def test_numbers_trimmed_after_the_last_archived_row_are_reported_trimmed(
+    spark, journal, redis_url, tmp_path
+):
+    journal.append([pub("feed.a", n, ts=float(n)) for n in range(1, 11)], 16)
+    root = tmp_path / "archive"
+    # archives and trims 1..4, then trims everything left (5..10) with no archive
+    apply_retention(journal, "feed.a", RetentionPolicy(max_count=6, archive_root=root), now=100.0)
+    assert apply_retention(journal, "feed.a", RetentionPolicy(max_age=10.0), now=100.0).removed == 6
+    frame = read_journals(spark, url=redis_url, archive=str(root))
+    assert sorted(r["seq"] for r in frame.collect()) == [1, 2, 3, 4]
+    report = audit(spark, frame)
+    assert sorted(tuple(r) for r in report.gaps.collect()) == [("feed.a", 5, 10, 6, "trimmed")]
+    (row,) = report.sources.collect()
+    assert (row["publications"], row["last_seq"], row["trimmed_through"]) == (4, 4, 10)
+    assert (row["trimmed_numbers"], row["gap_count"]) == (6, 0)
