@@ -77,9 +77,13 @@ _FRAMES = (Publication, Heartbeat, GapError, ReplayComplete)
 """What the subscriber's stub receives."""
 
 FATAL_CONDITIONS = frozenset(
-    {"amqp:not-found", "amqp:unauthorized-access", "amqp:decode-error", "amqp:invalid-field"}
+    {"amqp:not-found", "amqp:unauthorized-access", "amqp:decode-error", "amqp:invalid-field",
+     "amqp:link:stolen"}
 )
-"""Link errors a reconnect cannot cure: the subscriber stops and reports them."""
+"""Link errors a reconnect cannot cure: the subscriber stops and reports them. ``amqp:link:stolen``
+is one: another subscriber attached the same link name, and taking it back would only start a
+tug of war. Any other detach of one of its links by the peer (another condition, or none) is
+recovered by reconnecting."""
 
 
 class _LinkProperties(LinkOption):
@@ -167,6 +171,8 @@ class Subscriber(SubscriberRunner):
         self.report = SubscriberReport()
         self.capabilities: Capabilities | None = None
         self.unrecoverable: list[Unrecoverable] = []
+        self.error: AmqpAdapterError | None = None
+        """Why it stopped by itself: a link error in :data:`FATAL_CONDITIONS`."""
         self._ids = itertools.count(1)
         self._outbox: deque[Outgoing] = deque()
         self._receiver: Any = None
@@ -273,15 +279,38 @@ class Subscriber(SubscriberRunner):
         self.log.info("transport error", condition=cond.name if cond else None)
 
     def on_link_error(self, event: Any) -> None:
-        cond = event.link.remote_condition
-        self.log.error("link refused", condition=cond.name if cond else None,
-                       description=cond.description if cond else None)
-        if event.link == self._receiver and cond is not None and cond.name in FATAL_CONDITIONS:
-            self._stopping = True
-            self.error = AmqpAdapterError(
-                f"{cond.name if cond else '?'}: {cond.description if cond else ''}"
-            )
+        """The peer detached (or refused) a link with an error condition."""
+        self._detached(event.link, event.link.remote_condition)
+
+    def on_link_closing(self, event: Any) -> None:
+        """The peer detached a link without an error condition (proton says so here)."""
+        self._detached(event.link, None)
+
+    def _detached(self, link: Any, cond: Any) -> None:
+        """One of our links is gone while its connection stays up: a fatal condition stops the
+        subscriber; anything else is recovered as a lost connection is, by dropping the
+        connection and reconnecting (same link name, resumed context)."""
+        if self._stopping or link is None or (link != self._receiver and link != self._control):
+            return  # stopping (a close is no error), or a link of a connection given up on
+        which = "data" if link == self._receiver else "control"
+        name = cond.name if cond else None
+        description = cond.description if cond else None
+        if name in FATAL_CONDITIONS:
+            self.log.error("link refused", link_kind=which, condition=name,
+                           description=description)
+            self.error = AmqpAdapterError(f"{name}: {description or ''}")
             self._shutdown()
+            return
+        self.log.warning("link detached by the peer; reconnecting", link_kind=which,
+                         condition=name, description=description)
+        conn = self._conn
+        transport = conn.transport if conn is not None else None
+        self._lost(conn)
+        if transport is not None:
+            # torn down, as drop_connection does: the peer sees the connection lost and keeps
+            # the link's context for the resume (our links of it are forgotten already)
+            transport.close_tail()
+            transport.close_head()
 
     def on_rejected(self, event: Any) -> None:
         self.report.rejected += 1
