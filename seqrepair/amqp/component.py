@@ -307,8 +307,21 @@ class Component(MessagingHandler):
     def on_link_closed(self, event: Any) -> None:
         self._forget(event.link)
 
-    def on_disconnected(self, event: Any) -> None:
-        conn = event.connection
+    # a connection ends: the peer closes it (cleanly or with an error, detaching its links
+    # first or not: proton says closing/closed, no on_disconnected), or the transport is
+    # lost; on_transport_closed comes last whatever the path (on_disconnected is a subset)
+    def on_connection_closing(self, event: Any) -> None:
+        self._forget_connection(event.connection)
+
+    def on_connection_closed(self, event: Any) -> None:
+        self._forget_connection(event.connection)
+
+    def on_transport_closed(self, event: Any) -> None:
+        self._forget_connection(event.connection)
+
+    def _forget_connection(self, conn: Any) -> None:
+        """Detach every subscriber link of ``conn`` (contexts kept, then expired) and drop its
+        response routes; idempotent."""
         if conn is None:
             return
         for link in list(self.links.values()):
