@@ -440,6 +440,12 @@ class Publisher(PublisherRunner[list[Publication]]):
     ``journal``: when given, numbering continues after its high-water and every publication is
     journaled before it is sent (a publication counts as published once the journal holds it).
     Publications are sent to ``address`` (a topic or a pattern the topics fall under).
+
+    A batch the component releases (its journal is out for now) is sent again after a backoff:
+    ``reconnect_delay`` at first, doubled up to ``max_backoff`` while releases go on, back to
+    the start once a batch is accepted. Nothing newer is sent meanwhile, and the released
+    batches go again in the order they were first sent, once the outcome of every batch sent
+    after them is in (the component releases those too: see :mod:`seqrepair.amqp.holdback`).
     """
 
     def __init__(
@@ -455,6 +461,7 @@ class Publisher(PublisherRunner[list[Publication]]):
         reconnect_delay: float = 0.2,
         idle_timeout: float = 10.0,
         on_sent: Callable[[Sequence[Publication]], None] | None = None,
+        max_backoff: float = 5.0,
     ) -> None:
         super().__init__()
         self.url = url
@@ -472,8 +479,15 @@ class Publisher(PublisherRunner[list[Publication]]):
         self.reconnect_delay = reconnect_delay
         self.idle_timeout = idle_timeout
         self.on_sent = on_sent
+        self.max_backoff = max_backoff
         self.accepted = 0
         self.rejected = 0
+        self.released = 0
+        """Publications the component released (each time: a batch released twice counts
+        twice); they were sent again."""
+        self._released: set[Any] = set()  # tags of released batches, kept in _unsettled
+        self._backoff = 0.0  # the last backoff delay; 0 after an accepted batch
+        self._backing_off = False  # a backoff timer is pending: send nothing
         self._finish_when_done = False
         self.log = log.bind(source=source, topic=address)
 
@@ -522,8 +536,8 @@ class Publisher(PublisherRunner[list[Publication]]):
 
     def _send(self) -> None:
         sender = self._sender
-        if sender is None:
-            return
+        if sender is None or self._backing_off or self._released:
+            return  # nothing may overtake a released batch
         while sender.credit > 0 and len(self._unsettled) < self.max_unsettled:
             with self._lock:
                 if not self._pending:
@@ -539,8 +553,9 @@ class Publisher(PublisherRunner[list[Publication]]):
         batch = self._unsettled.pop(event.delivery.tag, None)
         if batch is not None:
             self.accepted += len(batch)
-        self._notify()
-        self._send()
+            if not self._released:
+                self._backoff = 0.0  # the component journals again
+        self._outcome()
 
     def on_rejected(self, event: Any) -> None:
         batch = self._unsettled.pop(event.delivery.tag, None)
@@ -548,14 +563,42 @@ class Publisher(PublisherRunner[list[Publication]]):
         self.rejected += len(batch or ())
         self.log.error("publications rejected", condition=cond.name if cond else None,
                        description=cond.description if cond else None)
-        self._notify()
-        self._send()
+        self._outcome()
 
     def on_released(self, event: Any) -> None:
-        batch = self._unsettled.pop(event.delivery.tag, None)
-        if batch:
+        """Not processed (the component's journal is out): kept, sent again after a backoff."""
+        tag = event.delivery.tag
+        batch = self._unsettled.get(tag)
+        if batch is None:
+            return
+        self._released.add(tag)
+        self.released += len(batch)
+        if not self._backing_off:
+            self._backing_off = True
+            self._backoff = (
+                min(self.max_backoff, self._backoff * 2) if self._backoff else self.reconnect_delay
+            )
+            self.log.warning("publications released; sending them again after a backoff",
+                             delay=self._backoff, first=batch[0].source_seq)
+            self._container.schedule(self._backoff, self)
+
+    def on_timer_task(self, event: Any) -> None:
+        """The backoff after a release is over."""
+        self._backing_off = False
+        if not self._stopping:
+            self._outcome()
+
+    def _outcome(self) -> None:
+        """An outcome came (or a backoff ended): once the outcome of every batch sent is in and
+        no backoff is pending, the released batches go first, in the order first sent."""
+        if self._released and not self._backing_off and len(self._released) == len(
+            self._unsettled
+        ):
             with self._lock:
-                self._pending.extendleft(reversed(batch))
+                for tag in sorted(self._released, reverse=True, key=_tag_order):
+                    self._pending.extendleft(reversed(self._unsettled.pop(tag)))
+            self._released.clear()
+        self._notify()
         self._send()
 
     def on_disconnected(self, event: Any) -> None:
@@ -567,6 +610,7 @@ class Publisher(PublisherRunner[list[Publication]]):
             for tag in sorted(self._unsettled, reverse=True, key=_tag_order):
                 self._pending.extendleft(reversed(self._unsettled[tag]))
             self._unsettled.clear()
+        self._released.clear()  # among them, in their place
         self._sender = None
         self.log.info("disconnected; reconnecting")
         self._schedule_reconnect()

@@ -19,7 +19,8 @@ the grant of the connection's principal, which the link property ``seqrepair-per
 may narrow but never widen; live delivery and repair use that one entitlement.
 
 Every publication is journaled before fan-out. Bad input is rejected with an AMQP error
-condition on that delivery or link only; every other connection keeps being served.
+condition on that delivery or link only; every other connection keeps being served. A message
+the journal could not take for now is released where a resend is safe (:mod:`.holdback`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from __future__ import annotations
 import itertools
 import random
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, cast
 
 import attrs
@@ -36,10 +37,10 @@ from proton import Condition, Data, Delivery, Endpoint, Link, Message, symbol
 from proton.handlers import MessagingHandler
 from proton.reactor import AtMostOnce, Container
 
+from seqrepair.amqp import holdback
 from seqrepair.amqp.codec import Decoder, encode
 from seqrepair.amqp.errors import (
     AmqpAdapterError,
-    InvalidLinkPropertyError,
     MalformedMessageError,
     NotImplementedAnnotationError,
     RequestFloodError,
@@ -48,8 +49,8 @@ from seqrepair.amqp.errors import (
 )
 from seqrepair.amqp.framing import encode_entry, encode_frames
 from seqrepair.amqp.grants import GrantTable, principal_of
-from seqrepair.amqp.journalport import RedisJournalPort
-from seqrepair.amqp.links import ResponseRoute, SubscriberLink
+from seqrepair.amqp.journalport import NotJournaledError, RedisJournalPort
+from seqrepair.amqp.links import ResponseRoute, SubscriberLink, close_stolen, start_map, tokens
 from seqrepair.amqp.rawamqp import Unsupported, read_raw
 from seqrepair.amqp.technical import DEFAULT_SOURCE_BITS, Capabilities, CapabilitiesRequest
 from seqrepair.core.budget import RefusalPolicy
@@ -176,7 +177,7 @@ class Component(MessagingHandler):
         self._rng = random.Random(config.drop_seed)
         self.acceptor: Any = None
         self.container: Any = None
-        self.stats = {"ingested": 0, "duplicates": 0, "rejected": 0, "requests": 0}
+        self.stats = {"ingested": 0, "duplicates": 0, "rejected": 0, "released": 0, "requests": 0}
 
     # --- helpers ------------------------------------------------------------------------
 
@@ -307,9 +308,8 @@ class Component(MessagingHandler):
     def on_link_closed(self, event: Any) -> None:
         self._forget(event.link)
 
-    # a connection ends: the peer closes it (cleanly or with an error, detaching its links
-    # first or not: proton says closing/closed, no on_disconnected), or the transport is
-    # lost; on_transport_closed comes last whatever the path (on_disconnected is a subset)
+    # a connection ends: the peer closes it (proton says closing/closed, not disconnected) or
+    # it is lost; on_transport_closed comes last whatever the path (on_disconnected a subset)
     def on_connection_closing(self, event: Any) -> None:
         self._forget_connection(event.connection)
 
@@ -370,7 +370,7 @@ class Component(MessagingHandler):
             claimed = props.get(str(PROP_GRANTS))
             entitlement = self.config.grants.entitlement(
                 principal, (TopicPattern(address),),
-                None if claimed is None else _tokens(claimed),
+                None if claimed is None else tokens(claimed),
             )
         name = sender.name
         resume = bool(props.get(str(PROP_RESUME), False))
@@ -382,12 +382,12 @@ class Component(MessagingHandler):
             and link.entitlement == entitlement
             and (epoch is None or epoch == link.epoch)
         ):
-            _close_stolen(link, sender)
+            close_stolen(link, sender)
             link.attach(sender)
             link.log.info("link resumed", epoch=link.epoch)
         else:
             if link is not None:
-                _close_stolen(link, sender)
+                close_stolen(link, sender)
             # a subscriber that had a context keeps the start it was given then: sources it
             # has delivered nothing of are replayed from there, not from the high-water now
             start = props.get(str(PROP_START)) if resume else None
@@ -397,7 +397,7 @@ class Component(MessagingHandler):
                 entitlement=entitlement,
                 sequencer=LinkSequencer(self.config.link_bits, self.config.heartbeat_interval),
                 context=self.gapfill.attach(
-                    name, entitlement, start_after=None if start is None else _start_map(start)
+                    name, entitlement, start_after=None if start is None else start_map(start)
                 ).context,
                 batch=bool(props.get(str(PROP_BATCH), False)),
                 max_batch=self.config.max_batch,
@@ -437,6 +437,7 @@ class Component(MessagingHandler):
             return
         # the topics this link has already seen valid and inside its address (bounded)
         receiver.topics_checked = set()
+        receiver.held_back = {}  # per source, what it must send again first (holdback)
         if address is None:
             receiver.kind = "publish"
             receiver.pattern = TopicPattern("/#")
@@ -515,8 +516,24 @@ class Component(MessagingHandler):
             if frame.topic not in checked:
                 self._check_topic(receiver, frame.topic)
         items: list[bytes] | None = getattr(message, "items", None)
+        pubs = cast(list[Publication], frames)
+        held: holdback.HeldBack = receiver.held_back
         if not wanted:
-            self._ingest(cast(list[Publication], frames), items, ())
+            if held and holdback.continues_past(held, pubs):
+                self._release(receiver, delivery, None)  # what it follows is sent again first
+                return
+            try:
+                self._ingest(pubs, items, ())
+            except NotJournaledError as exc:  # numbered by the publisher: a resend is safe
+                holdback.hold(held, pubs)
+                self._release(receiver, delivery, exc)
+                return
+            except BaseException:
+                if held:  # rejected: nothing to wait for
+                    holdback.settle(held, pubs)
+                raise
+            if held:
+                holdback.settle(held, pubs)
         else:
             # publications without a number, all valid: only now may numbers be taken (a
             # number taken for a rejected message would leave a hole the journal refuses)
@@ -529,12 +546,22 @@ class Component(MessagingHandler):
                 frames = self.decoder.decode(message, default_source=default_source,
                                              default_topic=default_topic, assign=self._assign)
                 self._ingest(cast(list[Publication], frames), items, numbered)
-            except BaseException:
+            except BaseException as exc:
                 # not all of it journaled: the next numbers continue what the journal holds
                 for source in numbered:
                     self.sequencers.pop(source, None)
-                raise
+                if not holdback.resend_is_safe(exc, numbered_here=True):
+                    raise
+                self._release(receiver, delivery, exc)  # the journal took nothing of it
+                return
         self.accept(delivery)
+
+    def _release(self, receiver: Any, delivery: Delivery, exc: NotJournaledError | None) -> None:
+        """RELEASED: not processed, send again (``exc`` None: it follows a released one)."""
+        self.stats["released"] += 1
+        log.warning("message released: publish again", link=receiver.name,
+                    error=exc.message if exc is not None else "follows a released message")
+        self.release(delivery, delivered=False)
 
     def _ingest(
         self, pubs: list[Publication], items: list[bytes] | None, numbered: Iterable[str]
@@ -543,8 +570,8 @@ class Component(MessagingHandler):
 
         Journaled is published: when the append fails part-way (it goes source by source),
         what the journal took of this message is fanned out and counted as ingested all the
-        same, and the error is raised, so the message is rejected. A publisher that sends it
-        again has its numbered publications the journal took skipped as duplicates; a plain
+        same, and the error is raised: the message is released or rejected (holdback). Sent
+        again, its numbered publications the journal took are skipped as duplicates; a plain
         publisher's are numbered again. The sources the component numbers (``numbered``)
         first fan out what the journal took of them without answering (a lost reply).
         """
@@ -754,34 +781,6 @@ def plain_properties(props: Any) -> dict[str, Any]:
     if not props:
         return {}
     return {str(k): v for k, v in dict(props).items()}
-
-
-def _close_stolen(link: SubscriberLink, sender: Any) -> None:
-    """Detach the link's sender on another connection: a link name has one subscriber."""
-    old = link.sender
-    if old is not None and old != sender:
-        old.subscriber = None
-        old.condition = Condition("amqp:link:stolen", "attached on another connection")
-        old.close()
-
-
-def _start_map(value: Any) -> dict[str, int]:
-    """A subscriber's ``seqrepair-start-after`` property: source -> absolute number."""
-    problem = "seqrepair-start-after must map sources to numbers >= 0"
-    if not isinstance(value, Mapping):
-        raise InvalidLinkPropertyError(problem, expected="map", got=value)
-    try:
-        return dict(SourceGapRequest(after={str(k): v for k, v in value.items()}).after)
-    except SeqRepairError as exc:
-        raise InvalidLinkPropertyError(f"{problem}: {exc.message}", got=exc.got) from None
-
-
-def _tokens(value: Any) -> list[str]:
-    if value is None:
-        return []
-    if isinstance(value, str):
-        return [t for t in value.split(",") if t]
-    return [str(t) for t in value]
 
 
 def _link_name(reply_to: Any) -> str | None:

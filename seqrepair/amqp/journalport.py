@@ -10,13 +10,15 @@ When an append fails the port remembers what it still knows: a source whose appe
 answered (a gap, a bad publication) keeps its high-water; one whose outcome is unknown (Redis
 down, a timeout, an error reply) is forgotten until :meth:`RedisJournalPort.high_water` reads it
 again. :meth:`RedisJournalPort.held` answers without a round trip, so the component can tell
-which publications of a failed message the journal took, and where numbering continues.
+which publications of a failed message the journal took, and where numbering continues; and
+:attr:`NotJournaledError.untouched` says whether the failed call wrote nothing for sure (it
+failed on a read, before any append reached the journal).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import attrs
 
@@ -70,6 +72,15 @@ class NotJournaledError(AmqpAdapterError):
 
     condition = "amqp:internal-error"
 
+    def __init__(
+        self, message: str, *, untouched: bool = False, expected: Any = None, got: Any = None
+    ) -> None:
+        super().__init__(message, expected=expected, got=got)
+        self.untouched = untouched
+        """True when the failing call surely wrote nothing (it failed on a read, before any
+        append reached the journal); False when the journal may hold part of what it was
+        given."""
+
 
 @attrs.define
 class RedisJournalPort:
@@ -84,6 +95,8 @@ class RedisJournalPort:
     bits_of: dict[str, int] = attrs.field(factory=dict)
     default_bits: int = 32
     _hw: dict[str, int] = attrs.field(factory=dict)
+    _writes: int = 0
+    """How many appends reached the journal (whatever their outcome)."""
     _ahead: set[str] = attrs.field(factory=set)
     """Sources whose publisher journals first (our last append found it already held): for
     those the high-water is read before appending, not learnt from a refused append, which
@@ -108,6 +121,7 @@ class RedisJournalPort:
         runs: dict[str, list[Publication]] = {}
         for pub in publications:
             runs.setdefault(pub.source, []).append(_bare(pub))
+        writes = self._writes
         for source, pubs in runs.items():
             try:
                 self._append_run(source, pubs)
@@ -117,7 +131,7 @@ class RedisJournalPort:
                 self._hw.pop(source, None)  # written or not: unknown until read again
                 raise NotJournaledError(
                     f"{source!r}: not journaled ({type(exc).__name__}: {exc}); publish again",
-                    got=pubs[0].source_seq,
+                    untouched=self._writes == writes, got=pubs[0].source_seq,
                 ) from exc
 
     def _append_run(self, source: str, pubs: list[Publication]) -> None:
@@ -136,6 +150,7 @@ class RedisJournalPort:
             if not fresh:
                 break
             try:
+                self._writes += 1
                 self._hw[source] = self.journal.append(fresh, bits)  # type: ignore[attr-defined]
                 self._ahead.discard(source)
                 break
@@ -177,7 +192,7 @@ class RedisJournalPort:
         except Exception as exc:
             raise NotJournaledError(
                 f"{source!r}: the journal's high-water cannot be read ({type(exc).__name__}: "
-                f"{exc}); publish again"
+                f"{exc}); publish again", untouched=True,
             ) from exc
         self._hw[source] = hw
         return hw
@@ -196,7 +211,7 @@ class RedisJournalPort:
         except Exception as exc:
             raise NotJournaledError(
                 f"{source!r}: {after + 1}..{held} cannot be read back ({type(exc).__name__}: "
-                f"{exc}); publish again"
+                f"{exc}); publish again", untouched=True,
             ) from exc
         return pubs
 

@@ -20,14 +20,15 @@ from __future__ import annotations
 
 import secrets
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import attrs
 import structlog
-from proton import symbol
+from proton import Condition, symbol
 
 from seqrepair.amqp.codec import encode
+from seqrepair.amqp.errors import InvalidLinkPropertyError
 from seqrepair.amqp.framing import (
     Outgoing,
     encode_batch,
@@ -39,7 +40,14 @@ from seqrepair.amqp.framing import (
 from seqrepair.amqp.rawamqp import Unsupported
 from seqrepair.amqp.technical import SubscriptionState
 from seqrepair.core.context import LinkContext
-from seqrepair.core.messages import GapError, Heartbeat, Publication, ReplayComplete
+from seqrepair.core.errors import SeqRepairError
+from seqrepair.core.messages import (
+    GapError,
+    Heartbeat,
+    Publication,
+    ReplayComplete,
+    SourceGapRequest,
+)
 from seqrepair.core.permissions import Entitlement
 from seqrepair.core.sequencers import LinkSequencer
 
@@ -335,3 +343,35 @@ class SubscriberLink:
         except Unsupported:
             return encode_frames(frames, self.source_bits)
         return encode_batch(encoded, first_link_seq=frames[0].link_seq, retransmit=False)
+
+
+# --- attaching ----------------------------------------------------------------------------
+
+
+def close_stolen(link: SubscriberLink, sender: Any) -> None:
+    """Detach the link's sender on another connection: a link name has one subscriber."""
+    old = link.sender
+    if old is not None and old != sender:
+        old.subscriber = None
+        old.condition = Condition("amqp:link:stolen", "attached on another connection")
+        old.close()
+
+
+def start_map(value: Any) -> dict[str, int]:
+    """A subscriber's ``seqrepair-start-after`` property: source -> absolute number."""
+    problem = "seqrepair-start-after must map sources to numbers >= 0"
+    if not isinstance(value, Mapping):
+        raise InvalidLinkPropertyError(problem, expected="map", got=value)
+    try:
+        return dict(SourceGapRequest(after={str(k): v for k, v in value.items()}).after)
+    except SeqRepairError as exc:
+        raise InvalidLinkPropertyError(f"{problem}: {exc.message}", got=exc.got) from None
+
+
+def tokens(value: Any) -> list[str]:
+    """A subscriber's ``seqrepair-permtokens`` property: the permission tokens it names."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [t for t in value.split(",") if t]
+    return [str(t) for t in value]

@@ -155,3 +155,37 @@ def test_what_the_port_cannot_read_from_the_journal_is_an_internal_error() -> No
     journal.down.add("s")
     with pytest.raises(NotJournaledError, match="cannot be read back"):
         port.unsent("s", 0)
+
+
+@pytest.mark.parametrize(
+    ("known", "failure", "untouched"),
+    [
+        (False, "down", True),  # the high-water read failed: no append was tried
+        (True, "down", False),  # the append was sent: it may have been written
+        (True, "refusing", False),
+        (True, "replies_lost", False),
+    ],
+)
+def test_a_failed_call_says_whether_it_surely_wrote_nothing(
+    known: bool, failure: str, untouched: bool
+) -> None:
+    journal = FakeJournal()
+    port = RedisJournalPort(journal)
+    if known:
+        port.append(pubs(1, 2))
+    getattr(journal, failure).add("s")
+    with pytest.raises(NotJournaledError) as failed:
+        port.append(pubs(3, 4) if known else pubs(1, 2))
+    assert failed.value.untouched is untouched
+
+
+def test_a_failure_after_another_source_was_written_is_not_untouched() -> None:
+    journal = FakeJournal()
+    port = RedisJournalPort(journal)
+    journal.down.add("b")  # b's high-water cannot be read: but a's append went through
+    with pytest.raises(NotJournaledError) as failed:
+        port.append(pubs(1, 2, "a") + pubs(1, 2, "b"))
+    assert failed.value.untouched is False
+    with pytest.raises(NotJournaledError) as read:
+        port.high_water("b")
+    assert read.value.untouched is True  # a read writes nothing

@@ -55,7 +55,7 @@ class Harness:
         self.component.links["sub"] = self.subscriber
         self.receiver = SimpleNamespace(
             kind="publish", name="pub-link", default_topic="/plain/x",
-            pattern=TopicPattern("/plain/x"), topics_checked=set(),
+            pattern=TopicPattern("/plain/x"), topics_checked=set(), held_back={},
             connection=SimpleNamespace(remote_container=PUBLISHER),
             state=Endpoint.LOCAL_ACTIVE, credit=1_000, flow=lambda n: None,
         )
@@ -90,12 +90,13 @@ def test_after_the_journal_fails_a_plain_publishers_numbers_continue_what_it_hol
     h = Harness()
     assert h.publish(1).outcome == Delivery.ACCEPTED
     h.journal.down.add(PUBLISHER)  # Redis unreachable: the append fails, nothing written
-    refused = h.publish(2)
-    also_refused = h.publish(3)  # the high-water cannot even be read now
+    refused = h.publish(2)  # the append may have reached the journal: a resend may duplicate
+    released = h.publish(3)  # the high-water cannot even be read now: nothing written, send again
     h.journal.down.clear()
     later = [h.publish(n) for n in (4, 5)]
 
-    assert [refused.outcome, also_refused.outcome] == [Delivery.REJECTED] * 2
+    assert (refused.outcome, refused.condition) == (Delivery.REJECTED, "amqp:internal-error")
+    assert released.outcome == Delivery.RELEASED
     assert [d.outcome for d in later] == [Delivery.ACCEPTED] * 2
     assert h.journaled() == [(1, 1), (2, 4), (3, 5)]  # contiguous: no hole left by 2 or 3
     assert h.received() == [(PUBLISHER, 1, 1), (PUBLISHER, 2, 4), (PUBLISHER, 3, 5)]
