@@ -277,7 +277,10 @@ def test_a_slow_subscriber_behind_the_gateway_is_paused_by_its_credit_and_catche
     component: Callable[..., ComponentProcess], gateway: Callable[[str], Gateway],
     redis_url: str,
 ) -> None:
-    comp = component("--heartbeat", "0.2", "--max-pending", "400", "--drop-reset-frames")
+    # 20 credits of at most 64 publications (1,280) cannot take 2,000: the slow link's
+    # queue passes --max-pending and it is paused (at 256 per transfer it never would be)
+    comp = component("--heartbeat", "0.2", "--max-pending", "400", "--drop-reset-frames",
+                     "--max-batch", "64")
     gw = gateway(comp.url)
     fast: list[int] = []
     slow: list[int] = []

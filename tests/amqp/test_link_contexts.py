@@ -146,7 +146,10 @@ def test_a_restart_whose_reset_frames_are_all_lost_still_delivers_everything_onc
 def test_a_slow_subscriber_is_paused_and_catches_up_while_a_fast_one_is_never_paused(
     component: Callable[..., ComponentProcess], redis_url: str
 ) -> None:
-    comp = component("--heartbeat", "0.2", "--max-pending", "400", "--drop-reset-frames")
+    # 20 credits of at most 64 publications (1,280) cannot take 2,000: the slow link's
+    # queue passes --max-pending and it is paused (at 256 per transfer it never would be)
+    comp = component("--heartbeat", "0.2", "--max-pending", "400", "--drop-reset-frames",
+                     "--max-batch", "64")
     fast: list[int] = []
     slow: list[int] = []
 
