@@ -25,7 +25,9 @@ def register(subparsers: Any) -> None:
     serve.add_argument("--link-bits", type=int, default=16)
     serve.add_argument("--heartbeat", type=float, default=1.0, help="heartbeat interval (s)")
     serve.add_argument("--idle-timeout", type=float, default=10.0)
-    serve.add_argument("--max-batch", type=int, default=64)
+    serve.add_argument("--max-batch", type=int, default=256, metavar="N",
+                       help="most publications per transfer to a subscriber and per "
+                            "gap-fill answer (default: 256)")
     serve.add_argument("--max-pending", type=int, default=20_000)
     serve.add_argument("--max-gap-range", type=int, default=10_000)
     serve.add_argument("--context-retention", type=float, default=30.0)
@@ -89,7 +91,9 @@ def register(subparsers: Any) -> None:
     pub.add_argument("--count", type=int, default=0, help="generated load: how many")
     pub.add_argument("--topics", default="/load/a,/load/b", help="generated load: topics")
     pub.add_argument("--rate", type=float, default=0.0, help="generated load: per second (0=max)")
-    pub.add_argument("--batch", type=int, default=64)
+    pub.add_argument("--batch", type=int, default=256, metavar="N",
+                     help="publications per transfer and per journal append; brokered "
+                          "mode: per journal append (default: 256)")
     pub.add_argument("--broker", metavar="URL",
                      help="brokered mode: publish through this AMQP 1.0 broker (RabbitMQ) to "
                           "--address (/queue/NAME, /exchange/NAME[/KEY]); needs --redis-url")

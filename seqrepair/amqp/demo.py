@@ -65,7 +65,7 @@ def _start_component(url: str, redis_url: str, work: Path, n: int, drop_rate: fl
 def _publish(url: str, redis_url: str, count: int, source: str) -> dict[str, Any]:
     out = subprocess.run(
         _cli("publish", "--url", url, "--redis-url", redis_url, "--source", source,
-             "--count", str(count), "--topics", TOPICS, "--batch", "50"),
+             "--count", str(count), "--topics", TOPICS),  # the CLI defaults, as shipped
         env=_env(), capture_output=True, timeout=300, check=False,
     )
     if out.returncode != 0:
