@@ -273,6 +273,9 @@ def _subscribe(args: argparse.Namespace) -> int:
 
         threading.Thread(target=announce, name="ready-file", daemon=True).start()
     _run_subscriber(subscriber, sink, args)
+    if subscriber.error is not None:  # stopped by a condition a reconnect cannot cure
+        print(f"seqrepair subscribe: {subscriber.error.message}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import queue
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -33,7 +35,7 @@ from seqrepair.amqp.gateway import Gateway
 from seqrepair.core.events import Event, LinkReset
 from seqrepair.journal.journal import Journal
 
-from .conftest import ComponentProcess, free_port, wait_for
+from .conftest import ComponentProcess, _env, free_port, wait_for
 from .test_gateway_links import relayed
 from .test_link_contexts import Feed
 
@@ -305,6 +307,19 @@ def test_a_refused_attach_with_a_fatal_condition_stops_the_subscriber(
         assert sub.report.connections == 1
     finally:
         sub.stop()
+
+
+def test_seqrepair_subscribe_exits_1_naming_the_condition_that_stopped_it(
+    component: Callable[..., ComponentProcess],
+) -> None:
+    comp = component("--heartbeat", "0.2")
+    done = subprocess.run(
+        [sys.executable, "-m", "seqrepair.cli", "subscribe", "--url", comp.url,
+         "--address", "/subscriptions/none-such", "--duration", "30"],
+        env=_env(), capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert done.returncode == 1
+    assert "seqrepair subscribe: amqp:not-found" in done.stderr
 
 
 def test_a_stolen_link_stops_the_first_subscriber_and_the_second_keeps_it(
