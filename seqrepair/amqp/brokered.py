@@ -100,7 +100,7 @@ class BrokerPublisher(PublisherRunner[Publication]):
         *,
         address: str,
         bits: int = 32,
-        batch_size: int = 64,
+        batch_size: int = 256,
         max_unsettled: int = 512,
         drop: Callable[[Publication], bool] | None = None,
         reconnect_delay: float = 0.2,
