@@ -12,10 +12,14 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from seqrepair.journal.server import EmbeddedRedis
+
+if TYPE_CHECKING:
+    from .inthread import HereComponent
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -235,3 +239,20 @@ def rabbitmq(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RabbitBroker]
         yield broker
     finally:
         broker.stop()
+
+
+@pytest.fixture
+def here(redis_url: str) -> Iterator[Callable[..., HereComponent]]:
+    """Components in threads of the test (``ComponentConfig`` settings), stopped at its end."""
+    from .inthread import HereComponent
+
+    started: list[HereComponent] = []
+
+    def make(**settings: Any) -> HereComponent:
+        comp = HereComponent(redis_url, **settings).start()
+        started.append(comp)
+        return comp
+
+    yield make
+    for comp in started:
+        comp.shut()

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,20 +31,11 @@ SOURCE = "feed.outage"
 TOTAL = 1_200
 
 
-@pytest.fixture
-def redis_server(tmp_path: Path) -> Iterator[EmbeddedRedis]:
-    """A server of the test's own: the test stops it and starts it again."""
-    server = EmbeddedRedis(data_dir=tmp_path / "redis", appendfsync="always")
-    try:
-        yield server.start()
-    finally:
-        server.stop()
-
 
 def test_a_numbering_publisher_without_a_journal_publishes_through_a_redis_outage(
-    redis_server: EmbeddedRedis, tmp_path: Path
+    private_server: EmbeddedRedis, tmp_path: Path
 ) -> None:
-    comp = ComponentProcess(redis_server.url, tmp_path, "--heartbeat", "0.2").start()
+    comp = ComponentProcess(private_server.url, tmp_path, "--heartbeat", "0.2").start()
     got: list[Publication] = []
     published = threading.Event()
     try:
@@ -70,16 +60,16 @@ def test_a_numbering_publisher_without_a_journal_publishes_through_a_redis_outag
             feeder = threading.Thread(target=feed, name="feed", daemon=True)
             feeder.start()
             assert wait_for(lambda: publisher.accepted >= 200, 30), publisher.accepted
-            redis_server.stop()
+            private_server.stop()
             assert wait_for(lambda: publisher.released > 0, 30)  # the outage was felt
             time.sleep(1.0)  # publishing goes on meanwhile
-            redis_server.start()  # same port, same data
+            private_server.start()  # same port, same data
             assert published.wait(60)
             flushed = publisher.flush(60)
             done = wait_for(lambda: len(got) >= TOTAL, 60)
             time.sleep(0.5)  # anything extra (a duplicate) would arrive now
             report = sub.stats()
-        with Journal.from_url(redis_server.url) as journal:
+        with Journal.from_url(private_server.url) as journal:
             held = journal.read_range(SOURCE, 1, TOTAL + 10)
     finally:
         comp.stop()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,15 +27,6 @@ pytestmark = [pytest.mark.amqp, pytest.mark.redis]
 
 TOPIC = "/plain/outage"
 
-
-@pytest.fixture
-def redis_server(tmp_path: Path) -> Iterator[EmbeddedRedis]:
-    """A server of the test's own: the test stops it and starts it again."""
-    server = EmbeddedRedis(data_dir=tmp_path / "redis", appendfsync="always")
-    try:
-        yield server.start()
-    finally:
-        server.stop()
 
 
 class PlainPublisher:
@@ -61,9 +51,9 @@ class PlainPublisher:
 
 
 def test_a_plain_publisher_is_served_again_with_contiguous_numbers_after_redis_comes_back(
-    redis_server: EmbeddedRedis, tmp_path: Path
+    private_server: EmbeddedRedis, tmp_path: Path
 ) -> None:
-    comp = ComponentProcess(redis_server.url, tmp_path, "--heartbeat", "0.2").start()
+    comp = ComponentProcess(private_server.url, tmp_path, "--heartbeat", "0.2").start()
     got: list[Publication] = []
     try:
         with contextlib.ExitStack() as running:
@@ -76,15 +66,15 @@ def test_a_plain_publisher_is_served_again_with_contiguous_numbers_after_redis_c
             publisher = PlainPublisher(comp.url)
             running.callback(publisher.close)
             outcomes = {1: publisher.send(1), 2: publisher.send(2)}
-            redis_server.stop()
+            private_server.stop()
             outcomes[3] = publisher.send(3)  # journaling fails: must be refused, not numbered
-            redis_server.start()  # same port, same data
+            private_server.start()  # same port, same data
             for n in (4, 5, 6):
                 outcomes[n] = publisher.send(n)
             accepted = [n for n, outcome in outcomes.items() if outcome == "accepted"]
             wait_for(lambda: len(got) >= len(accepted), 30)
             time.sleep(0.5)  # anything extra (a duplicate) would arrive now
-        with Journal.from_url(redis_server.url) as journal:
+        with Journal.from_url(private_server.url) as journal:
             held = journal.read_range(publisher.source, 1, 100)
     finally:
         comp.stop()

@@ -15,8 +15,7 @@ wait is a generous deadline.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable
 
 import pytest
 from proton.utils import BlockingConnection
@@ -24,25 +23,10 @@ from proton.utils import BlockingConnection
 from seqrepair.amqp.client import Subscriber
 
 from .conftest import wait_for
+from .inthread import HereComponent
 from .test_link_contexts import EPOCH, RESUME, attach, first_frame
-from .test_link_detach import HereComponent
 
 pytestmark = [pytest.mark.amqp, pytest.mark.redis]
-
-
-@pytest.fixture
-def here(redis_url: str) -> Iterator[Callable[..., HereComponent]]:
-    """Components in threads of the test (``ComponentConfig`` settings), stopped at its end."""
-    started: list[HereComponent] = []
-
-    def make(**settings: Any) -> HereComponent:
-        comp = HereComponent(redis_url, **settings).start()
-        started.append(comp)
-        return comp
-
-    yield make
-    for comp in started:
-        comp.shut()
 
 
 def _state(comp: HereComponent, name: str) -> tuple[bool, bool, float | None]:

@@ -6,7 +6,6 @@ Tests that use them carry ``pytestmark = pytest.mark.redis``. Each test gets an 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import redis
@@ -34,13 +33,3 @@ def redis_client(redis_server: EmbeddedRedis) -> Iterator[redis.Redis]:
 def journal(redis_client: redis.Redis) -> Iterator[Journal]:
     with Journal(redis_client, page_size=50) as journal:
         yield journal
-
-
-@pytest.fixture
-def private_server(tmp_path: Path) -> Iterator[EmbeddedRedis]:
-    """A server of the test's own, for tests that stop or kill it."""
-    server = EmbeddedRedis(data_dir=tmp_path / "redis", appendfsync="always")
-    try:
-        yield server.start()
-    finally:
-        server.stop()
