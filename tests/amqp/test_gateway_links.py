@@ -138,19 +138,7 @@ def test_a_subscriber_behind_the_gateway_ends_exact_across_a_component_kill_and_
         publisher = running.enter_context(
             Publisher(comp.url, "feed.k", journal=Journal.from_url(redis_url))
         )
-        feed = Feed(publisher)
-        feed.publish(400)
-        assert publisher.flush(30)
-        comp.kill()
-        feed.publish(200)  # journaled while the component is down
-        comp.start()
-        feed.publish(400)
-        assert publisher.flush(60)
-        rows = feed.rows
-        expected = {
-            "all": list(range(1, len(rows) + 1)),
-            "wind": [i + 1 for i, row in enumerate(rows) if row[0].startswith("/weather/wind/")],
-        }
+        expected = Feed(publisher).across_a_restart(comp)
         done = wait_for(lambda: all(len(got[k]) >= len(expected[k]) for k in got), 90)
         time.sleep(0.5)  # a duplicate would arrive now
     assert done, ({k: sub.stats() for k, sub in subs.items()}, gw.stats)

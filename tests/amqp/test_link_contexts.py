@@ -99,6 +99,23 @@ class Feed:
         self.rows.extend(batch)
         self.publisher.publish_many(batch)
 
+    def across_a_restart(self, comp: ComponentProcess) -> dict[str, list[int]]:
+        """400 publications, the component killed (SIGKILL), 200 journaled while it is down,
+        it restarted, 400 more; returns the source numbers that subscribers of ``/weather/#``
+        ("all") and ``/weather/wind/*`` ("wind") are entitled to, in order."""
+        self.publish(400)
+        assert self.publisher.flush(30)
+        comp.kill()
+        self.publish(200)  # journaled while the component is down
+        comp.start()
+        self.publish(400)
+        assert self.publisher.flush(60)
+        return {
+            "all": list(range(1, len(self.rows) + 1)),
+            "wind": [i + 1 for i, row in enumerate(self.rows)
+                     if row[0].startswith("/weather/wind/")],
+        }
+
 
 def test_a_restart_whose_reset_frames_are_all_lost_still_delivers_everything_once(
     component: Callable[..., ComponentProcess], redis_url: str
@@ -120,19 +137,7 @@ def test_a_restart_whose_reset_frames_are_all_lost_still_delivers_everything_onc
         publisher = running.enter_context(
             Publisher(comp.url, "feed.r", journal=Journal.from_url(redis_url))
         )
-        feed = Feed(publisher)
-        feed.publish(400)
-        assert publisher.flush(30)
-        comp.kill()
-        feed.publish(200)  # journaled while the component is down
-        comp.start()
-        feed.publish(400)
-        assert publisher.flush(60)
-        rows = feed.rows
-        expected = {
-            "all": list(range(1, len(rows) + 1)),
-            "wind": [i + 1 for i, row in enumerate(rows) if row[0].startswith("/weather/wind/")],
-        }
+        expected = Feed(publisher).across_a_restart(comp)
         done = wait_for(lambda: all(len(got[k]) >= len(expected[k]) for k in got), 60)
         time.sleep(0.5)  # a duplicate would arrive now
     assert done, ({k: sub.stats() for k, sub in subs.items()}, comp.log_text()[-4000:])
