@@ -31,6 +31,7 @@ from __future__ import annotations
 import enum
 import random
 from collections.abc import Mapping, Sequence
+from typing import cast
 
 import attrs
 
@@ -113,7 +114,7 @@ class _Run:
 
     stop: int  # index of the first frame after the run
     expected_wire: int  # the wire number expected after the run
-    publications: list[Publication] = attrs.Factory(list)  # to deliver
+    publications: tuple[Publication, ...] = ()  # to deliver
     last: dict[str, int] = attrs.Factory(dict)  # per source, the last number delivered
     duplicates: int = 0
 
@@ -347,7 +348,7 @@ class SubscriberStub:
         self._stats.delivered += len(run.publications)
         self._stats.duplicates += run.duplicates
         if run.publications:
-            events.append(DeliveredRun(tuple(run.publications)))
+            events.append(DeliveredRun(run.publications))
         return stop
 
     def _scan_run(self, frames: Sequence[object], start: int) -> _Run | None:
@@ -358,13 +359,15 @@ class SubscriberStub:
         expected = self._expected_wire
         top = self.space.max
         delivered = self._last_delivered
-        run = _Run(stop=start, expected_wire=expected)
-        deliver = run.publications.append
+        first = expected
+        wraps = 0
         source: str | None = None
         source_last = 0
-        duplicates = 0
+        last: dict[str, int] = {}
+        duplicates: list[int] = []  # how far into the run each duplicate was (rare)
         publication = Publication
-        # the loop is the batch path's whole cost per frame: locals only, one branch per test
+        # the loop is the batch path's whole cost per frame: locals only, one branch per test,
+        # nothing stored per frame (the run is sliced out of ``frames`` afterwards)
         for frame in frames[start:] if start else frames:
             if type(frame) is not publication:
                 break
@@ -372,23 +375,29 @@ class SubscriberStub:
                 if expected <= top or frame.link_seq != 1:
                     break
                 expected = 1  # the wrap: expected ran one past the top of the space
+                wraps += 1
             expected += 1
             if frame.source != source:  # most runs are of one source: no dict work per frame
                 if source is not None:
-                    run.last[source] = source_last
+                    last[source] = source_last
                 source = frame.source
-                source_last = run.last[source] if source in run.last else delivered.get(source, 0)
+                source_last = last[source] if source in last else delivered.get(source, 0)
             seq = frame.source_seq
             if seq > source_last:
                 source_last = seq
-                deliver(frame)
             else:
-                duplicates += 1
+                duplicates.append(expected - first + wraps * top - 1)
         if source is not None:
-            run.last[source] = source_last
-        run.duplicates = duplicates
-        run.stop = start + len(run.publications) + duplicates
-        run.expected_wire = 1 if expected > top else expected
+            last[source] = source_last
+        stop = start + expected - first + wraps * top
+        run = _Run(stop=stop, expected_wire=1 if expected > top else expected, last=last,
+                   duplicates=len(duplicates))
+        taken = cast("Sequence[Publication]", frames[start:stop])
+        if duplicates:
+            skip = set(duplicates)
+            run.publications = tuple(frame for i, frame in enumerate(taken) if i not in skip)
+        else:
+            run.publications = tuple(taken)
         return run
 
     def _check(self, frame: object) -> int | None:
