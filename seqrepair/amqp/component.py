@@ -18,9 +18,10 @@ A subscriber's permission tokens are the component's decision (:mod:`seqrepair.a
 the grant of the connection's principal, which the link property ``seqrepair-permtokens``
 may narrow but never widen; live delivery and repair use that one entitlement.
 
-Every publication is journaled before fan-out. Bad input is rejected with an AMQP error
-condition on that delivery or link only; every other connection keeps being served. A message
-the journal could not take for now is released where a resend is safe (:mod:`.holdback`).
+Every publication is journaled before fan-out (:mod:`.ingest`). Bad input is rejected with an
+AMQP error condition on that delivery or link only; every other connection keeps being served.
+A message the journal could not take for now is released where a resend is safe
+(:mod:`.holdback`).
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ from __future__ import annotations
 import itertools
 import random
 import time
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any, cast
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import attrs
 import structlog
@@ -37,7 +38,6 @@ from proton import Condition, Data, Delivery, Endpoint, Link, Message, symbol
 from proton.handlers import MessagingHandler
 from proton.reactor import AtMostOnce, Container
 
-from seqrepair.amqp import holdback
 from seqrepair.amqp.codec import Decoder, encode
 from seqrepair.amqp.errors import (
     AmqpAdapterError,
@@ -49,7 +49,8 @@ from seqrepair.amqp.errors import (
 )
 from seqrepair.amqp.framing import encode_entry, encode_frames
 from seqrepair.amqp.grants import GrantTable, principal_of
-from seqrepair.amqp.journalport import NotJournaledError, RedisJournalPort
+from seqrepair.amqp.ingest import Ingest, Released
+from seqrepair.amqp.journalport import RedisJournalPort
 from seqrepair.amqp.links import ResponseRoute, SubscriberLink, close_stolen, start_map, tokens
 from seqrepair.amqp.rawamqp import Unsupported, read_raw
 from seqrepair.amqp.technical import DEFAULT_SOURCE_BITS, Capabilities, CapabilitiesRequest
@@ -64,8 +65,8 @@ from seqrepair.core.messages import (
     SourceGapRequest,
 )
 from seqrepair.core.permissions import Entitlement
-from seqrepair.core.sequencers import LinkSequencer, SourceSequencer
-from seqrepair.core.topics import TopicPattern, validate_topic
+from seqrepair.core.sequencers import LinkSequencer
+from seqrepair.core.topics import TopicPattern
 from seqrepair.journal.gapfill import GapFillService
 from seqrepair.journal.journal import Journal
 
@@ -159,17 +160,17 @@ class Component(MessagingHandler):
         self.clock = clock
         self.on_ready = on_ready
         self.decoder = Decoder(link_bits=config.link_bits)
-        self.journal = RedisJournalPort(journal, bits_of=self.decoder.unwrapper.bits)
+        self.stats = {"ingested": 0, "duplicates": 0, "rejected": 0, "released": 0, "requests": 0}
+        self.ingest = Ingest(
+            RedisJournalPort(journal, bits_of=self.decoder.unwrapper.bits), self.decoder,
+            self._fan_out, self.stats,
+        )
         self.gapfill = GapFillService(
             journal,
             policy=RefusalPolicy(max_range=config.max_gap_range),
             link_bits=config.link_bits,
             context_capacity=config.context_capacity,
         )
-        self.ingested: dict[str, int] = dict(self.journal.high_waters())
-        for source, hw in self.ingested.items():
-            self.decoder.unwrapper.seed(source, hw)
-        self.sequencers: dict[str, SourceSequencer] = {}
         self.links: dict[str, SubscriberLink] = {}
         self.principals: dict[str, str] = {}
         self.routes: dict[tuple[int, str], ResponseRoute] = {}
@@ -177,9 +178,13 @@ class Component(MessagingHandler):
         self._rng = random.Random(config.drop_seed)
         self.acceptor: Any = None
         self.container: Any = None
-        self.stats = {"ingested": 0, "duplicates": 0, "rejected": 0, "released": 0, "requests": 0}
 
     # --- helpers ------------------------------------------------------------------------
+
+    @property
+    def ingested(self) -> dict[str, int]:
+        """Per source, the last number fanned out."""
+        return self.ingest.ingested
 
     def source_bits(self, source: str) -> int:
         """The wire width of ``source``'s numbers (as its publisher sent them)."""
@@ -492,139 +497,19 @@ class Component(MessagingHandler):
                 if receiver.credit < window // 2:
                     receiver.flow(window - receiver.credit)
 
-    def _assign(self, source: str) -> int:
-        """The next number of a source the component numbers (started in _on_publish)."""
-        return self.sequencers[source].next_seq()
-
     def _on_publish(self, receiver: Any, delivery: Delivery, message: Message) -> None:
-        default_topic = receiver.default_topic or message.address
-        default_source = str(receiver.connection.remote_container or receiver.name)
-        wanted: list[str] = []
-
-        def count(source: str) -> int:  # a stand-in number: nothing is consumed yet
-            wanted.append(source)
-            return 1
-
-        frames = self.decoder.decode(message, default_source=default_source,
-                                     default_topic=default_topic, assign=count)
-        checked: set[str] = receiver.topics_checked
-        for frame in frames:
-            if not isinstance(frame, Publication):
-                raise UnknownMessageTypeError(
-                    "only publications may be sent to a topic address", got=type(frame).__name__
-                )
-            if frame.topic not in checked:
-                self._check_topic(receiver, frame.topic)
-        items: list[bytes] | None = getattr(message, "items", None)
-        pubs = cast(list[Publication], frames)
-        held: holdback.HeldBack = receiver.held_back
-        if not wanted:
-            if held and holdback.continues_past(held, pubs):
-                self._release(receiver, delivery, None)  # what it follows is sent again first
-                return
-            try:
-                self._ingest(pubs, items, ())
-            except NotJournaledError as exc:  # numbered by the publisher: a resend is safe
-                holdback.hold(held, pubs)
-                self._release(receiver, delivery, exc)
-                return
-            except BaseException:
-                if held:  # rejected: nothing to wait for
-                    holdback.settle(held, pubs)
-                raise
-            if held:
-                holdback.settle(held, pubs)
+        released = self.ingest.publish(receiver, message)
+        if released is None:
+            self.accept(delivery)
         else:
-            # publications without a number, all valid: only now may numbers be taken (a
-            # number taken for a rejected message would leave a hole the journal refuses)
-            numbered = dict.fromkeys(wanted)
-            try:
-                for source in numbered:  # continue what the journal holds (read before decoding)
-                    if source not in self.sequencers:
-                        hw = self.journal.high_water(source)
-                        self.sequencers[source] = SourceSequencer(source, DEFAULT_SOURCE_BITS, hw)
-                frames = self.decoder.decode(message, default_source=default_source,
-                                             default_topic=default_topic, assign=self._assign)
-                self._ingest(cast(list[Publication], frames), items, numbered)
-            except BaseException as exc:
-                # not all of it journaled: the next numbers continue what the journal holds
-                for source in numbered:
-                    self.sequencers.pop(source, None)
-                if not holdback.resend_is_safe(exc, numbered_here=True):
-                    raise
-                self._release(receiver, delivery, exc)  # the journal took nothing of it
-                return
-        self.accept(delivery)
+            self._release(receiver, delivery, released)
 
-    def _release(self, receiver: Any, delivery: Delivery, exc: NotJournaledError | None) -> None:
-        """RELEASED: not processed, send again (``exc`` None: it follows a released one)."""
+    def _release(self, receiver: Any, delivery: Delivery, released: Released) -> None:
+        """RELEASED: not processed, send again."""
         self.stats["released"] += 1
         log.warning("message released: publish again", link=receiver.name,
-                    error=exc.message if exc is not None else "follows a released message")
+                    error=released.reason)
         self.release(delivery, delivered=False)
-
-    def _ingest(
-        self, pubs: list[Publication], items: list[bytes] | None, numbered: Iterable[str]
-    ) -> None:
-        """Journal what is new of ``pubs`` (all publications, checked), then fan it out.
-
-        Journaled is published: when the append fails part-way (it goes source by source),
-        what the journal took of this message is fanned out and counted as ingested all the
-        same, and the error is raised: the message is released or rejected (holdback). Sent
-        again, its numbered publications the journal took are skipped as duplicates; a plain
-        publisher's are numbered again. The sources the component numbers (``numbered``)
-        first fan out what the journal took of them without answering (a lost reply).
-        """
-        if items is not None and len(items) != len(pubs):
-            items = None  # a batch's entries, as received, are what subscribers get
-        fresh: list[Publication] = []
-        ingested = self.ingested
-        for source in numbered:
-            fresh.extend(self.journal.unsent(source, ingested.get(source, 0)))
-        entries: dict[int, bytes | None] = {}
-        for i, frame in enumerate(pubs):
-            if frame.source_seq <= ingested.get(frame.source, 0):
-                self.stats["duplicates"] += 1
-                continue
-            if items is not None and _regular_entry(items[i]):
-                entries[len(fresh)] = items[i]
-            fresh.append(frame.with_link(None, retransmit=False)
-                         if frame.link_seq is not None or frame.retransmit else frame)
-        if not fresh:
-            return
-        try:
-            self.journal.append(fresh)  # journal before fan-out
-        except BaseException:
-            kept = self.journal.journaled(fresh)
-            self._publish([fresh[i] for i in kept],
-                          {j: entries[i] for j, i in enumerate(kept) if i in entries})
-            raise
-        self._publish(fresh, entries)
-
-    def _publish(self, pubs: list[Publication], entries: dict[int, bytes | None]) -> None:
-        """Count journaled ``pubs`` as ingested and fan them out."""
-        for pub in pubs:
-            if pub.source_seq > self.ingested.get(pub.source, 0):
-                self.ingested[pub.source] = pub.source_seq
-        self.stats["ingested"] += len(pubs)
-        self._fan_out(pubs, entries)
-
-    @staticmethod
-    def _check_topic(receiver: Any, topic: str) -> None:
-        """``topic`` is a valid topic inside the publishing link's address, else raise; the
-        topics that passed are remembered per link (bounded)."""
-        checked: set[str] = receiver.topics_checked
-        if topic in checked:
-            return
-        validate_topic(topic)
-        if not receiver.pattern.matches(topic):
-            raise MalformedMessageError(
-                f"topic {topic!r} is outside this link's address {receiver.pattern}",
-                expected=str(receiver.pattern), got=topic,
-            )
-        if len(checked) >= TOPIC_CACHE:
-            checked.clear()
-        checked.add(topic)
 
     def _fan_out(
         self, pubs: Sequence[Publication], entries: dict[int, bytes | None] | None = None
@@ -763,17 +648,7 @@ class Component(MessagingHandler):
             self.acceptor.close()
 
 
-TOPIC_CACHE = 4096
-"""How many checked topics a publishing link remembers (then it starts again)."""
-
 _MISSING: Any = object()
-
-
-def _regular_entry(entry: bytes) -> bool:
-    """A publication entry of 8 elements (no per-entry link number or retransmit flag)."""
-    if entry[0] == 0xC0:
-        return entry[2] == 8
-    return entry[0] == 0xD0 and entry[5:9] == b"\x00\x00\x00\x08"
 
 
 def plain_properties(props: Any) -> dict[str, Any]:

@@ -1,0 +1,198 @@
+"""What the component does with the publications a publisher sends: journal, then fan out.
+
+:class:`Ingest` takes a message from a publishing link (:meth:`Ingest.publish`), checks it
+(publications only, topics inside the link's address), numbers a plain publisher's
+publications (the component is their sequencer, continuing what the journal holds), journals
+what is new of it through the :class:`~seqrepair.amqp.journalport.RedisJournalPort` and fans
+out what the journal holds. Journaled is published: when an append fails part-way, what the
+journal took is fanned out all the same. Whether a message the journal could not take is
+released or rejected is :mod:`.holdback`'s rule; settling the delivery is the component's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, cast
+
+import attrs
+from proton import Message
+
+from seqrepair.amqp import holdback
+from seqrepair.amqp.codec import Decoder
+from seqrepair.amqp.errors import MalformedMessageError, UnknownMessageTypeError
+from seqrepair.amqp.journalport import NotJournaledError, RedisJournalPort
+from seqrepair.amqp.technical import DEFAULT_SOURCE_BITS
+from seqrepair.core.messages import Publication
+from seqrepair.core.sequencers import SourceSequencer
+from seqrepair.core.topics import validate_topic
+
+FanOut = Callable[[list[Publication], dict[int, bytes | None]], None]
+"""Offers journaled publications to the subscriber links (with, by index, the entries as
+received, where a batch's entry can be sent on as it is)."""
+
+TOPIC_CACHE = 4096
+"""How many checked topics a publishing link remembers (then it starts again)."""
+
+
+@attrs.frozen
+class Released:
+    """The outcome of a message the component did not process: the publisher sends it again."""
+
+    reason: str
+
+
+FOLLOWS_RELEASED = Released("follows a released message")
+
+
+class Ingest:
+    """Journal before fan-out, for every message a publishing link sends.
+
+    ``ingested`` is, per source, the last number fanned out (it starts at the journal's
+    high-waters); ``sequencers`` number the sources the component numbers (plain publishers).
+    """
+
+    def __init__(
+        self, journal: RedisJournalPort, decoder: Decoder, fan_out: FanOut, stats: dict[str, int]
+    ) -> None:
+        self.journal = journal
+        self.decoder = decoder
+        self.fan_out = fan_out
+        self.stats = stats
+        self.ingested: dict[str, int] = dict(journal.high_waters())
+        for source, hw in self.ingested.items():
+            decoder.unwrapper.seed(source, hw)
+        self.sequencers: dict[str, SourceSequencer] = {}
+
+    def _assign(self, source: str) -> int:
+        """The next number of a source the component numbers (started in :meth:`publish`)."""
+        return self.sequencers[source].next_seq()
+
+    def publish(self, receiver: Any, message: Message) -> Released | None:
+        """Journal and fan out ``message`` of the publishing link ``receiver``: None when done
+        (accept it), :class:`Released` when the publisher should send it again; bad input, or
+        a failure where a resend is not safe, raises."""
+        default_topic = receiver.default_topic or message.address
+        default_source = str(receiver.connection.remote_container or receiver.name)
+        wanted: list[str] = []
+
+        def count(source: str) -> int:  # a stand-in number: nothing is consumed yet
+            wanted.append(source)
+            return 1
+
+        frames = self.decoder.decode(message, default_source=default_source,
+                                     default_topic=default_topic, assign=count)
+        checked: set[str] = receiver.topics_checked
+        for frame in frames:
+            if not isinstance(frame, Publication):
+                raise UnknownMessageTypeError(
+                    "only publications may be sent to a topic address", got=type(frame).__name__
+                )
+            if frame.topic not in checked:
+                check_topic(receiver, frame.topic)
+        items: list[bytes] | None = getattr(message, "items", None)
+        pubs = cast(list[Publication], frames)
+        held: holdback.HeldBack = receiver.held_back
+        if not wanted:
+            if held and holdback.continues_past(held, pubs):
+                return FOLLOWS_RELEASED  # what it follows is sent again first
+            try:
+                self._journal(pubs, items, ())
+            except NotJournaledError as exc:  # numbered by the publisher: a resend is safe
+                holdback.hold(held, pubs)
+                return Released(exc.message)
+            except BaseException:
+                if held:  # rejected: nothing to wait for
+                    holdback.settle(held, pubs)
+                raise
+            if held:
+                holdback.settle(held, pubs)
+            return None
+        # publications without a number, all valid: only now may numbers be taken (a
+        # number taken for a rejected message would leave a hole the journal refuses)
+        numbered = dict.fromkeys(wanted)
+        try:
+            for source in numbered:  # continue what the journal holds (read before decoding)
+                if source not in self.sequencers:
+                    hw = self.journal.high_water(source)
+                    self.sequencers[source] = SourceSequencer(source, DEFAULT_SOURCE_BITS, hw)
+            frames = self.decoder.decode(message, default_source=default_source,
+                                         default_topic=default_topic, assign=self._assign)
+            self._journal(cast(list[Publication], frames), items, numbered)
+        except BaseException as exc:
+            # not all of it journaled: the next numbers continue what the journal holds
+            for source in numbered:
+                self.sequencers.pop(source, None)
+            if not holdback.resend_is_safe(exc, numbered_here=True):
+                raise
+            return Released(exc.message)  # the journal took nothing of it
+        return None
+
+    def _journal(
+        self, pubs: list[Publication], items: list[bytes] | None, numbered: Iterable[str]
+    ) -> None:
+        """Journal what is new of ``pubs`` (all publications, checked), then fan it out.
+
+        Journaled is published: when the append fails part-way (it goes source by source),
+        what the journal took of this message is fanned out and counted as ingested all the
+        same, and the error is raised: the message is released or rejected (holdback). Sent
+        again, its numbered publications the journal took are skipped as duplicates; a plain
+        publisher's are numbered again. The sources the component numbers (``numbered``)
+        first fan out what the journal took of them without answering (a lost reply).
+        """
+        if items is not None and len(items) != len(pubs):
+            items = None  # a batch's entries, as received, are what subscribers get
+        fresh: list[Publication] = []
+        ingested = self.ingested
+        for source in numbered:
+            fresh.extend(self.journal.unsent(source, ingested.get(source, 0)))
+        entries: dict[int, bytes | None] = {}
+        for i, frame in enumerate(pubs):
+            if frame.source_seq <= ingested.get(frame.source, 0):
+                self.stats["duplicates"] += 1
+                continue
+            if items is not None and _regular_entry(items[i]):
+                entries[len(fresh)] = items[i]
+            fresh.append(frame.with_link(None, retransmit=False)
+                         if frame.link_seq is not None or frame.retransmit else frame)
+        if not fresh:
+            return
+        try:
+            self.journal.append(fresh)  # journal before fan-out
+        except BaseException:
+            kept = self.journal.journaled(fresh)
+            self._publish([fresh[i] for i in kept],
+                          {j: entries[i] for j, i in enumerate(kept) if i in entries})
+            raise
+        self._publish(fresh, entries)
+
+    def _publish(self, pubs: list[Publication], entries: dict[int, bytes | None]) -> None:
+        """Count journaled ``pubs`` as ingested and fan them out."""
+        for pub in pubs:
+            if pub.source_seq > self.ingested.get(pub.source, 0):
+                self.ingested[pub.source] = pub.source_seq
+        self.stats["ingested"] += len(pubs)
+        self.fan_out(pubs, entries)
+
+
+def check_topic(receiver: Any, topic: str) -> None:
+    """``topic`` is a valid topic inside the publishing link's address, else raise; the topics
+    that passed are remembered per link (bounded)."""
+    checked: set[str] = receiver.topics_checked
+    if topic in checked:
+        return
+    validate_topic(topic)
+    if not receiver.pattern.matches(topic):
+        raise MalformedMessageError(
+            f"topic {topic!r} is outside this link's address {receiver.pattern}",
+            expected=str(receiver.pattern), got=topic,
+        )
+    if len(checked) >= TOPIC_CACHE:
+        checked.clear()
+    checked.add(topic)
+
+
+def _regular_entry(entry: bytes) -> bool:
+    """A publication entry of 8 elements (no per-entry link number or retransmit flag)."""
+    if entry[0] == 0xC0:
+        return entry[2] == 8
+    return entry[0] == 0xD0 and entry[5:9] == b"\x00\x00\x00\x08"
