@@ -21,7 +21,8 @@ may narrow but never widen; live delivery and repair use that one entitlement.
 Every publication is journaled before fan-out (:mod:`.ingest`). Bad input is rejected with an
 AMQP error condition on that delivery or link only; every other connection keeps being served.
 A message the journal could not take for now is released where a resend is safe
-(:mod:`.holdback`).
+(:mod:`.holdback`); what an append whose answer was lost did journal goes out on the timer
+(:meth:`.ingest.Ingest.poll`).
 """
 
 from __future__ import annotations
@@ -238,6 +239,7 @@ class Component(MessagingHandler):
 
     def on_timer_task(self, event: Any) -> None:
         now = self.clock()
+        self.ingest.poll(now)  # what the journal took unanswered goes out (backs off)
         for name, link in list(self.links.items()):
             if link.sender is None:
                 if link.detached_at is not None and (

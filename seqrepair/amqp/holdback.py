@@ -36,7 +36,8 @@ def resend_is_safe(
     its own source number (the journal port skips the numbers the journal holds), or the
     journal surely took nothing of it (``error.untouched``: it failed on a read, before any
     write). A message the component numbers (``numbered_here``) that the journal may have taken
-    part of is rejected: sent again, it would be numbered again.
+    part of is rejected: sent again, it would be numbered again (what the journal did take goes
+    out all the same: :meth:`seqrepair.amqp.ingest.Ingest.poll`).
     """
     return isinstance(error, NotJournaledError) and (not numbered_here or error.untouched)
 

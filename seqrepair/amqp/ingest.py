@@ -7,24 +7,38 @@ what is new of it through the :class:`~seqrepair.amqp.journalport.RedisJournalPo
 out what the journal holds. Journaled is published: when an append fails part-way, what the
 journal took is fanned out all the same. Whether a message the journal could not take is
 released or rejected is :mod:`.holdback`'s rule; settling the delivery is the component's.
+
+An append whose outcome is unknown (Redis gone, a timeout: the answer is lost, the journal may
+hold the publications) leaves its source *in doubt*: what the journal took of it is published,
+but not fanned out yet. :meth:`Ingest.poll`, on the component's timer, reads the source's
+high-water again and fans out what the journal holds past what went out
+(:meth:`Ingest._catch_up`), so subscribers get it without waiting for the source to publish
+again; while Redis stays unreachable it asks again after a capped, jittered backoff. A message
+of a source in doubt that comes first takes the same path before its own publications, so
+per-source order holds and nothing goes out twice.
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Iterable
 from typing import Any, cast
 
 import attrs
+import structlog
 from proton import Message
 
 from seqrepair.amqp import holdback
 from seqrepair.amqp.codec import Decoder
 from seqrepair.amqp.errors import MalformedMessageError, UnknownMessageTypeError
+from seqrepair.amqp.gateway_relays import Backoff  # moving to .backoff; re-exported there
 from seqrepair.amqp.journalport import NotJournaledError, RedisJournalPort
 from seqrepair.amqp.technical import DEFAULT_SOURCE_BITS
 from seqrepair.core.messages import Publication
 from seqrepair.core.sequencers import SourceSequencer
 from seqrepair.core.topics import validate_topic
+
+log = structlog.get_logger("seqrepair.amqp.ingest")
 
 FanOut = Callable[[list[Publication], dict[int, bytes | None]], None]
 """Offers journaled publications to the subscriber links (with, by index, the entries as
@@ -48,11 +62,18 @@ class Ingest:
     """Journal before fan-out, for every message a publishing link sends.
 
     ``ingested`` is, per source, the last number fanned out (it starts at the journal's
-    high-waters); ``sequencers`` number the sources the component numbers (plain publishers).
+    high-waters); ``sequencers`` number the sources the component numbers (plain publishers);
+    ``in_doubt`` holds the sources an append may have journaled more of than went out.
     """
 
     def __init__(
-        self, journal: RedisJournalPort, decoder: Decoder, fan_out: FanOut, stats: dict[str, int]
+        self,
+        journal: RedisJournalPort,
+        decoder: Decoder,
+        fan_out: FanOut,
+        stats: dict[str, int],
+        *,
+        backoff: Backoff | None = None,
     ) -> None:
         self.journal = journal
         self.decoder = decoder
@@ -62,6 +83,49 @@ class Ingest:
         for source, hw in self.ingested.items():
             decoder.unwrapper.seed(source, hw)
         self.sequencers: dict[str, SourceSequencer] = {}
+        self.in_doubt: set[str] = set()
+        self.backoff = backoff or Backoff(initial=0.1, maximum=5.0)
+        """Between tries to read the journal again while a source is in doubt."""
+        self._retry_at: float | None = None  # None: at the next poll
+        self._rng = random.Random()
+
+    def poll(self, now: float) -> None:
+        """Fan out what the journal took of the sources in doubt (the component's timer).
+
+        Each source in doubt costs one high-water read and one range read; when the journal
+        cannot be read, the sources wait (they stay in doubt) until ``now`` passes the next
+        delay of :attr:`backoff`, so an outage does not stall the event loop on every tick.
+        """
+        if not self.in_doubt or (self._retry_at is not None and now < self._retry_at):
+            return
+        for source in sorted(self.in_doubt):
+            try:
+                self._catch_up(source)
+            except NotJournaledError as exc:
+                delay = self.backoff.next_delay(self._rng)
+                if delay is None:  # a backoff that gives up: keep trying at its longest
+                    delay = self.backoff.maximum
+                self._retry_at = now + delay
+                log.warning("journaled publications not fanned out yet: the journal cannot be "
+                            "read", sources=sorted(self.in_doubt), retry_in=round(delay, 3),
+                            error=exc.message)
+                return
+        self.backoff.reset()
+        self._retry_at = None
+
+    def _catch_up(self, source: str) -> None:
+        """Fan out what the journal holds of ``source`` past what went out, and clear its doubt:
+        the one path for publications an append journaled although its answer was lost (a
+        read: raises :class:`NotJournaledError`, ``untouched``, when the journal cannot be
+        read)."""
+        self.journal.high_water(source)  # forgotten after an unknown outcome: read again
+        pubs = self.journal.unsent(source, self.ingested.get(source, 0))
+        if pubs:
+            self._publish(pubs, {})
+            if source in self.in_doubt:
+                log.info("journaled publications fanned out after an unknown append outcome",
+                         source=source, first=pubs[0].source_seq, last=pubs[-1].source_seq)
+        self.in_doubt.discard(source)
 
     def _assign(self, source: str) -> int:
         """The next number of a source the component numbers (started in :meth:`publish`)."""
@@ -136,15 +200,20 @@ class Ingest:
         what the journal took of this message is fanned out and counted as ingested all the
         same, and the error is raised: the message is released or rejected (holdback). Sent
         again, its numbered publications the journal took are skipped as duplicates; a plain
-        publisher's are numbered again. The sources the component numbers (``numbered``)
-        first fan out what the journal took of them without answering (a lost reply).
+        publisher's are numbered again. A source whose append outcome is unknown is left in
+        doubt (:meth:`poll`). The sources the component numbers (``numbered``) and those of
+        ``pubs`` in doubt first fan out what the journal took of them without answering (a
+        lost reply), so nothing of this message overtakes it.
         """
         if items is not None and len(items) != len(pubs):
             items = None  # a batch's entries, as received, are what subscribers get
+        behind = set(numbered)
+        if self.in_doubt:
+            behind.update(self.in_doubt.intersection(pub.source for pub in pubs))
+        for source in behind:
+            self._catch_up(source)
         fresh: list[Publication] = []
         ingested = self.ingested
-        for source in numbered:
-            fresh.extend(self.journal.unsent(source, ingested.get(source, 0)))
         entries: dict[int, bytes | None] = {}
         for i, frame in enumerate(pubs):
             if frame.source_seq <= ingested.get(frame.source, 0):
@@ -158,7 +227,12 @@ class Ingest:
             return
         try:
             self.journal.append(fresh)  # journal before fan-out
-        except BaseException:
+        except BaseException as exc:
+            if isinstance(exc, NotJournaledError) and not exc.untouched and exc.source:
+                if not self.in_doubt:  # a new episode: the next poll tries first
+                    self.backoff.reset()
+                    self._retry_at = None
+                self.in_doubt.add(exc.source)  # the journal may hold more of it: poll() reads
             kept = self.journal.journaled(fresh)
             self._publish([fresh[i] for i in kept],
                           {j: entries[i] for j, i in enumerate(kept) if i in entries})

@@ -12,7 +12,8 @@ down, a timeout, an error reply) is forgotten until :meth:`RedisJournalPort.high
 again. :meth:`RedisJournalPort.held` answers without a round trip, so the component can tell
 which publications of a failed message the journal took, and where numbering continues; and
 :attr:`NotJournaledError.untouched` says whether the failed call wrote nothing for sure (it
-failed on a read, before any append reached the journal).
+failed on a read, before any append reached the journal), :attr:`NotJournaledError.source`
+which source it failed on.
 """
 
 from __future__ import annotations
@@ -73,9 +74,17 @@ class NotJournaledError(AmqpAdapterError):
     condition = "amqp:internal-error"
 
     def __init__(
-        self, message: str, *, untouched: bool = False, expected: Any = None, got: Any = None
+        self,
+        message: str,
+        *,
+        source: str | None = None,
+        untouched: bool = False,
+        expected: Any = None,
+        got: Any = None,
     ) -> None:
         super().__init__(message, expected=expected, got=got)
+        self.source = source
+        """The source the journal failed on."""
         self.untouched = untouched
         """True when the failing call surely wrote nothing (it failed on a read, before any
         append reached the journal); False when the journal may hold part of what it was
@@ -131,7 +140,7 @@ class RedisJournalPort:
                 self._hw.pop(source, None)  # written or not: unknown until read again
                 raise NotJournaledError(
                     f"{source!r}: not journaled ({type(exc).__name__}: {exc}); publish again",
-                    untouched=self._writes == writes, got=pubs[0].source_seq,
+                    source=source, untouched=self._writes == writes, got=pubs[0].source_seq,
                 ) from exc
 
     def _append_run(self, source: str, pubs: list[Publication]) -> None:
@@ -192,15 +201,15 @@ class RedisJournalPort:
         except Exception as exc:
             raise NotJournaledError(
                 f"{source!r}: the journal's high-water cannot be read ({type(exc).__name__}: "
-                f"{exc}); publish again", untouched=True,
+                f"{exc}); publish again", source=source, untouched=True,
             ) from exc
         self._hw[source] = hw
         return hw
 
     def unsent(self, source: str, after: int) -> list[Publication]:
         """What the journal holds of ``source`` past ``after`` through :meth:`held` (nothing
-        when that is unknown): for a source only the component numbers, publications an
-        append journaled although its answer was lost."""
+        when that is unknown): publications an append journaled although its answer was lost,
+        once :meth:`high_water` has read the high-water again."""
         held = self._hw.get(source)
         if held is None or held <= after:
             return []
@@ -211,7 +220,7 @@ class RedisJournalPort:
         except Exception as exc:
             raise NotJournaledError(
                 f"{source!r}: {after + 1}..{held} cannot be read back ({type(exc).__name__}: "
-                f"{exc}); publish again", untouched=True,
+                f"{exc}); publish again", source=source, untouched=True,
             ) from exc
         return pubs
 

@@ -6,7 +6,9 @@ numbers the journal took are skipped), and what it sent after that message on th
 RELEASED too, untried, until the released numbers come again; never refused as a gap
 (``amqp:precondition-failed``). A plain publisher's message (numbered by the component) is
 released only when the journal surely took nothing of it, else rejected (a resend would be
-numbered again). Bad input stays rejected.
+numbered again). Bad input stays rejected. What an append whose answer was lost did journal
+reaches subscribers on the component's timer, though its source never publishes again, and
+before anything that source publishes next.
 
 The component runs in memory on :class:`~tests.amqp.test_journalport.FakeJournal` (Redis
 failures on demand), as in :mod:`tests.amqp.test_numbering`.
@@ -152,6 +154,119 @@ def test_bad_input_is_still_rejected() -> None:
     assert outcome(h.send(numbered(3, 4))) == ACCEPTED
     assert h.receiver.held_back == {}
     assert h.received() == [(SOURCE, seq, seq) for seq in range(1, 5)]
+
+
+# --- journaled, its answer lost, its source silent: fanned out on the component's timer ------
+
+
+class Ticking:
+    """Moves the component's clock by hand and runs its timer, as the container would."""
+
+    def __init__(self, h: Harness) -> None:
+        self.now = 1_000.0
+        self.h = h
+        h.component.clock = lambda: self.now
+        h.component.container = SimpleNamespace(schedule=lambda delay, task: None)
+
+    def run(self, seconds: float, every: float = 0.05) -> None:
+        end = self.now + seconds
+        while self.now < end:
+            self.now += every
+            self.h.component.on_timer_task(None)
+
+
+def test_a_plain_publication_whose_answer_was_lost_goes_out_though_its_source_stays_silent(
+) -> None:
+    h = Harness()
+    clock = Ticking(h)
+    h.publish(1)
+    h.journal.replies_lost.add(PUBLISHER)  # journaled, but the answer times out
+    rejected = h.publish(2)
+    h.journal.replies_lost.clear()
+    before = h.received()
+    clock.run(0.2)  # the publisher sends nothing more
+    recovered = h.received()
+    clock.run(2.0)
+    assert outcome(h.publish(3)) == ACCEPTED
+
+    assert outcome(rejected) == (Delivery.REJECTED, "amqp:internal-error")
+    assert h.journaled() == [(1, 1), (2, 2), (3, 3)]
+    assert before == [(PUBLISHER, 1, 1)]
+    assert recovered == [(PUBLISHER, 1, 1), (PUBLISHER, 2, 2)]  # journaled is published
+    assert h.received() == [(PUBLISHER, n, n) for n in (1, 2, 3)]  # once, in order
+    assert h.component.ingested[PUBLISHER] == 3
+
+
+def test_a_plain_batchs_source_whose_answer_was_lost_goes_out_on_the_timer() -> None:
+    h = Harness()
+    clock = Ticking(h)
+    h.journal.replies_lost.add("feed.b")  # appends go source by source: feed.a's is answered
+    rejected = h.send(Message(body=[{"source": "feed.a", "fields": {"n": 1}},
+                                    {"source": "feed.b", "fields": {"n": 2}}],
+                              properties={"message-type": "PUBLICATIONS"}))
+    h.journal.replies_lost.clear()
+    clock.run(0.2)
+
+    assert outcome(rejected) == (Delivery.REJECTED, "amqp:internal-error")
+    assert h.received() == [("feed.a", 1, 1), ("feed.b", 1, 2)]
+
+
+def test_a_numbered_message_whose_answer_was_lost_goes_out_though_it_is_never_sent_again(
+) -> None:
+    h = Harness()
+    clock = Ticking(h)
+    h.send(numbered(1, 2))
+    h.journal.replies_lost.add(SOURCE)
+    released = h.send(numbered(3, 4))
+    h.journal.replies_lost.clear()
+    clock.run(0.2)  # the publisher is gone: it never sends 3..4 again
+    recovered = h.received()
+    again = h.send(numbered(3, 4))  # or it does, late
+
+    assert outcome(released) == RELEASED
+    assert recovered == [(SOURCE, seq, seq) for seq in range(1, 5)]
+    assert outcome(again) == ACCEPTED
+    assert h.received() == recovered  # not fanned out twice
+    assert h.component.stats["duplicates"] == 2
+
+
+def test_what_a_source_publishes_next_does_not_overtake_what_the_journal_took_unanswered(
+) -> None:
+    h = Harness()
+    h.send(numbered(1, 2))
+    h.journal.replies_lost.add(SOURCE)
+    assert outcome(h.send(numbered(3, 4))) == RELEASED
+    h.journal.replies_lost.clear()
+    h.receiver.held_back = {}  # the publisher reconnected: a new link holds nothing back
+    after = h.send(numbered(5, 6))  # before the component's timer ran
+    again = h.send(numbered(3, 4))  # sent again, late
+
+    assert [outcome(after), outcome(again)] == [ACCEPTED, ACCEPTED]
+    assert h.journaled(SOURCE) == [(seq, seq) for seq in range(1, 7)]
+    assert h.received() == [(SOURCE, seq, seq) for seq in range(1, 7)]  # once, in order
+
+
+def test_while_the_journal_stays_down_it_is_asked_again_with_a_capped_backoff() -> None:
+    h = Harness()
+    clock = Ticking(h)
+    h.publish(1)
+    h.journal.replies_lost.add(PUBLISHER)
+    h.publish(2)
+    h.journal.replies_lost.clear()
+    h.journal.down.add(PUBLISHER)  # and now Redis is gone for a minute
+    asked = h.journal.calls.count("high_water")
+    clock.run(60.0)  # 1,200 ticks
+    tries = h.journal.calls.count("high_water") - asked
+    during = h.received()
+    h.journal.down.clear()
+    clock.run(7.0)  # the longest delay between two tries (5 s) and its jitter
+    back = h.received()
+    clock.run(5.0)
+
+    assert 5 <= tries <= 25, tries  # 0.1 s doubled up to 5 s, not once per tick
+    assert during == [(PUBLISHER, 1, 1)]
+    assert back == [(PUBLISHER, 1, 1), (PUBLISHER, 2, 2)]
+    assert h.received() == back
 
 
 # --- the client Publisher's handlers alone (no network) ------------------------------------

@@ -7,11 +7,17 @@ journal, and what the publisher sent after it; the publisher sends it again afte
 order. Nothing is rejected (no ``amqp:precondition-failed``: the source is not wedged), and a
 subscriber gets every publication exactly once, in order. No timed assertions: every wait is a
 generous deadline.
+
+A plain publisher's publication whose answer from Redis is lost (the append was carried out;
+:class:`LossyRelay` drops the reply and cuts the connection) is rejected, and its source then
+publishes nothing more: the component fans it out all the same once it can read the journal
+again, asking with a capped backoff while Redis stays down.
 """
 
 from __future__ import annotations
 
 import contextlib
+import socket
 import threading
 import time
 from pathlib import Path
@@ -24,13 +30,12 @@ from seqrepair.journal.journal import Journal
 from seqrepair.journal.server import EmbeddedRedis
 
 from .conftest import ComponentProcess, wait_for
+from .test_numbering_redis import PlainPublisher
 
 pytestmark = [pytest.mark.amqp, pytest.mark.redis]
 
 SOURCE = "feed.outage"
 TOTAL = 1_200
-
-
 
 def test_a_numbering_publisher_without_a_journal_publishes_through_a_redis_outage(
     private_server: EmbeddedRedis, tmp_path: Path
@@ -85,3 +90,123 @@ def test_a_numbering_publisher_without_a_journal_publishes_through_a_redis_outag
         (SOURCE, n, n) for n in range(1, TOTAL + 1)
     ]
     assert report.unrecoverable == 0
+
+
+class LossyRelay:
+    """A TCP relay between the component and redis-server that can lose Redis's answers.
+
+    After :meth:`lose_next_answer` the next answer Redis sends back is dropped and its
+    connection cut: the request was carried out, its answer lost on the way. From then on
+    every connection is cut (Redis unreachable) until :meth:`heal`.
+    """
+
+    def __init__(self, port: int) -> None:
+        self.upstream = port
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"redis://127.0.0.1:{self.listener.getsockname()[1]}/0"
+        self.answers_lost = 0
+        self._lose = threading.Event()
+        self._cut = threading.Event()
+        self._lock = threading.Lock()
+        threading.Thread(target=self._accept, name="relay", daemon=True).start()
+
+    def lose_next_answer(self) -> None:
+        self._lose.set()
+
+    def heal(self) -> None:
+        self._cut.clear()
+
+    def close(self) -> None:
+        self._cut.set()
+        self.listener.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return  # closed
+            try:
+                if self._cut.is_set():
+                    raise OSError("cut")
+                server = socket.create_connection(("127.0.0.1", self.upstream), timeout=2)
+                server.settimeout(None)
+            except OSError:
+                client.close()
+                continue
+            for src, dst, answers in ((client, server, False), (server, client, True)):
+                threading.Thread(target=self._pump, args=(src, dst, answers), daemon=True,
+                                 name="relay-pump").start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, answers: bool) -> None:
+        try:
+            while data := src.recv(65536):
+                if answers and self._lose.is_set():
+                    with self._lock:
+                        self._lose.clear()
+                        self._cut.set()
+                        self.answers_lost += 1
+                if self._cut.is_set():
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (src, dst):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+                sock.close()
+
+
+RETRY_EVENT = "journaled publications not fanned out yet: the journal cannot be read"
+
+
+def test_a_plain_publication_whose_answer_redis_lost_reaches_subscribers_without_a_next_publish(
+    private_server: EmbeddedRedis, tmp_path: Path
+) -> None:
+    assert private_server.port is not None
+    relay = LossyRelay(private_server.port)
+    comp = ComponentProcess(relay.url, tmp_path, "--heartbeat", "0.2").start()
+    got: list[Publication] = []
+    try:
+        with contextlib.ExitStack() as running:
+            sub = running.enter_context(
+                Subscriber(comp.url, "/plain/#", on_publication=got.append,
+                           heartbeat_interval=0.2, link_name="lost-answer-watcher")
+            )
+            assert sub.connected.wait(20)
+            time.sleep(0.3)
+            publisher = PlainPublisher(comp.url)
+            running.callback(publisher.close)
+            first = publisher.send(1)
+            assert wait_for(lambda: len(got) >= 1, 20)
+            relay.lose_next_answer()
+            second = publisher.send(2)  # journaled; Redis's answer is lost on its way back
+            with Journal.from_url(private_server.url) as journal:
+                held_then = journal.high_water(publisher.source)
+            private_server.stop()  # and Redis is gone for a while; the source stays silent
+            relay.heal()
+            time.sleep(3.0)
+            during = list(got)
+            alive = comp.proc is not None and comp.proc.poll() is None
+            private_server.start()  # same port, same data
+            arrived = wait_for(lambda: len(got) >= 2, 30)
+            time.sleep(0.5)  # anything extra (a duplicate) would arrive now
+            report = sub.stats()
+    finally:
+        comp.stop()
+        relay.close()
+    log = comp.log_text()
+    tries = log.count(RETRY_EVENT)
+    assert (first, second) == ("accepted", "amqp:internal-error"), log[-3000:]
+    assert relay.answers_lost == 1
+    assert held_then == 2  # the journal took it: it is published
+    assert alive, log[-3000:]
+    assert [(p.source_seq, p.fields["n"]) for p in during] == [(1, 1)]
+    assert arrived, (len(got), report, log[-3000:])
+    assert [(p.source, p.source_seq, p.fields["n"]) for p in got] == [
+        (publisher.source, 1, 1), (publisher.source, 2, 2)
+    ]
+    assert report.unrecoverable == 0
+    # asked again with a growing delay while Redis was away (about 4 s), not on every tick
+    assert 2 <= tries <= 15, (tries, log[-3000:])

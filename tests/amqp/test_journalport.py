@@ -117,6 +117,7 @@ def test_after_a_failed_append_the_port_says_which_sources_the_journal_took() ->
     with pytest.raises(NotJournaledError) as failed:
         port.append(batch)
     assert failed.value.condition == "amqp:internal-error"
+    assert failed.value.source == "b"  # the one whose outcome is unknown
     assert journal.held == {"a": [1, 2, 3, 4], "b": [1, 2]}  # c was never tried
     assert port.journaled(batch) == [0, 1]  # a's part, known without asking the journal
     assert (port.held("a"), port.held("b"), port.held("c")) == (4, None, None)
@@ -185,7 +186,7 @@ def test_a_failure_after_another_source_was_written_is_not_untouched() -> None:
     journal.down.add("b")  # b's high-water cannot be read: but a's append went through
     with pytest.raises(NotJournaledError) as failed:
         port.append(pubs(1, 2, "a") + pubs(1, 2, "b"))
-    assert failed.value.untouched is False
+    assert (failed.value.untouched, failed.value.source) == (False, "b")
     with pytest.raises(NotJournaledError) as read:
         port.high_water("b")
-    assert read.value.untouched is True  # a read writes nothing
+    assert (read.value.untouched, read.value.source) == (True, "b")  # a read writes nothing
