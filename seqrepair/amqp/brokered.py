@@ -89,7 +89,10 @@ class BrokerPublisher(PublisherRunner[Publication]):
     ``drop(publication) -> bool`` is a forced-loss hook (tests, demos): a publication it
     returns True for is journaled but never sent, so subscribers must repair it.
     Deliveries stay unsettled until the broker accepts them and are sent again after a
-    reconnect (a duplicate is dropped by the subscriber).
+    reconnect (a duplicate is dropped by the subscriber). Reconnects back off as the
+    component-mode clients' do: ``reconnect_delay``, doubled per failed attempt up to
+    ``max_reconnect_delay``, jittered, and from the start again once the broker has accepted
+    the sender link.
     """
 
     def __init__(
@@ -104,15 +107,15 @@ class BrokerPublisher(PublisherRunner[Publication]):
         max_unsettled: int = 512,
         drop: Callable[[Publication], bool] | None = None,
         reconnect_delay: float = 0.2,
+        max_reconnect_delay: float = 5.0,
         idle_timeout: float = 10.0,
     ) -> None:
-        super().__init__()
+        super().__init__(reconnect_delay=reconnect_delay, max_reconnect_delay=max_reconnect_delay)
         self.url = url
         self.address = address
         self.bits = bits
         self.max_unsettled = max_unsettled
         self.drop = drop
-        self.reconnect_delay = reconnect_delay
         self.idle_timeout = idle_timeout
         self._subject = needs_subject(address)
         self.embedded = JournalPublisher(
@@ -247,8 +250,7 @@ class BrokerPublisher(PublisherRunner[Publication]):
         with self._lock:  # everything unsettled goes again, in order, before anything newer
             self._pending.extendleft(reversed(list(self._unsettled.values())))
             self._unsettled.clear()
-        self.log.info("disconnected from broker; reconnecting", delay=self.reconnect_delay)
-        self._schedule_reconnect()
+        self._schedule_reconnect("disconnected from broker")
 
 
 # ------------------------------------------------------------------------------ subscriber
@@ -280,6 +282,10 @@ class BrokerSubscriber(SubscriberRunner):
     ``topics``/``permtokens`` make the subscriber's :class:`Entitlement`: what the journal may
     replay to it and what it delivers from the broker. A queue bound to part of a source's
     stream needs the same filter here (see :mod:`seqrepair.core.sourcegaps`).
+
+    A lost connection is made again after ``reconnect_delay``, doubled per failed attempt up to
+    ``max_reconnect_delay``, jittered, and from the start again once the broker has accepted
+    the receiving link (a refused link stops it: :attr:`error`).
     """
 
     def __init__(
@@ -300,11 +306,13 @@ class BrokerSubscriber(SubscriberRunner):
         credit: int = 500,
         idle_timeout: float = 10.0,
         reconnect_delay: float = 0.2,
+        max_reconnect_delay: float = 5.0,
         tick: float = 0.02,
         link_name: str | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        super().__init__(credit=credit)
+        super().__init__(credit=credit, reconnect_delay=reconnect_delay,
+                         max_reconnect_delay=max_reconnect_delay)
         self.url = url
         self.address = address
         self.journal = journal
@@ -312,7 +320,6 @@ class BrokerSubscriber(SubscriberRunner):
         self.on_publication = on_publication
         self.on_event = on_event
         self.idle_timeout = idle_timeout
-        self.reconnect_delay = reconnect_delay
         self.tick = tick
         self.clock = clock
         self.entitlement = Entitlement(topics=tuple(topics), grant=frozenset(permtokens))
@@ -365,6 +372,7 @@ class BrokerSubscriber(SubscriberRunner):
             self.report.connections += 1
             self.connected.set()
             self.log.info("attached to broker", connections=self.report.connections)
+            self._accepted(event.link)
 
     def on_link_error(self, event: Any) -> None:
         cond = event.link.remote_condition
@@ -382,8 +390,7 @@ class BrokerSubscriber(SubscriberRunner):
         self.report.disconnections += 1
         self.connected.clear()
         self._conn = self._receiver = None
-        self.log.info("disconnected from broker; reconnecting", delay=self.reconnect_delay)
-        self._schedule_reconnect()
+        self._schedule_reconnect("disconnected from broker")
 
     def on_message(self, event: Any) -> None:
         self.report.received += 1

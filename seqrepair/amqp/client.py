@@ -7,7 +7,9 @@ hands deliveries to the application) and polls the stub on a timer. Use it with 
 container in a background thread (:meth:`Subscriber.start`, ``for pub in subscriber``).
 It reconnects by itself: the stub keeps its state, the link keeps its name, and the attach asks
 the component to resume; a component that no longer holds the link's context starts the link at
-0 and the stub repairs by source.
+0 and the stub repairs by source. Reconnects back off: ``reconnect_delay`` after the first failure,
+doubled per failed attempt up to ``max_reconnect_delay``, jittered, and from the start again once
+the component has accepted the link (see :mod:`seqrepair.amqp.runner`).
 
 :class:`Publisher` stamps publications with a :class:`~seqrepair.core.sequencers.SourceSequencer`
 (continuing after the journal's high-water when given a journal), journals them first when it
@@ -29,6 +31,7 @@ import structlog
 from proton import symbol
 from proton.reactor import ApplicationEvent, AtMostOnce, LinkOption
 
+from seqrepair.amqp.backoff import Backoff
 from seqrepair.amqp.codec import Decoder, encode, encode_gap_requests
 from seqrepair.amqp.component import (
     CONTROL_ADDRESS,
@@ -122,6 +125,11 @@ class Subscriber(SubscriberRunner):
     ``permtokens`` can only narrow what the component grants this subscriber's principal
     (``seqrepair serve --grant``): the authenticated user, else ``container_id`` (the AMQP
     container id of its connections; random when not given).
+
+    After a lost connection or a link the peer refused or detached (for a reason a reconnect
+    may cure) it reconnects after ``reconnect_delay``, doubled at each failed attempt up to
+    ``max_reconnect_delay`` (plus up to a quarter at random), and from ``reconnect_delay``
+    again once the component (or gateway) has accepted its receiving link.
     """
 
     def __init__(
@@ -143,10 +151,12 @@ class Subscriber(SubscriberRunner):
         credit: int = 200,
         idle_timeout: float = 10.0,
         reconnect_delay: float = 0.2,
+        max_reconnect_delay: float = 5.0,
         tick: float = 0.02,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        super().__init__(credit=credit)
+        super().__init__(credit=credit, reconnect_delay=reconnect_delay,
+                         max_reconnect_delay=max_reconnect_delay)
         read_raw(self)
         self.url = url
         self.address = address
@@ -165,7 +175,6 @@ class Subscriber(SubscriberRunner):
         self.container_id = container_id
         self.batch = batch
         self.idle_timeout = idle_timeout
-        self.reconnect_delay = reconnect_delay
         self.tick = tick
         self.clock = clock
         self.report = SubscriberReport()
@@ -220,7 +229,7 @@ class Subscriber(SubscriberRunner):
         if bound and (conn.transport is None or conn.transport.closed):
             # a transport torn down without an on_disconnected reaching us: same recovery (a
             # connection not bound yet has no transport either, but it is still being made)
-            self._lost(conn)
+            self._lost(conn, "transport closed")
         self._perform(self.stub.poll(self.clock()))
         self._flush()
 
@@ -254,25 +263,25 @@ class Subscriber(SubscriberRunner):
             epoch = props.get(str(PROP_EPOCH))
             self._enter_epoch(None if epoch is None else str(epoch))
             self.connected.set()
+            self._accepted(event.link)
         self._flush()
 
     def on_sendable(self, event: Any) -> None:
         self._flush()
 
     def on_disconnected(self, event: Any) -> None:
-        self._lost(event.connection)
+        self._lost(event.connection, "disconnected")
 
-    def _lost(self, conn: Any) -> None:
+    def _lost(self, conn: Any, reason: str) -> None:
         if self._stopping or conn is None or conn != self._conn:
             return  # only the current connection starts (one) reconnect chain
         if getattr(conn, "seqrepair_attached", False):
             self.report.disconnections += 1
         self.connected.clear()
-        self.log.info("disconnected; reconnecting", delay=self.reconnect_delay)
         self._outbox.clear()
         self._conn = None
         self._receiver = self._control = None
-        self._schedule_reconnect()
+        self._schedule_reconnect(reason)
 
     def on_transport_error(self, event: Any) -> None:
         cond = event.transport.condition
@@ -305,7 +314,7 @@ class Subscriber(SubscriberRunner):
                          condition=name, description=description)
         conn = self._conn
         transport = conn.transport if conn is not None else None
-        self._lost(conn)
+        self._lost(conn, f"{which} link detached")
         if transport is not None:
             # torn down, as drop_connection does: the peer sees the connection lost and keeps
             # the link's context for the resume (our links of it are forgotten already)
@@ -441,11 +450,16 @@ class Publisher(PublisherRunner[list[Publication]]):
     journaled before it is sent (a publication counts as published once the journal holds it).
     Publications are sent to ``address`` (a topic or a pattern the topics fall under).
 
+    A lost connection is made again after ``reconnect_delay``, doubled at each failed attempt up
+    to ``max_reconnect_delay`` (plus up to a quarter at random), and from ``reconnect_delay``
+    again once the component has accepted the sender link.
+
     A batch the component releases (its journal is out for now) is sent again after a backoff:
-    ``reconnect_delay`` at first, doubled up to ``max_backoff`` while releases go on, back to
-    the start once a batch is accepted. Nothing newer is sent meanwhile, and the released
-    batches go again in the order they were first sent, once the outcome of every batch sent
-    after them is in (the component releases those too: see :mod:`seqrepair.amqp.holdback`).
+    ``reconnect_delay`` at first, doubled up to ``max_backoff`` while releases go on (no
+    jitter), back to the start once a batch is accepted. Nothing newer is sent meanwhile, and
+    the released batches go again in the order they were first sent, once the outcome of every
+    batch sent after them is in (the component releases those too: see
+    :mod:`seqrepair.amqp.holdback`).
     """
 
     def __init__(
@@ -459,11 +473,12 @@ class Publisher(PublisherRunner[list[Publication]]):
         max_batch: int = 256,
         max_unsettled: int = 64,
         reconnect_delay: float = 0.2,
+        max_reconnect_delay: float = 5.0,
         idle_timeout: float = 10.0,
         on_sent: Callable[[Sequence[Publication]], None] | None = None,
         max_backoff: float = 5.0,
     ) -> None:
-        super().__init__()
+        super().__init__(reconnect_delay=reconnect_delay, max_reconnect_delay=max_reconnect_delay)
         self.url = url
         self.address = address
         self.sequencer = SourceSequencer(source, bits)
@@ -476,7 +491,6 @@ class Publisher(PublisherRunner[list[Publication]]):
         self.bits = bits
         self.max_batch = max_batch
         self.max_unsettled = max_unsettled
-        self.reconnect_delay = reconnect_delay
         self.idle_timeout = idle_timeout
         self.on_sent = on_sent
         self.max_backoff = max_backoff
@@ -486,7 +500,9 @@ class Publisher(PublisherRunner[list[Publication]]):
         """Publications the component released (each time: a batch released twice counts
         twice); they were sent again."""
         self._released: set[Any] = set()  # tags of released batches, kept in _unsettled
-        self._backoff = 0.0  # the last backoff delay; 0 after an accepted batch
+        self._release_backoff = Backoff(
+            initial=reconnect_delay, maximum=max(reconnect_delay, max_backoff), jitter=0.0
+        )
         self._backing_off = False  # a backoff timer is pending: send nothing
         self._finish_when_done = False
         self.log = log.bind(source=source, topic=address)
@@ -554,7 +570,7 @@ class Publisher(PublisherRunner[list[Publication]]):
         if batch is not None:
             self.accepted += len(batch)
             if not self._released:
-                self._backoff = 0.0  # the component journals again
+                self._release_backoff.reset()  # the component journals again
         self._outcome()
 
     def on_rejected(self, event: Any) -> None:
@@ -575,12 +591,11 @@ class Publisher(PublisherRunner[list[Publication]]):
         self.released += len(batch)
         if not self._backing_off:
             self._backing_off = True
-            self._backoff = (
-                min(self.max_backoff, self._backoff * 2) if self._backoff else self.reconnect_delay
-            )
+            delay = self._release_backoff.next_delay(self._rng)
+            assert delay is not None  # no max_attempts: it never gives up
             self.log.warning("publications released; sending them again after a backoff",
-                             delay=self._backoff, first=batch[0].source_seq)
-            self._container.schedule(self._backoff, self)
+                             delay=delay, first=batch[0].source_seq)
+            self._container.schedule(delay, self)
 
     def on_timer_task(self, event: Any) -> None:
         """The backoff after a release is over."""
@@ -612,8 +627,7 @@ class Publisher(PublisherRunner[list[Publication]]):
             self._unsettled.clear()
         self._released.clear()  # among them, in their place
         self._sender = None
-        self.log.info("disconnected; reconnecting")
-        self._schedule_reconnect()
+        self._schedule_reconnect("disconnected")
 
 
 def _tag_order(tag: Any) -> int:

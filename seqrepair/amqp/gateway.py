@@ -31,7 +31,7 @@ When the connection to the component is lost, the gateway closes the connection 
 subscriber whose link had reached the component, with ``amqp:connection:forced``: each sees a
 lost connection, as it would connected directly, and reconnects and re-attaches with its epoch.
 The gateway reconnects with capped, jittered exponential backoff
-(:class:`~seqrepair.amqp.gateway_relays.Backoff`) and holds new attaches until the component
+(:class:`~seqrepair.amqp.backoff.Backoff`) and holds new attaches until the component
 answers (at most ``hold_timeout``, then their connections are closed the same way). Nothing is
 lost: what did not reach a subscriber is repaired from the resumed context or, in a new one,
 from the journal, as for any subscriber.
@@ -59,11 +59,11 @@ from proton import Condition, Connection, Endpoint, Message, symbol
 from proton.handlers import EndpointStateHandler, MessagingHandler
 from proton.reactor import ApplicationEvent, AtMostOnce, Container, EventInjector, LinkOption
 
+from seqrepair.amqp.backoff import Backoff
 from seqrepair.amqp.gateway_relays import (
     Action,
     AnswerDownstream,
     AttachUpstream,
-    Backoff,
     CloseDownstreamConnection,
     DetachDownstream,
     DetachUpstream,

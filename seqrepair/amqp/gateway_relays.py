@@ -21,18 +21,20 @@ attach is held until the gateway is back at the component. A held attach not ans
 ``hold_timeout`` ends the same way, so a subscriber is never left waiting without end.
 
 :class:`RelayTable` takes the adapter's events and returns the actions to perform;
-:class:`Backoff` spaces the gateway's attempts to reach the component again.
+:class:`~seqrepair.amqp.backoff.Backoff` (re-exported here) spaces the gateway's attempts to
+reach the component again.
 """
 
 from __future__ import annotations
 
 import enum
-import random
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 import attrs
 from proton import symbol
+
+from seqrepair.amqp.backoff import Backoff  # re-exported: it lived here first
 
 FORCED = "amqp:connection:forced"
 """The condition a subscriber's connection is closed with when its relay is lost: the AMQP
@@ -288,34 +290,6 @@ class RelayTable:
         if downstream is not None:
             actions.append(downstream)
         return actions
-
-
-@attrs.define
-class Backoff:
-    """Delays between attempts to reach the component: ``initial`` doubled (``factor``) at each
-    failed attempt up to ``maximum``, plus up to ``jitter`` of itself at random so that
-    gateways do not come back in step. After ``max_attempts`` failed attempts in a row
-    :meth:`next_delay` says to give up (None: never give up; the delay stays bounded)."""
-
-    initial: float = attrs.field(default=0.1, validator=attrs.validators.gt(0))
-    maximum: float = attrs.field(default=5.0, validator=attrs.validators.gt(0))
-    factor: float = attrs.field(default=2.0, validator=attrs.validators.ge(1))
-    jitter: float = attrs.field(default=0.25, validator=attrs.validators.ge(0))
-    max_attempts: int | None = None
-    attempts: int = attrs.field(default=0, init=False)
-    """Failed attempts since the last success."""
-
-    def next_delay(self, rng: random.Random) -> float | None:
-        """The delay before the next attempt (counting one more failure), or None to give up."""
-        if self.max_attempts is not None and self.attempts >= self.max_attempts:
-            return None
-        base = min(self.maximum, self.initial * self.factor ** min(self.attempts, 64))
-        self.attempts += 1
-        return base * (1.0 + self.jitter * rng.random())
-
-    def reset(self) -> None:
-        """The connection is up: the next loss starts again from ``initial``."""
-        self.attempts = 0
 
 
 __all__ = [

@@ -4,8 +4,10 @@ Each client is a proton :class:`~proton.handlers.MessagingHandler` that runs its
 :class:`~proton.reactor.Container`, either in the caller's thread (``run``) or in a daemon
 thread (``start``), and is told to stop from any thread through an
 :class:`~proton.reactor.EventInjector` (an ``ApplicationEvent``). Reconnecting after a lost
-connection is the same everywhere too: forget the connection, schedule ``_reconnect`` after
-``reconnect_delay``, connect again unless stopping.
+connection (or a refused or detached link) is the same everywhere too: forget the connection,
+schedule ``_reconnect`` after a :class:`~seqrepair.amqp.backoff.Backoff` delay (``reconnect_delay``
+at first, doubled per failed attempt up to ``max_reconnect_delay``, jittered), connect again
+unless stopping; the backoff starts again once the peer has accepted the client's link.
 
 * :class:`SubscriberRunner`: a receiver that polls its repair engine on a timer (``tick``),
   hands deliveries to a callback and/or a queue (``for pub in subscriber``) and can stop
@@ -21,16 +23,18 @@ from __future__ import annotations
 
 import abc
 import queue
+import random
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, Self, TypeVar
 
-from proton import Handler
+from proton import Endpoint, Handler
 from proton.handlers import MessagingHandler
 from proton.reactor import ApplicationEvent, Container, EventInjector
 
+from seqrepair.amqp.backoff import Backoff
 from seqrepair.amqp.errors import AmqpAdapterError
 from seqrepair.core.messages import Publication
 
@@ -85,13 +89,47 @@ class BatchedCredit(Handler):
 
 
 class _Reconnecting(MessagingHandler, abc.ABC):
-    """The reconnect step both runners share: connect again unless stopping or connected."""
+    """The reconnect step both runners share: connect again, after a backoff, unless stopping
+    or connected.
+
+    The delay before a reconnect is ``reconnect_delay`` after the first failure, doubled at
+    each further failed attempt up to ``max_reconnect_delay`` (never below ``reconnect_delay``),
+    each plus up to a quarter of itself at random so that clients a restart disconnected
+    together do not come back in step. A failure is a lost connection, a connection that
+    could not be made, or a link the peer refused or detached.
+
+    The backoff starts again from ``reconnect_delay`` once the client is *accepted*
+    (:meth:`_accepted`): when the peer answers the attach of its main link (a subscriber's
+    receiving link, a publisher's sender) and does not detach it at once. An open connection
+    is not enough: a component, gateway or broker that takes connections but refuses the
+    attach for a reason a reconnect may cure (a resource limit, an upstream that is down)
+    answers with an attach and a detach together, and a reset there would bring the client
+    back at the first delay, again and again.
+    """
 
     _container: Any
     _conn: Any
     _stopping: bool
     _thread: threading.Thread | None
-    reconnect_delay: float
+    log: Any
+
+    def __init__(
+        self, *, reconnect_delay: float, max_reconnect_delay: float, **handler: Any
+    ) -> None:
+        if reconnect_delay <= 0 or max_reconnect_delay <= 0:
+            raise ValueError(
+                f"reconnect_delay ({reconnect_delay}) and max_reconnect_delay "
+                f"({max_reconnect_delay}) must be > 0"
+            )
+        super().__init__(**handler)
+        self.reconnect_delay = reconnect_delay
+        """The delay before the first reconnect (jittered); the backoff starts here."""
+        self.max_reconnect_delay = max_reconnect_delay
+        """The longest delay between reconnects, before jitter."""
+        self._reconnect_backoff = Backoff(
+            initial=reconnect_delay, maximum=max(reconnect_delay, max_reconnect_delay)
+        )
+        self._rng = random.Random()
 
     @abc.abstractmethod
     def _connect(self) -> None:
@@ -105,8 +143,25 @@ class _Reconnecting(MessagingHandler, abc.ABC):
         """``with Client(...) as client``: started on entry (unless it runs already)."""
         return self if self._thread is not None else self.start()
 
-    def _schedule_reconnect(self) -> None:
-        self._container.schedule(self.reconnect_delay, Call(self._reconnect))
+    def _schedule_reconnect(self, reason: str) -> None:
+        """Count one failed attempt and connect again after the backoff's next delay."""
+        backoff = self._reconnect_backoff
+        delay = backoff.next_delay(self._rng)
+        assert delay is not None  # no max_attempts: it never gives up
+        self.log.info("reconnecting", reason=reason, attempt=backoff.attempts,
+                      delay=round(delay, 3))
+        self._container.schedule(delay, Call(self._reconnect))
+
+    def _accepted(self, link: Any) -> None:
+        """The peer answered the attach of ``link``, the client's main link: unless it detached
+        it at once too (a refusal, whose detach proton reports next), the client is back and
+        the next failure starts the backoff again from ``reconnect_delay``."""
+        if link.state & Endpoint.REMOTE_CLOSED:
+            return
+        backoff = self._reconnect_backoff
+        if backoff.attempts:
+            self.log.info("reconnected", attempt=backoff.attempts)
+        backoff.reset()
 
     def _reconnect(self) -> None:
         if not self._stopping and self._conn is None:
@@ -116,17 +171,20 @@ class _Reconnecting(MessagingHandler, abc.ABC):
 class SubscriberRunner(_Reconnecting):
     """A receiving client's lifecycle: run/start/stop, the tick timer, the delivery queue.
 
-    Subclasses set ``link_name``, ``tick``, ``reconnect_delay``, ``on_publication`` before
-    running, and implement ``_connect`` (open the connection and links) and ``_on_tick`` (poll
-    the repair engine).
+    Subclasses set ``link_name``, ``tick``, ``on_publication`` and ``log`` before running, call
+    :meth:`_accepted` when their receiving link is attached, and implement ``_connect`` (open
+    the connection and links) and ``_on_tick`` (poll the repair engine).
     """
 
     link_name: str
     tick: float
     on_publication: Callable[[Publication], None] | None
 
-    def __init__(self, *, credit: int) -> None:
-        super().__init__(prefetch=0, auto_accept=False)
+    def __init__(
+        self, *, credit: int, reconnect_delay: float, max_reconnect_delay: float
+    ) -> None:
+        super().__init__(reconnect_delay=reconnect_delay, max_reconnect_delay=max_reconnect_delay,
+                         prefetch=0, auto_accept=False)
         handlers: Any = self.handlers  # a list once set (proton types it lazily)
         handlers.append(BatchedCredit(credit))
         self.connected = threading.Event()
@@ -228,16 +286,17 @@ class SubscriberRunner(_Reconnecting):
 class PublisherRunner(_Reconnecting, Generic[Unsettled]):
     """A sending client's lifecycle: pending queue, unsettled map, flush/close, reconnect.
 
-    Subclasses set ``url``, ``address``, ``idle_timeout``, ``reconnect_delay`` and implement
-    ``_send`` (move pending publications to the sender while it has credit).
+    Subclasses set ``url``, ``address``, ``idle_timeout`` and ``log`` and implement ``_send``
+    (move pending publications to the sender while it has credit).
     """
 
     url: str
     address: str
     idle_timeout: float
 
-    def __init__(self) -> None:
-        super().__init__(prefetch=0, auto_settle=True)
+    def __init__(self, *, reconnect_delay: float, max_reconnect_delay: float) -> None:
+        super().__init__(reconnect_delay=reconnect_delay, max_reconnect_delay=max_reconnect_delay,
+                         prefetch=0, auto_settle=True)
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._pending: deque[Publication] = deque()
@@ -320,6 +379,11 @@ class PublisherRunner(_Reconnecting, Generic[Unsettled]):
         self._conn = self._container.connect(self.url, reconnect=False,
                                              heartbeat=self.idle_timeout)
         self._sender = self._container.create_sender(self._conn, self.address)
+
+    def on_link_opened(self, event: Any) -> None:
+        """The peer answered the attach of a link: the sender's means the client is back."""
+        if event.link == self._sender:
+            self._accepted(event.link)
 
     def on_seqrepair_wake(self, event: Any) -> None:
         """Something was queued (from any thread): send it."""
