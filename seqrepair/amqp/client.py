@@ -230,7 +230,9 @@ class Subscriber(SubscriberRunner):
             # a transport torn down without an on_disconnected reaching us: same recovery (a
             # connection not bound yet has no transport either, but it is still being made)
             self._lost(conn, "transport closed")
-        self._perform(self.stub.poll(self.clock()))
+        now = self.clock()
+        self._perform(self.stub.poll(now))
+        self._listening(now)
         self._flush()
 
     def on_seqrepair_drop(self, event: Any) -> None:
@@ -356,7 +358,18 @@ class Subscriber(SubscriberRunner):
                 self.capabilities = item
         if frames:
             self._take(frames, now)
+        self._listening(now)
         self._flush()
+
+    def _listening(self, since: float) -> None:
+        """Deliveries made since ``since`` may have held the thread (``on_publication`` is the
+        application's): frames that came meanwhile wait unread in the transport, and proton
+        fires due timers before it reads them. The stub must not count that time as silence of
+        the link (a false HeartbeatOverdue, a probe for a frame already here, its answer a
+        duplicate; with the disconnect policy, a healthy connection dropped)."""
+        done = self.clock()
+        if done - since > self.tick:
+            self.stub.listening(done)
 
     def _take(self, frames: list[object], now: float) -> None:
         events = self.stub.receive_many(frames, now)

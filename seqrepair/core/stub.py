@@ -253,6 +253,15 @@ class SubscriberStub:
         self._reset_announced = True
         return events
 
+    def listening(self, now: float) -> None:
+        """The adapter reads frames again from ``now`` on, after its thread was held (the
+        application's callback): frames that came meanwhile still wait unread, so the silence
+        that makes heartbeats overdue is counted from ``now``, not from the last frame taken.
+        Gap and source-request deadlines are unchanged."""
+        now = check_now(now)
+        if self._overdue_at is not None and self._overdue_at < now + self._silence_limit:
+            self._overdue_at = now + self._silence_limit
+
     def resume_point(self) -> SourceGapRequest:
         """What a (re)attaching subscriber sends first: the last delivered number per source.
 

@@ -308,3 +308,7 @@ def test_a_slow_subscriber_behind_the_gateway_is_paused_by_its_credit_and_catche
     assert slow_report.paused >= 1  # the component saw the slow link's credit through the gateway
     assert slow_report.resets >= 1  # resumed by a reset it learnt from SUBSCRIPTION ACTIVE
     assert slow_report.unrecoverable == 0
+    # the catch-up is the source replay after each resume, nothing else: no link request (its
+    # slow application's 1 s hold is no silence of the link) and no duplicate on the wire
+    assert (slow_report.gaps_detected, slow_report.requests_sent, slow_report.duplicates) == (
+        0, 0, 0)

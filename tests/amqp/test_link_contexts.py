@@ -191,6 +191,10 @@ def test_a_slow_subscriber_is_paused_and_catches_up_while_a_fast_one_is_never_pa
     assert slow_report.paused >= 1
     assert slow_report.resets >= 1  # resumed by a reset it learnt from SUBSCRIPTION ACTIVE
     assert slow_report.unrecoverable == 0
+    # the catch-up is the source replay after each resume, nothing else: no link request (its
+    # slow application's 1 s hold is no silence of the link) and no duplicate on the wire
+    assert (slow_report.gaps_detected, slow_report.requests_sent, slow_report.duplicates) == (
+        0, 0, 0)
 
 
 def test_a_subscriber_that_delivered_nothing_before_the_restart_gets_all_since_it_subscribed(

@@ -295,6 +295,19 @@ def test_heartbeat_overdue_alerts_and_probes_for_the_next_number():
     assert stub.poll(now=15.0) == []
 
 
+def test_silence_counts_from_when_the_adapter_listens_again_after_a_held_thread():
+    stub = make(heartbeat_interval=1.0, missed_heartbeats=3)
+    stub.receive(pub(1, 1), now=10.0)  # its delivery held the adapter's thread until 14.0
+    stub.listening(now=14.0)
+    assert stub.next_deadline == 17.0
+    assert stub.poll(now=14.0) == []  # frames that came meanwhile are still unread
+    stub.receive(pub(2, 2), now=14.5)
+    assert stub.next_deadline == 17.5
+    events = stub.poll(now=17.5)  # real silence is still reported, from the last frame
+    assert of(HeartbeatOverdue, events) == [HeartbeatOverdue(missed=3, since=14.5)]
+    assert stub.stats.requests_sent == 1  # that probe only
+
+
 @pytest.mark.parametrize(("policy", "kind"), [("wait", None), ("disconnect", Disconnect)])
 def test_overdue_policy_wait_or_disconnect(policy, kind):
     stub = make(overdue_policy=policy)
