@@ -35,9 +35,10 @@ def resend_is_safe(
     input, or a bug) and only when sending again cannot duplicate: every publication carries
     its own source number (the journal port skips the numbers the journal holds), or the
     journal surely took nothing of it (``error.untouched``: it failed on a read, before any
-    write). A message the component numbers (``numbered_here``) that the journal may have taken
-    part of is rejected: sent again, it would be numbered again (what the journal did take goes
-    out all the same: :meth:`seqrepair.amqp.ingest.Ingest.poll`).
+    write, or its append was refused: a plain publisher's numbers taken by a late write). A
+    message the component numbers (``numbered_here``) that the journal may have taken part of
+    is rejected: sent again, it would be numbered again (what the journal did take goes out
+    all the same: :meth:`seqrepair.amqp.ingest.Ingest.poll`).
     """
     return isinstance(error, NotJournaledError) and (not numbered_here or error.untouched)
 

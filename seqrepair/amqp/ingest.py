@@ -21,7 +21,7 @@ per-source order holds and nothing goes out twice.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection
 from typing import Any, cast
 
 import attrs
@@ -32,7 +32,7 @@ from seqrepair.amqp import holdback
 from seqrepair.amqp.codec import Decoder
 from seqrepair.amqp.errors import MalformedMessageError, UnknownMessageTypeError
 from seqrepair.amqp.gateway_relays import Backoff  # moving to .backoff; re-exported there
-from seqrepair.amqp.journalport import NotJournaledError, RedisJournalPort
+from seqrepair.amqp.journalport import NotJournaledError, RedisJournalPort, StaleNumberingError
 from seqrepair.amqp.technical import DEFAULT_SOURCE_BITS
 from seqrepair.core.messages import Publication
 from seqrepair.core.sequencers import SourceSequencer
@@ -192,7 +192,7 @@ class Ingest:
         return None
 
     def _journal(
-        self, pubs: list[Publication], items: list[bytes] | None, numbered: Iterable[str]
+        self, pubs: list[Publication], items: list[bytes] | None, numbered: Collection[str]
     ) -> None:
         """Journal what is new of ``pubs`` (all publications, checked), then fan it out.
 
@@ -203,7 +203,10 @@ class Ingest:
         publisher's are numbered again. A source whose append outcome is unknown is left in
         doubt (:meth:`poll`). The sources the component numbers (``numbered``) and those of
         ``pubs`` in doubt first fan out what the journal took of them without answering (a
-        lost reply), so nothing of this message overtakes it.
+        lost reply), so nothing of this message overtakes it. Should such a lost append land
+        after they were numbered (:class:`StaleNumberingError`), none of them is journaled:
+        the source is left in doubt, the message released and numbered again when it comes
+        back, after what landed went out.
         """
         if items is not None and len(items) != len(pubs):
             items = None  # a batch's entries, as received, are what subscribers get
@@ -226,9 +229,11 @@ class Ingest:
         if not fresh:
             return
         try:
-            self.journal.append(fresh)  # journal before fan-out
+            self.journal.append(fresh, numbered)  # journal before fan-out
         except BaseException as exc:
-            if isinstance(exc, NotJournaledError) and not exc.untouched and exc.source:
+            if isinstance(exc, NotJournaledError) and exc.source and (
+                not exc.untouched or isinstance(exc, StaleNumberingError)
+            ):
                 if not self.in_doubt:  # a new episode: the next poll tries first
                     self.backoff.reset()
                     self._retry_at = None

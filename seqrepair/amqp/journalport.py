@@ -14,11 +14,17 @@ which publications of a failed message the journal took, and where numbering con
 :attr:`NotJournaledError.untouched` says whether the failed call wrote nothing for sure (it
 failed on a read, before any append reached the journal), :attr:`NotJournaledError.source`
 which source it failed on.
+
+A source whose publications the component numbers (a plain publisher's) is appended to by the
+component alone: a publication of it the journal already holds under the same number is a
+different one (an earlier append whose answer was lost landed after the numbering read the
+high-water), never the same one again. Its append then raises :class:`StaleNumberingError`:
+nothing of it is journaled, the message is to be numbered again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any, Protocol
 
 import attrs
@@ -31,10 +37,14 @@ from seqrepair.core.messages import Publication
 class JournalPort(Protocol):
     """The journal as the component sees it. Absolute source numbers throughout."""
 
-    def append(self, publications: Sequence[Publication]) -> None:
+    def append(
+        self, publications: Sequence[Publication], numbered: Collection[str] = ()
+    ) -> None:
         """Store ``publications`` durably; ones already held (same source and number) are
-        skipped, so a publisher that journaled first and the component never duplicate.
-        Sources go one by one: after a failure, :meth:`journaled` tells what was taken."""
+        skipped, so a publisher that journaled first and the component never duplicate,
+        except for the sources the component ``numbered``: one of those the journal holds
+        raises :class:`StaleNumberingError`. Sources go one by one: after a failure,
+        :meth:`journaled` tells what was taken."""
 
     def high_waters(self) -> dict[str, int]:
         """The last number held per source."""
@@ -87,8 +97,17 @@ class NotJournaledError(AmqpAdapterError):
         """The source the journal failed on."""
         self.untouched = untouched
         """True when the failing call surely wrote nothing (it failed on a read, before any
-        append reached the journal); False when the journal may hold part of what it was
-        given."""
+        append reached the journal, or its one append was refused as not continuing the
+        journal); False when the journal may hold part of what it was given."""
+
+
+class StaleNumberingError(NotJournaledError):
+    """The journal already holds numbers the component gave a source's publications (an
+    earlier append whose answer was lost landed after the numbering read the high-water):
+    nothing of that source is journaled by this call, its high-water is forgotten (read it
+    again: the journal holds publications that did not go out), and the publications are to
+    be numbered again after it. ``untouched`` is False only when an earlier source of the
+    same call was written."""
 
 
 @attrs.define
@@ -118,22 +137,35 @@ class RedisJournalPort:
 
         return cls(Journal.from_url(url))
 
-    def append(self, publications: Sequence[Publication]) -> None:
+    def append(
+        self, publications: Sequence[Publication], numbered: Collection[str] = ()
+    ) -> None:
         """Append, per source, the part of ``publications`` the journal does not hold yet.
 
         Sources are appended one after another: when one fails, those before it are held
         (:meth:`held` says so) and those after it were not tried. A failure whose outcome is
-        unknown raises :class:`NotJournaledError` and forgets the source's high-water.
+        unknown raises :class:`NotJournaledError` and forgets the source's high-water. For a
+        source the component ``numbered``, a number the journal already holds is not skipped:
+        :class:`StaleNumberingError`, and the source's high-water is forgotten.
         """
-        from seqrepair.journal.errors import BitsMismatchError
+        from seqrepair.journal.errors import BitsMismatchError, SequenceConflictError
 
         runs: dict[str, list[Publication]] = {}
         for pub in publications:
             runs.setdefault(pub.source, []).append(_bare(pub))
         writes = self._writes
         for source, pubs in runs.items():
+            before = self._writes
             try:
-                self._append_run(source, pubs)
+                self._append_run(source, pubs, stale_if_held=source in numbered)
+            except SequenceConflictError as exc:  # numbered here: what the journal holds differs
+                self._hw.pop(source, None)  # past what went out: read again, then fan out
+                raise StaleNumberingError(
+                    f"{source!r}: numbered from {pubs[0].source_seq}, but the journal expects "
+                    f"{exc.expected} (a late write?); not journaled, publish again",
+                    source=source, untouched=before == writes, expected=exc.expected,
+                    got=pubs[0].source_seq,
+                ) from exc
             except (AmqpAdapterError, InvalidMessageError, BitsMismatchError):
                 raise  # the journal answered (or was never asked): nothing written, hw known
             except Exception as exc:
@@ -143,14 +175,26 @@ class RedisJournalPort:
                     source=source, untouched=self._writes == writes, got=pubs[0].source_seq,
                 ) from exc
 
-    def _append_run(self, source: str, pubs: list[Publication]) -> None:
-        """Append the part of one source's ``pubs`` the journal does not hold yet."""
+    def _append_run(self, source: str, pubs: list[Publication], *, stale_if_held: bool) -> None:
+        """Append the part of one source's ``pubs`` the journal does not hold yet; with
+        ``stale_if_held`` (the component numbered them), a number it holds raises
+        :class:`~seqrepair.journal.errors.SequenceConflictError` and nothing is written."""
         from seqrepair.journal.errors import SequenceConflictError
 
         if source not in self._hw:
             self._hw[source] = self.journal.high_water(source)  # type: ignore[attr-defined]
         bits = self.bits_of.get(source, self.default_bits)
         held = self._hw[source]
+        if stale_if_held:
+            if pubs[0].source_seq <= held:
+                raise SequenceConflictError(
+                    f"{source!r}: numbered from {pubs[0].source_seq}, the journal holds {held}",
+                    source=source, operation="append", expected=held + 1,
+                    got=pubs[0].source_seq,
+                )
+            self._writes += 1
+            self._hw[source] = self.journal.append(pubs, bits)  # type: ignore[attr-defined]
+            return  # a conflict: the journal wrote nothing of it (append raises)
         fresh = [p for p in pubs if p.source_seq > held]
         if fresh and source in self._ahead:
             held = self._hw[source] = self.journal.high_water(source)  # type: ignore[attr-defined]

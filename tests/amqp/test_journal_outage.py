@@ -8,7 +8,9 @@ RELEASED too, untried, until the released numbers come again; never refused as a
 released only when the journal surely took nothing of it, else rejected (a resend would be
 numbered again). Bad input stays rejected. What an append whose answer was lost did journal
 reaches subscribers on the component's timer, though its source never publishes again, and
-before anything that source publishes next.
+before anything that source publishes next. Should it land late, after the component numbered
+a plain publisher's next message from the high-water it read, that message is released (none
+of it journaled) and numbered again after what landed.
 
 The component runs in memory on :class:`~tests.amqp.test_journalport.FakeJournal` (Redis
 failures on demand), as in :mod:`tests.amqp.test_numbering`.
@@ -341,3 +343,46 @@ def test_the_backoff_doubles_to_its_cap_and_starts_again_after_an_accepted_batch
         assert publisher.accepted == 2
     finally:
         publisher._injector.close()
+
+
+# --- an append whose answer was lost lands late: the component's numbering went stale ------
+
+
+@pytest.mark.parametrize("timer_ran", [False, True])
+def test_a_plain_message_numbered_before_a_late_write_landed_is_released_and_numbered_again(
+    timer_ran: bool,
+) -> None:
+    h = Harness()
+    clock = Ticking(h)
+    h.publish(1)
+    h.journal.late.add(PUBLISHER)  # 2's append times out unwritten; it lands later
+    rejected = h.publish(2)
+    h.journal.late.clear()
+    if timer_ran:  # the component reads the high-water again before the late write lands
+        clock.run(0.2)
+    stale = h.publish(3)  # numbered 2 after the high-water read; 2's append lands first
+    clock.run(0.2)  # the publisher waits before sending it again
+    recovered = h.received()
+    again = h.publish(3)
+
+    assert outcome(rejected) == (Delivery.REJECTED, "amqp:internal-error")
+    assert outcome(stale) == RELEASED  # not acknowledged: it is not journaled
+    assert outcome(again) == ACCEPTED
+    assert h.journaled() == [(1, 1), (2, 2), (3, 3)]  # each number once, nothing acked lost
+    assert recovered == [(PUBLISHER, 1, 1), (PUBLISHER, 2, 2)]  # the late write goes out
+    assert h.received() == [(PUBLISHER, n, n) for n in (1, 2, 3)]  # as journaled, once
+    assert h.component.ingested[PUBLISHER] == 3
+
+
+def test_a_late_write_goes_out_before_the_renumbered_message_sent_again_at_once() -> None:
+    h = Harness()
+    h.publish(1)
+    h.journal.late.add(PUBLISHER)
+    h.publish(2)
+    h.journal.late.clear()
+    stale = h.publish(3)
+    again = h.publish(3)  # no timer ran in between
+
+    assert [outcome(stale), outcome(again)] == [RELEASED, ACCEPTED]
+    assert h.journaled() == [(1, 1), (2, 2), (3, 3)]
+    assert h.received() == [(PUBLISHER, n, n) for n in (1, 2, 3)]

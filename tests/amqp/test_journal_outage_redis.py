@@ -12,6 +12,11 @@ A plain publisher's publication whose answer from Redis is lost (the append was 
 :class:`LossyRelay` drops the reply and cuts the connection) is rejected, and its source then
 publishes nothing more: the component fans it out all the same once it can read the journal
 again, asking with a capped backoff while Redis stays down.
+
+An append whose answer was lost can also land late, after the component read the high-water
+again: the component's next number for that source is then taken. The message so numbered is
+released, not acknowledged as journaled; sent again, it is numbered after what landed, which
+subscribers get first.
 """
 
 from __future__ import annotations
@@ -23,14 +28,16 @@ import time
 from pathlib import Path
 
 import pytest
+from proton import Delivery
 
 from seqrepair.amqp.client import Publisher, Subscriber
+from seqrepair.amqp.technical import DEFAULT_SOURCE_BITS
 from seqrepair.core.messages import Publication
 from seqrepair.journal.journal import Journal
 from seqrepair.journal.server import EmbeddedRedis
 
 from .conftest import ComponentProcess, wait_for
-from .test_numbering_redis import PlainPublisher
+from .test_numbering_redis import TOPIC, PlainPublisher
 
 pytestmark = [pytest.mark.amqp, pytest.mark.redis]
 
@@ -210,3 +217,45 @@ def test_a_plain_publication_whose_answer_redis_lost_reaches_subscribers_without
     assert report.unrecoverable == 0
     # asked again with a growing delay while Redis was away (about 4 s), not on every tick
     assert 2 <= tries <= 15, (tries, log[-3000:])
+
+
+def test_a_plain_message_numbered_before_a_late_write_landed_is_released_then_numbered_after_it(
+    private_server: EmbeddedRedis, tmp_path: Path
+) -> None:
+    comp = ComponentProcess(private_server.url, tmp_path, "--heartbeat", "0.2").start()
+    got: list[Publication] = []
+    try:
+        with contextlib.ExitStack() as running:
+            sub = running.enter_context(
+                Subscriber(comp.url, "/plain/#", on_publication=got.append,
+                           heartbeat_interval=0.2, link_name="late-write-watcher")
+            )
+            assert sub.connected.wait(20)
+            time.sleep(0.3)
+            publisher = PlainPublisher(comp.url)
+            running.callback(publisher.close)
+            first = publisher.send(1)
+            assert wait_for(lambda: len(got) >= 1, 20)
+            # an earlier append of the source whose answer was lost lands now, behind the
+            # back of a component that numbers the source from the high-water it read
+            with Journal.from_url(private_server.url) as journal:
+                journal.append([Publication(TOPIC, publisher.source, 2, fields={"n": 99})],
+                               DEFAULT_SOURCE_BITS)
+            stale = publisher.send(2)  # numbered 2 by the component: the journal holds a 2
+            arrived = wait_for(lambda: len(got) >= 2, 20)  # on the component's timer
+            again = publisher.send(2)  # the publisher sends it again
+            wait_for(lambda: len(got) >= 3, 20)
+            time.sleep(0.5)  # anything extra (a duplicate) would arrive now
+            report = sub.stats()
+        with Journal.from_url(private_server.url) as journal:
+            held = journal.read_range(publisher.source, 1, 100)
+    finally:
+        comp.stop()
+    log = comp.log_text()[-3000:]
+    assert (first, stale, again) == ("accepted", str(Delivery.RELEASED), "accepted"), log
+    assert arrived, (len(got), report, log)
+    assert [(p.source_seq, p.fields["n"]) for p in held] == [(1, 1), (2, 99), (3, 2)]
+    assert [(p.source, p.source_seq, p.fields["n"]) for p in got] == [
+        (publisher.source, seq, n) for seq, n in ((1, 1), (2, 99), (3, 2))
+    ]
+    assert report.unrecoverable == 0

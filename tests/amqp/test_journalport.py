@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from seqrepair.amqp.journalport import JournalGapError, NotJournaledError, RedisJournalPort
+from seqrepair.amqp.journalport import (
+    JournalGapError,
+    NotJournaledError,
+    RedisJournalPort,
+    StaleNumberingError,
+)
 from seqrepair.core.messages import Publication
 from seqrepair.journal.errors import (
     JournalResponseError,
@@ -26,6 +31,8 @@ class FakeJournal:
         self.down: set[str] = set()  # sources whose every call fails: nothing written
         self.refusing: set[str] = set()  # sources whose appends get an error reply (out of memory)
         self.replies_lost: set[str] = set()  # sources whose appends are written, then time out
+        self.late: set[str] = set()  # sources whose appends time out unwritten, to land later
+        self.landing: dict[str, list[Publication]] = {}  # ... just before their next append
 
     def _reach(self, source: str) -> None:
         if source in self.down:
@@ -41,16 +48,26 @@ class FakeJournal:
         self._reach(pubs[0].source)
         if pubs[0].source in self.refusing:
             raise JournalResponseError("OOM command not allowed", source=pubs[0].source)
-        held = self.held.setdefault(pubs[0].source, [])
+        if pubs[0].source in self.landing:  # an earlier append, late: after any reads since
+            self._write(self.landing.pop(pubs[0].source))
+        if pubs[0].source in self.late:
+            self.landing[pubs[0].source] = list(pubs)
+            raise JournalTimeoutError("no reply in time (written later)", source=pubs[0].source)
         if self.moving:
-            held.append(len(held) + 1)
+            self.held.setdefault(pubs[0].source, []).append(len(self.held[pubs[0].source]) + 1)
+        held = self._write(pubs)
+        if pubs[0].source in self.replies_lost:
+            raise JournalTimeoutError("written, but the reply timed out", source=pubs[0].source)
+        return len(held)
+
+    def _write(self, pubs: list[Publication]) -> list[int]:
+        """The journal's append script: a contiguous continuation, else nothing written."""
+        held = self.held.setdefault(pubs[0].source, [])
         if pubs[0].source_seq != len(held) + 1:
             raise SequenceConflictError("conflict", expected=len(held) + 1)
         held.extend(p.source_seq for p in pubs)
         self.stored.update(((p.source, p.source_seq), p) for p in pubs)
-        if pubs[0].source in self.replies_lost:
-            raise JournalTimeoutError("written, but the reply timed out", source=pubs[0].source)
-        return len(held)
+        return held
 
     def read_range(self, source: str, first: int, last: int) -> list[Publication]:
         self._reach(source)
@@ -190,3 +207,40 @@ def test_a_failure_after_another_source_was_written_is_not_untouched() -> None:
     with pytest.raises(NotJournaledError) as read:
         port.high_water("b")
     assert (read.value.untouched, read.value.source) == (True, "b")  # a read writes nothing
+
+
+def test_a_late_write_under_numbers_the_component_gave_is_not_taken_for_held() -> None:
+    journal = FakeJournal()
+    port = RedisJournalPort(journal)
+    port.append(pubs(1, 2), numbered={"s"})
+    journal.late.add("s")  # 3..4 time out unwritten; they land before the next append
+    with pytest.raises(NotJournaledError):
+        port.append(pubs(3, 4), numbered={"s"})
+    journal.late.clear()
+    assert port.high_water("s") == 2  # read before the late write landed
+    fresh = [*pubs(1, 1, "a"), Publication("/t", "s", 3, "update", {"other": True})]
+    with pytest.raises(StaleNumberingError) as stale:
+        port.append(fresh, numbered={"a", "s"})  # numbered from the stale high-water
+    assert (stale.value.source, stale.value.untouched) == ("s", False)  # a's append went in
+    assert journal.held == {"s": [1, 2, 3, 4], "a": [1]}  # the late write only
+    assert "other" not in journal.stored[("s", 3)].fields
+    assert port.held("s") is None  # forgotten: what landed is read back, not guessed
+    assert port.journaled(fresh) == [0]  # a's only
+    assert port.high_water("s") == 4
+    assert [p.source_seq for p in port.unsent("s", 2)] == [3, 4]
+    port.append(pubs(5, 5), numbered={"s"})  # numbered again after it
+    assert journal.held["s"] == [1, 2, 3, 4, 5]
+
+
+def test_a_stale_numbering_found_without_a_round_trip_writes_nothing() -> None:
+    journal = FakeJournal()
+    port = RedisJournalPort(journal)
+    port.append(pubs(1, 3), numbered={"s"})
+    journal.calls.clear()
+    with pytest.raises(StaleNumberingError) as stale:
+        port.append(pubs(3, 4), numbered={"s"})  # the port knows 3 is held
+    assert stale.value.untouched
+    assert journal.calls == []
+    assert journal.held["s"] == [1, 2, 3]
+    port.append(pubs(3, 4))  # numbered by their publisher: 3 is a duplicate, skipped
+    assert journal.held["s"] == [1, 2, 3, 4]
