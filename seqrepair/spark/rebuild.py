@@ -39,24 +39,23 @@ stamped after the cut) and a broadcast join: no sort.
 
 Plan
 ----
-The journal is cut into blocks of ``block_size`` absolute numbers per source. From a narrow
-aggregate over (source, seq, timestamp) each block gets the largest timestamp before it and
-in it, so every publication has a lower bound (``max(before block, own timestamp)``) and an
-upper bound (``max(before block, in block)``) of its effective time without any sort.
-
-1. Per item, a lower bound of the event key of its last image or drop (an aggregate over the
-   narrow columns of images and drops; the block table is broadcast).
-2. A broadcast join keeps only publications whose upper-bound key is at or after that bound:
-   a superset of everything from the item's last reset on (everything earlier is overwritten
-   by the image or removed by the drop), so the heavy work below touches only each item's
-   tail.
+1. Per (item, source), the number of the item's last image or drop in that source (an
+   aggregate over the narrow columns of images and drops).
+2. A broadcast join on (item, source) keeps only each item's tail in each source: its
+   publications from that number on (all of them where the source never reset the item).
+   What a source published of an item before its own last reset precedes that reset in the
+   event order (same source: lower number, never a later effective time), and that reset
+   precedes or is the item's last reset overall, so it is overwritten or removed: the heavy
+   work below touches only the tails. No time is needed to prune.
 3. On that tail, one aggregate over (item, field, source): each publication's fields are
    exploded, plus a marker cell per publication (its last image or drop kept apart), and the
    highest sequence per (item, field, source) is kept with its value. Within a source the
    highest sequence is the latest event key, so no time is needed yet.
-4. The exact effective time of those winners only: a window (running maximum over sequence,
-   partitioned by source and block) over the narrow columns of the blocks that hold a winner,
-   plus the block table's maximum before the block; joined back on (source, seq).
+4. The exact effective time of those winners only. The journal is cut into blocks of
+   ``block_size`` absolute numbers per source; a narrow aggregate gives each block the largest
+   timestamp before it, and a window (running maximum over sequence, partitioned by source
+   and block) over the narrow columns of only the blocks that hold a winner gives the rest;
+   joined back on (source, seq).
 5. Per (item, field), the winner with the largest event key; per item the last reset, the last
    publication and the fields set at or after the reset (array ``filter``). Items whose last
    reset is a drop with nothing after it are gone; items never imaged since creation (or since
@@ -230,7 +229,7 @@ def rebuild_images(
 
     Returns one row per live item with the :data:`IMAGE_COLUMNS`. ``as_of_seq`` and
     ``as_of_time`` rebuild the images as of a point in time (see :func:`as_of`).
-    ``broadcast_items`` broadcasts the per-item reset table (one row per item) to prune each
+    ``broadcast_items`` broadcasts the reset table (one row per item and source) to prune each
     item's history before the shuffle; turn it off for journals with very many items.
     ``block_size`` (absolute numbers per block, see the module's Plan) trades the size of the
     broadcast block table (numbers / block_size rows) against the rows sorted to make
@@ -244,24 +243,19 @@ def rebuild_images(
         raise ValueError(f"block_size must be >= 1, got {block_size}")
     if as_of_seq or as_of_time is not None:
         journal = as_of(journal, seq=as_of_seq, timestamp=as_of_time)
-    blocks = F.broadcast(block_table(journal, block_size))
-    events = (
-        journal.where(F.col("ptype") != "snapshot")
-        .withColumn("_block", _block("seq", block_size))
-        .join(blocks, ["source", "_block"], "left")
-    )
-
-    # 1. per item: a lower bound of its last image or drop's event key
-    bound = (
+    events = journal.where(F.col("ptype") != "snapshot")
+    # 1. per item and source, the number of its last image or drop there
+    resets = (
         events.where(F.col("ptype").isin(*_RESETS))
-        .groupBy("topic")
-        .agg(F.max(_key(_time(F.col("_prev"), F.col("timestamp")))).alias("_bound"))
+        .groupBy("topic", "source")
+        .agg(F.max("seq").alias("_reset_seq"))
     )
     if broadcast_items:
-        bound = F.broadcast(bound)
-    # 2. a superset of each item's tail: publications whose upper-bound key reaches the bound
-    tail = events.join(bound, "topic", "left").where(
-        F.col("_bound").isNull() | (_key(_time(F.col("_prev"), F.col("_bmax"))) >= F.col("_bound"))
+        resets = F.broadcast(resets)
+    # 2. each item's tail in each source: from its last image or drop there on (what a source
+    #    published of an item before its own reset precedes that reset in the event order too)
+    tail = events.join(resets, ["topic", "source"], "left").where(
+        F.col("_reset_seq").isNull() | (F.col("seq") >= F.col("_reset_seq"))
     )
     # 3. per (item, field, source) the highest sequence carrying the field; a marker cell
     #    (field "", never a real field name) per publication gives per (item, source) the last
