@@ -37,7 +37,7 @@ from seqrepair.journal.journal import Journal
 from seqrepair.journal.server import EmbeddedRedis
 
 from .conftest import ComponentProcess, wait_for
-from .test_numbering_redis import TOPIC, PlainPublisher
+from .test_numbering_redis import TOPIC, watched_plain_publisher
 
 pytestmark = [pytest.mark.amqp, pytest.mark.redis]
 
@@ -174,17 +174,8 @@ def test_a_plain_publication_whose_answer_redis_lost_reaches_subscribers_without
     assert private_server.port is not None
     relay = LossyRelay(private_server.port)
     comp = ComponentProcess(relay.url, tmp_path, "--heartbeat", "0.2").start()
-    got: list[Publication] = []
     try:
-        with contextlib.ExitStack() as running:
-            sub = running.enter_context(
-                Subscriber(comp.url, "/plain/#", on_publication=got.append,
-                           heartbeat_interval=0.2, link_name="lost-answer-watcher")
-            )
-            assert sub.connected.wait(20)
-            time.sleep(0.3)
-            publisher = PlainPublisher(comp.url)
-            running.callback(publisher.close)
+        with watched_plain_publisher(comp.url, "lost-answer-watcher") as (sub, got, publisher):
             first = publisher.send(1)
             assert wait_for(lambda: len(got) >= 1, 20)
             relay.lose_next_answer()
@@ -223,17 +214,8 @@ def test_a_plain_message_numbered_before_a_late_write_landed_is_released_then_nu
     private_server: EmbeddedRedis, tmp_path: Path
 ) -> None:
     comp = ComponentProcess(private_server.url, tmp_path, "--heartbeat", "0.2").start()
-    got: list[Publication] = []
     try:
-        with contextlib.ExitStack() as running:
-            sub = running.enter_context(
-                Subscriber(comp.url, "/plain/#", on_publication=got.append,
-                           heartbeat_interval=0.2, link_name="late-write-watcher")
-            )
-            assert sub.connected.wait(20)
-            time.sleep(0.3)
-            publisher = PlainPublisher(comp.url)
-            running.callback(publisher.close)
+        with watched_plain_publisher(comp.url, "late-write-watcher") as (sub, got, publisher):
             first = publisher.send(1)
             assert wait_for(lambda: len(got) >= 1, 20)
             # an earlier append of the source whose answer was lost lands now, behind the

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -50,21 +51,31 @@ class PlainPublisher:
         self.conn.close()
 
 
+@contextlib.contextmanager
+def watched_plain_publisher(
+    url: str, link_name: str
+) -> Iterator[tuple[Subscriber, list[Publication], PlainPublisher]]:
+    """A subscriber to ``/plain/#`` of the component at ``url`` (heartbeats every 0.2 s) and
+    the list of what it got, then a :class:`PlainPublisher`; both closed on exit."""
+    got: list[Publication] = []
+    with contextlib.ExitStack() as running:
+        sub = running.enter_context(
+            Subscriber(url, "/plain/#", on_publication=got.append, heartbeat_interval=0.2,
+                       link_name=link_name)
+        )
+        assert sub.connected.wait(20)
+        time.sleep(0.3)  # attached before the first publication
+        publisher = PlainPublisher(url)
+        running.callback(publisher.close)
+        yield sub, got, publisher
+
+
 def test_a_plain_publisher_is_served_again_with_contiguous_numbers_after_redis_comes_back(
     private_server: EmbeddedRedis, tmp_path: Path
 ) -> None:
     comp = ComponentProcess(private_server.url, tmp_path, "--heartbeat", "0.2").start()
-    got: list[Publication] = []
     try:
-        with contextlib.ExitStack() as running:
-            sub = running.enter_context(
-                Subscriber(comp.url, "/plain/#", on_publication=got.append,
-                           heartbeat_interval=0.2, link_name="outage-watcher")
-            )
-            assert sub.connected.wait(10)
-            time.sleep(0.3)
-            publisher = PlainPublisher(comp.url)
-            running.callback(publisher.close)
+        with watched_plain_publisher(comp.url, "outage-watcher") as (_sub, got, publisher):
             outcomes = {1: publisher.send(1), 2: publisher.send(2)}
             private_server.stop()
             outcomes[3] = publisher.send(3)  # journaling fails: must be refused, not numbered
