@@ -29,9 +29,9 @@ import structlog
 from proton import Message
 
 from seqrepair.amqp import holdback
+from seqrepair.amqp.backoff import Backoff
 from seqrepair.amqp.codec import Decoder
 from seqrepair.amqp.errors import MalformedMessageError, UnknownMessageTypeError
-from seqrepair.amqp.gateway_relays import Backoff  # moving to .backoff; re-exported there
 from seqrepair.amqp.journalport import NotJournaledError, RedisJournalPort, StaleNumberingError
 from seqrepair.amqp.technical import DEFAULT_SOURCE_BITS
 from seqrepair.core.messages import Publication
