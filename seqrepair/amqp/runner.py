@@ -357,7 +357,18 @@ class PublisherRunner(_Reconnecting, Generic[Unsettled]):
         """Send what is pending, as far as credit allows."""
 
     def _wake(self) -> None:
-        self._injector.trigger(ApplicationEvent("seqrepair_wake"))
+        if not self._stopping:  # a stopped container reads the injector no more
+            self._injector.trigger(ApplicationEvent("seqrepair_wake"))
+
+    def _fail(self, error: AmqpAdapterError) -> None:
+        """Stop for good (a link error a reconnect cannot cure): :attr:`error` says why, and
+        :meth:`flush` returns False at once."""
+        self.error = error
+        self._stopping = True
+        if self._conn is not None:
+            self._conn.close()
+        self._injector.close()
+        self._notify()
 
     def _notify(self) -> None:
         """Wake :meth:`flush` if what it waits for may have come (nothing pending or unsettled,
