@@ -15,7 +15,8 @@ high-water again and fans out what the journal holds past what went out
 (:meth:`Ingest._catch_up`), so subscribers get it without waiting for the source to publish
 again; while Redis stays unreachable it asks again after a capped, jittered backoff. A message
 of a source in doubt that comes first takes the same path before its own publications, so
-per-source order holds and nothing goes out twice.
+per-source order holds and nothing goes out twice. What retention trimmed of it before it could
+be read back is passed over (a warning names it): it never goes out, the rest does.
 """
 
 from __future__ import annotations
@@ -61,9 +62,10 @@ FOLLOWS_RELEASED = Released("follows a released message")
 class Ingest:
     """Journal before fan-out, for every message a publishing link sends.
 
-    ``ingested`` is, per source, the last number fanned out (it starts at the journal's
-    high-waters); ``sequencers`` number the sources the component numbers (plain publishers);
-    ``in_doubt`` holds the sources an append may have journaled more of than went out.
+    ``ingested`` is, per source, the last number fanned out, or passed over as trimmed by
+    retention before it could go out (it starts at the journal's high-waters); ``sequencers``
+    number the sources the component numbers (plain publishers); ``in_doubt`` holds the
+    sources an append may have journaled more of than went out.
     """
 
     def __init__(
@@ -117,9 +119,20 @@ class Ingest:
         """Fan out what the journal holds of ``source`` past what went out, and clear its doubt:
         the one path for publications an append journaled although its answer was lost (a
         read: raises :class:`NotJournaledError`, ``untouched``, when the journal cannot be
-        read)."""
+        read).
+
+        What retention trimmed of them first can never go out: it is passed over, with a
+        warning that names it, and counted as ingested (a request for it is answered
+        ``GapError("trimmed")``; the same numbers sent again by their publisher are
+        duplicates), so the rest goes out in order and the source leaves doubt.
+        """
         self.journal.high_water(source)  # forgotten after an unknown outcome: read again
-        pubs = self.journal.unsent(source, self.ingested.get(source, 0))
+        unsent = self.journal.unsent(source, self.ingested.get(source, 0))
+        trimmed, pubs = unsent.trimmed, unsent.publications
+        if trimmed:
+            self.ingested[source] = trimmed[-1]
+            log.warning("journaled publications trimmed before they were fanned out",
+                        source=source, first=trimmed[0], last=trimmed[-1], count=len(trimmed))
         if pubs:
             self._publish(pubs, {})
             if source in self.in_doubt:

@@ -60,8 +60,22 @@ class JournalPort(Protocol):
     def high_water(self, source: str) -> int:
         """The last number of ``source`` the journal holds: :meth:`held`, else read."""
 
-    def unsent(self, source: str, after: int) -> list[Publication]:
-        """What the journal holds of ``source`` past ``after`` up to :meth:`held`."""
+    def unsent(self, source: str, after: int) -> Unsent:
+        """What the journal holds of ``source`` past ``after`` up to :meth:`held`, and which
+        of those numbers retention trimmed before they could be read."""
+
+
+@attrs.frozen
+class Unsent:
+    """What the journal holds of a source past what went out (:meth:`JournalPort.unsent`).
+
+    ``publications`` in order; before them, the numbers ``trimmed`` (an empty range when none):
+    journaled, but removed by retention before they could be read back, so they can never go
+    out (a request for them is answered ``GapError("trimmed")``).
+    """
+
+    publications: list[Publication]
+    trimmed: range
 
 
 def _bare(pub: Publication) -> Publication:
@@ -250,23 +264,43 @@ class RedisJournalPort:
         self._hw[source] = hw
         return hw
 
-    def unsent(self, source: str, after: int) -> list[Publication]:
+    def unsent(self, source: str, after: int) -> Unsent:
         """What the journal holds of ``source`` past ``after`` through :meth:`held` (nothing
         when that is unknown): publications an append journaled although its answer was lost,
-        once :meth:`high_water` has read the high-water again."""
+        once :meth:`high_water` has read the high-water again.
+
+        Retention may have trimmed some or all of them meanwhile (Redis was away, or the
+        answer came late): those are passed over and named (:attr:`Unsent.trimmed`), the rest
+        is read, again past a trim that races the read. Raises :class:`NotJournaledError`,
+        ``untouched``, when the journal cannot be read.
+        """
+        from seqrepair.journal.errors import TrimmedRangeError
+
         held = self._hw.get(source)
-        if held is None or held <= after:
-            return []
-        try:
-            pubs: list[Publication] = self.journal.read_range(  # type: ignore[attr-defined]
-                source, after + 1, held
-            )
-        except Exception as exc:
-            raise NotJournaledError(
-                f"{source!r}: {after + 1}..{held} cannot be read back ({type(exc).__name__}: "
-                f"{exc}); publish again", source=source, untouched=True,
-            ) from exc
-        return pubs
+        first = after + 1
+        if held is None or held < first:
+            return Unsent([], range(first, first))
+        start = first
+        while start <= held:  # each trim moves the start past it: this ends
+            try:
+                pubs: list[Publication] = self.journal.read_range(  # type: ignore[attr-defined]
+                    source, start, held
+                )
+            except TrimmedRangeError as exc:
+                if exc.trimmed_through >= start:
+                    start = min(exc.trimmed_through, held) + 1
+                    continue
+                raise NotJournaledError(  # a trim below what was asked: not a reason to skip
+                    f"{source!r}: {start}..{held} cannot be read back ({exc})",
+                    source=source, untouched=True,
+                ) from exc
+            except Exception as exc:
+                raise NotJournaledError(
+                    f"{source!r}: {start}..{held} cannot be read back ({type(exc).__name__}: "
+                    f"{exc}); publish again", source=source, untouched=True,
+                ) from exc
+            return Unsent(pubs, range(first, start))
+        return Unsent([], range(first, held + 1))
 
     def high_waters(self) -> dict[str, int]:
         """The last number held per journaled source."""

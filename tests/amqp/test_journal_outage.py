@@ -10,7 +10,9 @@ numbered again). Bad input stays rejected. What an append whose answer was lost 
 reaches subscribers on the component's timer, though its source never publishes again, and
 before anything that source publishes next. Should it land late, after the component numbered
 a plain publisher's next message from the high-water it read, that message is released (none
-of it journaled) and numbered again after what landed.
+of it journaled) and numbered again after what landed. Should retention trim it before the
+component reads it back, what was trimmed is passed over (named in a warning: it never goes
+out) and the rest goes out, in order; the source is served as before.
 
 The component runs in memory on :class:`~tests.amqp.test_journalport.FakeJournal` (Redis
 failures on demand), as in :mod:`tests.amqp.test_numbering`.
@@ -21,6 +23,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
+import structlog
 from proton import Delivery, Message
 
 from seqrepair.amqp.client import Publisher
@@ -386,3 +389,101 @@ def test_a_late_write_goes_out_before_the_renumbered_message_sent_again_at_once(
     assert [outcome(stale), outcome(again)] == [RELEASED, ACCEPTED]
     assert h.journaled() == [(1, 1), (2, 2), (3, 3)]
     assert h.received() == [(PUBLISHER, n, n) for n in (1, 2, 3)]
+
+
+# --- retention trims what an append whose answer was lost journaled, before it went out ----
+
+TRIMMED_UNSENT = "journaled publications trimmed before they were fanned out"
+RETRY_EVENT = "journaled publications not fanned out yet: the journal cannot be read"
+
+
+def _trim_warnings(logs: list[dict[str, object]]) -> list[tuple[object, object, object]]:
+    return [(e["source"], e["first"], e["last"]) for e in logs
+            if e["event"] == TRIMMED_UNSENT and e["log_level"] == "warning"]
+
+
+def _lost_answer_then_trimmed(h: Harness, through: int) -> object:
+    """Plain publications 1, then 2..4 in one message whose append's answer is lost (the
+    journal holds them, none went out); retention then trims the source through ``through``
+    before the component reads them back. The message's outcome."""
+    assert outcome(h.publish(1)) == ACCEPTED
+    h.journal.replies_lost.add(PUBLISHER)
+    lost = h.send(Message(body=[{"fields": {"n": n}} for n in (2, 3, 4)],
+                          properties={"message-type": "PUBLICATIONS"}))
+    h.journal.replies_lost.clear()
+    h.journal.trim(PUBLISHER, through)
+    return outcome(lost)
+
+
+@pytest.mark.parametrize(
+    ("through", "left"),
+    [(3, [(PUBLISHER, 4, 4)]), (4, [])],  # part of the unsent numbers, or all of them
+)
+def test_what_retention_trimmed_before_the_catch_up_is_passed_over_and_the_rest_goes_out(
+    through: int, left: list[tuple[str, int, int]]
+) -> None:
+    h = Harness()
+    clock = Ticking(h)
+    with structlog.testing.capture_logs() as logs:
+        lost = _lost_answer_then_trimmed(h, through)
+        clock.run(0.2)
+        recovered = h.received()
+        in_doubt = set(h.component.ingest.in_doubt)
+        clock.run(10.0)  # no further tries: the source left doubt
+        later = h.publish(5)
+
+    assert lost == (Delivery.REJECTED, "amqp:internal-error")
+    assert recovered == [(PUBLISHER, 1, 1), *left]  # what the journal still holds, in order
+    assert in_doubt == set()
+    assert outcome(later) == ACCEPTED
+    assert h.journaled()[-1] == (5, 5)  # numbered after everything the journal took
+    assert h.received() == [(PUBLISHER, 1, 1), *left, (PUBLISHER, 5, 5)]  # once, in order
+    assert h.component.ingested[PUBLISHER] == 5
+    assert _trim_warnings(logs) == [(PUBLISHER, 2, through)]  # named once, never fanned out
+    assert not [e for e in logs if e["event"] == RETRY_EVENT]
+
+
+@pytest.mark.parametrize(
+    ("through", "left"),
+    [(3, [(PUBLISHER, 4, 4)]), (4, [])],
+)
+def test_a_publication_of_the_source_that_comes_before_the_timer_is_taken_after_the_rest(
+    through: int, left: list[tuple[str, int, int]]
+) -> None:
+    h = Harness()
+    with structlog.testing.capture_logs() as logs:
+        _lost_answer_then_trimmed(h, through)
+        later = h.publish(5)  # the catch-up runs on this message's path, not released
+
+    assert outcome(later) == ACCEPTED
+    assert h.received() == [(PUBLISHER, 1, 1), *left, (PUBLISHER, 5, 5)]
+    assert h.component.ingest.in_doubt == set()
+    assert _trim_warnings(logs) == [(PUBLISHER, 2, through)]
+
+
+@pytest.mark.parametrize(
+    ("through", "left"),
+    [(4, [(SOURCE, 5, 5)]), (5, [])],
+)
+def test_a_numbering_publishers_trimmed_numbers_sent_again_are_duplicates_not_fanned_out(
+    through: int, left: list[tuple[str, int, int]]
+) -> None:
+    h = Harness()
+    clock = Ticking(h)
+    h.send(numbered(1, 2))
+    h.journal.replies_lost.add(SOURCE)
+    released = h.send(numbered(3, 5))  # journaled, its answer lost
+    h.journal.replies_lost.clear()
+    h.journal.trim(SOURCE, through)
+    with structlog.testing.capture_logs() as logs:
+        clock.run(0.2)
+    again = h.send(numbered(3, 5))  # the publisher sends the released message again
+    after = h.send(numbered(6, 6))
+
+    assert outcome(released) == RELEASED
+    assert [outcome(again), outcome(after)] == [ACCEPTED, ACCEPTED]
+    assert h.received() == [(SOURCE, 1, 1), (SOURCE, 2, 2), *left, (SOURCE, 6, 6)]
+    assert h.component.stats["duplicates"] == 3  # 3..5 went out, or were passed over
+    assert h.component.ingest.in_doubt == set()
+    assert h.receiver.held_back == {}
+    assert _trim_warnings(logs) == [(SOURCE, 3, through)]

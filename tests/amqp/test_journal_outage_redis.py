@@ -17,6 +17,10 @@ An append whose answer was lost can also land late, after the component read the
 again: the component's next number for that source is then taken. The message so numbered is
 released, not acknowledged as journaled; sent again, it is numbered after what landed, which
 subscribers get first.
+
+Retention may trim what such an append journaled before the component could read it back:
+those numbers never go out (a warning names them), the rest does, in order, and the source's
+next publication is accepted as usual.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import time
 from pathlib import Path
 
 import pytest
-from proton import Delivery
+from proton import Delivery, Message
 
 from seqrepair.amqp.client import Publisher, Subscriber
 from seqrepair.amqp.technical import DEFAULT_SOURCE_BITS
@@ -240,4 +244,60 @@ def test_a_plain_message_numbered_before_a_late_write_landed_is_released_then_nu
     assert [(p.source, p.source_seq, p.fields["n"]) for p in got] == [
         (publisher.source, seq, n) for seq, n in ((1, 1), (2, 99), (3, 2))
     ]
+    assert report.unrecoverable == 0
+
+
+TRIMMED_UNSENT = "journaled publications trimmed before they were fanned out"
+
+
+@pytest.mark.parametrize(
+    ("through", "left"),
+    [(3, [(4, 4)]), (4, [])],  # part of what the lost answer journaled, or all of it
+)
+def test_what_retention_trims_before_a_lost_answers_publications_went_out_is_passed_over(
+    private_server: EmbeddedRedis, tmp_path: Path, through: int, left: list[tuple[int, int]]
+) -> None:
+    assert private_server.port is not None
+    relay = LossyRelay(private_server.port)
+    comp = ComponentProcess(relay.url, tmp_path, "--heartbeat", "0.2").start()
+    try:
+        with watched_plain_publisher(comp.url, "trimmed-watcher") as (sub, got, publisher):
+            first = publisher.send(1)
+            assert wait_for(lambda: len(got) >= 1, 20)
+            relay.lose_next_answer()
+            lost = publisher.sender.send(  # 2..4 journaled; Redis's answer lost on its way
+                Message(body=[{"fields": {"n": n}} for n in (2, 3, 4)],
+                        properties={"message-type": "PUBLICATIONS"}), error_states=[])
+            with Journal.from_url(private_server.url) as journal:  # not through the relay
+                held_then = journal.high_water(publisher.source)
+                journal.trim_through(publisher.source, through, now=time.time())  # retention
+            time.sleep(1.0)  # the component cannot reach Redis meanwhile
+            relay.heal()
+            arrived = wait_for(lambda: len(got) >= 1 + len(left), 30)
+            time.sleep(0.5)  # anything trimmed or extra would arrive now
+            recovered = list(got)
+            later = publisher.send(5)  # the source is served again
+            wait_for(lambda: len(got) >= 2 + len(left), 20)
+            time.sleep(0.5)
+            report = sub.stats()
+        with Journal.from_url(private_server.url) as journal:
+            held = journal.read_range(publisher.source, through + 1, 100)
+    finally:
+        comp.stop()
+        relay.close()
+    log = comp.log_text()
+    warned = [line for line in log.splitlines() if TRIMMED_UNSENT in line]
+    assert (first, lost.remote.condition.name, later) == (
+        "accepted", "amqp:internal-error", "accepted"), log[-3000:]
+    assert relay.answers_lost == 1
+    assert held_then == 4  # the journal took 2..4: published, but trimmed before it went out
+    assert arrived, (got, report, log[-3000:])
+    assert [(p.source_seq, p.fields["n"]) for p in recovered] == [(1, 1), *left]
+    assert [(p.source_seq, p.fields["n"]) for p in held] == [*left, (5, 5)]
+    assert [(p.source, p.source_seq, p.fields["n"]) for p in got] == [
+        (publisher.source, seq, n) for seq, n in [(1, 1), *left, (5, 5)]
+    ]
+    assert len(warned) == 1, log[-3000:]  # the numbers never fanned out, named once
+    assert "first=2 " in warned[0], warned
+    assert f"last={through} " in warned[0], warned
     assert report.unrecoverable == 0

@@ -9,6 +9,7 @@ from seqrepair.amqp.journalport import (
     NotJournaledError,
     RedisJournalPort,
     StaleNumberingError,
+    Unsent,
 )
 from seqrepair.core.messages import Publication
 from seqrepair.journal.errors import (
@@ -16,6 +17,7 @@ from seqrepair.journal.errors import (
     JournalTimeoutError,
     JournalUnavailableError,
     SequenceConflictError,
+    TrimmedRangeError,
 )
 
 
@@ -33,6 +35,8 @@ class FakeJournal:
         self.replies_lost: set[str] = set()  # sources whose appends are written, then time out
         self.late: set[str] = set()  # sources whose appends time out unwritten, to land later
         self.landing: dict[str, list[Publication]] = {}  # ... just before their next append
+        self.trimmed: dict[str, int] = {}  # retention: per source, the last number trimmed
+        self.trims_racing: dict[str, list[int]] = {}  # trims that land just before each read
 
     def _reach(self, source: str) -> None:
         if source in self.down:
@@ -71,13 +75,26 @@ class FakeJournal:
 
     def read_range(self, source: str, first: int, last: int) -> list[Publication]:
         self._reach(source)
+        if self.trims_racing.get(source):
+            self.trim(source, self.trims_racing[source].pop(0))
+        through = self.trimmed.get(source, 0)
+        if first <= through:  # as the journal's reads: a trimmed number is an error, not a skip
+            raise TrimmedRangeError(f"trimmed through {through}", source=source,
+                                    trimmed_through=through, requested=first)
         return [self.stored[(source, seq)] for seq in range(first, last + 1)]
+
+    def trim(self, source: str, through: int) -> None:
+        """Retention removes ``source``'s numbers through ``through`` (capped at what it
+        holds)."""
+        through = min(through, len(self.held.get(source, [])))
+        self.trimmed[source] = max(self.trimmed.get(source, 0), through)
 
     def sources(self) -> list[str]:
         return sorted(self.held)
 
     def high_waters(self, sources: list[str]) -> dict[str, tuple[int, int]]:
-        return {source: (len(self.held.get(source, [])), 0) for source in sources}
+        return {source: (len(self.held.get(source, [])), self.trimmed.get(source, 0))
+                for source in sources}
 
     def publisher_journals(self, source: str, through: int) -> None:
         held = self.held.setdefault(source, [])
@@ -153,9 +170,9 @@ def test_an_append_whose_reply_is_lost_is_read_back_not_guessed() -> None:
     assert journal.held["s"] == [1, 2, 3, 4, 5]  # written after all
     assert port.held("s") is None  # the port does not claim to know
     assert port.journaled(pubs(3, 5)) == []
-    assert port.unsent("s", 2) == []  # nothing is read back before the high-water is
+    assert port.unsent("s", 2) == Unsent([], range(3, 3))  # nothing read before the high-water
     assert port.high_water("s") == 5
-    assert [p.source_seq for p in port.unsent("s", 2)] == [3, 4, 5]
+    assert [p.source_seq for p in port.unsent("s", 2).publications] == [3, 4, 5]
 
 
 def test_what_the_port_cannot_read_from_the_journal_is_an_internal_error() -> None:
@@ -173,6 +190,37 @@ def test_what_the_port_cannot_read_from_the_journal_is_an_internal_error() -> No
     journal.down.add("s")
     with pytest.raises(NotJournaledError, match="cannot be read back"):
         port.unsent("s", 0)
+
+
+@pytest.mark.parametrize(
+    ("trims", "read", "trimmed"),
+    [
+        ([4], [5, 6], range(3, 5)),  # trimmed before the read: the rest is read
+        ([6], [], range(3, 7)),  # all of it
+        ([9], [], range(3, 7)),  # and past what the port read
+        ([2], [3, 4, 5, 6], range(3, 3)),  # only what went out: nothing unsent is lost
+        ([3, 5], [6], range(3, 6)),  # a trim racing the read back: read again past it
+    ],
+)
+def test_what_retention_trimmed_before_it_was_read_back_is_passed_over_and_named(
+    trims: list[int], read: list[int], trimmed: range
+) -> None:
+    journal = FakeJournal()
+    port = RedisJournalPort(journal)
+    port.append(pubs(1, 2))
+    journal.replies_lost.add("s")
+    with pytest.raises(NotJournaledError):
+        port.append(pubs(3, 6))
+    journal.replies_lost.clear()
+    assert port.high_water("s") == 6
+    journal.publisher_journals("s", 9)  # journaled since the port read 6 (not its to read)
+    journal.trim("s", trims[0])
+    journal.trims_racing["s"] = trims[1:]
+
+    unsent = port.unsent("s", 2)
+
+    assert [p.source_seq for p in unsent.publications] == read
+    assert unsent.trimmed == trimmed
 
 
 @pytest.mark.parametrize(
@@ -227,7 +275,7 @@ def test_a_late_write_under_numbers_the_component_gave_is_not_taken_for_held() -
     assert port.held("s") is None  # forgotten: what landed is read back, not guessed
     assert port.journaled(fresh) == [0]  # a's only
     assert port.high_water("s") == 4
-    assert [p.source_seq for p in port.unsent("s", 2)] == [3, 4]
+    assert [p.source_seq for p in port.unsent("s", 2).publications] == [3, 4]
     port.append(pubs(5, 5), numbered={"s"})  # numbered again after it
     assert journal.held["s"] == [1, 2, 3, 4, 5]
 
