@@ -93,7 +93,21 @@ class BrokerPublisher(PublisherRunner[Publication]):
     component-mode clients' do: ``reconnect_delay``, doubled per failed attempt up to
     ``max_reconnect_delay``, jittered, and from the start again once the broker has accepted
     the sender link.
+
+    The broker may refuse or end the sender without dropping the connection. RabbitMQ ends the
+    link's *session* with ``amqp:not-found`` when the exchange does not exist (at the attach,
+    or at the next transfer once it was deleted) and with ``amqp:unauthorized-access`` when
+    the user may not write to it (at the first transfer, also after a permission is revoked);
+    another broker may detach the link. As the direct :class:`~seqrepair.amqp.client.Publisher`
+    does (:class:`~seqrepair.amqp.runner.PublisherRunner`): a condition in
+    :data:`~seqrepair.amqp.runner.FATAL_CONDITIONS` stops the publisher, :attr:`error` names
+    it and :meth:`flush` (and :meth:`close`) return False at once; the journal still holds
+    what was published, for subscribers to repair. Any other detach, end or close (another
+    condition, or none) is a lost connection: it reconnects with its backoff and sends the
+    unsettled publications again, in order, before anything newer.
     """
+
+    refusal_error = BrokerError
 
     def __init__(
         self,
@@ -126,6 +140,9 @@ class BrokerPublisher(PublisherRunner[Publication]):
         self.rejected = 0
         self.dropped = 0
         self.error: BrokerError | None = None
+        """Why it stopped by itself: the broker refused or ended the sender with a condition in
+        :data:`~seqrepair.amqp.runner.FATAL_CONDITIONS`; the message starts with the condition
+        (``amqp:not-found: NOT_FOUND - no exchange ...``), ``got`` is :attr:`address`."""
         self.log = log.bind(source=source, address=address)
 
     @property
@@ -233,24 +250,9 @@ class BrokerPublisher(PublisherRunner[Publication]):
 
     on_modified = on_released
 
-    def on_link_error(self, event: Any) -> None:
-        cond = event.link.remote_condition
-        self.error = BrokerError(
-            f"broker refused link to {self.address!r}: "
-            f"{cond.name if cond else '?'} {cond.description if cond else ''}",
-            got=self.address,
-        )
-        self.log.error("link refused", condition=cond.name if cond else None)
-        self._notify()
-
-    def on_disconnected(self, event: Any) -> None:
-        if self._stopping or event.connection != self._conn:
-            return
-        self._conn = self._sender = None
-        with self._lock:  # everything unsettled goes again, in order, before anything newer
-            self._pending.extendleft(reversed(list(self._unsettled.values())))
-            self._unsettled.clear()
-        self._schedule_reconnect("disconnected from broker")
+    def _requeue_unsettled(self) -> None:
+        self._pending.extendleft(reversed(list(self._unsettled.values())))  # in the order sent
+        self._unsettled.clear()
 
 
 # ------------------------------------------------------------------------------ subscriber

@@ -47,7 +47,7 @@ from seqrepair.amqp.component import (
 from seqrepair.amqp.errors import AmqpAdapterError
 from seqrepair.amqp.framing import Outgoing, encode_frames
 from seqrepair.amqp.rawamqp import read_raw
-from seqrepair.amqp.runner import PublisherRunner, SubscriberRunner
+from seqrepair.amqp.runner import FATAL_CONDITIONS, PublisherRunner, SubscriberRunner
 from seqrepair.amqp.technical import Capabilities, CapabilitiesRequest, SubscriptionState
 from seqrepair.core.errors import SeqRepairError
 from seqrepair.core.events import (
@@ -78,15 +78,6 @@ log = structlog.get_logger("seqrepair.amqp.client")
 
 _FRAMES = (Publication, Heartbeat, GapError, ReplayComplete)
 """What the subscriber's stub receives."""
-
-FATAL_CONDITIONS = frozenset(
-    {"amqp:not-found", "amqp:unauthorized-access", "amqp:decode-error", "amqp:invalid-field",
-     "amqp:link:stolen"}
-)
-"""Link errors a reconnect cannot cure: the subscriber stops and reports them. ``amqp:link:stolen``
-is one: another subscriber attached the same link name, and taking it back would only start a
-tug of war. Any other detach of one of its links by the peer (another condition, or none) is
-recovered by reconnecting."""
 
 
 class _LinkProperties(LinkOption):
@@ -463,12 +454,14 @@ class Publisher(PublisherRunner[list[Publication]]):
     journaled before it is sent (a publication counts as published once the journal holds it).
     Publications are sent to ``address`` (a topic or a pattern the topics fall under).
 
-    A lost connection, or a sender link the component refused or detached for a reason a
-    reconnect may cure, is made again after ``reconnect_delay``, doubled at each failed attempt
-    up to ``max_reconnect_delay`` (plus up to a quarter at random), and from ``reconnect_delay``
-    again once the component has accepted the sender link. A link error in
+    A lost connection, or a sender link the component refused or detached (or whose session
+    or connection it ended) for a reason a reconnect may cure, is made again after
+    ``reconnect_delay``, doubled at each failed attempt up to ``max_reconnect_delay`` (plus up
+    to a quarter at random), and from ``reconnect_delay`` again once the component has accepted
+    the sender link; the unsettled batches go again, in order. A condition in
     :data:`FATAL_CONDITIONS` (``amqp:not-found``: an address it may not publish to) stops it:
-    :attr:`error` names the condition and :meth:`flush` returns False at once.
+    :attr:`error` names the condition and :meth:`flush` returns False at once (see
+    :class:`~seqrepair.amqp.runner.PublisherRunner`).
 
     A batch the component releases (its journal is out for now) is sent again after a backoff:
     ``reconnect_delay`` at first, doubled up to ``max_backoff`` while releases go on (no
@@ -632,52 +625,11 @@ class Publisher(PublisherRunner[list[Publication]]):
         self._notify()
         self._send()
 
-    def on_disconnected(self, event: Any) -> None:
-        self._lost(event.connection, "disconnected")
-
-    def _lost(self, conn: Any, reason: str) -> None:
-        if self._stopping or conn is None or conn != self._conn:
-            return  # only the current connection starts (one) reconnect chain
-        self._conn = None
-        # everything unsettled goes again, in order, before anything newer
-        with self._lock:
-            for tag in sorted(self._unsettled, reverse=True, key=_tag_order):
-                self._pending.extendleft(reversed(self._unsettled[tag]))
-            self._unsettled.clear()
+    def _requeue_unsettled(self) -> None:
+        for tag in sorted(self._unsettled, reverse=True, key=_tag_order):
+            self._pending.extendleft(reversed(self._unsettled[tag]))
+        self._unsettled.clear()
         self._released.clear()  # among them, in their place
-        self._sender = None
-        self._schedule_reconnect(reason)
-
-    def on_link_error(self, event: Any) -> None:
-        """The peer detached (or refused) the sender link with an error condition."""
-        self._detached(event.link, event.link.remote_condition)
-
-    def on_link_closing(self, event: Any) -> None:
-        """The peer detached the sender link without an error condition."""
-        self._detached(event.link, None)
-
-    def _detached(self, link: Any, cond: Any) -> None:
-        """The sender link is gone while its connection stays up (proton's default would close
-        the connection, and nothing would reconnect): a condition in :data:`FATAL_CONDITIONS`
-        stops the publisher (:attr:`error` says why, :meth:`flush` returns False); anything
-        else is a lost connection: torn down, made again, the unsettled batches sent again."""
-        if self._stopping or link is None or link != self._sender:
-            return  # stopping (a close is no error), or a link of a connection given up on
-        name = cond.name if cond else None
-        description = cond.description if cond else None
-        if name in FATAL_CONDITIONS:
-            self.log.error("sender link refused", condition=name, description=description)
-            self._fail(AmqpAdapterError(f"{name}: {description or ''}"))
-            return
-        self.log.warning("sender link detached by the peer; reconnecting", condition=name,
-                         description=description)
-        conn = self._conn
-        transport = conn.transport if conn is not None else None
-        self._lost(conn, "sender link detached")
-        if transport is not None:
-            # torn down: its on_disconnected is for a connection given up on already
-            transport.close_tail()
-            transport.close_head()
 
 
 def _tag_order(tag: Any) -> int:

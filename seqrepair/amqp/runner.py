@@ -13,7 +13,9 @@ unless stopping; the backoff starts again once the peer has accepted the client'
   hands deliveries to a callback and/or a queue (``for pub in subscriber``) and can stop
   itself when ``stop_when()`` turns true.
 * :class:`PublisherRunner`: a sender with a pending queue, an unsettled map and a condition
-  that :meth:`PublisherRunner.flush` waits on.
+  that :meth:`PublisherRunner.flush` waits on. It also owns what happens when the peer ends
+  what the sender lives in (detaches the link, ends its session, closes its connection): a
+  condition in :data:`FATAL_CONDITIONS` stops it, anything else is a lost connection.
 
 What differs between the modes (what a frame means, how repair is asked for) stays in
 :mod:`seqrepair.amqp.client` and :mod:`seqrepair.amqp.brokered`.
@@ -40,6 +42,16 @@ from seqrepair.core.messages import Publication
 
 Unsettled = TypeVar("Unsettled")
 """What a publisher keeps per unsettled delivery (a batch, or one publication)."""
+
+FATAL_CONDITIONS = frozenset(
+    {"amqp:not-found", "amqp:unauthorized-access", "amqp:decode-error", "amqp:invalid-field",
+     "amqp:link:stolen"}
+)
+"""Error conditions (of a link, or of the session or connection a publisher's sender lives in)
+that a reconnect cannot cure: the client stops and reports them (its ``error``).
+``amqp:link:stolen`` is one for a subscriber: another subscriber attached the same link name,
+and taking it back would only start a tug of war. Any other detach of one of its links by the
+peer (another condition, or none) is recovered by reconnecting."""
 
 
 class Call:
@@ -287,12 +299,26 @@ class PublisherRunner(_Reconnecting, Generic[Unsettled]):
     """A sending client's lifecycle: pending queue, unsettled map, flush/close, reconnect.
 
     Subclasses set ``url``, ``address``, ``idle_timeout`` and ``log`` and implement ``_send``
-    (move pending publications to the sender while it has credit).
+    (move pending publications to the sender while it has credit) and ``_requeue_unsettled``
+    (put what is unsettled back in front of the pending queue, in the order first sent).
+
+    The peer can end the sender while the transport stays sound: detach the link (a refused
+    attach is an attach and a detach together), end the link's session (RabbitMQ's answer to
+    an exchange that does not exist or may not be written to, at the attach or at a later
+    transfer), or close the connection with a close frame. proton's defaults leave such a
+    publisher dead: they close the connection (and no ``on_disconnected`` follows, so nothing
+    reconnects) or only the link. Here a condition in :data:`FATAL_CONDITIONS`
+    stops the publisher: :attr:`error` is a ``refusal_error`` that starts with the condition,
+    and :meth:`flush` returns False at once. Anything else (another condition, or none) is a
+    lost connection: it is torn down and made again with the reconnect backoff, and the
+    unsettled publications go again, in order, before anything newer.
     """
 
     url: str
     address: str
     idle_timeout: float
+    refusal_error: type[AmqpAdapterError] = AmqpAdapterError
+    """The type of :attr:`error` when the peer refuses the sender for good."""
 
     def __init__(self, *, reconnect_delay: float, max_reconnect_delay: float) -> None:
         super().__init__(reconnect_delay=reconnect_delay, max_reconnect_delay=max_reconnect_delay,
@@ -302,6 +328,8 @@ class PublisherRunner(_Reconnecting, Generic[Unsettled]):
         self._pending: deque[Publication] = deque()
         self._unsettled: dict[Any, Unsettled] = {}
         self.error: AmqpAdapterError | None = None
+        """Why it stopped by itself: the peer refused or ended the sender with a condition in
+        :data:`FATAL_CONDITIONS` (the message starts with it, ``got`` is the address)."""
         self._container = None
         self._conn = None
         self._sender: Any = None
@@ -355,6 +383,11 @@ class PublisherRunner(_Reconnecting, Generic[Unsettled]):
     @abc.abstractmethod
     def _send(self) -> None:
         """Send what is pending, as far as credit allows."""
+
+    @abc.abstractmethod
+    def _requeue_unsettled(self) -> None:
+        """The connection is lost (called under the lock): put everything unsettled back in
+        front of the pending queue, in the order first sent, and forget it as unsettled."""
 
     def _wake(self) -> None:
         if not self._stopping:  # a stopped container reads the injector no more
@@ -410,3 +443,75 @@ class PublisherRunner(_Reconnecting, Generic[Unsettled]):
     def on_sendable(self, event: Any) -> None:
         """The sender has credit: send."""
         self._send()
+
+    def on_disconnected(self, event: Any) -> None:
+        """The connection is lost: reconnect."""
+        self._lost(event.connection, "disconnected")
+
+    def _lost(self, conn: Any, reason: str) -> None:
+        if self._stopping or conn is None or conn != self._conn:
+            return  # only the current connection starts (one) reconnect chain
+        self._conn = None
+        self._sender = None
+        with self._lock:  # everything unsettled goes again, in order, before anything newer
+            self._requeue_unsettled()
+        self._schedule_reconnect(reason)
+
+    # --- the peer ends the sender, its session or its connection ------------------------
+
+    def on_link_error(self, event: Any) -> None:
+        """The peer detached (or refused) a link with an error condition."""
+        self._ended(event.link == self._sender, event.link.remote_condition, "sender link",
+                    "sender link detached")
+
+    def on_link_closing(self, event: Any) -> None:
+        """The peer detached a link without an error condition."""
+        self._ended(event.link == self._sender, None, "sender link", "sender link detached")
+
+    def on_session_error(self, event: Any) -> None:
+        """The peer ended a session with an error condition."""
+        self._ended(self._is_senders_session(event.session), event.session.remote_condition,
+                    "session", "sender session ended")
+
+    def on_session_closing(self, event: Any) -> None:
+        """The peer ended a session without an error condition."""
+        self._ended(self._is_senders_session(event.session), None, "session",
+                    "sender session ended")
+
+    def on_connection_error(self, event: Any) -> None:
+        """The peer closed a connection with an error condition (``amqp:connection:forced``
+        comes as a lost connection: proton's own rule)."""
+        self._ended(event.connection == self._conn, event.connection.remote_condition,
+                    "connection", "connection closed by the peer")
+
+    def on_connection_closing(self, event: Any) -> None:
+        """The peer closed a connection without an error condition."""
+        self._ended(event.connection == self._conn, None, "connection",
+                    "connection closed by the peer")
+
+    def _is_senders_session(self, session: Any) -> bool:
+        return self._sender is not None and session == self._sender.session
+
+    def _ended(self, ours: bool, cond: Any, endpoint: str, reason: str) -> None:
+        """The peer ended the sender's link, session or connection (``endpoint``): a condition
+        in :data:`FATAL_CONDITIONS` stops the publisher (:attr:`error` says why, :meth:`flush`
+        returns False); anything else is a lost connection: torn down, made again, the
+        unsettled publications sent again."""
+        if self._stopping or not ours:
+            return  # stopping (a close is no error), or an endpoint of a connection given up on
+        name = cond.name if cond else None
+        description = cond.description if cond else None
+        if name in FATAL_CONDITIONS:
+            self.log.error("sender link refused", endpoint=endpoint, condition=name,
+                           description=description)
+            self._fail(self.refusal_error(f"{name}: {description or ''}", got=self.address))
+            return
+        self.log.warning("sender link detached by the peer; reconnecting", endpoint=endpoint,
+                         condition=name, description=description)
+        conn = self._conn
+        transport = conn.transport if conn is not None else None
+        self._lost(conn, reason)
+        if transport is not None:
+            # torn down: its on_disconnected is for a connection given up on already
+            transport.close_tail()
+            transport.close_head()
