@@ -164,7 +164,7 @@ class Component(MessagingHandler):
         self.stats = {"ingested": 0, "duplicates": 0, "rejected": 0, "released": 0, "requests": 0}
         self.ingest = Ingest(
             RedisJournalPort(journal, bits_of=self.decoder.unwrapper.bits), self.decoder,
-            self._fan_out, self.stats,
+            self._fan_out, self.stats, clock=clock,
         )
         self.gapfill = GapFillService(
             journal,

@@ -17,11 +17,19 @@ again; while Redis stays unreachable it asks again after a capped, jittered back
 of a source in doubt that comes first takes the same path before its own publications, so
 per-source order holds and nothing goes out twice. What retention trimmed of it before it could
 be read back is passed over (a warning names it): it never goes out, the rest does.
+
+A journal that hangs (Redis stopped, a network path that drops packets) does not fail at once:
+each call waits for the client's socket timeout, and the event loop, which serves every link,
+waits with it. A failed call that held the loop :data:`STALL` seconds or more makes the journal
+*quiet* for twice that time: messages are released untried (the publishers send them again
+later) and :meth:`Ingest.poll` waits, so the loop spends at most a third of its time on a
+journal that does not answer, and heartbeats and live links keep going.
 """
 
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable, Collection
 from typing import Any, cast
 
@@ -44,6 +52,9 @@ log = structlog.get_logger("seqrepair.amqp.ingest")
 FanOut = Callable[[list[Publication], dict[int, bytes | None]], None]
 """Offers journaled publications to the subscriber links (with, by index, the entries as
 received, where a batch's entry can be sent on as it is)."""
+
+STALL = 0.5
+"""Seconds a failed journal call must have held the event loop to make the journal quiet."""
 
 TOPIC_CACHE = 4096
 """How many checked topics a publishing link remembers (then it starts again)."""
@@ -76,6 +87,7 @@ class Ingest:
         stats: dict[str, int],
         *,
         backoff: Backoff | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.journal = journal
         self.decoder = decoder
@@ -90,6 +102,34 @@ class Ingest:
         """Between tries to read the journal again while a source is in doubt."""
         self._retry_at: float | None = None  # None: at the next poll
         self._rng = random.Random()
+        self.clock = clock
+        self.quiet_until: float | None = None
+        """Until then (``clock`` time) the journal is not tried: its last failed call stalled
+        the event loop (:data:`STALL`)."""
+
+    def _quiet(self, now: float) -> bool:
+        return self.quiet_until is not None and now < self.quiet_until
+
+    def _stalled(self, started: float, exc: NotJournaledError) -> None:
+        """A journal call begun at ``started`` failed with ``exc``: when it held the event loop
+        :data:`STALL` seconds or more, leave the journal quiet for twice that time."""
+        now = self.clock()
+        held = now - started
+        if held < STALL or isinstance(exc, StaleNumberingError):  # Redis answered that one
+            return
+        self.quiet_until = now + 2 * held
+        log.warning("the journal stalled the event loop: not tried for a while",
+                    held=round(held, 3), quiet_for=round(2 * held, 3), error=exc.message)
+
+    def _refuse_while_quiet(self) -> None:
+        """Raise an untouched :class:`NotJournaledError` while the journal is quiet."""
+        if self.quiet_until is not None:
+            wait = self.quiet_until - self.clock()
+            if wait > 0:
+                raise NotJournaledError(
+                    f"the journal stalled and is not tried for {wait:.1f} s; publish again",
+                    untouched=True,
+                )
 
     def poll(self, now: float) -> None:
         """Fan out what the journal took of the sources in doubt (the component's timer).
@@ -100,10 +140,14 @@ class Ingest:
         """
         if not self.in_doubt or (self._retry_at is not None and now < self._retry_at):
             return
+        if self._quiet(self.clock()):
+            return
         for source in sorted(self.in_doubt):
+            started = self.clock()
             try:
                 self._catch_up(source)
             except NotJournaledError as exc:
+                self._stalled(started, exc)
                 delay = self.backoff.next_delay(self._rng)
                 if delay is None:  # a backoff that gives up: keep trying at its longest
                     delay = self.backoff.maximum
@@ -172,9 +216,12 @@ class Ingest:
         if not wanted:
             if held and holdback.continues_past(held, pubs):
                 return FOLLOWS_RELEASED  # what it follows is sent again first
+            started = self.clock()
             try:
+                self._refuse_while_quiet()
                 self._journal(pubs, items, ())
             except NotJournaledError as exc:  # numbered by the publisher: a resend is safe
+                self._stalled(started, exc)
                 holdback.hold(held, pubs)
                 return Released(exc.message)
             except BaseException:
@@ -187,7 +234,9 @@ class Ingest:
         # publications without a number, all valid: only now may numbers be taken (a
         # number taken for a rejected message would leave a hole the journal refuses)
         numbered = dict.fromkeys(wanted)
+        started = self.clock()
         try:
+            self._refuse_while_quiet()
             for source in numbered:  # continue what the journal holds (read before decoding)
                 if source not in self.sequencers:
                     hw = self.journal.high_water(source)
@@ -199,6 +248,8 @@ class Ingest:
             # not all of it journaled: the next numbers continue what the journal holds
             for source in numbered:
                 self.sequencers.pop(source, None)
+            if isinstance(exc, NotJournaledError):
+                self._stalled(started, exc)
             if not holdback.resend_is_safe(exc, numbered_here=True):
                 raise
             return Released(exc.message)  # the journal took nothing of it
