@@ -22,6 +22,9 @@ def register(subparsers: Any) -> None:
     serve = subparsers.add_parser("serve", help="run the AMQP 1.0 pubsub component")
     serve.add_argument("--url", default="127.0.0.1:5672", help="listen address host:port")
     serve.add_argument("--redis-url", required=True, help="the journal's Redis")
+    serve.add_argument("--redis-timeout", type=float, default=2.0, metavar="SECONDS",
+                       help="how long a journal call may wait for Redis before it fails; the "
+                            "event loop serving every link waits with it (default 2)")
     serve.add_argument("--link-bits", type=int, default=16)
     serve.add_argument("--heartbeat", type=float, default=1.0, help="heartbeat interval (s)")
     serve.add_argument("--idle-timeout", type=float, default=10.0)
@@ -187,8 +190,12 @@ def _serve(args: argparse.Namespace) -> int:
         if args.ready_file:
             Path(args.ready_file).write_text(url)
 
+    if not args.redis_timeout > 0:
+        raise SystemExit(f"seqrepair serve: --redis-timeout must be > 0, got {args.redis_timeout}")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    component = Component(config, Journal.from_url(args.redis_url), on_ready=ready)
+    journal = Journal.from_url(args.redis_url, socket_timeout=args.redis_timeout,
+                               socket_connect_timeout=min(args.redis_timeout, 5.0))
+    component = Component(config, journal, on_ready=ready)
     with contextlib.ExitStack() as stack, contextlib.suppress(KeyboardInterrupt):
         if retention is not None:
             stack.enter_context(retention)
