@@ -1,4 +1,4 @@
-"""The ``seqrepair`` command: help, and the demo's in-process stage end to end."""
+"""The ``seqrepair`` command: help, the demo's in-process stage end to end, and argument checks."""
 
 import subprocess
 import sys
@@ -35,3 +35,10 @@ def test_demo_journals_to_a_private_redis_and_stops_it(capsys, monkeypatch, tmp_
     assert "subscriber images == publisher images  yes" in out
     leftover = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True)
     assert leftover.returncode == 1  # the demo's redis-server is not left running
+
+
+@pytest.mark.parametrize("timeout", ["0", "-1"])
+def test_serve_refuses_a_redis_timeout_that_is_not_positive(timeout, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["serve", "--redis-url", "redis://127.0.0.1:1/0", "--redis-timeout", timeout])
+    assert "--redis-timeout must be > 0" in str(exit_.value.code)
