@@ -287,8 +287,19 @@ class BrokerSubscriber(SubscriberRunner):
 
     A lost connection is made again after ``reconnect_delay``, doubled per failed attempt up to
     ``max_reconnect_delay``, jittered, and from the start again once the broker has accepted
-    the receiving link (a refused link stops it: :attr:`error`).
+    the receiving link; what it missed meanwhile the journal repairs.
+
+    The broker may refuse or end the receiver without dropping the connection: RabbitMQ ends
+    the link's *session*, with ``amqp:not-found`` for a queue or exchange that does not exist
+    and ``amqp:unauthorized-access`` for one the user may not read; another broker may detach
+    the link or close the connection. As the publishers do
+    (:class:`~seqrepair.amqp.runner.SubscriberRunner`): a condition in
+    :data:`~seqrepair.amqp.runner.FATAL_CONDITIONS` stops the subscriber, :attr:`error` names
+    it, :meth:`run` returns and the iterator ends. Any other detach, end or close (another
+    condition, or none) is a lost connection: it reconnects with its backoff.
     """
+
+    refusal_error = BrokerError
 
     def __init__(
         self,
@@ -341,6 +352,9 @@ class BrokerSubscriber(SubscriberRunner):
         self.report = BrokerSubscriberReport(detector=self.detector.stats)
         self.unrecoverable: list[Unrecoverable] = []
         self.error: BrokerError | None = None
+        """Why it stopped by itself: the broker refused or ended the receiver with a condition
+        in :data:`~seqrepair.amqp.runner.FATAL_CONDITIONS`; the message starts with the
+        condition (``amqp:not-found: NOT_FOUND - no queue ...``), ``got`` is :attr:`address`."""
         self._receiver: Any = None
         self.log = log.bind(link=self.link_name, address=address)
 
@@ -376,23 +390,12 @@ class BrokerSubscriber(SubscriberRunner):
             self.log.info("attached to broker", connections=self.report.connections)
             self._accepted(event.link)
 
-    def on_link_error(self, event: Any) -> None:
-        cond = event.link.remote_condition
-        self.error = BrokerError(
-            f"broker refused {self.address!r}: "
-            f"{cond.name if cond else '?'} {cond.description if cond else ''}",
-            got=self.address,
-        )
-        self.log.error("link refused", condition=cond.name if cond else None)
-        self._shutdown()
+    def _main_links(self) -> dict[str, Any]:
+        return {"receiver": self._receiver}
 
-    def on_disconnected(self, event: Any) -> None:
-        if self._stopping or event.connection != self._conn:
-            return
+    def _forget_connection(self, conn: Any) -> None:
         self.report.disconnections += 1
-        self.connected.clear()
-        self._conn = self._receiver = None
-        self._schedule_reconnect("disconnected from broker")
+        self._receiver = None
 
     def on_message(self, event: Any) -> None:
         self.report.received += 1

@@ -44,10 +44,10 @@ from seqrepair.amqp.component import (
     PROP_START,
     plain_properties,
 )
-from seqrepair.amqp.errors import AmqpAdapterError
 from seqrepair.amqp.framing import Outgoing, encode_frames
 from seqrepair.amqp.rawamqp import read_raw
-from seqrepair.amqp.runner import FATAL_CONDITIONS, PublisherRunner, SubscriberRunner
+from seqrepair.amqp.runner import FATAL_CONDITIONS as FATAL_CONDITIONS  # importable from here
+from seqrepair.amqp.runner import PublisherRunner, SubscriberRunner
 from seqrepair.amqp.technical import Capabilities, CapabilitiesRequest, SubscriptionState
 from seqrepair.core.errors import SeqRepairError
 from seqrepair.core.events import (
@@ -117,10 +117,15 @@ class Subscriber(SubscriberRunner):
     (``seqrepair serve --grant``): the authenticated user, else ``container_id`` (the AMQP
     container id of its connections; random when not given).
 
-    After a lost connection or a link the peer refused or detached (for a reason a reconnect
-    may cure) it reconnects after ``reconnect_delay``, doubled at each failed attempt up to
-    ``max_reconnect_delay`` (plus up to a quarter at random), and from ``reconnect_delay``
-    again once the component (or gateway) has accepted its receiving link.
+    After a lost connection, or a link the peer refused or detached (or whose session or
+    connection it ended) for a reason a reconnect may cure, it reconnects after
+    ``reconnect_delay``, doubled at each failed attempt up to ``max_reconnect_delay`` (plus up
+    to a quarter at random), and from ``reconnect_delay`` again once the component (or gateway)
+    has accepted its receiving link; it resumes its link context, or repairs by source when the
+    component starts the link again at 0. A condition in :data:`FATAL_CONDITIONS`
+    (``amqp:not-found``: an address it may not subscribe to; ``amqp:link:stolen``) stops it:
+    :attr:`error` names the condition and the address, :meth:`run` returns and the iterator
+    ends (see :class:`~seqrepair.amqp.runner.SubscriberRunner`).
     """
 
     def __init__(
@@ -171,8 +176,6 @@ class Subscriber(SubscriberRunner):
         self.report = SubscriberReport()
         self.capabilities: Capabilities | None = None
         self.unrecoverable: list[Unrecoverable] = []
-        self.error: AmqpAdapterError | None = None
-        """Why it stopped by itself: a link error in :data:`FATAL_CONDITIONS`."""
         self._ids = itertools.count(1)
         self._outbox: deque[Outgoing] = deque()
         self._receiver: Any = None
@@ -262,57 +265,18 @@ class Subscriber(SubscriberRunner):
     def on_sendable(self, event: Any) -> None:
         self._flush()
 
-    def on_disconnected(self, event: Any) -> None:
-        self._lost(event.connection, "disconnected")
+    def _main_links(self) -> dict[str, Any]:
+        return {"data": self._receiver, "control": self._control}
 
-    def _lost(self, conn: Any, reason: str) -> None:
-        if self._stopping or conn is None or conn != self._conn:
-            return  # only the current connection starts (one) reconnect chain
+    def _forget_connection(self, conn: Any) -> None:
         if getattr(conn, "seqrepair_attached", False):
             self.report.disconnections += 1
-        self.connected.clear()
         self._outbox.clear()
-        self._conn = None
         self._receiver = self._control = None
-        self._schedule_reconnect(reason)
 
     def on_transport_error(self, event: Any) -> None:
         cond = event.transport.condition
         self.log.info("transport error", condition=cond.name if cond else None)
-
-    def on_link_error(self, event: Any) -> None:
-        """The peer detached (or refused) a link with an error condition."""
-        self._detached(event.link, event.link.remote_condition)
-
-    def on_link_closing(self, event: Any) -> None:
-        """The peer detached a link without an error condition (proton says so here)."""
-        self._detached(event.link, None)
-
-    def _detached(self, link: Any, cond: Any) -> None:
-        """One of our links is gone while its connection stays up: a fatal condition stops the
-        subscriber; anything else is recovered as a lost connection is, by dropping the
-        connection and reconnecting (same link name, resumed context)."""
-        if self._stopping or link is None or (link != self._receiver and link != self._control):
-            return  # stopping (a close is no error), or a link of a connection given up on
-        which = "data" if link == self._receiver else "control"
-        name = cond.name if cond else None
-        description = cond.description if cond else None
-        if name in FATAL_CONDITIONS:
-            self.log.error("link refused", link_kind=which, condition=name,
-                           description=description)
-            self.error = AmqpAdapterError(f"{name}: {description or ''}")
-            self._shutdown()
-            return
-        self.log.warning("link detached by the peer; reconnecting", link_kind=which,
-                         condition=name, description=description)
-        conn = self._conn
-        transport = conn.transport if conn is not None else None
-        self._lost(conn, f"{which} link detached")
-        if transport is not None:
-            # torn down, as drop_connection does: the peer sees the connection lost and keeps
-            # the link's context for the resume (our links of it are forgotten already)
-            transport.close_tail()
-            transport.close_head()
 
     def on_rejected(self, event: Any) -> None:
         self.report.rejected += 1

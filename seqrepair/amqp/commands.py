@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
+from seqrepair.core.errors import SeqRepairError
 from seqrepair.core.messages import Publication
 
 
@@ -142,7 +143,6 @@ def _serve(args: argparse.Namespace) -> int:
 
     from seqrepair.amqp.component import Component, ComponentConfig, Subscription
     from seqrepair.amqp.grants import GrantTable
-    from seqrepair.core.errors import SeqRepairError
     from seqrepair.core.topics import TopicPattern
     from seqrepair.journal.journal import Journal
     from seqrepair.journal.retainer import RetentionWorker
@@ -244,7 +244,14 @@ def _publish(args: argparse.Namespace) -> int:
     ok = publisher.close(timeout=60)
     print(json.dumps({"published": count, "accepted": publisher.accepted,
                       "rejected": publisher.rejected, "flushed": ok}))
+    _report_error("publish", publisher.error)
     return 0 if ok and not publisher.rejected else 1
+
+
+def _report_error(command: str, error: SeqRepairError | None) -> None:
+    """A client stopped by a condition a reconnect cannot cure: say which, on stderr."""
+    if error is not None:
+        print(f"seqrepair {command}: {error.message}", file=sys.stderr)
 
 
 def publication_record(pub: Publication) -> dict[str, Any]:
@@ -280,10 +287,8 @@ def _subscribe(args: argparse.Namespace) -> int:
 
         threading.Thread(target=announce, name="ready-file", daemon=True).start()
     _run_subscriber(subscriber, sink, args)
-    if subscriber.error is not None:  # stopped by a condition a reconnect cannot cure
-        print(f"seqrepair subscribe: {subscriber.error.message}", file=sys.stderr)
-        return 1
-    return 0
+    _report_error("subscribe", subscriber.error)
+    return 1 if subscriber.error is not None else 0
 
 
 class _Sink:
@@ -401,6 +406,7 @@ def _publish_brokered(args: argparse.Namespace) -> int:
     print(json.dumps({"published": count, "sent": publisher.sent, "dropped": publisher.dropped,
                       "accepted": publisher.accepted, "rejected": publisher.rejected,
                       "flushed": ok}))
+    _report_error("publish", publisher.error)
     return 0 if ok else 1
 
 
@@ -440,4 +446,5 @@ def _subscribe_brokered(args: argparse.Namespace) -> int:
         link_name=args.link_name,
     )
     _run_subscriber(subscriber, sink, args)
+    _report_error("subscribe", subscriber.error)
     return 1 if subscriber.error is not None else 0

@@ -13,9 +13,11 @@ unless stopping; the backoff starts again once the peer has accepted the client'
   hands deliveries to a callback and/or a queue (``for pub in subscriber``) and can stop
   itself when ``stop_when()`` turns true.
 * :class:`PublisherRunner`: a sender with a pending queue, an unsettled map and a condition
-  that :meth:`PublisherRunner.flush` waits on. It also owns what happens when the peer ends
-  what the sender lives in (detaches the link, ends its session, closes its connection): a
-  condition in :data:`FATAL_CONDITIONS` stops it, anything else is a lost connection.
+  that :meth:`PublisherRunner.flush` waits on.
+
+Both share what happens when the peer ends what a client's links live in (detaches a link, ends
+its session, closes its connection): a condition in :data:`FATAL_CONDITIONS` stops the client
+(its ``error`` says why; nothing that waits on it hangs), anything else is a lost connection.
 
 What differs between the modes (what a frame means, how repair is asked for) stays in
 :mod:`seqrepair.amqp.client` and :mod:`seqrepair.amqp.brokered`.
@@ -47,11 +49,12 @@ FATAL_CONDITIONS = frozenset(
     {"amqp:not-found", "amqp:unauthorized-access", "amqp:decode-error", "amqp:invalid-field",
      "amqp:link:stolen"}
 )
-"""Error conditions (of a link, or of the session or connection a publisher's sender lives in)
-that a reconnect cannot cure: the client stops and reports them (its ``error``).
+"""Error conditions (of a link of a client, or of the session or connection it lives in) that a
+reconnect cannot cure: the client stops and reports them (its ``error``).
 ``amqp:link:stolen`` is one for a subscriber: another subscriber attached the same link name,
 and taking it back would only start a tug of war. Any other detach of one of its links by the
-peer (another condition, or none) is recovered by reconnecting."""
+peer, or end of its session or connection (another condition, or none), is recovered by
+reconnecting."""
 
 
 class Call:
@@ -124,6 +127,10 @@ class _Reconnecting(MessagingHandler, abc.ABC):
     _stopping: bool
     _thread: threading.Thread | None
     log: Any
+    address: str
+    error: AmqpAdapterError | None
+    refusal_error: type[AmqpAdapterError] = AmqpAdapterError
+    """The type of ``error`` when the peer refuses or ends the client for good."""
 
     def __init__(
         self, *, reconnect_delay: float, max_reconnect_delay: float, **handler: Any
@@ -179,13 +186,107 @@ class _Reconnecting(MessagingHandler, abc.ABC):
         if not self._stopping and self._conn is None:
             self._connect()
 
+    # --- the peer ends a link, its session or its connection ----------------------------
+
+    @abc.abstractmethod
+    def _main_links(self) -> dict[str, Any]:
+        """The links of the current connection, by kind (``sender``, ``data``...; a link not
+        made yet or forgotten is None): what the peer may end."""
+
+    @abc.abstractmethod
+    def _lost(self, conn: Any, reason: str) -> None:
+        """``conn`` is lost: unless stopping or already given up on, forget it and schedule a
+        reconnect (:meth:`_schedule_reconnect`)."""
+
+    @abc.abstractmethod
+    def _fail(self, error: AmqpAdapterError) -> None:
+        """Stop for good: :attr:`error` says why; whatever waits on the client returns."""
+
+    def on_link_error(self, event: Any) -> None:
+        """The peer detached (or refused) a link with an error condition."""
+        kind = self._kind_of(lambda link: link == event.link)
+        self._ended(kind, event.link.remote_condition, "link", f"{kind} link detached")
+
+    def on_link_closing(self, event: Any) -> None:
+        """The peer detached a link without an error condition."""
+        kind = self._kind_of(lambda link: link == event.link)
+        self._ended(kind, None, "link", f"{kind} link detached")
+
+    def on_session_error(self, event: Any) -> None:
+        """The peer ended a session with an error condition (RabbitMQ's refusal of a link)."""
+        kind = self._kind_of(lambda link: link.session == event.session)
+        self._ended(kind, event.session.remote_condition, "session", f"{kind} session ended")
+
+    def on_session_closing(self, event: Any) -> None:
+        """The peer ended a session without an error condition."""
+        kind = self._kind_of(lambda link: link.session == event.session)
+        self._ended(kind, None, "session", f"{kind} session ended")
+
+    def on_connection_error(self, event: Any) -> None:
+        """The peer closed a connection with an error condition (``amqp:connection:forced``
+        comes as a lost connection: proton's own rule)."""
+        kind = "connection" if event.connection == self._conn else None
+        self._ended(kind, event.connection.remote_condition, "connection",
+                    "connection closed by the peer")
+
+    def on_connection_closing(self, event: Any) -> None:
+        """The peer closed a connection without an error condition."""
+        kind = "connection" if event.connection == self._conn else None
+        self._ended(kind, None, "connection", "connection closed by the peer")
+
+    def _kind_of(self, matches: Callable[[Any], bool]) -> str | None:
+        """The kind of the first current link ``matches``, None when none does."""
+        for kind, link in self._main_links().items():
+            if link is not None and matches(link):
+                return kind
+        return None
+
+    def _ended(self, kind: str | None, cond: Any, endpoint: str, reason: str) -> None:
+        """The peer ended a link of the client (``kind``), its session or its connection
+        (``endpoint``) while the transport stays sound; proton's defaults would close the
+        connection with no ``on_disconnected`` after it (nothing reconnects, nothing wakes
+        what waits) or ignore it. A condition in :data:`FATAL_CONDITIONS` stops the client
+        (:meth:`_fail`: :attr:`error` is a ``refusal_error`` whose message starts with the
+        condition and whose ``got`` is the address); anything else is a lost connection: torn
+        down and made again with the backoff."""
+        if self._stopping or kind is None:
+            return  # stopping (a close is no error), or an endpoint of a connection given up on
+        name = cond.name if cond else None
+        description = cond.description if cond else None
+        if name in FATAL_CONDITIONS:
+            self.log.error("link refused", link_kind=kind, endpoint=endpoint, condition=name,
+                           description=description)
+            self._fail(self.refusal_error(f"{name}: {description or ''}", got=self.address))
+            return
+        self.log.warning("link detached by the peer; reconnecting", link_kind=kind,
+                         endpoint=endpoint, condition=name, description=description)
+        conn = self._conn
+        transport = conn.transport if conn is not None else None
+        self._lost(conn, reason)
+        if transport is not None:
+            # torn down: the peer sees the connection lost (a component keeps the link's
+            # context for the resume), and its on_disconnected is for a connection given up on
+            transport.close_tail()
+            transport.close_head()
+
 
 class SubscriberRunner(_Reconnecting):
     """A receiving client's lifecycle: run/start/stop, the tick timer, the delivery queue.
 
-    Subclasses set ``link_name``, ``tick``, ``on_publication`` and ``log`` before running, call
-    :meth:`_accepted` when their receiving link is attached, and implement ``_connect`` (open
-    the connection and links) and ``_on_tick`` (poll the repair engine).
+    Subclasses set ``address``, ``link_name``, ``tick``, ``on_publication`` and ``log`` before
+    running, call :meth:`_accepted` when their receiving link is attached, and implement
+    ``_connect`` (open the connection and links), ``_main_links`` (those links by kind),
+    ``_forget_connection`` (drop them, count the loss) and ``_on_tick`` (poll the repair engine).
+
+    The peer can end what the subscriber's links live in while the transport stays sound:
+    detach a link (a refused attach is an attach and a detach together), end the session
+    (RabbitMQ's answer to a queue or exchange that does not exist or may not be read), or close
+    the connection with a close frame. As for the publishers: a condition in
+    :data:`FATAL_CONDITIONS` stops the subscriber (:attr:`error` says why; :meth:`run` returns,
+    the iterator ends); anything else (another condition, or none) is a lost connection: it is
+    torn down and made again with the reconnect backoff, and the subscriber's repair (by link
+    range after a resumed context, by source after a reset or from the journal) makes up what
+    it missed meanwhile.
     """
 
     link_name: str
@@ -200,6 +301,10 @@ class SubscriberRunner(_Reconnecting):
         handlers: Any = self.handlers  # a list once set (proton types it lazily)
         handlers.append(BatchedCredit(credit))
         self.connected = threading.Event()
+        self.error: AmqpAdapterError | None = None
+        """Why it stopped by itself: the peer refused or ended its link, session or connection
+        with a condition in :data:`FATAL_CONDITIONS`; the message starts with the condition
+        (``amqp:not-found: ...``), ``got`` is the address subscribed to."""
         self._container = None
         self._conn = None
         self._stopping = False
@@ -287,6 +392,26 @@ class SubscriberRunner(_Reconnecting):
             self._injector.close()
         self._queue.put(None)
 
+    def _fail(self, error: AmqpAdapterError) -> None:
+        self.error = error
+        self._shutdown()
+
+    def on_disconnected(self, event: Any) -> None:
+        """The connection is lost: reconnect."""
+        self._lost(event.connection, "disconnected")
+
+    def _lost(self, conn: Any, reason: str) -> None:
+        if self._stopping or conn is None or conn != self._conn:
+            return  # only the current connection starts (one) reconnect chain
+        self._forget_connection(conn)
+        self.connected.clear()
+        self._conn = None
+        self._schedule_reconnect(reason)
+
+    @abc.abstractmethod
+    def _forget_connection(self, conn: Any) -> None:
+        """``conn``, the current connection, is lost: forget its links, count the loss."""
+
     def _deliver(self, publication: Publication) -> None:
         """Hand one delivery to the callback and, when running in a thread, to the queue."""
         if self.on_publication is not None:
@@ -315,10 +440,7 @@ class PublisherRunner(_Reconnecting, Generic[Unsettled]):
     """
 
     url: str
-    address: str
     idle_timeout: float
-    refusal_error: type[AmqpAdapterError] = AmqpAdapterError
-    """The type of :attr:`error` when the peer refuses the sender for good."""
 
     def __init__(self, *, reconnect_delay: float, max_reconnect_delay: float) -> None:
         super().__init__(reconnect_delay=reconnect_delay, max_reconnect_delay=max_reconnect_delay,
@@ -457,61 +579,5 @@ class PublisherRunner(_Reconnecting, Generic[Unsettled]):
             self._requeue_unsettled()
         self._schedule_reconnect(reason)
 
-    # --- the peer ends the sender, its session or its connection ------------------------
-
-    def on_link_error(self, event: Any) -> None:
-        """The peer detached (or refused) a link with an error condition."""
-        self._ended(event.link == self._sender, event.link.remote_condition, "sender link",
-                    "sender link detached")
-
-    def on_link_closing(self, event: Any) -> None:
-        """The peer detached a link without an error condition."""
-        self._ended(event.link == self._sender, None, "sender link", "sender link detached")
-
-    def on_session_error(self, event: Any) -> None:
-        """The peer ended a session with an error condition."""
-        self._ended(self._is_senders_session(event.session), event.session.remote_condition,
-                    "session", "sender session ended")
-
-    def on_session_closing(self, event: Any) -> None:
-        """The peer ended a session without an error condition."""
-        self._ended(self._is_senders_session(event.session), None, "session",
-                    "sender session ended")
-
-    def on_connection_error(self, event: Any) -> None:
-        """The peer closed a connection with an error condition (``amqp:connection:forced``
-        comes as a lost connection: proton's own rule)."""
-        self._ended(event.connection == self._conn, event.connection.remote_condition,
-                    "connection", "connection closed by the peer")
-
-    def on_connection_closing(self, event: Any) -> None:
-        """The peer closed a connection without an error condition."""
-        self._ended(event.connection == self._conn, None, "connection",
-                    "connection closed by the peer")
-
-    def _is_senders_session(self, session: Any) -> bool:
-        return self._sender is not None and session == self._sender.session
-
-    def _ended(self, ours: bool, cond: Any, endpoint: str, reason: str) -> None:
-        """The peer ended the sender's link, session or connection (``endpoint``): a condition
-        in :data:`FATAL_CONDITIONS` stops the publisher (:attr:`error` says why, :meth:`flush`
-        returns False); anything else is a lost connection: torn down, made again, the
-        unsettled publications sent again."""
-        if self._stopping or not ours:
-            return  # stopping (a close is no error), or an endpoint of a connection given up on
-        name = cond.name if cond else None
-        description = cond.description if cond else None
-        if name in FATAL_CONDITIONS:
-            self.log.error("sender link refused", endpoint=endpoint, condition=name,
-                           description=description)
-            self._fail(self.refusal_error(f"{name}: {description or ''}", got=self.address))
-            return
-        self.log.warning("sender link detached by the peer; reconnecting", endpoint=endpoint,
-                         condition=name, description=description)
-        conn = self._conn
-        transport = conn.transport if conn is not None else None
-        self._lost(conn, reason)
-        if transport is not None:
-            # torn down: its on_disconnected is for a connection given up on already
-            transport.close_tail()
-            transport.close_head()
+    def _main_links(self) -> dict[str, Any]:
+        return {"sender": self._sender}
