@@ -15,19 +15,15 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from seqrepair.amqp.client import Publisher, Subscriber
-from seqrepair.core.messages import Publication
-from seqrepair.journal.journal import Journal
 from seqrepair.journal.server import EmbeddedRedis
 
-from .conftest import ComponentProcess, wait_for
+from .conftest import ComponentProcess
+from .test_journal_outage_redis import assert_once_in_order, publish_through
 
 pytestmark = [pytest.mark.amqp, pytest.mark.redis]
 
@@ -52,49 +48,7 @@ def test_a_hung_redis_loses_nothing_and_the_component_keeps_serving(
 ) -> None:
     comp = ComponentProcess(private_server.url, tmp_path, "--heartbeat", "0.2",
                             "--redis-timeout", "1").start()
-    got: list[Publication] = []
-    published = threading.Event()
-    try:
-        with contextlib.ExitStack() as running:
-            sub = running.enter_context(
-                Subscriber(comp.url, "/hang/#", on_publication=got.append,
-                           heartbeat_interval=0.2, link_name="hang-watcher")
-            )
-            assert sub.connected.wait(20)
-            time.sleep(0.3)
-            publisher = running.enter_context(
-                Publisher(comp.url, SOURCE, address="/hang/#", journal=None, max_batch=8)
-            )
-
-            def feed() -> None:  # steadily, before, during and after the hang
-                for n in range(1, TOTAL + 1):
-                    publisher.publish("/hang/x", {"n": n})
-                    time.sleep(0.004)
-                published.set()
-
-            feeder = threading.Thread(target=feed, name="feed", daemon=True)
-            feeder.start()
-            assert wait_for(lambda: publisher.accepted >= 100, 30), publisher.accepted
-            with hung(private_server):
-                assert wait_for(lambda: publisher.released > 0, 30)  # the hang was felt
-                time.sleep(3.0)  # publishing goes on meanwhile
-            assert published.wait(60)
-            flushed = publisher.flush(60)
-            done = wait_for(lambda: len(got) >= TOTAL, 60)
-            time.sleep(0.5)  # anything extra (a duplicate) would arrive now
-            report = sub.stats()
-        with Journal.from_url(private_server.url) as journal:
-            held = journal.read_range(SOURCE, 1, TOTAL + 10)
-    finally:
-        comp.stop()
-    log = comp.log_text()
-    assert flushed, (publisher.accepted, publisher.rejected, publisher.released, log[-3000:])
-    assert done, (len(got), report, log[-3000:])
-    assert publisher.rejected == 0, log[-3000:]
-    assert publisher.accepted == TOTAL
-    assert "the journal stalled the event loop" in log  # the component stopped trying a while
-    assert [(p.source_seq, p.fields["n"]) for p in held] == [(n, n) for n in range(1, TOTAL + 1)]
-    assert [(p.source, p.source_seq, p.fields["n"]) for p in got] == [
-        (SOURCE, n, n) for n in range(1, TOTAL + 1)
-    ]
-    assert report.unrecoverable == 0
+    run = publish_through(private_server, comp, lambda: hung(private_server),
+                          source=SOURCE, prefix="/hang", total=TOTAL, pace=0.004, lasting=3.0)
+    assert_once_in_order(run, SOURCE, TOTAL)
+    assert "the journal stalled the event loop" in run.log  # it stopped trying a while

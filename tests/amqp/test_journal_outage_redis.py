@@ -29,14 +29,18 @@ import contextlib
 import socket
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager as ContextManager
 from pathlib import Path
 
+import attrs
 import pytest
 from proton import Delivery, Message
 
 from seqrepair.amqp.client import Publisher, Subscriber
 from seqrepair.amqp.technical import DEFAULT_SOURCE_BITS
 from seqrepair.core.messages import Publication
+from seqrepair.core.stub import StubStats
 from seqrepair.journal.journal import Journal
 from seqrepair.journal.server import EmbeddedRedis
 
@@ -48,59 +52,100 @@ pytestmark = [pytest.mark.amqp, pytest.mark.redis]
 SOURCE = "feed.outage"
 TOTAL = 1_200
 
-def test_a_numbering_publisher_without_a_journal_publishes_through_a_redis_outage(
-    private_server: EmbeddedRedis, tmp_path: Path
-) -> None:
-    comp = ComponentProcess(private_server.url, tmp_path, "--heartbeat", "0.2").start()
+@attrs.frozen
+class Steady:
+    """What a steady numbering publisher without a journal and a subscriber saw of a run
+    through a journal outage (:func:`publish_through`)."""
+
+    publisher: Publisher
+    got: list[Publication]
+    report: StubStats
+    flushed: bool
+    done: bool
+    held: list[Publication]  # what the journal holds of the source afterwards
+    log: str  # the component's
+
+
+def publish_through(
+    server: EmbeddedRedis, comp: ComponentProcess, outage: Callable[[], ContextManager[object]],
+    *, source: str, prefix: str, total: int, pace: float, lasting: float,
+) -> Steady:
+    """Publish ``total`` publications of ``source`` under ``prefix`` one every ``pace`` seconds
+    through ``comp`` (a :class:`Publisher` with ``journal=None`` and small batches, so many
+    deliveries are in flight when the journal goes); a sixth of the way in, hold ``outage``
+    open until the publisher has had a release and ``lasting`` seconds more; then wait
+    (generous deadlines) for everything to be flushed and delivered to a subscriber."""
     got: list[Publication] = []
     published = threading.Event()
     try:
         with contextlib.ExitStack() as running:
             sub = running.enter_context(
-                Subscriber(comp.url, "/own/#", on_publication=got.append,
-                           heartbeat_interval=0.2, link_name="outage-watcher")
+                Subscriber(comp.url, f"{prefix}/#", on_publication=got.append,
+                           heartbeat_interval=0.2, link_name=f"{source}-watcher")
             )
             assert sub.connected.wait(20)
             time.sleep(0.3)
             publisher = running.enter_context(
-                # small batches: many deliveries in flight when Redis goes
-                Publisher(comp.url, SOURCE, address="/own/#", journal=None, max_batch=8)
+                Publisher(comp.url, source, address=f"{prefix}/#", journal=None, max_batch=8)
             )
 
             def feed() -> None:  # steadily, before, during and after the outage
-                for n in range(1, TOTAL + 1):
-                    publisher.publish("/own/x", {"n": n})
-                    time.sleep(0.002)
+                for n in range(1, total + 1):
+                    publisher.publish(f"{prefix}/x", {"n": n})
+                    time.sleep(pace)
                 published.set()
 
-            feeder = threading.Thread(target=feed, name="feed", daemon=True)
-            feeder.start()
-            assert wait_for(lambda: publisher.accepted >= 200, 30), publisher.accepted
-            private_server.stop()
-            assert wait_for(lambda: publisher.released > 0, 30)  # the outage was felt
-            time.sleep(1.0)  # publishing goes on meanwhile
-            private_server.start()  # same port, same data
+            threading.Thread(target=feed, name="feed", daemon=True).start()
+            assert wait_for(lambda: publisher.accepted >= total // 6, 30), publisher.accepted
+            with outage():
+                assert wait_for(lambda: publisher.released > 0, 30)  # the outage was felt
+                time.sleep(lasting)  # publishing goes on meanwhile
             assert published.wait(60)
             flushed = publisher.flush(60)
-            done = wait_for(lambda: len(got) >= TOTAL, 60)
+            done = wait_for(lambda: len(got) >= total, 60)
             time.sleep(0.5)  # anything extra (a duplicate) would arrive now
             report = sub.stats()
-        with Journal.from_url(private_server.url) as journal:
-            held = journal.read_range(SOURCE, 1, TOTAL + 10)
+        with Journal.from_url(server.url) as journal:
+            held = journal.read_range(source, 1, total + 10)
     finally:
         comp.stop()
-    log = comp.log_text()
-    assert flushed, (publisher.accepted, publisher.rejected, publisher.released, log[-3000:])
-    assert done, (len(got), report, log[-3000:])
+    return Steady(publisher, got, report, flushed, done, held, comp.log_text())
+
+
+def assert_once_in_order(run: Steady, source: str, total: int) -> None:
+    """Every publication journaled and delivered exactly once, in order; nothing rejected."""
+    publisher, log = run.publisher, run.log
+    assert run.flushed, (publisher.accepted, publisher.rejected, publisher.released, log[-3000:])
+    assert run.done, (len(run.got), run.report, log[-3000:])
     assert publisher.rejected == 0, log[-3000:]
-    assert publisher.accepted == TOTAL
+    assert publisher.accepted == total
     assert "precondition-failed" not in log
     assert "message released" in log  # the component did release
-    assert [(p.source_seq, p.fields["n"]) for p in held] == [(n, n) for n in range(1, TOTAL + 1)]
-    assert [(p.source, p.source_seq, p.fields["n"]) for p in got] == [
-        (SOURCE, n, n) for n in range(1, TOTAL + 1)
+    numbers = list(range(1, total + 1))
+    assert [(p.source_seq, p.fields["n"]) for p in run.held] == [(n, n) for n in numbers]
+    assert [(p.source, p.source_seq, p.fields["n"]) for p in run.got] == [
+        (source, n, n) for n in numbers
     ]
-    assert report.unrecoverable == 0
+    assert run.report.unrecoverable == 0
+
+
+@contextlib.contextmanager
+def stopped(server: EmbeddedRedis) -> Iterator[None]:
+    """``server`` stopped inside the block, started again (same port, same data) after it."""
+    server.stop()
+    try:
+        yield
+    finally:
+        server.start()
+
+
+def test_a_numbering_publisher_without_a_journal_publishes_through_a_redis_outage(
+    private_server: EmbeddedRedis, tmp_path: Path
+) -> None:
+    comp = ComponentProcess(private_server.url, tmp_path, "--heartbeat", "0.2").start()
+    run = publish_through(private_server, comp, lambda: stopped(private_server),
+                          source=SOURCE, prefix="/own", total=TOTAL, pace=0.002, lasting=1.0)
+    assert_once_in_order(run, SOURCE, TOTAL)
 
 
 class LossyRelay:
