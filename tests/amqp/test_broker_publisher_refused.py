@@ -31,7 +31,6 @@ from typing import Any
 
 import pytest
 import structlog
-from proton import Condition, Endpoint
 
 from seqrepair.amqp.brokered import BrokerError, BrokerPublisher, BrokerSubscriber
 from seqrepair.amqp.client import Subscriber
@@ -171,34 +170,17 @@ def test_a_write_permission_revoked_mid_stream_stops_the_publisher_and_the_journ
 # --- a broker that detaches, ends or closes: the component in a thread as the broker ----------
 
 
-class StandIn(PublishingComponent):
-    """The broker: accepts publications, and detaches, refuses (``refuse``) and ends what the
-    publisher's sender lives in when told to."""
-
-    def end_publishing(self, endpoint: str, condition: str | None) -> None:
-        """Detach the publishing link, end its session or close its connection."""
-
-        def end() -> None:
-            links = [link for link in self.publishing if link.state & Endpoint.LOCAL_ACTIVE]
-            assert len(links) == 1
-            ended = {"link": links[0], "session": links[0].session,
-                     "connection": links[0].connection}[endpoint]
-            if condition is not None:
-                ended.condition = Condition(condition, "ended by the test")
-            ended.close()
-
-        self.call(end)
-
-
 @pytest.fixture
-def standin(redis_url: str) -> Iterator[StandIn]:
-    broker = StandIn(redis_url).start()
+def standin(redis_url: str) -> Iterator[PublishingComponent]:
+    broker = PublishingComponent(redis_url).start()
     yield broker
     broker.shut()
 
 
 @contextlib.contextmanager
-def watched(broker: StandIn, journal: Journal) -> Iterator[tuple[BrokerPublisher, list[int]]]:
+def watched(
+    broker: PublishingComponent, journal: Journal
+) -> Iterator[tuple[BrokerPublisher, list[int]]]:
     """A brokered publisher sending to the stand-in, and a subscriber of the stand-in collecting
     the source numbers it is given (the stand-in's own journal cannot repair what the publisher
     failed to send: a loss stays a loss)."""
@@ -225,7 +207,7 @@ ENDS = ["link", "session", "connection"]
      *((e, c) for e in ("session", "connection") for c in ("amqp:resource-limit-exceeded", None))],
 )
 def test_a_broker_that_ends_the_sender_for_a_curable_reason_gets_everything_once_in_order(
-    standin: StandIn, journal: Journal, endpoint: str, condition: str | None
+    standin: PublishingComponent, journal: Journal, endpoint: str, condition: str | None
 ) -> None:
     with structlog.testing.capture_logs() as logs, watched(standin, journal) as (pub, got):
         pub.publish_many(publish_rows(0, 200))
@@ -247,7 +229,7 @@ def test_a_broker_that_ends_the_sender_for_a_curable_reason_gets_everything_once
 
 @pytest.mark.parametrize("endpoint", ENDS)
 def test_a_broker_that_ends_the_sender_with_a_fatal_condition_stops_the_publisher(
-    standin: StandIn, journal: Journal, endpoint: str
+    standin: PublishingComponent, journal: Journal, endpoint: str
 ) -> None:
     with structlog.testing.capture_logs() as logs, watched(standin, journal) as (pub, got):
         pub.publish_many(publish_rows(0, 100))
@@ -263,7 +245,7 @@ def test_a_broker_that_ends_the_sender_with_a_fatal_condition_stops_the_publishe
 
 
 def test_a_broker_publisher_refused_for_a_curable_reason_backs_off_until_accepted(
-    standin: StandIn, journal: Journal
+    standin: PublishingComponent, journal: Journal
 ) -> None:
     def refuse_three() -> None:
         standin.refuse = 3

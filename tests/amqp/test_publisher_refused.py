@@ -72,17 +72,20 @@ class PublishingComponent(HereComponent):
         if getattr(link, "kind", None) == "publish" and link.state & Endpoint.LOCAL_ACTIVE:
             self.publishing.append(link)
 
-    def detach_publishing(self, condition: str | None) -> None:
-        """Detach every publishing link that is attached."""
+    def end_publishing(self, endpoint: str, condition: str | None) -> None:
+        """Detach the (one) attached publishing ``"link"``, end its ``"session"`` or close its
+        ``"connection"``, with ``condition`` (None: without one)."""
 
-        def detach() -> None:
+        def end() -> None:
             links = [link for link in self.publishing if link.state & Endpoint.LOCAL_ACTIVE]
             assert len(links) == 1
+            ended = {"link": links[0], "session": links[0].session,
+                     "connection": links[0].connection}[endpoint]
             if condition is not None:
-                links[0].condition = Condition(condition, "detached by the test")
-            links[0].close()
+                ended.condition = Condition(condition, "ended by the test")
+            ended.close()
 
-        self.call(detach)
+        self.call(end)
 
 
 @pytest.fixture
@@ -152,7 +155,7 @@ def test_a_publishing_link_detached_with_a_fatal_condition_stops_the_publisher(
         _publish(pub, 0, 100)
         assert pub.flush(30)
         assert wait_for(lambda: len(got) >= 100, 30)
-        publishing.detach_publishing("amqp:unauthorized-access")
+        publishing.end_publishing("link", "amqp:unauthorized-access")
         assert wait_for(lambda: pub.error is not None, 20)
         _publish(pub, 100, 100)
         began = time.monotonic()
@@ -174,7 +177,7 @@ def test_a_publishing_link_detached_for_a_curable_reason_reconnects_and_loses_no
         _publish(pub, 0, 200)
         assert pub.flush(30)
         _publish(pub, 200, 400)  # some of these are unsettled when the link goes
-        publishing.detach_publishing(condition)
+        publishing.end_publishing("link", condition)
         _publish(pub, 600, 200)
         assert pub.flush(30), (pub.error, len(pub._pending), len(pub._unsettled))
         done = wait_for(lambda: len(got) >= 800, 30)
