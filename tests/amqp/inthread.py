@@ -122,3 +122,13 @@ def _close(link: Any, condition: str | None) -> None:
     if condition is not None:
         link.condition = Condition(condition, "detached by the test")
     link.close()
+
+
+def end_endpoint(link: Any, endpoint: str, condition: str | None) -> None:
+    """As a peer would: detach ``link`` (``endpoint`` ``"link"``), end its ``"session"`` or
+    close its ``"connection"``, with ``condition`` (None: without one). Call it in the
+    component's thread."""
+    ended = {"link": link, "session": link.session, "connection": link.connection}[endpoint]
+    if condition is not None:
+        ended.condition = Condition(condition, "ended by the test")
+    ended.close()

@@ -23,14 +23,14 @@ from typing import Any
 
 import pytest
 import structlog
-from proton import Condition, Endpoint
+from proton import Endpoint
 
 from seqrepair.amqp.client import Publisher, Subscriber
 from seqrepair.amqp.component import CONTROL_ADDRESS
 from seqrepair.amqp.errors import AmqpAdapterError
 
 from .conftest import ComponentProcess, wait_for
-from .inthread import HereComponent
+from .inthread import HereComponent, end_endpoint
 from .test_link_contexts import publish_rows
 from .test_reconnect_backoff import assert_backed_off
 
@@ -79,11 +79,7 @@ class PublishingComponent(HereComponent):
         def end() -> None:
             links = [link for link in self.publishing if link.state & Endpoint.LOCAL_ACTIVE]
             assert len(links) == 1
-            ended = {"link": links[0], "session": links[0].session,
-                     "connection": links[0].connection}[endpoint]
-            if condition is not None:
-                ended.condition = Condition(condition, "ended by the test")
-            ended.close()
+            end_endpoint(links[0], endpoint, condition)
 
         self.call(end)
 

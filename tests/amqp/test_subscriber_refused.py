@@ -25,14 +25,14 @@ import time
 from collections.abc import Callable, Iterator
 
 import pytest
-from proton import Condition, Endpoint
+from proton import Endpoint
 
 from seqrepair.amqp.client import Subscriber
 from seqrepair.amqp.errors import AmqpAdapterError
 from seqrepair.core.events import LinkReset
 
 from .conftest import ComponentProcess, _env, wait_for
-from .inthread import HereComponent
+from .inthread import HereComponent, end_endpoint
 from .test_link_detach import _assert_exact_after_one_reconnect, _publish, subscribed
 from .test_publisher_refused import PROMPTLY
 
@@ -61,11 +61,7 @@ class EndingComponent(HereComponent):
             if forget:
                 del self.links[name]
                 self.gapfill.detach(name)
-            ended = {"link": sender, "session": sender.session,
-                     "connection": sender.connection}[endpoint]
-            if condition is not None:
-                ended.condition = Condition(condition, "ended by the test")
-            ended.close()
+            end_endpoint(sender, endpoint, condition)
 
         self.call(end)
 
