@@ -107,8 +107,9 @@ class Ingest:
         """Until then (``clock`` time) the journal is not tried: its last failed call stalled
         the event loop (:data:`STALL`)."""
 
-    def _quiet(self, now: float) -> bool:
-        return self.quiet_until is not None and now < self.quiet_until
+    def _quiet_for(self, now: float) -> float:
+        """Seconds the journal stays quiet after ``now`` (0: it may be tried)."""
+        return 0.0 if self.quiet_until is None else max(0.0, self.quiet_until - now)
 
     def _stalled(self, started: float, exc: NotJournaledError) -> None:
         """A journal call begun at ``started`` failed with ``exc``: when it held the event loop
@@ -123,13 +124,12 @@ class Ingest:
 
     def _refuse_while_quiet(self) -> None:
         """Raise an untouched :class:`NotJournaledError` while the journal is quiet."""
-        if self.quiet_until is not None:
-            wait = self.quiet_until - self.clock()
-            if wait > 0:
-                raise NotJournaledError(
-                    f"the journal stalled and is not tried for {wait:.1f} s; publish again",
-                    untouched=True,
-                )
+        wait = self._quiet_for(self.clock())
+        if wait > 0:
+            raise NotJournaledError(
+                f"the journal stalled and is not tried for {wait:.1f} s; publish again",
+                untouched=True,
+            )
 
     def poll(self, now: float) -> None:
         """Fan out what the journal took of the sources in doubt (the component's timer).
@@ -140,7 +140,7 @@ class Ingest:
         """
         if not self.in_doubt or (self._retry_at is not None and now < self._retry_at):
             return
-        if self._quiet(self.clock()):
+        if self._quiet_for(self.clock()) > 0:
             return
         for source in sorted(self.in_doubt):
             started = self.clock()
