@@ -29,6 +29,7 @@ events for an adapter to act on, and :attr:`SubscriberStub.next_deadline` says w
 from __future__ import annotations
 
 import enum
+import math
 import random
 from collections.abc import Mapping, Sequence
 from typing import cast
@@ -131,6 +132,21 @@ def _answers(complete: ReplayComplete, request: SourceGapRequest) -> bool:
     return all(through.get(name, seq) >= seq for name, seq in request.after.items())
 
 
+def _whole_intervals(since: float, now: float, interval: float) -> int:
+    """How many whole ``interval``s lie between ``since`` and ``now``.
+
+    Floor division alone undercounts when float rounding leaves the quotient a hair below a
+    whole number (``0.9 // 0.3 == 2.0``), so a shortfall within the rounding noise of the
+    operands counts as a whole interval.
+    """
+    elapsed = now - since
+    count = max(0, math.floor(elapsed / interval))
+    slack = 4 * math.ulp(max(abs(now), abs(since), (count + 1) * interval))
+    if (count + 1) * interval <= elapsed + slack:
+        count += 1
+    return count
+
+
 def _policy(value: OverduePolicy | str) -> OverduePolicy:
     try:
         return OverduePolicy(value)
@@ -189,6 +205,9 @@ class SubscriberStub:
     _source: _SourceRepair | None = attrs.field(init=False, default=None)
     _last_frame_at: float | None = attrs.field(init=False, default=None)
     _overdue_at: float | None = attrs.field(init=False, default=None)
+    # the intervals the last HeartbeatOverdue counted, and the silence (its start) it counted
+    _missed: int = attrs.field(init=False, default=0)
+    _missed_since: float | None = attrs.field(init=False, default=None)
     _events: list[Event] = attrs.field(init=False, factory=list)
     _silence_limit: float = attrs.field(init=False)
 
@@ -756,9 +775,15 @@ class SubscriberStub:
     # ----------------------------------------------------------------- heartbeats
 
     def _on_overdue(self, now: float) -> None:
-        assert self._last_frame_at is not None
-        missed = int((now - self._last_frame_at) // self.heartbeat_interval)
-        self._events.append(HeartbeatOverdue(missed=missed, since=self._last_frame_at))
+        since = self._last_frame_at
+        assert since is not None
+        # The first alert of a silence comes missed_heartbeats intervals in and each later one
+        # an interval after the last, so the count never falls short of that, whatever the
+        # rounding of the deadlines; a late poll counts the whole intervals that passed.
+        floor = self._missed + 1 if self._missed_since == since else self.missed_heartbeats
+        missed = max(floor, _whole_intervals(since, now, self.heartbeat_interval))
+        self._missed, self._missed_since = missed, since
+        self._events.append(HeartbeatOverdue(missed=missed, since=since))
         self._overdue_at = now + self.heartbeat_interval
         if self.overdue_policy is OverduePolicy.REQUEST:
             probe = self.space.wire(self._highest + 1)

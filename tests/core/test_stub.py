@@ -295,6 +295,27 @@ def test_heartbeat_overdue_alerts_and_probes_for_the_next_number():
     assert stub.poll(now=15.0) == []
 
 
+@pytest.mark.parametrize(("since", "interval", "missed_heartbeats"), [
+    (0.0, 0.3, 3), (12345.3, 0.1, 3), (12345.3, 0.3, 3), (12345.3, 1.1, 3), (0.0, 0.1, 7),
+])
+def test_an_overdue_alert_counts_every_interval_its_deadline_stands_for(
+    since, interval, missed_heartbeats
+):
+    # 0.9 // 0.3 == 2.0 in floats: a count by floor division alone would say 2 here
+    stub = make(heartbeat_interval=interval, missed_heartbeats=missed_heartbeats)
+    stub.receive(pub(1, 1), now=since)
+    events = stub.poll(now=stub.next_deadline)
+    assert of(HeartbeatOverdue, events) == [HeartbeatOverdue(missed_heartbeats, since=since)]
+    events = stub.poll(now=stub.next_deadline)
+    assert of(HeartbeatOverdue, events) == [HeartbeatOverdue(missed_heartbeats + 1, since=since)]
+
+
+def test_a_late_poll_counts_the_whole_intervals_that_passed():
+    stub = make(heartbeat_interval=0.1, missed_heartbeats=3)
+    stub.receive(pub(1, 1), now=0.0)
+    assert of(HeartbeatOverdue, stub.poll(now=0.7)) == [HeartbeatOverdue(missed=7, since=0.0)]
+
+
 def test_silence_counts_from_when_the_adapter_listens_again_after_a_held_thread():
     stub = make(heartbeat_interval=1.0, missed_heartbeats=3)
     stub.receive(pub(1, 1), now=10.0)  # its delivery held the adapter's thread until 14.0

@@ -6,6 +6,8 @@ numbers wrap many times. The application must see every publication exactly once
 order, and end with the publisher's images.
 """
 
+import math
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -14,6 +16,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from seqrepair import (
     Delivered,
     Heartbeat,
+    HeartbeatOverdue,
     Publication,
     PublishType,
     SeqRepairError,
@@ -194,3 +197,38 @@ def test_hostile_input_raises_only_seqrepair_errors_and_never_breaks_order(scrip
                 pub = event.publication
                 assert pub.source_seq > last.get(pub.source, 0)
                 last[pub.source] = pub.source_seq
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    since=st.floats(0.0, 2e9),
+    interval=st.floats(1e-3, 3600.0),
+    missed_heartbeats=st.integers(1, 50),
+    late_by=st.integers(0, 20),
+)
+def test_heartbeat_overdue_counts_whole_intervals_despite_float_rounding(
+    since, interval, missed_heartbeats, late_by
+):
+    """The alert fires missed_heartbeats intervals into a silence and says so: never one
+    short because the deadline's sum rounded down; each later alert adds one; a poll that comes
+    late counts the intervals that really passed."""
+
+    def silent_stub():
+        stub = SubscriberStub(heartbeat_interval=interval, missed_heartbeats=missed_heartbeats,
+                              overdue_policy="wait")
+        stub.receive(Publication(topic="/t", source="s", source_seq=1, link_seq=1), now=since)
+        return stub
+
+    def alerts(events):
+        return [(e.missed, e.since) for e in events if isinstance(e, HeartbeatOverdue)]
+
+    stub = silent_stub()
+    deadline = stub.next_deadline
+    assert stub.poll(now=math.nextafter(deadline, -math.inf)) == []
+    assert alerts(stub.poll(now=deadline)) == [(missed_heartbeats, since)]
+    for more in (1, 2, 3):
+        assert alerts(stub.poll(now=stub.next_deadline)) == [(missed_heartbeats + more, since)]
+
+    stub = silent_stub()
+    intervals = missed_heartbeats + late_by
+    assert alerts(stub.poll(now=since + intervals * interval)) == [(intervals, since)]
