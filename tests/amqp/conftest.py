@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from polling import wait_for as wait_for  # re-exported: the amqp tests import it from here
 
 from seqrepair.journal.server import EmbeddedRedis
 
@@ -105,15 +106,6 @@ def component(
     yield make
     for proc in started:
         proc.stop()
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 20.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return predicate()
 
 
 # ------------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from polling import wait_for
 
 from seqrepair.core.errors import InvalidConfigError
 from seqrepair.core.sequencers import SourceSequencer
@@ -24,15 +25,6 @@ def stamper(journal: Journal, source: str, bits: int = 8) -> Callable[[int], Non
         journal.append([seq.stamp("/a", {"i": i}, timestamp=1000.0 + i) for i in range(n)], bits)
 
     return append
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 20.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return predicate()
 
 
 def test_one_pass_trims_every_source_by_its_count(journal: Journal) -> None:
