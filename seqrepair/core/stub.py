@@ -19,6 +19,9 @@ how far each source was trimmed; the stub reports those sources ``Unrecoverable`
 after the trimmed numbers, so what the journal still holds is delivered.
 An adapter that learns of a reset out of band (a component announces a new link context when
 the link attaches) calls ``link_reset(now)``; the in-band frame 0 is then optional.
+A (re)attaching subscriber sends ``resume_point()`` first. A component that kept the link
+context answers it by continuing the link: the first new frame of the old context satisfies
+the request (link gaps are then repaired by range as ever).
 Delivery dedupes by source as well as by link: a publication whose source number is at or below
 the last delivered for its source is a duplicate, which makes the two levels safe to mix.
 
@@ -107,6 +110,7 @@ class _SourceRepair:
     hold: bool  # deliver nothing from the link until the replay completes (after a reset)
     attempts: int
     next_at: float | None  # None: sent by the application (resume_point), timed from next poll
+    resume: bool = False  # asked by resume_point(): the (re)attach of the link
 
 
 @attrs.define
@@ -287,8 +291,13 @@ class SubscriberStub:
         Send it: the stub now expects the replay that answers it (delivered as it comes, the
         closing ``ReplayComplete`` covering the link numbers missing now), and retries it from
         :meth:`poll` if no answer comes, like a source request of its own.
+
+        A component that kept the link context may instead simply continue the link: a frame
+        that continues it (the next link number, or a later one, which opens an ordinary link
+        gap) satisfies the request, which is then neither retried nor given up. A replay or
+        ``ReplayComplete`` that still comes for it is dropped as stray: the link carries it all.
         """
-        return self._start_source_repair(next_at=None, hold=False)
+        return self._start_source_repair(next_at=None, hold=False, resume=True)
 
     @property
     def next_deadline(self) -> float | None:
@@ -502,6 +511,9 @@ class SubscriberStub:
         if number < self._expected or number in self._buffer:
             self._stats.duplicates += 1
             return
+        source = self._source
+        if source is not None and source.resume and not source.hold:
+            self._resume_continued(now)
         room = len(self._buffer) < self.max_buffer or number == self._expected
         if number > self._highest:
             if number > self._highest + 1:
@@ -634,7 +646,9 @@ class SubscriberStub:
         request = self._start_source_repair(next_at=now + self._retry_wait(1), hold=hold)
         self._events.append(RequestSourceGap(request))
 
-    def _start_source_repair(self, *, next_at: float | None, hold: bool) -> SourceGapRequest:
+    def _start_source_repair(
+        self, *, next_at: float | None, hold: bool, resume: bool = False
+    ) -> SourceGapRequest:
         """Put a source request in flight (replacing any): it covers every link number missing
         now and keeps the hold of the one it replaces."""
         request = SourceGapRequest(after=self._resume_after())
@@ -645,6 +659,7 @@ class SubscriberStub:
             hold=hold or (previous is not None and previous.hold),
             attempts=1,
             next_at=next_at,
+            resume=resume,
         )
         self._stats.source_requests_sent += 1
         return request
@@ -705,6 +720,14 @@ class SubscriberStub:
         source.next_at = now + self._retry_wait(source.attempts)
         self._stats.source_requests_sent += 1
         self._events.append(RequestSourceGap(source.request))
+
+    def _resume_continued(self, now: float) -> None:
+        """A new frame of the old link context answered resume_point(): the component kept the
+        context, so the link itself brings what follows and link gaps are repaired by range. The
+        request is done; a replay that still comes for it is stray (the link carries it all)."""
+        self._source = None
+        if self._gaps.in_state(GapState.SOURCE):  # context-lost gaps still need a replay
+            self._request_source(now, hold=False)
 
     def _on_replayed(self, publication: Publication) -> None:
         if self._source is None:

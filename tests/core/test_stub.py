@@ -467,6 +467,63 @@ def test_the_replay_answering_resume_point_is_delivered():
     assert delivered(events) == [("feed.a", 6), ("feed.a", 7)]
 
 
+def test_a_component_that_kept_the_link_context_continues_it_and_that_answers_resume_point():
+    stub = make()
+    for n in (1, 2, 3):
+        stub.receive(pub(n, n), now=0.0)
+    stub.resume_point()  # no replay, no ReplayComplete: the link just goes on at 4
+    now, events = 0.0, []
+    for n in range(4, 84):
+        now += 0.25
+        events += stub.receive(pub(n, n), now=now) + stub.poll(now=now)
+    assert delivered(events) == [("feed.a", n) for n in range(4, 84)]
+    assert [e for e in events if not isinstance(e, Delivered)] == []  # no retry, no give-up
+    assert (stub.stats.source_requests_sent, stub.stats.unrecoverable) == (1, 0)
+
+
+def test_a_resumed_link_that_continues_past_a_loss_repairs_it_by_link_range():
+    stub = make()
+    for n in (1, 2, 3):
+        stub.receive(pub(n, n), now=0.0)
+    stub.resume_point()
+    assert stub.receive(pub(6, 6), now=0.1) == []  # 4 and 5 lost: an ordinary link gap
+    events = stub.poll(now=0.2)
+    assert events == [RequestGap(GapRequest(4, 5))]
+    events = stub.receive(pub(4, 4, retransmit=True), now=0.3)
+    events += stub.receive(pub(5, 5, retransmit=True), now=0.3)
+    assert delivered(events) == [("feed.a", 4), ("feed.a", 5), ("feed.a", 6)]
+    for _ in range(50):
+        assert of(RequestSourceGap, stub.poll(now=stub.next_deadline)) == []
+    assert stub.stats.unrecoverable == 0
+
+
+def test_a_replay_that_still_comes_for_a_resume_the_link_answered_is_harmless():
+    stub = make()
+    for n in (1, 2, 3):
+        stub.receive(pub(n, n), now=0.0)
+    request = stub.resume_point()
+    assert delivered(stub.receive(pub(4, 4), now=0.1)) == [("feed.a", 4)]
+    late = [replayed(4), replayed(5), ReplayComplete(through={"feed.a": 5}, request=request)]
+    for frame in late:
+        assert stub.receive(frame, now=0.2) == []
+    assert delivered(stub.receive(pub(5, 5), now=0.3)) == [("feed.a", 5)]  # once, from the link
+    assert (stub.stats.delivered, stub.stats.unrecoverable) == (5, 0)
+
+
+def test_a_resume_the_link_answers_still_replays_gaps_whose_context_was_lost():
+    stub = make()
+    stub.receive(pub(1, 1), now=0.0)
+    stub.receive(pub(3, 3), now=0.0)
+    stub.poll(now=0.1)  # asks for link 2
+    stub.receive(GapError("context-lost", GapRequest(2, 2)), now=0.12)  # -> a source request
+    stub.resume_point()  # the link re-attaches: it replaces that request
+    events = stub.receive(pub(4, 4), now=0.2)  # the context was kept, but not link 2's frame
+    assert events == [RequestSourceGap(SourceGapRequest({"feed.a": 1}))]
+    events = stub.receive(replayed(2), now=0.3)
+    events += stub.receive(ReplayComplete(through={"feed.a": 4}), now=0.3)
+    assert delivered(events) == [("feed.a", 2), ("feed.a", 3), ("feed.a", 4)]
+
+
 def test_an_unanswered_resume_point_is_retried_from_poll():
     stub = make(retry_interval=0.5)
     stub.receive(pub(1, 1), now=0.0)
