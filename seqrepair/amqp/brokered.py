@@ -386,9 +386,9 @@ class BrokerSubscriber(SubscriberRunner):
     def on_link_opened(self, event: Any) -> None:
         if event.link == self._receiver:
             self.report.connections += 1
-            self.connected.set()
             self.log.info("attached to broker", connections=self.report.connections)
-            self._accepted(event.link)
+            if self._accepted(event.link):
+                self.connected.set()
 
     def _main_links(self) -> dict[str, Any]:
         return {"receiver": self._receiver}

@@ -243,7 +243,6 @@ class Subscriber(SubscriberRunner):
             event.connection.close()
             return
         self.report.connections += 1
-        self.connected.set()
         self.log.info("connected", connections=self.report.connections)
 
     def on_link_opened(self, event: Any) -> None:
@@ -258,8 +257,8 @@ class Subscriber(SubscriberRunner):
                     self.log.warning("unreadable seqrepair-start-after ignored", value=start)
             epoch = props.get(str(PROP_EPOCH))
             self._enter_epoch(None if epoch is None else str(epoch))
-            self.connected.set()
-            self._accepted(event.link)
+            if self._accepted(event.link):
+                self.connected.set()
         self._flush()
 
     def on_sendable(self, event: Any) -> None:

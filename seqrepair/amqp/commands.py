@@ -271,6 +271,7 @@ def _subscribe(args: argparse.Namespace) -> int:
     if args.broker:
         return _subscribe_brokered(args)
     from seqrepair.amqp.client import Subscriber
+    from seqrepair.amqp.errors import AmqpAdapterError
 
     sink = _Sink(args, line_buffered=False)
     subscriber = Subscriber(
@@ -282,8 +283,9 @@ def _subscribe(args: argparse.Namespace) -> int:
         ready_file = Path(args.ready_file)
 
         def announce() -> None:
-            subscriber.connected.wait()
-            ready_file.write_text(args.address)
+            with contextlib.suppress(AmqpAdapterError):  # reported when the subscriber returns
+                if subscriber.wait_connected():
+                    ready_file.write_text(args.address)
 
         threading.Thread(target=announce, name="ready-file", daemon=True).start()
     _run_subscriber(subscriber, sink, args)

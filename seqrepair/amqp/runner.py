@@ -45,6 +45,9 @@ from seqrepair.core.messages import Publication
 Unsettled = TypeVar("Unsettled")
 """What a publisher keeps per unsettled delivery (a batch, or one publication)."""
 
+_STOPPED_CHECK = 0.05
+"""Seconds between looks at whether a subscriber waited on stopped by itself."""
+
 FATAL_CONDITIONS = frozenset(
     {"amqp:not-found", "amqp:unauthorized-access", "amqp:decode-error", "amqp:invalid-field",
      "amqp:link:stolen"}
@@ -171,16 +174,17 @@ class _Reconnecting(MessagingHandler, abc.ABC):
                       delay=round(delay, 3))
         self._container.schedule(delay, Call(self._reconnect))
 
-    def _accepted(self, link: Any) -> None:
+    def _accepted(self, link: Any) -> bool:
         """The peer answered the attach of ``link``, the client's main link: unless it detached
         it at once too (a refusal, whose detach proton reports next), the client is back and
-        the next failure starts the backoff again from ``reconnect_delay``."""
+        the next failure starts the backoff again from ``reconnect_delay``. True when back."""
         if link.state & Endpoint.REMOTE_CLOSED:
-            return
+            return False
         backoff = self._reconnect_backoff
         if backoff.attempts:
             self.log.info("reconnected", attempt=backoff.attempts)
         backoff.reset()
+        return True
 
     def _reconnect(self) -> None:
         if not self._stopping and self._conn is None:
@@ -301,6 +305,8 @@ class SubscriberRunner(_Reconnecting):
         handlers: Any = self.handlers  # a list once set (proton types it lazily)
         handlers.append(BatchedCredit(credit))
         self.connected = threading.Event()
+        """Set while the receiving link is attached (the peer answered its attach and did not
+        refuse it); see :meth:`wait_connected`."""
         self.error: AmqpAdapterError | None = None
         """Why it stopped by itself: the peer refused or ended its link, session or connection
         with a condition in :data:`FATAL_CONDITIONS`; the message starts with the condition
@@ -342,6 +348,19 @@ class SubscriberRunner(_Reconnecting):
             self._injector.trigger(ApplicationEvent("seqrepair_stop"))
         if self._thread is not None and threading.current_thread() is not self._thread:
             self._thread.join(timeout=5)
+
+    def wait_connected(self, timeout: float | None = None) -> bool:
+        """Wait until the receiving link is attached (:attr:`connected`): True then, False
+        when ``timeout`` seconds pass first or the subscriber was stopped. A subscriber that
+        stopped by itself (a refused attach, see :attr:`error`) raises that error at once
+        rather than let the caller wait out its timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.connected.wait(_STOPPED_CHECK):
+            if self.error is not None:
+                raise self.error
+            if self._stopping or (deadline is not None and time.monotonic() >= deadline):
+                return False
+        return True
 
     def __exit__(self, *exc_info: object) -> None:
         """Leaving ``with``: stop."""
@@ -394,6 +413,7 @@ class SubscriberRunner(_Reconnecting):
 
     def _fail(self, error: AmqpAdapterError) -> None:
         self.error = error
+        self.connected.clear()
         self._shutdown()
 
     def on_disconnected(self, event: Any) -> None:

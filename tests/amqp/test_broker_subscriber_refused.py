@@ -86,6 +86,9 @@ def assert_stopped_at_once(sub: BrokerSubscriber, reader: threading.Thread, cond
     sub._thread.join(PROMPTLY)
     assert not sub._thread.is_alive()
     assert not [e for e in logs if e["event"] == "reconnecting"], logs
+    with pytest.raises(BrokerError) as refused:  # at once: nothing waits out its timeout
+        sub.wait_connected(timeout=3600)
+    assert refused.value is sub.error
 
 
 # --- RabbitMQ: refusals it makes ---------------------------------------------------------------

@@ -81,6 +81,9 @@ def assert_stopped_naming(sub: Subscriber, condition: str) -> None:
     assert sub._thread is not None
     sub._thread.join(PROMPTLY)
     assert not sub._thread.is_alive()
+    with pytest.raises(AmqpAdapterError) as refused:  # at once: nothing waits out its timeout
+        sub.wait_connected(timeout=3600)
+    assert refused.value is sub.error
 
 
 # --- curable: a lost connection, resumed ---------------------------------------------------------
@@ -175,6 +178,48 @@ def test_run_returns_once_a_fatal_condition_stopped_the_subscriber(
         assert isinstance(sub.error, AmqpAdapterError)
         assert str(sub.error).startswith(f"{FATAL}: "), sub.error
         assert sub.report.connections == 1
+    finally:
+        sub.stop()
+
+
+def test_waiting_for_a_refused_first_attach_raises_the_refusal_rather_than_time_out(
+    ending: EndingComponent,
+) -> None:
+    sub = Subscriber(ending.here_url, "/subscriptions/nope", link_name="nope",
+                     heartbeat_interval=0.2).start()
+    try:
+        started = time.monotonic()
+        with pytest.raises(AmqpAdapterError, match=r"^amqp:not-found: ") as refused:
+            sub.wait_connected(timeout=60)
+        assert time.monotonic() - started < PROMPTLY
+        assert refused.value is sub.error
+        assert not sub.connected.is_set()
+    finally:
+        sub.stop()
+
+
+def test_wait_connected_is_true_once_attached_and_false_once_stopped(
+    ending: EndingComponent,
+) -> None:
+    sub = Subscriber(ending.here_url, "/weather/#", link_name="waits",
+                     heartbeat_interval=0.2).start()
+    assert sub.wait_connected(timeout=20) is True
+    sub.stop()
+    sub.connected.clear()  # as a lost connection would leave it
+    started = time.monotonic()
+    assert sub.wait_connected(timeout=60) is False
+    assert time.monotonic() - started < PROMPTLY
+    assert sub.error is None
+
+
+def test_wait_connected_is_false_when_its_timeout_passes_first() -> None:
+    sub = Subscriber("amqp://127.0.0.1:1", "/weather/#", link_name="nobody",
+                     heartbeat_interval=0.2, reconnect_delay=0.05).start()
+    try:
+        started = time.monotonic()
+        assert sub.wait_connected(timeout=0.5) is False
+        assert time.monotonic() - started >= 0.5
+        assert sub.error is None  # no listener is a lost connection, not a refusal
     finally:
         sub.stop()
 
