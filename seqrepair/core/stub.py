@@ -21,7 +21,10 @@ An adapter that learns of a reset out of band (a component announces a new link 
 the link attaches) calls ``link_reset(now)``; the in-band frame 0 is then optional.
 A (re)attaching subscriber sends ``resume_point()`` first. A component that kept the link
 context answers it by continuing the link: the first new frame of the old context satisfies
-the request (link gaps are then repaired by range as ever).
+the request (link gaps are then repaired by range as ever). One that did not replays by source
+and then starts the link at 0: that reset needs no replay of its own, so the new context is
+delivered at once, or, when it overtakes the replay's ``ReplayComplete``, released by it.
+A reset at any other time is handled as above.
 Delivery dedupes by source as well as by link: a publication whose source number is at or below
 the last delivered for its source is a duplicate, which makes the two levels safe to mix.
 
@@ -111,6 +114,7 @@ class _SourceRepair:
     attempts: int
     next_at: float | None  # None: sent by the application (resume_point), timed from next poll
     resume: bool = False  # asked by resume_point(): the (re)attach of the link
+    quiet: bool = True  # no frame of a link context has come since it was asked
 
 
 @attrs.define
@@ -207,6 +211,10 @@ class SubscriberStub:
     # per source, numbers retention trimmed before they could be replayed: ask after them
     _replay_floor: dict[str, int] = attrs.field(init=False, factory=dict)
     _source: _SourceRepair | None = attrs.field(init=False, default=None)
+    # _expected when the replay answering resume_point() completed before any link frame came;
+    # None once a link frame or a reset has come since. A reset then is the new link context of
+    # a component that replayed by source first (see _new_context).
+    _resumed_at: int | None = attrs.field(init=False, default=None)
     _last_frame_at: float | None = attrs.field(init=False, default=None)
     _overdue_at: float | None = attrs.field(init=False, default=None)
     # the intervals the last HeartbeatOverdue counted, and the silence (its start) it counted
@@ -296,6 +304,8 @@ class SubscriberStub:
         that continues it (the next link number, or a later one, which opens an ordinary link
         gap) satisfies the request, which is then neither retried nor given up. A replay or
         ``ReplayComplete`` that still comes for it is dropped as stray: the link carries it all.
+        A component that did not keep it replays by source, then starts the link at 0; that
+        reset asks for nothing more (see :meth:`_new_context`).
         """
         return self._start_source_repair(next_at=None, hold=False, resume=True)
 
@@ -507,11 +517,14 @@ class SubscriberStub:
     # ----------------------------------------------------------------- link frames
 
     def _on_link_frame(self, frame: LinkFrame, wire: int, now: float) -> None:
+        self._resumed_at = None
+        source = self._source
+        if source is not None:
+            source.quiet = False
         number = self._position(wire)
         if number < self._expected or number in self._buffer:
             self._stats.duplicates += 1
             return
-        source = self._source
         if source is not None and source.resume and not source.hold:
             self._resume_continued(now)
         room = len(self._buffer) < self.max_buffer or number == self._expected
@@ -620,7 +633,17 @@ class SubscriberStub:
         self._new_context(frame, now)
 
     def _new_context(self, frame: LinkFrame, now: float) -> None:
-        """Void the old link context; ``frame`` is the new context's number 0."""
+        """Void the old link context; ``frame`` is the new context's number 0.
+
+        Mid-stream, what the old context still owed is asked for by source and the new context
+        waits for that replay. After resume_point() the component has replayed by source before
+        starting the new link at 0, so no other request goes out: if that replay has completed
+        (and no link frame came since) the new context is delivered at once; if it is still
+        coming, its ReplayComplete releases the new context.
+        """
+        source = self._source
+        replayed = source is None and self._resumed_at == self._expected
+        self._resumed_at = None
         self._events.append(
             LinkReset(
                 previous_expected=self._expected_wire,
@@ -636,7 +659,14 @@ class SubscriberStub:
         self._expected = 0
         self._expected_wire = RESET
         self._highest = 0
-        self._request_source(now, hold=True)
+        if source is not None and source.resume:
+            source.hold = True
+            source.quiet = False
+            source.cover_through = 0  # the new context's numbers were never missing from it
+        elif replayed:
+            self._drain()
+        else:
+            self._request_source(now, hold=True)
 
     def _request_source(self, now: float, *, hold: bool) -> None:
         """Ask for a replay after the last delivered numbers (replacing any in flight).
@@ -750,6 +780,8 @@ class SubscriberStub:
         for gap in self._gaps.mark(1, source.cover_through, GapState.SKIPPED):
             self._stats.source_covered += gap.size
         self._drain()
+        if source.resume and source.quiet and not source.hold:
+            self._resumed_at = self._expected
         if self._gaps.in_state(GapState.SOURCE):
             self._request_source(now, hold=False)
 

@@ -459,12 +459,16 @@ def test_the_replay_answering_resume_point_is_delivered():
     assert delivered(stub.receive(replayed(5), now=5.0)) == [("feed.a", 5)]
     assert stub.receive(ReplayComplete(through={"feed.a": 5}), now=5.0) == []
     assert stub.stats.stray_dropped == 0
-    # the component then starts the new link context at 0
+    # the component then starts the new link context at 0: that replay was all it owed
     events = stub.receive(pub(0, 6), now=5.1)
-    assert of(RequestSourceGap, events) == [RequestSourceGap(SourceGapRequest({"feed.a": 5}))]
-    stub.receive(pub(1, 7), now=5.1)
-    events = stub.receive(ReplayComplete(through={"feed.a": 7}), now=5.2)
-    assert delivered(events) == [("feed.a", 6), ("feed.a", 7)]
+    assert of(LinkReset, events) == [LinkReset(previous_expected=4, abandoned=0)]
+    assert of(RequestSourceGap, events) == []
+    assert delivered(events) == [("feed.a", 6)]
+    assert delivered(stub.receive(pub(1, 7), now=5.1)) == [("feed.a", 7)]
+    for _ in range(50):
+        assert of(RequestSourceGap, stub.poll(now=stub.next_deadline)) == []
+    assert (stub.stats.source_requests_sent, stub.stats.resets, stub.stats.unrecoverable) == (
+        1, 1, 0)
 
 
 def test_a_component_that_kept_the_link_context_continues_it_and_that_answers_resume_point():
@@ -522,6 +526,72 @@ def test_a_resume_the_link_answers_still_replays_gaps_whose_context_was_lost():
     events = stub.receive(replayed(2), now=0.3)
     events += stub.receive(ReplayComplete(through={"feed.a": 4}), now=0.3)
     assert delivered(events) == [("feed.a", 2), ("feed.a", 3), ("feed.a", 4)]
+
+
+def test_the_new_context_after_a_resume_replay_drops_what_the_replay_delivered():
+    stub = make()
+    stub.receive(pub(1, 1), now=0.0)
+    request = stub.resume_point()
+    events = stub.receive(replayed(2), now=0.1) + stub.receive(replayed(3), now=0.1)
+    stub.receive(ReplayComplete(through={"feed.a": 3}, request=request), now=0.1)
+    assert delivered(events) == [("feed.a", 2), ("feed.a", 3)]
+    # published while the replay went out: the new context carries 3 again
+    events = stub.receive(pub(0, 3), now=0.2) + stub.receive(pub(1, 4), now=0.2)
+    assert delivered(events) == [("feed.a", 4)]
+    assert of(RequestSourceGap, events) == []
+    assert stub.stats.duplicates == 1
+
+
+def test_frame_zero_before_the_resume_replay_completes_waits_for_that_replay_alone():
+    stub = make()
+    for n in (1, 2, 3):
+        stub.receive(pub(n, n), now=0.0)
+    request = stub.resume_point()
+    assert delivered(stub.receive(replayed(4), now=0.1)) == [("feed.a", 4)]
+    events = stub.receive(pub(0, 5), now=0.1)  # the new link overtook the end of the replay
+    assert of(LinkReset, events) == [LinkReset(previous_expected=4, abandoned=0)]
+    assert of(RequestSourceGap, events) == []
+    assert delivered(events) == []
+    held = stub.receive(pub(1, 6), now=0.1) + stub.receive(pub(3, 8), now=0.1)  # 2 is lost
+    assert delivered(held) == []
+    events = stub.receive(ReplayComplete(through={"feed.a": 4}, request=request), now=0.2)
+    assert delivered(events) == [("feed.a", 5), ("feed.a", 6)]
+    # the replay covered nothing of the new context: its own loss is asked for by link range
+    assert stub.poll(now=0.3) == [RequestGap(GapRequest(2, 2))]
+    assert delivered(stub.receive(pub(2, 7, retransmit=True), now=0.4)) == [
+        ("feed.a", 7), ("feed.a", 8)]
+    assert (stub.stats.source_requests_sent, stub.stats.unrecoverable) == (1, 0)
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_a_reset_after_the_resumed_link_carried_frames_is_a_mid_stream_reset(batched):
+    stub = make()
+    stub.receive(pub(1, 1), now=0.0)
+    request = stub.resume_point()
+    stub.receive(ReplayComplete(through={"feed.a": 1}, request=request), now=0.1)
+    frames = [pub(2, 2), pub(3, 3)]  # the old context goes on: the component kept it
+    if batched:
+        stub.receive_many(frames, now=0.2)
+    else:
+        for frame in frames:
+            stub.receive(frame, now=0.2)
+    events = stub.receive(pub(0, 9), now=0.3)  # and later resets: what went before is owed
+    assert of(LinkReset, events) == [LinkReset(previous_expected=4, abandoned=0)]
+    assert of(RequestSourceGap, events) == [RequestSourceGap(SourceGapRequest({"feed.a": 3}))]
+    assert delivered(events) == []
+
+
+def test_an_announced_reset_after_the_resume_replay_starts_the_new_context_at_once():
+    stub = make()
+    stub.receive(pub(1, 1), now=0.0)
+    request = stub.resume_point()
+    stub.receive(ReplayComplete(through={"feed.a": 1}, request=request), now=0.1)
+    events = stub.link_reset(now=0.2)
+    assert of(LinkReset, events) == [LinkReset(previous_expected=2, abandoned=0)]
+    assert of(RequestSourceGap, events) == []
+    assert delivered(stub.receive(pub(0, 2), now=0.3)) == [("feed.a", 2)]  # the same reset
+    assert delivered(stub.receive(pub(1, 3), now=0.3)) == [("feed.a", 3)]
+    assert (stub.stats.resets, stub.stats.source_requests_sent) == (1, 1)
 
 
 def test_an_unanswered_resume_point_is_retried_from_poll():

@@ -19,9 +19,13 @@ from seqrepair import (
     HeartbeatOverdue,
     Publication,
     PublishType,
+    ReplayComplete,
+    RequestGap,
+    RequestSourceGap,
     SeqRepairError,
     SequenceSpace,
     SubscriberStub,
+    Unrecoverable,
 )
 from seqrepair.simulation import LinkConditions, Simulation
 
@@ -232,3 +236,87 @@ def test_heartbeat_overdue_counts_whole_intervals_despite_float_rounding(
     stub = silent_stub()
     intervals = missed_heartbeats + late_by
     assert alerts(stub.poll(now=since + intervals * interval)) == [(intervals, since)]
+
+
+
+@st.composite
+def reattaches(draw):
+    """A subscriber re-attaches after ``before`` publications (some of whose frames it never
+    got) and sends resume_point(). The component either kept the link context and goes on
+    numbering it (perhaps also answering the request with a replay, which may come before or
+    among the link's frames), or lost it: it replays by source, then starts the link at 0, the
+    new link perhaps overtaking the replay's ReplayComplete. ``after`` more publications follow
+    on the link; some of those frames are lost once, never a reset frame or the last frame."""
+    before = draw(st.integers(1, 6))
+    after = draw(st.integers(0, 10))
+    return {
+        "before": before,
+        "after": after,
+        "lost_before": draw(st.sets(st.integers(1, before))),
+        "kept": draw(st.booleans()),
+        "also_replays": draw(st.booleans()),
+        "complete_at": draw(st.integers(0, after + 1)),  # how many link frames precede it
+        "overlap": draw(st.integers(0, after)),  # new publications the lost context's replay has
+        "lost_after": draw(st.sets(st.integers(0, after), max_size=3)),
+    }
+
+
+@settings(max_examples=300, deadline=None)
+@given(reattaches())
+def test_a_reattach_delivers_everything_once_whether_or_not_the_context_was_kept(case):
+    """After resume_point() the stub asks for nothing more by source and gives nothing up:
+    a kept context is repaired by link range, a lost one by the replay that answers it."""
+    before, after = case["before"], case["after"]
+    total = before + after
+    every = [Publication(topic="/t", source="s", source_seq=n) for n in range(1, total + 1)]
+    stub = SubscriberStub(bits=16, nak_delay=0.05, seed=1)
+    events = []
+    for n in range(1, before + 1):  # the old link
+        if n not in case["lost_before"]:
+            events += stub.receive(every[n - 1].with_link(n), 0.0)
+    request = stub.resume_point()
+    events = [e for e in events if isinstance(e, Delivered)]
+
+    def replay(through):
+        after_seq = request.after.get("s", 0)
+        frames = [p.with_link(None, retransmit=True) for p in every[after_seq:through]]
+        return [*frames, ReplayComplete(through={"s": through}, request=request)]
+
+    if case["kept"]:  # the link goes on from before + 1, and stays up
+        link = {n: every[n - 1].with_link(n) for n in range(1, total + 1)}
+        link[total + 1] = Heartbeat(link_seq=total + 1)
+        frames = [link[n] for n in range(before + 1, total + 2)]
+        answer = replay(total) if case["also_replays"] else []
+        head = []
+    else:  # the replay, then the new link from 0
+        link = {n: p.with_link(n) for n, p in enumerate(every[before:])}
+        link[0] = link[0] if after else Heartbeat(link_seq=0)
+        frames = [link[n] for n in sorted(link)]
+        *head, complete = replay(before + case["overlap"])
+        answer = [complete]
+    lost = {id(frames[i]) for i in case["lost_after"] if 0 < i < len(frames) - 1}
+    at = min(case["complete_at"], len(frames))
+    stream = head + frames[:at] + answer + frames[at:]
+
+    now = 0.0
+    for frame in stream:
+        now += 0.001
+        if id(frame) not in lost:
+            events += stub.receive(frame, now)
+    while now < 30.0:  # the component answers link requests from the context it has
+        now = max(now + 0.001, stub.next_deadline or now + 1.0)
+        for event in stub.poll(now):
+            events.append(event)
+            if isinstance(event, RequestGap):
+                req = event.request
+                for n in range(req.link_from, req.link_to + 1):
+                    frame = link.get(n)
+                    if isinstance(frame, Publication):
+                        frame = frame.with_link(n, retransmit=True)
+                    if frame is not None:
+                        events += stub.receive(frame, now)
+
+    got = [e.publication.source_seq for e in events if isinstance(e, Delivered)]
+    assert got == list(range(1, total + 1))
+    assert [e for e in events if isinstance(e, RequestSourceGap | Unrecoverable)] == []
+    assert stub.stats.source_requests_sent == 1
