@@ -14,8 +14,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
+import structlog
+
 from seqrepair.core.errors import SeqRepairError
 from seqrepair.core.messages import Publication
+
+log = structlog.get_logger(__name__)
 
 
 def register(subparsers: Any) -> None:
@@ -199,6 +203,7 @@ def _serve(args: argparse.Namespace) -> int:
     with contextlib.ExitStack() as stack, contextlib.suppress(KeyboardInterrupt):
         if retention is not None:
             stack.enter_context(retention)
+        stack.callback(lambda: log.info("component stopped", **component.stats))
         Container(component).run()
     return 0
 

@@ -161,7 +161,8 @@ class Component(MessagingHandler):
         self.clock = clock
         self.on_ready = on_ready
         self.decoder = Decoder(link_bits=config.link_bits)
-        self.stats = {"ingested": 0, "duplicates": 0, "rejected": 0, "released": 0, "requests": 0}
+        self.stats = {"ingested": 0, "duplicates": 0, "rejected": 0, "released": 0, "requests": 0,
+                      "trimmed_unsent": 0}
         self.ingest = Ingest(
             RedisJournalPort(journal, bits_of=self.decoder.unwrapper.bits), self.decoder,
             self._fan_out, self.stats, clock=clock,

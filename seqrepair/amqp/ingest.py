@@ -166,15 +166,17 @@ class Ingest:
         read).
 
         What retention trimmed of them first can never go out: it is passed over, with a
-        warning that names it, and counted as ingested (a request for it is answered
-        ``GapError("trimmed")``; the same numbers sent again by their publisher are
-        duplicates), so the rest goes out in order and the source leaves doubt.
+        warning that names it, counted in ``stats["trimmed_unsent"]`` and taken as ingested (a
+        request for it is answered ``GapError("trimmed")``; the same numbers sent again by
+        their publisher are duplicates), so the rest goes out in order and the source leaves
+        doubt.
         """
         self.journal.high_water(source)  # forgotten after an unknown outcome: read again
         unsent = self.journal.unsent(source, self.ingested.get(source, 0))
         trimmed, pubs = unsent.trimmed, unsent.publications
         if trimmed:
             self.ingested[source] = trimmed[-1]
+            self.stats["trimmed_unsent"] += len(trimmed)
             log.warning("journaled publications trimmed before they were fanned out",
                         source=source, first=trimmed[0], last=trimmed[-1], count=len(trimmed))
         if pubs:

@@ -103,3 +103,23 @@ def test_losses_connection_cut_and_component_kill(
     assert report["wind"]["disconnections"] >= 1  # the cut (the kill shows as resets)
     assert report["all"]["disconnections"] >= 1
     assert all(r["unrecoverable"] == 0 for r in report.values())
+
+
+def test_a_stopped_component_logs_its_counters(
+    component: Callable[..., ComponentProcess], redis_url: str
+) -> None:
+    comp = component()
+    items = workload(0, 10)
+    got: list[Publication] = []
+    with Subscriber(comp.url, "/#", on_publication=got.append, link_name="counted") as sub:
+        assert sub.connected.wait(10)
+        with Publisher(comp.url, "feed.a", journal=Journal.from_url(redis_url)) as publisher:
+            publisher.publish_many(items)
+            assert publisher.flush(timeout=20)
+        expected = entitled(items, Entitlement(topics=("/#",)))  # no grant of 'gold'
+        assert wait_for(lambda: seqs(got) == expected)
+    comp.stop()
+    stopped = [line for line in comp.log_text().splitlines() if "component stopped" in line]
+    assert len(stopped) == 1, comp.log_text()
+    assert "ingested=10" in stopped[0], stopped[0]
+    assert "trimmed_unsent=0" in stopped[0], stopped[0]

@@ -440,6 +440,7 @@ def test_what_retention_trimmed_before_the_catch_up_is_passed_over_and_the_rest_
     assert h.received() == [(PUBLISHER, 1, 1), *left, (PUBLISHER, 5, 5)]  # once, in order
     assert h.component.ingested[PUBLISHER] == 5
     assert _trim_warnings(logs) == [(PUBLISHER, 2, through)]  # named once, never fanned out
+    assert h.component.stats["trimmed_unsent"] == through - 1  # and counted: 2..through
     assert not [e for e in logs if e["event"] == RETRY_EVENT]
 
 
