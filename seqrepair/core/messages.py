@@ -18,7 +18,12 @@ from typing import Any, Literal
 
 import attrs
 
-from seqrepair.core.errors import InvalidMessageError, UnknownPublishTypeError
+from seqrepair.core.errors import (
+    InvalidMessageError,
+    InvalidTopicPatternError,
+    UnknownPublishTypeError,
+)
+from seqrepair.core.topics import TopicPattern, validate_topic
 
 _MAX_WIRE = (1 << 64) - 1
 
@@ -70,15 +75,20 @@ def _nonempty_str(instance: object, attribute: attrs.Attribute[Any], value: obje
 
 
 def _topic(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    _nonempty_str(instance, attribute, value)
-    topic = str(value)
-    if ("*" in topic or "#" in topic) and {"*", "#"} & set(topic.split("/")):
-        raise InvalidMessageError(
-            f"{type(instance).__name__}.{attribute.name} names one item; {value!r} is a topic "
-            "pattern (the wildcards * and # are for subscriptions)",
-            expected="a topic without wildcard words",
-            got=value,
-        )
+    """A concrete topic of the topic-tree grammar (:mod:`seqrepair.core.topics`), which every
+    subscription pattern can then match: ``/weather/wind/LEMD``."""
+    try:
+        validate_topic(value)
+    except InvalidTopicPatternError as exc:
+        where = f"{type(instance).__name__}.{attribute.name}"
+        try:
+            TopicPattern(value)  # type: ignore[arg-type]  # anything: it raises for a non-str
+        except InvalidTopicPatternError:
+            message = f"{where}: {exc.message}"
+        else:
+            message = (f"{where} names one item; {value!r} is a topic pattern (the wildcards "
+                       "* and # are for subscriptions)")
+        raise InvalidMessageError(message, expected=exc.expected, got=value) from None
 
 
 def _int_in(low: int, high: int) -> Any:

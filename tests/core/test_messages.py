@@ -2,6 +2,8 @@
 
 import attrs
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from seqrepair import (
     GapError,
@@ -12,6 +14,7 @@ from seqrepair import (
     ReplayComplete,
     SeqRepairError,
     SourceGapRequest,
+    TopicPattern,
 )
 from seqrepair.core.errors import InvalidMessageError, UnknownPublishTypeError
 
@@ -125,14 +128,37 @@ def test_publish_type_defaults_to_update():
     assert Publication("/a", "feed.a", 1).ptype is PublishType.UPDATE
 
 
-@pytest.mark.parametrize("topic", ["/weather/#", "/weather/*/LEMD", "#"])
+@pytest.mark.parametrize("topic", ["/weather/#", "/weather/*/LEMD", "/#"])
 def test_a_publication_topic_is_an_item_not_a_pattern(topic):
     with pytest.raises(InvalidMessageError, match="pattern"):
         publication(topic=topic)
 
 
-def test_a_wildcard_character_inside_a_word_is_just_a_character():
-    assert publication(topic="/fx/EUR#USD").topic == "/fx/EUR#USD"
+@pytest.mark.parametrize("topic", [
+    "weather", "#", "/", "", "/a//b", "/a/", "/a b", "/a\tb", "/a\x00b", "/wi*d", "/fx/EUR#USD",
+    None, 3, b"/weather",
+])
+def test_a_publication_topic_must_be_a_concrete_topic_of_the_topic_tree(topic):
+    # what TopicPattern.matches() would refuse later is refused when the publication is built
+    with pytest.raises(InvalidMessageError) as info:
+        publication(topic=topic)
+    assert info.value.got == topic
+    assert "Publication.topic" in info.value.message
+    with pytest.raises(SeqRepairError):
+        TopicPattern("/#").matches(topic)
+
+
+@settings(max_examples=300)
+@given(st.text(alphabet=st.sampled_from("/ab*# \x00é"), max_size=8))
+def test_a_publication_takes_exactly_the_topics_every_pattern_can_match(topic):
+    try:
+        built = publication(topic=topic)
+    except InvalidMessageError:
+        with pytest.raises(SeqRepairError):
+            TopicPattern("/#").matches(topic)
+    else:
+        assert TopicPattern("/#").matches(built.topic)
+        assert TopicPattern(built.topic).matches(built.topic)
 
 
 def test_messages_are_hashable_and_equal_ones_hash_alike():

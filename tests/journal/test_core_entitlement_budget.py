@@ -5,7 +5,11 @@ from __future__ import annotations
 import pytest
 
 from seqrepair.core.budget import RefusalPolicy, ResendBudget
-from seqrepair.core.errors import InvalidConfigError, InvalidTopicPatternError
+from seqrepair.core.errors import (
+    InvalidConfigError,
+    InvalidMessageError,
+    InvalidTopicPatternError,
+)
 from seqrepair.core.messages import Publication
 from seqrepair.core.permissions import Entitlement
 
@@ -35,8 +39,10 @@ def test_deny_overrides_grant_and_wildcard() -> None:
     assert not ent.allows(pub("/a", "secret"))
 
 
-def test_invalid_topic_of_a_publication_is_not_visible() -> None:
-    assert not Entitlement(topics="/#").allows(pub("no-slash"))
+def test_an_invalid_topic_is_not_visible_and_no_publication_carries_one() -> None:
+    assert not Entitlement(topics="/#").allows_topic("no-slash")
+    with pytest.raises(InvalidMessageError):
+        pub("no-slash")
 
 
 def test_bad_entitlements_raise_typed_errors() -> None:

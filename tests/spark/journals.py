@@ -58,7 +58,7 @@ def source_journal(draw: st.DrawFn, source: str, prefix: str) -> tuple[list[Publ
             ts = draw(st.none() | st.integers(0, 12).map(lambda n: n / 2))
         pubs.append(
             Publication(
-                topic=prefix + draw(st.sampled_from(TOPICS)),
+                topic=(f"/{prefix}" if prefix else "") + draw(st.sampled_from(TOPICS)),
                 source=source,
                 source_seq=seq,
                 ptype=ptype,
@@ -71,8 +71,9 @@ def source_journal(draw: st.DrawFn, source: str, prefix: str) -> tuple[list[Publ
 
 @st.composite
 def journals(draw: st.DrawFn, prefix: str = "") -> list[tuple[Publication, int]]:
-    """A journal of 1..3 sources: (publication, bits) in per-source order. Topics and source
-    names start with ``prefix``, so journals with different prefixes can share a DataFrame."""
+    """A journal of 1..3 sources: (publication, bits) in per-source order. Source names start
+    with ``prefix`` and topics with ``/prefix``, so journals with different prefixes can share
+    a DataFrame."""
     names = draw(
         st.lists(st.sampled_from(["feed.a", "feed.b", "f/c"]), min_size=1, max_size=3, unique=True)
     )
