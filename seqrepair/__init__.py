@@ -33,9 +33,10 @@ from seqrepair.core.messages import (
     ReplayComplete,
     SourceGapRequest,
 )
+from seqrepair.core.overdue import OverduePolicy
 from seqrepair.core.sequence import SequenceSpace
 from seqrepair.core.sequencers import LinkSequencer, SourceSequencer
-from seqrepair.core.stub import OverduePolicy, StubStats, SubscriberStub
+from seqrepair.core.stub import StubStats, SubscriberStub
 from seqrepair.core.topics import TopicPattern
 
 __all__ = [

@@ -34,16 +34,13 @@ events for an adapter to act on, and :attr:`SubscriberStub.next_deadline` says w
 
 from __future__ import annotations
 
-import enum
-import math
 import random
 from collections.abc import Mapping, Sequence
-from typing import cast
 
 import attrs
 
 from seqrepair.core.config import check_now, non_negative_number, positive_int, positive_number
-from seqrepair.core.errors import InvalidConfigError, InvalidMessageError
+from seqrepair.core.errors import InvalidMessageError
 from seqrepair.core.events import (
     BufferOverflow,
     Delivered,
@@ -65,17 +62,11 @@ from seqrepair.core.messages import (
     ReplayComplete,
     SourceGapRequest,
 )
+from seqrepair.core.overdue import OverduePolicy, parse_overdue_policy, whole_intervals
+from seqrepair.core.runs import Run, scan_run
 from seqrepair.core.sequence import RESET, SequenceSpace
 
 LinkFrame = Publication | Heartbeat
-
-
-class OverduePolicy(enum.Enum):
-    """What the stub does, beyond alerting, when heartbeats are overdue (XEP-0040 §2.5)."""
-
-    REQUEST = "request"  # probe: ask for the next link number
-    WAIT = "wait"  # alert only
-    DISCONNECT = "disconnect"  # ask the adapter to drop and re-attach the link
 
 
 @attrs.define(on_setattr=attrs.setters.NO_OP)
@@ -117,17 +108,6 @@ class _SourceRepair:
     quiet: bool = True  # no frame of a link context has come since it was asked
 
 
-@attrs.define
-class _Run:
-    """Frames :meth:`SubscriberStub.receive_many` can take in order, before it takes them."""
-
-    stop: int  # index of the first frame after the run
-    expected_wire: int  # the wire number expected after the run
-    publications: tuple[Publication, ...] = ()  # to deliver
-    last: dict[str, int] = attrs.Factory(dict)  # per source, the last number delivered
-    duplicates: int = 0
-
-
 def _answers(complete: ReplayComplete, request: SourceGapRequest) -> bool:
     """Can ``complete`` end the replay asked for by ``request``?
 
@@ -138,32 +118,6 @@ def _answers(complete: ReplayComplete, request: SourceGapRequest) -> bool:
         return complete.request == request
     through = complete.through
     return all(through.get(name, seq) >= seq for name, seq in request.after.items())
-
-
-def _whole_intervals(since: float, now: float, interval: float) -> int:
-    """How many whole ``interval``s lie between ``since`` and ``now``.
-
-    Floor division alone undercounts when float rounding leaves the quotient a hair below a
-    whole number (``0.9 // 0.3 == 2.0``), so a shortfall within the rounding noise of the
-    operands counts as a whole interval.
-    """
-    elapsed = now - since
-    count = max(0, math.floor(elapsed / interval))
-    slack = 4 * math.ulp(max(abs(now), abs(since), (count + 1) * interval))
-    if (count + 1) * interval <= elapsed + slack:
-        count += 1
-    return count
-
-
-def _policy(value: OverduePolicy | str) -> OverduePolicy:
-    try:
-        return OverduePolicy(value)
-    except ValueError:
-        raise InvalidConfigError(
-            f"unknown overdue policy {value!r}",
-            expected=[p.value for p in OverduePolicy],
-            got=value,
-        ) from None
 
 
 @attrs.define(on_setattr=attrs.setters.NO_OP)
@@ -192,7 +146,7 @@ class SubscriberStub:
     max_request_span: int = attrs.field(default=10_000, kw_only=True, validator=positive_int)
     coalesce: int = attrs.field(default=2, kw_only=True, validator=non_negative_number)
     overdue_policy: OverduePolicy = attrs.field(
-        default=OverduePolicy.REQUEST, kw_only=True, converter=_policy
+        default=OverduePolicy.REQUEST, kw_only=True, converter=parse_overdue_policy
     )
     seed: int | None = attrs.field(default=None, kw_only=True)
 
@@ -398,54 +352,12 @@ class SubscriberStub:
             events.append(DeliveredRun(run.publications))
         return stop
 
-    def _scan_run(self, frames: Sequence[object], start: int) -> _Run | None:
+    def _scan_run(self, frames: Sequence[object], start: int) -> Run | None:
         """The run of frames from ``start`` that :meth:`receive`'s in-order case would take,
         found without changing the stub; None when that case does not apply now."""
         if self._buffer or self._gaps or self._source is not None or not self._expected:
             return None
-        expected = self._expected_wire
-        top = self.space.max
-        delivered = self._last_delivered
-        first = expected
-        wraps = 0
-        source: str | None = None
-        source_last = 0
-        last: dict[str, int] = {}
-        duplicates: list[int] = []  # how far into the run each duplicate was (rare)
-        publication = Publication
-        # the loop is the batch path's whole cost per frame: locals only, one branch per test,
-        # nothing stored per frame (the run is sliced out of ``frames`` afterwards)
-        for frame in frames[start:] if start else frames:
-            if type(frame) is not publication:
-                break
-            if frame.link_seq != expected:
-                if expected <= top or frame.link_seq != 1:
-                    break
-                expected = 1  # the wrap: expected ran one past the top of the space
-                wraps += 1
-            expected += 1
-            if frame.source != source:  # most runs are of one source: no dict work per frame
-                if source is not None:
-                    last[source] = source_last
-                source = frame.source
-                source_last = last[source] if source in last else delivered.get(source, 0)
-            seq = frame.source_seq
-            if seq > source_last:
-                source_last = seq
-            else:
-                duplicates.append(expected - first + wraps * top - 1)
-        if source is not None:
-            last[source] = source_last
-        stop = start + expected - first + wraps * top
-        run = _Run(stop=stop, expected_wire=1 if expected > top else expected, last=last,
-                   duplicates=len(duplicates))
-        taken = cast("Sequence[Publication]", frames[start:stop])
-        if duplicates:
-            skip = set(duplicates)
-            run.publications = tuple(frame for i, frame in enumerate(taken) if i not in skip)
-        else:
-            run.publications = tuple(taken)
-        return run
+        return scan_run(frames, start, self._expected_wire, self.space.max, self._last_delivered)
 
     def _check(self, frame: object) -> int | None:
         """The link number of ``frame`` if it has one; raise if it is no frame for a stub."""
@@ -836,7 +748,7 @@ class SubscriberStub:
         # an interval after the last, so the count never falls short of that, whatever the
         # rounding of the deadlines; a late poll counts the whole intervals that passed.
         floor = self._missed + 1 if self._missed_since == since else self.missed_heartbeats
-        missed = max(floor, _whole_intervals(since, now, self.heartbeat_interval))
+        missed = max(floor, whole_intervals(since, now, self.heartbeat_interval))
         self._missed, self._missed_since = missed, since
         self._events.append(HeartbeatOverdue(missed=missed, since=since))
         self._overdue_at = now + self.heartbeat_interval
