@@ -45,7 +45,6 @@ from seqrepair.amqp.journalport import NotJournaledError, RedisJournalPort, Stal
 from seqrepair.amqp.technical import DEFAULT_SOURCE_BITS
 from seqrepair.core.messages import Publication
 from seqrepair.core.sequencers import SourceSequencer
-from seqrepair.core.topics import validate_topic
 
 log = structlog.get_logger("seqrepair.amqp.ingest")
 
@@ -320,12 +319,11 @@ class Ingest:
 
 
 def check_topic(receiver: Any, topic: str) -> None:
-    """``topic`` is a valid topic inside the publishing link's address, else raise; the topics
-    that passed are remembered per link (bounded)."""
+    """``topic`` (a publication's, so a valid topic) is inside the publishing link's address,
+    else raise; the topics that passed are remembered per link (bounded)."""
     checked: set[str] = receiver.topics_checked
     if topic in checked:
         return
-    validate_topic(topic)
     if not receiver.pattern.matches(topic):
         raise MalformedMessageError(
             f"topic {topic!r} is outside this link's address {receiver.pattern}",
