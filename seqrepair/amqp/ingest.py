@@ -160,9 +160,9 @@ class Ingest:
 
     def _catch_up(self, source: str) -> None:
         """Fan out what the journal holds of ``source`` past what went out, and clear its doubt:
-        the one path for publications an append journaled although its answer was lost (a
-        read: raises :class:`NotJournaledError`, ``untouched``, when the journal cannot be
-        read).
+        the one path for publications journaled but never fanned out, whether an append's
+        answer was lost or their publisher died between journaling and sending them (a read:
+        raises :class:`NotJournaledError`, ``untouched``, when the journal cannot be read).
 
         What retention trimmed of them first can never go out: it is passed over, with a
         warning that names it, counted in ``stats["trimmed_unsent"]`` and taken as ingested (a
@@ -278,6 +278,9 @@ class Ingest:
         behind = set(numbered)
         if self.in_doubt:
             behind.update(self.in_doubt.intersection(pub.source for pub in pubs))
+        for source in self._skipped_ahead(pubs):
+            self.journal.forget(source)  # its publisher journaled past what the port knows
+            behind.add(source)
         for source in behind:
             self._catch_up(source)
         fresh: list[Publication] = []
@@ -308,6 +311,23 @@ class Ingest:
                           {j: entries[i] for j, i in enumerate(kept) if i in entries})
             raise
         self._publish(fresh, entries)
+
+    def _skipped_ahead(self, pubs: list[Publication]) -> list[str]:
+        """The sources whose first publication in ``pubs`` skips numbers past what went out.
+
+        A publisher journals before it sends: one that died in between resumes after its
+        high-water, so what it journaled and never sent is skipped on its link. Subscribers
+        would see no gap (link numbers stay contiguous), so what the journal holds of those
+        numbers goes out first (:meth:`_catch_up`); numbers it does not hold are refused by
+        the append as ever. Only sources already fanned out in this run count: after a restart
+        of the component, links start again at 0 and subscribers repair by source.
+        """
+        ingested = self.ingested
+        first: dict[str, int] = {}
+        for pub in pubs:
+            first.setdefault(pub.source, pub.source_seq)
+        return [source for source, seq in first.items()
+                if source in ingested and seq > ingested[source] + 1]
 
     def _publish(self, pubs: list[Publication], entries: dict[int, bytes | None]) -> None:
         """Count journaled ``pubs`` as ingested and fan them out."""

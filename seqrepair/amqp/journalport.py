@@ -60,6 +60,10 @@ class JournalPort(Protocol):
     def high_water(self, source: str) -> int:
         """The last number of ``source`` the journal holds: :meth:`held`, else read."""
 
+    def forget(self, source: str) -> None:
+        """Forget what the port knows of ``source``: another writer (its publisher) appended
+        past it, so the next :meth:`high_water` reads the journal."""
+
     def unsent(self, source: str, after: int) -> Unsent:
         """What the journal holds of ``source`` past ``after`` up to :meth:`held`, and which
         of those numbers retention trimmed before they could be read."""
@@ -248,6 +252,11 @@ class RedisJournalPort:
         :meth:`append`: the part it took), without a round trip."""
         hw = self._hw
         return [i for i, p in enumerate(publications) if p.source_seq <= hw.get(p.source, 0)]
+
+    def forget(self, source: str) -> None:
+        """Forget the high-water this port knows of ``source``: the next :meth:`high_water`
+        reads it from the journal (its publisher appended past it)."""
+        self._hw.pop(source, None)
 
     def high_water(self, source: str) -> int:
         """The last number of ``source`` the journal holds: as this port knows it, else read

@@ -16,6 +16,7 @@ import pytest
 from seqrepair.amqp.client import Publisher, Subscriber
 from seqrepair.core.messages import Publication
 from seqrepair.core.permissions import Entitlement
+from seqrepair.core.sequencers import SourceSequencer
 from seqrepair.journal.journal import Journal
 
 from .conftest import ComponentProcess, wait_for
@@ -123,3 +124,27 @@ def test_a_stopped_component_logs_its_counters(
     assert len(stopped) == 1, comp.log_text()
     assert "ingested=10" in stopped[0], stopped[0]
     assert "trimmed_unsent=0" in stopped[0], stopped[0]
+
+
+def test_what_a_publisher_journaled_and_died_before_sending_reaches_subscribers_in_order(
+    component: Callable[..., ComponentProcess], redis_url: str
+) -> None:
+    comp = component("--heartbeat", "0.2")
+    journal = Journal.from_url(redis_url)
+    got: list[Publication] = []
+    with Subscriber(comp.url, "/#", on_publication=got.append, heartbeat_interval=0.2,
+                    link_name="watcher") as sub:
+        assert sub.connected.wait(10)
+        with Publisher(comp.url, "feed.a", journal=journal) as publisher:
+            publisher.publish_many([(TOPICS[0], {"n": n}, "update") for n in range(1, 11)])
+            assert publisher.flush(timeout=20)
+        # the next publisher process journals 11..15, then dies before it sends them
+        dying = SourceSequencer(source="feed.a", bits=32, start_after=journal.high_water("feed.a"))
+        journal.append([dying.stamp(TOPICS[0], {"n": n}) for n in range(11, 16)], 32)
+        with Publisher(comp.url, "feed.a", journal=journal) as restarted:  # resumes after 15
+            restarted.publish_many([(TOPICS[0], {"n": n}, "update") for n in range(16, 21)])
+            assert restarted.flush(timeout=20)
+        assert wait_for(lambda: len(got) >= 20)
+        time.sleep(0.5)  # anything extra (a duplicate) would arrive now
+    assert seqs(got) == list(range(1, 21))  # the journaled, never sent 11..15 included, in order
+    assert [p.fields["n"] for p in got] == list(range(1, 21))

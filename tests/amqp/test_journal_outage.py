@@ -27,6 +27,7 @@ import structlog
 from proton import Delivery, Message
 
 from seqrepair.amqp.client import Publisher
+from seqrepair.core.messages import Publication
 
 from .test_numbering import PUBLISHER, Harness
 
@@ -42,6 +43,12 @@ def numbered(first: int, last: int, source: str = SOURCE) -> Message:
         for seq in range(first, last + 1)
     ]
     return Message(body=body, properties={"message-type": "PUBLICATIONS"})
+
+
+def numbered_publications(first: int, last: int, source: str = SOURCE) -> list[Publication]:
+    """Publications ``first..last`` of ``source`` as a publisher journals them itself."""
+    return [Publication(topic="/plain/x", source=source, source_seq=seq, fields={"n": seq})
+            for seq in range(first, last + 1)]
 
 
 def outcome(delivery: object) -> tuple[object, str | None]:
@@ -106,6 +113,32 @@ def test_a_resend_cut_differently_still_releases_the_hold() -> None:
     assert outcome(h.send(numbered(3, 5))) == ACCEPTED
     assert outcome(h.send(numbered(6, 6))) == ACCEPTED
     assert h.received() == [(SOURCE, seq, seq) for seq in range(1, 7)]
+
+
+@pytest.mark.parametrize("skipped", [1, 2, 50])
+def test_numbers_a_publisher_journaled_and_never_sent_go_out_before_what_it_sends_next(
+    skipped: int,
+) -> None:
+    # a publisher journals before it sends: one that died in between resumes after its
+    # high-water, so the numbers it journaled and never sent are skipped on its link
+    h = Harness()
+    assert outcome(h.send(numbered(1, 2))) == ACCEPTED
+    h.journal.append(numbered_publications(3, 2 + skipped), 32)  # journaled, then it died
+    after = h.send(numbered(3 + skipped, 4 + skipped))  # the restarted publisher goes on
+
+    assert outcome(after) == ACCEPTED
+    assert h.received() == [(SOURCE, seq, seq) for seq in range(1, 5 + skipped)]  # in order, once
+    assert h.component.ingested[SOURCE] == 4 + skipped
+    assert outcome(h.send(numbered(5 + skipped, 5 + skipped))) == ACCEPTED  # served as before
+
+
+def test_a_publisher_that_skips_numbers_the_journal_does_not_hold_is_still_refused() -> None:
+    h = Harness()
+    assert outcome(h.send(numbered(1, 2))) == ACCEPTED
+    skipping = h.send(numbered(5, 6))
+
+    assert outcome(skipping) == (Delivery.REJECTED, "amqp:precondition-failed")
+    assert h.received() == [(SOURCE, 1, 1), (SOURCE, 2, 2)]
 
 
 def test_a_numbered_message_the_journal_took_part_of_is_released_and_not_duplicated() -> None:
