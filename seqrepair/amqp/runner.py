@@ -197,6 +197,10 @@ class _Reconnecting(MessagingHandler, abc.ABC):
         """The links of the current connection, by kind (``sender``, ``data``...; a link not
         made yet or forgotten is None): what the peer may end."""
 
+    def on_disconnected(self, event: Any) -> None:
+        """The connection is lost: reconnect."""
+        self._lost(event.connection, "disconnected")
+
     @abc.abstractmethod
     def _lost(self, conn: Any, reason: str) -> None:
         """``conn`` is lost: unless stopping or already given up on, forget it and schedule a
@@ -416,10 +420,6 @@ class SubscriberRunner(_Reconnecting):
         self.connected.clear()
         self._shutdown()
 
-    def on_disconnected(self, event: Any) -> None:
-        """The connection is lost: reconnect."""
-        self._lost(event.connection, "disconnected")
-
     def _lost(self, conn: Any, reason: str) -> None:
         if self._stopping or conn is None or conn != self._conn:
             return  # only the current connection starts (one) reconnect chain
@@ -585,10 +585,6 @@ class PublisherRunner(_Reconnecting, Generic[Unsettled]):
     def on_sendable(self, event: Any) -> None:
         """The sender has credit: send."""
         self._send()
-
-    def on_disconnected(self, event: Any) -> None:
-        """The connection is lost: reconnect."""
-        self._lost(event.connection, "disconnected")
 
     def _lost(self, conn: Any, reason: str) -> None:
         if self._stopping or conn is None or conn != self._conn:
