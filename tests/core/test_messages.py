@@ -171,3 +171,55 @@ def test_messages_are_hashable_and_equal_ones_hash_alike():
     assert hash(complete) == hash(ReplayComplete({"feed.a": 3}, SourceGapRequest({"feed.a": 1})))
     assert len({GapError("refused", SourceGapRequest({"a": 1})),
                 GapError("refused", SourceGapRequest({"a": 1}))}) == 1
+
+
+# Publication's __init__ is written out for speed; attrs generates the reference from the
+# same field declarations (validators, converters, defaults), so the two cannot drift apart.
+ReferencePublication = attrs.make_class(
+    "Publication",
+    {a.name: attrs.field(default=a.default, validator=a.validator, converter=a.converter)
+     for a in attrs.fields(Publication)},
+    frozen=True,
+)
+
+anything = st.one_of(st.none(), st.booleans(), st.integers(-2, 2**64 + 1), st.floats(),
+                     st.text(max_size=4), st.just({}), st.just([1]))
+arguments = st.fixed_dictionaries(
+    {"topic": st.one_of(st.sampled_from(["/a", "/a/b", "/a/*", "a", "/a//b"]), anything),
+     "source": st.one_of(st.just("feed.a"), anything),
+     "source_seq": st.one_of(st.integers(1, 2**64 - 1), anything)},
+    optional={
+        "ptype": st.one_of(st.sampled_from(["update", "add", "Image", PublishType.DROP]),
+                           anything),
+        "fields": st.one_of(st.dictionaries(st.text(max_size=3), st.none() | st.integers()),
+                            anything),
+        "link_seq": st.one_of(st.integers(0, 2**64 - 1), anything),
+        "permtoken": st.one_of(st.just("tok"), anything),
+        "timestamp": st.one_of(st.floats(allow_nan=False), st.integers(), anything),
+        "retransmit": anything,
+    },
+)
+
+
+def outcome(build, values):
+    try:
+        built = build(**values)
+    except SeqRepairError as exc:
+        return type(exc), str(exc)
+    return attrs.astuple(built, recurse=False)
+
+
+@settings(max_examples=500, deadline=None)
+@given(arguments)
+def test_a_publication_is_built_and_rejected_exactly_as_its_declared_fields_say(values):
+    assert outcome(Publication, values) == outcome(ReferencePublication, values)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(st.none(), st.integers(0, 2**64 - 1), anything),
+       st.sampled_from([None, True, False]))
+def test_with_link_is_evolve_with_a_new_link_number(link_seq, retransmit):
+    pub = publication(link_seq=3, permtoken="tok", timestamp=1.5)
+    changes = {"link_seq": link_seq} | ({} if retransmit is None else {"retransmit": retransmit})
+    assert outcome(lambda **_: pub.with_link(link_seq, retransmit=retransmit), {}) == outcome(
+        lambda **kw: attrs.evolve(pub, **kw), changes)
