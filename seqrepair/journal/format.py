@@ -148,8 +148,17 @@ def encode_fields(fields: Mapping[str, Any]) -> str:
         ) from exc
 
 
-def check_encodable(topic: str, fields: Mapping[str, Any], permtoken: str | None) -> None:
-    """Raise InvalidMessageError unless a publication with these parts can be journaled."""
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def journal_form(
+    topic: str, fields: Mapping[str, Any], permtoken: str | None
+) -> Mapping[str, Any]:
+    """``fields`` with each value as the journal will hold it, in its JSON form (a tuple
+    becomes a list, a number used as a nested key its text); raise InvalidMessageError unless
+    a publication with these parts can be journaled. Publishing the JSON form makes what
+    subscribers get live equal to what a replay from the journal gives them. The field names
+    are left for :class:`~seqrepair.core.messages.Publication` to check."""
     try:
         topic.encode("utf-8")
         encode_fields(fields).encode("utf-8")
@@ -157,6 +166,12 @@ def check_encodable(topic: str, fields: Mapping[str, Any], permtoken: str | None
             permtoken.encode("utf-8")
     except (UnicodeEncodeError, AttributeError) as exc:
         raise InvalidMessageError(f"publication text is not encodable: {exc}") from exc
+    if not isinstance(fields, Mapping):
+        return fields  # no publication's fields: Publication says so
+    return {
+        name: value if type(value) in _SCALARS else json.loads(encode_value(value))
+        for name, value in fields.items()
+    }
 
 
 def encode_value(value: Any) -> str:

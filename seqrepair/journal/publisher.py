@@ -42,7 +42,7 @@ from seqrepair.journal.errors import (
     PublicationQueuedError,
     SequenceConflictError,
 )
-from seqrepair.journal.format import check_encodable
+from seqrepair.journal.format import journal_form
 from seqrepair.journal.journal import Journal
 from seqrepair.journal.pipelined import AppendPipeline
 
@@ -50,9 +50,10 @@ Transport = Callable[[Publication], object]
 
 
 def _plainly_encodable(topic: object, fields: object, permtoken: object) -> bool:
-    """Whether :func:`check_encodable` would pass, proven without encoding anything: ASCII
-    text, and fields a dict of ASCII keys to None, bools, ints, finite floats and ASCII text
-    (what the journal's JSON takes as is). False means "not proven": ask the real check."""
+    """Whether :func:`journal_form` would pass and keep ``fields`` as they are, proven without
+    encoding anything: ASCII text, and fields a dict of ASCII keys to None, bools, ints, finite
+    floats and ASCII text (what the journal's JSON takes as is). False means "not proven": ask
+    the real check."""
     if (
         type(topic) is not str
         or not topic.isascii()
@@ -162,7 +163,7 @@ class Publisher:
                     got=len(self._unheld),
                 ) from exc
         if not _plainly_encodable(topic, fields, permtoken):
-            check_encodable(topic, fields, permtoken)
+            fields = journal_form(topic, fields, permtoken)
         if timestamp is None and self.clock is not None:
             timestamp = self.clock()
         pub = self.sequencer.stamp(topic, fields, ptype, permtoken=permtoken, timestamp=timestamp)
@@ -233,18 +234,24 @@ class Publisher:
         they are dropped unpublished, numbering resumes after the journal's high-water and
         :class:`SequenceConflictError` says so.
         """
-        high_water = self.journal.high_water(self.source)
+        high_water, trimmed = self.journal.high_waters([self.source])[self.source]
         self._uncertain = False
         numbered = 0
         while numbered < len(self._unheld) and self._unheld[numbered].source_seq <= high_water:
             numbered += 1
+        # numbers retention trimmed meanwhile were held (it trims only what the journal held,
+        # archiving it first); only what is still readable can be compared
         held = 0
-        if numbered:
-            first, last = self._unheld[0].source_seq, self._unheld[numbered - 1].source_seq
-            journaled = self.journal.read_range(self.source, first, last)
-            mine = list(self._unheld)[:numbered]
-            while held < min(numbered, len(journaled)) and journaled[held] == mine[held]:
+        while held < numbered and self._unheld[held].source_seq <= trimmed:
+            held += 1
+        if held < numbered:
+            first, last = self._unheld[held].source_seq, self._unheld[numbered - 1].source_seq
+            journaled = iter(self.journal.read_range(self.source, first, last))
+            for mine, theirs in zip(list(self._unheld)[held:numbered], journaled, strict=False):
+                if mine != theirs:
+                    break
                 held += 1
+        if numbered:
             self.log.info("publisher.append_was_held", through=high_water, count=held)
         handed = self._hand_on(held)
         if held < numbered:

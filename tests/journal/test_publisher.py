@@ -166,6 +166,37 @@ def test_append_of_unknown_outcome_is_resolved_by_reading_high_water(journal: Jo
     assert journal.read_range("feed.a", 1, 4) == sent
 
 
+def test_values_are_published_as_the_journal_holds_them_so_an_unknown_outcome_resolves(
+    journal: Journal,
+) -> None:
+    flaky = FlakyJournal(journal.client)
+    sent: list[Publication] = []
+    publisher = Publisher("feed.a", flaky, transport=sent.append)
+    flaky.fail_next = True
+    with pytest.raises(PublicationQueuedError):
+        publisher.publish("/a", {"pair": (1, 2), "by_id": {7: "x"}})
+    assert publisher.flush() == 1  # the journal's copy is recognised as this publication
+    assert sent[0].fields == {"pair": [1, 2], "by_id": {"7": "x"}}
+    assert journal.read_range("feed.a", 1, 1) == sent  # live and replayed alike
+
+
+def test_an_unknown_outcome_whose_numbers_retention_trimmed_meanwhile_counts_as_held(
+    journal: Journal,
+) -> None:
+    flaky = FlakyJournal(journal.client)
+    sent: list[Publication] = []
+    publisher = Publisher("feed.a", flaky, transport=sent.append)
+    publisher.publish("/a", {"i": 1})
+    flaky.fail_next = True
+    with pytest.raises(PublicationQueuedError):
+        publisher.publish("/a", {"i": 2})
+    journal.trim_through("feed.a", 2, now=100.0)  # retention ran before the next flush
+    assert publisher.flush() == 1
+    assert [p.source_seq for p in sent] == [1, 2]
+    assert publisher.publish("/a", {"i": 3}).source_seq == 3
+    assert [p.source_seq for p in sent] == [1, 2, 3]
+
+
 def test_transport_failure_does_not_unpublish(journal: Journal) -> None:
     def broken(pub: Publication) -> None:
         raise RuntimeError("link down")
