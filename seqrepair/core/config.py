@@ -7,6 +7,7 @@ clear, typed error rather than deep inside a state machine later.
 
 from __future__ import annotations
 
+from math import isfinite
 from typing import Any, TypeGuard
 
 import attrs
@@ -65,7 +66,8 @@ def optional(check: Validator) -> Validator:
 
 
 def check_now(now: object) -> float:
-    """``now`` as float seconds; anything else (bool, NaN, text) is an InvalidConfigError."""
-    if not _is_number(now):
+    """``now`` as float seconds; anything else (bool, NaN, infinity, text) is an
+    InvalidConfigError."""
+    if not _is_number(now) or not isfinite(now):
         raise InvalidConfigError("now must be a number of seconds", expected="float", got=now)
     return float(now)

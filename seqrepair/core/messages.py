@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
+from math import inf, isfinite
 from types import MappingProxyType
 from typing import Any, Literal
 
@@ -156,10 +157,11 @@ def _freeze_fields(value: object) -> Mapping[str, Any]:
 
 
 def _timestamp(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    # NaN and infinities are no time: every order and every age cut would go wrong on them
+    if isinstance(value, bool) or not isinstance(value, int | float) or not isfinite(value):
         raise InvalidMessageError(
-            f"{type(instance).__name__}.{attribute.name} must be a number of seconds",
-            expected="float",
+            f"{type(instance).__name__}.{attribute.name} must be a finite number of seconds",
+            expected="finite float",
             got=value,
         )
 
@@ -234,7 +236,7 @@ class Publication:
             _LINK_SEQ(self, _ATTRS.link_seq, link_seq)
         if permtoken is not None and (type(permtoken) is not str or not permtoken):
             _nonempty_str(self, _ATTRS.permtoken, permtoken)
-        if timestamp is not None and type(timestamp) is not float:
+        if timestamp is not None and (type(timestamp) is not float or not -inf < timestamp < inf):
             _timestamp(self, _ATTRS.timestamp, timestamp)
         if retransmit is not False and retransmit is not True:
             _RETRANSMIT(self, _ATTRS.retransmit, retransmit)

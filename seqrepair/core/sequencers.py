@@ -10,6 +10,7 @@ heartbeat. Neither reads the clock: time comes in as ``now``.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from math import inf
 from typing import Any
 
 import attrs
@@ -106,7 +107,7 @@ class LinkSequencer:
         return SequenceSpace(self.bits)
 
     def _take(self, now: float) -> int:
-        if type(now) is not float or now != now:  # the cheap test first: this is per frame
+        if type(now) is not float or not -inf < now < inf:  # the cheap test first: per frame
             now = check_now(now)
         wire = self._next_wire
         self._next_wire = self.space.next(wire)

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping, Sequence
+from math import inf
 
 import attrs
 
@@ -280,7 +281,7 @@ class SubscriberStub:
         is not a seqrepair frame or whose link number is outside the space; the stub's state is
         then unchanged.
         """
-        if type(now) is not float or now != now:  # NaN would silence every deadline
+        if type(now) is not float or not -inf < now < inf:  # NaN would silence every deadline
             now = check_now(now)
         expected = self._expected_wire
         if (
@@ -335,7 +336,7 @@ class SubscriberStub:
         path for batches. Every frame is checked before any is taken, so an invalid one raises
         as :meth:`receive` would and leaves the stub unchanged.
         """
-        if type(now) is not float or now != now:
+        if type(now) is not float or not -inf < now < inf:
             now = check_now(now)
         events: list[Event] = []
         taken = self._take_run(frames, 0, now, events, check_rest=True)

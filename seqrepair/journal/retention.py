@@ -17,6 +17,7 @@ from typing import Any
 import attrs
 import structlog
 
+from seqrepair.core.config import optional, positive_int
 from seqrepair.core.errors import InvalidConfigError
 from seqrepair.journal.errors import JournalError
 from seqrepair.journal.format import archive_path, encode_archive_table
@@ -40,10 +41,10 @@ def _optional_positive(instance: object, attribute: attrs.Attribute[Any], value:
 class RetentionPolicy:
     """How much of each source's journal to keep, and where to archive what goes."""
 
-    max_count: int | None = attrs.field(default=None, validator=_optional_positive)
+    max_count: int | None = attrs.field(default=None, validator=optional(positive_int))
     max_age: float | None = attrs.field(default=None, validator=_optional_positive)
     archive_root: Path | None = attrs.field(default=None, converter=attrs.converters.optional(Path))
-    chunk: int = attrs.field(default=100_000, validator=_optional_positive)
+    chunk: int = attrs.field(default=100_000, validator=positive_int)
     """Most publications per archive file."""
 
 
@@ -67,13 +68,15 @@ def export_range(
     """
     import pyarrow.parquet as pq
 
+    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
+        raise InvalidConfigError("chunk must be a positive integer", expected=">= 1", got=chunk)
     bits = journal.info(source).bits
     if bits is None:
         raise JournalError(f"source {source!r} is not journaled", source=source, operation="export")
     written: list[Path] = []
     start = first
     while start <= last:
-        end = min(last, start + int(chunk) - 1)
+        end = min(last, start + chunk - 1)
         pubs = journal.read_range(source, start, end)
         if pubs:
             path = archive_path(root, source, pubs[0].source_seq, pubs[-1].source_seq)
@@ -107,7 +110,7 @@ def apply_retention(
     first = info.trimmed_through + 1
     through = info.trimmed_through
     if policy.max_count is not None:
-        through = max(through, info.high_water - int(policy.max_count))
+        through = max(through, info.high_water - policy.max_count)
     if policy.max_age is not None and first <= info.high_water:
         through = max(
             through, _age_cutoff(journal, source, first, info.high_water, now - policy.max_age)
@@ -117,7 +120,7 @@ def apply_retention(
     archived: list[Path] = []
     if policy.archive_root is not None:
         archived = export_range(
-            journal, source, first, through, policy.archive_root, chunk=int(policy.chunk)
+            journal, source, first, through, policy.archive_root, chunk=policy.chunk
         )
     done, removed = journal.trim_through(source, through, now=now)
     return TrimReport(source, done, removed, tuple(archived))

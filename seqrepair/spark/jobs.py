@@ -7,6 +7,7 @@ import json
 import sys
 import time
 from collections.abc import Sequence
+from math import isfinite
 from typing import Any
 
 import structlog
@@ -54,11 +55,18 @@ def add_rebuild_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--as-of-time",
-        type=float,
+        type=_finite_seconds,
         help="rebuild as of this timestamp (seconds): each source up to its first publication "
         "stamped later (publications are cut on their effective time)",
     )
     parser.add_argument("--show", type=int, default=10, help="print this many images")
+
+
+def _finite_seconds(text: str) -> float:
+    value = float(text)  # argparse reports a ValueError as an invalid value
+    if not isfinite(value):
+        raise ValueError(f"a time must be a finite number of seconds, got {text!r}")
+    return value
 
 
 def parse_as_of(values: Sequence[str]) -> dict[str, int]:

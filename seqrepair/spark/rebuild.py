@@ -26,7 +26,7 @@ source's sequence order and interleaves sources by time; ties go to the source n
 sequence. For a source whose timestamps are all present and never go backwards (the journal
 stamps them in sequence order; the audit reports any publication stamped earlier than a
 lower-numbered one as ``out_of_order``) the effective time is the timestamp itself. (A NaN
-timestamp is not supported: Spark orders NaN above every number, Python does not.)
+or infinite timestamp never reaches a journal: publications refuse them.)
 :func:`event_order` sorts publications in this order for an in-memory fold (the differential
 test feeds the core ImageCache with it).
 
@@ -66,6 +66,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
+from math import isfinite
 from typing import Any, TypeVar
 
 import structlog
@@ -199,6 +200,8 @@ def as_of(
     including, its first publication stamped after ``timestamp`` (untimed publications before
     that are kept, those after it are not). Both may be given.
     """
+    if timestamp is not None and not isfinite(timestamp):
+        raise ValueError(f"as of time must be a finite number of seconds, got {timestamp!r}")
     cond = F.lit(True)
     for source, limit in (seq or {}).items():
         cond = cond & ((F.col("source") != F.lit(source)) | (F.col("seq") <= F.lit(int(limit))))

@@ -73,6 +73,7 @@ def test_unknown_publish_type_is_a_typed_error(bad):
     ("topic", ""), ("topic", None), ("source", ""), ("source_seq", 0), ("source_seq", -1),
     ("source_seq", "7"), ("source_seq", True), ("fields", [("a", 1)]), ("fields", {1: "x"}),
     ("link_seq", -1), ("link_seq", 2**64), ("permtoken", ""), ("timestamp", "now"),
+    ("timestamp", float("nan")), ("timestamp", float("inf")), ("timestamp", -float("inf")),
     ("retransmit", 1),
 ])
 def test_malformed_publication_fields_are_rejected(field, value):

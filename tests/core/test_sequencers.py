@@ -90,7 +90,7 @@ def test_a_link_stamps_only_publications_and_a_bad_one_consumes_no_number():
     assert link.stamp(pub, 0.0).link_seq == 1
 
 
-@pytest.mark.parametrize("now", ["soon", float("nan"), None])
+@pytest.mark.parametrize("now", ["soon", float("nan"), -float("inf"), None])
 def test_a_bad_now_is_a_typed_error_and_consumes_no_number(now):
     link = LinkSequencer(bits=8, heartbeat_interval=1.0)
     pub = SourceSequencer(source="feed.a").stamp("/a", {}, PublishType.UPDATE)

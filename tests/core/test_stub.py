@@ -647,7 +647,7 @@ def test_a_late_copy_of_an_earlier_replay_does_not_end_a_newer_one():
     assert delivered(events) == [("feed.a", 6)]
 
 
-@pytest.mark.parametrize("now", ["soon", float("nan"), None, True])
+@pytest.mark.parametrize("now", ["soon", float("nan"), float("inf"), None, True])
 def test_a_bad_now_is_a_typed_error_and_changes_nothing(now):
     stub = make()
     stub.receive(pub(1, 1), now=0.0)

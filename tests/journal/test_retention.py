@@ -66,8 +66,21 @@ def test_export_range_only(journal: Journal, tmp_path: Path) -> None:
     assert journal.info("feed/a").trimmed_through == 0
 
 
-def test_bad_policy() -> None:
+@pytest.mark.parametrize(
+    "bad",
+    [{"max_count": 0}, {"max_count": 0.5}, {"max_count": True}, {"max_age": -1.0},
+     {"max_age": float("nan")}, {"chunk": 0}, {"chunk": 0.5}, {"chunk": 2.5}],
+)
+def test_bad_policy(bad: dict) -> None:
     with pytest.raises(InvalidConfigError):
-        RetentionPolicy(max_count=0)
+        RetentionPolicy(**bad)
+
+
+@pytest.mark.parametrize("chunk", [0, -1, 0.5])
+def test_an_export_in_chunks_of_no_whole_number_is_refused(
+    journal: Journal, tmp_path: Path, chunk: object
+) -> None:
+    fill(journal, 3)
     with pytest.raises(InvalidConfigError):
-        RetentionPolicy(max_age=-1.0)
+        export_range(journal, "feed/a", 1, 3, tmp_path, chunk=chunk)  # type: ignore[arg-type]
+    assert not any(tmp_path.iterdir())

@@ -113,6 +113,11 @@ def test_cli_rejects_missing_input(capsys):
     assert main(["rebuild", "--no-progress"]) == 2
     assert "--journal" in capsys.readouterr().err
     assert main(["rebuild", "--archive", "x", "--as-of-seq", "nope"]) == 2
+    for no_time in ("nan", "inf"):
+        with pytest.raises(SystemExit) as exited:
+            main(["rebuild", "--archive", "x", "--as-of-time", no_time])
+        assert exited.value.code == 2
+        assert "--as-of-time" in capsys.readouterr().err
 
 
 def _free_port() -> int:

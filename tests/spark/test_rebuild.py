@@ -167,6 +167,9 @@ def test_as_of_time_cuts_on_effective_time(spark):
     kept = [p for key, p in event_keys(pubs) if key[0] <= 3.0]
     assert got == expected_images(kept)
     assert images_of(spark, pubs, as_of_time=0.0)["/t"]["fields"] == {"c": 1}
+    for no_time in (float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="finite"):
+            images_of(spark, pubs, as_of_time=no_time)
 
 
 def test_as_of_sequence_and_time(spark):
