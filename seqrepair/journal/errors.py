@@ -114,7 +114,7 @@ def map_redis_errors(operation: str, source: str | None = None) -> Iterator[None
         raise JournalResponseError(
             f"redis refused {operation}: {exc}", source=source, operation=operation
         ) from exc
-    except rx.RedisError as exc:
+    except (rx.RedisError, rx.RedisClusterException) as exc:  # the second is no RedisError
         raise JournalError(
             f"redis error during {operation}: {exc}", source=source, operation=operation
         ) from exc

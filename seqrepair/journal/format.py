@@ -121,10 +121,30 @@ def seq_of(entry: str | bytes) -> int:
 
 
 def check_source(source: object) -> str:
-    """Return ``source`` if it can name a journal, else raise InvalidMessageError."""
+    """Return ``source`` if it can name a journal, else raise InvalidMessageError.
+
+    Not ``.`` or ``..`` (its archive folder would be the archive root or its parent), and no
+    ``{`` or ``}`` (its keys' hash tag would no longer be the whole name, and a leading ``}``
+    would put a source's keys in different Redis Cluster slots).
+    """
     if not isinstance(source, str) or not source:
         raise InvalidMessageError("a source must be a non-empty string", got=source)
+    if source in (".", "..") or "{" in source or "}" in source:
+        raise InvalidMessageError(
+            f"a source name cannot be '.' or '..' or hold '{{' or '}}', got {source!r}",
+            expected="a name without braces, not . or ..",
+            got=source,
+        )
     return source
+
+
+def can_name_journal(source: object) -> bool:
+    """Whether :func:`check_source` takes ``source``."""
+    try:
+        check_source(source)
+    except InvalidMessageError:
+        return False
+    return True
 
 
 def check_seq(seq: object, what: str = "sequence number", *, low: int = 0) -> int:

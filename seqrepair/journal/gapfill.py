@@ -42,6 +42,7 @@ from seqrepair.core.messages import (
 )
 from seqrepair.core.permissions import Entitlement
 from seqrepair.journal.errors import TrimmedRangeError, UnknownLinkError
+from seqrepair.journal.format import can_name_journal
 from seqrepair.journal.journal import Journal
 
 log = structlog.get_logger(__name__)
@@ -227,13 +228,16 @@ class GapFillService:
         if not isinstance(request, SourceGapRequest):
             raise InvalidMessageError("answer_source_gap takes a SourceGapRequest", got=request)
         sources = sorted(set(request.after) | set(self.journal.sources()))
-        marks = self.journal.high_waters(sources)
+        # a name the journal cannot hold (see check_source) has nothing journaled
+        marks = self.journal.high_waters([s for s in sources if can_name_journal(s)])
         segments: list[_Segment] = []
         through: dict[str, int] = {}
         trimmed_through: dict[str, int] = {}
+        trimmed_after: dict[str, int] = {}
         for source in sources:
-            high_water, trimmed = marks[source]
+            high_water, trimmed = marks.get(source, (0, 0))
             listed = source in request.after
+            # a source the request does not name is owed everything since the link started
             after = request.after[source] if listed else link.start_after.get(source, 0)
             if not listed and after >= high_water:
                 continue
@@ -241,17 +245,16 @@ class GapFillService:
             if after >= high_water:
                 continue
             if after < trimmed:
-                if listed:
-                    trimmed_through[source] = trimmed
-                    continue
-                after = trimmed
+                trimmed_through[source] = trimmed
+                trimmed_after[source] = after
+                continue
             segments.append(_Segment(source, after + 1, high_water))
         if trimmed_through:
             # One answer names every source that lost numbers; the subscriber reports them and
             # asks again after these points for what the journal still holds.
             log.info("gapfill.trimmed", link=link_id, trimmed_through=trimmed_through)
             detail = ", ".join(
-                f"{source}: numbers after {request.after[source]} through {seq} were trimmed"
+                f"{source}: numbers after {trimmed_after[source]} through {seq} were trimmed"
                 for source, seq in trimmed_through.items()
             )
             return GapError("trimmed", request, detail, trimmed_through)

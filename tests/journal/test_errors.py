@@ -27,6 +27,8 @@ from seqrepair.journal.errors import map_redis_errors
         (rx.ResponseError("WRONGTYPE"), JournalResponseError),
         (rx.ReadOnlyError("replica"), JournalResponseError),
         (rx.RedisError("other"), JournalError),
+        (rx.CrossSlotTransactionError("slots"), JournalError),  # a cluster error: no RedisError
+        (rx.SlotNotCoveredError("slot 1"), JournalError),
     ],
 )
 def test_every_redis_error_is_mapped(raised: Exception, expected: type[JournalError]) -> None:

@@ -12,6 +12,7 @@ from seqrepair.core.messages import Publication, PublishType
 from seqrepair.journal.errors import JournalCorruptError
 from seqrepair.journal.format import (
     archive_path,
+    check_source,
     decode_archive_table,
     decode_entry,
     encode_archive_table,
@@ -47,6 +48,16 @@ publications = st.builds(
 def test_keys_share_a_cluster_hash_tag() -> None:
     assert stream_key("feed.a") == "seqrepair:{feed.a}:journal"
     assert meta_key("feed.a") == "seqrepair:{feed.a}:meta"
+
+
+@pytest.mark.parametrize("name", [".", "..", "}feed", "feed}", "{feed}", "a{b"])
+def test_a_source_name_that_would_break_its_keys_or_archive_folder_is_refused(
+    name: str, tmp_path
+) -> None:
+    with pytest.raises(InvalidMessageError, match="source name"):
+        check_source(name)
+    with pytest.raises(InvalidMessageError):
+        archive_path(tmp_path, name, 1, 2)
 
 
 def test_archive_path_quotes_the_source(tmp_path) -> None:

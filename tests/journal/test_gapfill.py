@@ -171,6 +171,31 @@ def test_one_trimmed_answer_names_every_source_that_lost_numbers(journal: Journa
     )
 
 
+def test_numbers_trimmed_of_a_source_the_request_does_not_name_are_reported_too(
+    journal: Journal,
+) -> None:
+    fill(journal, "feed.a", [("/a", None)] * 10)
+    service = GapFillService(journal)
+    service.attach("L1", EVERYTHING)  # owed feed.a after 10, though it never names it
+    fill(journal, "feed.a", [("/a", None)] * 40)  # 11..50
+    journal.trim_through("feed.a", 30, now=1.0)  # 11..30 go before the subscriber got them
+    request = SourceGapRequest({})
+    error = service.answer_source_gap("L1", request, now=0.0)
+    assert isinstance(error, GapError)
+    assert (error.reason, error.trimmed_through) == ("trimmed", {"feed.a": 30})
+    assert "after 10 through 30" in error.detail
+    replayed = frames(service.answer_source_gap("L1", SourceGapRequest({"feed.a": 30}), now=0.0))
+    assert [p.source_seq for p in replayed[:-1]] == list(range(31, 51))
+
+
+def test_a_source_name_no_journal_can_hold_has_nothing_to_replay(journal: Journal) -> None:
+    fill(journal, "feed.a", [("/a", None)] * 3)
+    service = GapFillService(journal)
+    service.attach("L1", EVERYTHING, start_after={})
+    replayed = frames(service.answer_source_gap("L1", SourceGapRequest({"}x": 4}), now=0.0))
+    assert [(p.source, p.source_seq) for p in replayed[:-1]] == [("feed.a", n) for n in (1, 2, 3)]
+
+
 def test_refusals_by_range_and_budget(journal: Journal) -> None:
     fill(journal, "feed.a", [("/a", None)] * 100)
     policy = RefusalPolicy(max_range=60, budget_capacity=100, budget_refill_per_second=10.0)

@@ -76,6 +76,9 @@ def test_bad_input_consumes_no_number(journal: Journal) -> None:
     with pytest.raises(InvalidMessageError):
         publisher.publish("/a", {"x": "\ud800"})
     assert publisher.publish("/a", {}).source_seq == 1
+    for name in ("..", "}feed"):
+        with pytest.raises(InvalidMessageError, match="source name"):
+            Publisher(name, journal)
 
 
 def test_bad_config(journal: Journal) -> None:
