@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 from proton import Message, ulong
@@ -29,6 +29,17 @@ from seqrepair.core.errors import SeqRepairError
 from seqrepair.core.messages import Heartbeat, Publication, PublishType
 from seqrepair.core.sequence import SequenceSpace
 
+_SourceState = tuple[int | None, tuple[int, int] | None, int | None]
+"""A source's last absolute number, next wire (bits, value) and bit width; None: not known."""
+T = TypeVar("T")
+
+
+def _put(state: dict[str, T], source: str, value: T | None) -> None:
+    if value is None:
+        state.pop(source, None)
+    else:
+        state[source] = value
+
 
 @attrs.define
 class SourceUnwrapper:
@@ -44,6 +55,37 @@ class SourceUnwrapper:
     _spaces: dict[int, SequenceSpace] = attrs.field(factory=dict)
     bits: dict[str, int] = attrs.field(factory=dict)
     """The bit width each source was last seen with."""
+    _before: dict[str, _SourceState] | None = attrs.field(default=None, init=False)
+    """Since :meth:`begin`: each source's state before its first change."""
+
+    def begin(self) -> None:
+        """Start a trial (one received message): :meth:`rollback` undoes what follows."""
+        self._before = {}
+
+    def commit(self) -> None:
+        """Keep what the trial changed."""
+        self._before = None
+
+    def rollback(self, kept: Mapping[str, int]) -> None:
+        """Undo the trial, except that a source whose numbers were taken past where the trial
+        began (``kept``: per source the last number taken, as journaled) continues from there:
+        a message refused part-way must not make later numbers unwrap behind what it took."""
+        before, self._before = self._before or {}, None
+        for source, (last, next_wire, bits) in before.items():
+            if kept.get(source, 0) > (last or 0):
+                self._last[source] = kept[source]
+                self._next_wire.pop(source, None)
+                continue
+            _put(self._last, source, last)
+            _put(self._next_wire, source, next_wire)
+            _put(self.bits, source, bits)
+
+    def _record(self, source: str) -> None:
+        before = self._before
+        if before is not None and source not in before:
+            before[source] = (
+                self._last.get(source), self._next_wire.get(source), self.bits.get(source)
+            )
 
     def space(self, bits: int) -> SequenceSpace:
         """The (cached) sequence space of ``bits``."""
@@ -59,12 +101,15 @@ class SourceUnwrapper:
 
     def seed(self, source: str, absolute: int) -> None:
         """Start unwrapping ``source`` near ``absolute`` (a recovered high-water)."""
+        self._record(source)
         if absolute > self._last.get(source, 0):
             self._last[source] = absolute
             self._next_wire.pop(source, None)
 
     def unwrap(self, source: str, wire: int, bits: int) -> int:
         """The absolute number of ``wire`` in ``source``'s ``bits``-bit space."""
+        if self._before is not None:
+            self._record(source)
         expected = self._next_wire.get(source)
         if expected is not None and expected[0] == bits and expected[1] == wire:
             # the number after the last one: the core's arithmetic would say last + 1

@@ -192,7 +192,22 @@ class Ingest:
     def publish(self, receiver: Any, message: Message) -> Released | None:
         """Journal and fan out ``message`` of the publishing link ``receiver``: None when done
         (accept it), :class:`Released` when the publisher should send it again; bad input, or
-        a failure where a resend is not safe, raises."""
+        a failure where a resend is not safe, raises. A message not accepted leaves the
+        decoder's source numbering as it found it, but for what the journal took of it."""
+        unwrapper = self.decoder.unwrapper
+        unwrapper.begin()
+        try:
+            outcome = self._take(receiver, message)
+        except BaseException:
+            unwrapper.rollback(self.ingested)
+            raise
+        if outcome is None:
+            unwrapper.commit()
+        else:
+            unwrapper.rollback(self.ingested)
+        return outcome
+
+    def _take(self, receiver: Any, message: Message) -> Released | None:
         default_topic = receiver.default_topic or message.address
         default_source = str(receiver.connection.remote_container or receiver.name)
         wanted: list[str] = []

@@ -211,6 +211,32 @@ def test_source_unwrapper_agrees_with_the_core_arithmetic(bits: int, steps: list
         assert fast.unwrap("s", wire, bits) == expected
 
 
+def test_a_trial_rolled_back_leaves_the_unwrapper_as_it_was() -> None:
+    from seqrepair.amqp.framing import SourceUnwrapper
+
+    unwrapper = SourceUnwrapper()
+    assert [unwrapper.unwrap("a", wire, 32) for wire in (1, 2, 3)] == [1, 2, 3]
+    unwrapper.begin()
+    assert unwrapper.unwrap("a", 1 << 40, 64) == 1 << 40  # a message about to be rejected
+    assert unwrapper.unwrap("b", 5, 8) == 5
+    unwrapper.rollback({})
+    assert (unwrapper.bits, unwrapper.unwrap("a", 4, 32)) == ({"a": 32}, 4)
+    assert unwrapper.unwrap("b", 1, 8) == 1  # b never seen: its first number starts it
+
+
+def test_a_trial_rolled_back_continues_after_what_was_taken_of_it() -> None:
+    """At 3 bits (1..7) a message of 11..13 refused part-way, 11..13 journaled: the next
+    number, 14 (wire 7), must not unwrap behind 11 (as 7) from where the trial began."""
+    from seqrepair.amqp.framing import SourceUnwrapper
+
+    unwrapper = SourceUnwrapper()
+    unwrapper.seed("a", 10)
+    unwrapper.begin()
+    assert [unwrapper.unwrap("a", wire, 3) for wire in (4, 5, 6)] == [11, 12, 13]
+    unwrapper.rollback({"a": 13})
+    assert unwrapper.unwrap("a", 7, 3) == 14
+
+
 GOOD_ENTRY = ["update", 1.5, "src", ulong(7), 32, "/t/a", {"n": 1}, None]
 
 

@@ -194,6 +194,18 @@ def test_bad_input_is_still_rejected() -> None:
     assert h.received() == [(SOURCE, seq, seq) for seq in range(1, 5)]
 
 
+def test_a_rejected_message_leaves_its_sources_numbering_and_width_as_they_were() -> None:
+    h = Harness()
+    h.send(numbered(1, 2))
+    far_off = Message(body=[{"source": SOURCE, "source_seq": 1 << 40, "source_bits": 64,
+                             "topic": "/elsewhere", "fields": {"n": 0}}],
+                      properties={"message-type": "PUBLICATIONS"})
+    assert outcome(h.send(far_off)) == (Delivery.REJECTED, "amqp:decode-error")
+    assert h.component.capabilities().source_bits[SOURCE] == 32
+    assert outcome(h.send(numbered(3, 4))) == ACCEPTED
+    assert h.received() == [(SOURCE, seq, seq) for seq in range(1, 5)]
+
+
 # --- journaled, its answer lost, its source silent: fanned out on the component's timer ------
 
 
