@@ -312,7 +312,10 @@ class RedisJournalPort:
         return Unsent([], range(first, held + 1))
 
     def high_waters(self) -> dict[str, int]:
-        """The last number held per journaled source."""
+        """The last number held per journaled source. Learns their bit widths too (into
+        ``bits_of``), so a restarted component knows them before their publishers speak."""
         sources = self.journal.sources()  # type: ignore[attr-defined]
         waters = self.journal.high_waters(sources)  # type: ignore[attr-defined]
+        for source, bits in self.journal.bit_widths(sources).items():  # type: ignore[attr-defined]
+            self.bits_of.setdefault(source, bits)
         return {source: hw for source, (hw, _trimmed) in waters.items()}

@@ -238,6 +238,18 @@ class Journal:
             for source, (hw, trimmed) in zip(sources, replies, strict=True)
         }
 
+    def bit_widths(self, sources: Sequence[str]) -> dict[str, int]:
+        """``{source: bits}`` of the sources journaled with a bit width, in one round trip."""
+        with map_redis_errors("bit_widths"), self.client.pipeline(transaction=False) as pipe:
+            for source in sources:
+                pipe.hget(meta_key(check_source(source)), META_BITS)
+            replies = pipe.execute()
+        return {
+            source: int(bits)
+            for source, bits in zip(sources, replies, strict=True)
+            if bits is not None
+        }
+
     def info(self, source: str) -> SourceInfo:
         """High-water, bit width, trim record and stream length of ``source``."""
         check_source(source)

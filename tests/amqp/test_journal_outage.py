@@ -533,3 +533,13 @@ def test_a_numbering_publishers_trimmed_numbers_sent_again_are_duplicates_not_fa
     assert h.component.ingest.in_doubt == set()
     assert h.receiver.held_back == {}
     assert _trim_warnings(logs) == [(SOURCE, 3, through)]
+
+
+def test_a_restarted_component_reports_the_bit_widths_its_journal_holds() -> None:
+    first = Harness()
+    narrow = Message(body=[{"source": "feed.narrow", "source_seq": seq, "source_bits": 8,
+                            "topic": "/plain/x", "fields": {"n": seq}} for seq in (1, 2)],
+                     properties={"message-type": "PUBLICATIONS"})
+    assert outcome(first.send(narrow)) == ACCEPTED
+    restarted = Harness(first.journal)  # a new component on the same journal
+    assert restarted.component.capabilities().source_bits == {"feed.narrow": 8}

@@ -37,6 +37,7 @@ class FakeJournal:
         self.landing: dict[str, list[Publication]] = {}  # ... just before their next append
         self.trimmed: dict[str, int] = {}  # retention: per source, the last number trimmed
         self.trims_racing: dict[str, list[int]] = {}  # trims that land just before each read
+        self.bits: dict[str, int] = {}  # per source, the width of its first append
 
     def _reach(self, source: str) -> None:
         if source in self.down:
@@ -60,6 +61,7 @@ class FakeJournal:
         if self.moving:
             self.held.setdefault(pubs[0].source, []).append(len(self.held[pubs[0].source]) + 1)
         held = self._write(pubs)
+        self.bits.setdefault(pubs[0].source, bits)
         if pubs[0].source in self.replies_lost:
             raise JournalTimeoutError("written, but the reply timed out", source=pubs[0].source)
         return len(held)
@@ -95,6 +97,9 @@ class FakeJournal:
     def high_waters(self, sources: list[str]) -> dict[str, tuple[int, int]]:
         return {source: (len(self.held.get(source, [])), self.trimmed.get(source, 0))
                 for source in sources}
+
+    def bit_widths(self, sources: list[str]) -> dict[str, int]:
+        return {source: self.bits[source] for source in sources if source in self.bits}
 
     def publisher_journals(self, source: str, through: int) -> None:
         held = self.held.setdefault(source, [])

@@ -84,6 +84,12 @@ def test_bits_mismatch(journal: Journal) -> None:
         Journal(journal.client).register_source("feed.a", 32)
 
 
+def test_bit_widths_of_journaled_sources_come_in_one_read(journal: Journal) -> None:
+    journal.append([Publication("/a", "feed.a", 1, "update", {})], 8)
+    journal.append([Publication("/a", "feed.b", 1, "update", {})], 64)
+    assert journal.bit_widths(["feed.a", "feed.b", "never"]) == {"feed.a": 8, "feed.b": 64}
+
+
 def test_bad_batches_are_typed_errors_and_send_nothing(journal: Journal) -> None:
     with pytest.raises(InvalidMessageError):
         journal.append([], 16)
