@@ -263,7 +263,6 @@ class SubscriberLink:
         credit = sender.credit
         if credit > self.max_credit:
             self.max_credit = credit
-        transfers = 0
         if self.paused and not self.route.busy() and credit >= max(1, self.max_credit // 2):
             self._resume(now)
         while sender.credit > 0:
@@ -274,13 +273,16 @@ class SubscriberLink:
                 self._send_frames([self.sequencer.heartbeat(now)])
             elif self.pending and not self.paused:
                 pending = self.pending
-                chunk = [pending.popleft() for _ in range(min(self.max_batch, len(pending)))]
+                # a batch link sends a chunk per transfer; a plain one a publication each, so
+                # no more than its credit is numbered (what waits unnumbered can be paused)
+                most = self.max_batch if self.batch else sender.credit
+                chunk = [pending.popleft() for _ in range(min(most, len(pending)))]
                 stamp = self.sequencer.stamp
                 self._send_frames([stamp(pub, now) for pub, _ in chunk],
                                   [entry for _, entry in chunk])
             else:
                 break
-            transfers += 1
+        transfers: int = max(0, credit - sender.credit)  # each transfer spends one credit
         self.stats["transfers"] += transfers
         return transfers
 

@@ -96,3 +96,30 @@ def test_batched_credit_leaves_senders_alone() -> None:
 
     BatchedCredit(10).on_link_remote_open(_Event(_Sender()))
     assert flows == []  # a sender is given no credit
+
+
+class _Sender:
+    """A proton sender's credit: each send spends one."""
+
+    def __init__(self, credit: int) -> None:
+        self.credit = credit
+        self.sent: list[object] = []
+
+    def send(self, message: object) -> None:
+        self.sent.append(message)
+        self.credit -= 1
+
+
+def test_a_link_without_batches_numbers_no_more_publications_than_its_credit() -> None:
+    link = SubscriberLink(
+        name="plain", address="/w/#", entitlement=Entitlement(topics=("/#",)),
+        sequencer=LinkSequencer(16, 1.0), context=LinkContext(16, 1000), batch=False,
+        max_batch=256, max_pending=1000, source_bits=lambda _s: 32,
+    )
+    link.offer_many([(_pub(i), None) for i in range(1, 301)], 0.0)
+    sender = _Sender(credit=5)
+    link.attach(sender)
+    link.pump(0.0)
+    assert (len(sender.sent), sender.credit) == (5, 0)
+    assert len(link.pending) == 295  # unnumbered: still free to pause or drop
+    assert link.sequencer.absolute == 5
