@@ -116,10 +116,17 @@ class ComponentBackend(Protocol):
 
 @attrs.define(on_setattr=attrs.setters.NO_OP)
 class InMemoryComponent:
-    """Sequencers, a journal in a list and one link context, all in memory."""
+    """Sequencers, a journal in a list and one link context, all in memory.
+
+    A replay carries the journaled publications after the requested numbers in publication
+    order. ``replay_limit``: the most one replay carries (None: no limit); a longer one stops
+    there and ends ``ReplayComplete(more=True)``, as the gap-fill service does past its
+    ``max_range``.
+    """
 
     bits: int
     context_capacity: int = 1 << 20
+    replay_limit: int | None = None
     _sequencers: dict[str, SourceSequencer] = attrs.field(init=False, factory=dict)
     _journal: list[Publication] = attrs.field(init=False, factory=list)
     _queued: list[Publication] = attrs.field(init=False, factory=list)
@@ -147,13 +154,16 @@ class InMemoryComponent:
         if isinstance(request, GapRequest):
             result = self._context.answer(request)
             return [result] if isinstance(result, GapError) else list(result)
-        replay: list[ToSubscriber] = [
-            p.with_link(None, retransmit=True)
-            for p in self._journal
-            if p.source_seq > request.after.get(p.source, 0)
-        ]
+        owed = (p for p in self._journal if p.source_seq > request.after.get(p.source, 0))
+        carried = list(itertools.islice(owed, self.replay_limit))
+        replay: list[ToSubscriber] = [p.with_link(None, retransmit=True) for p in carried]
         through = {name: seq.high_water for name, seq in self._sequencers.items()}
-        replay.append(ReplayComplete(through=through, request=request))
+        more = next(owed, None) is not None
+        if more:  # everything up to the last one carried was answered, nothing further
+            through = {name: request.after.get(name, 0) for name in through}
+            for publication in carried:
+                through[publication.source] = publication.source_seq
+        replay.append(ReplayComplete(through=through, request=request, more=more))
         return replay
 
 
@@ -183,13 +193,16 @@ class Simulation:
     announce_resets: bool = False
     stub_options: dict[str, Any] = attrs.field(factory=dict)
     component: ComponentBackend | None = None
-    """None: an :class:`InMemoryComponent` with ``context_capacity``."""
+    """None: an :class:`InMemoryComponent` with ``context_capacity`` and ``replay_limit``."""
+    replay_limit: int | None = None
 
     def run(self, max_time: float = 600.0) -> SimulationReport:
         """Run until everything published is delivered (and the link is quiet) or ``max_time``."""
         rng = random.Random(self.seed)
         conditions = self.conditions
-        component = self.component or InMemoryComponent(self.bits, self.context_capacity)
+        component = self.component or InMemoryComponent(
+            self.bits, self.context_capacity, self.replay_limit
+        )
         link = LinkSequencer(bits=self.bits, heartbeat_interval=self.heartbeat_interval)
         options: dict[str, Any] = {
             "heartbeat_interval": self.heartbeat_interval,
@@ -244,7 +257,10 @@ class Simulation:
                 heapq.heappush(to_subscriber, (now + conditions.latency, next(order), item))
                 return
             if rng.random() < conditions.loss:
-                key = (context_id, first, tuple(type(f).__name__ for f in frames))
+                # Repair losses are bounded per link number, whatever form the answer takes
+                # (the frames, later "context-lost"), so the stub's retries always suffice.
+                kinds = tuple(type(f).__name__ for f in frames)
+                key: object = (context_id, first) if first else (context_id, kinds)
                 if not repair:
                     counts["wire_lost"] += 1
                     if first == 0 and resets:
@@ -299,7 +315,9 @@ class Simulation:
                 for frame in resent:  # each resent link frame travels on its own
                     assert frame.link_seq is not None
                     send([frame], position_of(frame.link_seq), repair=True, now=now)
-            elif frames:  # a replay, or a GapError, travels as one message
+            elif isinstance(req, GapRequest):  # a GapError about these link numbers
+                send(frames, position_of(req.link_from), repair=True, now=now)
+            elif frames:  # a replay, or its GapError, travels as one message
                 send(frames, 0, repair=True, now=now)
 
         now = 0.0

@@ -98,6 +98,7 @@ class SubscriberReport:
     repaired: int = 0
     requests_sent: int = 0
     source_requests_sent: int = 0
+    source_continued: int = 0
     resets: int = 0
     unrecoverable: int = 0
     connections: int = 0
@@ -398,6 +399,7 @@ class Subscriber(SubscriberRunner):
         rep.repaired = s.link_repaired + s.source_repaired
         rep.requests_sent = s.requests_sent
         rep.source_requests_sent = s.source_requests_sent
+        rep.source_continued = s.source_continued
         rep.resets = s.resets
         rep.unrecoverable = s.unrecoverable
         return rep

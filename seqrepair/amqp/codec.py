@@ -194,13 +194,13 @@ def encode(obj: Decoded) -> Message:
         return Message(body=body, properties=props)
     if isinstance(obj, ReplayComplete):
         answered = obj.request
-        return Message(
-            body={
-                "through": _ulongs(obj.through),
-                "after": None if answered is None else _ulongs(answered.after),
-            },
-            properties={MESSAGE_TYPE: MessageType.REPLAY_COMPLETE.value},
-        )
+        complete: dict[str, Any] = {
+            "through": _ulongs(obj.through),
+            "after": None if answered is None else _ulongs(answered.after),
+        }
+        if obj.more:
+            complete["more"] = True
+        return Message(body=complete, properties={MESSAGE_TYPE: MessageType.REPLAY_COMPLETE.value})
     if isinstance(obj, CapabilitiesRequest):
         return Message(properties={MESSAGE_TYPE: MessageType.CAPABILITIES.value})
     if isinstance(obj, Capabilities):
@@ -485,11 +485,15 @@ class Decoder:
                 body = _map(body, "REPLAY-COMPLETE body")
                 through = _source_numbers(body.get("through"), "through")
                 after = body.get("after")
-                if after is None:
-                    return ReplayComplete(through=through)
-                return ReplayComplete(
-                    through=through, request=SourceGapRequest(_source_numbers(after, "after"))
+                more = body.get("more", False)
+                if not isinstance(more, bool):
+                    raise MalformedMessageError(
+                        "REPLAY-COMPLETE more must be a boolean", expected="bool", got=more
+                    )
+                answered = (
+                    None if after is None else SourceGapRequest(_source_numbers(after, "after"))
                 )
+                return ReplayComplete(through=through, request=answered, more=more)
             if mtype is MessageType.GAP_ERROR:
                 reason = props.get("reason")
                 if reason not in GAP_ERROR_REASONS:

@@ -344,16 +344,21 @@ class GapError:
 
 @attrs.frozen(hash=False)
 class ReplayComplete:
-    """Ends the answer to a :class:`SourceGapRequest`: the high-water replayed per source."""
+    """Ends the answer to a :class:`SourceGapRequest`: the high-water replayed per source.
+
+    ``more``: the component stopped at its per-request limit. Everything at or below
+    ``through`` has been answered; the subscriber asks again after those points for the rest.
+    """
 
     through: Mapping[str, int] = attrs.field(converter=_source_numbers)
     request: SourceGapRequest | None = attrs.field(
         default=None, validator=_optional(_instance_of(SourceGapRequest))
     )
     """The request answered, when the transport can say (a stale answer is then ignored)."""
+    more: bool = attrs.field(default=False, validator=_instance_of(bool), kw_only=True)
 
     def __hash__(self) -> int:
-        return hash((frozenset(self.through.items()), self.request))
+        return hash((frozenset(self.through.items()), self.request, self.more))
 
 
 Frame = Publication | Heartbeat | GapError | ReplayComplete

@@ -20,7 +20,8 @@ absolute and contiguous per source (XEP-0040 §2). :class:`SourceGapDetector` or
   of a source may be the lost ones, and nothing behind them would ever reveal the gap;
 * on ``ReplayComplete`` everything at or below ``through`` has been answered for that source:
   the buffer below it is delivered in order (numbers the replay did not carry are not for this
-  subscriber) and ``delivered`` moves up to ``through``.
+  subscriber) and ``delivered`` moves up to ``through``. One marked ``more`` stopped at the
+  journal's per-request limit: the detector asks again at once, from the new ``delivered``.
 
 Filtered streams. Source numbers are contiguous only when the subscriber receives the source's
 whole stream. A queue bound to part of a source's topics sees holes that are not losses; the
@@ -85,6 +86,7 @@ class SourceGapStats:
     covered: int = 0
     requests_sent: int = 0
     probes_sent: int = 0
+    continued: int = 0  # replays that stopped at the journal's limit and were asked on
     unrecoverable: int = 0
     overflow_dropped: int = 0
     stray_dropped: int = 0
@@ -358,10 +360,20 @@ class SourceGapDetector:
             else:
                 state.gap_since = None
         outstanding = self._outstanding
-        if outstanding is not None and (
-            complete.request is None or complete.request == outstanding.request
+        if outstanding is None or (
+            complete.request is not None and complete.request != outstanding.request
         ):
-            self._outstanding = None
+            return
+        self._outstanding = None
+        if complete.more:
+            # the journal stopped at its per-request limit; ``delivered`` is now past what it
+            # read, so asking again goes on from there (a repeat of the request would not)
+            after = outstanding.request.after
+            if any(seq > after.get(name, 0) for name, seq in complete.through.items()):
+                self._stats.continued += 1
+                self._send_request(now, 1, probe=False)
+            else:
+                self._abandon("no-progress", outstanding.request, now)
 
     def _on_gap_error(self, error: GapError, now: float) -> None:
         outstanding = self._outstanding

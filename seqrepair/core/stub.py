@@ -16,7 +16,9 @@ per source; replayed publications are delivered as they come and the closing
 ``ReplayComplete`` covers every link number that was missing when the request went out.
 A replay that reaches into numbers retention trimmed is answered ``GapError("trimmed")`` naming
 how far each source was trimmed; the stub reports those sources ``Unrecoverable`` and asks again
-after the trimmed numbers, so what the journal still holds is delivered.
+after the trimmed numbers, so what the journal still holds is delivered. A replay that stopped
+at the component's per-request limit ends ``ReplayComplete(more=True)``: the stub asks again
+after the ``through`` it names, until one ends without ``more``.
 An adapter that learns of a reset out of band (a component announces a new link context when
 the link attaches) calls ``link_reset(now)``; the in-band frame 0 is then optional.
 A (re)attaching subscriber sends ``resume_point()`` first. A component that kept the link
@@ -89,6 +91,7 @@ class StubStats:
     stray_dropped: int = 0
     max_buffered: int = 0
     sources_trimmed: int = 0  # replays that found part of a source's journal trimmed
+    source_continued: int = 0  # replays that stopped at the component's limit and went on
 
     @property
     def repaired(self) -> int:
@@ -668,12 +671,34 @@ class SubscriberStub:
             self._events.append(Unrecoverable(source=name, after=last, reason="trimmed"))
             self._replay_floor[name] = through
             self._stats.sources_trimmed += 1
+        self._ask_again(source, now)
+        return True
+
+    def _continue_replay(self, through: Mapping[str, int], now: float) -> bool:
+        """The replay stopped at the component's per-request limit (``more``): ask again after
+        what it read, not after what was delivered (a filter may keep that far behind).
+
+        False when the answer read nothing beyond what was asked: no progress is possible.
+        """
+        source = self._source
+        assert source is not None
+        after = source.request.after
+        read = {name: seq for name, seq in through.items() if seq > after.get(name, 0)}
+        if not read:
+            return False
+        for name, seq in read.items():
+            self._replay_floor[name] = max(seq, self._replay_floor.get(name, 0))
+        self._stats.source_continued += 1
+        self._ask_again(source, now)
+        return True
+
+    def _ask_again(self, source: _SourceRepair, now: float) -> None:
+        """Send the request in flight again from the current resume points, as a fresh try."""
         source.request = SourceGapRequest(after=self._resume_after())
         source.attempts = 1
         source.next_at = now + self._retry_wait(1)
         self._stats.source_requests_sent += 1
         self._events.append(RequestSourceGap(source.request))
-        return True
 
     def _retry_wait(self, attempts: int) -> float:
         wait = self.retry_interval * self.backoff ** (attempts - 1)
@@ -715,7 +740,10 @@ class SubscriberStub:
         if source is None or not _answers(complete, source.request):
             self._stats.stray_dropped += 1
             return
-        self._finish_source_repair(source, now)
+        if not complete.more:
+            self._finish_source_repair(source, now)
+        elif not self._continue_replay(complete.through, now):
+            self._abandon_source_repair("no-progress")
 
     def _finish_source_repair(self, source: _SourceRepair, now: float) -> None:
         self._source = None

@@ -14,9 +14,13 @@ sent, by link number), the subscriber's :class:`~seqrepair.core.permissions.Enti
   retransmissions without link numbers, in source order, then one
   ``ReplayComplete(through=high-water per source)``.
 
-Refusals happen before anything is read or sent: a request larger than ``max_range`` or beyond
-the subscriber's budget gets ``GapError("refused", detail=reason)``; a requested number in a
-trimmed range gets ``GapError("trimmed")``.
+Refusals happen before anything is read or sent: a link request larger than ``max_range`` or
+any request beyond the subscriber's budget gets ``GapError("refused", detail=reason)``; a
+requested number in a trimmed range gets ``GapError("trimmed")``. A source replay spanning more
+than ``max_range`` numbers is not refused (it is the last-ditch repair, and a paused or
+restarted subscriber legitimately owes a long one): it stops after ``max_range`` numbers and
+ends ``ReplayComplete(more=True)`` with ``through`` the last number read per source, so the
+subscriber asks again from there and every answer stays bounded.
 
 Sources a request does not name are replayed after the point the link started at (the
 journal's high-water when it attached, 0 for a source that appeared later): a subscriber is
@@ -84,6 +88,8 @@ class Replay:
         segments: list[_Segment],
         through: Mapping[str, int],
         page_size: int,
+        *,
+        more: bool = False,
     ) -> None:
         self.journal = journal
         self.link = link
@@ -91,6 +97,7 @@ class Replay:
         self.segments = segments
         self.through = dict(through)
         self.page_size = page_size
+        self.more = more
         self.sent = 0
         self.filtered = 0
 
@@ -119,8 +126,38 @@ class Replay:
                     "trimmed", self.request, exc.message, {seg.source: exc.trimmed_through}
                 )
                 return
-        log.info("gapfill.replayed", link=self.link.link_id, sent=self.sent, filtered=self.filtered)
-        yield ReplayComplete(through=self.through, request=self.request)
+        log.info(
+            "gapfill.replayed",
+            link=self.link.link_id,
+            sent=self.sent,
+            filtered=self.filtered,
+            more=self.more,
+        )
+        yield ReplayComplete(through=self.through, request=self.request, more=self.more)
+
+
+def _capped(
+    segments: list[_Segment], through: dict[str, int], limit: int
+) -> tuple[list[_Segment], dict[str, int], bool]:
+    """The first ``limit`` numbers of ``segments``, and ``through`` cut to what they cover.
+
+    A source the cut does not reach is left out of ``through``: nothing was answered for it.
+    """
+    kept: list[_Segment] = []
+    room = limit
+    more = False
+    for seg in segments:
+        if room == 0:
+            more = True
+            del through[seg.source]
+            continue
+        last = min(seg.last, seg.first + room - 1)
+        if last < seg.last:
+            more = True
+            through[seg.source] = last
+        kept.append(_Segment(seg.source, seg.first, last))
+        room -= last - seg.first + 1
+    return kept, through, more
 
 
 class GapFillService:
@@ -258,7 +295,8 @@ class GapFillService:
                 for source, seq in trimmed_through.items()
             )
             return GapError("trimmed", request, detail, trimmed_through)
-        replay = Replay(self.journal, link, request, segments, through, self.page_size)
+        segments, through, more = _capped(segments, through, self.policy.max_range)
+        replay = Replay(self.journal, link, request, segments, through, self.page_size, more=more)
         reason = self.policy.refusal(replay.span, link.budget, now)
         if reason is not None:
             log.info("gapfill.refused", link=link_id, reason=reason)

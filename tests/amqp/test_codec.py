@@ -119,7 +119,12 @@ def test_wire_source_seq_is_unwrapped_to_absolute() -> None:
     st.one_of(
         st.builds(GapRequest, st.integers(1, 65535), st.integers(1, 65535)),
         st.builds(SourceGapRequest, st.dictionaries(names, st.integers(0, 2**64 - 1))),
-        st.builds(ReplayComplete, st.dictionaries(names, st.integers(0, 2**64 - 1))),
+        st.builds(
+            ReplayComplete,
+            st.dictionaries(names, st.integers(0, 2**64 - 1)),
+            st.none() | st.builds(SourceGapRequest, st.dictionaries(names, st.integers(0, 99))),
+            more=st.booleans(),
+        ),
         st.builds(
             GapError,
             st.sampled_from(["context-lost", "refused", "trimmed"]),
@@ -178,6 +183,8 @@ def test_capabilities_roundtrip() -> None:
         ({"message-type": "GAP-REQUEST", "link_from": 0, "link_to": 3}, None, OutOfSpaceError),
         ({"message-type": "SOURCE-GAP-REQUEST"}, {"a": -1}, OutOfSpaceError),
         ({"message-type": "GAP-ERROR", "reason": "bored"}, None, MalformedMessageError),
+        ({"message-type": "REPLAY-COMPLETE"}, {"through": {"a": 1}, "more": "yes"},
+         MalformedMessageError),
     ],
 )
 def test_malformed_messages_raise_typed_errors(props: dict, body: object, error: type) -> None:

@@ -197,6 +197,40 @@ def test_a_slow_subscriber_is_paused_and_catches_up_while_a_fast_one_is_never_pa
         0, 0, 0)
 
 
+def test_a_catch_up_longer_than_the_max_gap_range_is_replayed_in_pieces(
+    component: Callable[..., ComponentProcess], redis_url: str
+) -> None:
+    # the defaults' ratio (max-pending 20,000 over max-gap-range 10,000), scaled down: a paused
+    # link owes more than one replay may read, so the replay goes on in pieces
+    comp = component("--heartbeat", "0.2", "--max-pending", "400", "--max-gap-range", "150",
+                     "--drop-reset-frames", "--max-batch", "64")
+    slow: list[int] = []
+
+    def slow_consumer(publication: Publication) -> None:
+        if len(slow) < 50:
+            time.sleep(0.02)
+        slow.append(publication.source_seq)
+
+    with contextlib.ExitStack() as running:
+        sub = running.enter_context(
+            Subscriber(comp.url, "/weather/#", link_name="slow", heartbeat_interval=0.2,
+                       credit=20, on_publication=slow_consumer)
+        )
+        assert sub.connected.wait(10)
+        publisher = running.enter_context(
+            Publisher(comp.url, "feed.p", journal=Journal.from_url(redis_url))
+        )
+        publisher.publish_many(publish_rows(0, 2000))
+        assert publisher.flush(60)
+        assert wait_for(lambda: len(slow) >= 2000, 60), sub.stats()
+        time.sleep(0.5)
+    assert slow == list(range(1, 2001))
+    report = sub.stats()
+    assert report.paused >= 1
+    assert report.source_continued >= 1
+    assert (report.unrecoverable, sub.unrecoverable) == (0, [])
+
+
 def test_a_subscriber_that_delivered_nothing_before_the_restart_gets_all_since_it_subscribed(
     component: Callable[..., ComponentProcess], redis_url: str
 ) -> None:

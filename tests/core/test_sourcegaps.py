@@ -46,24 +46,34 @@ class Journal:
     """A journal in memory: what the repair authority answers (like GapFillService)."""
 
     def __init__(self, entitlement: Entitlement | None = None,
-                 start_after: dict[str, int] | None = None) -> None:
+                 start_after: dict[str, int] | None = None, limit: int | None = None) -> None:
         self.held: dict[str, list[Publication]] = {}
         self.entitlement = entitlement
         self.start_after = dict(start_after or {})
+        self.limit = limit  # the most numbers one answer reads, as GapFillService's max_range
 
     def append(self, p: Publication) -> None:
         self.held.setdefault(p.source, []).append(p)
 
     def answer(self, request: SourceGapRequest) -> Iterator[Publication | ReplayComplete]:
         through = {}
+        room = self.limit
+        more = False
         for source, pubs in sorted(self.held.items()):
             after = request.after.get(source, self.start_after.get(source, 0))
-            through[source] = len(pubs)
-            for p in pubs[after:]:
+            last = len(pubs) if room is None else min(len(pubs), after + room)
+            if last < len(pubs):
+                more = True
+            if last <= after and more:
+                continue  # not reached: nothing is claimed for it
+            through[source] = last
+            for p in pubs[after:last]:
                 if self.entitlement is None or self.entitlement.allows(p):
                     yield Publication(p.topic, p.source, p.source_seq, p.ptype, p.fields,
                                       retransmit=True)
-        yield ReplayComplete(through=through, request=request)
+            if room is not None:
+                room -= max(0, last - after)
+        yield ReplayComplete(through=through, request=request, more=more)
 
 
 def perform(det: SourceGapDetector, journal: Journal, events: list[Event], now: float,
@@ -240,6 +250,35 @@ def test_bad_input_raises_typed_errors_and_changes_nothing() -> None:
     assert det.last_delivered == {}
 
 
+def test_a_replay_stopped_at_the_journals_limit_is_asked_on_at_once() -> None:
+    det = SourceGapDetector(nak_delay=0.0)
+    det.receive(pub("a", 1), 0.0)
+    det.receive(pub("a", 9), 0.0)
+    [request] = requests(det.poll(0.0))
+    events = det.receive(pub("a", 2, retransmit=True), 0.0)
+    events += det.receive(ReplayComplete(through={"a": 4}, request=request, more=True), 0.0)
+    assert delivered(events) == [("a", 2)]  # 3 and 4 were not for this subscriber
+    assert requests(events) == [SourceGapRequest({"a": 4})]
+    events = det.receive(pub("a", 5, retransmit=True), 0.0)
+    events += det.receive(ReplayComplete(through={"a": 9}, request=SourceGapRequest({"a": 4})),
+                          0.0)
+    assert delivered(events) == [("a", 5), ("a", 9)]
+    assert (det.stats.continued, det.stats.unrecoverable, det.repairing) == (1, 0, False)
+
+
+def test_a_replay_stopped_without_reading_anything_new_gives_up() -> None:
+    det = SourceGapDetector(nak_delay=0.0)
+    det.receive(pub("a", 1), 0.0)
+    det.receive(pub("a", 3), 0.0)
+    [request] = requests(det.poll(0.0))
+    events = det.receive(ReplayComplete(through={"a": 1}, request=request, more=True), 0.0)
+    assert [e for e in events if isinstance(e, Unrecoverable)] == [
+        Unrecoverable(source="a", after=1, reason="no-progress")
+    ]
+    assert delivered(events) == [("a", 3)]
+    assert requests(events) == []
+
+
 # ------------------------------------------------------------------------------ properties
 
 TOPICS = ("/t/a", "/t/b")
@@ -262,6 +301,7 @@ def scenarios(draw: st.DrawFn) -> dict[str, object]:
         "queue_filter": draw(st.sampled_from([None, "/t/a"])),
         "entitled": draw(st.sampled_from([None, "/t/a"])),
         "steps": draw(st.lists(st.sampled_from([0.0, 0.01, 0.2]), min_size=n, max_size=n)),
+        "replay_limit": draw(st.sampled_from([None, 1, 4])),
     }
 
 
@@ -281,7 +321,7 @@ def test_every_entitled_publication_is_delivered_once_in_source_order(
     # a queue bound to part of the stream must come with the same entitlement (see module doc)
     if queue_filter is not None:
         entitlement = Entitlement(topics=[queue_filter])
-    journal = Journal(entitlement, start_after)
+    journal = Journal(entitlement, start_after, sc["replay_limit"])  # type: ignore[arg-type]
     det = SourceGapDetector(start_after=start_after, entitlement=entitlement, nak_delay=0.05,
                             probe_interval=1.0, retry_interval=0.5)
     out: list[tuple[str, int]] = []

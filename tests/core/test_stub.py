@@ -692,3 +692,57 @@ def test_a_trimmed_answer_that_names_no_progress_gives_up_as_before():
                                                        reason="trimmed")]
     assert of(RequestSourceGap, events) == []
     assert delivered(events) == [("feed.a", 11)]  # moved past, not stalled
+
+
+def test_a_replay_stopped_at_the_components_limit_is_asked_on_until_it_ends():
+    stub = make()
+    stub.receive(pub(1, 10), now=0.0)
+    stub.link_reset(now=1.0)  # replay after feed.a 10
+    stub.receive(pub(1, 40), now=1.0)  # live frame of the new context, held
+    for n in range(11, 21):
+        stub.receive(replayed(n), now=1.1)
+    events = stub.receive(
+        ReplayComplete(through={"feed.a": 20}, request=SourceGapRequest({"feed.a": 10}),
+                       more=True), now=1.1)
+    assert of(RequestSourceGap, events) == [RequestSourceGap(SourceGapRequest({"feed.a": 20}))]
+    assert delivered(events) == []  # the new context stays held until the replay ends
+    rest = [stub.receive(replayed(n), now=1.2) for n in range(21, 40)]
+    assert [d for e in rest for d in delivered(e)] == [("feed.a", n) for n in range(21, 40)]
+    events = stub.receive(
+        ReplayComplete(through={"feed.a": 39}, request=SourceGapRequest({"feed.a": 20})), now=1.3)
+    assert delivered(events) == [("feed.a", 40)]
+    assert (stub.stats.source_continued, stub.stats.unrecoverable) == (1, 0)
+
+
+def test_a_piece_of_replay_the_filter_emptied_still_moves_the_next_request_on():
+    stub = make()
+    stub.receive(pub(1, 10), now=0.0)
+    stub.link_reset(now=1.0)
+    stub.receive(pub(1, 500), now=1.0)
+    after = 10
+    for through in (110, 210):  # nothing in these pieces is for this subscriber
+        events = stub.receive(
+            ReplayComplete(through={"feed.a": through},
+                           request=SourceGapRequest({"feed.a": after}), more=True), now=1.1)
+        assert of(RequestSourceGap, events) == [
+            RequestSourceGap(SourceGapRequest({"feed.a": through}))
+        ]
+        after = through
+    events = stub.receive(
+        ReplayComplete(through={"feed.a": 499}, request=SourceGapRequest({"feed.a": 210})),
+        now=1.2)
+    assert delivered(events) == [("feed.a", 500)]
+
+
+def test_a_piece_of_replay_that_reads_nothing_new_gives_up_rather_than_loop():
+    stub = make()
+    stub.receive(pub(1, 10), now=0.0)
+    stub.link_reset(now=1.0)
+    stub.receive(pub(1, 11), now=1.0)
+    events = stub.receive(
+        ReplayComplete(through={"feed.a": 10}, request=SourceGapRequest({"feed.a": 10}),
+                       more=True), now=1.1)
+    assert of(Unrecoverable, events) == [Unrecoverable(source="feed.a", after=10,
+                                                       reason="no-progress")]
+    assert of(RequestSourceGap, events) == []
+    assert delivered(events) == [("feed.a", 11)]  # moved past, not stalled

@@ -66,15 +66,18 @@ conditions = st.builds(
     reset_points=st.sets(st.integers(0, 299), max_size=3),
     context_capacity=st.sampled_from([2, 8, 64, 1 << 20]),
     announce_resets=st.booleans(),
+    replay_limit=st.sampled_from([None, 1, 5, 40]),
     seed=st.integers(0, 2**32),
 )
 def test_every_publication_arrives_exactly_once_in_order(
-    bits, plan, link, reset_points, context_capacity, announce_resets, seed
+    bits, plan, link, reset_points, context_capacity, announce_resets, replay_limit, seed
 ):
-    """With announced resets the reset frame itself may be lost, duplicated or reordered."""
+    """With announced resets the reset frame itself may be lost, duplicated or reordered; a
+    replay limit makes long source replays go on in pieces (``ReplayComplete(more=True)``)."""
     report = Simulation(
         bits=bits, plan=plan, conditions=link, resets_at=frozenset(reset_points),
-        context_capacity=context_capacity, announce_resets=announce_resets, seed=seed,
+        context_capacity=context_capacity, announce_resets=announce_resets,
+        replay_limit=replay_limit, seed=seed,
     ).run(max_time=300.0)
     assert report.unrecoverable == ()
     assert report.exactly_once_in_order
@@ -106,6 +109,17 @@ def test_many_wraps_at_eight_bits_with_a_reset():
     assert report.resets == 1
     assert report.stats.link_repaired > 0
     assert report.stats.resets == 1
+
+
+def test_a_reset_long_after_the_last_delivery_is_replayed_in_pieces():
+    plan = [(f"feed.{i % 3}", TOPICS[i % 4], {"n": i}, PublishType.UPDATE) for i in range(2000)]
+    report = Simulation(bits=8, plan=plan, conditions=LinkConditions(loss=0.05, reorder=0.1),
+                        context_capacity=8, resets_at=frozenset({600, 1400}),
+                        replay_limit=7, seed=3).run()
+    assert report.unrecoverable == ()
+    assert report.exactly_once_in_order
+    assert report.stats.source_continued > 0
+    assert report.subscriber_images == report.publisher_images
 
 
 def test_an_announced_reset_survives_losing_its_reset_frame():

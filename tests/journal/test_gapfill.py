@@ -196,15 +196,52 @@ def test_a_source_name_no_journal_can_hold_has_nothing_to_replay(journal: Journa
     assert [(p.source, p.source_seq) for p in replayed[:-1]] == [("feed.a", n) for n in (1, 2, 3)]
 
 
+def test_a_source_replay_longer_than_max_range_stops_there_and_says_more(
+    journal: Journal,
+) -> None:
+    fill(journal, "feed.a", [("/a", None)] * 100)
+    fill(journal, "feed.b", [("/b", None)] * 30)
+    service = GapFillService(journal, policy=RefusalPolicy(max_range=60))
+    service.attach("L1", EVERYTHING, start_after={})
+    first_request = SourceGapRequest({"feed.a": 30})
+    first = frames(service.answer_source_gap("L1", first_request, now=0.0))
+    assert [(p.source, p.source_seq) for p in first[:-1]] == [("feed.a", n) for n in range(31, 91)]
+    # feed.b, owed since the link started, was not reached: the answer claims nothing for it
+    assert first[-1] == ReplayComplete(through={"feed.a": 90}, request=first_request, more=True)
+
+    rest_request = SourceGapRequest({"feed.a": 90})
+    rest = frames(service.answer_source_gap("L1", rest_request, now=0.0))
+    assert [(p.source, p.source_seq) for p in rest[:-1]] == [
+        *(("feed.a", n) for n in range(91, 101)),
+        *(("feed.b", n) for n in range(1, 31)),
+    ]
+    assert rest[-1] == ReplayComplete(through={"feed.a": 100, "feed.b": 30}, request=rest_request)
+
+
+def test_a_filtered_replay_stopped_at_max_range_still_moves_past_what_it_read(
+    journal: Journal,
+) -> None:
+    fill(journal, "feed.a", [("/hidden", None)] * 50 + [("/seen", None)] * 5)
+    service = GapFillService(journal, policy=RefusalPolicy(max_range=20))
+    service.attach("L1", Entitlement(topics=["/seen"]), start_after={})
+    after = 0
+    delivered: list[int] = []
+    for _ in range(3):  # nothing the filter lets through in the first 40 numbers read
+        answer = frames(service.answer_source_gap("L1", SourceGapRequest({"feed.a": after}), 0.0))
+        complete = answer[-1]
+        assert isinstance(complete, ReplayComplete)
+        assert complete.more is (after + 20 < 55)
+        assert complete.through["feed.a"] == min(after + 20, 55)
+        delivered += [p.source_seq for p in answer[:-1]]
+        after = complete.through["feed.a"]
+    assert delivered == [51, 52, 53, 54, 55]
+
+
 def test_refusals_by_range_and_budget(journal: Journal) -> None:
     fill(journal, "feed.a", [("/a", None)] * 100)
     policy = RefusalPolicy(max_range=60, budget_capacity=100, budget_refill_per_second=10.0)
     service = GapFillService(journal, policy=policy)
     service.attach("L1", EVERYTHING)
-    too_big = service.answer_source_gap("L1", SourceGapRequest({"feed.a": 30}), now=0.0)
-    assert isinstance(too_big, GapError)
-    assert too_big.reason == "refused"
-    assert "exceeds" in too_big.detail
     assert isinstance(
         service.answer_source_gap("L1", SourceGapRequest({"feed.a": 50}), 0.0), Replay
     )
