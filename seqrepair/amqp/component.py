@@ -54,7 +54,12 @@ from seqrepair.amqp.ingest import Ingest, Released
 from seqrepair.amqp.journalport import RedisJournalPort
 from seqrepair.amqp.links import ResponseRoute, SubscriberLink, close_stolen, start_map, tokens
 from seqrepair.amqp.rawamqp import Unsupported, read_raw
-from seqrepair.amqp.technical import DEFAULT_SOURCE_BITS, Capabilities, CapabilitiesRequest
+from seqrepair.amqp.technical import (
+    ABSOLUTE_SOURCE_BITS,
+    DEFAULT_SOURCE_BITS,
+    Capabilities,
+    CapabilitiesRequest,
+)
 from seqrepair.core.budget import RefusalPolicy
 from seqrepair.core.errors import SeqRepairError
 from seqrepair.core.messages import (
@@ -188,9 +193,14 @@ class Component(MessagingHandler):
         """Per source, the last number fanned out."""
         return self.ingest.ingested
 
-    def source_bits(self, source: str) -> int:
-        """The wire width of ``source``'s numbers (as its publisher sent them)."""
-        return self.decoder.unwrapper.bits.get(source, DEFAULT_SOURCE_BITS)
+    @staticmethod
+    def outgoing_bits(source: str) -> int:
+        """The width source numbers are sent to subscribers in: 64, the absolute number.
+
+        A filtered subscriber sees a source's numbers with holes of any size; in the
+        publisher's narrower space a hole over half of it would unwrap backwards.
+        """
+        return ABSOLUTE_SOURCE_BITS
 
     def _drop(self, frame: Publication | Heartbeat) -> bool:
         """Fault injection: lose this frame on its way out (tests and demo only)."""
@@ -360,7 +370,7 @@ class Component(MessagingHandler):
         if address.startswith(LINK_PREFIX) or address == "$reply":
             # a reply-only link: answers to capability queries of a client without data link
             sender.route = ResponseRoute(
-                Entitlement.everything(), self.config.max_batch, self.source_bits, sender=sender
+                Entitlement.everything(), self.config.max_batch, self.outgoing_bits, sender=sender
             )
             self.routes[(sender.connection.seqrepair_id, LINK_PREFIX + sender.name)] = (
                 sender.route
@@ -410,7 +420,7 @@ class Component(MessagingHandler):
                 batch=bool(props.get(str(PROP_BATCH), False)),
                 max_batch=self.config.max_batch,
                 max_pending=self.config.max_pending,
-                source_bits=self.source_bits,
+                source_bits=self.outgoing_bits,
                 drop=self._drop,
             )
             if resume:
@@ -541,7 +551,7 @@ class Component(MessagingHandler):
 
     def _entry(self, pub: Publication) -> bytes | None:
         try:
-            return encode_entry(pub, self.source_bits)
+            return encode_entry(pub, self.outgoing_bits)
         except Unsupported:
             return None
 
@@ -596,7 +606,7 @@ class Component(MessagingHandler):
                 return
             for start in range(0, len(answer), self.config.max_batch):
                 chunk = answer[start : start + self.config.max_batch]
-                route.respond(encode_frames(chunk, self.source_bits), correlation)
+                route.respond(encode_frames(chunk, self.outgoing_bits), correlation)
             return
         if len(request.after) > self.config.max_request_sources:
             route.respond(
@@ -636,7 +646,7 @@ class Component(MessagingHandler):
         if route is None:
             sender = self.container.create_sender(conn, target=str(target), options=AtMostOnce())
             route = ResponseRoute(
-                Entitlement.everything(), self.config.max_batch, self.source_bits,
+                Entitlement.everything(), self.config.max_batch, self.outgoing_bits,
                 sender=sender, cookie=cookie,
             )
             sender.route = route

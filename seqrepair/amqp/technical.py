@@ -24,6 +24,8 @@ from seqrepair.core.messages import (
 
 MESSAGE_TYPE = "message-type"
 DEFAULT_SOURCE_BITS = 32
+ABSOLUTE_SOURCE_BITS = 64
+"""The width of source numbers a component sends to subscribers: the absolute number."""
 DEFAULT_LINK_BITS = 16
 
 

@@ -148,3 +148,34 @@ def test_what_a_publisher_journaled_and_died_before_sending_reaches_subscribers_
         time.sleep(0.5)  # anything extra (a duplicate) would arrive now
     assert seqs(got) == list(range(1, 21))  # the journaled, never sent 11..15 included, in order
     assert [p.fields["n"] for p in got] == list(range(1, 21))
+
+
+def test_a_filtered_subscriber_of_a_narrow_source_gets_its_absolute_numbers(
+    component: Callable[..., ComponentProcess],
+) -> None:
+    # an 8-bit source wraps every 255 numbers; the filter skips 199 between two publications,
+    # more than half the publisher's space, which in that space would unwrap backwards
+    comp = component("--heartbeat", "0.2")
+    weather: list[int] = []
+    everything: list[int] = []
+    rows = []
+    for _ in range(3):
+        rows.append(("/weather/a", {"x": 1}, "update"))
+        rows.extend(("/other/b", {"x": 2}, "update") for _ in range(199))
+    with contextlib.ExitStack() as running:
+        subs = [
+            running.enter_context(Subscriber(
+                comp.url, pattern, link_name=name, heartbeat_interval=0.2,
+                on_publication=lambda p, out=out: out.append(p.source_seq)))  # type: ignore[misc]
+            for name, pattern, out in (("weather", "/weather/#", weather),
+                                       ("all", "/#", everything))
+        ]
+        for sub in subs:
+            assert sub.connected.wait(10)
+        publisher = running.enter_context(Publisher(comp.url, "feed.8", bits=8))
+        publisher.publish_many(rows)
+        assert publisher.flush(20)
+        assert wait_for(lambda: len(everything) >= 600, 20)
+        time.sleep(0.3)
+    assert weather == [1, 201, 401]
+    assert everything == list(range(1, 601))
