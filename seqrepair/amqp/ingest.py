@@ -45,6 +45,7 @@ from seqrepair.amqp.journalport import NotJournaledError, RedisJournalPort, Stal
 from seqrepair.amqp.technical import DEFAULT_SOURCE_BITS
 from seqrepair.core.messages import Publication
 from seqrepair.core.sequencers import SourceSequencer
+from seqrepair.journal.format import as_journaled
 
 log = structlog.get_logger("seqrepair.amqp.ingest")
 
@@ -227,7 +228,7 @@ class Ingest:
             if frame.topic not in checked:
                 check_topic(receiver, frame.topic)
         items: list[bytes] | None = getattr(message, "items", None)
-        pubs = cast(list[Publication], frames)
+        pubs, items = _journal_forms(cast(list[Publication], frames), items)
         held: holdback.HeldBack = receiver.held_back
         if not wanted:
             if held and holdback.continues_past(held, pubs):
@@ -259,7 +260,8 @@ class Ingest:
                     self.sequencers[source] = SourceSequencer(source, DEFAULT_SOURCE_BITS, hw)
             frames = self.decoder.decode(message, default_source=default_source,
                                          default_topic=default_topic, assign=self._assign)
-            self._journal(cast(list[Publication], frames), items, numbered)
+            pubs, items = _journal_forms(cast(list[Publication], frames), items)
+            self._journal(pubs, items, numbered)
         except BaseException as exc:
             # not all of it journaled: the next numbers continue what the journal holds
             for source in numbered:
@@ -367,6 +369,17 @@ def check_topic(receiver: Any, topic: str) -> None:
     if len(checked) >= TOPIC_CACHE:
         checked.clear()
     checked.add(topic)
+
+
+def _journal_forms(
+    pubs: list[Publication], items: list[bytes] | None
+) -> tuple[list[Publication], list[bytes] | None]:
+    """``pubs`` with their fields as the journal holds them (what subscribers then get, live
+    as by replay), and the batch's entries only when no fields changed."""
+    forms = [as_journaled(pub) for pub in pubs]
+    if items is not None and any(form is not pub for form, pub in zip(forms, pubs, strict=True)):
+        items = None  # the entries carry the fields as sent
+    return forms, items
 
 
 def _regular_entry(entry: bytes) -> bool:

@@ -44,9 +44,12 @@ import json
 import urllib.parse
 from collections.abc import Callable, Iterable, Mapping
 from functools import lru_cache
+from math import isfinite
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
+
+import attrs
 
 from seqrepair.core.errors import InvalidMessageError, SeqRepairError
 from seqrepair.core.messages import Publication, PublishType
@@ -169,6 +172,33 @@ def encode_fields(fields: Mapping[str, Any]) -> str:
 
 
 _SCALARS = (str, int, float, bool, type(None))
+
+
+def plainly_journaled(topic: object, fields: object, permtoken: object) -> bool:
+    """Whether :func:`journal_form` would pass and keep ``fields`` as they are, proven without
+    encoding anything: ASCII text, and fields a dict of ASCII keys to None, bools, ints, finite
+    floats and ASCII text (what the journal's JSON takes as is). False means "not proven": ask
+    the real check."""
+    if (
+        type(topic) is not str
+        or not topic.isascii()
+        or (permtoken is not None and (type(permtoken) is not str or not permtoken.isascii()))
+        or type(fields) is not dict
+    ):
+        return False
+    for key, value in fields.items():
+        if type(key) is not str or not key.isascii():
+            return False
+        kind = type(value)
+        if kind is str:
+            if not value.isascii():
+                return False
+        elif kind is float:
+            if not isfinite(value):
+                return False
+        elif value is not None and kind is not int and kind is not bool:
+            return False
+    return True
 
 
 def journal_form(
@@ -362,3 +392,13 @@ def decode_archive_table(table: pa.Table) -> list[Publication]:
         except (KeyError, TypeError, ValueError, SeqRepairError) as exc:
             raise JournalCorruptError(f"archive row does not decode: {exc!r}", got=row) from exc
     return out
+
+
+def as_journaled(publication: Publication) -> Publication:
+    """``publication`` with its fields as the journal will hold them (itself when they are
+    already in that form); InvalidMessageError when it cannot be journaled. A component fans
+    out this form, so live subscribers get what a replay gives them."""
+    if plainly_journaled(publication.topic, publication.fields, publication.permtoken):
+        return publication
+    fields = journal_form(publication.topic, publication.fields, publication.permtoken)
+    return attrs.evolve(publication, fields=fields)

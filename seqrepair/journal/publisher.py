@@ -26,7 +26,6 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from math import isfinite
 from typing import Any
 
 import structlog
@@ -42,38 +41,11 @@ from seqrepair.journal.errors import (
     PublicationQueuedError,
     SequenceConflictError,
 )
-from seqrepair.journal.format import journal_form
+from seqrepair.journal.format import journal_form, plainly_journaled
 from seqrepair.journal.journal import Journal
 from seqrepair.journal.pipelined import AppendPipeline
 
 Transport = Callable[[Publication], object]
-
-
-def _plainly_encodable(topic: object, fields: object, permtoken: object) -> bool:
-    """Whether :func:`journal_form` would pass and keep ``fields`` as they are, proven without
-    encoding anything: ASCII text, and fields a dict of ASCII keys to None, bools, ints, finite
-    floats and ASCII text (what the journal's JSON takes as is). False means "not proven": ask
-    the real check."""
-    if (
-        type(topic) is not str
-        or not topic.isascii()
-        or (permtoken is not None and (type(permtoken) is not str or not permtoken.isascii()))
-        or type(fields) is not dict
-    ):
-        return False
-    for key, value in fields.items():
-        if type(key) is not str or not key.isascii():
-            return False
-        kind = type(value)
-        if kind is str:
-            if not value.isascii():
-                return False
-        elif kind is float:
-            if not isfinite(value):
-                return False
-        elif value is not None and kind is not int and kind is not bool:
-            return False
-    return True
 
 
 def _positive(name: str, value: object) -> int:
@@ -162,7 +134,7 @@ class Publisher:
                     expected=f"< {self.window} pending",
                     got=len(self._unheld),
                 ) from exc
-        if not _plainly_encodable(topic, fields, permtoken):
+        if not plainly_journaled(topic, fields, permtoken):
             fields = journal_form(topic, fields, permtoken)
         if timestamp is None and self.clock is not None:
             timestamp = self.clock()

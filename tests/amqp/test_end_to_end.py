@@ -12,6 +12,8 @@ import time
 from collections.abc import Callable
 
 import pytest
+from proton import Message
+from proton.utils import BlockingConnection
 
 from seqrepair.amqp.client import Publisher, Subscriber
 from seqrepair.core.messages import Publication
@@ -179,3 +181,26 @@ def test_a_filtered_subscriber_of_a_narrow_source_gets_its_absolute_numbers(
         time.sleep(0.3)
     assert weather == [1, 201, 401]
     assert everything == list(range(1, 601))
+
+
+def test_live_subscribers_get_the_fields_as_the_journal_holds_them(
+    component: Callable[..., ComponentProcess], redis_url: str
+) -> None:
+    # an AMQP map may have non-string keys; the journal's JSON turns them into text, and what a
+    # subscriber gets live must be what a replay (or Spark's rebuild) gives it
+    comp = component("--heartbeat", "0.2")
+    live: list[Publication] = []
+    with Subscriber(comp.url, "/weather/#", link_name="live", heartbeat_interval=0.2,
+                    on_publication=live.append) as sub:
+        assert sub.connected.wait(10)
+        connection = BlockingConnection(comp.url, timeout=10, container_id="plainpub")
+        try:
+            connection.create_sender("/weather/#").send(Message(
+                properties={"message-type": "PUBLICATION", "topic": "/weather/a"},
+                body={"m": {1: "one", 2.5: [True, None]}, "n": 3}))
+        finally:
+            connection.close()
+        assert wait_for(lambda: live, 10)
+    journaled = list(Journal.from_url(redis_url).iter_range("plainpub", 1, 1))
+    expected = {"m": {"1": "one", "2.5": [True, None]}, "n": 3}
+    assert [dict(p.fields) for p in live] == [dict(p.fields) for p in journaled] == [expected]
