@@ -48,12 +48,13 @@ from seqrepair.amqp.errors import (
     UnknownAddressError,
     UnknownMessageTypeError,
 )
-from seqrepair.amqp.framing import encode_entry, encode_frames
+from seqrepair.amqp.framing import encode_entry
 from seqrepair.amqp.grants import GrantTable, principal_of
 from seqrepair.amqp.ingest import Ingest, Released
 from seqrepair.amqp.journalport import RedisJournalPort
 from seqrepair.amqp.links import ResponseRoute, SubscriberLink, close_stolen, start_map, tokens
 from seqrepair.amqp.rawamqp import Unsupported, read_raw
+from seqrepair.amqp.runner import Call
 from seqrepair.amqp.technical import (
     ABSOLUTE_SOURCE_BITS,
     DEFAULT_SOURCE_BITS,
@@ -182,6 +183,8 @@ class Component(MessagingHandler):
         self.principals: dict[str, str] = {}
         self.routes: dict[tuple[int, str], ResponseRoute] = {}
         self._conn_ids = itertools.count(1)
+        self._unfinished: set[ResponseRoute] = set()  # answers stopped at a pump's quota
+        self._continuing = False
         self._rng = random.Random(config.drop_seed)
         self.acceptor: Any = None
         self.container: Any = None
@@ -261,7 +264,7 @@ class Component(MessagingHandler):
                     link.log.info("link context expired")
                 continue
             link.heartbeat(now)
-            link.pump(now)
+            self._pump_link(link, now)
         self._schedule_tick()
 
     def on_connection_bound(self, event: Any) -> None:
@@ -314,11 +317,33 @@ class Component(MessagingHandler):
         route = getattr(sender, "route", None)
         if route is not None:
             route.pump()
+            self._pump_later(route)
             return
         name = getattr(sender, "subscriber", None)
         link = self.links.get(name) if name is not None else None
         if link is not None and link.sender == sender:
-            link.pump(self.clock())
+            self._pump_link(link, self.clock())
+
+    def _pump_link(self, link: SubscriberLink, now: float) -> None:
+        link.pump(now)
+        self._pump_later(link.route)
+
+    def _pump_later(self, route: ResponseRoute) -> None:
+        """Continue a pump that stopped at its quota of answers once the event loop has served
+        everything else that is ready (see ANSWERS_PER_TURN)."""
+        if not route.wants_turn():
+            return
+        self._unfinished.add(route)
+        if not self._continuing:
+            self._continuing = True
+            self.container.schedule(0, Call(self._continue_pumps))
+
+    def _continue_pumps(self) -> None:
+        self._continuing = False
+        unfinished, self._unfinished = self._unfinished, set()
+        for route in unfinished:
+            if route.sender is not None:
+                self._pump_sender(route.sender)
 
     def on_link_closing(self, event: Any) -> None:
         self._forget(event.link)
@@ -547,7 +572,7 @@ class Component(MessagingHandler):
                 link.offer_many(offers, now)
                 touched.append(link)
         for link in touched:
-            link.pump(now)
+            self._pump_link(link, now)
 
     def _entry(self, pub: Publication) -> bytes | None:
         try:
@@ -563,6 +588,7 @@ class Component(MessagingHandler):
         self.stats["requests"] += 1
         requests = self.decoder.decode(message)
         route = self._route_for(receiver, message)
+        route.check_room()
         correlation = message.id
         props: dict[Any, Any] = dict(message.properties or {})
         name = props.get(PROP_LINK) or _link_name(message.reply_to)
@@ -584,10 +610,8 @@ class Component(MessagingHandler):
                     f"{type(request).__name__} is not a request", got=type(request).__name__
                 )
         self.accept(delivery)
-        route.pump()
-        for link in self.links.values():
-            if link.route is route and link.sender is not None:
-                link.pump(now)
+        if route.sender is not None:
+            self._pump_sender(route.sender)
 
     def _answer_gap(
         self,
@@ -598,15 +622,13 @@ class Component(MessagingHandler):
     ) -> None:
         now = self.clock()
         if isinstance(request, GapRequest):
-            answer = self.gapfill.answer_gap(link.name, request, now)
-            if isinstance(answer, GapError):
-                link.log.info("gap request not answered", reason=answer.reason,
-                              detail=answer.detail)
-                route.respond(encode(answer), correlation)
-                return
-            for start in range(0, len(answer), self.config.max_batch):
-                chunk = answer[start : start + self.config.max_batch]
-                route.respond(encode_frames(chunk, self.outgoing_bits), correlation)
+            resend = self.gapfill.resend_gap(link.name, request, now)
+            if isinstance(resend, GapError):
+                link.log.info("gap request not answered", reason=resend.reason,
+                              detail=resend.detail)
+                route.respond(encode(resend), correlation)
+            elif len(resend):
+                route.start_resend(resend, correlation)
             return
         if len(request.after) > self.config.max_request_sources:
             route.respond(

@@ -5,7 +5,9 @@ A :class:`SubscriberLink` owns the core objects of one link (a
 :class:`~seqrepair.core.context.LinkContext`) and three bounded queues, sent in this order
 whenever the link has credit:
 
-1. ``responses``: encoded answers (gap fills, GAP-ERROR, SUBSCRIPTION, CAPABILITIES);
+1. ``responses``: answers (link range resends, read from the context a chunk per transfer,
+   GAP-ERROR, SUBSCRIPTION, CAPABILITIES), at most ``MAX_WAITING_ANSWERS`` before requests are
+   refused;
 2. the source replay in progress, read from the journal one chunk per transfer;
 3. ``pending``: live publications not yet numbered; numbers are taken at send time, so a link
    without credit never burns numbers and never holds more than ``max_pending`` publications.
@@ -28,7 +30,7 @@ import structlog
 from proton import Condition, symbol
 
 from seqrepair.amqp.codec import encode
-from seqrepair.amqp.errors import InvalidLinkPropertyError
+from seqrepair.amqp.errors import InvalidLinkPropertyError, RequestFloodError
 from seqrepair.amqp.framing import (
     Outgoing,
     encode_batch,
@@ -63,12 +65,36 @@ def _new_epoch() -> str:
     return secrets.token_hex(6)
 
 
+AnswerFrame = Publication | Heartbeat | ReplayComplete | GapError
+
+ANSWERS_PER_TURN = 16
+"""How many transfers of answers one pump makes before the event loop serves other links (the
+component continues it at once, see ``Component._pump_later``): a large resend or replay to a
+peer with much credit must not stall every other link while it is encoded."""
+
+MAX_WAITING_ANSWERS = 64
+"""How many answers a route holds for a peer that gives no credit; requests beyond are refused
+(see :meth:`ResponseRoute.check_room`)."""
+
+
+@attrs.define(eq=False)
+class _Stream:
+    """An answer read as it is sent: frames a chunk per transfer, a closing frame on its own."""
+
+    frames: Iterator[AnswerFrame]
+    correlation_id: Any
+    ready: deque[Outgoing] = attrs.field(factory=deque)
+    done: bool = False
+
+
 @attrs.define(eq=False)
 class ResponseRoute:
-    """Where answers go: a sender, the answers queued for it and a source replay in progress.
+    """Where answers go: a sender, the answers waiting for it and a source replay in progress.
 
     A subscriber link is its own route; a request that carried response annotations gets a
     route to ``response-link-target-address`` whose messages all carry ``address-cookie``.
+    Link ranges and source replays are read lazily, a chunk per transfer as credit allows, so
+    one large answer neither stalls the component nor sits encoded in memory.
     """
 
     entitlement: Entitlement
@@ -77,18 +103,27 @@ class ResponseRoute:
     batch: bool = True
     sender: Any = None
     cookie: bytes | None = None
-    responses: deque[Outgoing] = attrs.field(factory=deque)
-    replay: Iterator[ReplayFrame] | None = None
-    replay_correlation: Any = None
+    responses: deque[Outgoing | _Stream] = attrs.field(factory=deque)
+    replay: _Stream | None = None
     replayed: int = 0
 
     def respond(self, message: Outgoing, correlation_id: Any) -> None:
-        """Queue an answer (the caller bounds how many requests a peer may make)."""
-        if correlation_id is not None:
-            message.correlation_id = correlation_id
-        if self.cookie is not None:
-            message.instructions = {symbol("address-cookie"): self.cookie}
-        self.responses.append(message)
+        """Queue an answer (requests are refused first when too many wait: check_room)."""
+        self.responses.append(self._finish(message, correlation_id))
+
+    def check_room(self) -> None:
+        """RequestFloodError when :data:`MAX_WAITING_ANSWERS` answers wait already: a peer
+        that gives no credit but keeps asking must not fill the component's memory."""
+        if len(self.responses) >= MAX_WAITING_ANSWERS:
+            raise RequestFloodError(
+                f"{len(self.responses)} answers wait for credit on this route; grant credit"
+                " before asking again",
+                got=len(self.responses),
+            )
+
+    def start_resend(self, frames: Iterable[AnswerFrame], correlation_id: Any) -> None:
+        """Queue the answer to a link range (a :class:`~seqrepair.core.context.Resend`)."""
+        self.responses.append(_Stream(iter(frames), correlation_id))
 
     def start_replay(self, replay: Iterable[ReplayFrame], correlation_id: Any) -> None:
         """Send the gap-fill service's answer to a source request, a chunk per transfer.
@@ -96,65 +131,94 @@ class ResponseRoute:
         The answer is read lazily (the journal is paged as credit allows); a new replay
         replaces one in progress, whose requester has given up on it.
         """
-        self.replay = iter(replay)
-        self.replay_correlation = correlation_id
+        self.replay = _Stream(iter(replay), correlation_id)
 
     def busy(self) -> bool:
         """Whether answers are waiting."""
         return bool(self.responses) or self.replay is not None
 
     def send_one(self) -> bool:
-        """Send one queued answer or replay chunk; False when there was nothing to send."""
+        """Send one waiting answer or answer chunk; False when there was nothing to send."""
         while True:
             if self.responses:
-                self.sender.send(self.responses.popleft())
-                return True
-            if self.replay is None:
+                head = self.responses[0]
+                if not isinstance(head, _Stream):
+                    self.sender.send(self.responses.popleft())
+                    return True
+                message = self._next(head)
+                if message is None:
+                    self.responses.popleft()
+                    continue
+            elif self.replay is not None:
+                message = self._next(self.replay)
+                if message is None:
+                    log.info("replay finished", replayed=self.replayed)
+                    self.replay = None
+                    continue
+            else:
                 return False
-            message = self._replay_chunk()
-            if message is not None:
-                self.sender.send(message)
-                return True
+            self.sender.send(message)
+            return True
 
     def pump(self) -> int:
-        """Send answers while credit lasts."""
+        """Send answers while credit lasts, at most :data:`ANSWERS_PER_TURN`."""
         sent = 0
-        while self.sender is not None and self.sender.credit > 0 and self.send_one():
+        while (
+            sent < ANSWERS_PER_TURN
+            and self.sender is not None
+            and self.sender.credit > 0
+            and self.send_one()
+        ):
             sent += 1
         return sent
 
+    def wants_turn(self) -> bool:
+        """Whether answers wait that the sender has credit for (a pump stopped at its quota)."""
+        return self.sender is not None and self.sender.credit > 0 and self.busy()
+
     def _finish(self, message: Outgoing, correlation_id: Any) -> Outgoing:
-        message.correlation_id = correlation_id
+        if correlation_id is not None:
+            message.correlation_id = correlation_id
         if self.cookie is not None:
             message.instructions = {symbol("address-cookie"): self.cookie}
         return message
 
-    def _replay_chunk(self) -> Outgoing | None:
-        """The next chunk of the replay as one message; the closing frame on its own."""
-        assert self.replay is not None
-        chunk: list[Publication] = []
-        for frame in self.replay:
-            if isinstance(frame, Publication):
+    def _next(self, stream: _Stream) -> Outgoing | None:
+        """The stream's next message; None once it is over."""
+        if not stream.ready and not stream.done:
+            self._read_chunk(stream)
+        return stream.ready.popleft() if stream.ready else None
+
+    def _read_chunk(self, stream: _Stream) -> None:
+        chunk: list[Publication | Heartbeat] = []
+        closing: ReplayComplete | GapError | None = None
+        for frame in stream.frames:
+            if isinstance(frame, Publication | Heartbeat):
                 chunk.append(frame)
                 if len(chunk) >= self.max_batch:
                     break
-                continue
-            self.replay = None  # ReplayComplete or GapError("trimmed") ends it
-            log.info("replay finished", replayed=self.replayed, end=type(frame).__name__)
-            if chunk:
-                self.responses.append(self._finish(encode(frame), self.replay_correlation))
+            else:
+                closing = frame  # ReplayComplete or a GapError ends the answer
                 break
-            return self._finish(encode(frame), self.replay_correlation)
         else:
-            self.replay = None
-        if not chunk:
-            return None
-        self.replayed += len(chunk)
-        if self.batch:
-            return self._finish(encode_frames(chunk, self.source_bits), self.replay_correlation)
-        for pub in chunk:
-            self.respond(encode_frames([pub], self.source_bits), self.replay_correlation)
-        return None
+            stream.done = True
+        if closing is not None:
+            stream.done = True
+        correlation_id = stream.correlation_id
+        if chunk:
+            if stream is self.replay:
+                self.replayed += len(chunk)
+            if self.batch:
+                stream.ready.append(
+                    self._finish(encode_frames(chunk, self.source_bits), correlation_id)
+                )
+            else:
+                stream.ready.extend(
+                    self._finish(encode_frames([frame], self.source_bits), correlation_id)
+                    for frame in chunk
+                )
+        if closing is not None:
+            stream.ready.append(self._finish(encode(closing), correlation_id))
 
 
 @attrs.define(eq=False)
@@ -265,9 +329,12 @@ class SubscriberLink:
             self.max_credit = credit
         if self.paused and not self.route.busy() and credit >= max(1, self.max_credit // 2):
             self._resume(now)
+        answers = 0
         while sender.credit > 0:
+            if self.route.busy() and answers >= ANSWERS_PER_TURN:
+                break  # the rest on the next turn: answers go out first, in order
             if self.route.send_one():
-                pass
+                answers += 1
             elif self.reset_pending:
                 self.reset_pending = False
                 self._send_frames([self.sequencer.heartbeat(now)])

@@ -8,6 +8,8 @@ subscriber falls back to a source-level request.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterator
+from typing import cast
 
 import attrs
 
@@ -37,6 +39,7 @@ class LinkContext:
     _head: int = attrs.field(init=False, default=0)
     # absolute link number = position + _base; after a reset position 1 is the 0 frame.
     _base: int = attrs.field(init=False, default=0)
+    _generation: int = attrs.field(init=False, default=0)  # counts resets
 
     @space.default
     def _space(self) -> SequenceSpace:
@@ -51,6 +54,7 @@ class LinkContext:
             self._frames.clear()
             self._head = 0
             self._base = -1
+            self._generation += 1
         self._head += 1
         self._frames.append(frame)
         if len(self._frames) > self.capacity:
@@ -61,6 +65,16 @@ class LinkContext:
 
         Numbers not yet sent are simply not returned (a subscriber's probe for the next number).
         """
+        resend = self.resend(request)
+        if isinstance(resend, GapError):
+            return resend
+        # read at once, nothing can drop a frame meanwhile: no GapError among them
+        return cast(list[LinkFrame], list(resend))
+
+    def resend(self, request: GapRequest) -> Resend | GapError:
+        """Like :meth:`answer`, but the frames are read from the context as the
+        :class:`Resend` is iterated (a large answer is sent as credit allows, not built at
+        once)."""
         try:
             span = self.space.distance(request.link_from, request.link_to) + 1
         except InvalidSequenceError as exc:
@@ -71,13 +85,50 @@ class LinkContext:
             return GapError("context-lost", request, "no link context")
         last = self.space.unwrap(self._head + self._base, request.link_to) - self._base
         first = last - span + 1
-        oldest = self._head - len(self._frames) + 1
-        if first < oldest:
+        if first < self._oldest:
             return GapError("context-lost", request, "range no longer held")
-        out: list[LinkFrame] = []
-        for position in range(first, min(last, self._head) + 1):
-            frame = self._frames[position - oldest]
+        return Resend(self, request, self._generation, first, min(last, self._head))
+
+    @property
+    def _oldest(self) -> int:
+        return self._head - len(self._frames) + 1
+
+    def _held(self, position: int, generation: int) -> LinkFrame | None:
+        """The frame at ``position`` of context ``generation``, if still held."""
+        if generation != self._generation or position < self._oldest:
+            return None
+        return self._frames[position - self._oldest]
+
+
+@attrs.define
+class Resend:
+    """The frames of an accepted :class:`GapRequest`, read from its :class:`LinkContext` as
+    they are iterated, publications marked as retransmissions.
+
+    Frames the context dropped meanwhile (it moved on by more than its capacity) end the
+    iteration with ``GapError("context-lost")`` for the rest of the range; a reset of the
+    context ends it silently (the subscriber voided its requests of the old context).
+    """
+
+    context: LinkContext
+    request: GapRequest
+    generation: int
+    first: int
+    last: int
+
+    def __len__(self) -> int:
+        return max(0, self.last - self.first + 1)
+
+    def __iter__(self) -> Iterator[LinkFrame | GapError]:
+        context = self.context
+        for position in range(self.first, self.last + 1):
+            frame = context._held(position, self.generation)
+            if frame is None:
+                if self.generation == context._generation:
+                    space = context.space
+                    rest = GapRequest(space.wire(position + context._base), self.request.link_to)
+                    yield GapError("context-lost", rest, "range no longer held")
+                return
             if isinstance(frame, Publication):
                 frame = frame.with_link(frame.link_seq, retransmit=True)
-            out.append(frame)
-        return out
+            yield frame

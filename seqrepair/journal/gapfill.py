@@ -30,12 +30,13 @@ entitled to everything published since it subscribed, including sources it has n
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from typing import cast
 
 import attrs
 import structlog
 
 from seqrepair.core.budget import RefusalPolicy, ResendBudget
-from seqrepair.core.context import LinkContext, LinkFrame
+from seqrepair.core.context import LinkContext, LinkFrame, Resend
 from seqrepair.core.errors import InvalidMessageError, InvalidSequenceError
 from seqrepair.core.messages import (
     GapError,
@@ -240,16 +241,24 @@ class GapFillService:
         self, link_id: str, request: GapRequest, now: float
     ) -> list[LinkFrame] | GapError:
         """The requested link range from the link's context, or a GapError."""
+        resend = self.resend_gap(link_id, request, now)
+        if isinstance(resend, GapError):
+            return resend
+        return cast(list[LinkFrame], list(resend))  # read at once: nothing is dropped
+
+    def resend_gap(self, link_id: str, request: GapRequest, now: float) -> Resend | GapError:
+        """:meth:`answer_gap` read lazily: a :class:`~seqrepair.core.context.Resend` to
+        iterate as credit allows (charged in full now), or a GapError."""
         link = self.link(link_id)
         if not isinstance(request, GapRequest):
             raise InvalidMessageError("answer_gap takes a GapRequest", got=request)
-        answer = link.context.answer(request)
+        answer = link.context.resend(request)
         if isinstance(answer, GapError):
             log.info("gapfill.gap_error", link=link_id, reason=answer.reason, detail=answer.detail)
             return answer
         try:
             span = link.context.space.distance(request.link_from, request.link_to) + 1
-        except InvalidSequenceError as exc:  # pragma: no cover - answer() refused it already
+        except InvalidSequenceError as exc:  # pragma: no cover - resend() refused it already
             return GapError("refused", request, exc.message)
         reason = self.policy.refusal(span, link.budget, now)
         if reason is not None:

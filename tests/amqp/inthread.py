@@ -12,6 +12,7 @@ from proton import Condition, Endpoint
 from proton.reactor import ApplicationEvent, Container, EventInjector
 
 from seqrepair.amqp.component import Component, ComponentConfig
+from seqrepair.core.messages import GapRequest
 from seqrepair.journal.journal import Journal
 
 from .conftest import free_port
@@ -101,6 +102,19 @@ class HereComponent(Component):
             _close(controls[0], condition)
 
         self.call(detach)
+
+    def ask(self, name: str, requests: list[GapRequest]) -> None:
+        """Answer ``requests`` on the data link ``name`` as if its subscriber had sent them
+        in one GAP-REQUEST."""
+
+        def answer() -> None:
+            link = self.links[name]
+            link.route.check_room()
+            for request in requests:
+                self._answer_gap(link, link.route, request, None)
+            self._pump_sender(link.sender)
+
+        self.call(answer)
 
     def set_drop_rate(self, rate: float) -> None:
         """Lose this share of the frames to subscribers from now on (repaired on request)."""

@@ -4,10 +4,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from seqrepair.amqp.links import ALLOWS_CACHE, SubscriberLink
+import pytest
+from proton import Message
+
+from seqrepair.amqp.codec import Decoder, encode
+from seqrepair.amqp.errors import RequestFloodError
+from seqrepair.amqp.links import (
+    ALLOWS_CACHE,
+    ANSWERS_PER_TURN,
+    MAX_WAITING_ANSWERS,
+    ResponseRoute,
+    SubscriberLink,
+)
 from seqrepair.amqp.runner import BatchedCredit
 from seqrepair.core.context import LinkContext
-from seqrepair.core.messages import Publication
+from seqrepair.core.messages import GapError, GapRequest, Publication
 from seqrepair.core.permissions import Entitlement
 from seqrepair.core.sequencers import LinkSequencer
 
@@ -123,3 +134,73 @@ def test_a_link_without_batches_numbers_no_more_publications_than_its_credit() -
     assert (len(sender.sent), sender.credit) == (5, 0)
     assert len(link.pending) == 295  # unnumbered: still free to pause or drop
     assert link.sequencer.absolute == 5
+
+
+def _received(sent: list[object]) -> list[object]:
+    """What a subscriber decodes from the messages sent, through bytes as on the wire."""
+    frames: list[object] = []
+    decoder = Decoder()
+    for message in sent:
+        wire = Message()
+        wire.decode(message.encode())  # type: ignore[attr-defined]
+        frames.extend(decoder.decode(wire))
+    return frames
+
+
+def _context_of(count: int) -> tuple[LinkContext, LinkSequencer]:
+    context, link = LinkContext(16, 10_000), LinkSequencer(16, 1.0)
+    for seq in range(1, count + 1):
+        context.record(link.stamp(_pub(seq), 0.0))
+    return context, link
+
+
+def test_a_large_resend_is_read_and_sent_a_quota_of_chunks_per_turn() -> None:
+    context, _ = _context_of(1000)
+    route = ResponseRoute(Entitlement.everything(), 8, lambda _s: 64)
+    sender = _Sender(credit=10_000)
+    route.sender = sender
+    resend = context.resend(GapRequest(1, 1000))
+    assert not isinstance(resend, GapError)
+    route.start_resend(resend, 7)
+    turns = 0
+    while route.wants_turn():
+        assert route.pump() <= ANSWERS_PER_TURN  # the event loop gets its turn between
+        turns += 1
+    assert turns == -(-1000 // 8 // ANSWERS_PER_TURN)
+    frames = _received(sender.sent)
+    assert [(f.link_seq, f.source_seq, f.retransmit) for f in frames] == [  # type: ignore[attr-defined]
+        (n, n, True) for n in range(1, 1001)
+    ]
+    assert {m.correlation_id for m in sender.sent} == {7}  # type: ignore[attr-defined]
+
+
+def test_a_resend_waits_for_credit_and_reads_nothing_meanwhile() -> None:
+    context, link = _context_of(20)
+    route = ResponseRoute(Entitlement.everything(), 8, lambda _s: 64)
+    route.sender = _Sender(credit=0)
+    resend = context.resend(GapRequest(11, 20))
+    assert not isinstance(resend, GapError)
+    route.start_resend(resend, None)
+    assert route.pump() == 0
+    assert route.busy()
+    assert not route.wants_turn()
+    for seq in range(21, 10_021):  # the context moves on past the range before credit comes
+        context.record(link.stamp(_pub(seq), 0.0))
+    route.sender.credit = 5
+    route.pump()
+    assert _received(route.sender.sent) == [
+        GapError("context-lost", GapRequest(11, 20), "range no longer held")
+    ]
+
+
+def test_a_route_refuses_requests_while_too_many_answers_wait_for_credit() -> None:
+    route = ResponseRoute(Entitlement.everything(), 8, lambda _s: 64)
+    route.sender = _Sender(credit=0)
+    for n in range(MAX_WAITING_ANSWERS):
+        route.check_room()
+        route.respond(encode(GapError("refused", GapRequest(1, 1), "no")), n)
+    with pytest.raises(RequestFloodError, match="grant credit"):
+        route.check_room()
+    route.sender.credit = 10
+    route.pump()
+    route.check_room()  # room again once answers went out

@@ -54,6 +54,27 @@ def test_a_reset_voids_the_old_context():
     assert empty.answer(GapRequest(1, 1)).reason == "context-lost"
 
 
+def test_a_resend_reads_the_context_as_it_is_iterated():
+    context, link, src = filled(bits=3, count=6, capacity=4)  # holds link 3..6
+    resend = context.resend(GapRequest(link_from=3, link_to=6))
+    assert len(resend) == 4
+    frames = iter(resend)
+    assert next(frames).source_seq == 3
+    context.record(link.stamp(src.stamp("/t", {}), now=0.0))  # link 7: drops link 3
+    assert next(frames).source_seq == 4  # still held: read now, not when asked
+    for _ in range(2):  # links 1 and 2 after the wrap: 4 and 5 dropped
+        context.record(link.stamp(src.stamp("/t", {}), now=0.0))
+    assert list(frames) == [GapError("context-lost", GapRequest(5, 6), "range no longer held")]
+
+
+def test_a_resend_of_a_context_that_was_reset_meanwhile_ends_without_a_word():
+    context, link, src = filled(bits=16, count=10)
+    resend = context.resend(GapRequest(link_from=2, link_to=5))
+    link.reset()
+    context.record(link.stamp(src.stamp("/t", {}), now=0.0))
+    assert list(resend) == []  # the subscriber voided its requests of the old context
+
+
 def test_frames_without_link_numbers_cannot_be_recorded():
     context = LinkContext(bits=16)
     src = SourceSequencer(source="feed.a")
