@@ -86,7 +86,8 @@ RESPONSE_ANNOTATIONS = symbol("RESPONSE_ANNOTATIONS_V1_0")
 RESPONSE_ADDRESS_SUPPORTED = symbol("response-address-supported")
 RESPONSE_COOKIE = symbol("response-address-cookie")
 RESPONSE_TARGET = symbol("response-link-target-address")
-ADDRESS_COOKIE = symbol("address-cookie")
+MAX_RESPONSE_TARGETS = 16
+"""How many ``response-link-target-address`` links the component attaches per connection."""
 PROP_BATCH = symbol("seqrepair-batch")
 PROP_RESUME = symbol("seqrepair-resume")
 PROP_EPOCH = symbol("seqrepair-epoch")
@@ -374,6 +375,12 @@ class Component(MessagingHandler):
             del self.routes[key]
 
     def _forget(self, endpoint: Any) -> None:
+        route = getattr(endpoint, "route", None)
+        if route is not None and route.target is not None:  # the peer closed a response target
+            conn_id: int = endpoint.connection.seqrepair_id
+            self.routes.pop((conn_id, "\0" + route.target), None)
+            self._unfinished.discard(route)
+            return
         name = getattr(endpoint, "subscriber", None)
         link = self.links.get(name) if name is not None else None
         if link is not None and link.sender == endpoint:
@@ -587,24 +594,24 @@ class Component(MessagingHandler):
             raise RequestFloodError("request rate exceeded; slow down", got=self.stats["requests"])
         self.stats["requests"] += 1
         requests = self.decoder.decode(message)
-        route = self._route_for(receiver, message)
+        route, cookie = self._route_for(receiver, message)
         route.check_room()
         correlation = message.id
         props: dict[Any, Any] = dict(message.properties or {})
         name = props.get(PROP_LINK) or _link_name(message.reply_to)
         for request in requests:
             if isinstance(request, CapabilitiesRequest):
-                route.respond(encode(self.capabilities()), correlation)
+                route.respond(encode(self.capabilities()), correlation, cookie)
             elif isinstance(request, GapRequest | SourceGapRequest):
                 link = self.links.get(str(name)) if name else None
                 if (
                     link is None
-                    or (route.cookie is None and link.route is not route)
-                    # a routed answer (cookie) only for the principal that attached the link
+                    or (route.target is None and link.route is not route)
+                    # answers routed elsewhere only for the principal that attached the link
                     or self.principals.get(link.name) != principal_of(conn)
                 ):
                     raise UnknownAddressError(f"no link {name!r} on this connection", got=name)
-                self._answer_gap(link, route, request, correlation)
+                self._answer_gap(link, route, request, correlation, cookie)
             else:
                 raise UnknownMessageTypeError(
                     f"{type(request).__name__} is not a request", got=type(request).__name__
@@ -619,6 +626,7 @@ class Component(MessagingHandler):
         route: ResponseRoute,
         request: GapRequest | SourceGapRequest,
         correlation: Any,
+        cookie: bytes | None,
     ) -> None:
         now = self.clock()
         if isinstance(request, GapRequest):
@@ -626,31 +634,38 @@ class Component(MessagingHandler):
             if isinstance(resend, GapError):
                 link.log.info("gap request not answered", reason=resend.reason,
                               detail=resend.detail)
-                route.respond(encode(resend), correlation)
+                route.respond(encode(resend), correlation, cookie)
             elif len(resend):
-                route.start_resend(resend, correlation)
+                route.start_resend(resend, correlation, cookie)
             return
         if len(request.after) > self.config.max_request_sources:
             route.respond(
                 encode(GapError("refused", request,
                                 f"more than {self.config.max_request_sources} sources")),
                 correlation,
+                cookie,
             )
             return
         replay = self.gapfill.answer_source_gap(link.name, request, now)
         if isinstance(replay, GapError):
             link.log.info("source request not answered", reason=replay.reason,
                           detail=replay.detail)
-            route.respond(encode(replay), correlation)
+            route.respond(encode(replay), correlation, cookie)
             return
-        route.start_replay(replay, correlation)
+        route.start_replay(link.name, replay, correlation, cookie)
 
-    def _route_for(self, receiver: Any, message: Message) -> ResponseRoute:
-        """Where the answers to ``message`` go (respann §2.3/§2.4)."""
+    def _route_for(
+        self, receiver: Any, message: Message
+    ) -> tuple[ResponseRoute, bytes | None]:
+        """Where the answers to ``message`` go, and the cookie they carry (respann §2.3)."""
         conn = receiver.connection
         annotations: dict[Any, Any] = dict(message.instructions or {})
         target = annotations.get(RESPONSE_TARGET)
         cookie = annotations.get(RESPONSE_COOKIE)
+        if isinstance(cookie, memoryview | bytearray):
+            cookie = bytes(cookie)
+        if cookie is not None and not isinstance(cookie, bytes):
+            raise MalformedMessageError("response-address-cookie must be binary", got=cookie)
         if target is None:
             reply_to = message.reply_to
             route = self.routes.get((conn.seqrepair_id, str(reply_to)))
@@ -658,22 +673,31 @@ class Component(MessagingHandler):
                 raise UnknownAddressError(
                     f"reply-to {reply_to!r} names no link of this connection", got=reply_to
                 )
-            return route
-        if isinstance(cookie, memoryview | bytearray):
-            cookie = bytes(cookie)
-        if cookie is not None and not isinstance(cookie, bytes):
-            raise MalformedMessageError("response-address-cookie must be binary", got=cookie)
-        key = (conn.seqrepair_id, f"{target}\0{cookie!r}")
+            return route, cookie
+        if not isinstance(target, str) or not target:
+            raise MalformedMessageError(
+                "response-link-target-address must be a non-empty string", got=target
+            )
+        key = (conn.seqrepair_id, "\0" + target)
         route = self.routes.get(key)
         if route is None:
-            sender = self.container.create_sender(conn, target=str(target), options=AtMostOnce())
+            targets = sum(
+                1 for (conn_id, _), r in self.routes.items()
+                if conn_id == conn.seqrepair_id and r.target is not None
+            )
+            if targets >= MAX_RESPONSE_TARGETS:
+                raise RequestFloodError(
+                    f"answers already go to {targets} response targets on this connection",
+                    got=target,
+                )
+            sender = self.container.create_sender(conn, target=target, options=AtMostOnce())
             route = ResponseRoute(
                 Entitlement.everything(), self.config.max_batch, self.outgoing_bits,
-                sender=sender, cookie=cookie,
+                sender=sender, target=target,
             )
             sender.route = route
             self.routes[key] = route
-        return route
+        return route, cookie
 
     # --- running ------------------------------------------------------------------------
 

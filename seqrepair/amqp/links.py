@@ -55,6 +55,8 @@ from seqrepair.core.sequencers import LinkSequencer
 
 ReplayFrame = Publication | ReplayComplete | GapError
 
+ADDRESS_COOKIE = symbol("address-cookie")
+
 ALLOWS_CACHE = 4096
 """How many (topic, permission token) answers of its entitlement a link remembers."""
 
@@ -83,6 +85,8 @@ class _Stream:
 
     frames: Iterator[AnswerFrame]
     correlation_id: Any
+    cookie: bytes | None = None
+    replay: bool = False
     ready: deque[Outgoing] = attrs.field(factory=deque)
     done: bool = False
 
@@ -91,10 +95,12 @@ class _Stream:
 class ResponseRoute:
     """Where answers go: a sender, the answers waiting for it and a source replay in progress.
 
-    A subscriber link is its own route; a request that carried response annotations gets a
-    route to ``response-link-target-address`` whose messages all carry ``address-cookie``.
-    Link ranges and source replays are read lazily, a chunk per transfer as credit allows, so
-    one large answer neither stalls the component nor sits encoded in memory.
+    A subscriber link is its own route; requests that carried response annotations share one
+    route per ``response-link-target-address`` of their connection (``target``). Each answer
+    carries the ``address-cookie`` its request gave, if any (respann §2.3). Link ranges and
+    source replays are read lazily, a chunk per transfer as credit allows, so one large answer
+    neither stalls the component nor sits encoded in memory. A route runs one source replay
+    per requesting link (``replays``, in the order they started).
     """
 
     entitlement: Entitlement
@@ -102,14 +108,16 @@ class ResponseRoute:
     source_bits: Callable[[str], int]
     batch: bool = True
     sender: Any = None
-    cookie: bytes | None = None
+    target: str | None = None
     responses: deque[Outgoing | _Stream] = attrs.field(factory=deque)
-    replay: _Stream | None = None
+    replays: dict[str, _Stream] = attrs.field(factory=dict)
     replayed: int = 0
 
-    def respond(self, message: Outgoing, correlation_id: Any) -> None:
+    def respond(
+        self, message: Outgoing, correlation_id: Any, cookie: bytes | None = None
+    ) -> None:
         """Queue an answer (requests are refused first when too many wait: check_room)."""
-        self.responses.append(self._finish(message, correlation_id))
+        self.responses.append(_finish(message, correlation_id, cookie))
 
     def check_room(self) -> None:
         """RequestFloodError when :data:`MAX_WAITING_ANSWERS` answers wait already: a peer
@@ -121,21 +129,31 @@ class ResponseRoute:
                 got=len(self.responses),
             )
 
-    def start_resend(self, frames: Iterable[AnswerFrame], correlation_id: Any) -> None:
+    def start_resend(
+        self, frames: Iterable[AnswerFrame], correlation_id: Any, cookie: bytes | None = None
+    ) -> None:
         """Queue the answer to a link range (a :class:`~seqrepair.core.context.Resend`)."""
-        self.responses.append(_Stream(iter(frames), correlation_id))
+        self.responses.append(_Stream(iter(frames), correlation_id, cookie))
 
-    def start_replay(self, replay: Iterable[ReplayFrame], correlation_id: Any) -> None:
-        """Send the gap-fill service's answer to a source request, a chunk per transfer.
+    def start_replay(
+        self,
+        requester: str,
+        replay: Iterable[ReplayFrame],
+        correlation_id: Any,
+        cookie: bytes | None = None,
+    ) -> None:
+        """Send the gap-fill service's answer to a source request about the link
+        ``requester``, a chunk per transfer.
 
-        The answer is read lazily (the journal is paged as credit allows); a new replay
-        replaces one in progress, whose requester has given up on it.
+        The answer is read lazily (the journal is paged as credit allows); a new replay for
+        the same link replaces one in progress, whose requester has given up on it.
         """
-        self.replay = _Stream(iter(replay), correlation_id)
+        self.replays.pop(requester, None)
+        self.replays[requester] = _Stream(iter(replay), correlation_id, cookie, replay=True)
 
     def busy(self) -> bool:
         """Whether answers are waiting."""
-        return bool(self.responses) or self.replay is not None
+        return bool(self.responses) or bool(self.replays)
 
     def send_one(self) -> bool:
         """Send one waiting answer or answer chunk; False when there was nothing to send."""
@@ -149,11 +167,12 @@ class ResponseRoute:
                 if message is None:
                     self.responses.popleft()
                     continue
-            elif self.replay is not None:
-                message = self._next(self.replay)
+            elif self.replays:
+                requester, stream = next(iter(self.replays.items()))
+                message = self._next(stream)
                 if message is None:
-                    log.info("replay finished", replayed=self.replayed)
-                    self.replay = None
+                    log.info("replay finished", link=requester, replayed=self.replayed)
+                    del self.replays[requester]
                     continue
             else:
                 return False
@@ -176,13 +195,6 @@ class ResponseRoute:
         """Whether answers wait that the sender has credit for (a pump stopped at its quota)."""
         return self.sender is not None and self.sender.credit > 0 and self.busy()
 
-    def _finish(self, message: Outgoing, correlation_id: Any) -> Outgoing:
-        if correlation_id is not None:
-            message.correlation_id = correlation_id
-        if self.cookie is not None:
-            message.instructions = {symbol("address-cookie"): self.cookie}
-        return message
-
     def _next(self, stream: _Stream) -> Outgoing | None:
         """The stream's next message; None once it is over."""
         if not stream.ready and not stream.done:
@@ -204,21 +216,30 @@ class ResponseRoute:
             stream.done = True
         if closing is not None:
             stream.done = True
-        correlation_id = stream.correlation_id
+        correlation_id, cookie = stream.correlation_id, stream.cookie
         if chunk:
-            if stream is self.replay:
+            if stream.replay:
                 self.replayed += len(chunk)
             if self.batch:
                 stream.ready.append(
-                    self._finish(encode_frames(chunk, self.source_bits), correlation_id)
+                    _finish(encode_frames(chunk, self.source_bits), correlation_id, cookie)
                 )
             else:
                 stream.ready.extend(
-                    self._finish(encode_frames([frame], self.source_bits), correlation_id)
+                    _finish(encode_frames([frame], self.source_bits), correlation_id, cookie)
                     for frame in chunk
                 )
         if closing is not None:
-            stream.ready.append(self._finish(encode(closing), correlation_id))
+            stream.ready.append(_finish(encode(closing), correlation_id, cookie))
+
+
+def _finish(message: Outgoing, correlation_id: Any, cookie: bytes | None) -> Outgoing:
+    """An answer as it goes out: the request's id, and its cookie echoed (respann §2.3)."""
+    if correlation_id is not None:
+        message.correlation_id = correlation_id
+    if cookie is not None:
+        message.instructions = {ADDRESS_COOKIE: cookie}
+    return message
 
 
 @attrs.define(eq=False)

@@ -111,7 +111,7 @@ class HereComponent(Component):
             link = self.links[name]
             link.route.check_room()
             for request in requests:
-                self._answer_gap(link, link.route, request, None)
+                self._answer_gap(link, link.route, request, None, None)
             self._pump_sender(link.sender)
 
         self.call(answer)

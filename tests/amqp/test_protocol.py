@@ -49,6 +49,7 @@ class Session(MessagingHandler):
         self.reply_link = reply_link
         self.received: list[Message] = []
         self.incoming: list[tuple[str, Message]] = []
+        self.arrived_on: list[str] = []  # the name of the link each message came on
         self.outcomes: list[tuple[Any, Any]] = []
         self.link_errors: list[Any] = []
         self.conn: Any = None
@@ -81,6 +82,7 @@ class Session(MessagingHandler):
         address = event.receiver.source.address if event.receiver else None
         self.received.append(event.message)
         self.incoming.append((address, event.message))
+        self.arrived_on.append(event.link.name)
         self._check()
 
     def on_link_error(self, event: Any) -> None:
@@ -321,3 +323,61 @@ def test_response_annotations_route_the_answer_to_the_target_with_the_cookie(
                            if m.properties["message-type"] == "CAPABILITIES"]
     assert answer.instructions[symbol("address-cookie")] == cookie
     assert answer.correlation_id == req.id
+
+
+COOKIE = symbol("response-address-cookie")
+TARGET = symbol("response-link-target-address")
+
+
+def _annotated(kind: str, annotations: dict[Any, Any], **props: Any) -> Message:
+    message = _request(kind, "x", **props)
+    message.instructions = annotations
+    return message
+
+
+def test_a_cookie_without_a_target_is_echoed_on_the_answer_to_reply_to(
+    server: ComponentProcess,
+) -> None:
+    req = _annotated("CAPABILITIES", {COOKIE: b"B-cookie"})
+    s = Requester(server.url, [req], want=1)
+    s.run()
+    [(link, answer)] = [(n, m) for n, m in zip(s.arrived_on, s.received, strict=True)
+                        if m.properties["message-type"] == "CAPABILITIES"]
+    assert link == s.name  # the data link reply-to names
+    assert answer.instructions[symbol("address-cookie")] == b"B-cookie"
+
+
+def test_a_target_without_a_cookie_gets_the_answer_to_a_gap_request(
+    server: ComponentProcess,
+) -> None:
+    req = _annotated("GAP-REQUEST", {TARGET: "gw/plain"}, link_from=ulong(1), link_to=ulong(1))
+    s = Requester(server.url, [req], want=1)
+    s.run()
+    assert s.outcomes == [(Delivery.ACCEPTED, None)]
+    [(link, answer)] = list(zip(s.arrived_on, s.received, strict=True))
+    assert link != s.name  # the component's link to gw/plain
+    assert answer.properties["reason"] == "context-lost"  # nothing was sent on the link yet
+    assert not answer.instructions
+
+
+def test_answers_to_one_target_share_one_link_each_with_its_own_cookie(
+    server: ComponentProcess,
+) -> None:
+    reqs = [_annotated("CAPABILITIES", {TARGET: "gw/many", COOKIE: b"c%d" % i})
+            for i in range(10)]
+    s = Requester(server.url, reqs, want=10)
+    s.run()
+    assert len(set(s.arrived_on)) == 1
+    by_id = {m.correlation_id: m.instructions[symbol("address-cookie")] for m in s.received}
+    assert by_id == {req.id: b"c%d" % i for i, req in enumerate(reqs)}
+
+
+def test_response_targets_per_connection_are_bounded(server: ComponentProcess) -> None:
+    reqs = [_annotated("CAPABILITIES", {TARGET: f"gw/t{i}"}) for i in range(18)]
+    s = Requester(server.url, reqs, want=16)
+    s.run()
+    conditions = [c for _, c in s.outcomes]
+    assert conditions.count(None) == 16
+    assert conditions.count("amqp:resource-limit-exceeded") == 2
+    assert len(set(s.arrived_on)) == 16
+    assert served(server.url)
