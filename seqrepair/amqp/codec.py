@@ -23,6 +23,7 @@ from proton import Message, ulong
 from seqrepair.amqp.errors import (
     MalformedMessageError,
     OutOfSpaceError,
+    OversizedMessageError,
     UnknownMessageTypeError,
 )
 from seqrepair.amqp.framing import (
@@ -63,6 +64,10 @@ _MAX_ULONG = (1 << 64) - 1
 
 # --------------------------------------------------------------------------------------------
 # small validated readers
+
+
+def _optional_count(value: Any, name: str) -> int | None:
+    return None if value is None else _int(value, name, low=1)
 
 
 def _int(value: object, name: str, *, low: int = 0, high: int = (1 << 64) - 1) -> int:
@@ -215,6 +220,8 @@ def encode(obj: Decoded) -> Message:
                 "publish_types": list(obj.publish_types),
                 "max_batch": obj.max_batch,
                 "response_annotations": obj.response_annotations,
+                "retention_count": obj.retention_count,
+                "max_publish_batch": obj.max_publish_batch,
             },
             properties={MESSAGE_TYPE: MessageType.CAPABILITIES.value},
         )
@@ -245,11 +252,14 @@ class Decoder:
 
     ``link_bits`` is the link sequence space of the receiving link (link numbers outside it are
     rejected). ``unwrapper`` keeps the per-source state to turn wire source numbers into absolute
-    ones; share one per receiver.
+    ones; share one per receiver. ``max_publications``: most entries a ``PUBLICATIONS`` message
+    may carry (None: any number); a larger one raises OversizedMessageError before any entry
+    is decoded.
     """
 
     link_bits: int = DEFAULT_LINK_BITS
     unwrapper: SourceUnwrapper = attrs.field(factory=SourceUnwrapper)
+    max_publications: int | None = None
     _link_max: int = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
@@ -293,6 +303,13 @@ class Decoder:
             if not isinstance(body, list) or not body:
                 raise MalformedMessageError(
                     "PUBLICATIONS needs a non-empty list body", expected="list", got=type(body)
+                )
+            most = self.max_publications
+            if most is not None and len(body) > most:
+                raise OversizedMessageError(
+                    f"{len(body)} publications in one message; at most {most} are taken",
+                    expected=most,
+                    got=len(body),
                 )
             if isinstance(body[0], list):
                 return self._positional(props, body, plain)
@@ -542,6 +559,10 @@ class Decoder:
                     publish_types=tuple(str(t) for t in caps.get("publish_types", ())),
                     max_batch=_int(caps.get("max_batch", 1), "max_batch", low=1),
                     response_annotations=bool(caps.get("response_annotations", False)),
+                    retention_count=_optional_count(caps.get("retention_count"),
+                                                    "retention_count"),
+                    max_publish_batch=_optional_count(caps.get("max_publish_batch"),
+                                                      "max_publish_batch"),
                 )
             if mtype is MessageType.SUBSCRIPTION:
                 state = _map(body, "subscription")

@@ -37,6 +37,9 @@ def register(subparsers: Any) -> None:
                        help="most publications per transfer to a subscriber and per "
                             "gap-fill answer (default: 256)")
     serve.add_argument("--max-pending", type=int, default=20_000)
+    serve.add_argument("--max-publish-batch", type=int, default=4_096, metavar="N",
+                       help="most publications one incoming PUBLICATIONS message may carry; "
+                            "a larger one is rejected (default: 4096)")
     serve.add_argument("--max-gap-range", type=int, default=10_000)
     serve.add_argument("--context-retention", type=float, default=30.0)
     serve.add_argument("--retain-count", type=int, default=None, metavar="N",
@@ -178,9 +181,11 @@ def _serve(args: argparse.Namespace) -> int:
         idle_timeout=args.idle_timeout,
         max_batch=args.max_batch,
         max_pending=args.max_pending,
+        max_publish_batch=args.max_publish_batch,
         max_gap_range=args.max_gap_range,
         context_retention=args.context_retention,
         journal_retention=args.retain_age,
+        journal_retention_count=args.retain_count,
         drop_rate=args.drop_rate,
         drop_seed=args.drop_seed,
         drop_reset_frames=args.drop_reset_frames,

@@ -117,11 +117,15 @@ class ComponentConfig:
     """Most publications per transfer to a subscriber (and per gap-fill answer): past a few
     hundred, proton's per-transfer work is a small part of the cost of each publication."""
     max_pending: int = 20_000
+    max_publish_batch: int = 4_096
+    """Most publications one incoming PUBLICATIONS message may carry: its journaling and
+    fan-out run in one turn of the event loop that serves every link."""
     context_capacity: int = 65_536
     max_gap_range: int = 10_000
     max_request_sources: int = 1_000
     context_retention: float = 30.0
     journal_retention: float | None = None
+    journal_retention_count: int | None = None
     publish_window: int = 500
     request_window: int = 32
     request_rate: float = 500.0
@@ -167,7 +171,9 @@ class Component(MessagingHandler):
         self.config = config
         self.clock = clock
         self.on_ready = on_ready
-        self.decoder = Decoder(link_bits=config.link_bits)
+        self.decoder = Decoder(
+            link_bits=config.link_bits, max_publications=config.max_publish_batch
+        )
         self.stats = {"ingested": 0, "duplicates": 0, "rejected": 0, "released": 0, "requests": 0,
                       "trimmed_unsent": 0}
         self.ingest = Ingest(
@@ -224,6 +230,8 @@ class Component(MessagingHandler):
             publish_types=tuple(t.value for t in PublishType),
             max_batch=self.config.max_batch,
             response_annotations=True,
+            retention_count=self.config.journal_retention_count,
+            max_publish_batch=self.config.max_publish_batch,
         )
 
     @staticmethod

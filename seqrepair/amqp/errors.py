@@ -40,6 +40,12 @@ class UnknownMessageTypeError(MalformedMessageError):
     condition = "amqp:not-implemented"
 
 
+class OversizedMessageError(AmqpAdapterError):
+    """A ``PUBLICATIONS`` message carrying more publications than the receiver takes in one."""
+
+    condition = "amqp:link:message-size-exceeded"
+
+
 class UnknownAddressError(AmqpAdapterError):
     """A link attached to an address the component does not serve."""
 

@@ -50,7 +50,12 @@ class CapabilitiesRequest:
 
 @attrs.frozen(hash=False)
 class Capabilities:
-    """The answer to a source query (XEP-0040 §4)."""
+    """The answer to a source query (XEP-0040 §4).
+
+    ``retention``: the age (s) past which the journal trims, ``retention_count``: how many
+    publications per source it keeps; None when it does not trim that way.
+    ``max_publish_batch``: most publications one incoming ``PUBLICATIONS`` message may carry.
+    """
 
     link_bits: int
     source_bits: Mapping[str, int]
@@ -61,6 +66,8 @@ class Capabilities:
     publish_types: tuple[str, ...]
     max_batch: int
     response_annotations: bool = True
+    retention_count: int | None = None
+    max_publish_batch: int | None = None
 
 
 @attrs.frozen

@@ -12,6 +12,7 @@ from seqrepair.amqp.codec import Decoder, encode
 from seqrepair.amqp.errors import (
     MalformedMessageError,
     OutOfSpaceError,
+    OversizedMessageError,
     UnknownMessageTypeError,
 )
 from seqrepair.amqp.framing import encode_frame, encode_frames
@@ -154,10 +155,21 @@ def test_requests_and_technical_messages_roundtrip(obj: object) -> None:
     assert Decoder().decode(roundtrip(encode(obj))) == [obj]  # type: ignore[arg-type]
 
 
-def test_capabilities_roundtrip() -> None:
-    caps = Capabilities(16, {"feed.a": 32}, 32, 1.0, 10_000, 3600.0,
-                        ("update", "image"), 64)
+@pytest.mark.parametrize(("retention", "count", "most"), [(3600.0, None, None),
+                                                          (None, 100, 4096), (60.0, 5, 1)])
+def test_capabilities_roundtrip(retention: float | None, count: int | None,
+                                most: int | None) -> None:
+    caps = Capabilities(16, {"feed.a": 32}, 32, 1.0, 10_000, retention,
+                        ("update", "image"), 64, retention_count=count, max_publish_batch=most)
     assert Decoder().decode(roundtrip(encode(caps))) == [caps]
+
+
+def test_a_batch_larger_than_the_receiver_takes_is_refused_before_decoding() -> None:
+    pubs = [Publication("/a", "feed.a", n, "update", {"n": n}) for n in range(1, 6)]
+    message = roundtrip(encode_frames(pubs, 32))
+    assert len(Decoder(max_publications=5).decode(message)) == 5
+    with pytest.raises(OversizedMessageError, match="at most 4"):
+        Decoder(max_publications=4).decode(message)
 
 
 @pytest.mark.parametrize(

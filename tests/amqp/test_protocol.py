@@ -16,6 +16,8 @@ from proton import Delivery, Message, symbol, ulong
 from proton.handlers import MessagingHandler
 from proton.reactor import Container
 
+from seqrepair.amqp.framing import encode_frames
+from seqrepair.core.messages import Publication
 from seqrepair.journal.server import EmbeddedRedis
 
 from .conftest import ComponentProcess
@@ -380,4 +382,15 @@ def test_response_targets_per_connection_are_bounded(server: ComponentProcess) -
     assert conditions.count(None) == 16
     assert conditions.count("amqp:resource-limit-exceeded") == 2
     assert len(set(s.arrived_on)) == 16
+    assert served(server.url)
+
+
+def test_a_batch_of_more_publications_than_the_component_takes_is_rejected(
+    server: ComponentProcess,
+) -> None:
+    pubs = [Publication("/big/a", "feed.big", n, "update", {"n": n}) for n in range(1, 4098)]
+    s = Session(server.url, send="/big/a", messages=[encode_frames(pubs, 32)]).run()
+    assert s.outcomes == [(Delivery.REJECTED, "amqp:link:message-size-exceeded")]
+    s = Session(server.url, send="/big/a", messages=[encode_frames(pubs[:4096], 32)]).run()
+    assert s.outcomes == [(Delivery.ACCEPTED, None)]
     assert served(server.url)

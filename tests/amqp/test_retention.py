@@ -40,6 +40,7 @@ def test_serve_trims_by_its_policy_and_advertises_it(
         assert wait_for(lambda: sub.capabilities is not None)
     assert sub.capabilities is not None
     assert sub.capabilities.retention == 3600.0
+    assert sub.capabilities.retention_count == 20
     assert journal.info("feed.a").length == 20
     journal.close()
 
