@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from seqrepair.core.budget import RefusalPolicy
 from seqrepair.core.messages import (
     GapRequest,
     Heartbeat,
@@ -37,13 +38,14 @@ class JournalComponent:
         context_capacity: int = 65_536,
         batch_size: int = 256,
         entitlement: Entitlement | None = None,
+        policy: RefusalPolicy | None = None,
     ) -> None:
         self.journal = journal
         self.batch_size = batch_size
         self._publishers: dict[str, Publisher] = {}
         self._outbox: list[Publication] = []
         self.service = GapFillService(
-            journal, link_bits=link_bits, context_capacity=context_capacity
+            journal, link_bits=link_bits, context_capacity=context_capacity, policy=policy
         )
         # Sources the subscriber never named are replayed from the journal's start: the
         # subscription began before the first publication.

@@ -13,12 +13,15 @@ from seqrepair.core.messages import (
     GapRequest,
     Heartbeat,
     Publication,
+    PublishType,
     ReplayComplete,
     SourceGapRequest,
 )
 from seqrepair.core.permissions import Entitlement
 from seqrepair.core.sequencers import LinkSequencer, SourceSequencer
 from seqrepair.journal import GapFillService, Journal, Replay, UnknownLinkError
+from seqrepair.journal.inprocess import JournalComponent
+from seqrepair.simulation import LinkConditions, Simulation
 
 pytestmark = pytest.mark.redis
 
@@ -324,3 +327,21 @@ def test_replay_is_exactly_the_entitled_publications_in_source_order(
         assert pub.permtoken is None or (
             pub.permtoken not in deny and (pub.permtoken in grant or "*" in grant)
         )
+
+
+@pytest.mark.parametrize(("bits", "seed"), [(8, 8), (16, 16)])
+def test_resets_repaired_from_a_real_journal_in_pieces_arrive_exactly_once(
+    journal: Journal, bits: int, seed: int
+) -> None:
+    """The simulation's lossy link against the Redis journal's gap-fill service, whose replays
+    stop every 12 numbers: resets and lost link context are repaired by source in pieces."""
+    plan = [(f"feed.{i % 3}", f"/w/{i % 4}", {"n": i}, PublishType.UPDATE) for i in range(600)]
+    component = JournalComponent(journal, link_bits=bits, context_capacity=8,
+                                 policy=RefusalPolicy(max_range=12), batch_size=16)
+    report = Simulation(bits=bits, plan=plan, component=component, seed=seed,
+                        conditions=LinkConditions(loss=0.05, reorder=0.1, duplicate=0.05),
+                        resets_at=frozenset({150, 400})).run()
+    assert report.unrecoverable == ()
+    assert report.exactly_once_in_order
+    assert report.stats.source_continued > 0
+    assert report.subscriber_images == report.publisher_images
