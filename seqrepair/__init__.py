@@ -36,7 +36,8 @@ from seqrepair.core.messages import (
 from seqrepair.core.overdue import OverduePolicy
 from seqrepair.core.sequence import SequenceSpace
 from seqrepair.core.sequencers import LinkSequencer, SourceSequencer
-from seqrepair.core.stub import StubStats, SubscriberStub
+from seqrepair.core.stub import SubscriberStub
+from seqrepair.core.stubstats import StubStats
 from seqrepair.core.topics import TopicPattern
 
 __all__ = [

@@ -68,60 +68,10 @@ from seqrepair.core.messages import (
 from seqrepair.core.overdue import OverduePolicy, parse_overdue_policy, whole_intervals
 from seqrepair.core.runs import Run, scan_run
 from seqrepair.core.sequence import RESET, SequenceSpace
+from seqrepair.core.sourcerepair import SourceRepair, answers_request
+from seqrepair.core.stubstats import StubStats
 
 LinkFrame = Publication | Heartbeat
-
-
-@attrs.define(on_setattr=attrs.setters.NO_OP)
-class StubStats:
-    """Counters of what the stub has done. Numbers count link numbers unless named otherwise."""
-
-    delivered: int = 0
-    duplicates: int = 0
-    heartbeats: int = 0
-    gaps_detected: int = 0
-    link_repaired: int = 0
-    source_repaired: int = 0
-    source_covered: int = 0
-    requests_sent: int = 0
-    source_requests_sent: int = 0
-    unrecoverable: int = 0
-    resets: int = 0
-    overflow_dropped: int = 0
-    stray_dropped: int = 0
-    max_buffered: int = 0
-    sources_trimmed: int = 0  # replays that found part of a source's journal trimmed
-    source_continued: int = 0  # replays that stopped at the component's limit and went on
-
-    @property
-    def repaired(self) -> int:
-        """Link numbers repaired, by link range or by source replay."""
-        return self.link_repaired + self.source_repaired
-
-
-@attrs.define(on_setattr=attrs.setters.NO_OP)
-class _SourceRepair:
-    """A source-level request in flight."""
-
-    request: SourceGapRequest
-    cover_through: int  # link numbers up to here are covered once the replay completes
-    hold: bool  # deliver nothing from the link until the replay completes (after a reset)
-    attempts: int
-    next_at: float | None  # None: sent by the application (resume_point), timed from next poll
-    resume: bool = False  # asked by resume_point(): the (re)attach of the link
-    quiet: bool = True  # no frame of a link context has come since it was asked
-
-
-def _answers(complete: ReplayComplete, request: SourceGapRequest) -> bool:
-    """Can ``complete`` end the replay asked for by ``request``?
-
-    When the transport names the request, it must be this one. Otherwise an answer that stops
-    short of a source's ``after`` (a late copy of an earlier answer) cannot be for it.
-    """
-    if complete.request is not None:
-        return complete.request == request
-    through = complete.through
-    return all(through.get(name, seq) >= seq for name, seq in request.after.items())
 
 
 @attrs.define(on_setattr=attrs.setters.NO_OP)
@@ -168,7 +118,7 @@ class SubscriberStub:
     _last_delivered: dict[str, int] = attrs.field(init=False, factory=dict)
     # per source, numbers retention trimmed before they could be replayed: ask after them
     _replay_floor: dict[str, int] = attrs.field(init=False, factory=dict)
-    _source: _SourceRepair | None = attrs.field(init=False, default=None)
+    _source: SourceRepair | None = attrs.field(init=False, default=None)
     # _expected when the replay answering resume_point() completed before any link frame came;
     # None once a link frame or a reset has come since. A reset then is the new link context of
     # a component that replayed by source first (see _new_context).
@@ -628,7 +578,7 @@ class SubscriberStub:
         now and keeps the hold of the one it replaces."""
         request = SourceGapRequest(after=self._resume_after())
         previous = self._source
-        self._source = _SourceRepair(
+        self._source = SourceRepair(
             request=request,
             cover_through=self._highest,
             hold=hold or (previous is not None and previous.hold),
@@ -692,7 +642,7 @@ class SubscriberStub:
         self._ask_again(source, now)
         return True
 
-    def _ask_again(self, source: _SourceRepair, now: float) -> None:
+    def _ask_again(self, source: SourceRepair, now: float) -> None:
         """Send the request in flight again from the current resume points, as a fresh try."""
         source.request = SourceGapRequest(after=self._resume_after())
         source.attempts = 1
@@ -737,7 +687,7 @@ class SubscriberStub:
 
     def _on_replay_complete(self, complete: ReplayComplete, now: float) -> None:
         source = self._source
-        if source is None or not _answers(complete, source.request):
+        if source is None or not answers_request(complete, source.request):
             self._stats.stray_dropped += 1
             return
         if not complete.more:
@@ -745,7 +695,7 @@ class SubscriberStub:
         elif not self._continue_replay(complete.through, now):
             self._abandon_source_repair("no-progress")
 
-    def _finish_source_repair(self, source: _SourceRepair, now: float) -> None:
+    def _finish_source_repair(self, source: SourceRepair, now: float) -> None:
         self._source = None
         for gap in self._gaps.mark(1, source.cover_through, GapState.SKIPPED):
             self._stats.source_covered += gap.size

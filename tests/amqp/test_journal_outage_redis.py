@@ -40,7 +40,7 @@ from proton import Delivery, Message
 from seqrepair.amqp.client import Publisher, Subscriber
 from seqrepair.amqp.technical import DEFAULT_SOURCE_BITS
 from seqrepair.core.messages import Publication
-from seqrepair.core.stub import StubStats
+from seqrepair.core.stubstats import StubStats
 from seqrepair.journal.journal import Journal
 from seqrepair.journal.server import EmbeddedRedis
 

@@ -1,0 +1,37 @@
+"""A source-level repair in flight, as the subscriber stub keeps it (XEP-0040 §2.4).
+
+The stub has at most one: the request it sent (asked again after retries, trims and replays
+that stopped at the component's limit), the link numbers its completion covers, and whether
+the link's new context is held until it completes.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from seqrepair.core.messages import ReplayComplete, SourceGapRequest
+
+
+@attrs.define(on_setattr=attrs.setters.NO_OP)
+class SourceRepair:
+    """A source-level request in flight."""
+
+    request: SourceGapRequest
+    cover_through: int  # link numbers up to here are covered once the replay completes
+    hold: bool  # deliver nothing from the link until the replay completes (after a reset)
+    attempts: int
+    next_at: float | None  # None: sent by the application (resume_point), timed from next poll
+    resume: bool = False  # asked by resume_point(): the (re)attach of the link
+    quiet: bool = True  # no frame of a link context has come since it was asked
+
+
+def answers_request(complete: ReplayComplete, request: SourceGapRequest) -> bool:
+    """Can ``complete`` end the replay asked for by ``request``?
+
+    When the transport names the request, it must be this one. Otherwise an answer that stops
+    short of a source's ``after`` (a late copy of an earlier answer) cannot be for it.
+    """
+    if complete.request is not None:
+        return complete.request == request
+    through = complete.through
+    return all(through.get(name, seq) >= seq for name, seq in request.after.items())

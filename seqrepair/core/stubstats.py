@@ -1,0 +1,32 @@
+"""The subscriber stub's counters, what :attr:`SubscriberStub.stats` returns."""
+
+from __future__ import annotations
+
+import attrs
+
+
+@attrs.define(on_setattr=attrs.setters.NO_OP)
+class StubStats:
+    """Counters of what the stub has done. Numbers count link numbers unless named otherwise."""
+
+    delivered: int = 0
+    duplicates: int = 0
+    heartbeats: int = 0
+    gaps_detected: int = 0
+    link_repaired: int = 0
+    source_repaired: int = 0
+    source_covered: int = 0
+    requests_sent: int = 0
+    source_requests_sent: int = 0
+    unrecoverable: int = 0
+    resets: int = 0
+    overflow_dropped: int = 0
+    stray_dropped: int = 0
+    max_buffered: int = 0
+    sources_trimmed: int = 0  # replays that found part of a source's journal trimmed
+    source_continued: int = 0  # replays that stopped at the component's limit and went on
+
+    @property
+    def repaired(self) -> int:
+        """Link numbers repaired, by link range or by source replay."""
+        return self.link_repaired + self.source_repaired
