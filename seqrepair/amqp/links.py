@@ -8,7 +8,8 @@ whenever the link has credit:
 1. ``responses``: answers (link range resends, read from the context a chunk per transfer,
    GAP-ERROR, SUBSCRIPTION, CAPABILITIES), at most ``MAX_WAITING_ANSWERS`` before requests are
    refused;
-2. the source replay in progress, read from the journal one chunk per transfer;
+2. the source replays in progress (one per requesting link), read from the journal one chunk
+   per transfer;
 3. ``pending``: live publications not yet numbered; numbers are taken at send time, so a link
    without credit never burns numbers and never holds more than ``max_pending`` publications.
 
