@@ -87,7 +87,7 @@ class LinkContext:
         first = last - span + 1
         if first < self._oldest:
             return GapError("context-lost", request, "range no longer held")
-        return Resend(self, request, self._generation, first, min(last, self._head))
+        return Resend(self, request, span, self._generation, first, min(last, self._head))
 
     @property
     def _oldest(self) -> int:
@@ -95,9 +95,10 @@ class LinkContext:
 
     def _held(self, position: int, generation: int) -> LinkFrame | None:
         """The frame at ``position`` of context ``generation``, if still held."""
-        if generation != self._generation or position < self._oldest:
+        oldest = self._oldest
+        if generation != self._generation or position < oldest:
             return None
-        return self._frames[position - self._oldest]
+        return self._frames[position - oldest]
 
 
 @attrs.define
@@ -112,6 +113,7 @@ class Resend:
 
     context: LinkContext
     request: GapRequest
+    span: int  # the numbers asked for, sent or not yet (what a budget is charged)
     generation: int
     first: int
     last: int

@@ -37,7 +37,7 @@ import structlog
 
 from seqrepair.core.budget import RefusalPolicy, ResendBudget
 from seqrepair.core.context import LinkContext, LinkFrame, Resend
-from seqrepair.core.errors import InvalidMessageError, InvalidSequenceError
+from seqrepair.core.errors import InvalidMessageError
 from seqrepair.core.messages import (
     GapError,
     GapRequest,
@@ -256,11 +256,7 @@ class GapFillService:
         if isinstance(answer, GapError):
             log.info("gapfill.gap_error", link=link_id, reason=answer.reason, detail=answer.detail)
             return answer
-        try:
-            span = link.context.space.distance(request.link_from, request.link_to) + 1
-        except InvalidSequenceError as exc:  # pragma: no cover - resend() refused it already
-            return GapError("refused", request, exc.message)
-        reason = self.policy.refusal(span, link.budget, now)
+        reason = self.policy.refusal(answer.span, link.budget, now)
         if reason is not None:
             log.info("gapfill.refused", link=link_id, reason=reason)
             return GapError("refused", request, reason)
