@@ -144,6 +144,21 @@ def _ulongs(numbers: Mapping[str, int]) -> dict[str, ulong]:
     return {source: ulong(seq) for source, seq in numbers.items()}
 
 
+REQUEST_ID = "request_id"
+"""Application property naming a source request; its answers echo it."""
+
+
+def _request_id(props: dict[str, Any], request: SourceGapRequest | None) -> dict[str, Any]:
+    if request is not None and request.request_id is not None:
+        props[REQUEST_ID] = ulong(request.request_id)
+    return props
+
+
+def _read_request_id(props: Mapping[str, Any]) -> int | None:
+    value = props.get(REQUEST_ID)
+    return None if value is None else _int(value, REQUEST_ID)
+
+
 # --------------------------------------------------------------------------------------------
 # requests, responses and technical messages
 
@@ -180,7 +195,7 @@ def encode(obj: Decoded) -> Message:
     if isinstance(obj, SourceGapRequest):
         return Message(
             body=_ulongs(obj.after),
-            properties={MESSAGE_TYPE: MessageType.SOURCE_GAP_REQUEST.value},
+            properties=_request_id({MESSAGE_TYPE: MessageType.SOURCE_GAP_REQUEST.value}, obj),
         )
     if isinstance(obj, GapError):
         props: dict[str, Any] = {
@@ -193,6 +208,7 @@ def encode(obj: Decoded) -> Message:
             props["link_from"] = ulong(obj.request.link_from)
             props["link_to"] = ulong(obj.request.link_to)
         elif isinstance(obj.request, SourceGapRequest):
+            _request_id(props, obj.request)
             body = _ulongs(obj.request.after)
             if obj.trimmed_through is not None:
                 body = [body, _ulongs(obj.trimmed_through)]
@@ -205,7 +221,10 @@ def encode(obj: Decoded) -> Message:
         }
         if obj.more:
             complete["more"] = True
-        return Message(body=complete, properties={MESSAGE_TYPE: MessageType.REPLAY_COMPLETE.value})
+        return Message(
+            body=complete,
+            properties=_request_id({MESSAGE_TYPE: MessageType.REPLAY_COMPLETE.value}, answered),
+        )
     if isinstance(obj, CapabilitiesRequest):
         return Message(properties={MESSAGE_TYPE: MessageType.CAPABILITIES.value})
     if isinstance(obj, Capabilities):
@@ -497,7 +516,9 @@ class Decoder:
                     link_to=_int(props.get("link_to"), "link_to", low=1, high=self._link_max),
                 )
             if mtype is MessageType.SOURCE_GAP_REQUEST:
-                return SourceGapRequest(after=_source_numbers(body, "after"))
+                return SourceGapRequest(
+                    after=_source_numbers(body, "after"), request_id=_read_request_id(props)
+                )
             if mtype is MessageType.REPLAY_COMPLETE:
                 body = _map(body, "REPLAY-COMPLETE body")
                 through = _source_numbers(body.get("through"), "through")
@@ -508,7 +529,11 @@ class Decoder:
                         "REPLAY-COMPLETE more must be a boolean", expected="bool", got=more
                     )
                 answered = (
-                    None if after is None else SourceGapRequest(_source_numbers(after, "after"))
+                    None
+                    if after is None
+                    else SourceGapRequest(
+                        _source_numbers(after, "after"), request_id=_read_request_id(props)
+                    )
                 )
                 return ReplayComplete(through=through, request=answered, more=more)
             if mtype is MessageType.GAP_ERROR:
@@ -533,7 +558,9 @@ class Decoder:
                             )
                         body, trimmed_body = body
                         trimmed = _source_numbers(trimmed_body, "trimmed_through")
-                    request = SourceGapRequest(after=_source_numbers(body, "after"))
+                    request = SourceGapRequest(
+                        after=_source_numbers(body, "after"), request_id=_read_request_id(props)
+                    )
                 detail = props.get("detail", "")
                 return GapError(
                     reason, request, str(detail) if detail is not None else "", trimmed

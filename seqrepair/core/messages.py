@@ -303,12 +303,29 @@ class GapRequest:
 
 @attrs.frozen(hash=False)
 class SourceGapRequest:
-    """Replay everything after the last valid ``source_seq`` received, per source."""
+    """Replay everything after the last valid ``source_seq`` received, per source.
+
+    ``request_id`` tells apart requests that ask the same (a stub asks again after a link reset
+    with the same ``after`` as a request still in flight): the component echoes it in its
+    answer, so a stub can drop an answer made for an earlier request. It takes no part in
+    equality: two requests are equal when they ask for the same replay.
+    """
 
     after: Mapping[str, int] = attrs.field(converter=_source_numbers)
+    request_id: int | None = attrs.field(
+        default=None, kw_only=True, eq=False, validator=_optional(_int_in(0, _MAX_WIRE))
+    )
 
     def __hash__(self) -> int:
         return hash(frozenset(self.after.items()))
+
+    def same_as(self, other: SourceGapRequest) -> bool:
+        """Is ``other`` this request: it asks the same, and neither names a different id?"""
+        return self == other and (
+            self.request_id is None
+            or other.request_id is None
+            or self.request_id == other.request_id
+        )
 
 
 GapErrorReason = Literal["context-lost", "refused", "trimmed"]

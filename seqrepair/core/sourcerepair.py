@@ -28,10 +28,13 @@ class SourceRepair:
 def answers_request(complete: ReplayComplete, request: SourceGapRequest) -> bool:
     """Can ``complete`` end the replay asked for by ``request``?
 
-    When the transport names the request, it must be this one. Otherwise an answer that stops
-    short of a source's ``after`` (a late copy of an earlier answer) cannot be for it.
+    When the transport names the request, it must be this one (the same ``after``, and the same
+    ``request_id`` when both carry one). Otherwise an answer that stops short of a source's
+    ``after`` (a late copy of an earlier answer) cannot be for it; a late copy that reaches it
+    (the earlier request's answer, when nothing was delivered between the two) cannot be told
+    apart, which is why transports that may duplicate or delay answers name the request.
     """
     if complete.request is not None:
-        return complete.request == request
+        return complete.request.same_as(request)
     through = complete.through
     return all(through.get(name, seq) >= seq for name, seq in request.after.items())

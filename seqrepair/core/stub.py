@@ -26,7 +26,9 @@ context answers it by continuing the link: the first new frame of the old contex
 the request (link gaps are then repaired by range as ever). One that did not replays by source
 and then starts the link at 0: that reset needs no replay of its own, so the new context is
 delivered at once, or, when it overtakes the replay's ``ReplayComplete``, released by it.
-A reset at any other time is handled as above.
+A reset at any other time is handled as above. Answers to the requests a reset voided may still
+come: each source request carries an id of its own (its retries keep it) that its answers echo,
+and the link requests of the context before are remembered, so such an answer is dropped.
 Delivery dedupes by source as well as by link: a publication whose source number is at or below
 the last delivered for its source is a duplicate, which makes the two levels safe to mix.
 
@@ -42,6 +44,7 @@ from math import inf
 
 import attrs
 
+from seqrepair.core.asked import AskedRequests
 from seqrepair.core.config import check_now, non_negative_number, positive_int, positive_number
 from seqrepair.core.errors import InvalidMessageError
 from seqrepair.core.events import (
@@ -119,6 +122,9 @@ class SubscriberStub:
     # per source, numbers retention trimmed before they could be replayed: ask after them
     _replay_floor: dict[str, int] = attrs.field(init=False, factory=dict)
     _source: SourceRepair | None = attrs.field(init=False, default=None)
+    _source_ids: int = attrs.field(init=False, default=0)  # the last SourceGapRequest.request_id
+    _probe: int | None = attrs.field(init=False, default=None)  # the overdue probe's number
+    _asked: AskedRequests = attrs.field(init=False, factory=AskedRequests)
     # _expected when the replay answering resume_point() completed before any link frame came;
     # None once a link frame or a reset has come since. A reset then is the new link context of
     # a component that replayed by source first (see _new_context).
@@ -495,6 +501,7 @@ class SubscriberStub:
     def _request_link(self, start: int, end: int) -> None:
         self._stats.requests_sent += 1
         request = GapRequest(link_from=self.space.wire(start), link_to=self.space.wire(end))
+        self._asked.note(request)
         self._events.append(RequestGap(request))
 
     def _unrecoverable_link(self, start: int, end: int, reason: str) -> None:
@@ -521,8 +528,10 @@ class SubscriberStub:
             else:
                 self._consume(frame)  # the replay has released the context already
             return
-        if self._highest == 0 and frame == self._reset_frame:
-            # a copy of this context's frame 0; once the context has moved on, a 0 is a new reset
+        if self._expected == 0 and self._highest == 0 and frame == self._reset_frame:
+            # a copy of this context's frame 0, still held; once the context has moved on (a
+            # later frame, or the frame itself released), a 0 is a new reset: taking a copy for
+            # one costs a replay, taking a new reset for a copy would lose what it voided
             self._stats.duplicates += 1
             return
         self._new_context(frame, now)
@@ -549,6 +558,8 @@ class SubscriberStub:
         self._reset_announced = False
         self._buffer.clear()
         self._gaps.clear()
+        self._probe = None
+        self._asked.new_context()
         self._reset_frame = frame
         self._buffer[0] = frame
         self._expected = 0
@@ -576,7 +587,7 @@ class SubscriberStub:
     ) -> SourceGapRequest:
         """Put a source request in flight (replacing any): it covers every link number missing
         now and keeps the hold of the one it replaces."""
-        request = SourceGapRequest(after=self._resume_after())
+        request = self._new_source_request()
         previous = self._source
         self._source = SourceRepair(
             request=request,
@@ -588,6 +599,12 @@ class SubscriberStub:
         )
         self._stats.source_requests_sent += 1
         return request
+
+    def _new_source_request(self) -> SourceGapRequest:
+        """A request after the resume points, with an id of its own: an answer to an earlier
+        request that asked the same (before a reset, say) does not end this one."""
+        self._source_ids += 1
+        return SourceGapRequest(after=self._resume_after(), request_id=self._source_ids)
 
     def _resume_after(self) -> dict[str, int]:
         """Where a replay should start per source: after the last delivered number, or after
@@ -644,7 +661,7 @@ class SubscriberStub:
 
     def _ask_again(self, source: SourceRepair, now: float) -> None:
         """Send the request in flight again from the current resume points, as a fresh try."""
-        source.request = SourceGapRequest(after=self._resume_after())
+        source.request = self._new_source_request()
         source.attempts = 1
         source.next_at = now + self._retry_wait(1)
         self._stats.source_requests_sent += 1
@@ -663,7 +680,9 @@ class SubscriberStub:
         source.attempts += 1
         # The cover point stays the first attempt's: requests with the same ``after`` are equal,
         # so an answer may be to an earlier attempt, made before the newer frames went missing.
-        source.request = SourceGapRequest(after=self._resume_after())
+        source.request = SourceGapRequest(
+            after=self._resume_after(), request_id=source.request.request_id
+        )
         source.next_at = now + self._retry_wait(source.attempts)
         self._stats.source_requests_sent += 1
         self._events.append(RequestSourceGap(source.request))
@@ -723,7 +742,9 @@ class SubscriberStub:
     def _on_gap_error(self, error: GapError, now: float) -> None:
         request = error.request
         if isinstance(request, SourceGapRequest) or (request is None and self._source):
-            if self._source is None or (request is not None and request != self._source.request):
+            if self._source is None or (
+                request is not None and not request.same_as(self._source.request)
+            ):
                 self._stats.stray_dropped += 1
                 return
             trimmed = error.trimmed_through
@@ -731,11 +752,19 @@ class SubscriberStub:
                 return
             self._abandon_source_repair(error.reason)
             return
+        if self._asked.voided(request):  # not about the numbers this context uses again
+            self._stats.stray_dropped += 1
+            return
         if request is None:  # no request named: it concerns every link gap
             start, end = self._expected, self._highest
         else:
             start = self._position(request.link_from)
             end = start + self.space.distance(request.link_from, request.link_to)
+            if start == end == self._probe and start > self._highest and error.reason == (
+                "context-lost"
+            ):  # the overdue probe: the component sent that number and cannot resend it
+                self._gaps.add(self._highest + 1, start, now)
+                self._highest = start
         if error.reason == "context-lost":
             marked = self._gaps.mark(start, end, GapState.SOURCE)
             # A replay in flight covers what was missing when it was asked for; anything newer
@@ -761,8 +790,7 @@ class SubscriberStub:
         self._events.append(HeartbeatOverdue(missed=missed, since=since))
         self._overdue_at = now + self.heartbeat_interval
         if self.overdue_policy is OverduePolicy.REQUEST:
-            probe = self.space.wire(self._highest + 1)
-            self._stats.requests_sent += 1
-            self._events.append(RequestGap(GapRequest(link_from=probe, link_to=probe)))
+            self._probe = self._highest + 1
+            self._request_link(self._probe, self._probe)
         elif self.overdue_policy is OverduePolicy.DISCONNECT:
             self._events.append(Disconnect(reason=f"{missed} heartbeat intervals without a frame"))

@@ -155,6 +155,28 @@ def test_requests_and_technical_messages_roundtrip(obj: object) -> None:
     assert Decoder().decode(roundtrip(encode(obj))) == [obj]  # type: ignore[arg-type]
 
 
+def test_a_source_request_and_its_answers_carry_its_id() -> None:
+    request = SourceGapRequest({"feed.a": 3}, request_id=2**40)
+    answers = [
+        request,
+        ReplayComplete({"feed.a": 9}, request, more=True),
+        GapError("trimmed", request, "", {"feed.a": 5}),
+        GapError("refused", request, "budget"),
+    ]
+    decoded = [Decoder().decode(roundtrip(encode(obj)))[0] for obj in answers]
+    named = [d if isinstance(d, SourceGapRequest) else d.request for d in decoded]
+    assert [r.request_id for r in named] == [2**40] * 4  # type: ignore[union-attr]
+    unnamed = Decoder().decode(roundtrip(encode(SourceGapRequest({"feed.a": 3}))))
+    assert unnamed[0].request_id is None  # type: ignore[union-attr]
+
+
+def test_a_request_id_that_is_no_unsigned_integer_is_refused() -> None:
+    message = roundtrip(encode(SourceGapRequest({"feed.a": 3}, request_id=1)))
+    message.properties["request_id"] = "one"
+    with pytest.raises(MalformedMessageError, match="request_id"):
+        Decoder().decode(message)
+
+
 @pytest.mark.parametrize(("retention", "count", "most"), [(3600.0, None, None),
                                                           (None, 100, 4096), (60.0, 5, 1)])
 def test_capabilities_roundtrip(retention: float | None, count: int | None,
