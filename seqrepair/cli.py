@@ -36,7 +36,8 @@ def configure_logging(level: str) -> None:
         wrapper_class=structlog.make_filtering_bound_logger(
             logging.getLevelNamesMapping()[level.upper()]
         ),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        # sys.stderr looked up per logger, not once: a test harness swaps it (and closes it)
+        logger_factory=lambda *_: structlog.PrintLogger(sys.stderr),
     )
 
 

@@ -36,5 +36,6 @@ class InvalidTopicPatternError(SeqRepairError):
     """A topic or topic pattern that breaks the topic-tree syntax."""
 
 
-class InvalidConfigError(SeqRepairError):
-    """A constructor argument outside its allowed range."""
+class InvalidConfigError(SeqRepairError, ValueError):
+    """A constructor argument or option outside its allowed range (also a ValueError, the
+    exception Python code expects for a bad argument value)."""

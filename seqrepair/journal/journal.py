@@ -67,6 +67,16 @@ def _int(value: bytes | str | None) -> int:
     return 0 if value is None else int(value)
 
 
+
+def redis_client(url: str, **client_kwargs: Any) -> redis.Redis:
+    """A redis-py client for ``url`` (``redis://``, ``rediss://`` or ``unix://``); raises
+    :class:`InvalidConfigError` when ``url`` is no Redis URL. Connects on first use."""
+    try:
+        return redis.Redis.from_url(url, **client_kwargs)
+    except ValueError as exc:
+        raise InvalidConfigError(f"not a Redis URL: {url!r} ({exc})", got=url) from exc
+
+
 class Journal:
     """Publications per source in Redis streams (one client, thread-compatible like redis-py).
 
@@ -89,7 +99,7 @@ class Journal:
         """A journal on a new client for ``url`` (``redis://host:port/db``)."""
         client_kwargs.setdefault("socket_timeout", 10.0)
         client_kwargs.setdefault("socket_connect_timeout", 5.0)
-        return cls(redis.Redis.from_url(url, **client_kwargs), page_size=page_size)
+        return cls(redis_client(url, **client_kwargs), page_size=page_size)
 
     def close(self) -> None:
         """Close the client's connections."""

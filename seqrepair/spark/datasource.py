@@ -43,7 +43,9 @@ import structlog
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from seqrepair.journal.errors import TrimmedRangeError
+from seqrepair.core.errors import InvalidConfigError
+from seqrepair.journal.errors import TrimmedRangeError, map_redis_errors
+from seqrepair.journal.journal import redis_client
 from seqrepair.spark.schema import JOURNAL_COLUMNS, JOURNAL_SCHEMA
 
 log = structlog.get_logger(__name__)
@@ -83,9 +85,10 @@ def _text(value: Any) -> str:
 
 
 def source_ranges(url: str, sources: Sequence[str] | None = None) -> list[SourceRange]:
-    """The retained range of each source (all journaled sources when ``sources`` is None)."""
-    import redis
+    """The retained range of each source (all journaled sources when ``sources`` is None).
 
+    Raises :class:`~seqrepair.journal.errors.JournalUnavailableError` when Redis cannot be
+    reached and :class:`InvalidConfigError` when ``url`` is no Redis URL."""
     from seqrepair.journal.format import (
         META_BITS,
         META_HIGH_WATER,
@@ -94,17 +97,18 @@ def source_ranges(url: str, sources: Sequence[str] | None = None) -> list[Source
         meta_key,
     )
 
-    client = redis.Redis.from_url(url)
+    client = redis_client(url)
     try:
-        names = (
-            sorted(_text(m) for m in client.smembers(SOURCES_KEY))
-            if sources is None
-            else list(sources)
-        )
-        with client.pipeline(transaction=False) as pipe:
-            for name in names:
-                pipe.hmget(meta_key(name), META_HIGH_WATER, META_TRIMMED_THROUGH, META_BITS)
-            replies = pipe.execute()
+        with map_redis_errors("reading the journal's sources"):
+            names = (
+                sorted(_text(m) for m in client.smembers(SOURCES_KEY))
+                if sources is None
+                else list(sources)
+            )
+            with client.pipeline(transaction=False) as pipe:
+                for name in names:
+                    pipe.hmget(meta_key(name), META_HIGH_WATER, META_TRIMMED_THROUGH, META_BITS)
+                replies = pipe.execute()
     finally:
         client.close()
     ranges = []
@@ -120,10 +124,24 @@ def source_ranges(url: str, sources: Sequence[str] | None = None) -> list[Source
     return ranges
 
 
+def check_positive(name: str, value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidConfigError(f"{name} must be an integer >= 1, got {value!r}", got=value)
+
+
+def _positive_option(options: dict[str, str], name: str, default: int) -> int:
+    text = options.get(name)
+    try:
+        value = default if text is None else int(text)
+    except ValueError:
+        raise InvalidConfigError(f"option {name} must be an integer, got {text!r}") from None
+    check_positive(name, value)
+    return value
+
+
 def plan_partitions(ranges: Sequence[SourceRange], partition_size: int) -> list[RangePartition]:
     """Cut each source's range into partitions of at most ``partition_size`` numbers."""
-    if partition_size < 1:
-        raise ValueError(f"partition_size must be >= 1, got {partition_size}")
+    check_positive("partition_size", partition_size)
     parts = []
     for r in ranges:
         first = r.first
@@ -139,17 +157,17 @@ def journal_rows(
 ) -> Iterator[tuple[Any, ...]]:
     """Rows (in :data:`JOURNAL_SCHEMA` order) of ``source``'s entries ``first``..``last``
     that Redis holds (numbers trimmed meanwhile are simply absent)."""
-    import redis
-
     from seqrepair.journal.format import encode_value, seq_of, stream_key
 
-    client = redis.Redis.from_url(url)
+    check_positive("page_size", page_size)
+    client = redis_client(url)
     key = stream_key(source)
     start = f"{first}-0"
     end = f"{last}-0"
     try:
         while True:
-            page: list[Any] = client.xrange(key, start, end, count=page_size) or []
+            with map_redis_errors("reading the journal", source):
+                page: list[Any] = client.xrange(key, start, end, count=page_size) or []
             for entry_id, values in page:
                 seq = seq_of(entry_id)
                 text = {_text(k): _text(v) for k, v in values.items()}
@@ -263,8 +281,8 @@ class JournalReader(DataSourceReader):
         self.url = options["url"]
         raw = options.get("sources")
         self.sources = [s for s in raw.split(",") if s] if raw else None
-        self.partition_size = int(options.get("partition_size", DEFAULT_PARTITION_SIZE))
-        self.page_size = int(options.get("page_size", DEFAULT_PAGE_SIZE))
+        self.partition_size = _positive_option(options, "partition_size", DEFAULT_PARTITION_SIZE)
+        self.page_size = _positive_option(options, "page_size", DEFAULT_PAGE_SIZE)
         self.ranges = decode_ranges(options["ranges"]) if options.get("ranges") else None
         self.archive = options.get("archive") or None
 
@@ -300,5 +318,5 @@ class JournalDataSource(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         if "url" not in self.options:
-            raise ValueError("the seqrepair-journal source needs option url=redis://...")
+            raise InvalidConfigError("the seqrepair-journal source needs option url=redis://...")
         return JournalReader(dict(self.options))

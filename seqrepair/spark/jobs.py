@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -15,6 +17,7 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from seqrepair.core.errors import InvalidConfigError, SeqRepairError
 from seqrepair.spark.audit import audit
 from seqrepair.spark.datasource import DEFAULT_PARTITION_SIZE
 from seqrepair.spark.reading import read_journals
@@ -28,14 +31,23 @@ def add_input_arguments(parser: argparse.ArgumentParser, *, master: bool = True)
     """The options shared by ``rebuild`` and ``audit``."""
     if master:
         parser.add_argument(
-            "--master", default="local[*]", help="Spark master URL (default local[*])"
+            "--master",
+            default="local[*]",
+            type=_master_url,
+            help="Spark master URL: local, local[N], local[*], spark://HOST:PORT, yarn, "
+            "k8s://URL (default local[*])",
         )
     parser.add_argument("--journal", metavar="REDIS_URL", help="read the Redis journal at URL")
     parser.add_argument("--archive", metavar="PATH", help="read the Parquet archive under PATH")
-    parser.add_argument("--output", metavar="PATH", help="write results (Parquet) under PATH")
+    parser.add_argument(
+        "--output",
+        metavar="PATH",
+        help="write results (Parquet) under PATH: a new or empty folder, or one this command "
+        "wrote before (replaced); anything else there is refused, never deleted",
+    )
     parser.add_argument(
         "--partition-size",
-        type=int,
+        type=_positive_int,
         default=DEFAULT_PARTITION_SIZE,
         help="journal numbers per Spark partition when reading Redis",
     )
@@ -69,6 +81,69 @@ def _finite_seconds(text: str) -> float:
     return value
 
 
+def _positive_int(text: str) -> int:
+    value = int(text)  # argparse reports a ValueError as an invalid value
+    if value < 1:
+        raise ValueError(f"must be >= 1, got {text!r}")
+    return value
+
+
+_MASTER = re.compile(
+    r"local(\[(\*|[1-9]\d*)(,\s*[1-9]\d*)?\])?|local-cluster\[.+\]|spark://\S+|yarn|k8s://\S+"
+)
+
+
+def _master_url(text: str) -> str:
+    if not _MASTER.fullmatch(text):
+        raise ValueError(f"not a Spark master URL: {text!r}")
+    return text
+
+
+# What Spark writes into a Parquet output folder, and what an audit adds around its tables.
+_SPARK_OUTPUT = re.compile(r"part-.*|_SUCCESS|\..*\.crc|_(started|committed)_.*")
+_AUDIT_OUTPUT = frozenset({"sources", "gaps", "duplicates", "out_of_order", "items"})
+
+
+def check_output(path: str, *, inputs: Sequence[str], audit: bool = False) -> None:
+    """Refuse an output folder whose writing would destroy what is not this command's own.
+
+    Spark replaces an output folder whole, so ``path`` must be new, empty, or hold only what a
+    ``rebuild`` (Parquet part files) or an ``audit`` (its tables and ``summary.json``) wrote;
+    and it must not hold, or lie within, an input. Raises :class:`InvalidConfigError`.
+    """
+    target = os.path.realpath(path)
+    for given in inputs:
+        source = os.path.realpath(given)
+        if os.path.commonpath([target, source]) in (target, source):
+            raise InvalidConfigError(f"--output {path} overlaps the input {given}", got=path)
+    if not os.path.exists(target):
+        return
+    if not os.path.isdir(target):
+        raise InvalidConfigError(f"--output {path} exists and is no folder", got=path)
+    own = {"summary.json", *_AUDIT_OUTPUT} if audit else set()
+    foreign = sorted(
+        name for name in os.listdir(target) if name not in own and not _SPARK_OUTPUT.fullmatch(name)
+    )
+    if foreign:
+        raise InvalidConfigError(
+            f"--output {path} holds {', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}"
+            f", which this command did not write: give a new or empty folder",
+            got=path,
+        )
+
+
+def _check_input(args: argparse.Namespace, command: str) -> None:
+    if not args.journal and not args.archive:
+        raise InvalidConfigError("give --journal REDIS_URL and/or --archive PATH")
+    if args.archive and not args.journal and not os.path.isdir(args.archive):
+        # (beside a journal the archive may not exist yet: retention has archived nothing)
+        raise InvalidConfigError(f"no archive folder at {args.archive}", got=args.archive)
+    if args.output:
+        check_output(
+            args.output, inputs=[args.archive] if args.archive else [], audit=command == "audit"
+        )
+
+
 def parse_as_of(values: Sequence[str]) -> dict[str, int]:
     """``["feed.a=10"]`` -> ``{"feed.a": 10}``; raises ValueError on a malformed pair."""
     out = {}
@@ -81,8 +156,6 @@ def parse_as_of(values: Sequence[str]) -> dict[str, int]:
 
 
 def _input(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
-    if not args.journal and not args.archive:
-        raise ValueError("give --journal REDIS_URL and/or --archive PATH")
     frame = read_journals(
         spark, url=args.journal, archive=args.archive, partition_size=args.partition_size
     )
@@ -133,17 +206,18 @@ def run_audit(spark: SparkSession, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def rebuild_main(args: argparse.Namespace) -> int:
-    """``seqrepair rebuild``."""
+    """``seqrepair rebuild``: exit 2 on bad input, 1 when the journal cannot be read."""
     try:
         as_of = parse_as_of(args.as_of_seq)
-        if not args.journal and not args.archive:
-            raise ValueError("give --journal REDIS_URL and/or --archive PATH")
+        _check_input(args, "rebuild")
     except ValueError as exc:
-        print(f"seqrepair rebuild: {exc}", file=sys.stderr)
-        return 2
-    spark = session_for(args)
-    log.debug("rebuild", as_of_seq=as_of, as_of_time=args.as_of_time)
-    summary, images = run_rebuild(spark, args)
+        return _fail("rebuild", exc, 2)
+    try:
+        spark = session_for(args)
+        log.debug("rebuild", as_of_seq=as_of, as_of_time=args.as_of_time)
+        summary, images = run_rebuild(spark, args)
+    except SeqRepairError as exc:
+        return _fail("rebuild", exc, 2 if isinstance(exc, InvalidConfigError) else 1)
     if args.show:
         for row in images.orderBy("topic").limit(args.show).collect():
             print(f"{row['topic']}: {dict(row['fields'])}{' (partial)' if row['partial'] else ''}")
@@ -152,9 +226,18 @@ def rebuild_main(args: argparse.Namespace) -> int:
 
 
 def audit_main(args: argparse.Namespace) -> int:
-    """``seqrepair audit``."""
-    if not args.journal and not args.archive:
-        print("seqrepair audit: give --journal REDIS_URL and/or --archive PATH", file=sys.stderr)
-        return 2
-    run_audit(session_for(args), args)
+    """``seqrepair audit``: exit 2 on bad input, 1 when the journal cannot be read."""
+    try:
+        _check_input(args, "audit")
+    except ValueError as exc:
+        return _fail("audit", exc, 2)
+    try:
+        run_audit(session_for(args), args)
+    except SeqRepairError as exc:
+        return _fail("audit", exc, 2 if isinstance(exc, InvalidConfigError) else 1)
     return 0
+
+
+def _fail(command: str, error: Exception, status: int) -> int:
+    print(f"seqrepair {command}: {error}", file=sys.stderr)
+    return status

@@ -29,6 +29,7 @@ import structlog
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from seqrepair.core.errors import InvalidConfigError
 from seqrepair.spark.datasource import (
     DEFAULT_PAGE_SIZE,
     DEFAULT_PARTITION_SIZE,
@@ -36,6 +37,7 @@ from seqrepair.spark.datasource import (
     JournalDataSource,
     SourceRange,
     archive_file_range,
+    check_positive,
     encode_ranges,
     source_ranges,
 )
@@ -58,6 +60,8 @@ def _journal_frame(
     page_size: int,
     archive: str | None,
 ) -> DataFrame:
+    check_positive("partition_size", partition_size)
+    check_positive("page_size", page_size)
     register_journal_source(spark)
     reader = (
         spark.read.format(FORMAT_NAME)
@@ -95,8 +99,17 @@ def read_journal(
 
 
 def archive_files(root: str) -> list[str]:
-    """Every archive file under ``root`` (``<root>/<source>/seq-<first>-<last>.parquet``)."""
-    return sorted(glob.glob(os.path.join(glob.escape(root), "*", "seq-*.parquet")))
+    """Every archive file under ``root`` (``<root>/<source>/seq-<first>-<last>.parquet``),
+    sources whose folder name starts with a dot included (glob's ``*`` would skip them)."""
+    try:
+        folders = [entry.path for entry in os.scandir(root) if entry.is_dir()]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return sorted(
+        path
+        for folder in folders
+        for path in glob.glob(os.path.join(glob.escape(folder), "seq-*.parquet"))
+    )
 
 
 ArchivePlan = list[tuple[list[str], list[tuple[str, int, int]] | None]]
@@ -195,7 +208,7 @@ def read_journals(
     ``seq`` column metadata for the audit.
     """
     if url is None and archive is None:
-        raise ValueError("give a journal url, an archive folder, or both")
+        raise InvalidConfigError("give a journal url, an archive folder, or both")
     if url is None:
         assert archive is not None
         return read_archive(spark, archive)

@@ -73,6 +73,8 @@ import structlog
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from seqrepair.core.errors import InvalidConfigError
+from seqrepair.spark.datasource import check_positive
 from seqrepair.spark.schema import JOURNAL_COLUMNS
 
 log = structlog.get_logger(__name__)
@@ -154,8 +156,7 @@ def _cell(kind: int, name: Column, seq: Column, value: Column, correction: Colum
 def block_table(journal: DataFrame, block_size: int = DEFAULT_BLOCK_SIZE) -> DataFrame:
     """Per (source, block of ``block_size`` numbers): ``_prev``, the largest timestamp of the
     source before the block, and ``_bmax``, the largest in it (null when none)."""
-    if block_size < 1:
-        raise ValueError(f"block_size must be >= 1, got {block_size}")
+    check_positive("block_size", block_size)
     stats = journal.groupBy("source", _block("seq", block_size)).agg(
         F.max("timestamp").alias("_bmax")
     )
@@ -201,7 +202,9 @@ def as_of(
     that are kept, those after it are not). Both may be given.
     """
     if timestamp is not None and not isfinite(timestamp):
-        raise ValueError(f"as of time must be a finite number of seconds, got {timestamp!r}")
+        raise InvalidConfigError(
+            f"as of time must be a finite number of seconds, got {timestamp!r}", got=timestamp
+        )
     cond = F.lit(True)
     for source, limit in (seq or {}).items():
         cond = cond & ((F.col("source") != F.lit(source)) | (F.col("seq") <= F.lit(int(limit))))
@@ -241,9 +244,8 @@ def rebuild_images(
     """
     missing = set(JOURNAL_COLUMNS) - set(journal.columns)
     if missing:
-        raise ValueError(f"journal lacks columns {sorted(missing)}")
-    if block_size < 1:
-        raise ValueError(f"block_size must be >= 1, got {block_size}")
+        raise InvalidConfigError(f"journal lacks columns {sorted(missing)}", got=sorted(missing))
+    check_positive("block_size", block_size)
     if as_of_seq or as_of_time is not None:
         journal = as_of(journal, seq=as_of_seq, timestamp=as_of_time)
     events = journal.where(F.col("ptype") != "snapshot")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import structlog
@@ -35,7 +35,7 @@ def spark_session(
     """Get (or create) a SparkSession for seqrepair jobs.
 
     ``master`` is any Spark master URL (``local[2]``, ``spark://host:7077``), or None to take
-    it from ``spark-submit``. ``progress``
+    it from ``spark-submit``, whose settings then win over the defaults here. ``progress``
     turns on Spark's console progress bar for long jobs. Logging is set to WARN, the UI is off
     and shuffle partitions are few, which suits a single machine; ``conf`` overrides any of
     it. The Python workers use this interpreter, and ``seqrepair`` is put on their path.
@@ -45,6 +45,9 @@ def spark_session(
     settings = dict(LOCAL_DEFAULTS)
     settings["spark.ui.showConsoleProgress"] = "true" if progress else "false"
     settings["spark.executorEnv.PYTHONPATH"] = _package_parent()
+    if master is None:  # under spark-submit: its --conf and spark-defaults.conf win
+        for key in _preset(settings):
+            del settings[key]
     settings.update(conf or {})
     builder = SparkSession.builder.appName(app_name)
     if master is not None:
@@ -55,6 +58,16 @@ def spark_session(
     spark.sparkContext.setLogLevel("WARN")
     log.info("spark session", master=master, version=spark.version)
     return spark
+
+
+def _preset(keys: Iterable[str]) -> list[str]:
+    """Of ``keys``, those the launcher already set (spark-submit's ``--conf``, its properties
+    file, ``spark-defaults.conf``): the JVM's configuration holds them before any session."""
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()  # the launcher's JVM, whose SparkConf loads them
+    launched = SparkConf()
+    return [key for key in keys if launched.contains(key)]
 
 
 def _package_parent() -> str:

@@ -85,3 +85,16 @@ def test_file_names_without_ranges_are_deduplicated_anyway(spark, tmp_path):
     assert (archive_dir(tmp_path, "feed.a") / "seq-copy.parquet").exists()
     assert plan_archive(archive_files(str(tmp_path))) is None
     assert keys(read_archive(spark, str(tmp_path))) == [("feed.a", n) for n in range(1, 13)]
+
+
+def test_a_source_whose_name_starts_with_a_dot_is_read_too(spark, tmp_path):
+    write(tmp_path, ".feed", 1, 7)
+    write(tmp_path, "feed.a", 1, 3)
+    assert archive_dir(tmp_path, ".feed").name.startswith(".")
+    expected = [(".feed", n) for n in range(1, 8)] + [("feed.a", n) for n in range(1, 4)]
+    assert keys(read_archive(spark, str(tmp_path))) == expected
+
+
+def test_no_archive_folder_reads_as_an_empty_archive(spark, tmp_path):
+    assert archive_files(str(tmp_path / "none")) == []
+    assert read_archive(spark, str(tmp_path / "none")).count() == 0

@@ -244,3 +244,28 @@ def test_spark_submit_on_a_standalone_cluster(spark, tmp_path):
     assert master.poll() is not None
     assert worker is not None
     assert worker.poll() is not None
+
+
+@pytest.mark.slow
+def test_spark_submit_settings_win_over_the_session_defaults(tmp_path):
+    """Under spark-submit the session takes its settings from the launcher (``--conf``),
+    and seqrepair's own defaults only fill what it left unset."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "from seqrepair.spark.session import spark_session\n"
+        "s = spark_session(None)\n"
+        "print('SETTINGS', s.conf.get('spark.sql.shuffle.partitions'),"
+        " s.conf.get('spark.sql.adaptive.enabled'), s.conf.get('spark.sql.session.timeZone'))\n"
+        "s.stop()\n"
+    )
+    env = dict(os.environ, SPARK_HOME=str(SPARK_HOME), PYSPARK_PYTHON=sys.executable,
+               PYTHONPATH=str(SUBMIT.parents[2]))
+    done = subprocess.run(
+        [str(SPARK_HOME / "bin" / "spark-submit"), "--master", "local[1]",
+         "--conf", "spark.sql.shuffle.partitions=200",
+         "--conf", "spark.sql.adaptive.enabled=false", str(probe)],
+        env=env, capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert done.returncode == 0, done.stderr[-5000:]
+    [line] = [ln for ln in done.stdout.splitlines() if ln.startswith("SETTINGS")]
+    assert line == "SETTINGS 200 false UTC"  # the time zone is still seqrepair's default
