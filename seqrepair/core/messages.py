@@ -156,9 +156,22 @@ def _freeze_fields(value: object) -> Mapping[str, Any]:
     return MappingProxyType(dict(value))
 
 
+def _finite(value: int | float) -> bool:
+    try:
+        return isfinite(value)
+    except OverflowError:  # an integer beyond any float
+        return False
+
+
+def _float_time(value: object) -> object:
+    """An integer time as the float it is journaled and sent as (validated after)."""
+    return float(value) if type(value) is int and _finite(value) else value
+
+
 def _timestamp(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    # NaN and infinities are no time: every order and every age cut would go wrong on them
-    if isinstance(value, bool) or not isinstance(value, int | float) or not isfinite(value):
+    # NaN and infinities are no time: every order and every age cut would go wrong on them;
+    # an integer is taken when a float holds its size (it is kept as that float)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not _finite(value):
         raise InvalidMessageError(
             f"{type(instance).__name__}.{attribute.name} must be a finite number of seconds",
             expected="finite float",
@@ -238,6 +251,7 @@ class Publication:
             _nonempty_str(self, _ATTRS.permtoken, permtoken)
         if timestamp is not None and (type(timestamp) is not float or not -inf < timestamp < inf):
             _timestamp(self, _ATTRS.timestamp, timestamp)
+            timestamp = float(timestamp)  # as journaled and sent: live equals replayed
         if retransmit is not False and retransmit is not True:
             _RETRANSMIT(self, _ATTRS.retransmit, retransmit)
         _fill(self, topic, source, source_seq, ptype, frozen, link_seq, permtoken, timestamp,
@@ -290,7 +304,9 @@ class Heartbeat:
     """A link-level heartbeat: it takes a link number but carries no source number."""
 
     link_seq: int = attrs.field(validator=_int_in(0, _MAX_WIRE))
-    timestamp: float | None = attrs.field(default=None, validator=_optional(_timestamp))
+    timestamp: float | None = attrs.field(
+        default=None, converter=_float_time, validator=_optional(_timestamp)
+    )
 
 
 @attrs.frozen

@@ -10,6 +10,7 @@
 """
 
 from seqrepair.journal.errors import (
+    ArchiveWriteError,
     BacklogFullError,
     BitsMismatchError,
     EmbeddedRedisError,
@@ -31,6 +32,7 @@ from seqrepair.journal.server import EmbeddedRedis
 from seqrepair.journal.session import open_journal
 
 __all__ = [
+    "ArchiveWriteError",
     "BacklogFullError",
     "BitsMismatchError",
     "EmbeddedRedis",

@@ -57,6 +57,11 @@ class JournalCorruptError(JournalError):
     """A journal entry or archive row that does not decode to a publication."""
 
 
+class ArchiveWriteError(JournalError, OSError):
+    """The Parquet archive could not be written (folder not writable, disk full): nothing is
+    trimmed that was not archived. Also an OSError, what file errors were before."""
+
+
 class TrimmedRangeError(JournalError):
     """A read reaching into numbers trimmed by retention (``trimmed_through`` is the last)."""
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import structlog
@@ -36,6 +36,7 @@ from seqrepair.core.sequencers import SourceSequencer
 from seqrepair.journal.errors import (
     BacklogFullError,
     JournalError,
+    JournalResponseError,
     JournalTimeoutError,
     JournalUnavailableError,
     PublicationQueuedError,
@@ -43,7 +44,7 @@ from seqrepair.journal.errors import (
 )
 from seqrepair.journal.format import journal_form, plainly_journaled
 from seqrepair.journal.journal import Journal
-from seqrepair.journal.pipelined import AppendPipeline
+from seqrepair.journal.pipelined import AppendPipeline, Batch
 
 Transport = Callable[[Publication], object]
 
@@ -118,7 +119,8 @@ class Publisher:
         Returns the stamped publication: it is published once ``published_through`` reaches
         its ``source_seq`` (at once when ``batch_size`` is 1 and this returns normally).
         Raises :class:`PublicationQueuedError` (a JournalUnavailableError carrying the stamped
-        ``publication``, which stays queued) when the append of a full batch fails,
+        ``publication``, which stays queued) when the append of a full batch fails (Redis
+        unreachable, or answering an error such as out of memory),
         :class:`BacklogFullError` when the window is full and the journal unreachable (nothing
         stamped), and InvalidMessageError for bad input (no number consumed).
         """
@@ -143,7 +145,7 @@ class Publisher:
         if len(self._unheld) - self._sent >= self.batch_size:
             try:
                 self._send(wait=False)
-            except JournalUnavailableError as exc:
+            except (JournalUnavailableError, JournalResponseError) as exc:
                 raise PublicationQueuedError(
                     f"publication {pub.source_seq} is queued, not published: {exc.message}",
                     publication=pub,
@@ -183,11 +185,9 @@ class Publisher:
                 end = min(self._sent + self.batch_size, len(self._unheld))
                 batch = [self._unheld[i] for i in range(self._sent, end)]
                 self._sent = end
-                for held, _ in self._pipe.submit(batch):
-                    self._hand_on(len(held))
+                self._hand_on_all(self._pipe.submit(batch))
             if wait:
-                for held, _ in self._pipe.drain():
-                    self._hand_on(len(held))
+                self._hand_on_all(self._pipe.drain())
         except JournalError as exc:
             self._pipe.abandon()
             self._sent = 0
@@ -243,16 +243,29 @@ class Publisher:
             )
         return handed
 
-    def _hand_on(self, count: int) -> int:
+    def _hand_on_all(self, results: Iterable[tuple[Batch, int]]) -> None:
+        """Hand on every batch the pipeline reports held, even after the transport raised for
+        one: each is published all the same (the journal holds it), and the first transport
+        error is raised once all are counted."""
+        failure: Exception | None = None
+        for held, _ in results:
+            try:
+                self._hand_on(len(held), send=failure is None)
+            except Exception as exc:  # the transport's own: what it raises is not ours to judge
+                failure = exc
+        if failure is not None:
+            raise failure
+
+    def _hand_on(self, count: int, *, send: bool = True) -> int:
         """Mark the first ``count`` unheld publications published, then give them to the
-        transport. If the transport raises, the rest of them are not sent live; the journal
-        holds them and subscribers repair the gap from it."""
+        transport (unless not ``send``). If the transport raises, the rest of them are not sent
+        live; the journal holds them and subscribers repair the gap from it."""
         if not count:
             return 0
         batch = [self._unheld.popleft() for _ in range(count)]
         self._sent = max(0, self._sent - count)
         self.published_through = batch[-1].source_seq
-        if self.transport is not None:
+        if self.transport is not None and send:
             for pub in batch:
                 self.transport(pub)
         return count

@@ -11,6 +11,7 @@ for those numbers into ``GapError("trimmed")``.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ import structlog
 
 from seqrepair.core.config import optional, positive_int
 from seqrepair.core.errors import InvalidConfigError
-from seqrepair.journal.errors import JournalError
+from seqrepair.journal.errors import ArchiveWriteError, JournalError
 from seqrepair.journal.format import archive_path, encode_archive_table
 from seqrepair.journal.journal import Journal
 
@@ -64,8 +65,10 @@ def export_range(
     """Write ``source``'s publications ``first``..``last`` to Parquet files under ``root``.
 
     One file per ``chunk`` numbers, written to a temporary name and renamed, so a reader never
-    sees half a file. Returns the files written.
+    sees half a file. Returns the files written. Raises :class:`ArchiveWriteError` when a file
+    cannot be written (the files written before it stay).
     """
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
@@ -80,10 +83,19 @@ def export_range(
         pubs = journal.read_range(source, start, end)
         if pubs:
             path = archive_path(root, source, pubs[0].source_seq, pubs[-1].source_seq)
-            path.parent.mkdir(parents=True, exist_ok=True)
             partial = path.with_name(path.name + ".partial")
-            pq.write_table(encode_archive_table(pubs, bits), partial)
-            partial.replace(path)
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                pq.write_table(encode_archive_table(pubs, bits), partial)
+                partial.replace(path)
+            except (OSError, pa.ArrowException) as exc:
+                with contextlib.suppress(OSError):  # no half-written file is left behind
+                    partial.unlink(missing_ok=True)
+                raise ArchiveWriteError(
+                    f"cannot write the archive file {path}: {exc}",
+                    source=source,
+                    operation="export",
+                ) from exc
             written.append(path)
             log.info("journal.archived", source=source, first=start, last=end, path=str(path))
         start = end + 1

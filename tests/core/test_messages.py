@@ -224,3 +224,18 @@ def test_with_link_is_evolve_with_a_new_link_number(link_seq, retransmit):
     changes = {"link_seq": link_seq} | ({} if retransmit is None else {"retransmit": retransmit})
     assert outcome(lambda **_: pub.with_link(link_seq, retransmit=retransmit), {}) == outcome(
         lambda **kw: attrs.evolve(pub, **kw), changes)
+
+
+def test_an_integer_time_is_kept_as_the_float_it_travels_as():
+    nanoseconds = 1_732_000_000_123_456_789
+    pub = Publication("/a", "feed.a", 1, timestamp=nanoseconds)
+    assert type(pub.timestamp) is float
+    assert pub.timestamp == float(nanoseconds)
+    assert Heartbeat(link_seq=1, timestamp=5).timestamp == 5.0
+
+
+@pytest.mark.parametrize("make", [lambda t: Publication("/a", "feed.a", 1, timestamp=t),
+                                  lambda t: Heartbeat(link_seq=1, timestamp=t)])
+def test_an_integer_time_beyond_any_float_is_refused(make):
+    with pytest.raises(InvalidMessageError, match="finite number of seconds"):
+        make(10**400)

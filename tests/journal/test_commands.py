@@ -68,3 +68,24 @@ def test_embedded_default_and_unreachable_url(
         url = gone.url
     assert main(["journal", "info", "--redis-url", url]) == 1
     assert "unavailable" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", ["trim", "export"])
+def test_an_archive_that_cannot_be_written_is_one_clear_error_and_trims_nothing(
+    journal: Journal,
+    redis_server: EmbeddedRedis,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    command: str,
+) -> None:
+    seq = SourceSequencer("feed.a", bits=16)
+    journal.append([seq.stamp("/a", {"i": i}) for i in range(5)], 16)
+    blocker = tmp_path / "archive"
+    blocker.write_text("a file, not a folder")
+    options = ["--max-count", "1"] if command == "trim" else ["feed.a"]
+    args = ["journal", command, "--redis-url", redis_server.url, *options,
+            "--archive", str(blocker)]
+    assert main(args) == 1
+    out = capsys.readouterr()
+    assert "cannot write the archive file" in out.out + out.err
+    assert journal.info("feed.a").trimmed_through == 0

@@ -229,3 +229,61 @@ def test_a_stale_second_writer_never_reports_the_other_writers_number_as_its_own
     assert a.publish("/t", {"who": "A again"}).source_seq == 2  # numbering resumed after 1
     assert [p.fields["who"] for p in sent_a] == ["A again"]
     assert [p.fields["who"] for p in journal.read_range("feed.a", 1, 2)] == ["B", "A again"]
+
+
+def test_a_transport_failing_during_a_flush_of_several_batches_loses_track_of_none(
+    journal: Journal,
+) -> None:
+    sent: list[Publication] = []
+    failures = iter([True])
+
+    def transport(pub: Publication) -> None:
+        if next(failures, False):
+            raise RuntimeError("link down")
+        sent.append(pub)
+
+    publisher = Publisher("feed.a", journal, transport=transport, batch_size=2, window=8)
+    for n in range(6):
+        publisher.publish("/a", {"n": n})  # three batches in flight, no reply read yet
+    with pytest.raises(RuntimeError, match="link down"):
+        publisher.flush()
+    assert (publisher.published_through, publisher.pending) == (6, 0)  # the journal holds 1..6
+    assert sent == []  # what came after the failure in that flush is repaired, not sent live
+    later = [publisher.publish("/a", {"n": n}) for n in (6, 7)]
+    publisher.flush()
+    assert sent == later
+    assert publisher.published_through == 8
+
+
+def test_an_error_reply_from_redis_leaves_the_publication_queued_and_says_so(
+    journal: Journal,
+) -> None:
+    sent: list[Publication] = []
+    publisher = Publisher("feed.a", journal, transport=sent.append)
+    journal.client.config_set("maxmemory-policy", "noeviction")
+    journal.client.config_set("maxmemory", 1)
+    try:
+        with pytest.raises(PublicationQueuedError, match="queued") as queued:
+            publisher.publish("/a", {"order": 42})
+    finally:
+        journal.client.config_set("maxmemory", 0)
+    assert "maxmemory" in str(queued.value.__cause__)
+    assert queued.value.publication.source_seq == 1
+    assert publisher.flush() == 1  # published once, not to be published again by the caller
+    assert [p.fields["order"] for p in journal.read_range("feed.a", 1, 10)] == [42]
+    assert sent == journal.read_range("feed.a", 1, 1)
+
+
+def test_an_integer_timestamp_is_published_as_the_float_the_journal_holds(
+    journal: Journal,
+) -> None:
+    nanoseconds = 1_732_000_000_123_456_789  # time.time_ns(): more digits than a float keeps
+    flaky = FlakyJournal(journal.client)
+    sent: list[Publication] = []
+    publisher = Publisher("feed.a", flaky, transport=sent.append)
+    flaky.fail_next = True
+    with pytest.raises(PublicationQueuedError):
+        publisher.publish("/a", {"x": 1}, timestamp=nanoseconds)
+    assert publisher.flush() == 1  # the unknown outcome resolves: the journal holds it as sent
+    assert sent == journal.read_range("feed.a", 1, 1)
+    assert sent[0].timestamp == float(nanoseconds)

@@ -12,7 +12,7 @@ from polling import wait_for
 from seqrepair.core.errors import InvalidConfigError
 from seqrepair.core.sequencers import SourceSequencer
 from seqrepair.journal import EmbeddedRedis, Journal, RetentionPolicy
-from seqrepair.journal.errors import JournalError
+from seqrepair.journal.errors import ArchiveWriteError, JournalError
 from seqrepair.journal.retainer import RetentionWorker
 
 pytestmark = pytest.mark.redis
@@ -82,3 +82,19 @@ def test_redis_going_away_does_not_end_retention(private_server: EmbeddedRedis) 
 def test_bad_interval_is_a_typed_error(journal: Journal) -> None:
     with pytest.raises(InvalidConfigError):
         RetentionWorker(journal, RetentionPolicy(max_count=1), interval=0)
+
+
+def test_a_source_whose_archive_cannot_be_written_does_not_stop_the_others(
+    journal: Journal, tmp_path: Path
+) -> None:
+    stamper(journal, "feed.a")(5)
+    stamper(journal, "feed.b")(5)
+    root = tmp_path / "archive"
+    root.mkdir()
+    (root / "feed.a").write_text("a file where feed.a's archive folder should go")
+    worker = RetentionWorker(journal, RetentionPolicy(max_count=1, archive_root=root))
+    with pytest.raises(ArchiveWriteError, match=r"feed\.a"):
+        worker.run_once()
+    assert journal.info("feed.a").trimmed_through == 0  # not archived, so not trimmed
+    assert journal.info("feed.b").trimmed_through == 4
+    assert not list(root.rglob("*.partial"))
