@@ -16,6 +16,8 @@ from collections.abc import Sequence
 
 import structlog
 
+from seqrepair.core.errors import BAD_INPUT_ERRORS, SeqRepairError
+
 COMMAND_MODULES = (
     "seqrepair.demo",
     "seqrepair.journal.commands",
@@ -47,7 +49,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="Reliable-delivery sequencing and gap repair for publish/subscribe.",
     )
     parser.add_argument(
-        "--log-level", default="warning", help="debug, info, warning or error (default warning)"
+        "--log-level",
+        default="warning",
+        type=str.lower,
+        choices=["debug", "info", "warning", "error"],
+        help="debug, info, warning or error (default warning)",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMAND_MODULES:
@@ -64,10 +70,17 @@ def _exists(module: str) -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run a ``seqrepair`` command; its failure is one line on stderr, never a traceback."""
     parser = build_parser()
     args = parser.parse_args(argv)
     configure_logging(args.log_level)
-    result: int = args.func(args)
+    try:
+        result: int = args.func(args)
+    except (SeqRepairError, OSError) as exc:
+        # bad input exits 2, like a usage error; any other failure (an unreachable Redis, a
+        # port in use) exits 1
+        print(f"seqrepair {args.command}: {exc}", file=sys.stderr)
+        return 2 if isinstance(exc, BAD_INPUT_ERRORS) else 1
     return result
 
 

@@ -21,9 +21,11 @@ import contextlib
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -31,6 +33,13 @@ from typing import Any, TextIO
 
 import attrs
 
+from seqrepair.argtypes import (
+    bit_width,
+    fraction,
+    non_negative_int,
+    positive_int,
+    spark_master,
+)
 from seqrepair.core.image import ImageCache
 from seqrepair.core.messages import Publication, PublishType
 from seqrepair.simulation import ComponentBackend, LinkConditions, Simulation, SimulationReport
@@ -290,6 +299,9 @@ STAGES: list[tuple[str, Stage]] = [
 def run(args: argparse.Namespace) -> int:
     out = sys.stdout
     outcomes = []
+    if threading.current_thread() is threading.main_thread():
+        # SIGTERM unwinds like Ctrl-C: the servers stop and the work folder goes
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with contextlib.ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="seqrepair-demo-")))
         redis_url = args.redis_url
@@ -318,17 +330,21 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "demo", help="run the end-to-end demo on embedded defaults",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--publications", type=int, default=100_000)
-    parser.add_argument("--bits", type=int, default=8, help="link sequence width (default 8)")
-    parser.add_argument("--loss", type=float, default=0.01, help="loss probability (0.01)")
-    parser.add_argument("--resets", type=int, default=2, help="forced link resets (2)")
+    parser.add_argument("--publications", type=positive_int, default=100_000)
+    parser.add_argument("--bits", type=bit_width, default=8,
+                        help="link sequence width (default 8)")
+    parser.add_argument("--loss", type=fraction, default=0.01, help="loss probability (0.01)")
+    parser.add_argument("--resets", type=non_negative_int, default=2,
+                        help="forced link resets (2)")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--network-publications", type=int, default=3000,
+    parser.add_argument("--network-publications", type=positive_int, default=3000,
                         help="publications in the networked stage (3000)")
-    parser.add_argument("--network-loss", type=float, default=0.02,
+    parser.add_argument("--network-loss", type=fraction, default=0.02,
                         help="loss forced at the component's send path (0.02)")
-    parser.add_argument("--master", default="local[2]", help="Spark master (local[2])")
-    parser.add_argument("--only", action="append", help="run only the named stage(s)")
+    parser.add_argument("--master", type=spark_master, default="local[2]",
+                        help="Spark master (local[2])")
+    parser.add_argument("--only", action="append", choices=[name for name, _ in STAGES],
+                        help="run only the named stage(s)")
     parser.add_argument("--redis-url", help="journal to this Redis instead of a private one")
     parser.add_argument("--no-redis", action="store_true",
                         help="keep the journal in memory (no Redis stages)")

@@ -41,4 +41,5 @@ def test_demo_journals_to_a_private_redis_and_stops_it(capsys, monkeypatch, tmp_
 def test_serve_refuses_a_redis_timeout_that_is_not_positive(timeout, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["serve", "--redis-url", "redis://127.0.0.1:1/0", "--redis-timeout", timeout])
-    assert "--redis-timeout must be > 0" in str(exit_.value.code)
+    assert exit_.value.code == 2
+    assert "--redis-timeout: must be > 0" in capsys.readouterr().err

@@ -16,8 +16,17 @@ from typing import Any, TextIO
 
 import structlog
 
-from seqrepair.core.errors import SeqRepairError
-from seqrepair.core.messages import Publication
+from seqrepair.argtypes import (
+    bit_width,
+    fraction,
+    non_negative_float,
+    non_negative_int,
+    positive_float,
+    positive_int,
+)
+from seqrepair.core.errors import InvalidConfigError, InvalidMessageError, SeqRepairError
+from seqrepair.core.messages import Publication, PublishType
+from seqrepair.core.topics import validate_topic
 
 log = structlog.get_logger(__name__)
 
@@ -27,38 +36,39 @@ def register(subparsers: Any) -> None:
     serve = subparsers.add_parser("serve", help="run the AMQP 1.0 pubsub component")
     serve.add_argument("--url", default="127.0.0.1:5672", help="listen address host:port")
     serve.add_argument("--redis-url", required=True, help="the journal's Redis")
-    serve.add_argument("--redis-timeout", type=float, default=2.0, metavar="SECONDS",
+    serve.add_argument("--redis-timeout", type=positive_float, default=2.0, metavar="SECONDS",
                        help="how long a journal call may wait for Redis before it fails; the "
                             "event loop serving every link waits with it (default 2)")
-    serve.add_argument("--link-bits", type=int, default=16)
-    serve.add_argument("--heartbeat", type=float, default=1.0, help="heartbeat interval (s)")
-    serve.add_argument("--idle-timeout", type=float, default=10.0)
-    serve.add_argument("--max-batch", type=int, default=256, metavar="N",
+    serve.add_argument("--link-bits", type=bit_width, default=16)
+    serve.add_argument("--heartbeat", type=positive_float, default=1.0,
+                       help="heartbeat interval (s)")
+    serve.add_argument("--idle-timeout", type=non_negative_float, default=10.0)
+    serve.add_argument("--max-batch", type=positive_int, default=256, metavar="N",
                        help="most publications per transfer to a subscriber and per "
                             "gap-fill answer (default: 256)")
-    serve.add_argument("--max-pending", type=int, default=20_000)
-    serve.add_argument("--max-publish-batch", type=int, default=4_096, metavar="N",
+    serve.add_argument("--max-pending", type=positive_int, default=20_000)
+    serve.add_argument("--max-publish-batch", type=positive_int, default=4_096, metavar="N",
                        help="most publications one incoming PUBLICATIONS message may carry; "
                             "a larger one is rejected (default: 4096)")
-    serve.add_argument("--max-gap-range", type=int, default=10_000)
-    serve.add_argument("--context-retention", type=float, default=30.0)
-    serve.add_argument("--retain-count", type=int, default=None, metavar="N",
+    serve.add_argument("--max-gap-range", type=positive_int, default=10_000)
+    serve.add_argument("--context-retention", type=non_negative_float, default=30.0)
+    serve.add_argument("--retain-count", type=positive_int, default=None, metavar="N",
                        help="journal retention: keep the newest N publications per source")
-    serve.add_argument("--retain-age", type=float, default=None, metavar="SECONDS",
+    serve.add_argument("--retain-age", type=positive_float, default=None, metavar="SECONDS",
                        help="journal retention: trim publications older than SECONDS")
     serve.add_argument("--archive", default=None, metavar="DIR",
                        help="export to Parquet under DIR before retention trims")
-    serve.add_argument("--retention-interval", type=float, default=60.0, metavar="SECONDS",
+    serve.add_argument("--retention-interval", type=positive_float, default=60.0, metavar="SECONDS",
                        help="how often retention runs (with --retain-count/--retain-age)")
-    serve.add_argument("--drop-rate", type=float, default=0.0,
+    serve.add_argument("--drop-rate", type=fraction, default=0.0,
                        help="forced loss: fraction of frames not sent (they are still numbered)")
     serve.add_argument("--drop-seed", type=int, default=None)
     serve.add_argument("--drop-reset-frames", action="store_true",
                        help="forced loss: never send a link's reset frame (link number 0); "
                             "subscribers learn of resets from the attach and SUBSCRIPTION")
-    serve.add_argument("--request-rate", type=float, default=500.0,
+    serve.add_argument("--request-rate", type=positive_float, default=500.0,
                        help="requests per second allowed per connection")
-    serve.add_argument("--request-burst", type=float, default=1_000.0)
+    serve.add_argument("--request-burst", type=positive_float, default=1_000.0)
     serve.add_argument("--subscription", action="append", default=[],
                        metavar="NAME=PATTERN[;TOKENS]",
                        help="a subscription queue /subscriptions/NAME (tokens comma-separated)")
@@ -83,10 +93,10 @@ def register(subparsers: Any) -> None:
     gateway.add_argument("--upstream", required=True, help="the component, host:port")
     gateway.add_argument("--name", default="gw",
                          help="prefix of the upstream link names (<name>.<link name>)")
-    gateway.add_argument("--idle-timeout", type=float, default=10.0)
-    gateway.add_argument("--hold-timeout", type=float, default=30.0,
+    gateway.add_argument("--idle-timeout", type=non_negative_float, default=10.0)
+    gateway.add_argument("--hold-timeout", type=positive_float, default=30.0,
                          help="how long an attach waits for the component to be reachable")
-    gateway.add_argument("--max-attempts", type=int, default=None,
+    gateway.add_argument("--max-attempts", type=positive_int, default=None,
                          help="give up after this many failed connections in a row "
                               "(default: keep trying)")
     gateway.add_argument("--ready-file", help="write the listen address here once listening")
@@ -95,20 +105,21 @@ def register(subparsers: Any) -> None:
     pub = subparsers.add_parser("publish", help="publish through the embedded sequencer")
     pub.add_argument("--url", default="127.0.0.1:5672")
     pub.add_argument("--source", required=True)
-    pub.add_argument("--bits", type=int, default=32)
+    pub.add_argument("--bits", type=bit_width, default=32)
     pub.add_argument("--redis-url", help="journal first (recommended): numbering resumes there")
     pub.add_argument("--address", default="/#", help="target address (topic or pattern)")
     pub.add_argument("--file", help="JSON lines: {topic, fields, ptype?, permtoken?}")
-    pub.add_argument("--count", type=int, default=0, help="generated load: how many")
+    pub.add_argument("--count", type=non_negative_int, default=0, help="generated load: how many")
     pub.add_argument("--topics", default="/load/a,/load/b", help="generated load: topics")
-    pub.add_argument("--rate", type=float, default=0.0, help="generated load: per second (0=max)")
-    pub.add_argument("--batch", type=int, default=256, metavar="N",
+    pub.add_argument("--rate", type=non_negative_float, default=0.0,
+                     help="generated load: per second (0=max)")
+    pub.add_argument("--batch", type=positive_int, default=256, metavar="N",
                      help="publications per transfer and per journal append; brokered "
                           "mode: per journal append (default: 256)")
     pub.add_argument("--broker", metavar="URL",
                      help="brokered mode: publish through this AMQP 1.0 broker (RabbitMQ) to "
                           "--address (/queue/NAME, /exchange/NAME[/KEY]); needs --redis-url")
-    pub.add_argument("--drop-rate", type=float, default=0.0,
+    pub.add_argument("--drop-rate", type=fraction, default=0.0,
                      help="brokered mode, forced loss: fraction journaled but not sent")
     pub.add_argument("--drop-seed", type=int, default=None)
     pub.set_defaults(func=_publish)
@@ -117,15 +128,17 @@ def register(subparsers: Any) -> None:
     sub.add_argument("--url", default="127.0.0.1:5672")
     sub.add_argument("--address", required=True, help="topic pattern or /subscriptions/NAME")
     sub.add_argument("--link-name", help="link identity (resumption); default random")
-    sub.add_argument("--bits", type=int, default=16, help="link bits (see CAPABILITIES)")
-    sub.add_argument("--heartbeat", type=float, default=1.0)
+    sub.add_argument("--bits", type=bit_width, default=16, help="link bits (see CAPABILITIES)")
+    sub.add_argument("--heartbeat", type=positive_float, default=1.0)
     sub.add_argument("--permtokens", default="",
                      help="comma-separated permission tokens: in component mode they narrow "
                           "what the component grants (never widen it); in brokered mode they "
                           "are the subscriber's own entitlement for journal repair")
-    sub.add_argument("--count", type=int, default=0, help="stop after this many deliveries")
-    sub.add_argument("--duration", type=float, default=0.0, help="stop after this many seconds")
-    sub.add_argument("--idle-exit", type=float, default=0.0,
+    sub.add_argument("--count", type=non_negative_int, default=0,
+                     help="stop after this many deliveries")
+    sub.add_argument("--duration", type=non_negative_float, default=0.0,
+                     help="stop after this many seconds")
+    sub.add_argument("--idle-exit", type=non_negative_float, default=0.0,
                      help="stop after this many seconds without a delivery (after the first)")
     sub.add_argument("--output", help="write JSON lines here instead of stdout")
     sub.add_argument("--stats-file", help="write the repair statistics (JSON) here at the end")
@@ -165,15 +178,17 @@ def _serve(args: argparse.Namespace) -> int:
             if args.retain_count is not None or args.retain_age is not None
             else None
         )
-    except SeqRepairError as exc:  # a bad grant or retention setting
+        subs = {}
+        for spec in args.subscription:
+            name, _, rest = spec.partition("=")
+            pattern, _, tokens = rest.partition(";")
+            if not name or not rest:
+                raise InvalidConfigError(f"--subscription wants NAME=PATTERN, got {spec!r}")
+            subs[name] = Subscription(name, TopicPattern(pattern),
+                                      frozenset(t for t in tokens.split(",") if t))
+    except SeqRepairError as exc:  # a bad grant, subscription or retention setting
         print(f"seqrepair serve: {exc.message}", file=sys.stderr)
         return 2
-    subs = {}
-    for spec in args.subscription:
-        name, _, rest = spec.partition("=")
-        pattern, _, tokens = rest.partition(";")
-        subs[name] = Subscription(name, TopicPattern(pattern),
-                                  frozenset(t for t in tokens.split(",") if t))
     config = ComponentConfig(
         url=args.url,
         link_bits=args.link_bits,
@@ -199,8 +214,6 @@ def _serve(args: argparse.Namespace) -> int:
         if args.ready_file:
             Path(args.ready_file).write_text(url)
 
-    if not args.redis_timeout > 0:
-        raise SystemExit(f"seqrepair serve: --redis-timeout must be > 0, got {args.redis_timeout}")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     journal = Journal.from_url(args.redis_url, socket_timeout=args.redis_timeout,
                                socket_connect_timeout=min(args.redis_timeout, 5.0))
@@ -234,6 +247,9 @@ def _gateway(args: argparse.Namespace) -> int:
 
 
 def _publish(args: argparse.Namespace) -> int:
+    if not args.file and not args.count:
+        print("seqrepair publish: give --file PATH or --count N", file=sys.stderr)
+        return 2
     if args.broker:
         return _publish_brokered(args)
     from seqrepair.amqp.client import Publisher
@@ -243,18 +259,25 @@ def _publish(args: argparse.Namespace) -> int:
     publisher = Publisher(args.url, args.source, bits=args.bits, address=args.address,
                           journal=journal, max_batch=args.batch).start()
     count = 0
-    for batch in _file_items(args):  # as fast as it goes; --rate paces the generated load
-        publisher.publish_many(batch)
-        count += len(batch)
-    start = time.monotonic()
-    for batch in _generated_items(args):
-        publisher.publish_many(batch)
-        count += len(batch)
-        _pace(start, count, args.rate)
+    try:
+        for batch in _file_items(args):  # as fast as it goes; --rate paces the generated load
+            publisher.publish_many(batch)
+            count += len(batch)
+        start = time.monotonic()
+        for batch in _generated_items(args):
+            publisher.publish_many(batch)
+            count += len(batch)
+            _pace(start, count, args.rate)
+    except BaseException:  # a bad line, ^C: send what was published before it, then stop
+        publisher.close(timeout=5)
+        raise
     ok = publisher.close(timeout=60)
     print(json.dumps({"published": count, "accepted": publisher.accepted,
                       "rejected": publisher.rejected, "flushed": ok}))
     _report_error("publish", publisher.error)
+    if not ok and publisher.error is None:
+        print(f"seqrepair publish: not every publication was accepted in 60 s (is a component "
+              f"listening at {args.url}?)", file=sys.stderr)
     return 0 if ok and not publisher.rejected else 1
 
 
@@ -300,6 +323,9 @@ def _subscribe(args: argparse.Namespace) -> int:
         threading.Thread(target=announce, name="ready-file", daemon=True).start()
     _run_subscriber(subscriber, sink, args)
     _report_error("subscribe", subscriber.error)
+    if subscriber.error is None and not subscriber.report.connections:
+        print(f"seqrepair subscribe: never connected to {args.url}", file=sys.stderr)
+        return 1
     return 1 if subscriber.error is not None else 0
 
 
@@ -352,37 +378,56 @@ def _run_subscriber(subscriber: Any, sink: _Sink, args: argparse.Namespace) -> N
 # ------------------------------------------------------------------------------ brokered mode
 
 
-Item = tuple[str, dict[str, Any], str]
-"""One ``(topic, fields, ptype)`` for ``publish_many``."""
+Item = tuple[str, dict[str, Any], str, str | None]
 
 
 def _file_items(args: argparse.Namespace) -> Iterator[list[Item]]:
-    """Batches of ``--batch`` items from the JSON lines of ``--file`` (blank lines skipped)."""
+    """Batches of ``--batch`` items from the JSON lines of ``--file`` (blank lines skipped);
+    InvalidMessageError names the line that is not ``{topic, fields?, ptype?, permtoken?}``."""
     if not args.file:
         return
-    step = max(1, args.batch)
-    with open(args.file, encoding="utf-8") as fh:
+    with open(args.file, "rb") as fh:
         batch: list[Item] = []
-        for line in fh:
-            if line.strip():
-                item = json.loads(line)
-                batch.append((item["topic"], item.get("fields", {}),
-                              item.get("ptype", "update")))
-            if len(batch) >= step:
-                yield batch
-                batch = []
+        number = 0
+        try:
+            for line in fh:
+                number += 1
+                if line.strip():
+                    batch.append(_item(json.loads(line.decode("utf-8"))))
+                if len(batch) >= args.batch:
+                    yield batch
+                    batch = []
+        except (ValueError, SeqRepairError) as exc:  # JSON, UTF-8 and publication errors
+            raise InvalidMessageError(f"{args.file} line {number}: {exc}") from exc
         if batch:
             yield batch
 
 
+def _item(obj: object) -> Item:
+    if not isinstance(obj, dict) or not isinstance(obj.get("topic"), str):
+        raise InvalidMessageError("a line is a JSON object with a string topic")
+    fields = obj.get("fields", {})
+    ptype = obj.get("ptype", "update")
+    token = obj.get("permtoken")
+    if not isinstance(fields, dict) or not isinstance(ptype, str):
+        raise InvalidMessageError("fields is a JSON object and ptype a string")
+    if token is not None and not isinstance(token, str):
+        raise InvalidMessageError("permtoken is a string")
+    validate_topic(obj["topic"])
+    PublishType.parse(ptype)
+    return obj["topic"], fields, ptype, token
+
+
 def _generated_items(args: argparse.Namespace) -> Iterator[list[Item]]:
     """Batches of the generated load: ``--count`` updates round-robin over ``--topics``."""
-    topics = [t for t in args.topics.split(",") if t]
-    step = max(1, args.batch)
+    topics = [validate_topic(t) for t in args.topics.split(",") if t]
+    if not topics and args.count:
+        raise InvalidConfigError("--topics names no topic")
+    step = args.batch
     for first in range(0, args.count, step):
         n = min(step, args.count - first)
-        yield [(topics[(first + i) % len(topics)], {"n": first + i, "t": time.time()}, "update")
-               for i in range(n)]
+        yield [(topics[(first + i) % len(topics)], {"n": first + i, "t": time.time()}, "update",
+                None) for i in range(n)]
 
 
 def _pace(start: float, count: int, rate: float) -> None:
@@ -410,10 +455,14 @@ def _publish_brokered(args: argparse.Namespace) -> int:
                                 drop=drop).start()
     count = 0
     start = time.monotonic()
-    for batch in itertools.chain(_file_items(args), _generated_items(args)):
-        publisher.publish_many(batch)
-        count += len(batch)
-        _pace(start, count, args.rate)
+    try:
+        for batch in itertools.chain(_file_items(args), _generated_items(args)):
+            publisher.publish_many(batch)
+            count += len(batch)
+            _pace(start, count, args.rate)
+    except BaseException:  # as in component mode
+        publisher.close(timeout=5)
+        raise
     ok = publisher.close(timeout=60)
     print(json.dumps({"published": count, "sent": publisher.sent, "dropped": publisher.dropped,
                       "accepted": publisher.accepted, "rejected": publisher.rejected,
@@ -459,4 +508,7 @@ def _subscribe_brokered(args: argparse.Namespace) -> int:
     )
     _run_subscriber(subscriber, sink, args)
     _report_error("subscribe", subscriber.error)
+    if subscriber.error is None and not subscriber.report.connections:
+        print(f"seqrepair subscribe: never connected to {args.url}", file=sys.stderr)
+        return 1
     return 1 if subscriber.error is not None else 0

@@ -54,7 +54,7 @@ from seqrepair.amqp.ingest import Ingest, Released
 from seqrepair.amqp.journalport import RedisJournalPort
 from seqrepair.amqp.links import ResponseRoute, SubscriberLink, close_stolen, start_map, tokens
 from seqrepair.amqp.rawamqp import Unsupported, read_raw
-from seqrepair.amqp.runner import Call
+from seqrepair.amqp.runner import Call, listening_address
 from seqrepair.amqp.technical import (
     ABSOLUTE_SOURCE_BITS,
     DEFAULT_SOURCE_BITS,
@@ -62,7 +62,8 @@ from seqrepair.amqp.technical import (
     CapabilitiesRequest,
 )
 from seqrepair.core.budget import RefusalPolicy
-from seqrepair.core.errors import SeqRepairError
+from seqrepair.core.config import non_negative_number, optional, positive_int, positive_number
+from seqrepair.core.errors import InvalidConfigError, SeqRepairError
 from seqrepair.core.messages import (
     GapError,
     GapRequest,
@@ -105,32 +106,57 @@ class Subscription:
     grants: frozenset[str] = frozenset()
 
 
+def _link_bits(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 2 <= value <= 64:
+        raise InvalidConfigError(
+            f"{attribute.name} must be an integer in 2..64, got {value!r}", expected=(2, 64),
+            got=value,
+        )
+
+
+def _rate(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1:
+        raise InvalidConfigError(
+            f"{attribute.name} must be a fraction in [0, 1), got {value!r}", got=value
+        )
+
+
+def _positive(default: float) -> Any:
+    """A field that must be > 0 (an integer when its default is one)."""
+    check = positive_int if isinstance(default, int) else positive_number
+    return attrs.field(default=default, validator=check)
+
+
 @attrs.define
 class ComponentConfig:
-    """Everything ``seqrepair serve`` can set."""
+    """Everything ``seqrepair serve`` can set (checked: InvalidConfigError when out of range)."""
 
     url: str = "127.0.0.1:5672"
-    link_bits: int = 16
-    heartbeat_interval: float = 1.0
-    idle_timeout: float = 10.0
-    max_batch: int = 256
+    link_bits: int = attrs.field(default=16, validator=_link_bits)
+    heartbeat_interval: float = _positive(1.0)
+    idle_timeout: float = attrs.field(default=10.0, validator=non_negative_number)
+    max_batch: int = _positive(256)
     """Most publications per transfer to a subscriber (and per gap-fill answer): past a few
     hundred, proton's per-transfer work is a small part of the cost of each publication."""
-    max_pending: int = 20_000
-    max_publish_batch: int = 4_096
+    max_pending: int = _positive(20_000)
+    max_publish_batch: int = _positive(4_096)
     """Most publications one incoming PUBLICATIONS message may carry: its journaling and
     fan-out run in one turn of the event loop that serves every link."""
-    context_capacity: int = 65_536
-    max_gap_range: int = 10_000
-    max_request_sources: int = 1_000
-    context_retention: float = 30.0
-    journal_retention: float | None = None
-    journal_retention_count: int | None = None
-    publish_window: int = 500
-    request_window: int = 32
-    request_rate: float = 500.0
-    request_burst: float = 1_000.0
-    drop_rate: float = 0.0
+    context_capacity: int = _positive(65_536)
+    max_gap_range: int = _positive(10_000)
+    max_request_sources: int = _positive(1_000)
+    context_retention: float = attrs.field(default=30.0, validator=non_negative_number)
+    journal_retention: float | None = attrs.field(
+        default=None, validator=optional(positive_number)
+    )
+    journal_retention_count: int | None = attrs.field(
+        default=None, validator=optional(positive_int)
+    )
+    publish_window: int = _positive(500)
+    request_window: int = _positive(32)
+    request_rate: float = _positive(500.0)
+    request_burst: float = _positive(1_000.0)
+    drop_rate: float = attrs.field(default=0.0, validator=_rate)
     drop_seed: int | None = None
     drop_reset_frames: bool = False
     subscriptions: dict[str, Subscription] = attrs.field(factory=dict)
@@ -169,6 +195,7 @@ class Component(MessagingHandler):
         super().__init__(prefetch=0, auto_accept=False, auto_settle=True)
         read_raw(self)
         self.config = config
+        self.listening = config.url  # host:port bound (the chosen port when url names port 0)
         self.clock = clock
         self.on_ready = on_ready
         self.decoder = Decoder(
@@ -252,10 +279,11 @@ class Component(MessagingHandler):
     def on_start(self, event: Any) -> None:
         self.container = event.container
         self.acceptor = event.container.listen(self.config.url)
-        log.info("component listening", url=self.config.url)
+        self.listening = listening_address(self.acceptor, self.config.url)
+        log.info("component listening", url=self.listening)
         self._schedule_tick()
         if self.on_ready is not None:
-            self.on_ready(self.config.url)
+            self.on_ready(self.listening)
 
     def _schedule_tick(self) -> None:
         self.container.schedule(min(0.1, self.config.heartbeat_interval / 4), self)

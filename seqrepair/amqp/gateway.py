@@ -72,7 +72,7 @@ from seqrepair.amqp.gateway_relays import (
     RelayTable,
     upstream_name,
 )
-from seqrepair.amqp.runner import Call
+from seqrepair.amqp.runner import Call, listening_address
 
 log = structlog.get_logger("seqrepair.amqp.gateway")
 
@@ -252,6 +252,7 @@ class Gateway(MessagingHandler):
             for h in cast(list[Any], self.handlers)
         ]
         self.listen_url = listen
+        self.listening = listen  # host:port bound (the chosen port when listen names port 0)
         self.upstream_url = upstream
         self.name = name
         self.on_ready = on_ready
@@ -334,12 +335,13 @@ class Gateway(MessagingHandler):
     def on_start(self, event: Any) -> None:
         self._container = event.container
         self._acceptor = event.container.listen(self.listen_url)
+        self.listening = listening_address(self._acceptor, self.listen_url)
         self._connect()
         self._schedule("tick", TICK, self._tick)
-        self.log.info("gateway listening", listen=self.listen_url)
+        self.log.info("gateway listening", listen=self.listening)
         self.ready.set()
         if self.on_ready is not None:
-            self.on_ready(self.listen_url)
+            self.on_ready(self.listening)
 
     def _schedule(self, what: str, delay: float, fn: Callable[[], None]) -> None:
         self._tasks[what] = self._container.schedule(delay, Call(fn))

@@ -71,6 +71,17 @@ class Call:
         self.fn()
 
 
+def listening_address(acceptor: Any, configured: str) -> str:
+    """``host:port`` an acceptor is bound to: the port the system chose for a configured port
+    0. Proton's Python binding keeps the listening socket in its selectable (no public
+    accessor); where that differs, the configured address is all there is."""
+    try:
+        host, port = acceptor._selectable._delegate.getsockname()[:2]
+    except (AttributeError, OSError, TypeError, ValueError):
+        return configured
+    return f"{host}:{port}"
+
+
 class BatchedCredit(Handler):
     """Keeps ``window`` credit on every receiving link, topped up once half of it is used.
 

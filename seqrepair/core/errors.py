@@ -39,3 +39,12 @@ class InvalidTopicPatternError(SeqRepairError):
 class InvalidConfigError(SeqRepairError, ValueError):
     """A constructor argument or option outside its allowed range (also a ValueError, the
     exception Python code expects for a bad argument value)."""
+
+
+BAD_INPUT_ERRORS: tuple[type[SeqRepairError], ...] = (
+    InvalidSequenceError,
+    InvalidMessageError,
+    InvalidTopicPatternError,
+    InvalidConfigError,
+)
+"""The errors that say the caller's input was wrong (the command line exits 2 on them)."""

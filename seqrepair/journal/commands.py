@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 import urllib.parse
 from typing import Any
 
-from seqrepair.core.errors import SeqRepairError
+from seqrepair.argtypes import positive_float, positive_int
+from seqrepair.core.errors import BAD_INPUT_ERRORS, SeqRepairError
+from seqrepair.journal.errors import JournalError
 from seqrepair.journal.retention import RetentionPolicy, apply_retention, export_range
 from seqrepair.journal.server import DEFAULT_DATA_DIR
 from seqrepair.journal.session import open_journal
@@ -40,30 +43,47 @@ def register(subparsers: Any) -> None:
     trim = sub.add_parser("trim", help="apply retention by count and/or age")
     common(trim)
     trim.add_argument("sources", nargs="*", help="sources to trim (default all)")
-    trim.add_argument("--max-count", type=int, help="keep at most this many per source")
-    trim.add_argument("--max-age", type=float, help="drop publications older than SECONDS")
+    trim.add_argument(
+        "--max-count", type=positive_int, help="keep at most this many per source"
+    )
+    trim.add_argument(
+        "--max-age", type=positive_float, help="drop publications older than SECONDS"
+    )
     trim.add_argument("--archive", help="export to Parquet under this folder before trimming")
     trim.set_defaults(func=cmd_trim)
 
     export = sub.add_parser("export", help="write a range of a source to Parquet")
     common(export)
     export.add_argument("source")
-    export.add_argument("--first", type=int, default=None, help="first number (default oldest)")
-    export.add_argument("--last", type=int, default=None, help="last number (default newest)")
+    export.add_argument(
+        "--first", type=positive_int, default=None, help="first number (default oldest)"
+    )
+    export.add_argument(
+        "--last", type=positive_int, default=None, help="last number (default newest)"
+    )
     export.add_argument("--archive", required=True, help="archive root folder")
     export.set_defaults(func=cmd_export)
 
 
 def _fail(exc: SeqRepairError) -> int:
-    print(f"seqrepair journal: {exc.message}")
-    return 1
+    print(f"seqrepair journal: {exc.message}", file=sys.stderr)
+    return 2 if isinstance(exc, BAD_INPUT_ERRORS) else 1
+
+
+def _journaled(journal: Any, names: list[str]) -> list[str]:
+    """``names`` when each is a journaled source; JournalError naming those that are not."""
+    known = set(journal.sources())
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise JournalError(f"not journaled: {', '.join(map(repr, unknown))}")
+    return names
 
 
 def cmd_info(args: argparse.Namespace) -> int:
     """Print what the journal holds per source."""
     try:
         with open_journal(args.redis_url, data_dir=args.data_dir) as journal:
-            names = args.sources or journal.sources()
+            names = _journaled(journal, args.sources) if args.sources else journal.sources()
             infos = [journal.info(name) for name in names]
     except SeqRepairError as exc:
         return _fail(exc)
@@ -95,14 +115,15 @@ def _as_dict(info: Any) -> dict[str, Any]:
 def cmd_trim(args: argparse.Namespace) -> int:
     """Apply a retention policy now."""
     if args.max_count is None and args.max_age is None:
-        print("seqrepair journal trim: give --max-count and/or --max-age")
+        print("seqrepair journal trim: give --max-count and/or --max-age", file=sys.stderr)
         return 2
     try:
         policy = RetentionPolicy(
             max_count=args.max_count, max_age=args.max_age, archive_root=args.archive
         )
         with open_journal(args.redis_url, data_dir=args.data_dir) as journal:
-            for name in args.sources or journal.sources():
+            names = _journaled(journal, args.sources) if args.sources else journal.sources()
+            for name in names:
                 report = apply_retention(journal, name, policy, now=time.time())
                 print(
                     f"{name}: trimmed through {report.trimmed_through} "

@@ -39,7 +39,6 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import attrs
-import structlog
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
@@ -47,8 +46,6 @@ from seqrepair.core.errors import InvalidConfigError
 from seqrepair.journal.errors import TrimmedRangeError, map_redis_errors
 from seqrepair.journal.journal import redis_client
 from seqrepair.spark.schema import JOURNAL_COLUMNS, JOURNAL_SCHEMA
-
-log = structlog.get_logger(__name__)
 
 FORMAT_NAME = "seqrepair-journal"
 DEFAULT_PARTITION_SIZE = 50_000
@@ -287,9 +284,10 @@ class JournalReader(DataSourceReader):
         self.archive = options.get("archive") or None
 
     def partitions(self) -> Sequence[InputPartition]:
+        # (runs in a Spark Python worker, which the command's log level does not reach: the
+        # driver logs the snapshot instead)
         ranges = self.ranges if self.ranges is not None else source_ranges(self.url, self.sources)
         parts = plan_partitions(ranges, self.partition_size)
-        log.info("journal partitions", count=len(parts), url=self.url)
         # Spark needs at least one partition; an empty one reads nothing.
         return parts or [RangePartition("", 1, 0)]
 

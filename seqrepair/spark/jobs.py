@@ -9,7 +9,6 @@ import re
 import sys
 import time
 from collections.abc import Sequence
-from math import isfinite
 from typing import Any
 
 import structlog
@@ -17,6 +16,7 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from seqrepair.argtypes import finite_float, non_negative_int, positive_int, spark_master
 from seqrepair.core.errors import InvalidConfigError, SeqRepairError
 from seqrepair.spark.audit import audit
 from seqrepair.spark.datasource import DEFAULT_PARTITION_SIZE
@@ -33,9 +33,9 @@ def add_input_arguments(parser: argparse.ArgumentParser, *, master: bool = True)
         parser.add_argument(
             "--master",
             default="local[*]",
-            type=_master_url,
+            type=spark_master,
             help="Spark master URL: local, local[N], local[*], spark://HOST:PORT, yarn, "
-            "k8s://URL (default local[*])",
+            "k8s://URL",
         )
     parser.add_argument("--journal", metavar="REDIS_URL", help="read the Redis journal at URL")
     parser.add_argument("--archive", metavar="PATH", help="read the Parquet archive under PATH")
@@ -47,7 +47,7 @@ def add_input_arguments(parser: argparse.ArgumentParser, *, master: bool = True)
     )
     parser.add_argument(
         "--partition-size",
-        type=_positive_int,
+        type=positive_int,
         default=DEFAULT_PARTITION_SIZE,
         help="journal numbers per Spark partition when reading Redis",
     )
@@ -67,36 +67,13 @@ def add_rebuild_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--as-of-time",
-        type=_finite_seconds,
+        type=finite_float,
         help="rebuild as of this timestamp (seconds): each source up to its first publication "
         "stamped later (publications are cut on their effective time)",
     )
-    parser.add_argument("--show", type=int, default=10, help="print this many images")
-
-
-def _finite_seconds(text: str) -> float:
-    value = float(text)  # argparse reports a ValueError as an invalid value
-    if not isfinite(value):
-        raise ValueError(f"a time must be a finite number of seconds, got {text!r}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)  # argparse reports a ValueError as an invalid value
-    if value < 1:
-        raise ValueError(f"must be >= 1, got {text!r}")
-    return value
-
-
-_MASTER = re.compile(
-    r"local(\[(\*|[1-9]\d*)(,\s*[1-9]\d*)?\])?|local-cluster\[.+\]|spark://\S+|yarn|k8s://\S+"
-)
-
-
-def _master_url(text: str) -> str:
-    if not _MASTER.fullmatch(text):
-        raise ValueError(f"not a Spark master URL: {text!r}")
-    return text
+    parser.add_argument(
+        "--show", type=non_negative_int, default=10, help="print this many images"
+    )
 
 
 # What Spark writes into a Parquet output folder, and what an audit adds around its tables.

@@ -67,7 +67,7 @@ def test_embedded_default_and_unreachable_url(
     with EmbeddedRedis() as gone:
         url = gone.url
     assert main(["journal", "info", "--redis-url", url]) == 1
-    assert "unavailable" in capsys.readouterr().out
+    assert "unavailable" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("command", ["trim", "export"])
@@ -86,6 +86,5 @@ def test_an_archive_that_cannot_be_written_is_one_clear_error_and_trims_nothing(
     args = ["journal", command, "--redis-url", redis_server.url, *options,
             "--archive", str(blocker)]
     assert main(args) == 1
-    out = capsys.readouterr()
-    assert "cannot write the archive file" in out.out + out.err
+    assert "cannot write the archive file" in capsys.readouterr().err
     assert journal.info("feed.a").trimmed_through == 0

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from seqrepair.argtypes import spark_master
 from seqrepair.cli import main
 from seqrepair.core.errors import InvalidConfigError
 from seqrepair.journal.errors import JournalUnavailableError
@@ -82,9 +83,7 @@ def test_invalid_options_stop_at_parsing(tmp_path, capsys, option, value):
 @pytest.mark.parametrize("master", ["local", "local[*]", "local[2]", "local[2,3]",
                                     "spark://host:7077", "yarn", "k8s://https://h:443"])
 def test_spark_master_urls_are_accepted(master):
-    from seqrepair.spark.jobs import _master_url
-
-    assert _master_url(master) == master
+    assert spark_master(master) == master
 
 
 def test_rebuild_refuses_an_output_folder_holding_other_files(spark, tmp_path, capsys):

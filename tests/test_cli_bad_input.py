@@ -1,0 +1,149 @@
+"""Every ``seqrepair`` command answers bad input with one line on stderr and exit 2, and a
+failure of what it works with (Redis, a port, a file) with one line and exit 1: never a
+traceback, a hang, or a silent success."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from seqrepair.amqp.commands import _file_items
+from seqrepair.amqp.component import ComponentConfig
+from seqrepair.cli import main
+from seqrepair.core.errors import InvalidConfigError
+
+UNREACHABLE = "redis://127.0.0.1:1/0"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--log-level", "loud", "demo"],
+        ["serve", "--redis-url", UNREACHABLE, "--max-batch", "0"],
+        ["serve", "--redis-url", UNREACHABLE, "--link-bits", "1"],
+        ["serve", "--redis-url", UNREACHABLE, "--heartbeat", "0"],
+        ["serve", "--redis-url", UNREACHABLE, "--drop-rate", "2"],
+        ["publish", "--source", "s", "--count", "1", "--batch", "0"],
+        ["publish", "--source", "s", "--count", "-5"],
+        ["publish", "--source", "s", "--count", "1", "--bits", "1"],
+        ["subscribe", "--address", "/#", "--heartbeat", "0"],
+        ["subscribe", "--address", "/#", "--duration", "-1"],
+        ["demo", "--only", "nosuch"],
+        ["demo", "--publications", "0"],
+        ["demo", "--loss", "1.5"],
+        ["journal", "trim", "--max-count", "0"],
+        ["journal", "export", "feed.a", "--first", "-5", "--archive", "x"],
+        ["rebuild", "--archive", "x", "--show", "-1"],
+    ],
+)
+def test_an_option_out_of_range_is_a_usage_error(argv, capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "error: argument" in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "status", "says"),
+    [
+        (["serve", "--redis-url", "notaurl"], 2, "not a Redis URL"),
+        (["serve", "--redis-url", UNREACHABLE, "--subscription", "bogus"], 2, "NAME=PATTERN"),
+        (["publish", "--source", "s"], 2, "give --file PATH or --count N"),
+        (["publish", "--source", "s", "--count", "1", "--topics", ""], 2, "--topics"),
+        (["publish", "--source", "s", "--count", "1", "--topics", "nota topic"], 2, "topic"),
+        (["publish", "--source", "s", "--file", "/no/such/file"], 1, "No such file"),
+        (["journal", "info", "--redis-url", UNREACHABLE], 1, "unavailable"),
+        (["demo", "--redis-url", "notaurl", "--only", "in-process"], 2, "not a Redis URL"),
+    ],
+)
+def test_a_failure_is_one_line_on_stderr(argv, status, says, capsys):
+    assert main(argv) == status
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert err[0].startswith("seqrepair ")
+    assert says in err[0]
+
+
+def test_config_values_out_of_range_are_refused_by_the_library_too():
+    for bad in ({"max_batch": 0}, {"link_bits": 1}, {"heartbeat_interval": 0.0},
+                {"drop_rate": 1.0}, {"max_publish_batch": -1}):
+        with pytest.raises(InvalidConfigError):
+            ComponentConfig(**bad)
+
+
+def test_a_publish_file_keeps_each_lines_permission_token(tmp_path):
+    lines = tmp_path / "pubs.jsonl"
+    lines.write_text(
+        '{"topic": "/secret/x", "fields": {"pw": 1}, "ptype": "image", "permtoken": "restricted"}\n'
+        "\n"
+        '{"topic": "/open/y"}\n'
+    )
+    [batch] = list(_file_items(argparse.Namespace(file=str(lines), batch=256)))
+    assert batch == [
+        ("/secret/x", {"pw": 1}, "image", "restricted"),
+        ("/open/y", {}, "update", None),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        (b'{"topic": "/a"}\n{"topic": \n', "line 2"),
+        (b'{"topic": "/a"}\n[1, 2]\n', "line 2: a line is a JSON object"),
+        (b'{"fields": {}}\n', "line 1: a line is a JSON object with a string topic"),
+        (b'{"topic": "/a", "ptype": "bogus"}\n', "line 1: unknown publish type"),
+        (b'{"topic": "/a", "fields": [1]}\n', "line 1: fields is a JSON object"),
+        (b'{"topic": "/a", "permtoken": 7}\n', "line 1: permtoken is a string"),
+        (b'{"topic": "/a"}\n\xff\xfe\n', "line 2"),
+    ],
+)
+def test_a_bad_publish_file_line_is_named(tmp_path, capsys, content, says):
+    path = tmp_path / "pubs.jsonl"
+    path.write_bytes(content)
+    assert main(["publish", "--source", "s", "--url", "127.0.0.1:1", "--file", str(path)]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert says in line
+
+
+@pytest.mark.redis
+@pytest.mark.amqp
+def test_serve_on_port_zero_writes_the_port_it_listens_on(tmp_path):
+    from seqrepair.journal import EmbeddedRedis
+
+    ready = tmp_path / "ready"
+    with EmbeddedRedis() as redis_server:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "seqrepair.cli", "serve", "--url", "127.0.0.1:0",
+             "--redis-url", redis_server.url, "--ready-file", str(ready)],
+            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+        )
+        try:
+            deadline = time.monotonic() + 60
+            while not ready.exists() and time.monotonic() < deadline and proc.poll() is None:
+                time.sleep(0.05)
+            host, port = ready.read_text().rsplit(":", 1)
+            assert host == "127.0.0.1"
+            assert int(port) > 0
+            subprocess.run([sys.executable, "-m", "seqrepair.cli", "subscribe", "--url",
+                            f"127.0.0.1:{port}", "--address", "/#", "--duration", "1"],
+                           check=True, capture_output=True, timeout=60)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=30) == 0
+
+
+def test_subscribe_that_never_connects_says_so(capsys):
+    assert main(["subscribe", "--url", "127.0.0.1:1", "--address", "/#", "--duration", "1"]) == 1
+    err = capsys.readouterr().err
+    assert "never connected to 127.0.0.1:1" in err
+    assert json.loads(err.splitlines()[0])["delivered"] == 0
