@@ -268,17 +268,17 @@ def spark_stage(run: DemoRun) -> bool:
     checks: list[tuple[str, dict[str, dict[str, Any]]]] = []
     in_process = run.results.get("in-process")
     if isinstance(in_process, SimulationReport):
-        checks.append(("in-process subscriber", in_process.subscriber_images))
+        checks.append(("the in-process subscriber", in_process.subscriber_images))
     network = run.results.get("network")
     if network is not None:
         output = Path(network["workdir"]) / "all.jsonl"
-        checks.append(("network subscriber 'all'", _images_from_output(output)))
+        checks.append(("the network subscriber of /demo/#", _images_from_output(output)))
     for label, images in checks:
         theirs = {topic: rebuilt.get(topic) for topic in images}
         missing = [t for t in rebuilt if t.startswith(_prefix(images)) and t not in images]
         same = theirs == images and not missing
         ok = ok and same
-        print(f"  Spark images == {label}'s cache ({len(images)} items): "
+        print(f"  Spark images == the cache of {label} ({len(images)} items): "
               f"{'yes' if same else 'NO'}", file=run.out)
     return ok
 
