@@ -1,6 +1,7 @@
 """``seqrepair journal info|trim|export``: look after the journal from the command line.
 
-Without ``--redis-url`` each command starts the private embedded redis-server on the data
+Errors are reported by :func:`seqrepair.cli.main` (one line on stderr). Without ``--redis-url``
+each command starts the private embedded redis-server on the data
 folder (``--data-dir``, default ``.seqrepair/redis``) and stops it afterwards.
 """
 
@@ -14,7 +15,6 @@ import urllib.parse
 from typing import Any
 
 from seqrepair.argtypes import positive_float, positive_int
-from seqrepair.core.errors import BAD_INPUT_ERRORS, SeqRepairError
 from seqrepair.journal.errors import JournalError
 from seqrepair.journal.retention import RetentionPolicy, apply_retention, export_range
 from seqrepair.journal.server import DEFAULT_DATA_DIR
@@ -65,11 +65,6 @@ def register(subparsers: Any) -> None:
     export.set_defaults(func=cmd_export)
 
 
-def _fail(exc: SeqRepairError) -> int:
-    print(f"seqrepair journal: {exc.message}", file=sys.stderr)
-    return 2 if isinstance(exc, BAD_INPUT_ERRORS) else 1
-
-
 def _journaled(journal: Any, names: list[str]) -> list[str]:
     """``names`` when each is a journaled source; JournalError naming those that are not."""
     known = set(journal.sources())
@@ -81,12 +76,9 @@ def _journaled(journal: Any, names: list[str]) -> list[str]:
 
 def cmd_info(args: argparse.Namespace) -> int:
     """Print what the journal holds per source."""
-    try:
-        with open_journal(args.redis_url, data_dir=args.data_dir) as journal:
-            names = _journaled(journal, args.sources) if args.sources else journal.sources()
-            infos = [journal.info(name) for name in names]
-    except SeqRepairError as exc:
-        return _fail(exc)
+    with open_journal(args.redis_url, data_dir=args.data_dir) as journal:
+        names = _journaled(journal, args.sources) if args.sources else journal.sources()
+        infos = [journal.info(name) for name in names]
     if args.json:
         print(json.dumps([_as_dict(info) for info in infos], indent=2))
         return 0
@@ -117,33 +109,27 @@ def cmd_trim(args: argparse.Namespace) -> int:
     if args.max_count is None and args.max_age is None:
         print("seqrepair journal trim: give --max-count and/or --max-age", file=sys.stderr)
         return 2
-    try:
-        policy = RetentionPolicy(
-            max_count=args.max_count, max_age=args.max_age, archive_root=args.archive
-        )
-        with open_journal(args.redis_url, data_dir=args.data_dir) as journal:
-            names = _journaled(journal, args.sources) if args.sources else journal.sources()
-            for name in names:
-                report = apply_retention(journal, name, policy, now=time.time())
-                print(
-                    f"{name}: trimmed through {report.trimmed_through} "
-                    f"({report.removed} removed, {len(report.archived)} archive files)"
-                )
-    except SeqRepairError as exc:
-        return _fail(exc)
+    policy = RetentionPolicy(
+        max_count=args.max_count, max_age=args.max_age, archive_root=args.archive
+    )
+    with open_journal(args.redis_url, data_dir=args.data_dir) as journal:
+        names = _journaled(journal, args.sources) if args.sources else journal.sources()
+        for name in names:
+            report = apply_retention(journal, name, policy, now=time.time())
+            print(
+                f"{name}: trimmed through {report.trimmed_through} "
+                f"({report.removed} removed, {len(report.archived)} archive files)"
+            )
     return 0
 
 
 def cmd_export(args: argparse.Namespace) -> int:
     """Export a range of one source to Parquet."""
-    try:
-        with open_journal(args.redis_url, data_dir=args.data_dir) as journal:
-            info = journal.info(args.source)
-            first = args.first if args.first is not None else info.trimmed_through + 1
-            last = args.last if args.last is not None else info.high_water
-            paths = export_range(journal, args.source, first, last, args.archive)
-    except SeqRepairError as exc:
-        return _fail(exc)
+    with open_journal(args.redis_url, data_dir=args.data_dir) as journal:
+        info = journal.info(args.source)
+        first = args.first if args.first is not None else info.trimmed_through + 1
+        last = args.last if args.last is not None else info.high_water
+        paths = export_range(journal, args.source, first, last, args.archive)
     for path in paths:
         print(path)
     if not paths:

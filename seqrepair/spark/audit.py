@@ -62,6 +62,9 @@ log = structlog.get_logger(__name__)
 SUMMARY_GAP_LIMIT = 20
 """Gap ranges listed per report in the human summary and in summary.json."""
 
+TABLES = ("sources", "gaps", "duplicates", "out_of_order", "items")
+"""The audit's tables, as :meth:`AuditReport.write` names their folders."""
+
 
 @attrs.frozen
 class AuditReport:
@@ -85,14 +88,8 @@ class AuditReport:
     items: DataFrame
 
     def tables(self) -> dict[str, DataFrame]:
-        """The tables by name."""
-        return {
-            "sources": self.sources,
-            "gaps": self.gaps,
-            "duplicates": self.duplicates,
-            "out_of_order": self.out_of_order,
-            "items": self.items,
-        }
+        """The tables by name (:data:`TABLES`)."""
+        return {name: getattr(self, name) for name in TABLES}
 
     def to_dict(self, *, gap_limit: int = SUMMARY_GAP_LIMIT) -> dict[str, Any]:
         """A JSON-ready digest: every source row, item totals and the first gap ranges."""

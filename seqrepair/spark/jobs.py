@@ -18,6 +18,7 @@ from pyspark.sql import functions as F
 
 from seqrepair.argtypes import finite_float, non_negative_int, positive_int, spark_master
 from seqrepair.core.errors import InvalidConfigError, SeqRepairError
+from seqrepair.spark.audit import TABLES as AUDIT_TABLES
 from seqrepair.spark.audit import audit
 from seqrepair.spark.datasource import DEFAULT_PARTITION_SIZE
 from seqrepair.spark.reading import read_journals
@@ -76,9 +77,8 @@ def add_rebuild_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-# What Spark writes into a Parquet output folder, and what an audit adds around its tables.
+# What Spark writes into a Parquet output folder.
 _SPARK_OUTPUT = re.compile(r"part-.*|_SUCCESS|\..*\.crc|_(started|committed)_.*")
-_AUDIT_OUTPUT = frozenset({"sources", "gaps", "duplicates", "out_of_order", "items"})
 
 
 def check_output(path: str, *, inputs: Sequence[str], audit: bool = False) -> None:
@@ -97,7 +97,7 @@ def check_output(path: str, *, inputs: Sequence[str], audit: bool = False) -> No
         return
     if not os.path.isdir(target):
         raise InvalidConfigError(f"--output {path} exists and is no folder", got=path)
-    own = {"summary.json", *_AUDIT_OUTPUT} if audit else set()
+    own = {"summary.json", *AUDIT_TABLES} if audit else set()
     foreign = sorted(
         name for name in os.listdir(target) if name not in own and not _SPARK_OUTPUT.fullmatch(name)
     )
