@@ -82,7 +82,9 @@ class LinkContext:
         if span > self.max_range:
             return GapError("refused", request, f"range of {span} exceeds {self.max_range}")
         if self._head == 0:
-            return GapError("context-lost", request, "no link context")
+            # Nothing sent on this link yet, so nothing is lost: a subscriber probing for its
+            # first number (its attach raced ours) must not read this as frames it missed.
+            return Resend(self, request, span, self._generation, 1, 0)
         last = self.space.unwrap(self._head + self._base, request.link_to) - self._base
         first = last - span + 1
         if first < self._oldest:

@@ -50,8 +50,16 @@ def test_a_reset_voids_the_old_context():
         context.record(link.stamp(src.stamp("/t", {}), now=0.0))
     assert [f.source_seq for f in context.answer(GapRequest(1, 2))] == [22, 23]
     assert context.answer(GapRequest(3, 3)) == []  # not sent yet: nothing to resend
-    empty = LinkContext(bits=16)
-    assert empty.answer(GapRequest(1, 1)).reason == "context-lost"
+
+
+def test_a_link_that_has_sent_nothing_yet_has_lost_nothing():
+    # a subscriber's overdue probe can reach the component before the link's first frame
+    fresh = LinkContext(bits=16)
+    assert fresh.answer(GapRequest(1, 1)) == []
+    assert fresh.answer(GapRequest(1, 40)) == []
+    assert fresh.answer(GapRequest(1, 60000)).reason == "refused"  # the range is still bounded
+    fresh.record(Heartbeat(link_seq=1, timestamp=0.0))
+    assert fresh.answer(GapRequest(1, 2)) == [Heartbeat(link_seq=1, timestamp=0.0)]
 
 
 def test_a_resend_reads_the_context_as_it_is_iterated():

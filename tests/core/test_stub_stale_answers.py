@@ -11,7 +11,9 @@ from seqrepair import (
     GapRequest,
     Heartbeat,
     HeartbeatOverdue,
+    LinkContext,
     LinkReset,
+    LinkSequencer,
     Publication,
     ReplayComplete,
     RequestGap,
@@ -143,6 +145,27 @@ def test_a_context_lost_answer_to_the_overdue_probe_asks_by_source():
     out += stub.receive(ReplayComplete(through={"feed.a": 3}, request=request), 3.5)
     out += stub.receive(pub(4, 4), 3.6)  # the link goes on after the probed number
     assert delivered(out) == [1, 2, 3, 4]
+    assert stub.stats.duplicates == 0
+
+
+def test_an_overdue_probe_that_reaches_the_link_before_its_first_frame_costs_nothing():
+    # the subscriber's attach waited on a gateway, so it probed before the link had sent a frame
+    stub = make(heartbeat_interval=1.0, missed_heartbeats=3)
+    stub.poll(0.0)
+    [probe] = [e.request for e in stub.poll(3.1) if isinstance(e, RequestGap)]
+    context, link = LinkContext(bits=16), LinkSequencer(bits=16)
+    out = []
+    answer = context.answer(probe)
+    for reply in [answer] if isinstance(answer, GapError) else answer:
+        for request in source_requests(stub.receive(reply, 3.2)):
+            # nothing is published yet: a replay would come back empty at once
+            out += stub.receive(ReplayComplete(through={}, request=request), 3.2)
+    for seq in (1, 2, 3):
+        frame = link.stamp(Publication(topic="/t/x", source="feed.a", source_seq=seq), now=3.3)
+        context.record(frame)
+        out += stub.receive(frame, 3.3)
+    assert delivered(out) == [1, 2, 3]
+    assert stub.stats.source_requests_sent == 0
     assert stub.stats.duplicates == 0
 
 
