@@ -22,7 +22,7 @@ from proton.utils import LinkDetached
 from seqrepair.amqp.client import Publisher, Subscriber
 from seqrepair.amqp.gateway import Gateway
 from seqrepair.amqp.gateway_relays import RelayState
-from seqrepair.core.events import Event, LinkReset
+from seqrepair.core.events import Event, HeartbeatOverdue, LinkReset
 from seqrepair.core.messages import Publication
 from seqrepair.journal.journal import Journal
 
@@ -272,6 +272,7 @@ def test_a_slow_subscriber_behind_the_gateway_is_paused_by_its_credit_and_catche
     gw = gateway(comp.url)
     fast: list[int] = []
     slow: list[int] = []
+    slow_overdue: list[HeartbeatOverdue] = []
 
     def slow_consumer(publication: Publication) -> None:
         if len(slow) < 50:
@@ -287,7 +288,9 @@ def test_a_slow_subscriber_behind_the_gateway_is_paused_by_its_credit_and_catche
             ),
             running.enter_context(
                 Subscriber(gw.listen_url, "/weather/#", link_name="slow",
-                           heartbeat_interval=0.2, credit=20, on_publication=slow_consumer)
+                           heartbeat_interval=0.2, credit=20, on_publication=slow_consumer,
+                           on_event=lambda e: slow_overdue.extend(
+                               [e] if isinstance(e, HeartbeatOverdue) else []))
             ),
         ]
         for name in ("fast", "slow"):
@@ -308,7 +311,9 @@ def test_a_slow_subscriber_behind_the_gateway_is_paused_by_its_credit_and_catche
     assert slow_report.paused >= 1  # the component saw the slow link's credit through the gateway
     assert slow_report.resets >= 1  # resumed by a reset it learnt from SUBSCRIPTION ACTIVE
     assert slow_report.unrecoverable == 0
-    # the catch-up is the source replay after each resume, nothing else: no link request (its
-    # slow application's 1 s hold is no silence of the link) and no duplicate on the wire
-    assert (slow_report.gaps_detected, slow_report.requests_sent, slow_report.duplicates) == (
-        0, 0, 0)
+    # the catch-up is the source replay after each resume, nothing else: no link gap. A link
+    # request is only ever an overdue probe (a stall of this loaded machine; the application's
+    # own hold is no silence, see test_slow_application.py), a duplicate only a probe's answer
+    assert slow_report.gaps_detected == 0
+    assert slow_report.requests_sent == len(slow_overdue)
+    assert slow_report.duplicates <= slow_report.requests_sent
