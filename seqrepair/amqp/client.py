@@ -101,6 +101,7 @@ class SubscriberReport:
     source_continued: int = 0
     resets: int = 0
     unrecoverable: int = 0
+    sources_abandoned: int = 0  # source repairs refused or given up (see Unrecoverable events)
     connections: int = 0
     disconnections: int = 0
     paused: int = 0
@@ -402,6 +403,7 @@ class Subscriber(SubscriberRunner):
         rep.source_continued = s.source_continued
         rep.resets = s.resets
         rep.unrecoverable = s.unrecoverable
+        rep.sources_abandoned = s.sources_abandoned
         return rep
 
     def query_capabilities(self) -> None:

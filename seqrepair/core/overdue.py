@@ -6,6 +6,8 @@ from __future__ import annotations
 import enum
 import math
 
+import attrs
+
 from seqrepair.core.errors import InvalidConfigError
 
 
@@ -42,3 +44,25 @@ def whole_intervals(since: float, now: float, interval: float) -> int:
     if (count + 1) * interval <= elapsed + slack:
         count += 1
     return count
+
+
+@attrs.define
+class MissedCount:
+    """How many heartbeat intervals the alerts of one silence have counted.
+
+    The first alert of a silence comes ``missed_heartbeats`` intervals in and each later one an
+    interval after the last, so the count never falls short of that, whatever the rounding of
+    the deadlines; a late poll counts the whole intervals that passed.
+    """
+
+    missed_heartbeats: int
+    interval: float
+    _missed: int = 0
+    _since: float | None = None  # the start of the silence the last alert counted
+
+    def alert(self, since: float, now: float) -> int:
+        """The intervals missed at an alert at ``now`` of the silence that began at ``since``."""
+        floor = self._missed + 1 if self._since == since else self.missed_heartbeats
+        self._missed = max(floor, whole_intervals(since, now, self.interval))
+        self._since = since
+        return self._missed

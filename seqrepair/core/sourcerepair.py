@@ -23,6 +23,21 @@ class SourceRepair:
     next_at: float | None  # None: sent by the application (resume_point), timed from next poll
     resume: bool = False  # asked by resume_point(): the (re)attach of the link
     quiet: bool = True  # no frame of a link context has come since it was asked
+    progressed: bool = False  # a replayed publication of it was delivered
+
+    def progress(self, now: float, wait: float) -> None:
+        """A replayed publication of it was delivered: the replay is coming, so the next retry
+        is timed from now (a retry would only ask for it all again, a give-up would abandon a
+        repair that is making progress, however long the replay takes)."""
+        self.attempts = 1
+        self.next_at = now + wait
+        self.progressed = True
+
+    def listening(self, now: float, wait: float) -> None:
+        """The application held the thread until ``now``: a replay that was coming is still
+        coming, unread in the transport; its retry is not due before ``wait`` from now."""
+        if self.progressed and self.next_at is not None:
+            self.next_at = max(self.next_at, now + wait)
 
 
 def answers_request(complete: ReplayComplete, request: SourceGapRequest) -> bool:

@@ -68,7 +68,7 @@ from seqrepair.core.messages import (
     ReplayComplete,
     SourceGapRequest,
 )
-from seqrepair.core.overdue import OverduePolicy, parse_overdue_policy, whole_intervals
+from seqrepair.core.overdue import MissedCount, OverduePolicy, parse_overdue_policy
 from seqrepair.core.runs import Run, scan_run
 from seqrepair.core.sequence import RESET, SequenceSpace
 from seqrepair.core.sourcerepair import SourceRepair, answers_request
@@ -131,11 +131,13 @@ class SubscriberStub:
     _resumed_at: int | None = attrs.field(init=False, default=None)
     _last_frame_at: float | None = attrs.field(init=False, default=None)
     _overdue_at: float | None = attrs.field(init=False, default=None)
-    # the intervals the last HeartbeatOverdue counted, and the silence (its start) it counted
-    _missed: int = attrs.field(init=False, default=0)
-    _missed_since: float | None = attrs.field(init=False, default=None)
+    _missed: MissedCount = attrs.field(init=False)
     _events: list[Event] = attrs.field(init=False, factory=list)
     _silence_limit: float = attrs.field(init=False)
+
+    @_missed.default
+    def _missed_default(self) -> MissedCount:
+        return MissedCount(self.missed_heartbeats, self.heartbeat_interval)
 
     @_silence_limit.default
     def _silence_default(self) -> float:
@@ -206,6 +208,8 @@ class SubscriberStub:
         now = check_now(now)
         if self._overdue_at is not None and self._overdue_at < now + self._silence_limit:
             self._overdue_at = now + self._silence_limit
+        if self._source is not None:
+            self._source.listening(now, self._progress_wait)
 
     def resume_point(self) -> SourceGapRequest:
         """What a (re)attaching subscriber sends first: the last delivered number per source.
@@ -366,7 +370,7 @@ class SubscriberStub:
             self._on_replay_complete(frame, now)
         elif link_seq is None:
             assert isinstance(frame, Publication)
-            self._on_replayed(frame)
+            self._on_replayed(frame, now)
         else:
             assert isinstance(frame, Publication | Heartbeat)  # what _check lets through
             if link_seq == RESET:
@@ -506,15 +510,9 @@ class SubscriberStub:
 
     def _unrecoverable_link(self, start: int, end: int, reason: str) -> None:
         self._stats.unrecoverable += end - start + 1
-        self._events.append(
-            Unrecoverable(
-                source=None,
-                after=None,
-                reason=reason,
-                link_from=self.space.wire(start),
-                link_to=self.space.wire(end),
-            )
-        )
+        wire = self.space.wire
+        self._events.append(Unrecoverable(source=None, after=None, reason=reason,
+                                          link_from=wire(start), link_to=wire(end)))
 
     # ----------------------------------------------------------------- reset and source repair
 
@@ -667,6 +665,12 @@ class SubscriberStub:
         self._stats.source_requests_sent += 1
         self._events.append(RequestSourceGap(source.request))
 
+    @property
+    def _progress_wait(self) -> float:
+        """How long a replay that is making progress may pause: the longest first retry wait
+        (no draw from the generator: a replay's progress must not shift the jitter)."""
+        return self.retry_interval * (1.0 + self.jitter)
+
     def _retry_wait(self, attempts: int) -> float:
         wait = self.retry_interval * self.backoff ** (attempts - 1)
         return float(wait * (1.0 + self.jitter * self._gaps.rng.random()))
@@ -695,7 +699,7 @@ class SubscriberStub:
         if self._gaps.in_state(GapState.SOURCE):  # context-lost gaps still need a replay
             self._request_source(now, hold=False)
 
-    def _on_replayed(self, publication: Publication) -> None:
+    def _on_replayed(self, publication: Publication, now: float) -> None:
         if self._source is None:
             # Without a replay in flight a link-less frame cannot be placed in link order;
             # delivering it could overtake buffered frames of its source, so it is not kept.
@@ -703,6 +707,7 @@ class SubscriberStub:
             return
         if self._deliver(publication):
             self._stats.source_repaired += 1
+            self._source.progress(now, self._progress_wait)
 
     def _on_replay_complete(self, complete: ReplayComplete, now: float) -> None:
         source = self._source
@@ -729,9 +734,12 @@ class SubscriberStub:
         assert source is not None
         after = source.request.after
         for name, seq in sorted(after.items()):
-            self._events.append(Unrecoverable(source=name, after=seq, reason=reason))
+            # the replay may have delivered past what was asked: what is lost starts after that
+            last = max(seq, self._last_delivered.get(name, 0))
+            self._events.append(Unrecoverable(source=name, after=last, reason=reason))
         if not after:
             self._events.append(Unrecoverable(source=None, after=None, reason=reason))
+        self._stats.sources_abandoned += 1
         self._source = None
         for gap in self._gaps:
             if gap.state is GapState.SOURCE:
@@ -781,12 +789,7 @@ class SubscriberStub:
     def _on_overdue(self, now: float) -> None:
         since = self._last_frame_at
         assert since is not None
-        # The first alert of a silence comes missed_heartbeats intervals in and each later one
-        # an interval after the last, so the count never falls short of that, whatever the
-        # rounding of the deadlines; a late poll counts the whole intervals that passed.
-        floor = self._missed + 1 if self._missed_since == since else self.missed_heartbeats
-        missed = max(floor, whole_intervals(since, now, self.heartbeat_interval))
-        self._missed, self._missed_since = missed, since
+        missed = self._missed.alert(since, now)
         self._events.append(HeartbeatOverdue(missed=missed, since=since))
         self._overdue_at = now + self.heartbeat_interval
         if self.overdue_policy is OverduePolicy.REQUEST:

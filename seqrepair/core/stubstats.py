@@ -25,6 +25,7 @@ class StubStats:
     max_buffered: int = 0
     sources_trimmed: int = 0  # replays that found part of a source's journal trimmed
     source_continued: int = 0  # replays that stopped at the component's limit and went on
+    sources_abandoned: int = 0  # source repairs refused or given up: what they owed is lost
 
     @property
     def repaired(self) -> int:

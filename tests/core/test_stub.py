@@ -471,6 +471,44 @@ def test_the_replay_answering_resume_point_is_delivered():
         1, 1, 0)
 
 
+def test_a_replay_that_keeps_coming_is_not_asked_again_however_long_it_takes():
+    # a slow application takes a long replay at 10 ms a publication: far longer than every
+    # retry wait together (0.1 + 0.2 = 0.3 s), yet each delivered publication shows it coming
+    stub = make(retry_interval=0.1, max_retries=2)
+    stub.receive(pub(1, 3), now=0.0)
+    [request] = [e.request for e in of(RequestSourceGap, stub.receive(pub(0, 2000), now=0.0))]
+    out, now = [], 0.0
+    for seq in range(4, 2000):
+        now += 0.01
+        out += stub.poll(now) + stub.receive(replayed(seq), now)
+    out += stub.receive(ReplayComplete(through={"feed.a": 1999}, request=request), now)
+    assert of(RequestSourceGap, out) == []
+    assert of(Unrecoverable, out) == []
+    assert delivered(out) == [("feed.a", seq) for seq in range(4, 2001)]
+
+
+def test_a_replay_that_stops_coming_is_asked_again_then_given_up_after_what_it_delivered():
+    stub = make(retry_interval=0.1, max_retries=2)
+    stub.receive(pub(1, 3), now=0.0)
+    stub.receive(pub(0, 50), now=0.0)
+    out = stub.receive(replayed(4), now=0.05) + stub.receive(replayed(5), now=0.06)
+    retried = of(RequestSourceGap, stub.poll(now=stub.next_deadline))  # then it stalls
+    assert [r.request.after for r in retried] == [{"feed.a": 5}]
+    events = stub.poll(now=stub.next_deadline)
+    assert of(Unrecoverable, events) == [Unrecoverable(source="feed.a", after=5, reason="give-up")]
+    assert delivered(out + events) == [("feed.a", 4), ("feed.a", 5), ("feed.a", 50)]
+    assert stub.stats.sources_abandoned == 1
+
+
+def test_a_give_up_reports_what_the_replay_delivered_after_the_request_went_out():
+    stub = make(retry_interval=0.1, max_retries=1)
+    stub.receive(pub(1, 3), now=0.0)
+    stub.receive(pub(0, 50), now=0.0)
+    stub.receive(replayed(4), now=0.05)
+    events = stub.poll(now=stub.next_deadline)  # it asked after 3; 4 came
+    assert of(Unrecoverable, events) == [Unrecoverable(source="feed.a", after=4, reason="give-up")]
+
+
 def test_a_component_that_kept_the_link_context_continues_it_and_that_answers_resume_point():
     stub = make()
     for n in (1, 2, 3):
