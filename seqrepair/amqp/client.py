@@ -71,6 +71,7 @@ from seqrepair.core.messages import (
 )
 from seqrepair.core.sequencers import SourceSequencer
 from seqrepair.core.stub import SubscriberStub
+from seqrepair.journal.errors import JournalError, PublicationQueuedError
 from seqrepair.journal.journal import Journal
 from seqrepair.journal.publisher import Publisher as JournalPublisher
 
@@ -500,7 +501,7 @@ class Publisher(PublisherRunner[list[Publication]]):
             if self.embedded is not None:
                 pub = self.embedded.publish(topic, fields, ptype, permtoken=permtoken,
                                             timestamp=stamp)
-                self.embedded.flush()
+                self._journal([pub])
             else:
                 pub = self.sequencer.stamp(topic, fields, ptype, permtoken=permtoken,
                                            timestamp=stamp)
@@ -508,21 +509,84 @@ class Publisher(PublisherRunner[list[Publication]]):
         self._wake()
         return pub
 
-    def publish_many(self, items: Sequence[tuple[Any, ...]]) -> None:
+    def publish_many(self, items: Sequence[tuple[Any, ...]]) -> list[Publication]:
         """Several ``(topic, fields, ptype[, permtoken])`` at once: one journal append per
-        batch of ``max_batch``."""
+        batch of ``max_batch``. Returns the stamped publications.
+
+        With a journal, a failure to journal raises :class:`PublicationQueuedError` naming in
+        ``stamped`` the publications stamped (and queued) before it: the first ones of
+        ``items``; :meth:`flush` journals and sends them once the journal is back. A bad item
+        raises its error (InvalidMessageError, ...) once the items before it are published.
+        """
+        stamped: list[Publication] = []
         with self._lock:
             now = time.time()
-            stamp = self.embedded.publish if self.embedded is not None else self.sequencer.stamp
             for item in items:
                 topic, fields, ptype = item[:3]
                 token = item[3] if len(item) > 3 else None
-                pub = stamp(topic, fields, ptype, permtoken=token, timestamp=now)
                 if self.embedded is None:
-                    self._pending.append(pub)
+                    stamped.append(self.sequencer.stamp(topic, fields, ptype, permtoken=token,
+                                                        timestamp=now))
+                    self._pending.append(stamped[-1])
+                    continue
+                try:
+                    stamped.append(self.embedded.publish(topic, fields, ptype, permtoken=token,
+                                                         timestamp=now))
+                except PublicationQueuedError as exc:
+                    stamped.append(exc.publication)
+                    raise self._queued(stamped, exc) from exc
+                except JournalError as exc:  # nothing stamped for this item (backlog full)
+                    if stamped:
+                        raise self._queued(stamped, exc) from exc
+                    raise
+                except SeqRepairError as exc:  # a bad item: nothing stamped for it
+                    if stamped:
+                        self._journal(stamped)
+                        exc.add_note(f"the {len(stamped)} items before it were published")
+                    raise
             if self.embedded is not None:
-                self.embedded.flush()
+                self._journal(stamped)
         self._wake()
+        return stamped
+
+    def _journal(self, stamped: list[Publication]) -> None:
+        """Journal what the embedded publisher holds; a failure names what stays queued."""
+        assert self.embedded is not None
+        try:
+            self.embedded.flush()
+        except JournalError as exc:
+            if stamped:
+                raise self._queued(stamped, exc) from exc
+            raise
+
+    def _queued(self, stamped: list[Publication], cause: JournalError) -> PublicationQueuedError:
+        assert self.embedded is not None
+        return PublicationQueuedError(
+            f"{len(stamped)} publication(s) through {stamped[-1].source_seq} stamped and "
+            f"queued, not yet journaled: {cause.message}",
+            publication=stamped[-1], pending=self.embedded.pending,
+            source=self.sequencer.source, stamped=stamped,
+        )
+
+    def flush(self, timeout: float = 30.0) -> bool:
+        """Journal what is stamped but not yet journaled (again and again while the journal is
+        out), then wait until the component has accepted everything. False on timeout or error,
+        so also while anything stamped is not yet journaled."""
+        deadline = time.monotonic() + timeout
+        while self.embedded is not None and self.embedded.pending:
+            with self._lock:
+                try:
+                    self.embedded.flush()
+                except JournalError as exc:
+                    self.log.warning("journal out, publications wait", error=exc.message,
+                                     pending=self.embedded.pending)
+            if not self.embedded.pending:
+                break
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+        self._wake()
+        return super().flush(max(0.0, deadline - time.monotonic()))
 
     # --- sending ------------------------------------------------------------------------
 

@@ -7,7 +7,7 @@ source and the operation that failed.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -85,13 +85,25 @@ class PublicationQueuedError(JournalUnavailableError):
     """``publish()`` stamped and queued ``publication`` but could not journal its batch.
 
     It is not published: a later ``flush()`` (or publish) journals it and only then hands it to
-    the transport. ``pending`` publications are waiting in all.
+    the transport. ``pending`` publications are waiting in all. ``stamped``: every publication
+    the failed call stamped and queued, in order (a call that publishes several stamped the
+    first ``len(stamped)`` of them and nothing after), so publishing them again would duplicate
+    them.
     """
 
-    def __init__(self, message: str, *, publication: Any, pending: int, source: str) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        publication: Any,
+        pending: int,
+        source: str,
+        stamped: Sequence[Any] = (),
+    ) -> None:
         super().__init__(message, source=source, operation="publish")
         self.publication = publication
         self.pending = pending
+        self.stamped = tuple(stamped) or (publication,)
 
 
 class EmbeddedRedisError(SeqRepairError):

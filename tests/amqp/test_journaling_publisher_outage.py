@@ -1,0 +1,61 @@
+"""A journaling publisher tells exactly what a Redis outage left unpublished.
+
+Real parts: a real redis-server is stopped under a :class:`Publisher` that journals its own
+publications, then started again on the same port and data. A publish that stamped a
+publication but could not journal it raises :class:`PublicationQueuedError` naming it (so the
+application does not publish it again), ``flush`` says False while anything stamped is not yet
+journaled, and once Redis is back ``flush`` journals and sends it: every publication is
+journaled once and reaches a subscriber once, in order.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from seqrepair.amqp.client import Publisher, Subscriber
+from seqrepair.journal.errors import PublicationQueuedError
+from seqrepair.journal.journal import Journal
+from seqrepair.journal.server import EmbeddedRedis
+
+from .conftest import ComponentProcess, wait_for
+
+pytestmark = [pytest.mark.amqp, pytest.mark.redis]
+
+TOPIC = "/weather/wind/LEMD"
+
+
+def test_what_an_outage_leaves_stamped_is_named_then_published_once_when_redis_is_back(
+    tmp_path: Path,
+) -> None:
+    server = EmbeddedRedis(data_dir=tmp_path / "redis", appendfsync="always").start()
+    comp = ComponentProcess(server.url, tmp_path, "--heartbeat", "0.2").start()
+    got: list[int] = []
+    try:
+        with (
+            Subscriber(comp.url, "/weather/#", link_name="watch", heartbeat_interval=0.2,
+                       on_publication=lambda p: got.append(p.fields["n"])) as sub,
+            Publisher(comp.url, "feed.j", journal=Journal.from_url(server.url)) as publisher,
+        ):
+            assert sub.wait_connected(20)
+            publisher.publish(TOPIC, {"n": 1})
+            assert publisher.flush(20)
+            server.stop()
+            with pytest.raises(PublicationQueuedError) as one:
+                publisher.publish(TOPIC, {"n": 2})
+            assert [p.fields["n"] for p in one.value.stamped] == [2]
+            with pytest.raises(PublicationQueuedError) as many:
+                publisher.publish_many([(TOPIC, {"n": n}, "update") for n in (3, 4, 5)])
+            assert [p.source_seq for p in many.value.stamped] == [3, 4, 5]
+            assert publisher.flush(1) is False  # stamped, not journaled: not published
+            server.start()
+            assert publisher.flush(30)
+            assert wait_for(lambda: len(got) >= 5, 30)
+        journal = Journal.from_url(server.url)
+        assert [p.fields["n"] for p in journal.read_range("feed.j", 1, 5)] == [1, 2, 3, 4, 5]
+        assert journal.high_water("feed.j") == 5
+        assert got == [1, 2, 3, 4, 5]
+    finally:
+        comp.stop()
+        server.stop()
