@@ -409,8 +409,16 @@ class Component(MessagingHandler):
                 self._forget(link.sender)
         for key in [k for k in self.routes if k[0] == getattr(conn, "seqrepair_id", None)]:
             del self.routes[key]
+        link = conn.link_head(0)
+        while link is not None:  # publishing links end with their connection too
+            if link.is_receiver:
+                self.ingest.publisher_gone(link)
+            link = link.next(0)
 
     def _forget(self, endpoint: Any) -> None:
+        if endpoint.is_receiver:
+            self.ingest.publisher_gone(endpoint)
+            return
         route = getattr(endpoint, "route", None)
         if route is not None and route.target is not None:  # the peer closed a response target
             conn_id: int = endpoint.connection.seqrepair_id
@@ -524,6 +532,7 @@ class Component(MessagingHandler):
         # the topics this link has already seen valid and inside its address (bounded)
         receiver.topics_checked = set()
         receiver.held_back = {}  # per source, what it must send again first (holdback)
+        receiver.own_sources = set()  # the sources it sent numbered publications of
         if address is None:
             receiver.kind = "publish"
             receiver.pattern = TopicPattern("/#")

@@ -186,6 +186,17 @@ class Ingest:
                          source=source, first=pubs[0].source_seq, last=pubs[-1].source_seq)
         self.in_doubt.discard(source)
 
+    def publisher_gone(self, receiver: Any) -> None:
+        """A publishing link ended (closed, or its connection lost): a publisher that numbers
+        and journals its own publications may have died between journaling some and sending
+        them, and a source that stays silent would never bring them. Its sources are put in
+        doubt, so :meth:`poll` fans out what the journal holds past what went out."""
+        sources: set[str] = getattr(receiver, "own_sources", set())
+        for source in sources:
+            self.journal.forget(source)  # the high-water it knows may be behind the journal's
+            self.in_doubt.add(source)
+        sources.clear()
+
     def _assign(self, source: str) -> int:
         """The next number of a source the component numbers (started in :meth:`publish`)."""
         return self.sequencers[source].next_seq()
@@ -247,6 +258,7 @@ class Ingest:
                 raise
             if held:
                 holdback.settle(held, pubs)
+            receiver.own_sources.update(pub.source for pub in pubs)
             return None
         # publications without a number, all valid: only now may numbers be taken (a
         # number taken for a rejected message would leave a hole the journal refuses)

@@ -132,6 +132,20 @@ def test_numbers_a_publisher_journaled_and_never_sent_go_out_before_what_it_send
     assert outcome(h.send(numbered(5 + skipped, 5 + skipped))) == ACCEPTED  # served as before
 
 
+def test_what_a_publisher_journaled_and_never_sent_goes_out_when_its_link_ends() -> None:
+    # it died between journaling and sending, and its source stays silent: nothing would come
+    # to skip those numbers, so the end of its link is what tells the component to look
+    h = Harness()
+    assert outcome(h.send(numbered(1, 2))) == ACCEPTED
+    h.journal.append(numbered_publications(3, 5), 32)  # journaled, then it died
+    h.component.ingest.poll(0.0)
+    assert h.received() == [(SOURCE, 1, 1), (SOURCE, 2, 2)]  # nothing in doubt while it lives
+    h.component.on_link_closed(SimpleNamespace(link=h.receiver))
+    h.component.ingest.poll(0.0)
+    assert h.received() == [(SOURCE, seq, seq) for seq in range(1, 6)]  # in order, once
+    assert h.component.ingested[SOURCE] == 5
+
+
 def test_a_publisher_that_skips_numbers_the_journal_does_not_hold_is_still_refused() -> None:
     h = Harness()
     assert outcome(h.send(numbered(1, 2))) == ACCEPTED

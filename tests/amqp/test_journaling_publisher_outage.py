@@ -1,11 +1,14 @@
-"""A journaling publisher tells exactly what a Redis outage left unpublished.
+"""A journaling publisher tells exactly what a Redis outage left unpublished, and what one
+journaled but never sent is published all the same.
 
 Real parts: a real redis-server is stopped under a :class:`Publisher` that journals its own
 publications, then started again on the same port and data. A publish that stamped a
 publication but could not journal it raises :class:`PublicationQueuedError` naming it (so the
 application does not publish it again), ``flush`` says False while anything stamped is not yet
 journaled, and once Redis is back ``flush`` journals and sends it: every publication is
-journaled once and reaches a subscriber once, in order.
+journaled once and reaches a subscriber once, in order. A publisher that dies between
+journaling and sending leaves publications only the journal holds: when its link ends the
+component fans them out, though the source never publishes again.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import pytest
 from seqrepair.amqp.client import Publisher, Subscriber
 from seqrepair.journal.errors import PublicationQueuedError
 from seqrepair.journal.journal import Journal
+from seqrepair.journal.publisher import Publisher as JournalPublisher
 from seqrepair.journal.server import EmbeddedRedis
 
 from .conftest import ComponentProcess, wait_for
@@ -59,3 +63,29 @@ def test_what_an_outage_leaves_stamped_is_named_then_published_once_when_redis_i
     finally:
         comp.stop()
         server.stop()
+
+
+def test_what_a_publisher_journaled_and_never_sent_reaches_subscribers_when_it_goes(
+    tmp_path: Path,
+) -> None:
+    with EmbeddedRedis(data_dir=tmp_path / "redis", appendfsync="always") as server:
+        comp = ComponentProcess(server.url, tmp_path, "--heartbeat", "0.2").start()
+        got: list[int] = []
+        try:
+            with Subscriber(comp.url, "/weather/#", link_name="watch", heartbeat_interval=0.2,
+                            on_publication=lambda p: got.append(p.source_seq)) as sub:
+                assert sub.wait_connected(20)
+                publisher = Publisher(comp.url, "feed.d", journal=Journal.from_url(server.url))
+                with publisher:
+                    publisher.publish_many([(TOPIC, {"n": n}, "update") for n in range(100)])
+                    assert publisher.flush(30)
+                    assert wait_for(lambda: len(got) >= 100, 30)
+                    # its last act: 101..105 journaled, and it is gone before sending them
+                    with JournalPublisher("feed.d", Journal.from_url(server.url)) as last:
+                        for n in range(100, 105):
+                            last.publish(TOPIC, {"n": n})
+                assert wait_for(lambda: len(got) >= 105, 30)  # the source stays silent
+                assert got == list(range(1, 106))
+                assert sub.stats().unrecoverable == 0
+        finally:
+            comp.stop()

@@ -54,8 +54,8 @@ class Harness:
         self.subscriber = _link(Entitlement(topics=("/#",)), max_pending=1000)
         self.component.links["sub"] = self.subscriber
         self.receiver = SimpleNamespace(
-            kind="publish", name="pub-link", default_topic="/plain/x",
-            pattern=TopicPattern("/plain/x"), topics_checked=set(), held_back={},
+            kind="publish", name="pub-link", default_topic="/plain/x", is_receiver=True,
+            pattern=TopicPattern("/plain/x"), topics_checked=set(), held_back={}, own_sources=set(),
             connection=SimpleNamespace(remote_container=PUBLISHER),
             state=Endpoint.LOCAL_ACTIVE, credit=1_000, flow=lambda n: None,
         )
