@@ -420,6 +420,10 @@ class Publisher(PublisherRunner[list[Publication]]):
 
     ``journal``: when given, numbering continues after its high-water and every publication is
     journaled before it is sent (a publication counts as published once the journal holds it).
+    Without one, numbering starts after ``start_after`` and the component journals. It takes a
+    number at or below what it already has of the source for a resend and skips it (accepted,
+    not delivered again): a publisher without a journal that restarts must start after the
+    source's high-water, or its publications up to there are lost as duplicates.
     Publications are sent to ``address`` (a topic or a pattern the topics fall under).
 
     A lost connection, or a sender link the component refused or detached (or whose session
@@ -454,11 +458,12 @@ class Publisher(PublisherRunner[list[Publication]]):
         idle_timeout: float = 10.0,
         on_sent: Callable[[Sequence[Publication]], None] | None = None,
         max_backoff: float = 5.0,
+        start_after: int = 0,
     ) -> None:
         super().__init__(reconnect_delay=reconnect_delay, max_reconnect_delay=max_reconnect_delay)
         self.url = url
         self.address = address
-        self.sequencer = SourceSequencer(source, bits)
+        self.sequencer = SourceSequencer(source, bits, start_after)
         self.embedded: JournalPublisher | None = None
         if journal is not None:
             self.embedded = JournalPublisher(

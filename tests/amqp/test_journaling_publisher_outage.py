@@ -89,3 +89,25 @@ def test_what_a_publisher_journaled_and_never_sent_reaches_subscribers_when_it_g
                 assert sub.stats().unrecoverable == 0
         finally:
             comp.stop()
+
+
+def test_a_publisher_without_a_journal_restarted_after_the_high_water_goes_on(
+    tmp_path: Path,
+) -> None:
+    # without a journal of its own it must be told where its source stands when it restarts
+    with EmbeddedRedis(data_dir=tmp_path / "redis", appendfsync="always") as server:
+        comp = ComponentProcess(server.url, tmp_path, "--heartbeat", "0.2").start()
+        got: list[int] = []
+        try:
+            with Subscriber(comp.url, "/weather/#", link_name="watch", heartbeat_interval=0.2,
+                            on_publication=lambda p: got.append(p.source_seq)) as sub:
+                assert sub.wait_connected(20)
+                for start_after in (0, 50):
+                    with Publisher(comp.url, "feed.n", start_after=start_after) as publisher:
+                        publisher.publish_many([(TOPIC, {"n": n}, "update") for n in range(50)])
+                        assert publisher.flush(30)
+                assert wait_for(lambda: len(got) >= 100, 30)
+                assert got == list(range(1, 101))
+            assert Journal.from_url(server.url).high_water("feed.n") == 100
+        finally:
+            comp.stop()
