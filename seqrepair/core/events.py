@@ -77,7 +77,9 @@ class Unrecoverable:
     """Data that will not be repaired: the application may ask for an image (snapshot).
 
     ``source``/``after`` name the source and its last delivered number when known; for a link
-    gap they are None and ``link_from``/``link_to`` name the wire range skipped.
+    gap they are None and ``link_from``/``link_to`` name the wire range skipped. All four None:
+    a source-level repair was given up, and sources the subscriber has delivered nothing of
+    (which the replay would have brought from the link's start) may have lost publications.
     """
 
     source: str | None

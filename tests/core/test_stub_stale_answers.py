@@ -80,7 +80,7 @@ def test_a_source_gap_error_for_an_earlier_request_asking_the_same_is_stray():
     assert stub.receive(GapError("refused", before, "budget"), 0.4) == []
     assert stub.stats.stray_dropped == 1
     events = stub.receive(GapError("refused", after_reset, "budget"), 0.5)
-    assert [e.reason for e in events if isinstance(e, Unrecoverable)] == ["refused"]
+    assert [e.reason for e in events if isinstance(e, Unrecoverable)] == ["refused", "refused"]
 
 
 def test_retries_of_a_source_request_keep_its_id_and_a_new_request_takes_a_new_one():
