@@ -13,11 +13,15 @@ component fans them out, though the source never publishes again.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 
+import attrs
 import pytest
 
 from seqrepair.amqp.client import Publisher, Subscriber
+from seqrepair.core.messages import Publication
 from seqrepair.journal.errors import PublicationQueuedError
 from seqrepair.journal.journal import Journal
 from seqrepair.journal.publisher import Publisher as JournalPublisher
@@ -30,22 +34,42 @@ pytestmark = [pytest.mark.amqp, pytest.mark.redis]
 TOPIC = "/weather/wind/LEMD"
 
 
+@attrs.frozen
+class Watched:
+    server: EmbeddedRedis
+    url: str  # the component's
+    subscriber: Subscriber
+    got: list[Publication]
+
+    def numbers(self) -> list[int]:
+        return [p.source_seq for p in self.got]
+
+
+@contextlib.contextmanager
+def watched(tmp_path: Path) -> Iterator[Watched]:
+    """A real redis-server, a component on it and a subscriber to everything; all stopped
+    after."""
+    server = EmbeddedRedis(data_dir=tmp_path / "redis", appendfsync="always").start()
+    comp = ComponentProcess(server.url, tmp_path, "--heartbeat", "0.2").start()
+    got: list[Publication] = []
+    try:
+        with Subscriber(comp.url, "/weather/#", link_name="watch", heartbeat_interval=0.2,
+                        on_publication=got.append) as sub:
+            assert sub.wait_connected(20)
+            yield Watched(server, comp.url, sub, got)
+    finally:
+        comp.stop()
+        server.stop()
+
+
 def test_what_an_outage_leaves_stamped_is_named_then_published_once_when_redis_is_back(
     tmp_path: Path,
 ) -> None:
-    server = EmbeddedRedis(data_dir=tmp_path / "redis", appendfsync="always").start()
-    comp = ComponentProcess(server.url, tmp_path, "--heartbeat", "0.2").start()
-    got: list[int] = []
-    try:
-        with (
-            Subscriber(comp.url, "/weather/#", link_name="watch", heartbeat_interval=0.2,
-                       on_publication=lambda p: got.append(p.fields["n"])) as sub,
-            Publisher(comp.url, "feed.j", journal=Journal.from_url(server.url)) as publisher,
-        ):
-            assert sub.wait_connected(20)
+    with watched(tmp_path) as w:
+        with Publisher(w.url, "feed.j", journal=Journal.from_url(w.server.url)) as publisher:
             publisher.publish(TOPIC, {"n": 1})
             assert publisher.flush(20)
-            server.stop()
+            w.server.stop()
             with pytest.raises(PublicationQueuedError) as one:
                 publisher.publish(TOPIC, {"n": 2})
             assert [p.fields["n"] for p in one.value.stamped] == [2]
@@ -53,61 +77,42 @@ def test_what_an_outage_leaves_stamped_is_named_then_published_once_when_redis_i
                 publisher.publish_many([(TOPIC, {"n": n}, "update") for n in (3, 4, 5)])
             assert [p.source_seq for p in many.value.stamped] == [3, 4, 5]
             assert publisher.flush(1) is False  # stamped, not journaled: not published
-            server.start()
+            w.server.start()
             assert publisher.flush(30)
-            assert wait_for(lambda: len(got) >= 5, 30)
-        journal = Journal.from_url(server.url)
+            assert wait_for(lambda: len(w.got) >= 5, 30)
+        journal = Journal.from_url(w.server.url)
         assert [p.fields["n"] for p in journal.read_range("feed.j", 1, 5)] == [1, 2, 3, 4, 5]
         assert journal.high_water("feed.j") == 5
-        assert got == [1, 2, 3, 4, 5]
-    finally:
-        comp.stop()
-        server.stop()
+        assert [p.fields["n"] for p in w.got] == [1, 2, 3, 4, 5]
 
 
 def test_what_a_publisher_journaled_and_never_sent_reaches_subscribers_when_it_goes(
     tmp_path: Path,
 ) -> None:
-    with EmbeddedRedis(data_dir=tmp_path / "redis", appendfsync="always") as server:
-        comp = ComponentProcess(server.url, tmp_path, "--heartbeat", "0.2").start()
-        got: list[int] = []
-        try:
-            with Subscriber(comp.url, "/weather/#", link_name="watch", heartbeat_interval=0.2,
-                            on_publication=lambda p: got.append(p.source_seq)) as sub:
-                assert sub.wait_connected(20)
-                publisher = Publisher(comp.url, "feed.d", journal=Journal.from_url(server.url))
-                with publisher:
-                    publisher.publish_many([(TOPIC, {"n": n}, "update") for n in range(100)])
-                    assert publisher.flush(30)
-                    assert wait_for(lambda: len(got) >= 100, 30)
-                    # its last act: 101..105 journaled, and it is gone before sending them
-                    with JournalPublisher("feed.d", Journal.from_url(server.url)) as last:
-                        for n in range(100, 105):
-                            last.publish(TOPIC, {"n": n})
-                assert wait_for(lambda: len(got) >= 105, 30)  # the source stays silent
-                assert got == list(range(1, 106))
-                assert sub.stats().unrecoverable == 0
-        finally:
-            comp.stop()
+    with watched(tmp_path) as w:
+        journal = Journal.from_url(w.server.url)
+        with Publisher(w.url, "feed.d", journal=journal) as publisher:
+            publisher.publish_many([(TOPIC, {"n": n}, "update") for n in range(100)])
+            assert publisher.flush(30)
+            assert wait_for(lambda: len(w.got) >= 100, 30)
+            # its last act: 101..105 journaled, and it is gone before sending them
+            with JournalPublisher("feed.d", Journal.from_url(w.server.url)) as last:
+                for n in range(100, 105):
+                    last.publish(TOPIC, {"n": n})
+        assert wait_for(lambda: len(w.got) >= 105, 30)  # the source stays silent
+        assert w.numbers() == list(range(1, 106))
+        assert w.subscriber.stats().unrecoverable == 0
 
 
 def test_a_publisher_without_a_journal_restarted_after_the_high_water_goes_on(
     tmp_path: Path,
 ) -> None:
     # without a journal of its own it must be told where its source stands when it restarts
-    with EmbeddedRedis(data_dir=tmp_path / "redis", appendfsync="always") as server:
-        comp = ComponentProcess(server.url, tmp_path, "--heartbeat", "0.2").start()
-        got: list[int] = []
-        try:
-            with Subscriber(comp.url, "/weather/#", link_name="watch", heartbeat_interval=0.2,
-                            on_publication=lambda p: got.append(p.source_seq)) as sub:
-                assert sub.wait_connected(20)
-                for start_after in (0, 50):
-                    with Publisher(comp.url, "feed.n", start_after=start_after) as publisher:
-                        publisher.publish_many([(TOPIC, {"n": n}, "update") for n in range(50)])
-                        assert publisher.flush(30)
-                assert wait_for(lambda: len(got) >= 100, 30)
-                assert got == list(range(1, 101))
-            assert Journal.from_url(server.url).high_water("feed.n") == 100
-        finally:
-            comp.stop()
+    with watched(tmp_path) as w:
+        for start_after in (0, 50):
+            with Publisher(w.url, "feed.n", start_after=start_after) as publisher:
+                publisher.publish_many([(TOPIC, {"n": n}, "update") for n in range(50)])
+                assert publisher.flush(30)
+        assert wait_for(lambda: len(w.got) >= 100, 30)
+        assert w.numbers() == list(range(1, 101))
+        assert Journal.from_url(w.server.url).high_water("feed.n") == 100
