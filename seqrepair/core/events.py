@@ -79,7 +79,8 @@ class Unrecoverable:
     ``source``/``after`` name the source and its last delivered number when known; for a link
     gap they are None and ``link_from``/``link_to`` name the wire range skipped. All four None:
     a source-level repair was given up, and sources the subscriber has delivered nothing of
-    (which the replay would have brought from the link's start) may have lost publications.
+    (which the replay would have brought from the link's or subscription's start) may have
+    lost publications.
     """
 
     source: str | None

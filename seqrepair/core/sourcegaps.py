@@ -407,19 +407,19 @@ class SourceGapDetector:
         return moved
 
     def _abandon(self, reason: str, request: SourceGapRequest, now: float) -> None:
-        """Report the gapped sources unrecoverable and move past their gaps."""
+        """Report the gapped sources unrecoverable, and with them the sources the request does
+        not name (``source=None``), and move past their gaps."""
         self._outstanding = None
-        reported = False
         for name in sorted(self._sources):
             state = self._sources[name]
             if not state.heap:
                 continue
             self._events.append(Unrecoverable(source=name, after=state.delivered, reason=reason))
-            reported = True
             self._skip_to(state, state.heap[0] - 1, answered=False)
             self._mark_gap(state, now)
-        if not reported:
-            self._events.append(Unrecoverable(source=None, after=None, reason=reason))
+        # the sources it does not name (the replay brings them from their start) may have lost
+        # some, as may a known source whose last publications were the lost ones
+        self._events.append(Unrecoverable(source=None, after=None, reason=reason))
         self._requested_at = now
 
     def _send_request(self, now: float, attempts: int, *, probe: bool) -> None:

@@ -185,6 +185,28 @@ def test_unanswered_request_is_retried_with_backoff_then_given_up() -> None:
     assert not det.repairing
 
 
+def test_a_given_up_repair_also_reports_the_sources_it_never_heard_of() -> None:
+    """The journal answers a request with the sources it does not name too (from the
+    subscriber's start): when the repair is given up, what was lost of a source the detector
+    never saw a publication of is reported as well, as ``source=None``."""
+    journal = Journal()
+    for seq in (1, 2, 3):
+        journal.append(pub("a", seq))
+    journal.append(pub("b", 1))  # every publication of "b" is lost on the way
+    det = SourceGapDetector(nak_delay=0.0, retry_interval=1.0, max_retries=1)
+    det.receive(pub("a", 1), 0.0)
+    det.receive(pub("a", 3), 0.0)
+    [request] = requests(det.poll(0.0))
+    assert "b" not in request.after
+    assert any(isinstance(f, Publication) and f.source == "b" for f in journal.answer(request))
+    events = det.poll(1.0)  # never answered: given up
+    assert [e for e in events if isinstance(e, Unrecoverable)] == [
+        Unrecoverable(source="a", after=1, reason="give-up"),
+        Unrecoverable(source=None, after=None, reason="give-up"),
+    ]
+    assert delivered(events) == [("a", 3)]
+
+
 @pytest.mark.parametrize("reason", ["refused", "trimmed"])
 def test_refused_or_trimmed_repair_moves_past_the_gap(reason: str) -> None:
     det = SourceGapDetector(nak_delay=0.0)
@@ -273,7 +295,8 @@ def test_a_replay_stopped_without_reading_anything_new_gives_up() -> None:
     [request] = requests(det.poll(0.0))
     events = det.receive(ReplayComplete(through={"a": 1}, request=request, more=True), 0.0)
     assert [e for e in events if isinstance(e, Unrecoverable)] == [
-        Unrecoverable(source="a", after=1, reason="no-progress")
+        Unrecoverable(source="a", after=1, reason="no-progress"),
+        Unrecoverable(source=None, after=None, reason="no-progress"),
     ]
     assert delivered(events) == [("a", 3)]
     assert requests(events) == []
