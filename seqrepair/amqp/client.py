@@ -19,6 +19,7 @@ has one, and sends them batched; deliveries stay unsettled until the component a
 
 from __future__ import annotations
 
+import ast
 import itertools
 import time
 import uuid
@@ -44,6 +45,7 @@ from seqrepair.amqp.component import (
     PROP_START,
     plain_properties,
 )
+from seqrepair.amqp.errors import PublishRejectedError
 from seqrepair.amqp.framing import Outgoing, encode_frames
 from seqrepair.amqp.rawamqp import read_raw
 from seqrepair.amqp.runner import FATAL_CONDITIONS as FATAL_CONDITIONS  # importable from here
@@ -423,7 +425,10 @@ class Publisher(PublisherRunner[list[Publication]]):
     Without one, numbering starts after ``start_after`` and the component journals. It takes a
     number at or below what it already has of the source for a resend and skips it (accepted,
     not delivered again): a publisher without a journal that restarts must start after the
-    source's high-water, or its publications up to there are lost as duplicates.
+    source's high-water: the component rejects a number it holds for another publication
+    (``amqp:precondition-failed``), and the publisher stops, its :attr:`error` a
+    :class:`~seqrepair.amqp.errors.PublishRejectedError` whose ``expected`` is the next number
+    the source may use. Any rejection makes :meth:`flush` return False.
     Publications are sent to ``address`` (a topic or a pattern the topics fall under).
 
     A lost connection, or a sender link the component refused or detached (or whose session
@@ -478,6 +483,9 @@ class Publisher(PublisherRunner[list[Publication]]):
         self.max_backoff = max_backoff
         self.accepted = 0
         self.rejected = 0
+        """Publications the component rejected (refused for good, not sent again)."""
+        self.rejection: PublishRejectedError | None = None
+        """The last rejection: the component's condition and reason, the batch's numbers."""
         self.released = 0
         """Publications the component released (each time: a batch released twice counts
         twice); they were sent again."""
@@ -576,7 +584,8 @@ class Publisher(PublisherRunner[list[Publication]]):
     def flush(self, timeout: float = 30.0) -> bool:
         """Journal what is stamped but not yet journaled (again and again while the journal is
         out), then wait until the component has accepted everything. False on timeout or error,
-        so also while anything stamped is not yet journaled."""
+        so also while anything stamped is not yet journaled, and once the component has
+        rejected anything (:attr:`rejected`, :attr:`rejection`)."""
         deadline = time.monotonic() + timeout
         while self.embedded is not None and self.embedded.pending:
             with self._lock:
@@ -591,7 +600,7 @@ class Publisher(PublisherRunner[list[Publication]]):
                 return False
             time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
         self._wake()
-        return super().flush(max(0.0, deadline - time.monotonic()))
+        return super().flush(max(0.0, deadline - time.monotonic())) and not self.rejected
 
     # --- sending ------------------------------------------------------------------------
 
@@ -611,19 +620,28 @@ class Publisher(PublisherRunner[list[Publication]]):
                 self.on_sent(batch)
 
     def on_accepted(self, event: Any) -> None:
-        batch = self._unsettled.pop(event.delivery.tag, None)
+        # counted before it leaves _unsettled: flush() returns once that is empty
+        batch = self._unsettled.get(event.delivery.tag)
         if batch is not None:
             self.accepted += len(batch)
+            del self._unsettled[event.delivery.tag]
             if not self._released:
                 self._release_backoff.reset()  # the component journals again
         self._outcome()
 
     def on_rejected(self, event: Any) -> None:
-        batch = self._unsettled.pop(event.delivery.tag, None)
-        cond = event.delivery.remote.condition
-        self.rejected += len(batch or ())
-        self.log.error("publications rejected", condition=cond.name if cond else None,
-                       description=cond.description if cond else None)
+        """Refused for good: counted in :attr:`rejected`, named in :attr:`rejection`. A
+        condition in :data:`NUMBERING_CONDITIONS` stops the publisher (:attr:`error`)."""
+        batch = self._unsettled.get(event.delivery.tag)
+        self.rejection = rejection = _rejection(event.delivery.remote.condition, batch)
+        self.rejected += len(batch or ())  # before it leaves _unsettled, as in on_accepted
+        self._unsettled.pop(event.delivery.tag, None)
+        self.log.error("publications rejected", condition=rejection.condition,
+                       description=rejection.message, first=rejection.first,
+                       last=rejection.last, expected=rejection.expected)
+        if rejection.condition in NUMBERING_CONDITIONS:
+            self._fail(rejection)
+            return
         self._outcome()
 
     def on_released(self, event: Any) -> None:
@@ -666,6 +684,35 @@ class Publisher(PublisherRunner[list[Publication]]):
             self._pending.extendleft(reversed(self._unsettled[tag]))
         self._unsettled.clear()
         self._released.clear()  # among them, in their place
+
+
+NUMBERING_CONDITIONS = frozenset({"amqp:precondition-failed"})
+"""Rejections that say this source's numbering does not continue the journal (numbers skipped,
+or reused for other publications): every later batch would be refused too, so the
+:class:`Publisher` stops; the rejection's ``expected`` is the next number the source may use."""
+
+
+def _rejection(cond: Any, batch: list[Publication] | None) -> PublishRejectedError:
+    """The component's rejection ``cond`` of ``batch`` as a typed error."""
+    info = (cond.info if cond is not None else None) or {}
+    return PublishRejectedError(
+        cond.name if cond is not None else "amqp:internal-error",
+        (cond.description if cond is not None else None) or "rejected without a reason",
+        first=batch[0].source_seq if batch else None,
+        last=batch[-1].source_seq if batch else None,
+        expected=_info_value(info.get(symbol("expected"))),
+        got=_info_value(info.get(symbol("got"))),
+    )
+
+
+def _info_value(text: Any) -> Any:
+    """A value the component sent as its ``repr`` (see ``Component._reject``), read back."""
+    if not isinstance(text, str):
+        return text
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return text
 
 
 def _tag_order(tag: Any) -> int:

@@ -74,3 +74,24 @@ class ConnectionFailedError(AmqpAdapterError):
     """A client could not reach (or lost) the component or broker."""
 
     condition = "amqp:connection:forced"
+
+
+class PublishRejectedError(AmqpAdapterError):
+    """The component rejected a batch of publications (the client ``Publisher``'s
+    ``rejection``): ``condition`` and the message are the component's, ``expected``/``got``
+    come from the condition's info, ``first``/``last`` are the batch's source numbers."""
+
+    def __init__(
+        self,
+        condition: str,
+        message: str,
+        *,
+        first: int | None = None,
+        last: int | None = None,
+        expected: Any = None,
+        got: Any = None,
+    ) -> None:
+        super().__init__(message, expected=expected, got=got)
+        self.condition = condition
+        self.first = first
+        self.last = last

@@ -41,7 +41,12 @@ from seqrepair.amqp import holdback
 from seqrepair.amqp.backoff import Backoff
 from seqrepair.amqp.codec import Decoder
 from seqrepair.amqp.errors import MalformedMessageError, UnknownMessageTypeError
-from seqrepair.amqp.journalport import NotJournaledError, RedisJournalPort, StaleNumberingError
+from seqrepair.amqp.journalport import (
+    NotJournaledError,
+    RedisJournalPort,
+    ReusedNumberError,
+    StaleNumberingError,
+)
 from seqrepair.amqp.technical import DEFAULT_SOURCE_BITS
 from seqrepair.core.messages import Publication
 from seqrepair.core.sequencers import SourceSequencer
@@ -313,16 +318,21 @@ class Ingest:
         for source in behind:
             self._catch_up(source)
         fresh: list[Publication] = []
+        copies: list[Publication] = []
         ingested = self.ingested
         entries: dict[int, bytes | None] = {}
         for i, frame in enumerate(pubs):
+            bare = (frame.with_link(None, retransmit=False)
+                    if frame.link_seq is not None or frame.retransmit else frame)
             if frame.source_seq <= ingested.get(frame.source, 0):
-                self.stats["duplicates"] += 1
+                copies.append(bare)
                 continue
             if items is not None and _regular_entry(items[i]):
                 entries[len(fresh)] = items[i]
-            fresh.append(frame.with_link(None, retransmit=False)
-                         if frame.link_seq is not None or frame.retransmit else frame)
+            fresh.append(bare)
+        if copies:
+            self._check_copies(copies)
+            self.stats["duplicates"] += len(copies)
         if not fresh:
             return
         try:
@@ -340,6 +350,30 @@ class Ingest:
                           {j: entries[i] for j, i in enumerate(kept) if i in entries})
             raise
         self._publish(fresh, entries)
+
+    def _check_copies(self, copies: list[Publication]) -> None:
+        """``copies`` (bare) carry numbers that already went out: a resend is the same
+        publication again, to skip; one the journal holds differently reuses the number (its
+        publisher started again below the source's high-water) and raises
+        :class:`ReusedNumberError`, so it is rejected rather than lost as a duplicate. What
+        retention trimmed cannot be compared: it is taken as a resend."""
+        by_source: dict[str, list[Publication]] = {}
+        for pub in copies:
+            by_source.setdefault(pub.source, []).append(pub)
+        for source, pubs in by_source.items():
+            held: dict[int, Publication] = {}
+            for first, last in _runs(sorted({pub.source_seq for pub in pubs})):
+                held.update((p.source_seq, p) for p in self.journal.read(source, first, last))
+            for pub in pubs:
+                kept = held.get(pub.source_seq)
+                if kept is not None and kept != pub:
+                    hw = self.journal.high_water(source)
+                    raise ReusedNumberError(
+                        f"{source!r}: number {pub.source_seq} is already journaled for another "
+                        f"publication (the journal holds {source!r} through {hw}); a restarted "
+                        f"publisher without a journal must start after {hw}",
+                        source=source, expected=hw + 1, got=pub.source_seq,
+                    )
 
     def _skipped_ahead(self, pubs: list[Publication]) -> list[str]:
         """The sources whose first publication in ``pubs`` skips numbers past what went out.
@@ -392,6 +426,17 @@ def _journal_forms(
     if items is not None and any(form is not pub for form, pub in zip(forms, pubs, strict=True)):
         items = None  # the entries carry the fields as sent
     return forms, items
+
+
+def _runs(numbers: list[int]) -> list[tuple[int, int]]:
+    """Sorted distinct ``numbers`` as (first, last) runs of consecutive ones."""
+    runs: list[tuple[int, int]] = []
+    for n in numbers:
+        if runs and runs[-1][1] + 1 == n:
+            runs[-1] = (runs[-1][0], n)
+        else:
+            runs.append((n, n))
+    return runs
 
 
 def _regular_entry(entry: bytes) -> bool:

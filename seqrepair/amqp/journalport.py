@@ -68,6 +68,9 @@ class JournalPort(Protocol):
         """What the journal holds of ``source`` past ``after`` up to :meth:`held`, and which
         of those numbers retention trimmed before they could be read."""
 
+    def read(self, source: str, first: int, last: int) -> list[Publication]:
+        """What the journal still holds of ``source`` from ``first`` through ``last``."""
+
 
 @attrs.frozen
 class Unsent:
@@ -93,6 +96,19 @@ class JournalGapError(AmqpAdapterError):
     """A publisher skipped numbers: the journal only takes contiguous continuations."""
 
     condition = "amqp:precondition-failed"
+
+
+class ReusedNumberError(AmqpAdapterError):
+    """A publisher sent numbers the journal already holds for other publications (it started
+    again from 1, or from an old high-water, without a journal of its own): taken as
+    duplicates they would be lost, so the message is rejected. ``expected`` is the next number
+    the source may use (the journal's high-water plus one), ``got`` the first reused one."""
+
+    condition = "amqp:precondition-failed"
+
+    def __init__(self, message: str, *, source: str, expected: int, got: int) -> None:
+        super().__init__(message, expected=expected, got=got)
+        self.source = source
 
 
 class NotJournaledError(AmqpAdapterError):
@@ -283,33 +299,45 @@ class RedisJournalPort:
         is read, again past a trim that races the read. Raises :class:`NotJournaledError`,
         ``untouched``, when the journal cannot be read.
         """
-        from seqrepair.journal.errors import TrimmedRangeError
-
         held = self._hw.get(source)
         first = after + 1
         if held is None or held < first:
             return Unsent([], range(first, first))
+        pubs, start = self._read_past_trim(source, first, held)
+        return Unsent(pubs, range(first, start))
+
+    def read(self, source: str, first: int, last: int) -> list[Publication]:
+        """What the journal still holds of ``source`` from ``first`` through ``last``, in
+        order (what retention trimmed is left out). Raises :class:`NotJournaledError`,
+        ``untouched``, when the journal cannot be read."""
+        return self._read_past_trim(source, first, last)[0]
+
+    def _read_past_trim(self, source: str, first: int, last: int) -> tuple[list[Publication], int]:
+        """What the journal holds of ``source`` in ``first..last`` past what retention trimmed,
+        and the number it starts at (``last + 1`` when all of it was trimmed)."""
+        from seqrepair.journal.errors import TrimmedRangeError
+
         start = first
-        while start <= held:  # each trim moves the start past it: this ends
+        while start <= last:  # each trim moves the start past it: this ends
             try:
                 pubs: list[Publication] = self.journal.read_range(  # type: ignore[attr-defined]
-                    source, start, held
+                    source, start, last
                 )
             except TrimmedRangeError as exc:
                 if exc.trimmed_through >= start:
-                    start = min(exc.trimmed_through, held) + 1
+                    start = min(exc.trimmed_through, last) + 1
                     continue
                 raise NotJournaledError(  # a trim below what was asked: not a reason to skip
-                    f"{source!r}: {start}..{held} cannot be read back ({exc})",
+                    f"{source!r}: {start}..{last} cannot be read back ({exc})",
                     source=source, untouched=True,
                 ) from exc
             except Exception as exc:
                 raise NotJournaledError(
-                    f"{source!r}: {start}..{held} cannot be read back ({type(exc).__name__}: "
+                    f"{source!r}: {start}..{last} cannot be read back ({type(exc).__name__}: "
                     f"{exc}); publish again", source=source, untouched=True,
                 ) from exc
-            return Unsent(pubs, range(first, start))
-        return Unsent([], range(first, held + 1))
+            return pubs, start
+        return [], last + 1
 
     def high_waters(self) -> dict[str, int]:
         """The last number held per journaled source. Learns their bit widths too (into

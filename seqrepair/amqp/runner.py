@@ -482,7 +482,9 @@ class PublisherRunner(_Reconnecting, Generic[Unsettled]):
         self._unsettled: dict[Any, Unsettled] = {}
         self.error: AmqpAdapterError | None = None
         """Why it stopped by itself: the peer refused or ended the sender with a condition in
-        :data:`FATAL_CONDITIONS` (the message starts with it, ``got`` is the address)."""
+        :data:`FATAL_CONDITIONS` (the message starts with it, ``got`` is the address), or a
+        subclass's rule stopped it (the client ``Publisher``: a rejection that says its
+        numbering does not continue the journal)."""
         self._container = None
         self._conn = None
         self._sender: Any = None

@@ -8,7 +8,9 @@ application does not publish it again), ``flush`` says False while anything stam
 journaled, and once Redis is back ``flush`` journals and sends it: every publication is
 journaled once and reaches a subscriber once, in order. A publisher that dies between
 journaling and sending leaves publications only the journal holds: when its link ends the
-component fans them out, though the source never publishes again.
+component fans them out, though the source never publishes again. One without a journal that
+restarts from 1 is refused and told where its source stands, rather than have its publications
+taken as resends and lost.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import attrs
 import pytest
 
 from seqrepair.amqp.client import Publisher, Subscriber
+from seqrepair.amqp.errors import PublishRejectedError
 from seqrepair.core.messages import Publication
 from seqrepair.journal.errors import PublicationQueuedError
 from seqrepair.journal.journal import Journal
@@ -116,3 +119,26 @@ def test_a_publisher_without_a_journal_restarted_after_the_high_water_goes_on(
         assert wait_for(lambda: len(w.got) >= 100, 30)
         assert w.numbers() == list(range(1, 101))
         assert Journal.from_url(w.server.url).high_water("feed.n") == 100
+
+
+def test_a_publisher_without_a_journal_restarted_from_one_is_stopped_and_told_where_to_go_on(
+    tmp_path: Path,
+) -> None:
+    with watched(tmp_path) as w:
+        with Publisher(w.url, "feed.r") as first:
+            first.publish_many([(TOPIC, {"n": n}, "update") for n in range(50)])
+            assert first.flush(30)
+        with Publisher(w.url, "feed.r") as forgetful:  # forgot where its source stands
+            forgetful.publish_many([(TOPIC, {"n": n}, "update") for n in range(50, 60)])
+            assert forgetful.flush(30) is False  # refused: not lost as duplicates
+        error = forgetful.error
+        assert isinstance(error, PublishRejectedError)
+        assert (error.condition, error.expected, error.got) == ("amqp:precondition-failed", 51, 1)
+        assert (error.first, error.last, forgetful.rejected) == (1, 10, 10)
+        assert forgetful.rejection is error
+        with Publisher(w.url, "feed.r", start_after=error.expected - 1) as resumed:
+            resumed.publish_many([(TOPIC, {"n": n}, "update") for n in range(50, 60)])
+            assert resumed.flush(30)
+        assert wait_for(lambda: len(w.got) >= 60, 30)
+        assert [p.fields["n"] for p in w.got] == list(range(60))
+        assert w.numbers() == list(range(1, 61))
