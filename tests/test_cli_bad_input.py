@@ -62,6 +62,8 @@ def test_an_option_out_of_range_is_a_usage_error(argv, capsys):
         (["publish", "--source", "s", "--count", "1", "--topics", ""], 2, "--topics"),
         (["publish", "--source", "s", "--count", "1", "--topics", "nota topic"], 2, "topic"),
         (["publish", "--source", "s", "--file", "/no/such/file"], 1, "No such file"),
+        (["publish", "--source", "s", "--count", "1", "--redis-url", UNREACHABLE,
+          "--start-after", "5"], 2, "--start-after is for a publisher without a journal"),
         (["journal", "info", "--redis-url", UNREACHABLE], 1, "unavailable"),
         (["demo", "--redis-url", "notaurl", "--only", "in-process"], 2, "not a Redis URL"),
     ],

@@ -107,6 +107,9 @@ def register(subparsers: Any) -> None:
     pub.add_argument("--source", required=True)
     pub.add_argument("--bits", type=bit_width, default=32)
     pub.add_argument("--redis-url", help="journal first (recommended): numbering resumes there")
+    pub.add_argument("--start-after", type=non_negative_int, default=0, metavar="N",
+                     help="without --redis-url: number after N, the source's high-water (a "
+                          "restarted publisher must not reuse numbers; default 0)")
     pub.add_argument("--address", default="/#", help="target address (topic or pattern)")
     pub.add_argument("--file", help="JSON lines: {topic, fields, ptype?, permtoken?}")
     pub.add_argument("--count", type=non_negative_int, default=0, help="generated load: how many")
@@ -250,21 +253,31 @@ def _publish(args: argparse.Namespace) -> int:
     if not args.file and not args.count:
         print("seqrepair publish: give --file PATH or --count N", file=sys.stderr)
         return 2
+    if args.start_after and (args.redis_url or args.broker):
+        print("seqrepair publish: --start-after is for a publisher without a journal; with "
+              "--redis-url numbering resumes after the journal's high-water", file=sys.stderr)
+        return 2
     if args.broker:
         return _publish_brokered(args)
     from seqrepair.amqp.client import Publisher
+    from seqrepair.amqp.errors import PublishRejectedError
     from seqrepair.journal.journal import Journal
 
     journal = Journal.from_url(args.redis_url) if args.redis_url else None
     publisher = Publisher(args.url, args.source, bits=args.bits, address=args.address,
-                          journal=journal, max_batch=args.batch).start()
+                          journal=journal, max_batch=args.batch,
+                          start_after=args.start_after).start()
     count = 0
     try:
         for batch in _file_items(args):  # as fast as it goes; --rate paces the generated load
+            if publisher.error is not None:
+                break  # stopped (see below): the rest would only queue
             publisher.publish_many(batch)
             count += len(batch)
         start = time.monotonic()
         for batch in _generated_items(args):
+            if publisher.error is not None:
+                break
             publisher.publish_many(batch)
             count += len(batch)
             _pace(start, count, args.rate)
@@ -275,7 +288,12 @@ def _publish(args: argparse.Namespace) -> int:
     print(json.dumps({"published": count, "accepted": publisher.accepted,
                       "rejected": publisher.rejected, "flushed": ok}))
     _report_error("publish", publisher.error)
-    if not ok and publisher.error is None:
+    error = publisher.error
+    if isinstance(error, PublishRejectedError) and isinstance(error.expected, int):
+        print(f"seqrepair publish: the journal holds {args.source!r} through "
+              f"{error.expected - 1}: publish with --redis-url (numbering resumes there) or "
+              f"--start-after {error.expected - 1}", file=sys.stderr)
+    elif not ok and error is None:
         print(f"seqrepair publish: not every publication was accepted in 60 s (is a component "
               f"listening at {args.url}?)", file=sys.stderr)
     return 0 if ok and not publisher.rejected else 1

@@ -16,6 +16,9 @@ taken as resends and lost.
 from __future__ import annotations
 
 import contextlib
+import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,7 +33,7 @@ from seqrepair.journal.journal import Journal
 from seqrepair.journal.publisher import Publisher as JournalPublisher
 from seqrepair.journal.server import EmbeddedRedis
 
-from .conftest import ComponentProcess, wait_for
+from .conftest import ComponentProcess, _env, wait_for
 
 pytestmark = [pytest.mark.amqp, pytest.mark.redis]
 
@@ -142,3 +145,25 @@ def test_a_publisher_without_a_journal_restarted_from_one_is_stopped_and_told_wh
         assert wait_for(lambda: len(w.got) >= 60, 30)
         assert [p.fields["n"] for p in w.got] == list(range(60))
         assert w.numbers() == list(range(1, 61))
+
+
+def test_seqrepair_publish_restarted_without_a_journal_says_how_to_go_on(tmp_path: Path) -> None:
+    def publish(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "seqrepair.cli", "publish", "--url", w.url, "--source",
+             "feed.cli", "--topics", TOPIC, "--count", "5", *extra],
+            env=_env(), capture_output=True, text=True, timeout=120, check=False,
+        )
+
+    with watched(tmp_path) as w:
+        assert publish().returncode == 0
+        again = publish()
+        resumed = publish("--start-after", "5")
+        assert wait_for(lambda: len(w.got) >= 10, 30)
+        assert w.numbers() == list(range(1, 11))
+
+    assert again.returncode == 1, again.stderr
+    assert "amqp:precondition-failed" not in again.stdout
+    assert "--start-after 5" in again.stderr, again.stderr
+    assert json.loads(again.stdout)["rejected"] == 5
+    assert resumed.returncode == 0, resumed.stderr
