@@ -362,6 +362,8 @@ class Subscriber(SubscriberRunner):
             elif isinstance(ev, RequestGap):
                 gaps.append(ev.request)
             elif isinstance(ev, RequestSourceGap):
+                self.log.info("source repair requested", after=dict(ev.request.after),
+                              request_id=ev.request.request_id)
                 self._request(encode(ev.request))
             elif isinstance(ev, Unrecoverable):
                 self.unrecoverable.append(ev)

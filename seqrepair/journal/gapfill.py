@@ -130,6 +130,7 @@ class Replay:
         log.info(
             "gapfill.replayed",
             link=self.link.link_id,
+            ranges={seg.source: (seg.first, seg.last) for seg in self.segments},
             sent=self.sent,
             filtered=self.filtered,
             more=self.more,
