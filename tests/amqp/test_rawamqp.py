@@ -69,11 +69,21 @@ def test_raw_and_proton_readers_decode_the_same_batch(
         if bits.setdefault(pub.source, b) == b:
             frames.append(pub.with_link(first + i, retransmit=False))
     data = encode_frames(frames, bits).encode()
-    via_proton = Decoder().decode(roundtrip_bytes(data))
+    via_proton = decoded(roundtrip_bytes(data))
     raw = read_message(data)
     assert raw is not None
-    assert Decoder().decode(raw) == via_proton  # type: ignore[arg-type]
-    assert [f.link_seq for f in via_proton] == [f.link_seq for f in frames]
+    assert decoded(raw) == via_proton  # the same frames, or the same refusal
+    if isinstance(via_proton, list):
+        assert [f.link_seq for f in via_proton] == [f.link_seq for f in frames]
+
+
+def decoded(message: object) -> list[object] | str:
+    """What a fresh decoder makes of ``message``: its frames, or the refusal it raises (a 64-bit
+    source drawn at 2**63 + 1 and then 1 unwraps past the largest absolute number)."""
+    try:
+        return list(Decoder().decode(message))  # type: ignore[arg-type]
+    except MalformedMessageError as exc:
+        return f"{type(exc).__name__}: {exc.message}"
 
 
 def roundtrip_bytes(data: bytes) -> Message:
