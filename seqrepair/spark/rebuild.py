@@ -46,7 +46,9 @@ Plan
    What a source published of an item before its own last reset precedes that reset in the
    event order (same source: lower number, never a later effective time), and that reset
    precedes or is the item's last reset overall, so it is overwritten or removed: the heavy
-   work below touches only the tails. No time is needed to prune.
+   work below touches only the tails. No time is needed to prune. The join key is a 64-bit
+   hash of (item, source), checked against the pair it found: pruning only saves work, so a
+   collision merely keeps rows.
 3. On that tail, one aggregate over (item, field, source): each publication's fields are
    exploded, plus a marker cell per publication (its last image or drop kept apart), and the
    highest sequence per (item, field, source) is kept with its value. Within a source the
@@ -55,7 +57,8 @@ Plan
    ``block_size`` absolute numbers per source; a narrow aggregate gives each block the largest
    timestamp before it, and a window (running maximum over sequence, partitioned by source
    and block) over the narrow columns of only the blocks that hold a winner gives the rest;
-   joined back on (source, seq).
+   only the winners' own rows are kept (a broadcast semi-join) and joined back on
+   (source, seq).
 5. Per (item, field), the winner with the largest event key; per item the last reset, the last
    publication and the fields set at or after the reset (array ``filter``). Items whose last
    reset is a drop with nothing after it are gone; items never imaged since creation (or since
@@ -84,7 +87,7 @@ _RESETS = ("image", "drop")
 _FIELD, _PUBLICATION, _RESET = 0, 1, 2  # kinds of tail cells
 _MARK = ""  # the marker "field" of a publication; field names are never empty
 
-DEFAULT_BLOCK_SIZE = 1024
+DEFAULT_BLOCK_SIZE = 256
 """Absolute numbers per block when bounding effective times (see the module's Plan)."""
 
 IMAGE_COLUMNS = ("topic", "fields", "provenance", "partial", "last_source", "last_seq")
@@ -182,8 +185,12 @@ def effective_times(
         .rowsBetween(Window.unboundedPreceding, Window.currentRow)
     )
     running = near.select("source", "seq", "_block", F.max("timestamp").over(within).alias("_m"))
-    return running.join(F.broadcast(blocks), ["source", "_block"], "left").select(
-        "source", "seq", _time(F.col("_prev"), F.col("_m")).alias("_time")
+    # only the points themselves leave: the join after this one then sorts no block's other rows
+    exact = F.broadcast(points.select("source", "seq").distinct())
+    return (
+        running.join(exact, ["source", "seq"], "left_semi")
+        .join(F.broadcast(blocks), ["source", "_block"], "left")
+        .select("source", "seq", _time(F.col("_prev"), F.col("_m")).alias("_time"))
     )
 
 
@@ -249,18 +256,31 @@ def rebuild_images(
     if as_of_seq or as_of_time is not None:
         journal = as_of(journal, seq=as_of_seq, timestamp=as_of_time)
     events = journal.where(F.col("ptype") != "snapshot")
-    # 1. per item and source, the number of its last image or drop there
+    # 1. per item and source, the number of its last image or drop there, keyed by a 64-bit
+    #    hash of the pair: a long key probes the broadcast far faster than two strings
+    pair = F.xxhash64("topic", "source")
     resets = (
         events.where(F.col("ptype").isin(*_RESETS))
         .groupBy("topic", "source")
         .agg(F.max("seq").alias("_reset_seq"))
+        .select(
+            pair.alias("_pair"),
+            F.col("topic").alias("_reset_topic"),
+            F.col("source").alias("_reset_source"),
+            "_reset_seq",
+        )
     )
     if broadcast_items:
         resets = F.broadcast(resets)
     # 2. each item's tail in each source: from its last image or drop there on (what a source
-    #    published of an item before its own reset precedes that reset in the event order too)
-    tail = events.join(resets, ["topic", "source"], "left").where(
-        F.col("_reset_seq").isNull() | (F.col("seq") >= F.col("_reset_seq"))
+    #    published of an item before its own reset precedes that reset in the event order too).
+    #    A row prunes only against its own pair's reset; on a hash collision it is kept (and
+    #    may be kept twice), which step 3's maxima do not notice: pruning only saves work
+    tail = events.join(resets, pair == F.col("_pair"), "left").where(
+        F.col("_reset_seq").isNull()
+        | (F.col("seq") >= F.col("_reset_seq"))
+        | (F.col("_reset_topic") != F.col("topic"))
+        | (F.col("_reset_source") != F.col("source"))
     )
     # 3. per (item, field, source) the highest sequence carrying the field; a marker cell
     #    (field "", never a real field name) per publication gives per (item, source) the last
