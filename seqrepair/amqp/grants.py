@@ -19,12 +19,13 @@ always come from the server. Live delivery and repair (gap fills, source replays
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
 
 from seqrepair.amqp.errors import AmqpAdapterError
+from seqrepair.core.filters import BasicFilter
 from seqrepair.core.permissions import ANY_TOKEN, Entitlement
 from seqrepair.core.topics import TopicPattern
 
@@ -116,12 +117,14 @@ class GrantTable:
         return self.grants.get(principal, self.default)
 
     def entitlement(
-        self, principal: str, topics: Iterable[TopicPattern], claimed: Iterable[str] | None
+        self, principal: str, topics: Iterable[TopicPattern], claimed: Iterable[str] | None,
+        filters: Sequence[BasicFilter] = (),
     ) -> Entitlement:
-        """The entitlement of a subscriber link: the principal's grant, narrowed by ``claimed``."""
+        """The entitlement of a subscriber link: the principal's grant, narrowed by ``claimed``,
+        with the subscription's ``filters``."""
         grant = self.grant_for(principal)
         return Entitlement(topics=tuple(topics), grant=narrow(grant.tokens, claimed),
-                           deny=grant.deny)
+                           deny=grant.deny, filters=filters)
 
 
 def principal_of(connection: Any) -> str:

@@ -273,7 +273,7 @@ class SubscriberLink:
     stats: dict[str, int] = attrs.field(
         factory=lambda: {"sent": 0, "dropped": 0, "transfers": 0, "paused": 0}
     )
-    _allowed: dict[tuple[str, str | None], bool] = attrs.field(factory=dict, init=False)
+    _allowed: dict[tuple[object, ...], bool] = attrs.field(factory=dict, init=False)
 
     def __attrs_post_init__(self) -> None:
         self.route = ResponseRoute(self.entitlement, self.max_batch, self.source_bits, self.batch)
@@ -298,9 +298,12 @@ class SubscriberLink:
     # --- feeding ------------------------------------------------------------------------
 
     def allows(self, pub: Publication) -> bool:
-        """``entitlement.allows(pub)``, remembered per (topic, permission token): the answer
-        depends on nothing else, and the entitlement of a link never changes."""
-        key = (pub.topic, pub.permtoken)
+        """``entitlement.allows(pub)``, remembered per (topic, permission token), and per
+        source and publish type too when the link has filters (they may read those): the
+        answer depends on nothing else, and the entitlement of a link never changes."""
+        key: tuple[object, ...] = (pub.topic, pub.permtoken)
+        if self.entitlement.filters:
+            key = (pub.topic, pub.permtoken, pub.source, pub.ptype)
         allowed = self._allowed.get(key)
         if allowed is None:
             if len(self._allowed) >= ALLOWS_CACHE:

@@ -41,10 +41,25 @@ class InvalidConfigError(SeqRepairError, ValueError):
     exception Python code expects for a bad argument value)."""
 
 
+class InvalidSubscriptionError(SeqRepairError, ValueError):
+    """A proposed subscription, or one of its filters, that the subscription model does not
+    allow (the CloudEvents Subscriptions API's ``invalid``)."""
+
+
+class SubscriptionNotFoundError(SeqRepairError, LookupError):
+    """No subscription has the id asked for (``notfound``)."""
+
+
+class SubscriptionConflictError(SeqRepairError):
+    """The id of a new subscription is taken, or the subscription may not be changed this way
+    (``conflict``)."""
+
+
 BAD_INPUT_ERRORS: tuple[type[SeqRepairError], ...] = (
     InvalidSequenceError,
     InvalidMessageError,
     InvalidTopicPatternError,
     InvalidConfigError,
+    InvalidSubscriptionError,
 )
 """The errors that say the caller's input was wrong (the command line exits 2 on them)."""

@@ -13,7 +13,9 @@ A publication is visible to a subscriber when
      APEX access entries);
    * the token is in ``grant``, or ``grant`` holds the wildcard ``"*"``: allowed;
    * otherwise refused. The default grant is empty: tokenised data is visible only to
-     subscribers granted its token.
+     subscribers granted its token; and
+
+3. it passes every one of the subscriber's filters (:mod:`seqrepair.core.filters`), if any.
 
 A publication whose topic is not a valid concrete topic matches no pattern (it is never
 visible) rather than raising in the middle of a replay.
@@ -27,6 +29,7 @@ from typing import Any
 import attrs
 
 from seqrepair.core.errors import InvalidConfigError, InvalidTopicPatternError
+from seqrepair.core.filters import BasicFilter, parse_filters, passes
 from seqrepair.core.messages import Publication
 from seqrepair.core.topics import TopicPattern, topic_pattern
 
@@ -64,16 +67,18 @@ def _tokens(value: object) -> frozenset[str]:
 
 @attrs.frozen
 class Entitlement:
-    """A subscriber's topic patterns and permission grants/denies.
+    """A subscriber's topic patterns, permission grants/denies and filters.
 
     ``Entitlement(topics=["/weather/#"], grant={"6747"}, deny={"secret"})``. Bad patterns raise
     :class:`~seqrepair.core.errors.InvalidTopicPatternError`, bad tokens
-    :class:`~seqrepair.core.errors.InvalidConfigError`.
+    :class:`~seqrepair.core.errors.InvalidConfigError`, bad filters
+    :class:`~seqrepair.core.errors.InvalidSubscriptionError`.
     """
 
     topics: tuple[TopicPattern, ...] = attrs.field(converter=_patterns)
     grant: frozenset[str] = attrs.field(default=frozenset(), converter=_tokens)
     deny: frozenset[str] = attrs.field(default=frozenset(), converter=_tokens)
+    filters: tuple[BasicFilter, ...] = attrs.field(default=(), converter=parse_filters)
 
     @classmethod
     def everything(cls) -> Entitlement:
@@ -97,4 +102,8 @@ class Entitlement:
 
     def allows(self, publication: Publication) -> bool:
         """Whether live delivery would send ``publication`` to this subscriber."""
-        return self.allows_token(publication.permtoken) and self.allows_topic(publication.topic)
+        return (
+            self.allows_token(publication.permtoken)
+            and self.allows_topic(publication.topic)
+            and (not self.filters or passes(self.filters, publication))
+        )

@@ -1,0 +1,129 @@
+"""The subscription manager: one registry, shared by the REST API's threads and the component.
+
+Every change is validated by the core registry, then persisted (when there is a store), and
+only then visible and announced: a change the store could not take is undone and raises, so a
+subscription the API confirmed survives a restart. Listeners hear of each change, in the order
+the changes were made, as ``(previous, current)`` (None: absent); the component's listener only
+queues the change for its own event loop, since it is called with the manager's lock held.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
+
+import structlog
+
+from seqrepair.core.subscriptions import Subscription, SubscriptionRegistry
+
+log = structlog.get_logger("seqrepair.rest.manager")
+
+Listener = Callable[[Subscription | None, Subscription | None], None]
+
+
+class SubscriptionStore(Protocol):
+    """Where subscriptions made through the API are kept (see
+    :class:`~seqrepair.journal.substore.RedisSubscriptionStore`)."""
+
+    def load(self) -> list[Subscription]:
+        """Every stored subscription."""
+
+    def save(self, subscription: Subscription) -> None:
+        """Store (or replace) one subscription."""
+
+    def remove(self, sub_id: str) -> None:
+        """Forget one subscription."""
+
+
+class SubscriptionManager:
+    """Thread-safe create / retrieve / query / update / delete over a
+    :class:`~seqrepair.core.subscriptions.SubscriptionRegistry`.
+
+    ``configured`` subscriptions (the operator's) are loaded first and cannot be changed;
+    a ``store``'s subscriptions are loaded next. Errors are the registry's
+    (:class:`~seqrepair.core.errors.SeqRepairError` subclasses) or the store's own.
+    """
+
+    def __init__(
+        self,
+        *,
+        configured: Iterable[Subscription] = (),
+        store: SubscriptionStore | None = None,
+        registry: SubscriptionRegistry | None = None,
+        new_id: Callable[[], str] = lambda: str(uuid.uuid4()),
+    ) -> None:
+        self.registry = registry if registry is not None else SubscriptionRegistry()
+        self.store = store
+        self.new_id = new_id
+        self._lock = threading.Lock()
+        self._listeners: list[Listener] = []
+        self.registry.load(configured)
+        if store is not None:
+            self.registry.load(store.load())
+
+    def listen(self, listener: Listener) -> None:
+        """Call ``listener(previous, current)`` after every change from now on."""
+        with self._lock:
+            self._listeners.append(listener)
+
+    def unlisten(self, listener: Listener) -> None:
+        """Stop calling ``listener``."""
+        with self._lock:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+
+    def find(self, sub_id: str) -> Subscription | None:
+        """The subscription ``sub_id``, or None."""
+        with self._lock:
+            return self.registry.find(sub_id)
+
+    def get(self, sub_id: str) -> Subscription:
+        """The subscription ``sub_id`` (SubscriptionNotFoundError when there is none)."""
+        with self._lock:
+            return self.registry.get(sub_id)
+
+    def query(self) -> list[Subscription]:
+        """Every subscription, by id."""
+        with self._lock:
+            return self.registry.query()
+
+    def create(self, proposal: Any) -> Subscription:
+        """Create a subscription from a proposed JSON object; return it as realized."""
+        with self._lock:
+            sub = self.registry.create(proposal, new_id=self.new_id())
+            self._commit(sub.id, None, sub)
+            return sub
+
+    def update(self, sub_id: str, proposal: Any) -> Subscription:
+        """Replace subscription ``sub_id`` by a proposed JSON object; return it as realized."""
+        with self._lock:
+            previous, current = self.registry.update(sub_id, proposal)
+            self._commit(sub_id, previous, current)
+            return current
+
+    def delete(self, sub_id: str) -> Subscription:
+        """Delete subscription ``sub_id``; return what it was."""
+        with self._lock:
+            previous = self.registry.delete(sub_id)
+            self._commit(sub_id, previous, None)
+            return previous
+
+    def _commit(self, sub_id: str, previous: Subscription | None,
+                current: Subscription | None) -> None:
+        if self.store is not None:
+            try:
+                if current is None:
+                    self.store.remove(sub_id)
+                else:
+                    self.store.save(current)
+            except BaseException:
+                self.registry.restore(sub_id, previous)
+                raise
+        log.info("subscription " + ("deleted" if current is None else
+                                    "created" if previous is None else "updated"),
+                 subscription=sub_id,
+                 status=None if current is None else current.status.value)
+        for listener in self._listeners:
+            listener(previous, current)
