@@ -88,3 +88,11 @@ def spark_master(text: str) -> str:
             f"yarn, k8s://URL)"
         )
     return text
+
+
+def host_port(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (port 0..65535; 0 lets the system choose)."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
+    return host.strip("[]"), int(port)

@@ -207,7 +207,8 @@ def network_stage(run: DemoRun) -> bool:
     run.results["network"] = report
     print("stage network: seqrepair publish -> seqrepair serve (AMQP 1.0, journal first, "
           f"{args.network_loss:.0%} forced loss, SIGKILL + restart half way) -> "
-          "seqrepair subscribe x2", file=run.out)
+          "seqrepair subscribe x3 (two topic patterns; one subscription made through the "
+          "REST API, topics ending in /LFPG)", file=run.out)
     print(f"  published {report['published']}, component restarts "
           f"{report['component_restarts']}, {time.perf_counter() - started:.1f} s", file=run.out)
     header = ("subscriber", "pattern", "entitled", "delivered", "gaps", "repairs",

@@ -19,6 +19,7 @@ import structlog
 from seqrepair.argtypes import (
     bit_width,
     fraction,
+    host_port,
     non_negative_float,
     non_negative_int,
     positive_float,
@@ -29,6 +30,10 @@ from seqrepair.core.messages import Publication, PublishType
 from seqrepair.core.topics import validate_topic
 
 log = structlog.get_logger(__name__)
+
+
+SUBSCRIPTIONS_WAIT = 30.0
+"""Seconds ``serve`` waits for Redis to give it the stored subscriptions before it gives up."""
 
 
 def register(subparsers: Any) -> None:
@@ -72,6 +77,11 @@ def register(subparsers: Any) -> None:
     serve.add_argument("--subscription", action="append", default=[],
                        metavar="NAME=PATTERN[;TOKENS]",
                        help="a subscription queue /subscriptions/NAME (tokens comma-separated)")
+    serve.add_argument("--rest", type=host_port, metavar="HOST:PORT",
+                       help="serve the subscription REST API (/subscriptions) here; "
+                            "subscriptions made through it are kept in Redis")
+    serve.add_argument("--rest-token-file", metavar="PATH",
+                       help="the REST API then wants 'Authorization: Bearer <the file's text>'")
     serve.add_argument("--grant", action="append", default=[],
                        metavar="PRINCIPAL=TOKENS[;deny=TOKENS]",
                        help="permission tokens of one principal on topic-pattern links "
@@ -164,9 +174,9 @@ def register(subparsers: Any) -> None:
 def _serve(args: argparse.Namespace) -> int:
     from proton.reactor import Container
 
-    from seqrepair.amqp.component import Component, ComponentConfig, Subscription
+    from seqrepair.amqp.component import Component, ComponentConfig
     from seqrepair.amqp.grants import GrantTable
-    from seqrepair.core.topics import TopicPattern
+    from seqrepair.core.subscriptions import Subscription
     from seqrepair.journal.journal import Journal
     from seqrepair.journal.retainer import RetentionWorker
     from seqrepair.journal.retention import RetentionPolicy
@@ -187,8 +197,8 @@ def _serve(args: argparse.Namespace) -> int:
             pattern, _, tokens = rest.partition(";")
             if not name or not rest:
                 raise InvalidConfigError(f"--subscription wants NAME=PATTERN, got {spec!r}")
-            subs[name] = Subscription(name, TopicPattern(pattern),
-                                      frozenset(t for t in tokens.split(",") if t))
+            subs[name] = Subscription(name, pattern, permtokens=[t for t in tokens.split(",") if t],
+                                      configured=True)
     except SeqRepairError as exc:  # a bad grant, subscription or retention setting
         print(f"seqrepair serve: {exc.message}", file=sys.stderr)
         return 2
@@ -220,13 +230,54 @@ def _serve(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     journal = Journal.from_url(args.redis_url, socket_timeout=args.redis_timeout,
                                socket_connect_timeout=min(args.redis_timeout, 5.0))
-    component = Component(config, journal, on_ready=ready)
+    manager = _subscription_manager(args, subs.values())
+    if manager is None:
+        return 1
+    component = Component(config, journal, on_ready=ready, subscriptions=manager)
     with contextlib.ExitStack() as stack, contextlib.suppress(KeyboardInterrupt):
         if retention is not None:
             stack.enter_context(retention)
+        if args.rest is not None:
+            stack.enter_context(_rest_server(args, manager))
         stack.callback(lambda: log.info("component stopped", **component.stats))
         Container(component).run()
     return 0
+
+
+def _subscription_manager(args: argparse.Namespace, configured: Any) -> Any:
+    """The operator's subscriptions and those kept in Redis; None (after saying why) when Redis
+    did not answer for ``SUBSCRIPTIONS_WAIT`` seconds: without them an attach to a
+    subscription queue would be refused for good."""
+    import redis
+
+    from seqrepair.journal.substore import RedisSubscriptionStore
+    from seqrepair.rest.manager import SubscriptionManager
+
+    store = RedisSubscriptionStore.from_url(args.redis_url, socket_timeout=args.redis_timeout)
+    deadline = time.monotonic() + SUBSCRIPTIONS_WAIT
+    while True:
+        try:
+            return SubscriptionManager(configured=configured, store=store)
+        except redis.RedisError as exc:
+            if time.monotonic() >= deadline:
+                print(f"seqrepair serve: cannot read the subscriptions from Redis: {exc}",
+                      file=sys.stderr)
+                return None
+            log.warning("subscriptions not read from Redis yet; trying again", error=str(exc))
+            time.sleep(1.0)
+
+
+def _rest_server(args: argparse.Namespace, manager: Any) -> Any:
+    import redis
+    from seqrepair.rest.api import SubscriptionApi
+    from seqrepair.rest.server import RestServer
+
+    token = Path(args.rest_token_file).read_text().strip() if args.rest_token_file else None
+    api = SubscriptionApi(manager, token=token, unavailable=(OSError, redis.RedisError))
+    host, port = args.rest
+    server = RestServer(api, host=host, port=port).start()
+    log.info("subscription REST API listening", url=server.url, authenticated=bool(token))
+    return server
 
 
 def _gateway(args: argparse.Namespace) -> int:

@@ -6,8 +6,8 @@ Addresses (WIRE.md has the full table):
   pattern it may publish under (``/weather/#``); or the anonymous target, with each message's
   ``to`` naming its topic;
 * a subscriber attaches a *receiving* link whose source is a topic pattern (``/weather/#``) or
-  a configured subscription queue (``/subscriptions/NAME``); the AMQP link name is the link's
-  identity for resumption;
+  a subscription queue (``/subscriptions/ID``, :mod:`.subqueues`); the AMQP link name is the
+  link's identity for resumption;
 * requests (GAP-REQUEST, SOURCE-GAP-REQUEST, CAPABILITIES) go to ``$seqrepair``, which offers
   ``response-address-supported``; answers go to ``reply-to`` (``$link/NAME``, a subscriber's
   own link) with the request's ``message-id`` as ``correlation-id``, or, when the request
@@ -55,6 +55,12 @@ from seqrepair.amqp.journalport import RedisJournalPort
 from seqrepair.amqp.links import ResponseRoute, SubscriberLink, close_stolen, start_map, tokens
 from seqrepair.amqp.rawamqp import Unsupported, read_raw
 from seqrepair.amqp.runner import Call, listening_address
+from seqrepair.amqp.subqueues import (
+    SUBSCRIPTION_PREFIX,
+    SubscriptionChanges,
+    apply_change,
+    entitlement_for,
+)
 from seqrepair.amqp.technical import (
     ABSOLUTE_SOURCE_BITS,
     DEFAULT_SOURCE_BITS,
@@ -74,15 +80,16 @@ from seqrepair.core.messages import (
 )
 from seqrepair.core.permissions import Entitlement
 from seqrepair.core.sequencers import LinkSequencer
+from seqrepair.core.subscriptions import Subscription as Subscription
 from seqrepair.core.topics import TopicPattern
 from seqrepair.journal.gapfill import GapFillService
 from seqrepair.journal.journal import Journal
+from seqrepair.rest.manager import SubscriptionManager
 
 log = structlog.get_logger("seqrepair.amqp.component")
 
 CONTROL_ADDRESS = "$seqrepair"
 LINK_PREFIX = "$link/"
-SUBSCRIPTION_PREFIX = "/subscriptions/"
 RESPONSE_ANNOTATIONS = symbol("RESPONSE_ANNOTATIONS_V1_0")
 RESPONSE_ADDRESS_SUPPORTED = symbol("response-address-supported")
 RESPONSE_COOKIE = symbol("response-address-cookie")
@@ -95,15 +102,6 @@ PROP_EPOCH = symbol("seqrepair-epoch")
 PROP_START = symbol("seqrepair-start-after")
 PROP_GRANTS = symbol("seqrepair-permtokens")
 PROP_LINK = "link"
-
-
-@attrs.frozen
-class Subscription:
-    """A configured subscription queue: ``/subscriptions/NAME`` delivers ``pattern``."""
-
-    name: str
-    pattern: TopicPattern
-    grants: frozenset[str] = frozenset()
 
 
 def _link_bits(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -160,6 +158,7 @@ class ComponentConfig:
     drop_seed: int | None = None
     drop_reset_frames: bool = False
     subscriptions: dict[str, Subscription] = attrs.field(factory=dict)
+    """The operator's subscription queues, by id (``configured``; see :mod:`.subqueues`)."""
     grants: GrantTable = attrs.field(factory=GrantTable)
 
 
@@ -191,6 +190,7 @@ class Component(MessagingHandler):
         *,
         clock: Callable[[], float] = time.time,
         on_ready: Callable[[str], None] | None = None,
+        subscriptions: SubscriptionManager | None = None,
     ) -> None:
         super().__init__(prefetch=0, auto_accept=False, auto_settle=True)
         read_raw(self)
@@ -222,6 +222,10 @@ class Component(MessagingHandler):
         self._rng = random.Random(config.drop_seed)
         self.acceptor: Any = None
         self.container: Any = None
+        self.subscriptions = subscriptions or SubscriptionManager(configured=[
+            attrs.evolve(sub, configured=True) for sub in config.subscriptions.values()
+        ])
+        self._changes = SubscriptionChanges(self.subscriptions)
 
     # --- helpers ------------------------------------------------------------------------
 
@@ -281,6 +285,7 @@ class Component(MessagingHandler):
         self.acceptor = event.container.listen(self.config.url)
         self.listening = listening_address(self.acceptor, self.config.url)
         log.info("component listening", url=self.listening)
+        self._changes.start(event.container)
         self._schedule_tick()
         if self.on_ready is not None:
             self.on_ready(self.listening)
@@ -454,11 +459,12 @@ class Component(MessagingHandler):
             return
         props = plain_properties(sender.remote_properties)
         principal = principal_of(sender.connection)
+        sub = None
         if address.startswith(SUBSCRIPTION_PREFIX):
-            sub = self.config.subscriptions.get(address[len(SUBSCRIPTION_PREFIX) :])
+            sub = self.subscriptions.find(address[len(SUBSCRIPTION_PREFIX) :])
             if sub is None:
                 raise UnknownAddressError(f"no subscription queue {address!r}", got=address)
-            entitlement = Entitlement(topics=(sub.pattern,), grant=sub.grants)
+            entitlement = entitlement_for(sub, self.config.grants, principal)
         else:
             # the server's grant for this principal; the link property may only narrow it
             claimed = props.get(str(PROP_GRANTS))
@@ -514,6 +520,8 @@ class Component(MessagingHandler):
             PROP_EPOCH: link.epoch,
             PROP_START: dict(self.gapfill.link(name).start_after),
         }
+        if sub is not None and sub.paused:
+            link.hold(self.clock(), "subscription paused")
         self.principals[name] = principal
         sender.subscriber = name
         self.routes[(sender.connection.seqrepair_id, LINK_PREFIX + name)] = link.route
@@ -746,8 +754,20 @@ class Component(MessagingHandler):
 
     # --- running ------------------------------------------------------------------------
 
+    def on_seqrepair_subscription(self, event: Any) -> None:
+        """A subscription changed (:mod:`.subqueues`): act on the links of its queue (a
+        resumed one sends its frame 0 on the next tick)."""
+        previous, current = event.subject
+        for link in apply_change(self.links, previous, current, self.clock()):
+            del self.links[link.name]
+            self.gapfill.detach(link.name)
+            self.principals.pop(link.name, None)
+            for key in [k for k in self.routes if self.routes[k] is link.route]:
+                del self.routes[key]
+
     def stop(self) -> None:
         """Close the listener (the container then ends when its connections do)."""
+        self._changes.stop()
         if self.acceptor is not None:
             self.acceptor.close()
 

@@ -1,14 +1,17 @@
 """The networked demo: component, publisher and subscribers as real processes over loopback.
 
-:func:`run_network_demo` starts ``seqrepair serve`` with a forced loss rate, two
-``seqrepair subscribe`` processes on different topic patterns, and ``seqrepair publish``; half
-way it SIGKILLs the component and restarts it (a forced reset: every link comes back at 0 and
-repairs by source from the journal). It then checks each subscriber's output against the
-journal: exactly the publications it is entitled to, in order, once.
+:func:`run_network_demo` starts ``seqrepair serve`` with a forced loss rate and its REST API,
+makes a filtered subscription through that API, starts three ``seqrepair subscribe`` processes
+(two on topic patterns, one on the subscription's queue) and ``seqrepair publish``; half way it
+SIGKILLs the component and restarts it (a forced reset: every link comes back at 0 and repairs
+by source from the journal; the subscription comes back from Redis). It then checks each
+subscriber's output against the journal: exactly the publications it is entitled to, in
+order, once.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import signal
@@ -23,8 +26,11 @@ from typing import Any
 from seqrepair.core.messages import Publication
 from seqrepair.core.permissions import Entitlement
 
-SUBSCRIBERS = {"all": "/demo/#", "wind": "/demo/wind/*"}
+SUBSCRIBERS = {"all": "/demo/#", "wind": "/demo/wind/*", "lfpg": "/subscriptions/demo-lfpg"}
 TOPICS = "/demo/wind/LEMD,/demo/rain/LFPG,/demo/wind/LFPG,/demo/temp/EGLL"
+LFPG = {"id": "demo-lfpg", "topic": "/demo/#", "filters": [
+    {"dialect": "basic", "type": "suffix", "property": "subject", "value": "/LFPG"}]}
+"""The subscription the demo makes through the REST API (every topic ending in /LFPG)."""
 
 
 def _free_port() -> int:
@@ -44,13 +50,13 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _start_component(url: str, redis_url: str, work: Path, n: int, drop_rate: float
-                     ) -> subprocess.Popen[bytes]:
+def _start_component(url: str, rest: str, redis_url: str, work: Path, n: int,
+                     drop_rate: float) -> subprocess.Popen[bytes]:
     ready = work / f"ready-{n}"
     proc = subprocess.Popen(
         _cli("--log-level", "info", "serve", "--url", url, "--redis-url", redis_url,
              "--drop-rate", str(drop_rate), "--drop-seed", str(n), "--heartbeat", "0.25",
-             "--ready-file", str(ready)),
+             "--rest", rest, "--ready-file", str(ready)),
         env=_env(), stdout=open(work / f"component-{n}.log", "wb"),  # noqa: SIM115
         stderr=subprocess.STDOUT,
     )
@@ -60,6 +66,24 @@ def _start_component(url: str, redis_url: str, work: Path, n: int, drop_rate: fl
             raise RuntimeError(f"component did not start; see {work}/component-{n}.log")
         time.sleep(0.05)
     return proc
+
+
+def _subscribe_over_rest(rest: str, proposal: dict[str, Any]) -> dict[str, Any]:
+    """Make (or, from an earlier run on the same Redis, make again) a subscription."""
+    host, _, port = rest.rpartition(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    try:
+        conn.request("DELETE", f"/subscriptions/{proposal['id']}")
+        conn.getresponse().read()
+        conn.request("POST", "/subscriptions", body=json.dumps(proposal),
+                     headers={"Content-Type": "application/json"})
+        response = conn.getresponse()
+        made: dict[str, Any] = json.loads(response.read())
+    finally:
+        conn.close()
+    if response.status != 201:
+        raise RuntimeError(f"the REST API refused the subscription: {made}")
+    return made
 
 
 def _publish(url: str, redis_url: str, count: int, source: str) -> dict[str, Any]:
@@ -105,11 +129,13 @@ def run_network_demo(
     work = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="seqdemo-"))
     work.mkdir(parents=True, exist_ok=True)
     url = f"127.0.0.1:{_free_port()}"
+    rest = f"127.0.0.1:{_free_port()}"
     journal = Journal.from_url(redis_url)
     first_hw = journal.high_water(source)
-    component = _start_component(url, redis_url, work, 1, drop_rate)
+    component = _start_component(url, rest, redis_url, work, 1, drop_rate)
     subs: dict[str, subprocess.Popen[bytes]] = {}
     try:
+        lfpg = _subscribe_over_rest(rest, LFPG)
         for name, pattern in SUBSCRIBERS.items():
             subs[name] = subprocess.Popen(
                 _cli("--log-level", "info", "subscribe", "--url", url, "--address", pattern,
@@ -131,7 +157,7 @@ def run_network_demo(
         half = n_publications // 2
         _publish(url, redis_url, half, source)
         _kill(component)  # forced reset: the component loses every link context
-        component = _start_component(url, redis_url, work, 2, drop_rate)
+        component = _start_component(url, rest, redis_url, work, 2, drop_rate)
         _publish(url, redis_url, n_publications - half, source)
         for proc in subs.values():
             proc.wait(timeout=240)
@@ -150,6 +176,8 @@ def run_network_demo(
     ok = len(journaled) == n_publications
     for name, pattern in SUBSCRIBERS.items():
         ent = Entitlement(topics=(pattern,))
+        if name == "lfpg":
+            ent = Entitlement(topics=(lfpg["topic"],), filters=lfpg["filters"])
         expected = [p.source_seq for p in journaled if ent.allows(p)]
         lines = (work / f"{name}.jsonl").read_text().splitlines()
         got = [json.loads(line)["source_seq"] for line in lines]

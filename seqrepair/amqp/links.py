@@ -263,6 +263,8 @@ class SubscriberLink:
     every link the publication goes to; None when only proton's codec can encode it)."""
     route: ResponseRoute = attrs.field(init=False)
     paused: bool = False
+    held: bool = False
+    """Paused by its subscription (not for want of credit): it stays paused until released."""
     detached_at: float | None = None
     max_credit: int = 0
     reset_pending: bool = False
@@ -352,7 +354,10 @@ class SubscriberLink:
         credit = sender.credit
         if credit > self.max_credit:
             self.max_credit = credit
-        if self.paused and not self.route.busy() and credit >= max(1, self.max_credit // 2):
+        if (
+            self.paused and not self.held and not self.route.busy()
+            and credit >= max(1, self.max_credit // 2)
+        ):
             self._resume(now)
         answers = 0
         while sender.credit > 0:
@@ -379,12 +384,29 @@ class SubscriberLink:
         return transfers
 
     def heartbeat(self, now: float) -> None:
-        """A heartbeat if the link is idle for an interval and can send."""
-        if self.sender is None or self.sender.credit <= 0 or self.pending or self.paused:
+        """A heartbeat if the link is idle for an interval and can send (a held link too: its
+        subscriber must not take the pause for a dead link)."""
+        if self.sender is None or self.sender.credit <= 0 or self.pending:
+            return
+        if self.paused and not self.held:
             return
         beat = self.sequencer.poll(now)
         if beat is not None:
             self._send_frames([beat])
+
+    def hold(self, now: float, reason: str) -> None:
+        """Pause the link until :meth:`release` (its subscription was paused)."""
+        self.held = True
+        if not self.paused:
+            self.pause(now, reason)
+
+    def release(self, now: float) -> None:
+        """End a :meth:`hold`: send again, from link number 0 (the subscriber repairs the
+        pause by source)."""
+        if self.held:
+            self.held = False
+            if self.paused:
+                self._resume(now)
 
     def _resume(self, now: float) -> None:
         self.paused = False

@@ -14,6 +14,7 @@ from proton.reactor import ApplicationEvent, Container, EventInjector
 from seqrepair.amqp.component import Component, ComponentConfig
 from seqrepair.core.messages import GapRequest
 from seqrepair.journal.journal import Journal
+from seqrepair.rest.manager import SubscriptionManager
 
 from .conftest import free_port
 
@@ -22,12 +23,15 @@ class HereComponent(Component):
     """The component in a thread of the test; :meth:`call` runs code in that thread, where
     its links live."""
 
-    def __init__(self, redis_url: str, **settings: Any) -> None:
+    def __init__(
+        self, redis_url: str, *, subscriptions: SubscriptionManager | None = None,
+        **settings: Any,
+    ) -> None:
         self.here_url = f"127.0.0.1:{free_port()}"
         self.here_ready = threading.Event()
         config = ComponentConfig(url=self.here_url, heartbeat_interval=0.2, **settings)
         super().__init__(config, Journal.from_url(redis_url),
-                         on_ready=lambda _url: self.here_ready.set())
+                         on_ready=lambda _url: self.here_ready.set(), subscriptions=subscriptions)
         self._here_injector = EventInjector()
         self._here_calls: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]] = (
             queue.SimpleQueue()

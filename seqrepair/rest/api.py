@@ -1,0 +1,419 @@
+"""The HTTP binding of the subscription interface, without sockets or clock (sans-IO).
+
+:class:`SubscriptionApi` maps one HTTP request (method, target, headers, body) onto a
+:class:`~seqrepair.rest.manager.SubscriptionManager` and returns the :class:`Response` to send;
+:mod:`seqrepair.rest.server` carries both over the wire. The resources are those of the SWIM
+guidance (REST ``/subscriptions``) and of the CloudEvents Subscriptions API's HTTP binding
+(§3.3); the objects are :meth:`~seqrepair.core.subscriptions.Subscription.to_json`'s:
+
+=========================  =======  ================================================  ======
+resource                   method   meaning                                           status
+=========================  =======  ================================================  ======
+``/subscriptions``         GET      every subscription, by id (``[]`` when none)      200
+``/subscriptions``         POST     create one; ``Location: /subscriptions/<id>``     201
+``/subscriptions/<id>``    GET      the subscription                                  200
+``/subscriptions/<id>``    PUT      replace it; pause and resume are a PUT that sets  200
+                                    ``subscription_status`` to PAUSED or ACTIVE
+``/subscriptions/<id>``    DELETE   delete it; the body is what it was (CloudEvents)  200
+either                     OPTIONS  ``Allow`` names the methods (no body)             204
+either                     HEAD     the GET's status and headers, without the body
+=========================  =======  ================================================  ======
+
+A trailing ``/`` is optional and the query string is ignored. The id segment is
+percent-decoded; one that is no valid subscription id is answered 404 like any id that is not
+there (no subscription can have it, and PUT does not create).
+
+Every error has a JSON body ``{"error": code, "message": ..., "expected": ..., "got": ...}``
+(``expected`` and ``got`` made JSON-safe and cut to :data:`MAX_DETAIL` characters). The checks
+run in this order, the first that fails answers:
+
+======  ==========================  =============================================================
+status  ``error``                   when
+======  ==========================  =============================================================
+401     ``unauthorized``            a token is configured and ``Authorization: Bearer <token>``
+                                    is missing or wrong (with ``WWW-Authenticate``)
+404     ``notfound``                an unknown path; no subscription has the id
+405     ``method-not-allowed``      a method the resource does not offer (with ``Allow``)
+406     ``not-acceptable``          ``Accept`` admits no JSON (``application/json;q=0`` refuses
+                                    it, even after ``*/*``: the more specific range wins)
+413     ``payload-too-large``       ``Content-Length`` or the body is over ``max_body``
+415     ``unsupported-media-type``  a POST or PUT whose Content-Type is not application/json
+                                    (a charset other than UTF-8 included)
+400     ``invalid``                 a body that is not UTF-8 JSON (NaN, lone surrogates and
+                                    nesting deeper than :data:`MAX_DEPTH` included), or a
+                                    proposal the subscription model refuses
+409     ``conflict``                the id is taken, the registry is full, or the subscription
+                                    is the operator's (configured)
+503     ``unavailable``             the manager's store failed (one of ``unavailable``); the
+                                    change was undone
+500     ``internal``                anything else (logged; the body says nothing more)
+======  ==========================  =============================================================
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import re
+from collections.abc import Iterable
+from typing import Any, Protocol
+from urllib.parse import quote, unquote, urlsplit
+
+import attrs
+import structlog
+
+from seqrepair.core.errors import (
+    BAD_INPUT_ERRORS,
+    InvalidConfigError,
+    SubscriptionConflictError,
+    SubscriptionNotFoundError,
+)
+from seqrepair.core.subscriptions import check_id
+from seqrepair.rest.manager import SubscriptionManager
+
+log = structlog.get_logger("seqrepair.rest")
+
+COLLECTION = "/subscriptions"
+JSON_TYPE = "application/json; charset=utf-8"
+MAX_BODY = 65536
+"""Default largest request body, in bytes."""
+MAX_DEPTH = 32
+"""Deepest nesting of a request body's JSON (a deep ``protocolsettings`` could otherwise be
+stored and then fail to serialise on every later GET)."""
+MAX_DETAIL = 512
+"""Longest ``message``, and longest JSON text of ``expected`` or ``got``, in an error body."""
+REALM = 'Bearer realm="seqrepair"'
+
+_COLLECTION_ALLOW = ("GET", "HEAD", "POST", "OPTIONS")
+_ITEM_ALLOW = ("GET", "HEAD", "PUT", "DELETE", "OPTIONS")
+_B64TOKEN = re.compile(r"[A-Za-z0-9._~+/-]+=*")
+"""RFC 6750's token68: what a bearer token may be, so it travels in a header unchanged."""
+_QVALUE = re.compile(r"0(?:\.[0-9]{0,3})?|1(?:\.0{0,3})?")
+_DIGITS = re.compile(r"[0-9]+")
+_JSON_RANGES = {"application/json": 2, "application/*": 1, "*/*": 0}
+"""The Accept media ranges that cover JSON, by specificity."""
+
+
+class Headers(Protocol):
+    """Request headers: a ``dict``, any ``Mapping`` or an ``email.message.Message`` (what
+    ``http.server`` gives). Names are looked up case-insensitively; a repeated header's values
+    are joined with ``", "``."""
+
+    def items(self) -> Iterable[tuple[str, Any]]:
+        """The (name, value) pairs."""
+
+
+@attrs.frozen
+class Response:
+    """What to send back: the status, the body and every header but the connection's own."""
+
+    status: int
+    body: bytes = b""
+    headers: tuple[tuple[str, str], ...] = ()
+
+    def header(self, name: str) -> str | None:
+        """The value of header ``name`` (any case), or None."""
+        wanted = name.lower()
+        return next((value for key, value in self.headers if key.lower() == wanted), None)
+
+    def json(self) -> Any:
+        """The body, read as JSON."""
+        return json.loads(self.body)
+
+
+def json_response(status: int, value: Any, headers: tuple[tuple[str, str], ...] = ()) -> Response:
+    """A response whose body is ``value`` as compact UTF-8 JSON."""
+    try:
+        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        body = text.encode("utf-8")
+    except UnicodeEncodeError:
+        # A lone surrogate (from a configured subscription's command line, say) has no UTF-8
+        # form: escape everything rather than fail every GET that includes it.
+        body = json.dumps(value, separators=(",", ":"), allow_nan=False).encode("ascii")
+    return Response(status, body, (("Content-Type", JSON_TYPE),
+                                   ("Content-Length", str(len(body))), *headers))
+
+
+def error_response(status: int, code: str, message: str, *, expected: Any = None,
+                   got: Any = None, headers: tuple[tuple[str, str], ...] = ()) -> Response:
+    """An error: ``{"error": code, "message": ..., "expected": ..., "got": ...}``."""
+    return json_response(status, {
+        "error": code,
+        "message": message[:MAX_DETAIL],
+        "expected": _json_safe(expected),
+        "got": _json_safe(got),
+    }, headers)
+
+
+class _Refusal(Exception):
+    """A check failed: ``response`` says so."""
+
+    def __init__(self, response: Response) -> None:
+        super().__init__(response.status)
+        self.response = response
+
+
+@attrs.frozen
+class _Route:
+    allow: tuple[str, ...]
+    sub_id: str | None
+    """None: the collection; otherwise the percent-decoded id segment (maybe not a valid id)."""
+
+
+class SubscriptionApi:
+    """The subscription interface over HTTP: ``api.handle("GET", "/subscriptions", {}, b"")``.
+
+    ``token``: when given, every request needs ``Authorization: Bearer <token>``.
+    ``max_body``: the largest request body taken, in bytes. ``unavailable``: the exceptions of
+    the manager's store that mean "try again later" (503); the component adds redis-py's
+    ``RedisError`` to the default ``OSError``. Safe to call from many threads at once (the
+    manager is).
+    """
+
+    def __init__(self, manager: SubscriptionManager, *, token: str | None = None,
+                 max_body: int = MAX_BODY,
+                 unavailable: tuple[type[BaseException], ...] = (OSError,)) -> None:
+        if token is not None and (not isinstance(token, str) or not _B64TOKEN.fullmatch(token)):
+            raise InvalidConfigError(
+                "a bearer token is letters, digits and - . _ ~ + / (then = padding)",
+                expected=_B64TOKEN.pattern, got=type(token).__name__)  # not the secret
+        if isinstance(max_body, bool) or not isinstance(max_body, int) or max_body < 1:
+            raise InvalidConfigError("max_body must be an integer >= 1", expected=">= 1",
+                                     got=max_body)
+        if not isinstance(unavailable, tuple) or not all(
+            isinstance(kind, type) and issubclass(kind, BaseException) for kind in unavailable
+        ):
+            raise InvalidConfigError("unavailable must be a tuple of exception classes",
+                                     expected="tuple[type[BaseException], ...]", got=unavailable)
+        self.manager = manager
+        self.max_body = max_body
+        self.unavailable = unavailable
+        self._token = None if token is None else token.encode("ascii")
+
+    def handle(self, method: str, path: str, headers: Headers, body: bytes) -> Response:
+        """The response to one request. ``path`` is the request target as sent (path and
+        query, or an absolute URL). Never raises: an unexpected error is logged and answered
+        500."""
+        try:
+            response = self._respond("GET" if method == "HEAD" else method, path, headers, body)
+        except Exception:
+            log.exception("subscription request failed", method=method[:16], path=path[:200])
+            response = error_response(500, "internal", "internal error")
+        return attrs.evolve(response, body=b"") if method == "HEAD" else response
+
+    def _respond(self, method: str, target: str, headers: Headers, body: bytes) -> Response:
+        try:
+            return self._handle(method, target, headers, body)
+        except _Refusal as refusal:
+            return refusal.response
+
+    def _handle(self, method: str, target: str, raw_headers: Headers, body: bytes) -> Response:
+        headers = _lowered(raw_headers)
+        if not self._authorized(headers.get("authorization")):
+            raise _Refusal(error_response(
+                401, "unauthorized", "this API needs 'Authorization: Bearer <token>'",
+                headers=(("WWW-Authenticate", REALM),)))
+        route = _route(target)
+        allow = ("Allow", ", ".join(route.allow))
+        if method == "OPTIONS":
+            return Response(204, b"", (allow,))
+        if method not in route.allow:
+            raise _Refusal(error_response(
+                405, "method-not-allowed", f"{method[:16]} is not offered here",
+                expected=list(route.allow), got=method[:16], headers=(allow,)))
+        if not _accepts_json(headers.get("accept")):
+            raise _Refusal(error_response(
+                406, "not-acceptable", "responses are application/json, which Accept refuses",
+                expected="application/json", got=headers.get("accept")))
+        size = _body_size(headers.get("content-length"), body)
+        if size > self.max_body:
+            raise _Refusal(error_response(
+                413, "payload-too-large", f"a request body is at most {self.max_body} bytes",
+                expected=self.max_body, got=size))
+        proposal = None
+        if method in ("POST", "PUT"):
+            content_type = headers.get("content-type")
+            if not _is_json_media_type(content_type):
+                raise _Refusal(error_response(
+                    415, "unsupported-media-type", "the body must be application/json (UTF-8)",
+                    expected="application/json", got=content_type))
+            proposal = _read_json(body)
+        return self._call(method, route.sub_id, proposal)
+
+    def _authorized(self, authorization: str | None) -> bool:
+        if self._token is None:
+            return True
+        if authorization is None:
+            return False
+        scheme, _, credentials = authorization.strip().partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(
+            credentials.strip().encode("utf-8", "surrogatepass"), self._token)
+
+    def _call(self, method: str, sub_id: str | None, proposal: Any) -> Response:
+        try:
+            if sub_id is None:
+                if method == "GET":
+                    return json_response(200, [sub.to_json() for sub in self.manager.query()])
+                sub = self.manager.create(proposal)
+                location = f"{COLLECTION}/{quote(sub.id, safe='')}"
+                return json_response(201, sub.to_json(), (("Location", location),))
+            try:
+                check_id(sub_id)
+            except BAD_INPUT_ERRORS as exc:
+                raise SubscriptionNotFoundError(f"no subscription {sub_id[:140]!r} "
+                                                "(not a subscription id)",
+                                                expected=exc.expected, got=exc.got) from None
+            if method == "GET":
+                sub = self.manager.get(sub_id)
+            elif method == "PUT":
+                sub = self.manager.update(sub_id, proposal)
+            else:
+                sub = self.manager.delete(sub_id)
+            return json_response(200, sub.to_json())
+        except self.unavailable as exc:
+            log.warning("subscription store unavailable", method=method, subscription=sub_id,
+                        error=repr(exc)[:MAX_DETAIL])
+            return error_response(503, "unavailable",
+                                  "the subscription store is unavailable; nothing was changed")
+        except SubscriptionNotFoundError as exc:
+            return error_response(404, "notfound", exc.message, expected=exc.expected,
+                                  got=exc.got)
+        except SubscriptionConflictError as exc:
+            return error_response(409, "conflict", exc.message, expected=exc.expected,
+                                  got=exc.got)
+        except BAD_INPUT_ERRORS as exc:
+            return error_response(400, "invalid", exc.message, expected=exc.expected,
+                                  got=exc.got)
+
+
+def _lowered(headers: Headers) -> dict[str, str]:
+    lowered: dict[str, str] = {}
+    for name, value in headers.items():
+        key, text = str(name).lower(), str(value)
+        lowered[key] = f"{lowered[key]}, {text}" if key in lowered else text
+    return lowered
+
+
+def _route(target: str) -> _Route:
+    """The resource ``target`` names; refuses (404) a path that is none."""
+    path = target if target.startswith("/") else urlsplit(target).path  # absolute-form
+    path = path.partition("?")[0].partition("#")[0]
+    parts = path.split("/")
+    if path.startswith("/") and parts[1] == COLLECTION[1:]:
+        if len(parts) == 2 or parts[2:] == [""]:
+            return _Route(_COLLECTION_ALLOW, None)
+        if parts[2] and (len(parts) == 3 or parts[3:] == [""]):
+            return _Route(_ITEM_ALLOW, unquote(parts[2], errors="surrogateescape"))
+    raise _Refusal(error_response(404, "notfound", "no such resource", expected=[
+        COLLECTION, COLLECTION + "/<id>"], got=path))
+
+
+def _accepts_json(accept: str | None) -> bool:
+    """Whether an Accept header admits application/json (no header, or an empty one, admits
+    everything); the most specific range that covers JSON decides, by its q being above 0."""
+    if accept is None or not accept.strip():
+        return True
+    best: tuple[int, float] | None = None
+    for item in accept.split(","):
+        media, *params = item.split(";")
+        specificity = _JSON_RANGES.get(media.strip().lower())
+        q = _quality(params)
+        if specificity is None or q is None:
+            continue
+        if best is None or (specificity, q) > best:
+            best = (specificity, q)
+    return best is not None and best[1] > 0
+
+
+def _quality(params: list[str]) -> float | None:
+    """A media range's q (1 when absent); None when it is malformed (the range is ignored)."""
+    for param in params:
+        name, _, value = param.partition("=")
+        if name.strip().lower() == "q":
+            value = value.strip()
+            return float(value) if _QVALUE.fullmatch(value) else None
+    return 1.0
+
+
+def _body_size(content_length: str | None, body: bytes) -> int:
+    """The larger of the body's length and the one Content-Length declares (the server layer
+    refuses a malformed Content-Length; here it counts for nothing)."""
+    digits = (content_length or "").strip()
+    declared = 0
+    if _DIGITS.fullmatch(digits):
+        digits = digits.lstrip("0") or "0"
+        declared = int(digits) if len(digits) <= 18 else 10**18  # int() refuses 4300+ digits
+    return max(len(body), declared)
+
+
+def _is_json_media_type(content_type: str | None) -> bool:
+    if content_type is None:
+        return False
+    media, *params = content_type.split(";")
+    if media.strip().lower() != "application/json":
+        return False
+    for param in params:
+        name, _, value = param.partition("=")
+        if name.strip().lower() == "charset" and value.strip().strip('"').lower() not in (
+            "utf-8", "utf8"
+        ):
+            return False
+    return True
+
+
+def _read_json(body: bytes) -> Any:
+    """The body as JSON; refuses (400) anything but strict, UTF-8, reasonably shallow JSON."""
+    try:
+        # Decoded here, not by json.loads(bytes), which would also take UTF-16 and UTF-32.
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _Refusal(error_response(400, "invalid", "the body is not UTF-8",
+                                      expected="UTF-8", got=f"byte {exc.start}")) from None
+    try:
+        value = json.loads(text, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as exc:
+        raise _Refusal(error_response(400, "invalid", f"the body is not JSON: {exc}",
+                                      expected="a JSON object")) from None
+    problem = _json_problem(value)
+    if problem is not None:
+        raise _Refusal(error_response(400, "invalid", f"the body is refused: {problem}"))
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _json_problem(value: Any) -> str | None:
+    """Why a decoded JSON value cannot be taken, or None: too deep, or a string that has no
+    UTF-8 form (a lone surrogate from a ``\\ud800`` escape) and so could not be stored."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return f"nested deeper than {MAX_DEPTH} levels"
+        if isinstance(item, dict):
+            stack.extend((key, depth) for key in item)
+            stack.extend((member, depth + 1) for member in item.values())
+        elif isinstance(item, list):
+            stack.extend((member, depth + 1) for member in item)
+        elif isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return "a string holds a lone surrogate"
+    return None
+
+
+def _json_safe(value: Any) -> Any:
+    """``value`` if it is JSON and short, else its repr, cut to :data:`MAX_DETAIL`."""
+    try:
+        if len(json.dumps(value, allow_nan=False)) <= MAX_DETAIL:
+            return value
+    except (TypeError, ValueError, RecursionError):
+        pass
+    try:
+        text = repr(value)
+    except Exception:  # a broken __repr__ must not turn an error answer into a 500
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= MAX_DETAIL else text[:MAX_DETAIL - 3] + "..."

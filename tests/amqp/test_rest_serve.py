@@ -1,0 +1,113 @@
+"""``seqrepair serve --rest``: subscriptions made over HTTP, used over AMQP, kept across a crash.
+
+Real parts only: ``seqrepair serve`` as a process with its REST API on loopback, a real
+redis-server, publisher and subscriber over proton, HTTP through ``http.client``.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from seqrepair.amqp.client import Publisher, Subscriber
+from seqrepair.journal.journal import Journal
+
+from .conftest import ComponentProcess, free_port, wait_for
+
+pytestmark = [pytest.mark.amqp, pytest.mark.redis]
+
+RAIN = {"topic": "/weather/#", "filters": [
+    {"dialect": "basic", "type": "prefix", "property": "subject", "value": "/weather/rain/"}]}
+
+
+class Rest:
+    """A JSON client of the REST API at ``port`` (optionally with a bearer token)."""
+
+    def __init__(self, port: int, token: str | None = None) -> None:
+        self.port = port
+        self.token = token
+
+    def __call__(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        headers = {"Accept": "application/json"}
+        if self.token is not None:
+            headers["Authorization"] = f"Bearer {self.token}"
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            headers["Content-Type"] = "application/json"
+        try:
+            conn.request(method, path, body=data, headers=headers)
+            response = conn.getresponse()
+            text = response.read()
+        finally:
+            conn.close()
+        return response.status, json.loads(text) if text else None
+
+
+def rows(first: int, n: int) -> list[tuple[str, dict[str, Any], str, None]]:
+    topics = ("/weather/rain/LEMD", "/weather/wind/LEMD", "/weather/rain/LFPG")
+    return [(topics[i % 3], {"n": i}, "update", None) for i in range(first, first + n)]
+
+
+def test_a_subscription_made_over_http_delivers_over_amqp_and_survives_a_component_crash(
+    component: Callable[..., ComponentProcess], redis_url: str
+) -> None:
+    port = free_port()
+    comp = component("--heartbeat", "0.2", "--rest", f"127.0.0.1:{port}")
+    rest = Rest(port)
+    status, made = rest("POST", "/subscriptions", RAIN)
+    assert status == 201, made
+    queue = made["queue"]
+    assert queue == f"/subscriptions/{made['id']}"
+
+    got: list[int] = []
+    published: list[tuple[str, dict[str, Any], str, None]] = []
+    with Subscriber(comp.url, queue, link_name="rain", heartbeat_interval=0.2,
+                    on_publication=lambda p: got.append(p.source_seq)) as sub, \
+         Publisher(comp.url, "feed.r", journal=Journal.from_url(redis_url)) as publisher:
+        assert sub.connected.wait(20)
+        for _ in range(2):
+            batch = rows(len(published), 300)
+            published.extend(batch)
+            publisher.publish_many(batch)
+            assert publisher.flush(30)
+            if comp.starts == 1:
+                comp.kill()  # the subscription must come back with the component
+                comp.start()
+        wanted = [i + 1 for i, row in enumerate(published) if row[0].startswith("/weather/rain/")]
+        assert wait_for(lambda: len(got) >= len(wanted), 60)
+        time.sleep(0.5)
+    assert got == wanted, sub.stats()
+    assert sub.error is None
+    assert rest("GET", f"/subscriptions/{made['id']}") == (200, made)
+
+
+def test_bad_requests_change_nothing_and_a_token_is_required_when_configured(
+    component: Callable[..., ComponentProcess], tmp_path: Path
+) -> None:
+    port = free_port()
+    (tmp_path / "token").write_text("s3cret\n")
+    component("--rest", f"127.0.0.1:{port}", "--rest-token-file", str(tmp_path / "token"),
+              "--subscription", "ops=/#")
+    assert Rest(port)("GET", "/subscriptions")[0] == 401
+    assert Rest(port, "wrong")("GET", "/subscriptions")[0] == 401
+    rest = Rest(port, "s3cret")
+    status, listed = rest("GET", "/subscriptions")
+    assert status == 200
+    assert [(s["id"], s["configured"]) for s in listed] == [("ops", True)]
+
+    bad_filter = dict(RAIN, filters=[{"dialect": "sql", "expression": "1=1"}])
+    status, error = rest("POST", "/subscriptions", bad_filter)
+    assert (status, error["error"]) == (400, "invalid")
+    assert "dialect" in error["message"]
+    status, error = rest("PUT", "/subscriptions/ops", {"topic": "/weather/#"})
+    assert (status, error["error"]) == (409, "conflict")
+    assert rest("DELETE", "/subscriptions/nope")[0] == 404
+    assert rest("GET", "/subscriptions") == (200, listed)
