@@ -73,7 +73,7 @@ def _match_type(value: object) -> MatchType:
 
 
 def _check_property(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if value not in ATTRIBUTES:
+    if not isinstance(value, str) or value not in ATTRIBUTES:  # a list is not hashable
         raise InvalidSubscriptionError(
             f"a filter's property must be one of {', '.join(ATTRIBUTES)}, got {value!r}",
             expected=sorted(ATTRIBUTES), got=value,

@@ -35,6 +35,7 @@ This module performs no I/O: :class:`SubscriptionRegistry` validates and keeps t
 
 from __future__ import annotations
 
+import copy
 import enum
 import re
 from collections.abc import Iterable, Mapping
@@ -132,7 +133,7 @@ def _settings(value: object) -> Mapping[str, Any]:
     if len(repr(value)) > MAX_PROTOCOL_SETTINGS:
         raise _invalid(f"protocolsettings is longer than {MAX_PROTOCOL_SETTINGS} characters",
                        expected=MAX_PROTOCOL_SETTINGS, got=len(repr(value)))
-    return MappingProxyType(dict(value))
+    return MappingProxyType(copy.deepcopy(dict(value)))  # nothing shared with the caller
 
 
 @attrs.frozen
@@ -147,7 +148,8 @@ class Subscription:
     )
     permtokens: frozenset[str] | None = attrs.field(default=None, converter=_permtokens)
     protocolsettings: Mapping[str, Any] = attrs.field(
-        factory=lambda: MappingProxyType({}), converter=_settings, eq=False
+        # compared (what to_json shows, equality sees), but not hashed: its values may be lists
+        factory=lambda: MappingProxyType({}), converter=_settings, hash=False
     )
     configured: bool = False
 
@@ -167,7 +169,7 @@ class Subscription:
             "id": self.id,
             "topic": str(self.topic),
             "protocol": PROTOCOL,
-            "protocolsettings": dict(self.protocolsettings),
+            "protocolsettings": copy.deepcopy(dict(self.protocolsettings)),
             "sink": self.queue,
             "queue": self.queue,
             "filters": [f.to_json() for f in self.filters],
@@ -203,15 +205,16 @@ class Subscription:
             _agree(proposal, member, QUEUE_PREFIX + sub_id,
                    "a subscriber attaches a receiving link to the queue (no push delivery)")
         config = proposal.get("config")
-        if config:
+        if config is not None and (not isinstance(config, Mapping) or config):
             raise _invalid("no config keys are defined", expected={}, got=config)
+        settings = proposal.get("protocolsettings")
         return cls(
             id=sub_id,
             topic=proposal["topic"],
             filters=proposal.get("filters"),
             status=proposal.get("subscription_status", SubscriptionStatus.ACTIVE),
             permtokens=proposal.get("permtokens"),
-            protocolsettings=proposal.get("protocolsettings") or {},
+            protocolsettings={} if settings is None else settings,
         )
 
 
@@ -280,10 +283,12 @@ class SubscriptionRegistry:
     def load(self, subscriptions: Iterable[Subscription]) -> None:
         """Put subscriptions in as they are (at start: configured ones, then stored ones); a
         configured one keeps its id against a stored one of the same id."""
-        for sub in subscriptions:
+        subs = list(subscriptions)
+        for sub in subs:  # all checked before any goes in: a refused load changes nothing
             if not isinstance(sub, Subscription):
                 raise InvalidSubscriptionError("load takes Subscription objects",
                                                expected="Subscription", got=sub)
+        for sub in subs:
             held = self._subs.get(sub.id)
             if held is not None and held.configured and not sub.configured:
                 continue

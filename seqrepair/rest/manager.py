@@ -4,7 +4,8 @@ Every change is validated by the core registry, then persisted (when there is a 
 only then visible and announced: a change the store could not take is undone and raises, so a
 subscription the API confirmed survives a restart. Listeners hear of each change, in the order
 the changes were made, as ``(previous, current)`` (None: absent); the component's listener only
-queues the change for its own event loop, since it is called with the manager's lock held.
+queues the change for its own event loop, since it is called with the manager's lock held. A
+listener that raises is logged and does not stop the others, nor fail the change.
 """
 
 from __future__ import annotations
@@ -126,4 +127,9 @@ class SubscriptionManager:
                  subscription=sub_id,
                  status=None if current is None else current.status.value)
         for listener in self._listeners:
-            listener(previous, current)
+            try:
+                listener(previous, current)
+            except Exception:  # the change is made and stored: the caller must not think
+                # otherwise (and retry it), and the other listeners must still hear of it
+                log.exception("subscription listener failed", subscription=sub_id,
+                              listener=repr(listener))
