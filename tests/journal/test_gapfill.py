@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from seqrepair.core.budget import RefusalPolicy
 from seqrepair.core.errors import InvalidMessageError
+from seqrepair.core.filters import BasicFilter
 from seqrepair.core.messages import (
     GapError,
     GapRequest,
@@ -300,14 +301,20 @@ TOKENS = [None, "gold", "silver", "secret"]
     grant=st.sets(st.sampled_from(["gold", "silver", "secret", "*"])),
     deny=st.sets(st.sampled_from(["gold", "secret"])),
     after=st.dictionaries(st.sampled_from(["feed.a", "feed.b", "feed.c"]), st.integers(0, 45)),
+    filters=st.lists(
+        st.builds(BasicFilter, st.sampled_from(["exact", "prefix", "suffix"]),
+                  st.sampled_from(["source", "subject", "permtoken"]),
+                  st.sampled_from(["feed.a", "feed.", "/weather/", "/b", "gold", "d", ""])),
+        max_size=2,
+    ),
 )
 def test_replay_is_exactly_the_entitled_publications_in_source_order(
-    journal: Journal, rows, patterns, grant, deny, after
+    journal: Journal, rows, patterns, grant, deny, after, filters
 ) -> None:
     journal.client.flushall()
     journal = Journal(journal.client, page_size=7)  # a fresh one: no cached registrations
     journaled = {source: fill(journal, source, items) for source, items in rows.items()}
-    ent = Entitlement(topics=patterns, grant=grant, deny=deny)
+    ent = Entitlement(topics=patterns, grant=grant, deny=deny, filters=filters)
     service = GapFillService(journal, page_size=7)
     service.attach("L", ent, start_after={})
     request = SourceGapRequest(after)
@@ -325,10 +332,16 @@ def test_replay_is_exactly_the_entitled_publications_in_source_order(
         if source in after or len(pubs) > 0:
             assert complete.through[source] == len(pubs)
     # the oracle: live delivery's filter, evaluated independently of Entitlement.allows
+    compare = {"exact": str.__eq__, "prefix": str.startswith, "suffix": str.endswith}
     for pub in out[:-1]:
         assert pub.permtoken is None or (
             pub.permtoken not in deny and (pub.permtoken in grant or "*" in grant)
         )
+        attributes = {"source": pub.source, "subject": pub.topic, "permtoken": pub.permtoken}
+        for f in filters:
+            value = attributes[f.property]
+            assert value is not None
+            assert compare[f.type.value](value, f.value)
 
 
 @pytest.mark.parametrize(("bits", "seed"), [(8, 8), (16, 16)])
