@@ -276,9 +276,11 @@ class SubscriberLink:
         factory=lambda: {"sent": 0, "dropped": 0, "transfers": 0, "paused": 0}
     )
     _allowed: dict[tuple[object, ...], bool] = attrs.field(factory=dict, init=False)
+    _filtered: bool = attrs.field(default=False, init=False)
 
     def __attrs_post_init__(self) -> None:
         self.route = ResponseRoute(self.entitlement, self.max_batch, self.source_bits, self.batch)
+        self._filtered = bool(self.entitlement.filters)
 
     def attach(self, sender: Any) -> None:
         """Bind (or rebind, on resume) the AMQP sender of this link."""
@@ -303,9 +305,10 @@ class SubscriberLink:
         """``entitlement.allows(pub)``, remembered per (topic, permission token), and per
         source and publish type too when the link has filters (they may read those): the
         answer depends on nothing else, and the entitlement of a link never changes."""
-        key: tuple[object, ...] = (pub.topic, pub.permtoken)
-        if self.entitlement.filters:
-            key = (pub.topic, pub.permtoken, pub.source, pub.ptype)
+        key: tuple[object, ...] = (
+            (pub.topic, pub.permtoken, pub.source, pub.ptype) if self._filtered
+            else (pub.topic, pub.permtoken)
+        )
         allowed = self._allowed.get(key)
         if allowed is None:
             if len(self._allowed) >= ALLOWS_CACHE:
