@@ -63,6 +63,9 @@ class SubscriptionManager:
         self.registry.load(configured)
         if store is not None:
             self.registry.load(store.load())
+        # what find() reads without the lock: the component's event loop must never wait for
+        # a change whose store (Redis) is slow to answer; replaced whole after each change
+        self._committed = {sub.id: sub for sub in self.registry.query()}
 
     def listen(self, listener: Listener) -> None:
         """Call ``listener(previous, current)`` after every change from now on."""
@@ -76,9 +79,9 @@ class SubscriptionManager:
                 self._listeners.remove(listener)
 
     def find(self, sub_id: str) -> Subscription | None:
-        """The subscription ``sub_id``, or None."""
-        with self._lock:
-            return self.registry.find(sub_id)
+        """The subscription ``sub_id`` as last committed, or None. Never waits: a change being
+        stored right now is not seen until it is stored."""
+        return self._committed.get(sub_id)
 
     def get(self, sub_id: str) -> Subscription:
         """The subscription ``sub_id`` (SubscriptionNotFoundError when there is none)."""
@@ -122,6 +125,12 @@ class SubscriptionManager:
             except BaseException:
                 self.registry.restore(sub_id, previous)
                 raise
+        committed = dict(self._committed)
+        if current is None:
+            committed.pop(sub_id, None)
+        else:
+            committed[sub_id] = current
+        self._committed = committed
         log.info("subscription " + ("deleted" if current is None else
                                     "created" if previous is None else "updated"),
                  subscription=sub_id,

@@ -403,3 +403,45 @@ def test_concurrent_updates_and_deletes_leave_store_and_manager_agreeing() -> No
     assert [s.id for s in manager.query()] == sorted(f"s{n}" for n in range(1, 40, 2))
     assert all(s.paused for s in manager.query())
     assert sorted(store.saved.values(), key=lambda s: s.id) == manager.query()
+
+
+class HeldStore(MemoryStore):
+    """A store whose save waits until the test lets it go (a Redis slow to answer)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = threading.Event()
+        self.go = threading.Event()
+
+    def save(self, subscription: Subscription) -> None:
+        self.entered.set()
+        assert self.go.wait(10)
+        super().save(subscription)
+
+
+def test_find_never_waits_for_a_change_being_stored_and_sees_it_once_stored() -> None:
+    store = HeldStore()
+    manager = SubscriptionManager(store=store, new_id=counter())
+    creating = threading.Thread(target=manager.create, args=({"id": "slow", "topic": "/#"},))
+    creating.start()
+    try:
+        assert store.entered.wait(10)
+        started = time.monotonic()
+        assert manager.find("slow") is None  # not stored yet: not there for the component
+        assert time.monotonic() - started < 5  # and it did not wait for the store
+    finally:
+        store.go.set()
+        creating.join(10)
+    assert manager.find("slow") == Subscription("slow", "/#")
+
+
+def test_find_does_not_see_a_change_the_store_refused() -> None:
+    store = MemoryStore()
+    manager = SubscriptionManager(store=store, new_id=counter())
+    made = manager.create({"id": "kept", "topic": "/#"})
+    store.failing = True
+    with pytest.raises(OSError, match="disk full"):
+        manager.update("kept", {"topic": "/weather/#"})
+    with pytest.raises(OSError, match="disk full"):
+        manager.delete("kept")
+    assert manager.find("kept") == made
