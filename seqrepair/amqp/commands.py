@@ -182,6 +182,7 @@ def _serve(args: argparse.Namespace) -> int:
     from seqrepair.journal.retention import RetentionPolicy
 
     try:
+        token = _rest_token(args)
         grants = GrantTable.parse(args.grant, args.default_grant)
         policy = RetentionPolicy(
             max_count=args.retain_count, max_age=args.retain_age, archive_root=args.archive
@@ -235,10 +236,15 @@ def _serve(args: argparse.Namespace) -> int:
         return 1
     component = Component(config, journal, on_ready=ready, subscriptions=manager)
     with contextlib.ExitStack() as stack, contextlib.suppress(KeyboardInterrupt):
+        if args.rest is not None:
+            try:
+                stack.enter_context(_rest_server(args, manager, token))
+            except (SeqRepairError, OSError) as exc:
+                print(f"seqrepair serve: --rest: {getattr(exc, 'message', exc)}",
+                      file=sys.stderr)
+                return 2 if isinstance(exc, SeqRepairError) else 1
         if retention is not None:
             stack.enter_context(retention)
-        if args.rest is not None:
-            stack.enter_context(_rest_server(args, manager))
         stack.callback(lambda: log.info("component stopped", **component.stats))
         Container(component).run()
     return 0
@@ -267,12 +273,26 @@ def _subscription_manager(args: argparse.Namespace, configured: Any) -> Any:
             time.sleep(1.0)
 
 
-def _rest_server(args: argparse.Namespace, manager: Any) -> Any:
+def _rest_token(args: argparse.Namespace) -> str | None:
+    """The bearer token of ``--rest-token-file`` (None without one)."""
+    if not args.rest_token_file:
+        return None
+    try:
+        token = Path(args.rest_token_file).read_text().strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidConfigError(f"--rest-token-file: {exc}", got=args.rest_token_file) from None
+    if not token:
+        raise InvalidConfigError("--rest-token-file is empty", got=args.rest_token_file)
+    return token
+
+
+def _rest_server(args: argparse.Namespace, manager: Any, token: str | None) -> Any:
+    """The REST API's server, listening (SeqRepairError: a bad token; OSError: no bind)."""
     import redis
+
     from seqrepair.rest.api import SubscriptionApi
     from seqrepair.rest.server import RestServer
 
-    token = Path(args.rest_token_file).read_text().strip() if args.rest_token_file else None
     api = SubscriptionApi(manager, token=token, unavailable=(OSError, redis.RedisError))
     host, port = args.rest
     server = RestServer(api, host=host, port=port).start()

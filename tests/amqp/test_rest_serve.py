@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -18,7 +21,7 @@ import pytest
 from seqrepair.amqp.client import Publisher, Subscriber
 from seqrepair.journal.journal import Journal
 
-from .conftest import ComponentProcess, free_port, wait_for
+from .conftest import ComponentProcess, _env, free_port, wait_for
 
 pytestmark = [pytest.mark.amqp, pytest.mark.redis]
 
@@ -111,3 +114,19 @@ def test_bad_requests_change_nothing_and_a_token_is_required_when_configured(
     assert (status, error["error"]) == (409, "conflict")
     assert rest("DELETE", "/subscriptions/nope")[0] == 404
     assert rest("GET", "/subscriptions") == (200, listed)
+
+
+def test_a_rest_port_taken_by_another_process_is_a_clear_error(redis_url: str) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "seqrepair.cli", "serve", "--url", f"127.0.0.1:{free_port()}",
+             "--redis-url", redis_url, "--rest", f"127.0.0.1:{port}"],
+            env=_env(), capture_output=True, timeout=60, check=False,
+        )
+    assert done.returncode == 1
+    err = done.stderr.decode().strip().splitlines()
+    assert err[-1].startswith("seqrepair serve: --rest:"), err
+    assert "Traceback" not in done.stderr.decode()
