@@ -181,7 +181,11 @@ class _Bucket:
 
 
 class Component(MessagingHandler):
-    """The proton handler of the pubsub component. ``Container(Component(...)).run()``."""
+    """The proton handler of the pubsub component. ``Container(Component(...)).run()``.
+
+    ``subscriptions``: the subscription manager to serve ``/subscriptions/<id>`` from (it
+    holds the configured ones too); by default one holding ``config.subscriptions``.
+    """
 
     def __init__(
         self,
