@@ -29,12 +29,14 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 
 from seqrepair.core.errors import InvalidSubscriptionError
 from seqrepair.core.messages import Publication
+
+E = TypeVar("E", bound=enum.Enum)
 
 BASIC_DIALECT = "basic"
 MAX_FILTERS = 32
@@ -60,16 +62,23 @@ class MatchType(enum.Enum):
     SUFFIX = "suffix"
 
 
-def _match_type(value: object) -> MatchType:
-    if isinstance(value, MatchType):
+def enum_member(kind: type[E], value: object, what: str) -> E:
+    """``value`` as a member of ``kind`` (a member or its value); InvalidSubscriptionError
+    naming ``what`` and the values allowed otherwise."""
+    if isinstance(value, kind):
         return value
     try:
-        return MatchType(value)
+        return kind(value)
     except ValueError:
+        allowed = [member.value for member in kind]
         raise InvalidSubscriptionError(
-            f"a basic filter's type must be exact, prefix or suffix, got {value!r}",
-            expected=[t.value for t in MatchType], got=value,
+            f"{what} must be one of {', '.join(map(str, allowed))}, got {value!r}",
+            expected=allowed, got=value,
         ) from None
+
+
+def _match_type(value: object) -> MatchType:
+    return enum_member(MatchType, value, "a basic filter's type")
 
 
 def _check_property(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:

@@ -51,7 +51,7 @@ from seqrepair.core.errors import (
     SubscriptionConflictError,
     SubscriptionNotFoundError,
 )
-from seqrepair.core.filters import BasicFilter, parse_filters
+from seqrepair.core.filters import BasicFilter, enum_member, parse_filters
 from seqrepair.core.topics import TopicPattern, topic_pattern
 
 QUEUE_PREFIX = "/subscriptions/"
@@ -105,15 +105,7 @@ def _topic(value: object) -> TopicPattern:
 
 
 def _status(value: object) -> SubscriptionStatus:
-    if isinstance(value, SubscriptionStatus):
-        return value
-    try:
-        return SubscriptionStatus(value)
-    except ValueError:
-        raise _invalid(
-            f"subscription_status must be ACTIVE or PAUSED, got {value!r}",
-            expected=[s.value for s in SubscriptionStatus], got=value,
-        ) from None
+    return enum_member(SubscriptionStatus, value, "subscription_status")
 
 
 def _permtokens(value: object) -> frozenset[str] | None:
