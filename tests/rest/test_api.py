@@ -135,7 +135,9 @@ def test_the_collection_takes_a_trailing_slash_a_query_and_an_absolute_url(
     api: SubscriptionApi, created: Created, path: str
 ) -> None:
     created()
-    assert call(api, "GET", path).status == 200
+    listed = call(api, "GET", path)
+    assert listed.status == 200
+    assert [sub["id"] for sub in listed.json()] == ["sub-1"]
 
 
 @pytest.mark.parametrize("path", [
