@@ -82,6 +82,15 @@ class SimulationReport:
     subscriber_images: dict[str, dict[str, Any]]
 
     @property
+    def spurious_resets(self) -> int:
+        """Resets the stub took that the component never made: an announced reset's in-band
+        frame 0 overtaken by later frames reads as a new reset (only a transport that both
+        announces resets and reorders frames can do that). The stub then replays by source and
+        asks for the frames it voided by link again; a transport that has dropped them as too
+        old makes it report them ``Unrecoverable``, although the replay delivered them."""
+        return int(self.stats.resets) - self.resets
+
+    @property
     def exactly_once_in_order(self) -> bool:
         """Every publication delivered once, each source's in its own order."""
         return _by_source(self.delivered) == _by_source(self.published)
@@ -154,10 +163,25 @@ class InMemoryComponent:
         if isinstance(request, GapRequest):
             result = self._context.answer(request)
             return [result] if isinstance(result, GapError) else list(result)
-        owed = (p for p in self._journal if p.source_seq > request.after.get(p.source, 0))
+        after = request.after
+        cover = (
+            None if request.link_through is None else self._context.cover(request.link_through)
+        )
+        limits = {
+            name: limit
+            for name in self._sequencers
+            if cover is not None and (limit := cover.limit(name)) is not None
+        }  # the link carries each source from its limit on (LinkCover)
+        owed = (
+            p for p in self._journal
+            if after.get(p.source, 0) < p.source_seq <= limits.get(p.source, p.source_seq)
+        )
         carried = list(itertools.islice(owed, self.replay_limit))
         replay: list[ToSubscriber] = [p.with_link(None, retransmit=True) for p in carried]
-        through = {name: seq.high_water for name, seq in self._sequencers.items()}
+        through = {
+            name: min(seq.high_water, max(limits.get(name, seq.high_water), after.get(name, 0)))
+            for name, seq in self._sequencers.items()
+        }
         more = next(owed, None) is not None
         if more:  # everything up to the last one carried was answered, nothing further
             through = {name: request.after.get(name, 0) for name in through}

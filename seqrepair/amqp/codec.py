@@ -154,6 +154,10 @@ def _request_id(props: dict[str, Any], request: SourceGapRequest | None) -> dict
     return props
 
 
+LINK_THROUGH = "link_through"
+"""Application property of a source request: the highest link number the subscriber had seen."""
+
+
 def _read_request_id(props: Mapping[str, Any]) -> int | None:
     value = props.get(REQUEST_ID)
     return None if value is None else _int(value, REQUEST_ID)
@@ -193,10 +197,10 @@ def encode(obj: Decoded) -> Message:
             }
         )
     if isinstance(obj, SourceGapRequest):
-        return Message(
-            body=_ulongs(obj.after),
-            properties=_request_id({MESSAGE_TYPE: MessageType.SOURCE_GAP_REQUEST.value}, obj),
-        )
+        asked = _request_id({MESSAGE_TYPE: MessageType.SOURCE_GAP_REQUEST.value}, obj)
+        if obj.link_through is not None:
+            asked[LINK_THROUGH] = ulong(obj.link_through)
+        return Message(body=_ulongs(obj.after), properties=asked)
     if isinstance(obj, GapError):
         props: dict[str, Any] = {
             MESSAGE_TYPE: MessageType.GAP_ERROR.value,
@@ -516,8 +520,13 @@ class Decoder:
                     link_to=_int(props.get("link_to"), "link_to", low=1, high=self._link_max),
                 )
             if mtype is MessageType.SOURCE_GAP_REQUEST:
+                through = props.get(LINK_THROUGH)
                 return SourceGapRequest(
-                    after=_source_numbers(body, "after"), request_id=_read_request_id(props)
+                    after=_source_numbers(body, "after"),
+                    request_id=_read_request_id(props),
+                    link_through=None if through is None else _int(
+                        through, LINK_THROUGH, high=self._link_max
+                    ),
                 )
             if mtype is MessageType.REPLAY_COMPLETE:
                 body = _map(body, "REPLAY-COMPLETE body")

@@ -51,10 +51,11 @@ class LinkContext:
             raise InvalidConfigError("only frames with a link number can be recorded")
         self.space.check(frame.link_seq, allow_reset=True)
         if frame.link_seq == RESET:
+            if self._head:  # what was sent is void; a context that sent nothing just starts at 0
+                self._generation += 1
             self._frames.clear()
             self._head = 0
             self._base = -1
-            self._generation += 1
         self._head += 1
         self._frames.append(frame)
         if len(self._frames) > self.capacity:
@@ -90,6 +91,26 @@ class LinkContext:
         if first < self._oldest:
             return GapError("context-lost", request, "range no longer held")
         return Resend(self, request, span, self._generation, first, min(last, self._head))
+
+    def cover(self, link_through: int) -> LinkCover:
+        """What this link itself brings past a subscriber's ``link_through`` (the wire number
+        of the highest frame it had seen): see :class:`LinkCover`.
+
+        The number is read as the *latest* frame of the current context that carries it (none:
+        before the context's first frame). A later reading than the subscriber meant only makes
+        a replay carry more, never less: a frame the subscriber saw lies at or before it, or in
+        an older context, whose publications all precede this context's.
+        """
+        self.space.check(link_through, allow_reset=True)
+        if link_through == RESET:
+            position = 1 if self._base == -1 else 0  # the reset frame, if this context has one
+        else:
+            head = self._head + self._base  # the newest frame's absolute number
+            latest = head - self.space.distance(link_through, self.space.wire(head)) if (
+                head >= 1
+            ) else 0
+            position = latest - self._base if latest >= 1 else 0
+        return LinkCover(self, self._generation, position)
 
     @property
     def _oldest(self) -> int:
@@ -136,3 +157,49 @@ class Resend:
             if isinstance(frame, Publication):
                 frame = frame.with_link(frame.link_seq, retransmit=True)
             yield frame
+
+
+@attrs.define
+class LinkCover:
+    """Per source, the first publication a link numbered after a subscriber's cover point.
+
+    A subscriber whose link context broke asks for a replay after the last numbers it delivered
+    (:class:`~seqrepair.core.messages.SourceGapRequest`), naming the highest link number it had
+    seen. Everything the link numbered after that reaches it by the link (sent, or resent from
+    the context on a link request; a frame the context no longer holds is asked for again by
+    source), and a link numbers each source's publications in order. So a replay may stop each
+    source just before its first publication numbered past the cover point: what follows is
+    the link's to bring, and replaying it too would only be dropped as duplicates.
+
+    The frames are read as the replay goes (:meth:`limit`), since the link keeps numbering
+    meanwhile. Once the context resets, nothing new is read: a source not seen by then has no
+    limit, its replay runs to the journal's high-water, as without a cover point.
+    """
+
+    context: LinkContext
+    generation: int
+    scanned: int  # the last position read (the cover point to start with)
+    first: dict[str, int] = attrs.field(factory=dict)
+
+    def limit(self, source: str) -> int | None:
+        """The last number of ``source`` the replay must carry, or None: all it holds."""
+        first = self.first.get(source)
+        if first is None:
+            self._read()
+            first = self.first.get(source)
+        return None if first is None else first - 1
+
+    def _read(self) -> None:
+        context = self.context
+        head = context._head
+        if context._generation != self.generation or self.scanned >= head:
+            return
+        # frames gone before they were read precede those held: their limit comes later, fine
+        unread = min(head - self.scanned, len(context._frames))
+        first = self.first
+        frames = context._frames
+        for index in range(-unread, 0):  # from the newest end: a deque reads its ends at once
+            frame = frames[index]
+            if isinstance(frame, Publication) and frame.source not in first:
+                first[frame.source] = frame.source_seq
+        self.scanned = head

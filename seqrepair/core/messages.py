@@ -325,10 +325,20 @@ class SourceGapRequest:
     with the same ``after`` as a request still in flight): the component echoes it in its
     answer, so a stub can drop an answer made for an earlier request. It takes no part in
     equality: two requests are equal when they ask for the same replay.
+
+    ``link_through`` (optional, a wire link number, 0 for the reset frame) is the highest
+    number of its link the subscriber had seen when it first asked: what the link numbered
+    after it, the link brings (or repairs by range), so a replay may stop short of each
+    source's first publication numbered after it (see
+    :meth:`~seqrepair.core.context.LinkContext.cover`). Without it the replay runs to the
+    journal's high-water. Like ``request_id`` it takes no part in equality.
     """
 
     after: Mapping[str, int] = attrs.field(converter=_source_numbers)
     request_id: int | None = attrs.field(
+        default=None, kw_only=True, eq=False, validator=_optional(_int_in(0, _MAX_WIRE))
+    )
+    link_through: int | None = attrs.field(
         default=None, kw_only=True, eq=False, validator=_optional(_int_in(0, _MAX_WIRE))
     )
 

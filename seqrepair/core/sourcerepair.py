@@ -7,6 +7,8 @@ the link's new context is held until it completes.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import attrs
 
 from seqrepair.core.messages import ReplayComplete, SourceGapRequest
@@ -38,6 +40,19 @@ class SourceRepair:
         coming, unread in the transport; its retry is not due before ``wait`` from now."""
         if self.progressed and self.next_at is not None:
             self.next_at = max(self.next_at, now + wait)
+
+
+def resume_after(last_delivered: Mapping[str, int], floor: dict[str, int]) -> dict[str, int]:
+    """Where a replay should start per source: after the last delivered number, or after the
+    ``floor`` (what retention trimmed, or a replay that stopped short read) when that is
+    further. A floor the deliveries have reached is dropped."""
+    after = dict(last_delivered)
+    for name, seq in list(floor.items()):
+        if seq > after.get(name, 0):
+            after[name] = seq
+        else:
+            del floor[name]
+    return after
 
 
 def answers_request(complete: ReplayComplete, request: SourceGapRequest) -> bool:

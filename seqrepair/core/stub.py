@@ -13,7 +13,9 @@ Repair has two levels (XEP-0040 §2.4). Link gaps are requested by range after `
 When the component has lost the link context (``GapError("context-lost")``) or the link resets
 (a frame numbered 0), the stub asks for everything after the last source number it delivered
 per source; replayed publications are delivered as they come and the closing
-``ReplayComplete`` covers every link number that was missing when the request went out.
+``ReplayComplete`` covers every link number that was missing when the request went out. The
+request names the highest link number seen then (``link_through``): the component stops each
+source's replay where the link itself carried on.
 A replay that reaches into numbers retention trimmed is answered ``GapError("trimmed")`` naming
 how far each source was trimmed; the stub reports those sources ``Unrecoverable`` and asks again
 after the trimmed numbers, so what the journal still holds is delivered. A replay that stopped
@@ -71,7 +73,7 @@ from seqrepair.core.messages import (
 from seqrepair.core.overdue import MissedCount, OverduePolicy, parse_overdue_policy
 from seqrepair.core.runs import Run, scan_run
 from seqrepair.core.sequence import RESET, SequenceSpace
-from seqrepair.core.sourcerepair import SourceRepair, answers_request
+from seqrepair.core.sourcerepair import SourceRepair, answers_request, resume_after
 from seqrepair.core.stubstats import StubStats
 
 LinkFrame = Publication | Heartbeat
@@ -563,7 +565,9 @@ class SubscriberStub:
         self._expected = 0
         self._expected_wire = RESET
         self._highest = 0
-        if source is not None and source.resume:
+        if source is not None and source.resume and source.quiet:
+            # the new context of the (re)attach; a later reset voids frames the replay of
+            # resume_point() may not reach, so it asks again like any other
             source.hold = True
             source.quiet = False
             source.cover_through = 0  # the new context's numbers were never missing from it
@@ -585,7 +589,7 @@ class SubscriberStub:
     ) -> SourceGapRequest:
         """Put a source request in flight (replacing any): it covers every link number missing
         now and keeps the hold of the one it replaces."""
-        request = self._new_source_request()
+        request = self._new_source_request(self._highest)
         previous = self._source
         self._source = SourceRepair(
             request=request,
@@ -598,22 +602,16 @@ class SubscriberStub:
         self._stats.source_requests_sent += 1
         return request
 
-    def _new_source_request(self) -> SourceGapRequest:
+    def _new_source_request(self, cover_through: int) -> SourceGapRequest:
         """A request after the resume points, with an id of its own: an answer to an earlier
-        request that asked the same (before a reset, say) does not end this one."""
+        request that asked the same (before a reset, say) does not end this one. It names the
+        link number it covers through: what the link numbered after that, it brings."""
         self._source_ids += 1
-        return SourceGapRequest(after=self._resume_after(), request_id=self._source_ids)
-
-    def _resume_after(self) -> dict[str, int]:
-        """Where a replay should start per source: after the last delivered number, or after
-        what retention trimmed when that is further."""
-        after = dict(self._last_delivered)
-        for name, floor in list(self._replay_floor.items()):
-            if floor > after.get(name, 0):
-                after[name] = floor
-            else:
-                del self._replay_floor[name]
-        return after
+        return SourceGapRequest(
+            after=resume_after(self._last_delivered, self._replay_floor),
+            request_id=self._source_ids,
+            link_through=self.space.wire(cover_through) if cover_through else RESET,
+        )
 
     def _skip_trimmed(self, trimmed_through: Mapping[str, int], now: float) -> bool:
         """Report the sources whose requested numbers were trimmed and ask again after them.
@@ -659,7 +657,7 @@ class SubscriberStub:
 
     def _ask_again(self, source: SourceRepair, now: float) -> None:
         """Send the request in flight again from the current resume points, as a fresh try."""
-        source.request = self._new_source_request()
+        source.request = self._new_source_request(source.cover_through)
         source.attempts = 1
         source.next_at = now + self._retry_wait(1)
         self._stats.source_requests_sent += 1
@@ -684,9 +682,8 @@ class SubscriberStub:
         source.attempts += 1
         # The cover point stays the first attempt's: requests with the same ``after`` are equal,
         # so an answer may be to an earlier attempt, made before the newer frames went missing.
-        source.request = SourceGapRequest(
-            after=self._resume_after(), request_id=source.request.request_id
-        )
+        after = resume_after(self._last_delivered, self._replay_floor)
+        source.request = attrs.evolve(source.request, after=after)
         source.next_at = now + self._retry_wait(source.attempts)
         self._stats.source_requests_sent += 1
         self._events.append(RequestSourceGap(source.request))

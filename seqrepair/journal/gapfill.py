@@ -22,6 +22,11 @@ restarted subscriber legitimately owes a long one): it stops after ``max_range``
 ends ``ReplayComplete(more=True)`` with ``through`` the last number read per source, so the
 subscriber asks again from there and every answer stays bounded.
 
+A request that names ``link_through`` (the highest link number the subscriber had seen) is
+replayed per source only up to the source's first publication the link numbered after that
+point (:class:`~seqrepair.core.context.LinkCover`, read as the replay goes): the link brings
+the rest. ``through`` then names where each source stopped.
+
 Sources a request does not name are replayed after the point the link started at (the
 journal's high-water when it attached, 0 for a source that appeared later): a subscriber is
 entitled to everything published since it subscribed, including sources it has not seen yet.
@@ -101,19 +106,39 @@ class Replay:
         self.more = more
         self.sent = 0
         self.filtered = 0
+        self.left_to_link = 0  # numbers not read because the link itself carries them
+        self.cover = (
+            None if request.link_through is None else link.context.cover(request.link_through)
+        )
 
     @property
     def span(self) -> int:
         """How many source numbers the replay reads."""
         return sum(seg.last - seg.first + 1 for seg in self.segments)
 
+    def _cut(self, seg: _Segment, seq: int) -> bool:
+        """Does the link itself carry ``seg.source`` from ``seq`` on? Then the segment ends
+        before it, and so does what the replay answers for the source."""
+        limit = None if self.cover is None else self.cover.limit(seg.source)
+        if limit is None or seq <= limit:
+            return False
+        last = max(limit, seg.first - 1)
+        self.left_to_link += seg.last - last
+        seg.last = last
+        self.through[seg.source] = min(self.through[seg.source], last)
+        return True
+
     def __iter__(self) -> Iterator[ReplayFrame]:
         allows = self.link.entitlement.allows
         for seg in self.segments:
+            if self._cut(seg, seg.first):
+                continue
             try:
                 for pub in self.journal.iter_range(
                     seg.source, seg.first, seg.last, page_size=self.page_size
                 ):
+                    if self.cover is not None and self._cut(seg, pub.source_seq):
+                        break
                     if allows(pub):
                         self.sent += 1
                         yield attrs.evolve(pub, retransmit=True, link_seq=None)
@@ -133,6 +158,7 @@ class Replay:
             ranges={seg.source: (seg.first, seg.last) for seg in self.segments},
             sent=self.sent,
             filtered=self.filtered,
+            left_to_link=self.left_to_link,
             more=self.more,
         )
         yield ReplayComplete(through=self.through, request=self.request, more=self.more)

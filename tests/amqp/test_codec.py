@@ -177,6 +177,26 @@ def test_a_request_id_that_is_no_unsigned_integer_is_refused() -> None:
         Decoder().decode(message)
 
 
+def test_a_source_request_carries_the_link_number_it_covers_through() -> None:
+    decoded = Decoder(link_bits=8).decode(
+        roundtrip(encode(SourceGapRequest({"feed.a": 3}, request_id=1, link_through=255)))
+    )
+    assert decoded[0].link_through == 255  # type: ignore[union-attr]
+    plain = Decoder().decode(roundtrip(encode(SourceGapRequest({"feed.a": 3}))))
+    assert plain[0].link_through is None  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(("value", "error"), [(ulong(256), OutOfSpaceError),
+                                              ("7", MalformedMessageError)])
+def test_a_link_through_outside_the_link_space_is_refused(
+    value: object, error: type[Exception]
+) -> None:
+    message = roundtrip(encode(SourceGapRequest({"feed.a": 3}, link_through=1)))
+    message.properties["link_through"] = value
+    with pytest.raises(error, match="link_through"):
+        Decoder(link_bits=8).decode(message)
+
+
 @pytest.mark.parametrize(("retention", "count", "most"), [(3600.0, None, None),
                                                           (None, 100, 4096), (60.0, 5, 1)])
 def test_capabilities_roundtrip(retention: float | None, count: int | None,

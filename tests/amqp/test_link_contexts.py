@@ -19,8 +19,9 @@ from proton.reactor import LinkOption
 from proton.utils import BlockingConnection, LinkDetached
 
 from seqrepair.amqp.client import Publisher, Subscriber
-from seqrepair.amqp.codec import Decoder
-from seqrepair.core.messages import Heartbeat, Publication
+from seqrepair.amqp.codec import Decoder, encode
+from seqrepair.amqp.component import CONTROL_ADDRESS
+from seqrepair.core.messages import Heartbeat, Publication, ReplayComplete, SourceGapRequest
 from seqrepair.journal.journal import Journal
 
 from .conftest import ComponentProcess, wait_for
@@ -286,3 +287,45 @@ def test_a_link_name_attached_on_another_connection_detaches_the_first(
     assert isinstance(first_frame(second), Publication | Heartbeat)  # the second one is served
     second_conn.close()
     first_conn.close()
+
+
+
+def frames_of(receiver: Any, until: Callable[[Any], bool]) -> list[Any]:
+    """Decoded frames from ``receiver`` up to the first that ``until`` accepts."""
+    decoder, got = Decoder(link_bits=16), []
+    while not got or not until(got[-1]):
+        got.extend(decoder.decode(receiver.receive(timeout=10)))
+    return got
+
+
+@pytest.mark.parametrize("link_through", [0, None])
+def test_a_replay_stops_where_the_new_link_context_took_over(
+    component: Callable[..., ComponentProcess], redis_url: str, link_through: int | None
+) -> None:
+    """A subscriber re-attaches into a new context (frame 0) that carries feed.x from 101 on,
+    then asks for everything after 40 through that reset frame: the replay stops at 100, where
+    the link took over. Without ``link_through`` it runs to the journal's high-water (150),
+    and 101..150 would arrive twice."""
+    comp = component("--heartbeat", "5")
+    with Publisher(comp.url, "feed.x", journal=Journal.from_url(redis_url)) as publisher:
+        publisher.publish_many(publish_rows(0, 100))
+        assert publisher.flush(30)
+        receiver, conn, _ = attach(comp.url, "cut", {RESUME: True, EPOCH: "gone"})
+        receiver.flow(1000)
+        publisher.publish_many(publish_rows(100, 50))
+        assert publisher.flush(30)
+        live = frames_of(receiver, lambda f: getattr(f, "source_seq", 0) == 150)
+    assert isinstance(live[0], Heartbeat)
+    assert live[0].link_seq == 0
+    assert [f.source_seq for f in live if isinstance(f, Publication)] == list(range(101, 151))
+
+    request = encode(SourceGapRequest({"feed.x": 40}, link_through=link_through))
+    request.id, request.reply_to = "r1", "$link/cut"
+    request.properties = {**(request.properties or {}), "link": "cut"}
+    conn.create_sender(CONTROL_ADDRESS).send(request)
+    answer = frames_of(receiver, lambda f: isinstance(f, ReplayComplete))
+    conn.close()
+    replayed = [f.source_seq for f in answer if isinstance(f, Publication) and f.retransmit]
+    end = 100 if link_through == 0 else 150
+    assert replayed == list(range(41, end + 1))
+    assert answer[-1].through == {"feed.x": end}

@@ -792,3 +792,25 @@ def test_a_piece_of_replay_that_reads_nothing_new_gives_up_rather_than_loop():
     ]
     assert of(RequestSourceGap, events) == []
     assert delivered(events) == [("feed.a", 11)]  # moved past, not stalled
+
+
+def test_a_second_reset_while_the_resume_replay_is_in_flight_asks_again_for_what_it_voided():
+    """The re-attach's new context is held for the replay of resume_point(); if that context
+    resets too (its link paused and resumed), the frames it voided may lie past what that
+    replay reaches, so the stub asks again after what it delivered."""
+    stub = make()
+    stub.receive(pub(1, 1), now=0.0)
+    first = stub.resume_point()
+    stub.receive(pub(0, 5), now=0.1)  # the re-attach: a new context, held for the replay
+    stub.receive(pub(1, 6), now=0.1)
+    events = stub.receive(pub(0, 9), now=0.2)  # 6 voided; 7 and 8 were never sent
+    (again,) = [e.request for e in of(RequestSourceGap, events)]
+    assert again.after == {"feed.a": 1}
+    assert again.request_id != first.request_id
+    assert delivered(stub.receive(ReplayComplete({"feed.a": 4}, request=first), now=0.3)) == []
+    replay = [stub.receive(replayed(n), now=0.3) for n in range(2, 9)]
+    assert [d for events in replay for d in delivered(events)] == [
+        ("feed.a", n) for n in range(2, 9)]
+    done = stub.receive(ReplayComplete({"feed.a": 8}, request=again), now=0.4)
+    assert delivered(done) == [("feed.a", 9)]
+    assert stub.stats.unrecoverable == 0

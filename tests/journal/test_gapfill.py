@@ -360,3 +360,56 @@ def test_resets_repaired_from_a_real_journal_in_pieces_arrive_exactly_once(
     assert report.exactly_once_in_order
     assert report.stats.source_continued > 0
     assert report.subscriber_images == report.publisher_images
+
+
+def test_a_replay_stops_each_source_where_the_link_took_over(journal: Journal) -> None:
+    """After a reset (frame 0) the link numbered feed.a's 11th and feed.b's 6th first: the
+    replay asked through the reset frame carries each source only up to those."""
+    a = fill(journal, "feed.a", [("/w/x", None)] * 12)
+    b = fill(journal, "feed.b", [("/w/y", None)] * 6)
+    service = GapFillService(journal, link_bits=8)
+    service.attach("L1", EVERYTHING, start_after={})
+    link = LinkSequencer(bits=8)
+    link.reset()
+    service.record("L1", link.heartbeat(0.0))  # the reset frame, numbered 0
+    for pub in (a[10], b[5], a[11]):
+        service.record("L1", link.stamp(pub, 0.0))
+    request = SourceGapRequest({"feed.a": 4, "feed.b": 2}, link_through=0)
+    out = frames(service.answer_source_gap("L1", request, now=0.0))
+    assert out[:-1] == [_rt(p) for p in a[4:10] + b[2:5]]
+    assert out[-1] == ReplayComplete(through={"feed.a": 10, "feed.b": 5}, request=request)
+
+
+def test_a_replay_reads_what_the_link_numbers_while_it_goes(journal: Journal) -> None:
+    """The link keeps numbering while a long replay is read page by page (50 per page here):
+    the replay stops at what the link took over meanwhile."""
+    a = fill(journal, "feed.a", [("/w/x", None)] * 200)
+    service = GapFillService(journal, link_bits=8)
+    service.attach("L1", EVERYTHING, start_after={})
+    link = LinkSequencer(bits=8)
+    service.record("L1", link.stamp(a[0], 0.0))  # link 1: the subscriber saw it
+    replay = service.answer_source_gap(
+        "L1", SourceGapRequest({"feed.a": 1}, link_through=1), now=0.0
+    )
+    assert isinstance(replay, Replay)
+    read = iter(replay)
+    first = [next(read) for _ in range(60)]  # past the first page: 2..61
+    service.record("L1", link.stamp(a[120], 0.0))  # the link carries on from the 121st
+    rest = list(read)
+    assert first + rest[:-1] == [_rt(p) for p in a[1:120]]
+    assert rest[-1] == ReplayComplete(
+        through={"feed.a": 120}, request=SourceGapRequest({"feed.a": 1})
+    )
+    assert replay.left_to_link == 80
+
+
+def test_without_a_link_number_a_replay_runs_to_the_high_water(journal: Journal) -> None:
+    a = fill(journal, "feed.a", [("/w/x", None)] * 5)
+    service = GapFillService(journal, link_bits=8)
+    service.attach("L1", EVERYTHING, start_after={})
+    link = LinkSequencer(bits=8)
+    for pub in a[3:]:
+        service.record("L1", link.stamp(pub, 0.0))
+    out = frames(service.answer_source_gap("L1", SourceGapRequest({"feed.a": 1}), now=0.0))
+    assert out[:-1] == [_rt(p) for p in a[1:]]
+    assert out[-1].through == {"feed.a": 5}
