@@ -82,6 +82,14 @@ def register(subparsers: Any) -> None:
                             "subscriptions made through it are kept in Redis")
     serve.add_argument("--rest-token-file", metavar="PATH",
                        help="the REST API then wants 'Authorization: Bearer <the file's text>'")
+    # no default here: RestServer's apply (not imported here, to keep the command line quick)
+    serve.add_argument("--rest-max-connections", type=positive_int, metavar="N",
+                       help="REST connections served at once; one more is answered 503 "
+                            "(default 64)")
+    serve.add_argument("--rest-timeout", type=positive_float, metavar="SECONDS",
+                       help="a REST request must arrive whole within SECONDS of its first byte "
+                            "(else 408), and a connection waits that long for a request "
+                            "(default 30)")
     serve.add_argument("--grant", action="append", default=[],
                        metavar="PRINCIPAL=TOKENS[;deny=TOKENS]",
                        help="permission tokens of one principal on topic-pattern links "
@@ -295,7 +303,10 @@ def _rest_server(args: argparse.Namespace, manager: Any, token: str | None) -> A
 
     api = SubscriptionApi(manager, token=token, unavailable=(OSError, redis.RedisError))
     host, port = args.rest
-    server = RestServer(api, host=host, port=port).start()
+    limits = {"request_timeout": args.rest_timeout, "max_connections": args.rest_max_connections}
+    server = RestServer(api, host=host, port=port,
+                        **{name: value for name, value in limits.items() if value is not None})
+    server.start()
     log.info("subscription REST API listening", url=server.url, authenticated=bool(token))
     return server
 

@@ -9,48 +9,116 @@ stderr, everything is logged through structlog (``seqrepair.rest``).
 
 Requests over a connection the adapter cannot frame close it after the answer: a POST or PUT
 without Content-Length (411), a chunked body (411), a malformed Content-Length (400), a body
-over the limit, which is not read (413). Each read and write on a connection times out after
-``request_timeout`` seconds, so an idle or stalled client does not hold a thread for good; and
-:meth:`RestServer.stop` ends the connections still open, then waits for their threads.
+over the limit, which is not read (413).
+
+What a client can hold is bounded:
+
+- **Connections**: at most ``max_connections`` are served at once, each by its own thread. The
+  accepting thread takes a slot (a bounded semaphore) before it starts a connection's thread,
+  and the thread gives it back when the connection ends, however it ends (closed by either
+  side, timed out, reset, failed). A connection accepted while every slot is taken gets no
+  thread: the accepting thread answers ``503`` (``unavailable``, with ``Retry-After``) and
+  closes it at once, writing without blocking (the answer fits in a new socket's send buffer).
+- **Time**: a request must arrive whole (request line, headers and body) within
+  ``request_timeout`` seconds of its first byte, however the client paces it; a client that
+  trickles bytes is answered ``408`` (``request-timeout``) if the answer can still be written,
+  and the connection closes. (A timeout per read, the standard library's, is not enough: a
+  byte just before each one keeps the thread for good.) Every read on the socket waits only
+  for what is left of that deadline: the handler reads through :class:`_DeadlineReader`,
+  which sets the socket's timeout to the time remaining before each ``recv``, so one deadline
+  covers any number of reads, buffered as before, without a timer thread. Waiting for a
+  request's first byte (on a new connection, or kept alive between requests) is bounded by
+  ``request_timeout`` too; a connection idle that long is closed without an answer. Each
+  write of an answer times out after ``request_timeout`` seconds.
+
+A client that sends nothing, or too slowly, thus holds a connection's slot and thread for
+about ``request_timeout`` (twice that if it waits before its first byte, plus at most
+``request_timeout`` per write of an answer it does not read). :meth:`RestServer.stop` ends the
+connections still open, then waits for their threads.
 
 ::
 
-    with RestServer(SubscriptionApi(manager)) as server:
+    with RestServer(SubscriptionApi(manager), max_connections=64) as server:
         print(server.url)        # http://127.0.0.1:<port>
 """
 
 from __future__ import annotations
 
 import contextlib
+import email.utils
 import http.server
+import io
+import math
 import re
 import socket
 import socketserver
 import sys
 import threading
+import time
 from http import HTTPStatus
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from seqrepair.core.errors import InvalidConfigError
 from seqrepair.rest.api import Response, SubscriptionApi, error_response
 
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
+
 log = structlog.get_logger("seqrepair.rest")
 
 REQUEST_TIMEOUT = 30.0
-"""Default seconds a connection may stay silent (mid-request or between requests)."""
+"""Default seconds for a request to arrive whole, and for a connection to wait for one."""
+
+MAX_CONNECTIONS = 64
+"""Default number of connections served at once."""
+
+RETRY_AFTER = 1
+"""Seconds a client refused for too many connections is told to wait (``Retry-After``)."""
 
 _DIGITS = re.compile(r"[0-9]+")
-_ERROR_CODES = {400: "invalid", 413: "payload-too-large"}
+_ERROR_CODES = {400: "invalid", 413: "payload-too-large", 503: "unavailable"}
 """The API's error codes for statuses the adapter answers itself; other statuses take their
-reason phrase (``411`` -> ``length-required``)."""
+reason phrase (``411`` -> ``length-required``, ``408`` -> ``request-timeout``)."""
 
 
-def _error(status: int, message: str) -> Response:
+def _error(status: int, message: str, headers: tuple[tuple[str, str], ...] = ()) -> Response:
     code = _ERROR_CODES.get(status) or HTTPStatus(status).phrase.lower().replace(" ", "-")
-    return error_response(status, code, message)
+    return error_response(status, code, message, headers=headers)
+
+
+class _Expired(Exception):
+    """The request's deadline passed before the bytes it was waiting for arrived.
+
+    Not a TimeoutError on purpose: the standard library's request loop swallows those, and
+    this one must reach :meth:`_Handler.handle_one_request` to be answered 408.
+    """
+
+
+class _DeadlineReader(io.RawIOBase):
+    """The connection's incoming bytes; each read waits only until ``deadline`` (monotonic
+    seconds, which the handler moves on for each request). The handler's buffered ``rfile``
+    reads through it."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        super().__init__()
+        self._sock = sock
+        self.deadline = deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: WriteableBuffer) -> int:
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            raise _Expired
+        self._sock.settimeout(remaining)
+        try:
+            return self._sock.recv_into(buffer)
+        except TimeoutError:
+            raise _Expired from None
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -63,10 +131,42 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     # standard library would take it for HTTP/0.9 and send a bare body); 0.9 is not served.
     default_request_version = "HTTP/1.1"
     server: _Server
+    _reader: _DeadlineReader
+    _incoming: io.BufferedReader
 
     def setup(self) -> None:
         super().setup()
-        self.connection.settimeout(self.server.request_timeout)
+        # the socket's own buffered reader is closed (else the socket's file descriptor would
+        # outlive its close) and replaced by one whose reads keep to the request's deadline
+        self.rfile.close()
+        self._reader = _DeadlineReader(self.connection,
+                                       time.monotonic() + self.server.request_timeout)
+        self.rfile = self._incoming = io.BufferedReader(self._reader)
+
+    def handle_one_request(self) -> None:
+        """Wait for a request's first byte (``request_timeout`` at most), then read, answer
+        and write it: the request must arrive whole within ``request_timeout`` of that byte,
+        or it is answered 408 and the connection closes."""
+        timeout = self.server.request_timeout
+        self._reader.deadline = time.monotonic() + timeout
+        try:
+            if not self._incoming.peek(1):
+                self.close_connection = True  # the client closed (or stop() did)
+                return
+        except _Expired:
+            self.close_connection = True
+            log.debug("http connection idle, closed", client=self.client_address[0])
+            return
+        self._reader.deadline = time.monotonic() + timeout
+        # a 408 before the request line is read must not describe the previous request
+        self.command, self.path, self.request_version = "", "", self.default_request_version
+        try:
+            super().handle_one_request()
+        except _Expired:
+            self.close_connection = True
+            log.info("http request timed out", client=self.client_address[0], timeout=timeout)
+            with contextlib.suppress(OSError):  # gone, or not reading: nothing to tell it
+                self._write(_error(408, f"the request did not arrive within {timeout:g} s"))
 
     def _serve(self) -> None:
         api = self.server.api
@@ -110,6 +210,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         return body
 
     def _write(self, response: Response) -> None:
+        self.connection.settimeout(self.server.request_timeout)  # not what a read left
         self.send_response(response.status)
         for name, value in response.headers:
             self.send_header(name, value)
@@ -142,15 +243,18 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 
 class _Server(http.server.ThreadingHTTPServer):
-    """Tracks its connections and their threads, so that :meth:`RestServer.stop` can end
-    them (the standard library lets daemon handler threads run on unseen)."""
+    """Serves at most ``max_connections`` connections at once, and tracks them and their
+    threads, so that :meth:`RestServer.stop` can end them (the standard library lets daemon
+    handler threads run on unseen)."""
 
     daemon_threads = True
 
     def __init__(self, address: tuple[str, int], api: SubscriptionApi,
-                 request_timeout: float) -> None:
+                 request_timeout: float, max_connections: int) -> None:
         self.api = api
         self.request_timeout = request_timeout
+        self.max_connections = max_connections
+        self.slots = threading.BoundedSemaphore(max_connections)
         self.connections: set[socket.socket] = set()
         self.workers: list[threading.Thread] = []
         self.lock = threading.Lock()
@@ -166,14 +270,50 @@ class _Server(http.server.ThreadingHTTPServer):
         self.server_name, self.server_port = str(host), int(port)
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        worker = threading.Thread(target=self.process_request_thread,
+        # runs on the accepting thread: a connection gets a thread only with a slot
+        if not self.slots.acquire(blocking=False):
+            self.refuse(request, client_address, f"over {self.max_connections} connections")
+            return
+        worker = threading.Thread(target=self.serve_connection,
                                   args=(request, client_address),
                                   name=f"seqrepair-rest {client_address[0]}", daemon=True)
         with self.lock:
             self.workers = [w for w in self.workers if w.is_alive()]
             self.workers.append(worker)
             self.connections.add(request)
-        worker.start()
+        try:
+            worker.start()
+        except RuntimeError:  # the system would not start one more thread
+            with self.lock:
+                self.workers.remove(worker)
+                self.connections.discard(request)
+            self.slots.release()
+            self.refuse(request, client_address, "no thread to serve the connection")
+
+    def serve_connection(self, request: Any, client_address: Any) -> None:
+        """A connection's thread: serve it, close it, give its slot back."""
+        try:
+            self.process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
+
+    def refuse(self, request: socket.socket, client_address: Any, why: str) -> None:
+        """Answer 503 (with ``Retry-After``) and close, without blocking the accepting
+        thread: nothing is waited for, what cannot be sent at once is not sent."""
+        log.warning("http connection refused", client=client_address[0], reason=why,
+                    max_connections=self.max_connections)
+        response = _error(503, f"the server is busy ({why}); try again later",
+                          (("Retry-After", str(RETRY_AFTER)),))
+        with contextlib.suppress(OSError):
+            request.setblocking(False)
+            request.send(_wire(response))
+            request.shutdown(socket.SHUT_WR)
+            # closing with unread bytes (the request, if it has arrived) would send a reset
+            # rather than an end, which some clients take in place of the answer
+            for _ in range(4):  # what has arrived, not a flood
+                if not request.recv(65536):
+                    break
+        request.close()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # socketserver prints the traceback to stderr; a client that resets mid-answer is
@@ -199,19 +339,43 @@ class _Server(http.server.ThreadingHTTPServer):
             return list(self.workers)
 
 
+def _wire(response: Response) -> bytes:
+    """``response`` as HTTP/1.1 bytes, closing the connection (for a connection that no
+    handler serves)."""
+    head = [f"HTTP/1.1 {response.status} {HTTPStatus(response.status).phrase}",
+            f"Server: {_Handler.server_version}",
+            f"Date: {email.utils.formatdate(usegmt=True)}",
+            *(f"{name}: {value}" for name, value in response.headers),
+            "Connection: close"]
+    return "\r\n".join([*head, "", ""]).encode("latin-1") + response.body
+
+
 class RestServer:
     """Serves a :class:`~seqrepair.rest.api.SubscriptionApi` on ``host:port`` (port 0: any free
-    port) from a daemon thread, one more thread per connection."""
+    port) from a daemon thread, one more thread per connection.
+
+    ``request_timeout``: seconds a request may take to arrive whole from its first byte, and
+    a connection may wait for a request (a finite number > 0). ``max_connections``: how many
+    connections are served at once; one more is answered 503 and closed (an integer >= 1).
+    Either out of range is an InvalidConfigError.
+    """
 
     def __init__(self, api: SubscriptionApi, host: str = "127.0.0.1", port: int = 0, *,
-                 request_timeout: float = REQUEST_TIMEOUT) -> None:
-        if not request_timeout > 0:
-            raise InvalidConfigError("request_timeout must be > 0", expected="> 0",
-                                     got=request_timeout)
+                 request_timeout: float = REQUEST_TIMEOUT,
+                 max_connections: int = MAX_CONNECTIONS) -> None:
+        if (isinstance(request_timeout, bool) or not isinstance(request_timeout, int | float)
+                or not 0 < request_timeout < math.inf):  # NaN fails too
+            raise InvalidConfigError("request_timeout must be a finite number of seconds > 0",
+                                     expected="> 0", got=request_timeout)
+        if (isinstance(max_connections, bool) or not isinstance(max_connections, int)
+                or max_connections < 1):
+            raise InvalidConfigError("max_connections must be an integer >= 1",
+                                     expected=">= 1", got=max_connections)
         self.api = api
         self.host = host
         self.port = port
-        self.request_timeout = request_timeout
+        self.request_timeout = float(request_timeout)
+        self.max_connections = max_connections
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
         self._address: tuple[str, int] | None = None
@@ -225,7 +389,8 @@ class RestServer:
             if self._stopped:
                 raise RuntimeError("a stopped RestServer does not start again")
             if self._server is None:
-                self._server = _Server((self.host, self.port), self.api, self.request_timeout)
+                self._server = _Server((self.host, self.port), self.api, self.request_timeout,
+                                       self.max_connections)
                 host, port = self._server.server_address[:2]
                 self._address = (str(host), int(port))
                 self._thread = threading.Thread(

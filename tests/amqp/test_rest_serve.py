@@ -116,6 +116,21 @@ def test_bad_requests_change_nothing_and_a_token_is_required_when_configured(
     assert rest("GET", "/subscriptions") == (200, listed)
 
 
+def test_the_rest_connection_cap_and_timeout_are_set_on_the_command_line(
+    component: Callable[..., ComponentProcess]
+) -> None:
+    port = free_port()
+    component("--rest", f"127.0.0.1:{port}", "--rest-max-connections", "1",
+              "--rest-timeout", "2")
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as held:
+        held.sendall(b"GET /subscriptions HTTP/1.1\r\nHost: x\r\n")  # never finished
+        status, error = Rest(port)("GET", "/subscriptions")
+        assert (status, error["error"]) == (503, "unavailable")
+        answer = held.recv(65536)  # the 408, once 2 s are up
+    assert answer.startswith(b"HTTP/1.1 408 "), answer
+    assert wait_for(lambda: Rest(port)("GET", "/subscriptions")[0] == 200, 10)
+
+
 def test_a_rest_port_taken_by_another_process_is_a_clear_error(redis_url: str) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
