@@ -17,7 +17,7 @@ import pytest
 
 from seqrepair.amqp.commands import _file_items
 from seqrepair.amqp.component import ComponentConfig
-from seqrepair.cli import main
+from seqrepair.cli import build_parser, main
 from seqrepair.core.errors import InvalidConfigError
 
 UNREACHABLE = "redis://127.0.0.1:1/0"
@@ -39,6 +39,8 @@ UNREACHABLE = "redis://127.0.0.1:1/0"
          "--rest-max-connections", "many"],
         ["serve", "--redis-url", UNREACHABLE, "--rest", "127.0.0.1:0", "--rest-timeout", "0"],
         ["serve", "--redis-url", UNREACHABLE, "--rest", "127.0.0.1:0", "--rest-timeout", "inf"],
+        ["serve", "--redis-url", UNREACHABLE, "--max-message-size", "0"],
+        ["serve", "--redis-url", UNREACHABLE, "--max-message-size", "1MiB"],
         ["publish", "--source", "s", "--count", "1", "--batch", "0"],
         ["publish", "--source", "s", "--count", "-5"],
         ["publish", "--source", "s", "--count", "1", "--bits", "1"],
@@ -90,9 +92,15 @@ def test_a_failure_is_one_line_on_stderr(argv, status, says, capsys):
 
 def test_config_values_out_of_range_are_refused_by_the_library_too():
     for bad in ({"max_batch": 0}, {"link_bits": 1}, {"heartbeat_interval": 0.0},
-                {"drop_rate": 1.0}, {"max_publish_batch": -1}):
+                {"drop_rate": 1.0}, {"max_publish_batch": -1}, {"max_message_size": 0},
+                {"max_message_size": 1.5}):
         with pytest.raises(InvalidConfigError):
             ComponentConfig(**bad)
+
+
+def test_serve_takes_the_libraries_message_size_by_default():
+    args = build_parser().parse_args(["serve", "--redis-url", UNREACHABLE])
+    assert args.max_message_size == ComponentConfig().max_message_size
 
 
 def test_a_publish_file_keeps_each_lines_permission_token(tmp_path):

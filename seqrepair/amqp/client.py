@@ -45,13 +45,14 @@ from seqrepair.amqp.component import (
     PROP_START,
     plain_properties,
 )
-from seqrepair.amqp.errors import PublishRejectedError
+from seqrepair.amqp.errors import OversizedMessageError, PublishRejectedError
 from seqrepair.amqp.framing import Outgoing, encode_frames
 from seqrepair.amqp.rawamqp import read_raw
 from seqrepair.amqp.runner import FATAL_CONDITIONS as FATAL_CONDITIONS  # importable from here
 from seqrepair.amqp.runner import PublisherRunner, SubscriberRunner
+from seqrepair.amqp.sizelimit import DEFAULT_MAX_MESSAGE_SIZE, limit_size
 from seqrepair.amqp.technical import Capabilities, CapabilitiesRequest, SubscriptionState
-from seqrepair.core.errors import SeqRepairError
+from seqrepair.core.errors import InvalidConfigError, SeqRepairError
 from seqrepair.core.events import (
     BufferOverflow,
     Delivered,
@@ -82,13 +83,21 @@ log = structlog.get_logger("seqrepair.amqp.client")
 _FRAMES = (Publication, Heartbeat, GapError, ReplayComplete)
 """What the subscriber's stub receives."""
 
+DEFAULT_MAX_RECEIVED = 256 * DEFAULT_MAX_MESSAGE_SIZE
+"""The largest transfer a :class:`Subscriber` takes by default (256 MiB): the most a component
+on its defaults sends in one, ``max_batch`` (256) publications that each came in a message of
+at most its ``max_message_size`` (1 MiB). It bounds what a misbehaving or hostile peer can make
+a subscriber hold, without refusing anything such a component may send."""
+
 
 class _LinkProperties(LinkOption):
-    def __init__(self, props: Mapping[symbol, Any]) -> None:
+    def __init__(self, props: Mapping[symbol, Any], max_message_size: int = 0) -> None:
         self.props = dict(props)
+        self.max_message_size = max_message_size
 
     def apply(self, link: Any) -> None:
         link.properties = self.props
+        link.max_message_size = self.max_message_size
 
 
 @attrs.define
@@ -131,6 +140,11 @@ class Subscriber(SubscriberRunner):
     (``amqp:not-found``: an address it may not subscribe to; ``amqp:link:stolen``) stops it:
     :attr:`error` names the condition and the address, :meth:`run` returns and the iterator
     ends (see :class:`~seqrepair.amqp.runner.SubscriberRunner`).
+
+    ``max_message_size`` (bytes; 0: no limit) is advertised on the receiving link; a transfer
+    past it is refused as it arrives (:mod:`seqrepair.amqp.sizelimit`) and stops the
+    subscriber, its :attr:`error` an :class:`~seqrepair.amqp.errors.OversizedMessageError`:
+    taken again after a reconnect, the same frames would only come again.
     """
 
     def __init__(
@@ -155,10 +169,18 @@ class Subscriber(SubscriberRunner):
         max_reconnect_delay: float = 5.0,
         tick: float = 0.02,
         clock: Callable[[], float] = time.time,
+        max_message_size: int = DEFAULT_MAX_RECEIVED,
     ) -> None:
         super().__init__(credit=credit, reconnect_delay=reconnect_delay,
                          max_reconnect_delay=max_reconnect_delay)
+        if type(max_message_size) is not int or max_message_size < 0:
+            raise InvalidConfigError(
+                f"max_message_size must be an integer >= 0 (0: no limit), got "
+                f"{max_message_size!r}", got=max_message_size,
+            )
+        self.max_message_size = max_message_size
         read_raw(self)
+        limit_size(self, self._oversized)
         self.url = url
         self.address = address
         self.link_name = link_name or f"sub-{uuid.uuid4()}"
@@ -215,7 +237,8 @@ class Subscriber(SubscriberRunner):
         if self.permtokens:
             props[PROP_GRANTS] = ",".join(self.permtokens)
         self._receiver = self._container.create_receiver(
-            self._conn, self.address, name=self.link_name, options=_LinkProperties(props)
+            self._conn, self.address, name=self.link_name,
+            options=_LinkProperties(props, self.max_message_size),
         )
         self._control = self._container.create_sender(
             self._conn, CONTROL_ADDRESS, options=AtMostOnce()
@@ -281,6 +304,15 @@ class Subscriber(SubscriberRunner):
     def on_transport_error(self, event: Any) -> None:
         cond = event.transport.condition
         self.log.info("transport error", condition=cond.name if cond else None)
+
+    def _oversized(self, link: Any, size: int, limit: int) -> None:
+        self.log.error("message too large: link detached, subscriber stopped", received=size,
+                       limit=limit)
+        self._fail(OversizedMessageError(
+            f"{OversizedMessageError.condition}: the peer sent a message of at least {size} "
+            f"bytes; this subscriber takes at most {limit} (max_message_size)",
+            expected=limit, got=size,
+        ))
 
     def on_rejected(self, event: Any) -> None:
         self.report.rejected += 1
@@ -432,6 +464,12 @@ class Publisher(PublisherRunner[list[Publication]]):
     :class:`~seqrepair.amqp.errors.PublishRejectedError` whose ``expected`` is the next number
     the source may use. Any rejection makes :meth:`flush` return False.
     Publications are sent to ``address`` (a topic or a pattern the topics fall under).
+
+    A batch larger than the component takes (``amqp:link:message-size-exceeded``: more bytes
+    than the ``max-message-size`` its link advertises, see :mod:`seqrepair.amqp.sizelimit`) is
+    rejected and the sender link detached; a publisher without a journal stops then (its
+    :attr:`error` is that rejection: the numbers of the batch will never be in the journal), one
+    with a journal reconnects and goes on (the component fans the batch out from the journal).
 
     A lost connection, or a sender link the component refused or detached (or whose session
     or connection it ended) for a reason a reconnect may cure, is made again after
@@ -633,7 +671,10 @@ class Publisher(PublisherRunner[list[Publication]]):
 
     def on_rejected(self, event: Any) -> None:
         """Refused for good: counted in :attr:`rejected`, named in :attr:`rejection`. A
-        condition in :data:`NUMBERING_CONDITIONS` stops the publisher (:attr:`error`)."""
+        condition in :data:`NUMBERING_CONDITIONS` stops the publisher (:attr:`error`), and so
+        does a batch too large for the component when there is no journal: its numbers are
+        lost, so the component would refuse every later batch as skipping them (with a journal
+        they are journaled already, and the component fans them out from there)."""
         batch = self._unsettled.get(event.delivery.tag)
         self.rejection = rejection = _rejection(event.delivery.remote.condition, batch)
         self.rejected += len(batch or ())  # before it leaves _unsettled, as in on_accepted
@@ -641,7 +682,9 @@ class Publisher(PublisherRunner[list[Publication]]):
         self.log.error("publications rejected", condition=rejection.condition,
                        description=rejection.message, first=rejection.first,
                        last=rejection.last, expected=rejection.expected)
-        if rejection.condition in NUMBERING_CONDITIONS:
+        if rejection.condition in NUMBERING_CONDITIONS or (
+            rejection.condition == OversizedMessageError.condition and self.embedded is None
+        ):
             self._fail(rejection)
             return
         self._outcome()

@@ -55,6 +55,11 @@ def register(subparsers: Any) -> None:
     serve.add_argument("--max-publish-batch", type=positive_int, default=4_096, metavar="N",
                        help="most publications one incoming PUBLICATIONS message may carry; "
                             "a larger one is rejected (default: 4096)")
+    serve.add_argument("--max-message-size", type=positive_int, default=1 << 20, metavar="BYTES",
+                       help="most bytes of one incoming message (a publisher's or a request), "
+                            "advertised on the links the component receives on; a larger one is "
+                            "rejected as it arrives and its link detached with "
+                            "amqp:link:message-size-exceeded (default: 1048576, 1 MiB)")
     serve.add_argument("--max-gap-range", type=positive_int, default=10_000)
     serve.add_argument("--context-retention", type=non_negative_float, default=30.0)
     serve.add_argument("--retain-count", type=positive_int, default=None, metavar="N",
@@ -219,6 +224,7 @@ def _serve(args: argparse.Namespace) -> int:
         max_batch=args.max_batch,
         max_pending=args.max_pending,
         max_publish_batch=args.max_publish_batch,
+        max_message_size=args.max_message_size,
         max_gap_range=args.max_gap_range,
         context_retention=args.context_retention,
         journal_retention=args.retain_age,

@@ -20,6 +20,8 @@ may narrow but never widen; live delivery and repair use that one entitlement.
 
 Every publication is journaled before fan-out (:mod:`.ingest`). Bad input is rejected with an
 AMQP error condition on that delivery or link only; every other connection keeps being served.
+A message past ``max_message_size`` is refused as its bytes arrive, its link detached
+(:mod:`.sizelimit`).
 A message the journal could not take for now is released where a resend is safe
 (:mod:`.holdback`); what an append whose answer was lost did journal goes out on the timer
 (:meth:`.ingest.Ingest.poll`).
@@ -57,6 +59,7 @@ from seqrepair.amqp.journalport import RedisJournalPort
 from seqrepair.amqp.links import ResponseRoute, SubscriberLink, close_stolen, start_map, tokens
 from seqrepair.amqp.rawamqp import Unsupported, read_raw
 from seqrepair.amqp.runner import Call, listening_address
+from seqrepair.amqp.sizelimit import limit_size
 from seqrepair.amqp.subqueues import (
     SUBSCRIPTION_PREFIX,
     SubscriptionChanges,
@@ -123,6 +126,7 @@ class Component(MessagingHandler):
     ) -> None:
         super().__init__(prefetch=0, auto_accept=False, auto_settle=True)
         read_raw(self)
+        limit_size(self, self._oversized)
         self.config = config
         self.listening = config.url  # host:port bound (the chosen port when url names port 0)
         self.clock = clock
@@ -131,7 +135,7 @@ class Component(MessagingHandler):
             link_bits=config.link_bits, max_publications=config.max_publish_batch
         )
         self.stats = {"ingested": 0, "duplicates": 0, "rejected": 0, "released": 0, "requests": 0,
-                      "trimmed_unsent": 0}
+                      "trimmed_unsent": 0, "oversized": 0}
         self.ingest = Ingest(
             RedisJournalPort(journal, bits_of=self.decoder.unwrapper.bits), self.decoder,
             self._fan_out, self.stats, clock=clock,
@@ -201,6 +205,17 @@ class Component(MessagingHandler):
         delivery.local.condition = Condition(condition, error.message[:500], info)
         delivery.update(Delivery.REJECTED)
         delivery.settle()
+
+    def _oversized(self, receiver: Any, size: int, limit: int) -> None:
+        """A delivery past ``max_message_size`` was rejected and its link detached
+        (:mod:`.sizelimit`); the connection's other links go on."""
+        self.stats["rejected"] += 1
+        self.stats["oversized"] += 1
+        conn = receiver.connection
+        log.warning("message too large: rejected, link detached", link=receiver.name,
+                    kind=getattr(receiver, "kind", None), received=size, limit=limit,
+                    connection=getattr(conn, "seqrepair_id", None),
+                    container=conn.remote_container)
 
     @staticmethod
     def _refuse_link(link: Any, error: AmqpAdapterError) -> None:
@@ -458,6 +473,7 @@ class Component(MessagingHandler):
     def _open_receiver(self, receiver: Any) -> None:
         address = receiver.remote_target.address
         receiver.target.address = address
+        receiver.max_message_size = self.config.max_message_size  # advertised and enforced
         if address == CONTROL_ADDRESS:
             receiver.kind = "control"
             caps = receiver.target.capabilities

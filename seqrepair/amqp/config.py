@@ -8,6 +8,7 @@ from typing import Any
 import attrs
 
 from seqrepair.amqp.grants import GrantTable
+from seqrepair.amqp.sizelimit import DEFAULT_MAX_MESSAGE_SIZE
 from seqrepair.core.config import non_negative_number, optional, positive_int, positive_number
 from seqrepair.core.errors import InvalidConfigError
 from seqrepair.core.subscriptions import Subscription
@@ -49,6 +50,10 @@ class ComponentConfig:
     max_publish_batch: int = _positive(4_096)
     """Most publications one incoming PUBLICATIONS message may carry: its journaling and
     fan-out run in one turn of the event loop that serves every link."""
+    max_message_size: int = _positive(DEFAULT_MAX_MESSAGE_SIZE)
+    """Most bytes of one incoming message (publisher's or request), advertised as the
+    ``max-message-size`` of the links the component receives on and enforced as the bytes
+    arrive (:mod:`seqrepair.amqp.sizelimit`)."""
     context_capacity: int = _positive(65_536)
     max_gap_range: int = _positive(10_000)
     max_request_sources: int = _positive(1_000)

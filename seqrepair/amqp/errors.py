@@ -41,7 +41,9 @@ class UnknownMessageTypeError(MalformedMessageError):
 
 
 class OversizedMessageError(AmqpAdapterError):
-    """A ``PUBLICATIONS`` message carrying more publications than the receiver takes in one."""
+    """A message larger than the receiver takes: more bytes than its link's
+    ``max-message-size`` (:mod:`seqrepair.amqp.sizelimit`), or a ``PUBLICATIONS`` message
+    carrying more publications than it takes in one."""
 
     condition = "amqp:link:message-size-exceeded"
 
