@@ -28,16 +28,20 @@ COMMAND_MODULES = (
 
 def configure_logging(level: str) -> None:
     """Human-readable structlog output on stderr at ``level``."""
-    logging.basicConfig(stream=sys.stderr, level=level.upper(), format="%(message)s")
+    numeric = logging.getLevelNamesMapping()[level.upper()]
+    logging.basicConfig(stream=sys.stderr, level=numeric, format="%(message)s")
+    # proton narrates each connection attempt at info ("Connecting to...", "Disconnected, ...");
+    # our clients log those through structlog already, bound with their link or source
+    logging.getLogger("proton").setLevel(
+        numeric if numeric == logging.DEBUG else max(logging.WARNING, numeric)
+    )
     structlog.configure(
         processors=[
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso"),
             structlog.dev.ConsoleRenderer(colors=False),
         ],
-        wrapper_class=structlog.make_filtering_bound_logger(
-            logging.getLevelNamesMapping()[level.upper()]
-        ),
+        wrapper_class=structlog.make_filtering_bound_logger(numeric),
         # sys.stderr looked up per logger, not once: a test harness swaps it (and closes it)
         logger_factory=lambda *_: structlog.PrintLogger(sys.stderr),
     )

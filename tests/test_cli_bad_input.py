@@ -44,6 +44,7 @@ UNREACHABLE = "redis://127.0.0.1:1/0"
         ["publish", "--source", "s", "--count", "1", "--batch", "0"],
         ["publish", "--source", "s", "--count", "-5"],
         ["publish", "--source", "s", "--count", "1", "--bits", "1"],
+        ["publish", "--source", "s", "--count", "1", "--timeout", "0"],
         ["subscribe", "--address", "/#", "--heartbeat", "0"],
         ["subscribe", "--address", "/#", "--duration", "-1"],
         ["demo", "--only", "nosuch"],

@@ -301,10 +301,6 @@ class Subscriber(SubscriberRunner):
         self._outbox.clear()
         self._receiver = self._control = None
 
-    def on_transport_error(self, event: Any) -> None:
-        cond = event.transport.condition
-        self.log.info("transport error", condition=cond.name if cond else None)
-
     def _oversized(self, link: Any, size: int, limit: int) -> None:
         self.log.error("message too large: link detached, subscriber stopped", received=size,
                        limit=limit)

@@ -148,6 +148,10 @@ def register(subparsers: Any) -> None:
     pub.add_argument("--drop-rate", type=fraction, default=0.0,
                      help="brokered mode, forced loss: fraction journaled but not sent")
     pub.add_argument("--drop-seed", type=int, default=None)
+    pub.add_argument("--timeout", type=positive_float, default=60.0, metavar="SECONDS",
+                     help="give up (exit 1) when not everything is accepted this long after the "
+                          "last publication was handed over, e.g. while the component cannot "
+                          "be reached (default: 60)")
     pub.set_defaults(func=_publish)
 
     sub = subparsers.add_parser("subscribe", help="subscribe and print the ordered stream")
@@ -372,7 +376,7 @@ def _publish(args: argparse.Namespace) -> int:
     except BaseException:  # a bad line, ^C: send what was published before it, then stop
         publisher.close(timeout=5)
         raise
-    ok = publisher.close(timeout=60)
+    ok = publisher.close(timeout=args.timeout)
     print(json.dumps({"published": count, "accepted": publisher.accepted,
                       "rejected": publisher.rejected, "flushed": ok}))
     _report_error("publish", publisher.error)
@@ -381,9 +385,13 @@ def _publish(args: argparse.Namespace) -> int:
         print(f"seqrepair publish: the journal holds {args.source!r} through "
               f"{error.expected - 1}: publish with --redis-url (numbering resumes there) or "
               f"--start-after {error.expected - 1}", file=sys.stderr)
+    elif not ok and error is None and publisher.last_failure is not None:
+        print(f"seqrepair publish: not every publication was accepted in {args.timeout:g} s: "
+              f"cannot reach a component at {args.url} ({publisher.last_failure})",
+              file=sys.stderr)
     elif not ok and error is None:
-        print(f"seqrepair publish: not every publication was accepted in 60 s (is a component "
-              f"listening at {args.url}?)", file=sys.stderr)
+        print(f"seqrepair publish: not every publication was accepted in {args.timeout:g} s (is "
+              f"a component listening at {args.url}?)", file=sys.stderr)
     return 0 if ok and not publisher.rejected else 1
 
 
@@ -569,7 +577,7 @@ def _publish_brokered(args: argparse.Namespace) -> int:
     except BaseException:  # as in component mode
         publisher.close(timeout=5)
         raise
-    ok = publisher.close(timeout=60)
+    ok = publisher.close(timeout=args.timeout)
     print(json.dumps({"published": count, "sent": publisher.sent, "dropped": publisher.dropped,
                       "accepted": publisher.accepted, "rejected": publisher.rejected,
                       "flushed": ok}))

@@ -7,7 +7,11 @@ thread (``start``), and is told to stop from any thread through an
 connection (or a refused or detached link) is the same everywhere too: forget the connection,
 schedule ``_reconnect`` after a :class:`~seqrepair.amqp.backoff.Backoff` delay (``reconnect_delay``
 at first, doubled per failed attempt up to ``max_reconnect_delay``, jittered), connect again
-unless stopping; the backoff starts again once the peer has accepted the client's link.
+unless stopping; the backoff starts again once the peer has accepted the client's link. A peer
+that cannot be reached (a connection refused, a host name that does not resolve) is a failed
+attempt like any other, logged once at info through structlog (``reconnecting``, with the
+transport's error) and kept in ``last_failure``; proton's own handler would print the error on
+every attempt.
 
 * :class:`SubscriberRunner`: a receiver that polls its repair engine on a timer (``tick``),
   hands deliveries to a callback and/or a queue (``for pub in subscriber``) and can stop
@@ -28,13 +32,14 @@ from __future__ import annotations
 import abc
 import queue
 import random
+import socket
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, Self, TypeVar
 
-from proton import Endpoint, Handler
+from proton import Endpoint, Handler, Url
 from proton.handlers import MessagingHandler
 from proton.reactor import ApplicationEvent, Container, EventInjector
 
@@ -58,6 +63,12 @@ reconnect cannot cure: the client stops and reports them (its ``error``).
 and taking it back would only start a tug of war. Any other detach of one of its links by the
 peer, or end of its session or connection (another condition, or none), is recovered by
 reconnecting."""
+
+
+def _failure(transport: Any) -> str | None:
+    """The error ``transport`` failed with, as one line (None: none)."""
+    cond = transport.condition if transport is not None else None
+    return None if cond is None else f"{cond.name}: {cond.description}"
 
 
 class Call:
@@ -141,6 +152,7 @@ class _Reconnecting(MessagingHandler, abc.ABC):
     _stopping: bool
     _thread: threading.Thread | None
     log: Any
+    url: str
     address: str
     error: AmqpAdapterError | None
     refusal_error: type[AmqpAdapterError] = AmqpAdapterError
@@ -163,10 +175,28 @@ class _Reconnecting(MessagingHandler, abc.ABC):
             initial=reconnect_delay, maximum=max(reconnect_delay, max_reconnect_delay)
         )
         self._rng = random.Random()
+        self._reconnect_task: Any = None
+        self._attempt_error: str | None = None  # why this attempt failed, for its log line
+        self.last_failure: str | None = None
+        """Why the peer could not be reached the last time (the transport's error, or a host
+        name that does not resolve); None once the peer has accepted the client's link."""
 
     @abc.abstractmethod
     def _connect(self) -> None:
         """Open the connection and the links of this client."""
+
+    def _open(self) -> None:
+        """:meth:`_connect`, unless the peer's host name does not resolve: that is a failed
+        attempt too (proton would raise it from inside its event loop, ending the client)."""
+        try:
+            url = Url(self.url)  # type: ignore[no-untyped-call]  # proton's Url is not annotated
+            url.defaults()  # type: ignore[no-untyped-call]
+            socket.getaddrinfo(url.host, int(url.port), socket.AF_UNSPEC, socket.SOCK_STREAM)
+        except (OSError, ValueError) as exc:
+            self.last_failure = self._attempt_error = f"cannot resolve {self.url}: {exc}"
+            self._schedule_reconnect("host name not resolved")
+            return
+        self._connect()
 
     @abc.abstractmethod
     def start(self) -> Self:
@@ -177,13 +207,28 @@ class _Reconnecting(MessagingHandler, abc.ABC):
         return self if self._thread is not None else self.start()
 
     def _schedule_reconnect(self, reason: str) -> None:
-        """Count one failed attempt and connect again after the backoff's next delay."""
+        """Count one failed attempt and connect again after the backoff's next delay.
+
+        Each failed attempt is logged once, at info (``reconnecting``, with the transport's
+        error when there was one): retrying is routine, and what gives up says why."""
         backoff = self._reconnect_backoff
         delay = backoff.next_delay(self._rng)
         assert delay is not None  # no max_attempts: it never gives up
-        self.log.info("reconnecting", reason=reason, attempt=backoff.attempts,
+        error, self._attempt_error = self._attempt_error, None
+        self.log.info("reconnecting", reason=reason, error=error, attempt=backoff.attempts,
                       delay=round(delay, 3))
-        self._container.schedule(delay, Call(self._reconnect))
+        self._reconnect_task = self._container.schedule(delay, Call(self._reconnect))
+
+    def _cancel_reconnect(self) -> None:
+        """Stopping: a reconnect still to come would only keep the container running."""
+        if self._reconnect_task is not None:
+            self._reconnect_task.cancel()
+            self._reconnect_task = None
+
+    def on_transport_error(self, event: Any) -> None:
+        """The transport failed (a connection refused or lost...): the reconnect that follows
+        logs it (:meth:`on_disconnected`); proton's default would print it on every attempt."""
+        self.log.debug("transport error", error=_failure(event.transport))
 
     def _accepted(self, link: Any) -> bool:
         """The peer answered the attach of ``link``, the client's main link: unless it detached
@@ -195,11 +240,13 @@ class _Reconnecting(MessagingHandler, abc.ABC):
         if backoff.attempts:
             self.log.info("reconnected", attempt=backoff.attempts)
         backoff.reset()
+        self.last_failure = None
         return True
 
     def _reconnect(self) -> None:
+        self._reconnect_task = None
         if not self._stopping and self._conn is None:
-            self._connect()
+            self._open()
 
     # --- the peer ends a link, its session or its connection ----------------------------
 
@@ -209,8 +256,14 @@ class _Reconnecting(MessagingHandler, abc.ABC):
         made yet or forgotten is None): what the peer may end."""
 
     def on_disconnected(self, event: Any) -> None:
-        """The connection is lost: reconnect."""
-        self._lost(event.connection, "disconnected")
+        """The connection is lost, or could not be made: reconnect."""
+        conn = event.connection
+        if not self._stopping and conn is not None and conn == self._conn:
+            # not one given up on (torn down after a refused link: "connection aborted")
+            self._attempt_error = _failure(event.transport)
+            if self._attempt_error is not None:
+                self.last_failure = self._attempt_error
+        self._lost(conn, "disconnected")
 
     @abc.abstractmethod
     def _lost(self, conn: Any, reason: str) -> None:
@@ -401,7 +454,7 @@ class SubscriberRunner(_Reconnecting):
     def on_start(self, event: Any) -> None:
         """The container runs: connect and start the tick timer."""
         self._container = event.container
-        self._connect()
+        self._open()
         self._schedule()
 
     def on_timer_task(self, event: Any) -> None:
@@ -420,6 +473,7 @@ class SubscriberRunner(_Reconnecting):
 
     def _shutdown(self) -> None:
         self._stopping = True
+        self._cancel_reconnect()
         if self._conn is not None:
             self._conn.close()
         if self._injector is not None:
@@ -553,6 +607,7 @@ class PublisherRunner(_Reconnecting, Generic[Unsettled]):
         :meth:`flush` returns False at once."""
         self.error = error
         self._stopping = True
+        self._cancel_reconnect()
         if self._conn is not None:
             self._conn.close()
         self._injector.close()
@@ -572,7 +627,7 @@ class PublisherRunner(_Reconnecting, Generic[Unsettled]):
     def on_start(self, event: Any) -> None:
         """The container runs: connect."""
         self._container = event.container
-        self._connect()
+        self._open()
 
     def _connect(self) -> None:
         self._conn = self._container.connect(self.url, reconnect=False,
@@ -591,6 +646,7 @@ class PublisherRunner(_Reconnecting, Generic[Unsettled]):
     def on_seqrepair_stop(self, event: Any) -> None:
         """:meth:`close` was called: close the connection, end the container."""
         self._stopping = True
+        self._cancel_reconnect()
         if self._conn is not None:
             self._conn.close()
         self._injector.close()
