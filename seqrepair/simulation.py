@@ -136,6 +136,9 @@ class InMemoryComponent:
     bits: int
     context_capacity: int = 1 << 20
     replay_limit: int | None = None
+    cut_at_link: bool = True
+    """False: replay to the high-water whatever ``link_through`` a request names, as a
+    component from before that field did (a baseline to compare with)."""
     _sequencers: dict[str, SourceSequencer] = attrs.field(init=False, factory=dict)
     _journal: list[Publication] = attrs.field(init=False, factory=list)
     _queued: list[Publication] = attrs.field(init=False, factory=list)
@@ -165,7 +168,8 @@ class InMemoryComponent:
             return [result] if isinstance(result, GapError) else list(result)
         after = request.after
         cover = (
-            None if request.link_through is None else self._context.cover(request.link_through)
+            None if request.link_through is None or not self.cut_at_link
+            else self._context.cover(request.link_through)
         )
         limits = {
             name: limit

@@ -6,8 +6,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import structlog
 
 from seqrepair.journal import EmbeddedRedis
+
+
+@pytest.fixture(autouse=True)
+def _structlog_as_it_was() -> Iterator[None]:
+    """A test that runs the CLI in process configures structlog (its log level among it): put
+    the configuration back, so later tests that capture log lines see what they expect."""
+    config = structlog.get_config()
+    yield
+    structlog.configure(**config)
 
 
 @pytest.fixture

@@ -43,3 +43,24 @@ def test_serve_refuses_a_redis_timeout_that_is_not_positive(timeout, capsys):
         main(["serve", "--redis-url", "redis://127.0.0.1:1/0", "--redis-timeout", timeout])
     assert exit_.value.code == 2
     assert "--redis-timeout: must be > 0" in capsys.readouterr().err
+
+
+def test_subscribe_idle_exit_counts_only_time_connected(tmp_path):
+    """A subscriber waiting out a component's restart is not idle at the end of its stream:
+    ``--idle-exit`` counts from when it is connected again."""
+    import argparse
+    import time
+
+    from seqrepair.amqp.commands import _Sink
+    from seqrepair.core.messages import Publication
+
+    args = argparse.Namespace(count=0, duration=0.0, idle_exit=0.2,
+                              output=str(tmp_path / "out.jsonl"))
+    sink = _Sink(args, line_buffered=True)
+    sink.write(Publication("/t", "feed.a", 1, "update", {}))
+    time.sleep(0.3)
+    assert not sink.stop_when(connected=False)  # reconnecting: the idle clock starts again
+    assert not sink.stop_when(connected=True)
+    time.sleep(0.3)
+    assert sink.stop_when(connected=True)
+    sink.out.close()

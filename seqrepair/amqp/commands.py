@@ -169,7 +169,8 @@ def register(subparsers: Any) -> None:
     sub.add_argument("--duration", type=non_negative_float, default=0.0,
                      help="stop after this many seconds")
     sub.add_argument("--idle-exit", type=non_negative_float, default=0.0,
-                     help="stop after this many seconds without a delivery (after the first)")
+                     help="stop after this many seconds connected without a delivery (after "
+                          "the first)")
     sub.add_argument("--output", help="write JSON lines here instead of stdout")
     sub.add_argument("--stats-file", help="write the repair statistics (JSON) here at the end")
     sub.add_argument("--ready-file",
@@ -463,10 +464,14 @@ class _Sink:
         self.n += 1
         self.last = time.monotonic()
 
-    def stop_when(self) -> bool:
-        """``--count``, ``--duration`` or ``--idle-exit`` reached."""
+    def stop_when(self, connected: bool = True) -> bool:
+        """``--count``, ``--duration`` or ``--idle-exit`` reached. Idle time counts only while
+        ``connected``: a subscriber waiting out a component's restart is not at the end of
+        its stream."""
         args = self.args
         now = time.monotonic()
+        if not connected:
+            self.last = now
         if args.count and self.n >= args.count:
             return True
         if args.duration and now - self.started >= args.duration:
@@ -478,7 +483,8 @@ def _run_subscriber(subscriber: Any, sink: _Sink, args: argparse.Namespace) -> N
     """Run until the sink says stop (or SIGTERM / ^C), then report the statistics."""
     signal.signal(signal.SIGTERM, lambda *_: subscriber._shutdown())
     with contextlib.suppress(KeyboardInterrupt):
-        subscriber.run(stop_when=sink.stop_when)
+        connected = getattr(subscriber, "connected", None)
+        subscriber.run(stop_when=lambda: sink.stop_when(connected is None or connected.is_set()))
     sink.out.flush()
     stats: dict[str, Any] = dict(subscriber.stats().as_dict())
     stats["unrecoverable_events"] = [str(u) for u in subscriber.unrecoverable]

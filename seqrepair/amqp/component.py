@@ -644,12 +644,16 @@ class Component(MessagingHandler):
                 cookie,
             )
             return
-        replay = self.gapfill.answer_source_gap(link.name, request, now)
+        # what the component fans out next goes to this link too: the replay stops there
+        replay = self.gapfill.answer_source_gap(
+            link.name, request, now, carried_after=self.ingest.ingested
+        )
         if isinstance(replay, GapError):
             link.log.info("source request not answered", reason=replay.reason,
                           detail=replay.detail)
             route.respond(encode(replay), correlation, cookie)
             return
+        self.ingest.owe(replay.owed_to_link)
         route.start_replay(link.name, replay, correlation, cookie)
 
     def _route_for(

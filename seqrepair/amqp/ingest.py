@@ -103,6 +103,7 @@ class Ingest:
             decoder.unwrapper.seed(source, hw)
         self.sequencers: dict[str, SourceSequencer] = {}
         self.in_doubt: set[str] = set()
+        self._owed: set[str] = set()  # in doubt because a replay left them to the links
         self.backoff = backoff or Backoff(initial=0.1, maximum=5.0)
         """Between tries to read the journal again while a source is in doubt."""
         self._retry_at: float | None = None  # None: at the next poll
@@ -187,9 +188,12 @@ class Ingest:
         if pubs:
             self._publish(pubs, {})
             if source in self.in_doubt:
-                log.info("journaled publications fanned out after an unknown append outcome",
-                         source=source, first=pubs[0].source_seq, last=pubs[-1].source_seq)
+                log.info("journaled publications fanned out from the journal", source=source,
+                         first=pubs[0].source_seq, last=pubs[-1].source_seq,
+                         why="left to the links by a replay" if source in self._owed
+                         else "an append outcome unknown, or the publisher gone")
         self.in_doubt.discard(source)
+        self._owed.discard(source)
 
     def publisher_gone(self, receiver: Any) -> None:
         """A publishing link ended (closed, or its connection lost): a publisher that numbers
@@ -201,6 +205,16 @@ class Ingest:
             self.journal.forget(source)  # the high-water it knows may be behind the journal's
             self.in_doubt.add(source)
         sources.clear()
+
+    def owe(self, sources: Collection[str]) -> None:
+        """A source replay left to the links what the journal holds of ``sources`` past what
+        went out (journaled by a publisher that has not sent it here yet): those sources are
+        put in doubt, so :meth:`poll` fans that out from the journal, unless their publisher
+        sends it first."""
+        for source in sources:
+            self.journal.forget(source)
+            self.in_doubt.add(source)
+            self._owed.add(source)
 
     def _assign(self, source: str) -> int:
         """The next number of a source the component numbers (started in :meth:`publish`)."""

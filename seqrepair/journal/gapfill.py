@@ -96,6 +96,7 @@ class Replay:
         page_size: int,
         *,
         more: bool = False,
+        carried_after: Mapping[str, int] | None = None,
     ) -> None:
         self.journal = journal
         self.link = link
@@ -110,6 +111,13 @@ class Replay:
         self.cover = (
             None if request.link_through is None else link.context.cover(request.link_through)
         )
+        self.carried_after = {} if self.cover is None else dict(carried_after or {})
+        self.owed_to_link = sorted(
+            seg.source for seg in segments
+            if seg.source in self.carried_after and seg.last > self.carried_after[seg.source]
+        )
+        """Sources the journal holds past what the transport had carried when asked: the
+        replay leaves those numbers to the link, so the transport must send them on it."""
 
     @property
     def span(self) -> int:
@@ -119,7 +127,12 @@ class Replay:
     def _cut(self, seg: _Segment, seq: int) -> bool:
         """Does the link itself carry ``seg.source`` from ``seq`` on? Then the segment ends
         before it, and so does what the replay answers for the source."""
-        limit = None if self.cover is None else self.cover.limit(seg.source)
+        if self.cover is None:
+            return False
+        limit = self.cover.limit(seg.source)
+        carried = self.carried_after.get(seg.source)
+        if carried is not None and (limit is None or carried < limit):
+            limit = carried
         if limit is None or seq <= limit:
             return False
         last = max(limit, seg.first - 1)
@@ -290,9 +303,20 @@ class GapFillService:
         return answer
 
     def answer_source_gap(
-        self, link_id: str, request: SourceGapRequest, now: float
+        self,
+        link_id: str,
+        request: SourceGapRequest,
+        now: float,
+        *,
+        carried_after: Mapping[str, int] | None = None,
     ) -> Replay | GapError:
-        """A :class:`Replay` of the journal after the requested numbers, or a GapError."""
+        """A :class:`Replay` of the journal after the requested numbers, or a GapError.
+
+        ``carried_after`` (used with the request's ``link_through``): per source, the number
+        after which the transport sends everything on the link from now on (what a component
+        fans out next); the replay stops there too, and names the sources whose journal reaches
+        past it in :attr:`Replay.owed_to_link`, which the transport must then send.
+        """
         link = self.link(link_id)
         if not isinstance(request, SourceGapRequest):
             raise InvalidMessageError("answer_source_gap takes a SourceGapRequest", got=request)
@@ -328,7 +352,8 @@ class GapFillService:
             )
             return GapError("trimmed", request, detail, trimmed_through)
         segments, through, more = _capped(segments, through, self.policy.max_range)
-        replay = Replay(self.journal, link, request, segments, through, self.page_size, more=more)
+        replay = Replay(self.journal, link, request, segments, through, self.page_size,
+                        more=more, carried_after=carried_after)
         reason = self.policy.refusal(replay.span, link.budget, now)
         if reason is not None:
             log.info("gapfill.refused", link=link_id, reason=reason)

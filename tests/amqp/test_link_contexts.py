@@ -22,6 +22,7 @@ from seqrepair.amqp.client import Publisher, Subscriber
 from seqrepair.amqp.codec import Decoder, encode
 from seqrepair.amqp.component import CONTROL_ADDRESS
 from seqrepair.core.messages import Heartbeat, Publication, ReplayComplete, SourceGapRequest
+from seqrepair.core.sequencers import SourceSequencer
 from seqrepair.journal.journal import Journal
 
 from .conftest import ComponentProcess, wait_for
@@ -329,3 +330,38 @@ def test_a_replay_stops_where_the_new_link_context_took_over(
     end = 100 if link_through == 0 else 150
     assert replayed == list(range(41, end + 1))
     assert answer[-1].through == {"feed.x": end}
+
+
+def test_what_a_publisher_journaled_ahead_of_the_component_goes_out_on_the_link_not_twice(
+    component: Callable[..., ComponentProcess], redis_url: str
+) -> None:
+    """The journal holds feed.j through 130, the component has fanned out 100 of it (a
+    publisher journaled the rest and has not sent it here yet). A replay after 40 stops at
+    100; the component fans out 101..130 from the journal, and the link carries them once."""
+    journal = Journal.from_url(redis_url)
+    sequencer = SourceSequencer(source="feed.j", bits=16)
+
+    def journal_rows(n: int) -> None:
+        journal.append([sequencer.stamp("/weather/wind/LEMD", {"n": i}) for i in range(n)], 16)
+
+    journal_rows(100)  # before the component starts: it counts them as gone out
+    comp = component("--heartbeat", "0.2")
+    journal_rows(30)
+    receiver, conn, _ = attach(comp.url, "ahead", {RESUME: True, EPOCH: "gone"})
+    receiver.flow(1000)
+    request = encode(SourceGapRequest({"feed.j": 40}, link_through=0))
+    request.id, request.reply_to = "r1", "$link/ahead"
+    request.properties = {**(request.properties or {}), "link": "ahead"}
+    conn.create_sender(CONTROL_ADDRESS).send(request)
+    got = frames_of(receiver, lambda f: getattr(f, "source_seq", 0) == 130)
+    time.sleep(0.5)  # a copy would come now
+    with contextlib.suppress(Exception):
+        got.extend(Decoder(link_bits=16).decode(receiver.receive(timeout=0.5)))
+    conn.close()
+    pubs = [f for f in got if isinstance(f, Publication)]
+    replayed = [p.source_seq for p in pubs if p.link_seq is None]
+    live = [p.source_seq for p in pubs if p.link_seq is not None]
+    assert replayed == list(range(41, 101))
+    assert live == list(range(101, 131))
+    (complete,) = [f for f in got if isinstance(f, ReplayComplete)]
+    assert complete.through == {"feed.j": 100}

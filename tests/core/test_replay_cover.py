@@ -7,7 +7,6 @@ the link. Without the point, a replay runs to the journal's high-water and every
 link context carried meanwhile arrives twice (the stub drops the copies).
 """
 
-import attrs
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -19,7 +18,6 @@ from seqrepair import (
     PublishType,
     RequestGap,
     RequestSourceGap,
-    SourceGapRequest,
     SubscriberStub,
 )
 from seqrepair.simulation import InMemoryComponent, LinkConditions, Simulation
@@ -30,16 +28,6 @@ PLAN = [
 ]
 
 
-@attrs.define
-class UnawareComponent(InMemoryComponent):
-    """A component that ignores the point (as one from before the field did)."""
-
-    def answer(self, request, now):
-        if isinstance(request, SourceGapRequest):
-            request = attrs.evolve(request, link_through=None)
-        return super().answer(request, now)
-
-
 def run(component=None, **options):
     return Simulation(
         bits=8, plan=PLAN, conditions=LinkConditions(latency=0.05),
@@ -48,7 +36,7 @@ def run(component=None, **options):
 
 
 def test_after_a_reset_the_replay_carries_only_what_the_new_context_does_not():
-    aware, unaware = run(), run(UnawareComponent(bits=8))
+    aware, unaware = run(), run(InMemoryComponent(bits=8, cut_at_link=False))
     assert aware.exactly_once_in_order
     assert unaware.exactly_once_in_order
     assert aware.resets == unaware.resets == 3
