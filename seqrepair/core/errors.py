@@ -55,6 +55,10 @@ class SubscriptionConflictError(SeqRepairError):
     (``conflict``)."""
 
 
+class TopicNotFoundError(SeqRepairError, LookupError):
+    """No topic of the catalog is the one asked for (a valid topic nobody published)."""
+
+
 BAD_INPUT_ERRORS: tuple[type[SeqRepairError], ...] = (
     InvalidSequenceError,
     InvalidMessageError,

@@ -52,6 +52,8 @@ ATTRIBUTES: Mapping[str, Callable[[Publication], str | None]] = {
     "permtoken": lambda pub: pub.permtoken,
 }
 """The attributes a filter may name, each read from a publication (None: absent)."""
+TOPIC_ATTRIBUTES = frozenset({"subject", "topic"})
+"""The attributes that are the publication's topic."""
 
 
 class MatchType(enum.Enum):
@@ -110,6 +112,15 @@ class BasicFilter:
         found = ATTRIBUTES[self.property](publication)
         if found is None:
             return False
+        # compare() inlined: this runs per publication and filtered link on the fan-out path
+        if self.type is MatchType.EXACT:
+            return found == self.value
+        if self.type is MatchType.PREFIX:
+            return found.startswith(self.value)
+        return found.endswith(self.value)
+
+    def compare(self, found: str) -> bool:
+        """Whether an attribute's value ``found`` passes this filter."""
         if self.type is MatchType.EXACT:
             return found == self.value
         if self.type is MatchType.PREFIX:

@@ -51,7 +51,7 @@ from seqrepair.core.errors import (
     SubscriptionConflictError,
     SubscriptionNotFoundError,
 )
-from seqrepair.core.filters import BasicFilter, enum_member, parse_filters
+from seqrepair.core.filters import TOPIC_ATTRIBUTES, BasicFilter, enum_member, parse_filters
 from seqrepair.core.topics import TopicPattern, topic_pattern
 
 QUEUE_PREFIX = "/subscriptions/"
@@ -154,6 +154,13 @@ class Subscription:
     def paused(self) -> bool:
         """Whether the subscription is PAUSED."""
         return self.status is SubscriptionStatus.PAUSED
+
+    def may_select(self, topic: str) -> bool:
+        """Whether publications of ``topic`` (a valid topic) may reach this subscription: its
+        topic pattern matches and its filters on the topic (``subject``, ``topic``) pass it.
+        Its other filters, and a subscriber's permission tokens, decide per publication."""
+        return self.topic.matches(topic) and all(
+            f.compare(topic) for f in self.filters if f.property in TOPIC_ATTRIBUTES)
 
     def to_json(self) -> dict[str, Any]:
         """The subscription in its JSON form (see the module docstring)."""

@@ -87,6 +87,18 @@ def test_each_type_on_each_attribute(type: str, property: str, value: str,
     assert BasicFilter(type, property, value).matches(WIND) is expected
 
 
+@settings(deadline=None)
+@given(st.sampled_from(["exact", "prefix", "suffix"]), st.sampled_from(sorted(ATTRIBUTES)),
+       st.text(max_size=8), st.sampled_from(["/weather/wind/LEMD", "/a", "/LEMD", "/a/b"]))
+def test_compare_is_matches_on_the_attribute_value(type: str, property: str, value: str,
+                                                   topic: str) -> None:
+    f = BasicFilter(type, property, value)
+    p = pub(topic=topic)
+    found = ATTRIBUTES[property](p)
+    assert found is not None
+    assert f.compare(found) is f.matches(p)
+
+
 def test_the_whole_attribute_is_a_prefix_and_a_suffix_of_itself() -> None:
     for property, value in [("source", "feed.a"), ("type", "correction"),
                             ("subject", "/weather/wind/LEMD"), ("permtoken", "6747")]:

@@ -166,6 +166,20 @@ def test_what_a_get_returns_can_be_put_back_unchanged(sub: Subscription) -> None
     assert Subscription.from_json(through_text).to_json() == sub.to_json()
 
 
+def test_a_subscription_may_select_a_topic_its_pattern_and_topic_filters_pass() -> None:
+    sub = Subscription("rain", "/weather/#", filters=[
+        {"dialect": "basic", "type": "prefix", "property": "subject", "value": "/weather/rain/"},
+        {"dialect": "basic", "type": "suffix", "property": "topic", "value": "/LEMD"},
+        {"dialect": "basic", "type": "exact", "property": "source", "value": "feed.a"},
+    ])
+    # the source filter depends on each publication, not on the topic
+    assert sub.may_select("/weather/rain/LEMD")
+    assert not sub.may_select("/weather/rain/LFPG")
+    assert not sub.may_select("/weather/wind/LEMD")
+    assert not sub.may_select("/flight/rain/LEMD")
+    assert Subscription("all", "/#").may_select("/flight/LEMD")
+
+
 # --- every refusal ------------------------------------------------------------------------
 
 
