@@ -33,7 +33,8 @@ log = structlog.get_logger(__name__)
 
 
 SUBSCRIPTIONS_WAIT = 30.0
-"""Seconds ``serve`` waits for Redis to give it the stored subscriptions before it gives up."""
+"""Seconds ``serve`` waits for Redis to give it the stored subscriptions and topics before it
+gives up."""
 
 
 def register(subparsers: Any) -> None:
@@ -83,7 +84,7 @@ def register(subparsers: Any) -> None:
                        metavar="NAME=PATTERN[;TOKENS]",
                        help="a subscription queue /subscriptions/NAME (tokens comma-separated)")
     serve.add_argument("--rest", type=host_port, metavar="HOST:PORT",
-                       help="serve the subscription REST API (/subscriptions) here; "
+                       help="serve the subscription REST API (/subscriptions, /topics) here; "
                             "subscriptions made through it are kept in Redis")
     serve.add_argument("--rest-token-file", metavar="PATH",
                        help="the REST API then wants 'Authorization: Bearer <the file's text>'")
@@ -95,6 +96,13 @@ def register(subparsers: Any) -> None:
                        help="a REST request must arrive whole within SECONDS of its first byte "
                             "(else 408), and a connection waits that long for a request "
                             "(default 30)")
+    serve.add_argument("--topic", action="append", default=[], metavar="TOPIC",
+                       help="a topic the REST API lists under /topics before anything is "
+                            "published on it (repeatable); published topics are listed "
+                            "anyway, and kept in Redis")
+    serve.add_argument("--max-topics", type=positive_int, default=100_000, metavar="N",
+                       help="most topics /topics lists; past it new topics are not listed "
+                            "(publishing is not affected; default: 100000)")
     serve.add_argument("--grant", action="append", default=[],
                        metavar="PRINCIPAL=TOKENS[;deny=TOKENS]",
                        help="permission tokens of one principal on topic-pattern links "
@@ -210,6 +218,7 @@ def _serve(args: argparse.Namespace) -> int:
             if args.retain_count is not None or args.retain_age is not None
             else None
         )
+        declared = [_declared_topic(topic) for topic in args.topic]
         subs = {}
         for spec in args.subscription:
             name, _, rest = spec.partition("=")
@@ -218,7 +227,7 @@ def _serve(args: argparse.Namespace) -> int:
                 raise InvalidConfigError(f"--subscription wants NAME=PATTERN, got {spec!r}")
             subs[name] = Subscription(name, pattern, permtokens=[t for t in tokens.split(",") if t],
                                       configured=True)
-    except SeqRepairError as exc:  # a bad grant, subscription or retention setting
+    except SeqRepairError as exc:  # a bad grant, subscription, topic or retention setting
         print(f"seqrepair serve: {exc.message}", file=sys.stderr)
         return 2
     config = ComponentConfig(
@@ -250,14 +259,17 @@ def _serve(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     journal = Journal.from_url(args.redis_url, socket_timeout=args.redis_timeout,
                                socket_connect_timeout=min(args.redis_timeout, 5.0))
-    manager = _subscription_manager(args, subs.values())
-    if manager is None:
+    stored = _stored_state(args, subs.values(), declared)
+    if stored is None:
         return 1
-    component = Component(config, journal, on_ready=ready, subscriptions=manager)
+    manager, topics = stored
+    component = Component(config, journal, on_ready=ready, subscriptions=manager,
+                          topics=topics)
     with contextlib.ExitStack() as stack, contextlib.suppress(KeyboardInterrupt):
+        stack.enter_context(topics)  # on the way out: store what is still unsaved
         if args.rest is not None:
             try:
-                stack.enter_context(_rest_server(args, manager, token))
+                stack.enter_context(_rest_server(args, manager, token, topics))
             except (SeqRepairError, OSError) as exc:
                 print(f"seqrepair serve: --rest: {getattr(exc, 'message', exc)}",
                       file=sys.stderr)
@@ -269,27 +281,45 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _subscription_manager(args: argparse.Namespace, configured: Any) -> Any:
-    """The operator's subscriptions and those kept in Redis; None (after saying why) when Redis
-    did not answer for ``SUBSCRIPTIONS_WAIT`` seconds: without them an attach to a
-    subscription queue would be refused for good."""
+def _stored_state(args: argparse.Namespace, configured: Any, declared: list[str]) -> Any:
+    """The subscription manager (the operator's subscriptions and those kept in Redis) and the
+    topic catalog (the declared topics and those kept in Redis); None (after saying why) when
+    Redis did not answer for ``SUBSCRIPTIONS_WAIT`` seconds: without the subscriptions an
+    attach to a subscription queue would be refused for good."""
     import redis
 
+    from seqrepair.core.catalog import TopicCatalog
     from seqrepair.journal.substore import RedisSubscriptionStore
+    from seqrepair.journal.topicstore import RedisTopicStore
+    from seqrepair.rest.catalog import SharedCatalog
     from seqrepair.rest.manager import SubscriptionManager
 
     store = RedisSubscriptionStore.from_url(args.redis_url, socket_timeout=args.redis_timeout)
+    topic_store = RedisTopicStore.from_url(args.redis_url, socket_timeout=args.redis_timeout)
     deadline = time.monotonic() + SUBSCRIPTIONS_WAIT
     while True:
         try:
-            return SubscriptionManager(configured=configured, store=store)
+            manager = SubscriptionManager(configured=configured, store=store)
+            topics = SharedCatalog(TopicCatalog(max_topics=args.max_topics),
+                                   declared=declared, store=topic_store)
+            return manager, topics
         except redis.RedisError as exc:
             if time.monotonic() >= deadline:
-                print(f"seqrepair serve: cannot read the subscriptions from Redis: {exc}",
-                      file=sys.stderr)
+                print(f"seqrepair serve: cannot read the subscriptions and topics from Redis: "
+                      f"{exc}", file=sys.stderr)
                 return None
-            log.warning("subscriptions not read from Redis yet; trying again", error=str(exc))
+            log.warning("subscriptions and topics not read from Redis yet; trying again",
+                        error=str(exc))
             time.sleep(1.0)
+
+
+def _declared_topic(text: str) -> str:
+    """A ``--topic`` value, checked (InvalidConfigError naming the option)."""
+    try:
+        return validate_topic(text)
+    except SeqRepairError as exc:
+        raise InvalidConfigError(f"--topic: {exc.message}", expected=exc.expected,
+                                 got=text) from None
 
 
 def _rest_token(args: argparse.Namespace) -> str | None:
@@ -305,14 +335,16 @@ def _rest_token(args: argparse.Namespace) -> str | None:
     return token
 
 
-def _rest_server(args: argparse.Namespace, manager: Any, token: str | None) -> Any:
+def _rest_server(args: argparse.Namespace, manager: Any, token: str | None,
+                 topics: Any) -> Any:
     """The REST API's server, listening (SeqRepairError: a bad token; OSError: no bind)."""
     import redis
 
     from seqrepair.rest.api import SubscriptionApi
     from seqrepair.rest.server import RestServer
 
-    api = SubscriptionApi(manager, token=token, unavailable=(OSError, redis.RedisError))
+    api = SubscriptionApi(manager, token=token, unavailable=(OSError, redis.RedisError),
+                          topics=topics)
     host, port = args.rest
     limits = {"request_timeout": args.rest_timeout, "max_connections": args.rest_max_connections}
     server = RestServer(api, host=host, port=port,

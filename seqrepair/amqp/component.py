@@ -88,6 +88,7 @@ from seqrepair.core.subscriptions import Subscription as Subscription
 from seqrepair.core.topics import TopicPattern
 from seqrepair.journal.gapfill import GapFillService
 from seqrepair.journal.journal import Journal
+from seqrepair.rest.catalog import SharedCatalog
 from seqrepair.rest.manager import SubscriptionManager
 
 log = structlog.get_logger("seqrepair.amqp.component")
@@ -113,6 +114,8 @@ class Component(MessagingHandler):
 
     ``subscriptions``: the subscription manager to serve ``/subscriptions/<id>`` from (it
     holds the configured ones too); by default one holding ``config.subscriptions``.
+    ``topics``: the catalog that learns the topic of every publication fanned out (what the
+    REST API lists under ``/topics``); by default one of its own, in memory.
     """
 
     def __init__(
@@ -123,6 +126,7 @@ class Component(MessagingHandler):
         clock: Callable[[], float] = time.time,
         on_ready: Callable[[str], None] | None = None,
         subscriptions: SubscriptionManager | None = None,
+        topics: SharedCatalog | None = None,
     ) -> None:
         super().__init__(prefetch=0, auto_accept=False, auto_settle=True)
         read_raw(self)
@@ -138,8 +142,9 @@ class Component(MessagingHandler):
                       "trimmed_unsent": 0, "oversized": 0}
         self.ingest = Ingest(
             RedisJournalPort(journal, bits_of=self.decoder.unwrapper.bits), self.decoder,
-            self._fan_out, self.stats, clock=clock,
+            self._fan_out, self.stats, clock=clock, topics=topics,
         )
+        self.topics = self.ingest.topics
         self.gapfill = GapFillService(
             journal,
             policy=RefusalPolicy(max_range=config.max_gap_range),

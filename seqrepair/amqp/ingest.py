@@ -51,6 +51,7 @@ from seqrepair.amqp.technical import DEFAULT_SOURCE_BITS
 from seqrepair.core.messages import Publication
 from seqrepair.core.sequencers import SourceSequencer
 from seqrepair.journal.format import as_journaled
+from seqrepair.rest.catalog import SharedCatalog
 
 log = structlog.get_logger("seqrepair.amqp.ingest")
 
@@ -81,7 +82,8 @@ class Ingest:
     ``ingested`` is, per source, the last number fanned out, or passed over as trimmed by
     retention before it could go out (it starts at the journal's high-waters); ``sequencers``
     number the sources the component numbers (plain publishers); ``in_doubt`` holds the
-    sources an append may have journaled more of than went out.
+    sources an append may have journaled more of than went out; ``topics`` learns the topic
+    of everything that goes out.
     """
 
     def __init__(
@@ -93,8 +95,11 @@ class Ingest:
         *,
         backoff: Backoff | None = None,
         clock: Callable[[], float] = time.monotonic,
+        topics: SharedCatalog | None = None,
     ) -> None:
         self.journal = journal
+        self.topics = topics if topics is not None else SharedCatalog()
+        """Where the topics of what goes out are listed (``GET /topics``)."""
         self.decoder = decoder
         self.fan_out = fan_out
         self.stats = stats
@@ -407,10 +412,13 @@ class Ingest:
                 if source in ingested and seq > ingested[source] + 1]
 
     def _publish(self, pubs: list[Publication], entries: dict[int, bytes | None]) -> None:
-        """Count journaled ``pubs`` as ingested and fan them out."""
+        """Count journaled ``pubs`` as ingested, list their topics and fan them out."""
+        known = self.topics.known
         for pub in pubs:
             if pub.source_seq > self.ingested.get(pub.source, 0):
                 self.ingested[pub.source] = pub.source_seq
+            if pub.topic not in known:
+                self.topics.learn(pub.topic)
         self.stats["ingested"] += len(pubs)
         self.fan_out(pubs, entries)
 

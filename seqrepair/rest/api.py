@@ -1,10 +1,12 @@
 """The HTTP binding of the subscription interface, without sockets or clock (sans-IO).
 
 :class:`SubscriptionApi` maps one HTTP request (method, target, headers, body) onto a
-:class:`~seqrepair.rest.manager.SubscriptionManager` and returns the :class:`Response` to send;
+:class:`~seqrepair.rest.manager.SubscriptionManager` (and, for ``/topics``, a
+:class:`~seqrepair.rest.catalog.SharedCatalog`) and returns the :class:`Response` to send;
 :mod:`seqrepair.rest.server` carries both over the wire. The resources are those of the SWIM
-guidance (REST ``/subscriptions``) and of the CloudEvents Subscriptions API's HTTP binding
-(§3.3); the objects are :meth:`~seqrepair.core.subscriptions.Subscription.to_json`'s:
+guidance (REST ``/subscriptions`` and ``/topics``) and of the CloudEvents Subscriptions API's
+HTTP binding (§3.3); the objects are :meth:`~seqrepair.core.subscriptions.Subscription.to_json`'s
+and :mod:`seqrepair.core.catalog`'s:
 
 =========================  =======  ================================================  ======
 resource                   method   meaning                                           status
@@ -15,13 +17,24 @@ resource                   method   meaning                                     
 ``/subscriptions/<id>``    PUT      replace it; pause and resume are a PUT that sets  200
                                     ``subscription_status`` to PAUSED or ACTIVE
 ``/subscriptions/<id>``    DELETE   delete it; the body is what it was (CloudEvents)  200
-either                     OPTIONS  ``Allow`` names the methods (no body)             204
-either                     HEAD     the GET's status and headers, without the body
+``/topics``                GET      the topic catalog in the SWIM guidance's "Topic   200
+                                    Tree" form; ``?pattern=<pattern>`` (percent-
+                                    encoded) lists only the topics it matches
+``/topics/<topic>``        GET      ``{"topic", "declared", "published",              200
+                                    "subscriptions"}``: the ids of the subscriptions
+                                    that may select it (their topic pattern and their
+                                    filters on the topic pass it)
+any of them                OPTIONS  ``Allow`` names the methods (no body)             204
+any of them                HEAD     the GET's status and headers, without the body
 =========================  =======  ================================================  ======
 
-A trailing ``/`` is optional and the query string is ignored. The id segment is
-percent-decoded; one that is no valid subscription id is answered 404 like any id that is not
-there (no subscription can have it, and PUT does not create).
+A trailing ``/`` is optional and the query string is ignored, but for ``pattern`` on
+``/topics``. The id segment is percent-decoded; one that is no valid subscription id is
+answered 404 like any id that is not there (no subscription can have it, and PUT does not
+create). The topic is everything after ``/topics/``, percent-decoded: encoded whole
+(``/topics/%2Fweather%2Fwind%2FLEMD``) or as it is (``/topics//weather/wind/LEMD``; a topic
+holding ``?`` or ``%`` must be encoded). The ``/topics`` routes are served only when the API
+has a topic catalog; without one they are unknown paths (404).
 
 Every error has a JSON body ``{"error": code, "message": ..., "expected": ..., "got": ...}``
 (``expected`` and ``got`` made JSON-safe and cut to :data:`MAX_DETAIL` characters). The checks
@@ -32,7 +45,8 @@ status  ``error``                   when
 ======  ==========================  =============================================================
 401     ``unauthorized``            a token is configured and ``Authorization: Bearer <token>``
                                     is missing or wrong (with ``WWW-Authenticate``)
-404     ``notfound``                an unknown path; no subscription has the id
+404     ``notfound``                an unknown path; no subscription has the id; the catalog
+                                    does not list the topic
 405     ``method-not-allowed``      a method the resource does not offer (with ``Allow``)
 406     ``not-acceptable``          ``Accept`` admits no JSON (``application/json;q=0`` refuses
                                     it, even after ``*/*``: the more specific range wins)
@@ -41,7 +55,8 @@ status  ``error``                   when
                                     (a charset other than UTF-8 included)
 400     ``invalid``                 a body that is not UTF-8 JSON (NaN, lone surrogates and
                                     nesting deeper than :data:`MAX_DEPTH` included), or a
-                                    proposal the subscription model refuses
+                                    proposal the subscription model refuses, or a topic
+                                    or ``pattern`` that breaks the topic-tree syntax
 409     ``conflict``                the id is taken, the registry is full, or the subscription
                                     is the operator's (configured)
 503     ``unavailable``             the manager's store failed (one of ``unavailable``); the
@@ -57,7 +72,7 @@ import json
 import re
 from collections.abc import Iterable
 from typing import Any, Protocol
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 import attrs
 import structlog
@@ -67,13 +82,16 @@ from seqrepair.core.errors import (
     InvalidConfigError,
     SubscriptionConflictError,
     SubscriptionNotFoundError,
+    TopicNotFoundError,
 )
 from seqrepair.core.subscriptions import check_id
+from seqrepair.rest.catalog import SharedCatalog
 from seqrepair.rest.manager import SubscriptionManager
 
 log = structlog.get_logger("seqrepair.rest")
 
 COLLECTION = "/subscriptions"
+TOPICS = "/topics"
 JSON_TYPE = "application/json; charset=utf-8"
 MAX_BODY = 65536
 """Default largest request body, in bytes."""
@@ -86,6 +104,7 @@ REALM = 'Bearer realm="seqrepair"'
 
 _COLLECTION_ALLOW = ("GET", "HEAD", "POST", "OPTIONS")
 _ITEM_ALLOW = ("GET", "HEAD", "PUT", "DELETE", "OPTIONS")
+_TOPICS_ALLOW = ("GET", "HEAD", "OPTIONS")
 _B64TOKEN = re.compile(r"[A-Za-z0-9._~+/-]+=*")
 """RFC 6750's token68: what a bearer token may be, so it travels in a header unchanged."""
 _QVALUE = re.compile(r"0(?:\.[0-9]{0,3})?|1(?:\.0{0,3})?")
@@ -156,8 +175,12 @@ class _Refusal(Exception):
 @attrs.frozen
 class _Route:
     allow: tuple[str, ...]
-    sub_id: str | None
-    """None: the collection; otherwise the percent-decoded id segment (maybe not a valid id)."""
+    resource: str
+    """:data:`COLLECTION` or :data:`TOPICS`."""
+    key: str | None
+    """None: the collection; otherwise the percent-decoded id or topic (maybe not a valid
+    one)."""
+    query: str = ""
 
 
 class SubscriptionApi:
@@ -166,13 +189,15 @@ class SubscriptionApi:
     ``token``: when given, every request needs ``Authorization: Bearer <token>``.
     ``max_body``: the largest request body taken, in bytes. ``unavailable``: the exceptions of
     the manager's store that mean "try again later" (503); the component adds redis-py's
-    ``RedisError`` to the default ``OSError``. Safe to call from many threads at once (the
-    manager is).
+    ``RedisError`` to the default ``OSError``. ``topics``: the catalog ``/topics`` lists
+    (without one, ``/topics`` is an unknown path). Safe to call from many threads at once (the
+    manager and the catalog are).
     """
 
     def __init__(self, manager: SubscriptionManager, *, token: str | None = None,
                  max_body: int = MAX_BODY,
-                 unavailable: tuple[type[BaseException], ...] = (OSError,)) -> None:
+                 unavailable: tuple[type[BaseException], ...] = (OSError,),
+                 topics: SharedCatalog | None = None) -> None:
         if token is not None and (not isinstance(token, str) or not _B64TOKEN.fullmatch(token)):
             raise InvalidConfigError(
                 "a bearer token is letters, digits and - . _ ~ + / (then = padding)",
@@ -186,6 +211,7 @@ class SubscriptionApi:
             raise InvalidConfigError("unavailable must be a tuple of exception classes",
                                      expected="tuple[type[BaseException], ...]", got=unavailable)
         self.manager = manager
+        self.topics = topics
         self.max_body = max_body
         self.unavailable = unavailable
         self._token = None if token is None else token.encode("ascii")
@@ -213,7 +239,7 @@ class SubscriptionApi:
             raise _Refusal(error_response(
                 401, "unauthorized", "this API needs 'Authorization: Bearer <token>'",
                 headers=(("WWW-Authenticate", REALM),)))
-        route = _route(target)
+        route = _route(target, with_topics=self.topics is not None)
         allow = ("Allow", ", ".join(route.allow))
         if method == "OPTIONS":
             return Response(204, b"", (allow,))
@@ -238,7 +264,9 @@ class SubscriptionApi:
                     415, "unsupported-media-type", "the body must be application/json (UTF-8)",
                     expected="application/json", got=content_type))
             proposal = _read_json(body)
-        return self._call(method, route.sub_id, proposal)
+        if route.resource == TOPICS:
+            return self._topics(route)
+        return self._call(method, route.key, proposal)
 
     def _authorized(self, authorization: str | None) -> bool:
         if self._token is None:
@@ -285,6 +313,33 @@ class SubscriptionApi:
             return error_response(400, "invalid", exc.message, expected=exc.expected,
                                   got=exc.got)
 
+    def _topics(self, route: _Route) -> Response:
+        """GET ``/topics`` (the tree) or ``/topics/<topic>`` (one topic and who wants it)."""
+        assert self.topics is not None
+        try:
+            if route.key is None:
+                return json_response(200, self.topics.tree(_pattern(route.query)))
+            info = self.topics.get(route.key)
+            wanted = [sub.id for sub in self.manager.query() if sub.may_select(info.topic)]
+            return json_response(200, {**info.to_json(), "subscriptions": wanted})
+        except TopicNotFoundError as exc:
+            return error_response(404, "notfound", exc.message, expected=exc.expected,
+                                  got=exc.got)
+        except BAD_INPUT_ERRORS as exc:
+            return error_response(400, "invalid", exc.message, expected=exc.expected,
+                                  got=exc.got)
+
+
+def _pattern(query: str) -> str | None:
+    """The ``pattern`` parameter of a query string (None without one; 400 when repeated)."""
+    values = parse_qs(query, keep_blank_values=True).get("pattern")
+    if values is None:
+        return None
+    if len(values) > 1:
+        raise _Refusal(error_response(400, "invalid", "give one pattern at most",
+                                      expected="pattern=<topic pattern>", got=values))
+    return values[0]
+
 
 def _lowered(headers: Headers) -> dict[str, str]:
     lowered: dict[str, str] = {}
@@ -294,18 +349,31 @@ def _lowered(headers: Headers) -> dict[str, str]:
     return lowered
 
 
-def _route(target: str) -> _Route:
-    """The resource ``target`` names; refuses (404) a path that is none."""
-    path = target if target.startswith("/") else urlsplit(target).path  # absolute-form
-    path = path.partition("?")[0].partition("#")[0]
+def _route(target: str, *, with_topics: bool) -> _Route:
+    """The resource ``target`` names; refuses (404) a path that is none (``/topics`` too,
+    unless ``with_topics``)."""
+    if target.startswith("/"):
+        path, _, query = target.partition("#")[0].partition("?")
+    else:  # absolute-form
+        parsed = urlsplit(target)
+        path, query = parsed.path, parsed.query
     parts = path.split("/")
     if path.startswith("/") and parts[1] == COLLECTION[1:]:
         if len(parts) == 2 or parts[2:] == [""]:
-            return _Route(_COLLECTION_ALLOW, None)
+            return _Route(_COLLECTION_ALLOW, COLLECTION, None)
         if parts[2] and (len(parts) == 3 or parts[3:] == [""]):
-            return _Route(_ITEM_ALLOW, unquote(parts[2], errors="surrogateescape"))
-    raise _Refusal(error_response(404, "notfound", "no such resource", expected=[
-        COLLECTION, COLLECTION + "/<id>"], got=path))
+            return _Route(_ITEM_ALLOW, COLLECTION, unquote(parts[2], errors="surrogateescape"))
+    if with_topics and (path == TOPICS or path.startswith(TOPICS + "/")):
+        topic = path[len(TOPICS) + 1:]
+        if len(topic) > 1 and topic.endswith("/"):  # a raw trailing '/': the optional one
+            topic = topic[:-1]
+        key = unquote(topic, errors="surrogateescape") if topic else None
+        return _Route(_TOPICS_ALLOW, TOPICS, key, query)
+    known = [COLLECTION, COLLECTION + "/<id>"]
+    if with_topics:
+        known += [TOPICS, TOPICS + "/<topic>"]
+    raise _Refusal(error_response(404, "notfound", "no such resource", expected=known,
+                                  got=path))
 
 
 def _accepts_json(accept: str | None) -> bool:

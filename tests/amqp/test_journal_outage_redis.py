@@ -217,6 +217,15 @@ class LossyRelay:
 RETRY_EVENT = "journaled publications not fanned out yet: the journal cannot be read"
 
 
+def wait_topic_stored(server: EmbeddedRedis) -> None:
+    """Wait until the component has stored the new topic :data:`TOPIC` (``GET /topics``), a
+    Redis write of its own in the background after the topic's first publication, so the
+    answer the relay loses next is the journal's."""
+    with Journal.from_url(server.url) as journal:
+        assert wait_for(lambda: journal.client.sismember("seqrepair:topics", TOPIC), 20)
+    time.sleep(0.2)  # its answer on the way back through the relay
+
+
 def test_a_plain_publication_whose_answer_redis_lost_reaches_subscribers_without_a_next_publish(
     private_server: EmbeddedRedis, tmp_path: Path
 ) -> None:
@@ -227,6 +236,7 @@ def test_a_plain_publication_whose_answer_redis_lost_reaches_subscribers_without
         with watched_plain_publisher(comp.url, "lost-answer-watcher") as (sub, got, publisher):
             first = publisher.send(1)
             assert wait_for(lambda: len(got) >= 1, 20)
+            wait_topic_stored(private_server)
             relay.lose_next_answer()
             second = publisher.send(2)  # journaled; Redis's answer is lost on its way back
             with Journal.from_url(private_server.url) as journal:
@@ -309,6 +319,7 @@ def test_what_retention_trims_before_a_lost_answers_publications_went_out_is_pas
         with watched_plain_publisher(comp.url, "trimmed-watcher") as (sub, got, publisher):
             first = publisher.send(1)
             assert wait_for(lambda: len(got) >= 1, 20)
+            wait_topic_stored(private_server)
             relay.lose_next_answer()
             lost = publisher.sender.send(  # 2..4 journaled; Redis's answer lost on its way
                 Message(body=[{"fields": {"n": n}} for n in (2, 3, 4)],

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
 from seqrepair.amqp.client import Publisher, Subscriber
 from seqrepair.journal.journal import Journal
@@ -90,6 +91,51 @@ def test_a_subscription_made_over_http_delivers_over_amqp_and_survives_a_compone
     assert got == wanted, sub.stats()
     assert sub.error is None
     assert rest("GET", f"/subscriptions/{made['id']}") == (200, made)
+
+
+def test_get_topics_lists_the_published_topics_and_still_does_after_a_crash(
+    component: Callable[..., ComponentProcess], redis_url: str
+) -> None:
+    port = free_port()
+    comp = component("--rest", f"127.0.0.1:{port}", "--topic", "/flight/LEMD",
+                     "--subscription", "ops=/weather/wind/*")
+    rest = Rest(port)
+    syntax = {"wordSeparator": "/", "singleWordWildcard": "*", "multiWordWildcard": "#"}
+    assert rest("GET", "/topics") == (200, {"type": "Tree", "patternMatching": syntax,
+                                            "topics": ["/flight/LEMD"]})
+    status, made = rest("POST", "/subscriptions", RAIN)
+    assert status == 201
+
+    with Publisher(comp.url, "feed.t", journal=Journal.from_url(redis_url)) as publisher:
+        publisher.publish_many(rows(0, 30))
+        assert publisher.flush(30)
+    published = ["/weather/rain/LEMD", "/weather/rain/LFPG", "/weather/wind/LEMD"]
+    listed = {"type": "Tree", "patternMatching": syntax,
+              "topics": ["/flight/LEMD", *published]}
+    assert rest("GET", "/topics/") == (200, listed)
+
+    client = redis.Redis.from_url(redis_url)
+    try:  # stored in the background: wait for it, then crash
+        assert wait_for(lambda: client.smembers("seqrepair:topics") == {
+            topic.encode() for topic in published})
+    finally:
+        client.close()
+    comp.kill()
+    comp.start()
+    assert rest("GET", "/topics") == (200, listed)
+    assert rest("GET", "/topics?pattern=%2Fweather%2Frain%2F%2A") == (200, dict(
+        listed, topics=["/weather/rain/LEMD", "/weather/rain/LFPG"]))
+    assert rest("GET", "/topics/%2Fweather%2Fwind%2FLEMD") == (200, {
+        "topic": "/weather/wind/LEMD", "declared": False, "published": True,
+        "subscriptions": ["ops"]})
+    assert rest("GET", "/topics//weather/rain/LFPG") == (200, {
+        "topic": "/weather/rain/LFPG", "declared": False, "published": True,
+        "subscriptions": [made["id"]]})
+    status, error = rest("GET", "/topics//weather/wind/LFPG")
+    assert (status, error["error"]) == (404, "notfound")
+    status, error = rest("GET", "/topics?pattern=weather")
+    assert (status, error["error"]) == (400, "invalid")
+    assert rest("POST", "/topics", {"topic": "/x"})[0] == 405
 
 
 def test_bad_requests_change_nothing_and_a_token_is_required_when_configured(

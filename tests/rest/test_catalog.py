@@ -1,0 +1,229 @@
+"""The topic catalog shared by the component's event loop, which learns topics, and the REST
+API's threads, which list them.
+
+A new topic is listed at once and stored by a thread of the catalog's own: the event loop
+never waits for the store, and a store that fails leaves the topic listed and is tried again
+until it takes it. Declared topics are listed, not stored.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import structlog
+from polling import wait_for
+
+from seqrepair.core.catalog import TopicCatalog, TopicInfo
+from seqrepair.core.errors import InvalidConfigError, InvalidTopicPatternError
+from seqrepair.rest.catalog import SharedCatalog
+
+
+class MemoryTopicStore:
+    """A TopicStore in a set; while ``failure`` is set, save raises it; while ``gate`` is
+    clear, save waits for it (a Redis that hangs)."""
+
+    def __init__(self, *topics: str) -> None:
+        self.stored = set(topics)
+        self.saves: list[list[str]] = []
+        self.failure: BaseException | None = None
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def load(self) -> list[str]:
+        if self.failure is not None:
+            raise self.failure
+        return sorted(self.stored)
+
+    def save(self, topics: list[str]) -> None:
+        self.gate.wait(10)
+        self.saves.append(list(topics))
+        if self.failure is not None:
+            raise self.failure
+        self.stored.update(topics)
+
+
+@pytest.fixture
+def store() -> MemoryTopicStore:
+    return MemoryTopicStore()
+
+
+def test_a_new_topic_is_listed_at_once_and_stored_in_the_background(
+    store: MemoryTopicStore,
+) -> None:
+    with SharedCatalog(store=store) as catalog:
+        assert catalog.learn("/weather/wind/LEMD")
+        assert catalog.topics() == ["/weather/wind/LEMD"]
+        assert "/weather/wind/LEMD" in catalog.known
+        assert wait_for(lambda: store.stored == {"/weather/wind/LEMD"})
+        assert wait_for(lambda: catalog.unsaved == [])
+        assert not catalog.learn("/weather/wind/LEMD")
+        time.sleep(0.05)
+    assert store.saves == [["/weather/wind/LEMD"]]  # a known topic is not stored again
+
+
+def test_the_stored_topics_are_listed_from_the_start_and_not_stored_again(
+    store: MemoryTopicStore,
+) -> None:
+    store.stored = {"/b", "/a"}
+    with SharedCatalog(store=store) as catalog:
+        assert catalog.topics() == ["/a", "/b"]
+        assert catalog.known == {"/a", "/b"}
+        assert not catalog.learn("/a")
+    assert store.saves == []
+
+
+def test_the_event_loop_does_not_wait_for_a_store_that_hangs(store: MemoryTopicStore) -> None:
+    store.gate.clear()
+    with SharedCatalog(store=store) as catalog:
+        started = time.monotonic()
+        for n in range(100):
+            assert catalog.learn(f"/load/{n}")
+        assert time.monotonic() - started < 0.5
+        assert len(catalog.topics()) == 100
+        store.gate.set()
+        assert wait_for(lambda: len(store.stored) == 100)
+    assert sum(len(batch) for batch in store.saves) == 100  # batched as they came
+
+
+def test_a_store_that_fails_leaves_the_topic_listed_and_is_tried_again(
+    store: MemoryTopicStore,
+) -> None:
+    with structlog.testing.capture_logs() as logs, \
+            SharedCatalog(store=store, retry=0.01, retry_max=0.05) as catalog:
+        store.failure = ConnectionError("Redis is down")
+        assert catalog.learn("/weather/wind/LEMD")
+        assert wait_for(lambda: len(store.saves) >= 3)
+        assert catalog.topics() == ["/weather/wind/LEMD"]
+        assert catalog.unsaved == ["/weather/wind/LEMD"]
+        assert catalog.learn("/weather/wind/LFPG")  # learning goes on meanwhile
+        store.failure = None
+        assert wait_for(lambda: catalog.unsaved == [])
+    assert store.stored == {"/weather/wind/LEMD", "/weather/wind/LFPG"}
+    events = [e["event"] for e in logs]
+    assert "topics not stored yet; trying again" in events
+    assert "topics stored after a failure" in events
+
+
+def test_close_makes_a_last_try_and_gives_up_with_an_error_when_the_store_still_fails(
+    store: MemoryTopicStore,
+) -> None:
+    catalog = SharedCatalog(store=store, retry=30.0, retry_max=30.0)
+    store.failure = ConnectionError("Redis is down")
+    catalog.learn("/a")
+    assert wait_for(lambda: len(store.saves) == 1)
+    with structlog.testing.capture_logs() as logs:
+        started = time.monotonic()
+        catalog.close()
+        assert time.monotonic() - started < 5  # the 30 s wait is cut short
+    assert len(store.saves) == 2
+    assert [e["log_level"] for e in logs
+            if e["event"].startswith("topics not stored before closing")] == ["error"]
+    assert not catalog.learn("/a")  # still listed
+    assert catalog.learn("/b")  # listed, but no longer stored
+    time.sleep(0.05)
+    assert len(store.saves) == 2
+
+
+def test_close_stores_what_is_unsaved(store: MemoryTopicStore) -> None:
+    store.gate.clear()
+    catalog = SharedCatalog(store=store)
+    catalog.learn("/a")
+    catalog.learn("/b")
+    store.gate.set()
+    catalog.close()
+    assert store.stored == {"/a", "/b"}
+    assert catalog.unsaved == []
+
+
+def test_declared_topics_are_listed_but_stored_only_once_published(
+    store: MemoryTopicStore,
+) -> None:
+    with SharedCatalog(store=store, declared=["/weather/wind/LEMD", "/flight/LEMD"]) as catalog:
+        assert catalog.topics() == ["/flight/LEMD", "/weather/wind/LEMD"]
+        assert catalog.get("/flight/LEMD") == TopicInfo("/flight/LEMD", declared=True)
+        assert "/flight/LEMD" not in catalog.known
+        assert catalog.learn("/flight/LEMD")
+        assert wait_for(lambda: store.stored == {"/flight/LEMD"})
+        assert catalog.get("/flight/LEMD") == TopicInfo("/flight/LEMD", declared=True,
+                                                        published=True)
+
+
+def test_without_a_store_topics_are_listed_in_memory() -> None:
+    with SharedCatalog() as catalog:
+        assert catalog.learn("/a")
+        assert catalog.topics() == ["/a"]
+        assert catalog.tree("/#")["topics"] == ["/a"]
+        assert catalog.unsaved == []
+
+
+def test_a_store_that_cannot_be_read_fails_the_construction(store: MemoryTopicStore) -> None:
+    store.failure = ConnectionError("Redis is down")
+    with pytest.raises(ConnectionError):
+        SharedCatalog(store=store)
+
+
+def test_a_bad_declared_or_stored_topic_is_refused() -> None:
+    with pytest.raises(InvalidTopicPatternError):
+        SharedCatalog(declared=["/weather/#"])
+    with pytest.raises(InvalidTopicPatternError):
+        SharedCatalog(store=MemoryTopicStore("/a", "nope"))
+
+
+@pytest.mark.parametrize(("retry", "retry_max"), [(0, 1), (-1, 1), (2, 1)])
+def test_bad_retry_delays_are_refused(retry: float, retry_max: float) -> None:
+    with pytest.raises(InvalidConfigError):
+        SharedCatalog(retry=retry, retry_max=retry_max)
+
+
+def test_a_full_catalog_is_logged_once_and_publishing_goes_on(store: MemoryTopicStore) -> None:
+    with structlog.testing.capture_logs() as logs, \
+            SharedCatalog(TopicCatalog(max_topics=2), store=store) as catalog:
+        assert [catalog.learn(t) for t in ("/a", "/b", "/c", "/d", "/c")] == [
+            True, True, False, False, False]
+        assert catalog.topics() == ["/a", "/b"]
+        assert catalog.catalog.refused == 3
+        assert wait_for(lambda: store.stored == {"/a", "/b"})
+    full = [e for e in logs if e["event"].startswith("topic catalog full")]
+    assert len(full) == 1
+    assert (full[0]["log_level"], full[0]["topic"], full[0]["max_topics"]) == ("warning", "/c", 2)
+
+
+def test_stored_topics_past_the_bound_are_left_out_with_a_warning() -> None:
+    with structlog.testing.capture_logs() as logs:
+        catalog = SharedCatalog(TopicCatalog(max_topics=2), store=MemoryTopicStore("/a", "/b",
+                                                                                   "/c"))
+    assert catalog.topics() == ["/a", "/b"]
+    assert [e["count"] for e in logs if e["event"].startswith("topic catalog full")] == [1]
+
+
+def test_readers_in_other_threads_see_a_consistent_listing_while_topics_are_learned(
+    store: MemoryTopicStore,
+) -> None:
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    with SharedCatalog(store=store) as catalog:
+
+        def read() -> None:
+            try:
+                while not done.is_set():
+                    listed = catalog.topics()
+                    assert listed == sorted(listed)
+                    catalog.tree("/load/#")
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+
+        readers = [threading.Thread(target=read) for _ in range(4)]
+        for reader in readers:
+            reader.start()
+        for n in range(5000):
+            if f"/load/{n}" not in catalog.known:
+                catalog.learn(f"/load/{n}")
+        done.set()
+        for reader in readers:
+            reader.join(10)
+        assert errors == []
+        assert len(catalog.topics()) == 5000
+        assert wait_for(lambda: len(store.stored) == 5000)
