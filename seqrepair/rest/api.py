@@ -80,6 +80,7 @@ import structlog
 from seqrepair.core.errors import (
     BAD_INPUT_ERRORS,
     InvalidConfigError,
+    SeqRepairError,
     SubscriptionConflictError,
     SubscriptionNotFoundError,
     TopicNotFoundError,
@@ -162,6 +163,11 @@ def error_response(status: int, code: str, message: str, *, expected: Any = None
         "expected": _json_safe(expected),
         "got": _json_safe(got),
     }, headers)
+
+
+def _refused(status: int, code: str, exc: SeqRepairError) -> Response:
+    """The error answer for ``exc``: its message, and what it expected and got."""
+    return error_response(status, code, exc.message, expected=exc.expected, got=exc.got)
 
 
 class _Refusal(Exception):
@@ -304,14 +310,11 @@ class SubscriptionApi:
             return error_response(503, "unavailable",
                                   "the subscription store is unavailable; nothing was changed")
         except SubscriptionNotFoundError as exc:
-            return error_response(404, "notfound", exc.message, expected=exc.expected,
-                                  got=exc.got)
+            return _refused(404, "notfound", exc)
         except SubscriptionConflictError as exc:
-            return error_response(409, "conflict", exc.message, expected=exc.expected,
-                                  got=exc.got)
+            return _refused(409, "conflict", exc)
         except BAD_INPUT_ERRORS as exc:
-            return error_response(400, "invalid", exc.message, expected=exc.expected,
-                                  got=exc.got)
+            return _refused(400, "invalid", exc)
 
     def _topics(self, route: _Route) -> Response:
         """GET ``/topics`` (the tree) or ``/topics/<topic>`` (one topic and who wants it)."""
@@ -323,11 +326,9 @@ class SubscriptionApi:
             wanted = [sub.id for sub in self.manager.query() if sub.may_select(info.topic)]
             return json_response(200, {**info.to_json(), "subscriptions": wanted})
         except TopicNotFoundError as exc:
-            return error_response(404, "notfound", exc.message, expected=exc.expected,
-                                  got=exc.got)
+            return _refused(404, "notfound", exc)
         except BAD_INPUT_ERRORS as exc:
-            return error_response(400, "invalid", exc.message, expected=exc.expected,
-                                  got=exc.got)
+            return _refused(400, "invalid", exc)
 
 
 def _pattern(query: str) -> str | None:
