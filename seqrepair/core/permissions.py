@@ -78,7 +78,10 @@ class Entitlement:
     topics: tuple[TopicPattern, ...] = attrs.field(converter=_patterns)
     grant: frozenset[str] = attrs.field(default=frozenset(), converter=_tokens)
     deny: frozenset[str] = attrs.field(default=frozenset(), converter=_tokens)
-    filters: tuple[BasicFilter, ...] = attrs.field(default=(), converter=parse_filters)
+    # every filter must pass: their order, or one given twice, does not change the entitlement
+    filters: tuple[BasicFilter, ...] = attrs.field(
+        default=(), converter=parse_filters, eq=frozenset
+    )
 
     @classmethod
     def everything(cls) -> Entitlement:

@@ -246,8 +246,9 @@ def link_action(previous: Subscription | None, current: Subscription | None) -> 
         return LinkAction.NONE if previous is None else LinkAction.CLOSE
     if previous is None:
         return LinkAction.NONE
-    if (previous.topic, previous.filters, previous.permtokens) != (
-        current.topic, current.filters, current.permtokens
+    # every filter must pass, so neither their order nor a repeated one changes the selection
+    if (previous.topic, frozenset(previous.filters), previous.permtokens) != (
+        current.topic, frozenset(current.filters), current.permtokens
     ):
         return LinkAction.REATTACH
     if previous.status is current.status:

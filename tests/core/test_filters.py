@@ -443,3 +443,13 @@ def test_a_list_passes_when_every_filter_matches(
     parsed = parse_filters([f.to_json() for f in fs])
     assert parsed == tuple(fs)
     assert passes(parsed, p) is all(f.matches(p) for f in fs)
+
+
+def test_entitlements_whose_filters_differ_in_order_or_repetition_are_equal() -> None:
+    """Every filter must pass, so a subscriber's link resumes whatever order its filters take."""
+    suffix, updates = expr("suffix", "subject", "/LEMD"), expr("exact", "type", "update")
+    one = Entitlement(topics=["/#"], filters=[suffix, updates])
+    other = Entitlement(topics=["/#"], filters=[updates, suffix, updates])
+    assert one == other
+    assert hash(one) == hash(other)
+    assert one != Entitlement(topics=["/#"], filters=[suffix])

@@ -551,6 +551,8 @@ def test_a_failing_call_leaves_the_registry_unchanged(
 BASE = Subscription("s", "/weather/#", filters=[SUFFIX_LEMD], permtokens=["6747"])
 PAUSED = attrs.evolve(BASE, status=SubscriptionStatus.PAUSED)
 OTHER_FILTER = {**SUFFIX_LEMD, "value": "/LFPG"}
+UPDATES = {"dialect": "basic", "type": "exact", "property": "type", "value": "update"}
+TWO_FILTERS = attrs.evolve(BASE, filters=[SUFFIX_LEMD, UPDATES])
 
 
 @pytest.mark.parametrize(
@@ -570,6 +572,9 @@ OTHER_FILTER = {**SUFFIX_LEMD, "value": "/LFPG"}
         (BASE, attrs.evolve(BASE, filters=[]), LinkAction.REATTACH),
         (BASE, attrs.evolve(BASE, filters=[OTHER_FILTER]), LinkAction.REATTACH),
         (BASE, attrs.evolve(BASE, filters=[SUFFIX_LEMD, OTHER_FILTER]), LinkAction.REATTACH),
+        # every filter must pass: their order, or one given twice, selects the same
+        (TWO_FILTERS, attrs.evolve(TWO_FILTERS, filters=[UPDATES, SUFFIX_LEMD]), LinkAction.NONE),
+        (BASE, attrs.evolve(BASE, filters=[SUFFIX_LEMD, SUFFIX_LEMD]), LinkAction.NONE),
         (BASE, attrs.evolve(BASE, permtokens=None), LinkAction.REATTACH),
         (BASE, attrs.evolve(BASE, permtokens=[]), LinkAction.REATTACH),
         (BASE, attrs.evolve(BASE, permtokens=["6747", "1234"]), LinkAction.REATTACH),
