@@ -28,7 +28,8 @@ from typing import Any
 
 import attrs
 
-from seqrepair.core.errors import InvalidConfigError, TopicNotFoundError
+from seqrepair.core.config import check_positive_int
+from seqrepair.core.errors import TopicNotFoundError
 from seqrepair.core.topics import (
     ANY_WORDS,
     ONE_WORD,
@@ -65,11 +66,6 @@ class TopicInfo:
         return {"topic": self.topic, "declared": self.declared, "published": self.published}
 
 
-def _positive(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidConfigError(f"{name} must be an integer >= 1", expected=">= 1", got=value)
-
-
 class TopicCatalog:
     """The concrete topics of a service, bounded by ``max_topics`` and ``max_length``.
 
@@ -79,8 +75,8 @@ class TopicCatalog:
 
     def __init__(self, *, max_topics: int = MAX_TOPICS,
                  max_length: int = MAX_TOPIC_LENGTH) -> None:
-        _positive("max_topics", max_topics)
-        _positive("max_length", max_length)
+        check_positive_int("max_topics", max_topics)
+        check_positive_int("max_length", max_length)
         self.max_topics = max_topics
         self.max_length = max_length
         self.refused = 0

@@ -43,6 +43,16 @@ def non_negative_number(instance: object, attribute: attrs.Attribute[Any], value
         _fail(instance, attribute, "a number >= 0", value)
 
 
+def check_positive_int(name: str, value: object) -> int:
+    """``value`` when it is an integer >= 1 (counts, sizes); InvalidConfigError naming
+    ``name`` otherwise. For plain arguments; attrs fields take :func:`positive_int`."""
+    if not (_is_int(value) and value >= 1):
+        raise InvalidConfigError(
+            f"{name} must be an integer >= 1, got {value!r}", expected=">= 1", got=value
+        )
+    return value
+
+
 def positive_int(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
     """An integer >= 1 (counts, capacities)."""
     if not (_is_int(value) and value >= 1):

@@ -30,6 +30,7 @@ from typing import Any
 
 import structlog
 
+from seqrepair.core.config import check_positive_int
 from seqrepair.core.errors import InvalidConfigError
 from seqrepair.core.messages import Publication, PublishType
 from seqrepair.core.sequencers import SourceSequencer
@@ -47,12 +48,6 @@ from seqrepair.journal.journal import Journal
 from seqrepair.journal.pipelined import AppendPipeline, Batch
 
 Transport = Callable[[Publication], object]
-
-
-def _positive(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidConfigError(f"{name} must be a positive integer", expected=">= 1", got=value)
-    return value
 
 
 class Publisher:
@@ -74,8 +69,8 @@ class Publisher:
         window: int | None = None,
         clock: Callable[[], float] | None = time.time,
     ) -> None:
-        self.batch_size = _positive("batch_size", batch_size)
-        self.window = _positive("window", window if window is not None else batch_size)
+        self.batch_size = check_positive_int("batch_size", batch_size)
+        self.window = check_positive_int("window", window if window is not None else batch_size)
         if self.window < self.batch_size:
             raise InvalidConfigError(
                 "window must be at least batch_size", expected=f">= {batch_size}", got=window

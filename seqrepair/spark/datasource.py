@@ -42,6 +42,7 @@ import attrs
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
+from seqrepair.core.config import check_positive_int
 from seqrepair.core.errors import InvalidConfigError
 from seqrepair.journal.errors import TrimmedRangeError, map_redis_errors
 from seqrepair.journal.journal import redis_client
@@ -121,24 +122,19 @@ def source_ranges(url: str, sources: Sequence[str] | None = None) -> list[Source
     return ranges
 
 
-def check_positive(name: str, value: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidConfigError(f"{name} must be an integer >= 1, got {value!r}", got=value)
-
-
 def _positive_option(options: dict[str, str], name: str, default: int) -> int:
     text = options.get(name)
     try:
         value = default if text is None else int(text)
     except ValueError:
         raise InvalidConfigError(f"option {name} must be an integer, got {text!r}") from None
-    check_positive(name, value)
+    check_positive_int(name, value)
     return value
 
 
 def plan_partitions(ranges: Sequence[SourceRange], partition_size: int) -> list[RangePartition]:
     """Cut each source's range into partitions of at most ``partition_size`` numbers."""
-    check_positive("partition_size", partition_size)
+    check_positive_int("partition_size", partition_size)
     parts = []
     for r in ranges:
         first = r.first
@@ -156,7 +152,7 @@ def journal_rows(
     that Redis holds (numbers trimmed meanwhile are simply absent)."""
     from seqrepair.journal.format import encode_value, seq_of, stream_key
 
-    check_positive("page_size", page_size)
+    check_positive_int("page_size", page_size)
     client = redis_client(url)
     key = stream_key(source)
     start = f"{first}-0"

@@ -29,6 +29,7 @@ import structlog
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from seqrepair.core.config import check_positive_int
 from seqrepair.core.errors import InvalidConfigError
 from seqrepair.spark.datasource import (
     DEFAULT_PAGE_SIZE,
@@ -37,7 +38,6 @@ from seqrepair.spark.datasource import (
     JournalDataSource,
     SourceRange,
     archive_file_range,
-    check_positive,
     encode_ranges,
     source_ranges,
 )
@@ -60,8 +60,8 @@ def _journal_frame(
     page_size: int,
     archive: str | None,
 ) -> DataFrame:
-    check_positive("partition_size", partition_size)
-    check_positive("page_size", page_size)
+    check_positive_int("partition_size", partition_size)
+    check_positive_int("page_size", page_size)
     register_journal_source(spark)
     reader = (
         spark.read.format(FORMAT_NAME)

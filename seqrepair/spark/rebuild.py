@@ -76,8 +76,8 @@ import structlog
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from seqrepair.core.config import check_positive_int
 from seqrepair.core.errors import InvalidConfigError
-from seqrepair.spark.datasource import check_positive
 from seqrepair.spark.schema import JOURNAL_COLUMNS
 
 log = structlog.get_logger(__name__)
@@ -159,7 +159,7 @@ def _cell(kind: int, name: Column, seq: Column, value: Column, correction: Colum
 def block_table(journal: DataFrame, block_size: int = DEFAULT_BLOCK_SIZE) -> DataFrame:
     """Per (source, block of ``block_size`` numbers): ``_prev``, the largest timestamp of the
     source before the block, and ``_bmax``, the largest in it (null when none)."""
-    check_positive("block_size", block_size)
+    check_positive_int("block_size", block_size)
     stats = journal.groupBy("source", _block("seq", block_size)).agg(
         F.max("timestamp").alias("_bmax")
     )
@@ -252,7 +252,7 @@ def rebuild_images(
     missing = set(JOURNAL_COLUMNS) - set(journal.columns)
     if missing:
         raise InvalidConfigError(f"journal lacks columns {sorted(missing)}", got=sorted(missing))
-    check_positive("block_size", block_size)
+    check_positive_int("block_size", block_size)
     if as_of_seq or as_of_time is not None:
         journal = as_of(journal, seq=as_of_seq, timestamp=as_of_time)
     events = journal.where(F.col("ptype") != "snapshot")
