@@ -128,15 +128,15 @@ def format_summary(digest: Mapping[str, Any]) -> str:
     cols = [
         ("source", "source"),
         ("bits", "bits"),
-        ("pubs", "publications"),
+        ("publications", "publications"),
         ("first", "first_seq"),
         ("last", "last_seq"),
         ("gaps", "gap_count"),
         ("missing", "gap_numbers"),
         ("trimmed", "trimmed_numbers"),
-        ("dups", "duplicates"),
-        ("ooo", "out_of_order"),
-        *[(p[:4], p) for p in PUBLISH_TYPES],
+        ("duplicates", "duplicates"),
+        ("out-of-order", "out_of_order"),
+        *[(p, p) for p in PUBLISH_TYPES],  # publications of each type
     ]
     rows = [[h for h, _ in cols]] + [
         ["" if s.get(k) is None else str(s.get(k)) for _, k in cols] for s in digest["sources"]
