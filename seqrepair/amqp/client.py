@@ -253,6 +253,9 @@ class Subscriber(SubscriberRunner):
             # connection not bound yet has no transport either, but it is still being made)
             self._lost(conn, "transport closed")
         now = self.clock()
+        if not self.connected.is_set():
+            # no link attached is no link gone silent: no overdue alert, no probe to send
+            self.stub.listening(now)
         self._perform(self.stub.poll(now))
         self._listening(now)
         self._flush()

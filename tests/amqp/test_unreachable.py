@@ -88,3 +88,16 @@ def test_a_publisher_whose_host_does_not_resolve_keeps_trying_and_can_be_closed(
     assert publisher._thread.is_alive()  # proton's own resolve would have ended it
     assert not publisher.close(timeout=0)
     assert not publisher._thread.is_alive()
+
+
+def test_a_subscriber_that_cannot_reach_a_component_raises_no_heartbeat_alerts() -> None:
+    """Heartbeats are overdue only on a link that is attached: while a subscriber reconnects,
+    the silence is the lost connection's (logged as such), not one alert per interval."""
+    url = f"127.0.0.1:{free_port()}"
+    done = _run("--log-level", "info", "subscribe", "--url", url, "--address", "/#",
+                "--heartbeat", "0.2", "--duration", str(TIMEOUT))
+    assert done.returncode == 1, done.stderr
+    lines = done.stderr.splitlines()
+    assert len(_reconnecting(lines)) >= 2, lines
+    assert not [line for line in lines if "overdue" in line], lines
+    assert f"seqrepair subscribe: never connected to {url}" in lines
