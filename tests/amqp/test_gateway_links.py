@@ -317,3 +317,33 @@ def test_a_slow_subscriber_behind_the_gateway_is_paused_by_its_credit_and_catche
     assert slow_report.gaps_detected == 0
     assert slow_report.requests_sent == len(slow_overdue)
     assert slow_report.duplicates <= slow_report.requests_sent
+
+
+def test_a_subscription_queue_behind_the_gateway_delivers_what_it_selects_across_a_restart(
+    component: Callable[..., ComponentProcess], gateway: Callable[[str], Gateway],
+    redis_url: str,
+) -> None:
+    """``/subscriptions/wx`` (wind only) through the gateway, with the component losing frames
+    and killed and restarted half way: the subscriber gets each wind publication once, in
+    order, and nothing else."""
+    comp = component("--heartbeat", "0.2", "--drop-rate", "0.02", "--drop-seed", "5",
+                     "--subscription", "wx=/weather/wind/*")
+    gw = gateway(comp.url)
+    got: list[int] = []
+    with contextlib.ExitStack() as running:
+        sub = running.enter_context(
+            Subscriber(gw.listen_url, "/subscriptions/wx", link_name="wx-edge",
+                       heartbeat_interval=0.2, on_publication=lambda p: got.append(p.source_seq))
+        )
+        assert wait_for(lambda: relayed(gw, "wx-edge"), 30)
+        publisher = running.enter_context(
+            Publisher(comp.url, "feed.q", journal=Journal.from_url(redis_url))
+        )
+        expected = Feed(publisher).across_a_restart(comp)["wind"]
+        done = wait_for(lambda: len(got) >= len(expected), 60)
+        time.sleep(0.5)  # a duplicate or a rain publication would arrive now
+    assert done, (sub.stats(), gw.stats, comp.log_text()[-3000:])
+    assert got == expected
+    report = sub.stats()
+    assert report.resets >= 1  # the restart reset the queue's link
+    assert report.unrecoverable == 0
