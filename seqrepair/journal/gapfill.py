@@ -111,10 +111,12 @@ class Replay:
         self.cover = (
             None if request.link_through is None else link.context.cover(request.link_through)
         )
-        self.carried_after = {} if self.cover is None else dict(carried_after or {})
+        self.carried_after = (
+            None if self.cover is None or carried_after is None else dict(carried_after)
+        )
         self.owed_to_link = sorted(
             seg.source for seg in segments
-            if seg.source in self.carried_after and seg.last > self.carried_after[seg.source]
+            if self.carried_after is not None and seg.last > self.carried_after.get(seg.source, 0)
         )
         """Sources the journal holds past what the transport had carried when asked: the
         replay leaves those numbers to the link, so the transport must send them on it."""
@@ -130,9 +132,10 @@ class Replay:
         if self.cover is None:
             return False
         limit = self.cover.limit(seg.source)
-        carried = self.carried_after.get(seg.source)
-        if carried is not None and (limit is None or carried < limit):
-            limit = carried
+        if self.carried_after is not None:
+            carried = self.carried_after.get(seg.source, 0)
+            if limit is None or carried < limit:
+                limit = carried
         if limit is None or seq <= limit:
             return False
         last = max(limit, seg.first - 1)
@@ -314,8 +317,9 @@ class GapFillService:
 
         ``carried_after`` (used with the request's ``link_through``): per source, the number
         after which the transport sends everything on the link from now on (what a component
-        fans out next); the replay stops there too, and names the sources whose journal reaches
-        past it in :attr:`Replay.owed_to_link`, which the transport must then send.
+        fans out next; 0 for a source it does not name); the replay stops there too, and names
+        the sources whose journal reaches past it in :attr:`Replay.owed_to_link`, which the
+        transport must then send.
         """
         link = self.link(link_id)
         if not isinstance(request, SourceGapRequest):

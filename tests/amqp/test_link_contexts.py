@@ -332,21 +332,25 @@ def test_a_replay_stops_where_the_new_link_context_took_over(
     assert answer[-1].through == {"feed.x": end}
 
 
+@pytest.mark.parametrize("before_start", [100, 0])
 def test_what_a_publisher_journaled_ahead_of_the_component_goes_out_on_the_link_not_twice(
-    component: Callable[..., ComponentProcess], redis_url: str
+    component: Callable[..., ComponentProcess], redis_url: str, before_start: int
 ) -> None:
-    """The journal holds feed.j through 130, the component has fanned out 100 of it (a
-    publisher journaled the rest and has not sent it here yet). A replay after 40 stops at
-    100; the component fans out 101..130 from the journal, and the link carries them once."""
+    """The journal holds feed.j through 130; the component has fanned out what it held when
+    it started (100, or nothing of a source born since) and nothing more: a publisher journaled
+    the rest and has not sent it here yet. A replay after 40 stops where the component's own
+    fan-out stands; the component fans out the rest from the journal, and the link carries it
+    once."""
     journal = Journal.from_url(redis_url)
     sequencer = SourceSequencer(source="feed.j", bits=16)
 
     def journal_rows(n: int) -> None:
         journal.append([sequencer.stamp("/weather/wind/LEMD", {"n": i}) for i in range(n)], 16)
 
-    journal_rows(100)  # before the component starts: it counts them as gone out
+    if before_start:
+        journal_rows(before_start)  # before the component starts: it counts them as gone out
     comp = component("--heartbeat", "0.2")
-    journal_rows(30)
+    journal_rows(130 - before_start)
     receiver, conn, _ = attach(comp.url, "ahead", {RESUME: True, EPOCH: "gone"})
     receiver.flow(1000)
     request = encode(SourceGapRequest({"feed.j": 40}, link_through=0))
@@ -361,7 +365,9 @@ def test_what_a_publisher_journaled_ahead_of_the_component_goes_out_on_the_link_
     pubs = [f for f in got if isinstance(f, Publication)]
     replayed = [p.source_seq for p in pubs if p.link_seq is None]
     live = [p.source_seq for p in pubs if p.link_seq is not None]
-    assert replayed == list(range(41, 101))
-    assert live == list(range(101, 131))
+    assert replayed == list(range(41, before_start + 1))
+    # what the link carries of a source new to the component starts at 1: the subscriber's
+    # stub drops 1..40 as delivered already
+    assert live == list(range(before_start + 1, 131))
     (complete,) = [f for f in got if isinstance(f, ReplayComplete)]
-    assert complete.through == {"feed.j": 100}
+    assert complete.through == {"feed.j": max(40, before_start)}

@@ -413,3 +413,27 @@ def test_without_a_link_number_a_replay_runs_to_the_high_water(journal: Journal)
     out = frames(service.answer_source_gap("L1", SourceGapRequest({"feed.a": 1}), now=0.0))
     assert out[:-1] == [_rt(p) for p in a[1:]]
     assert out[-1].through == {"feed.a": 5}
+
+
+def test_a_replay_stops_at_what_the_transport_carries_and_names_what_it_owes(
+    journal: Journal,
+) -> None:
+    """A component has fanned out feed.a through 8 and nothing of feed.b (born since it
+    started): whatever it fans out next goes to the link, so the replay stops there and names
+    the sources the journal holds more of, which the component must then send itself."""
+    a = fill(journal, "feed.a", [("/w/x", None)] * 12)
+    fill(journal, "feed.b", [("/w/y", None)] * 3)
+    service = GapFillService(journal, link_bits=8)
+    service.attach("L1", EVERYTHING, start_after={})
+    request = SourceGapRequest({"feed.a": 2, "feed.b": 0}, link_through=0)
+    replay = service.answer_source_gap("L1", request, now=0.0, carried_after={"feed.a": 8})
+    assert isinstance(replay, Replay)
+    assert replay.owed_to_link == ["feed.a", "feed.b"]
+    out = list(replay)
+    assert out[:-1] == [_rt(p) for p in a[2:8]]
+    assert out[-1].through == {"feed.a": 8, "feed.b": 0}
+    unnamed = service.answer_source_gap(
+        "L1", SourceGapRequest({"feed.a": 2}), now=0.0, carried_after={"feed.a": 8}
+    )
+    assert isinstance(unnamed, Replay)
+    assert unnamed.owed_to_link == []  # without link_through nothing is left to the link
