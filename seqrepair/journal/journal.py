@@ -77,6 +77,14 @@ def redis_client(url: str, **client_kwargs: Any) -> redis.Redis:
         raise InvalidConfigError(f"not a Redis URL: {url!r} ({exc})", got=url) from exc
 
 
+def bounded_client(url: str, read_timeout: float, **client_kwargs: Any) -> redis.Redis:
+    """:func:`redis_client` whose calls wait at most ``read_timeout`` seconds for an answer
+    and 5 for a connection, unless ``client_kwargs`` say otherwise."""
+    client_kwargs.setdefault("socket_timeout", read_timeout)
+    client_kwargs.setdefault("socket_connect_timeout", 5.0)
+    return redis_client(url, **client_kwargs)
+
+
 class Journal:
     """Publications per source in Redis streams (one client, thread-compatible like redis-py).
 
@@ -97,9 +105,7 @@ class Journal:
     @classmethod
     def from_url(cls, url: str, *, page_size: int = 1000, **client_kwargs: Any) -> Journal:
         """A journal on a new client for ``url`` (``redis://host:port/db``)."""
-        client_kwargs.setdefault("socket_timeout", 10.0)
-        client_kwargs.setdefault("socket_connect_timeout", 5.0)
-        return cls(redis_client(url, **client_kwargs), page_size=page_size)
+        return cls(bounded_client(url, 10.0, **client_kwargs), page_size=page_size)
 
     def close(self) -> None:
         """Close the client's connections."""

@@ -15,7 +15,7 @@ import structlog
 
 from seqrepair.core.errors import SeqRepairError
 from seqrepair.core.subscriptions import Subscription
-from seqrepair.journal.journal import redis_client
+from seqrepair.journal.journal import bounded_client
 
 SUBSCRIPTIONS_KEY = "seqrepair:subscriptions"
 
@@ -32,9 +32,7 @@ class RedisSubscriptionStore:
     @classmethod
     def from_url(cls, url: str, **client_kwargs: Any) -> RedisSubscriptionStore:
         """A store on a new client for ``url``."""
-        client_kwargs.setdefault("socket_timeout", 5.0)
-        client_kwargs.setdefault("socket_connect_timeout", 5.0)
-        return cls(redis_client(url, **client_kwargs))
+        return cls(bounded_client(url, 5.0, **client_kwargs))
 
     def load(self) -> list[Subscription]:
         """Every stored subscription, by id. One that no longer reads (a hand-edited entry,

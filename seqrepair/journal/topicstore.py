@@ -16,7 +16,7 @@ import structlog
 
 from seqrepair.core.errors import SeqRepairError
 from seqrepair.core.topics import validate_topic
-from seqrepair.journal.journal import redis_client
+from seqrepair.journal.journal import bounded_client
 
 TOPICS_KEY = "seqrepair:topics"
 SAVE_CHUNK = 1000
@@ -35,9 +35,7 @@ class RedisTopicStore:
     @classmethod
     def from_url(cls, url: str, **client_kwargs: Any) -> RedisTopicStore:
         """A store on a new client for ``url``."""
-        client_kwargs.setdefault("socket_timeout", 5.0)
-        client_kwargs.setdefault("socket_connect_timeout", 5.0)
-        return cls(redis_client(url, **client_kwargs))
+        return cls(bounded_client(url, 5.0, **client_kwargs))
 
     def load(self) -> list[str]:
         """Every stored topic, sorted. A member that is no topic (written by hand, say) is
