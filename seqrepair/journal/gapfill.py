@@ -111,12 +111,13 @@ class Replay:
         self.cover = (
             None if request.link_through is None else link.context.cover(request.link_through)
         )
-        self.carried_after = (
-            None if self.cover is None or carried_after is None else dict(carried_after)
-        )
+        # what the transport had carried when asked, of the sources read (0: nothing)
+        self.carried_after = None if self.cover is None or carried_after is None else {
+            seg.source: carried_after.get(seg.source, 0) for seg in segments
+        }
         self.owed_to_link = sorted(
             seg.source for seg in segments
-            if self.carried_after is not None and seg.last > self.carried_after.get(seg.source, 0)
+            if self.carried_after is not None and seg.last > self.carried_after[seg.source]
         )
         """Sources the journal holds past what the transport had carried when asked: the
         replay leaves those numbers to the link, so the transport must send them on it."""
@@ -133,7 +134,7 @@ class Replay:
             return False
         limit = self.cover.limit(seg.source)
         if self.carried_after is not None:
-            carried = self.carried_after.get(seg.source, 0)
+            carried = self.carried_after[seg.source]
             if limit is None or carried < limit:
                 limit = carried
         if limit is None or seq <= limit:
