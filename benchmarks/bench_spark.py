@@ -123,7 +123,6 @@ def generate_archive(root: Path, events: int, *, topics: int = 10_000, seed: int
 
 
 FORBIDDEN = ("PythonUDF", "BatchEvalPython", "ArrowEvalPython", "PythonUDTF", "MapInPandas")
-RESULTS = Path(__file__).parent / "results" / "spark.md"
 WARM_RUNS = 3
 SPARK_CONFIGS = (  # the two configurations of the 2 / 1 CPU ratio run back to back
     ("spark1cpu", "spark-pinned", 1),  # local[1], the process pinned to one CPU
@@ -307,7 +306,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="1e6,5e6,20e6", help="comma-separated event counts")
     parser.add_argument("--root", type=Path, default=Path("/tmp/seqrepair-bench-spark"))
     parser.add_argument("--no-fold", action="store_true", help="skip the Python fold")
-    parser.add_argument("--write", type=Path, default=RESULTS, help="results markdown file")
+    parser.add_argument(
+        "--write", type=Path, default=None,
+        help="also write the report to this markdown file (results/spark.md keeps the history "
+        "by hand: a run never overwrites it unasked)",
+    )
     args = parser.parse_args(argv)
     sizes = [int(float(s)) for s in args.sizes.split(",") if s]
     rows = []
@@ -346,8 +349,9 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
     report = render(rows, " ".join(["benchmarks/bench_spark.py", *(argv or sys.argv[1:])]))
     print(report)
-    args.write.parent.mkdir(parents=True, exist_ok=True)
-    args.write.write_text(report)
+    if args.write is not None:
+        args.write.parent.mkdir(parents=True, exist_ok=True)
+        args.write.write_text(report)
     return 0
 
 
