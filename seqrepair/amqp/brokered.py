@@ -40,7 +40,7 @@ from proton import Message
 from seqrepair.amqp.codec import Decoder
 from seqrepair.amqp.errors import AmqpAdapterError
 from seqrepair.amqp.framing import encode_frame
-from seqrepair.amqp.runner import PublisherRunner, SubscriberRunner
+from seqrepair.amqp.runner import DEFAULT_MAX_QUEUED, PublisherRunner, SubscriberRunner
 from seqrepair.amqp.technical import DEFAULT_LINK_BITS
 from seqrepair.core.budget import RefusalPolicy
 from seqrepair.core.errors import SeqRepairError
@@ -297,6 +297,9 @@ class BrokerSubscriber(SubscriberRunner):
     :data:`~seqrepair.amqp.runner.FATAL_CONDITIONS` stops the subscriber, :attr:`error` names
     it, :meth:`run` returns and the iterator ends. Any other detach, end or close (another
     condition, or none) is a lost connection: it reconnects with its backoff.
+
+    Deliveries go to ``on_publication``, or (started with :meth:`start` without one) to the
+    iterator, where at most ``max_queued`` wait for the reader before the subscriber waits too.
     """
 
     refusal_error = BrokerError
@@ -317,6 +320,7 @@ class BrokerSubscriber(SubscriberRunner):
         retry_interval: float = 1.0,
         max_buffer: int = 100_000,
         credit: int = 500,
+        max_queued: int = DEFAULT_MAX_QUEUED,
         idle_timeout: float = 10.0,
         reconnect_delay: float = 0.2,
         max_reconnect_delay: float = 5.0,
@@ -325,7 +329,7 @@ class BrokerSubscriber(SubscriberRunner):
         clock: Callable[[], float] = time.time,
     ) -> None:
         super().__init__(credit=credit, reconnect_delay=reconnect_delay,
-                         max_reconnect_delay=max_reconnect_delay)
+                         max_reconnect_delay=max_reconnect_delay, max_queued=max_queued)
         self.url = url
         self.address = address
         self.journal = journal

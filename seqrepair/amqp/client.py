@@ -48,8 +48,8 @@ from seqrepair.amqp.component import (
 from seqrepair.amqp.errors import OversizedMessageError, PublishRejectedError
 from seqrepair.amqp.framing import Outgoing, encode_frames
 from seqrepair.amqp.rawamqp import read_raw
+from seqrepair.amqp.runner import DEFAULT_MAX_QUEUED, PublisherRunner, SubscriberRunner
 from seqrepair.amqp.runner import FATAL_CONDITIONS as FATAL_CONDITIONS  # importable from here
-from seqrepair.amqp.runner import PublisherRunner, SubscriberRunner
 from seqrepair.amqp.sizelimit import DEFAULT_MAX_MESSAGE_SIZE, limit_size
 from seqrepair.amqp.technical import Capabilities, CapabilitiesRequest, SubscriptionState
 from seqrepair.core.errors import InvalidConfigError, SeqRepairError
@@ -145,6 +145,11 @@ class Subscriber(SubscriberRunner):
     past it is refused as it arrives (:mod:`seqrepair.amqp.sizelimit`) and stops the
     subscriber, its :attr:`error` an :class:`~seqrepair.amqp.errors.OversizedMessageError`:
     taken again after a reconnect, the same frames would only come again.
+
+    Deliveries go to ``on_publication`` (in the client's thread), or, for a subscriber started
+    with :meth:`start` without one, to ``for pub in subscriber``: at most ``max_queued`` wait
+    there for the reader, then the subscriber waits too (a slow reader is a slow subscriber:
+    the component pauses its link and repairs it later), so memory stays bounded.
     """
 
     def __init__(
@@ -164,6 +169,7 @@ class Subscriber(SubscriberRunner):
         container_id: str | None = None,
         batch: bool = True,
         credit: int = 200,
+        max_queued: int = DEFAULT_MAX_QUEUED,
         idle_timeout: float = 10.0,
         reconnect_delay: float = 0.2,
         max_reconnect_delay: float = 5.0,
@@ -172,7 +178,7 @@ class Subscriber(SubscriberRunner):
         max_message_size: int = DEFAULT_MAX_RECEIVED,
     ) -> None:
         super().__init__(credit=credit, reconnect_delay=reconnect_delay,
-                         max_reconnect_delay=max_reconnect_delay)
+                         max_reconnect_delay=max_reconnect_delay, max_queued=max_queued)
         if type(max_message_size) is not int or max_message_size < 0:
             raise InvalidConfigError(
                 f"max_message_size must be an integer >= 0 (0: no limit), got "

@@ -1,4 +1,5 @@
-"""``seqrepair serve``, ``seqrepair publish`` and ``seqrepair subscribe``."""
+"""``seqrepair serve``, ``seqrepair publish``, ``seqrepair subscribe`` and
+``seqrepair capabilities``."""
 
 from __future__ import annotations
 
@@ -195,6 +196,24 @@ def register(subparsers: Any) -> None:
                      help="brokered mode: continue after what --output already holds "
                           "(sources it lacks from their first number)")
     sub.set_defaults(func=_subscribe)
+
+    caps = subparsers.add_parser(
+        "capabilities",
+        help="ask a component what it offers (XEP-0040 source query) and print it as JSON",
+    )
+    caps.add_argument("--url", default="127.0.0.1:5672", help="the component, host:port")
+    caps.add_argument("--timeout", type=positive_float, default=10.0, metavar="SECONDS")
+    caps.set_defaults(func=_capabilities)
+
+
+def _capabilities(args: argparse.Namespace) -> int:
+    import attrs
+
+    from seqrepair.amqp.query import query_capabilities
+
+    caps = query_capabilities(args.url, timeout=args.timeout)
+    print(json.dumps(attrs.asdict(caps), sort_keys=True))
+    return 0
 
 
 def _serve(args: argparse.Namespace) -> int:

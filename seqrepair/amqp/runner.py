@@ -14,7 +14,8 @@ transport's error) and kept in ``last_failure``; proton's own handler would prin
 every attempt.
 
 * :class:`SubscriberRunner`: a receiver that polls its repair engine on a timer (``tick``),
-  hands deliveries to a callback and/or a queue (``for pub in subscriber``) and can stop
+  hands deliveries to a callback or, started in a thread without one, to a bounded hand-off
+  (``for pub in subscriber``, :mod:`seqrepair.amqp.handoff`) and can stop
   itself when ``stop_when()`` turns true.
 * :class:`PublisherRunner`: a sender with a pending queue, an unsettled map and a condition
   that :meth:`PublisherRunner.flush` waits on.
@@ -30,7 +31,6 @@ What differs between the modes (what a frame means, how repair is asked for) sta
 from __future__ import annotations
 
 import abc
-import queue
 import random
 import socket
 import threading
@@ -45,6 +45,8 @@ from proton.reactor import ApplicationEvent, Container, EventInjector
 
 from seqrepair.amqp.backoff import Backoff
 from seqrepair.amqp.errors import AmqpAdapterError
+from seqrepair.amqp.handoff import Handoff
+from seqrepair.core.errors import InvalidConfigError
 from seqrepair.core.messages import Publication
 
 Unsettled = TypeVar("Unsettled")
@@ -52,6 +54,9 @@ Unsettled = TypeVar("Unsettled")
 
 _STOPPED_CHECK = 0.05
 """Seconds between looks at whether a subscriber waited on stopped by itself."""
+
+DEFAULT_MAX_QUEUED = 10_000
+"""Deliveries a threaded subscriber holds for its iterator before it waits for the reader."""
 
 FATAL_CONDITIONS = frozenset(
     {"amqp:not-found", "amqp:unauthorized-access", "amqp:decode-error", "amqp:invalid-field",
@@ -366,7 +371,8 @@ class SubscriberRunner(_Reconnecting):
     on_publication: Callable[[Publication], None] | None
 
     def __init__(
-        self, *, credit: int, reconnect_delay: float, max_reconnect_delay: float
+        self, *, credit: int, reconnect_delay: float, max_reconnect_delay: float,
+        max_queued: int = DEFAULT_MAX_QUEUED,
     ) -> None:
         super().__init__(reconnect_delay=reconnect_delay, max_reconnect_delay=max_reconnect_delay,
                          prefetch=0, auto_accept=False)
@@ -385,8 +391,7 @@ class SubscriberRunner(_Reconnecting):
         self._stop_when: Callable[[], bool] | None = None
         self._injector: EventInjector | None = None
         self._thread: threading.Thread | None = None
-        # the C SimpleQueue: a put costs no Python-level lock and condition (one per delivery)
-        self._queue: queue.SimpleQueue[Publication | None] = queue.SimpleQueue()
+        self._queue: Handoff[Publication] = Handoff(max_queued)
 
     # --- public API ---------------------------------------------------------------------
 
@@ -417,6 +422,11 @@ class SubscriberRunner(_Reconnecting):
         if self._thread is not None and threading.current_thread() is not self._thread:
             self._thread.join(timeout=5)
 
+    @property
+    def queued(self) -> int:
+        """Deliveries waiting for the iterator (at most ``max_queued``)."""
+        return len(self._queue)
+
     def wait_connected(self, timeout: float | None = None) -> bool:
         """Wait until the receiving link is attached (:attr:`connected`): True then, False
         when ``timeout`` seconds pass first or the subscriber was stopped. A subscriber that
@@ -435,12 +445,18 @@ class SubscriberRunner(_Reconnecting):
         self.stop()
 
     def __iter__(self) -> Iterator[Publication]:
-        """Publications in delivery order, exactly once, until the subscriber stops."""
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            yield item
+        """Publications in delivery order, exactly once, until the subscriber stops.
+
+        For a subscriber started with :meth:`start` and no ``on_publication``: at most
+        ``max_queued`` deliveries wait here; past that the subscriber waits for the reader
+        (and the component pauses its link and repairs it later), so memory stays bounded.
+        """
+        if self.on_publication is not None:
+            raise InvalidConfigError(
+                "this subscriber hands its deliveries to on_publication; iterate over one "
+                "made without it", got="on_publication",
+            )
+        return iter(self._queue)
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -478,7 +494,7 @@ class SubscriberRunner(_Reconnecting):
             self._conn.close()
         if self._injector is not None:
             self._injector.close()
-        self._queue.put(None)
+        self._queue.close()
 
     def _fail(self, error: AmqpAdapterError) -> None:
         self.error = error
@@ -498,11 +514,15 @@ class SubscriberRunner(_Reconnecting):
         """``conn``, the current connection, is lost: forget its links, count the loss."""
 
     def _deliver(self, publication: Publication) -> None:
-        """Hand one delivery to the callback and, when running in a thread, to the queue."""
+        """Hand one delivery to the callback, or when running in a thread without one, to
+        the iterator (waiting for room: see :meth:`__iter__`)."""
         if self.on_publication is not None:
             self.on_publication(publication)
-        if self._thread is not None:
-            self._queue.put(publication)
+        elif self._thread is not None:
+            self._queue.put(publication, self._stopped)
+
+    def _stopped(self) -> bool:
+        return self._stopping
 
 
 class PublisherRunner(_Reconnecting, Generic[Unsettled]):

@@ -6,21 +6,27 @@ One component process serves every test in this module; each test checks that it
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 from proton import Delivery, Message, symbol, ulong
 from proton.handlers import MessagingHandler
 from proton.reactor import Container
 
+from seqrepair.amqp.errors import ConnectionFailedError
 from seqrepair.amqp.framing import encode_frames
+from seqrepair.amqp.query import query_capabilities
 from seqrepair.core.messages import Publication
 from seqrepair.journal.server import EmbeddedRedis
 
-from .conftest import ComponentProcess
+from .conftest import ComponentProcess, free_port
 
 pytestmark = [pytest.mark.amqp, pytest.mark.redis]
 
@@ -41,13 +47,15 @@ class Session(MessagingHandler):
 
     def __init__(self, url: str, *, receive: str | None = None, send: str | None = None,
                  messages: list[Message] = (), want: int = 0, reply_link: str | None = None,
-                 accept_incoming: bool = False) -> None:
+                 accept_incoming: bool = False,
+                 until: Callable[[list[Message]], bool] | None = None) -> None:
         super().__init__(prefetch=50)
         self.url = url
         self.receive_from = receive
         self.send_to = send
         self.to_send = list(messages)
         self.want = want
+        self.until = until
         self.reply_link = reply_link
         self.received: list[Message] = []
         self.incoming: list[tuple[str, Message]] = []
@@ -94,7 +102,9 @@ class Session(MessagingHandler):
 
     def _check(self) -> None:
         sent_all = not self.to_send and len(self.outcomes) >= self._n_sent()
-        if sent_all and len(self.received) >= self.want:
+        if sent_all and len(self.received) >= self.want and (
+            self.until is None or self.until(self.received)
+        ):
             self._close()
 
     def _n_sent(self) -> int:
@@ -120,22 +130,27 @@ def test_plain_client_publishes_and_reads_publications_and_heartbeats(
     server: ComponentProcess,
 ) -> None:
     import threading
-
-    reader = Session(server.url, receive="/plain/#", want=4)
-    t = threading.Thread(target=reader.run)
-    t.start()
     import time
 
+    def heartbeat_after_the_publications(received: list[Message]) -> bool:
+        kinds = [m.properties["message-type"] for m in received]
+        return kinds.count("PUBLICATION") == 3 and kinds[-1] == "HEARTBEAT"
+
+    reader = Session(server.url, receive="/plain/#", until=heartbeat_after_the_publications)
+    t = threading.Thread(target=reader.run)
+    t.start()
     time.sleep(0.5)
     writer = Session(server.url, send="/plain/x",
                      messages=[Message(body={"speed": i, "gust": None}) for i in range(3)]).run()
     t.join(20)
     assert writer.outcomes == [(Delivery.ACCEPTED, None)] * 3
-    kinds = [m.properties["message-type"] for m in reader.received]
     pubs = [m for m in reader.received if m.properties["message-type"] == "PUBLICATION"]
     assert [m.body for m in pubs] == [{"speed": i, "gust": None} for i in range(3)]
     assert all(m.properties["topic"] == "/plain/x" for m in pubs)
-    assert "HEARTBEAT" in kinds or len(pubs) == 3
+    # the link went idle after the publications: a heartbeat (0.2 s here) took the next number
+    heartbeat = reader.received[-1]
+    assert heartbeat.properties["message-type"] == "HEARTBEAT"
+    assert isinstance(heartbeat.properties["timestamp"], int | float)
     link_seqs = [int(m.properties["link_seq"]) for m in reader.received]
     assert link_seqs == list(range(1, len(link_seqs) + 1))
 
@@ -395,3 +410,26 @@ def test_a_batch_of_more_publications_than_the_component_takes_is_rejected(
     s = Session(server.url, send="/big/a", messages=[encode_frames(pubs[:4096], 32)]).run()
     assert s.outcomes == [(Delivery.ACCEPTED, None)]
     assert served(server.url)
+
+
+def test_a_source_query_before_subscribing_answers_what_the_component_offers(
+    server: ComponentProcess,
+) -> None:
+    caps = query_capabilities(server.url, timeout=10)
+    assert caps.link_bits == 16
+    assert caps.heartbeat_interval == 0.2
+    assert caps.max_gap_range == 1000
+    assert set(caps.publish_types) >= {"update", "correction", "image", "drop", "snapshot"}
+    assert caps.response_annotations
+    # the command line prints the same answer for people and scripts
+    out = subprocess.run(
+        [sys.executable, "-m", "seqrepair.cli", "capabilities", "--url", server.url],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout
+    assert json.loads(out) == json.loads(json.dumps(attrs.asdict(caps)))
+    assert served(server.url)
+
+
+def test_a_source_query_to_nobody_is_a_clear_connection_error() -> None:
+    with pytest.raises(ConnectionFailedError, match=r"127\.0\.0\.1"):
+        query_capabilities(f"127.0.0.1:{free_port()}", timeout=5)

@@ -10,12 +10,14 @@ requests_sent=1, gaps_detected=0).
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Callable
 
 import pytest
 
 from seqrepair.amqp.client import Publisher, Subscriber
+from seqrepair.core.errors import InvalidConfigError
 from seqrepair.core.events import Event, HeartbeatOverdue
 from seqrepair.core.messages import Publication
 from seqrepair.journal.journal import Journal
@@ -62,3 +64,47 @@ def test_an_application_that_holds_the_thread_past_the_silence_limit_causes_no_r
     assert report.requests_sent == 0
     assert report.duplicates == 0
     assert report.gaps_detected == 0
+
+
+def test_a_reader_slower_than_the_feed_gets_everything_once_while_memory_stays_bounded(
+    component: Callable[..., ComponentProcess], redis_url: str
+) -> None:
+    # the iterator holds at most 50; then the subscriber stops reading, its credit (2
+    # transfers of at most 10) runs out, and the component pauses the link 300 frames behind
+    comp = component("--heartbeat", "0.2", "--max-pending", "300", "--max-batch", "10")
+    got: list[int] = []
+    queued: list[int] = []
+    with contextlib.ExitStack() as running:
+        sub = running.enter_context(
+            Subscriber(comp.url, "/weather/#", link_name="slow-reader", heartbeat_interval=0.2,
+                       max_queued=50, credit=2)
+        )
+        assert sub.connected.wait(10)
+
+        def read() -> None:
+            for publication in sub:
+                got.append(publication.source_seq)
+                queued.append(sub.queued)
+                time.sleep(0.001)
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        publisher = running.enter_context(
+            Publisher(comp.url, "feed.slow", journal=Journal.from_url(redis_url))
+        )
+        publisher.publish_many(publish_rows(0, 3000))
+        assert publisher.flush(30)
+        assert wait_for(lambda: len(got) >= 3000, 60)
+    reader.join(5)
+    assert not reader.is_alive()  # stopping ended the iteration
+    assert got == list(range(1, 3001))
+    assert max(queued) <= 50
+    report = sub.stats()
+    assert report.paused >= 1  # the slow reader made a slow subscriber: paused, then repaired
+    assert report.unrecoverable == 0
+
+
+def test_a_subscriber_with_a_callback_cannot_also_be_iterated() -> None:
+    sub = Subscriber("127.0.0.1:1", "/weather/#", on_publication=lambda _p: None)
+    with pytest.raises(InvalidConfigError, match="on_publication"):
+        iter(sub)
