@@ -1,5 +1,6 @@
 """The ``seqrepair`` command: help, the demo's in-process stage end to end, and argument checks."""
 
+import os
 import subprocess
 import sys
 import tempfile
@@ -64,3 +65,28 @@ def test_subscribe_idle_exit_counts_only_time_connected(tmp_path):
     time.sleep(0.3)
     assert sink.stop_when(connected=True)
     sink.out.close()
+
+
+@pytest.mark.redis
+@pytest.mark.amqp
+@pytest.mark.spark
+@pytest.mark.slow
+def test_the_whole_demo_runs_every_stage_and_leaves_nothing_running(tmp_path):
+    """The main job, smaller: in process, over AMQP in real processes (with the component
+    killed and restarted), then Spark rebuilding the images each subscriber holds."""
+    env = {**os.environ, "TMPDIR": str(tmp_path)}  # the demo's work folder, to look for later
+    result = subprocess.run(
+        [sys.executable, "-m", "seqrepair.cli", "demo", "--publications", "3000",
+         "--network-publications", "600", "--master", "local[1]"],
+        capture_output=True, text=True, timeout=600, env=env,
+    )
+    out = result.stdout
+    assert result.returncode == 0, out + result.stderr
+    assert "demo: all stages OK" in out
+    for stage in ("in-process", "network", "spark"):
+        assert f"=> {stage}: OK" in out
+    assert "Spark images == the cache of the in-process subscriber" in out
+    assert "Spark images == the cache of the network subscriber of /demo/#" in out
+    assert " NO" not in out
+    leftover = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True)
+    assert leftover.returncode == 1  # no redis-server, component or client left running

@@ -433,3 +433,43 @@ def test_a_source_query_before_subscribing_answers_what_the_component_offers(
 def test_a_source_query_to_nobody_is_a_clear_connection_error() -> None:
     with pytest.raises(ConnectionFailedError, match=r"127\.0\.0\.1"):
         query_capabilities(f"127.0.0.1:{free_port()}", timeout=5)
+
+
+class Greeting(MessagingHandler):
+    """Opens a connection, notes what the component's open frame says, and closes it."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__()
+        self.url = url
+        self.offered: list[Any] = []
+        self.idle_timeout: float | None = None
+
+    def on_start(self, event: Any) -> None:
+        event.container.connect(self.url, reconnect=False)
+
+    def on_connection_remote_open(self, event: Any) -> None:
+        self.offered = list(event.connection.remote_offered_capabilities or [])
+        self.idle_timeout = event.transport.remote_idle_timeout
+        event.connection.close()
+
+
+def test_every_connection_is_offered_response_annotations_and_an_idle_timeout(
+    server: ComponentProcess,
+) -> None:
+    greeting = Greeting(server.url)
+    Container(greeting).run()
+    assert symbol("RESPONSE_ANNOTATIONS_V1_0") in greeting.offered
+    # `serve --idle-timeout 10` (the default): a peer silent that long is dropped; proton
+    # advertises half of it, the interval a peer's empty frames must keep to
+    assert greeting.idle_timeout == 5.0
+
+
+def test_a_response_annotation_on_a_publish_link_is_refused_as_not_implemented(
+    server: ComponentProcess,
+) -> None:
+    # respann §2.3: only the control link offers response-address-supported
+    message = Message(body={"speed": 1})
+    message.instructions = {COOKIE: b"where-to"}
+    s = Session(server.url, send="/plain/annotated", messages=[message]).run()
+    assert s.link_errors == ["amqp:not-implemented"]
+    assert served(server.url)
