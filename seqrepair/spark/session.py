@@ -56,7 +56,8 @@ def spark_session(
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
-    log.info("spark session", master=master, version=spark.version)
+    log.info("spark session", master=spark.sparkContext.master, version=spark.version,
+             progress=spark.conf.get("spark.ui.showConsoleProgress") == "true")
     return spark
 
 

@@ -269,3 +269,27 @@ def test_spark_submit_settings_win_over_the_session_defaults(tmp_path):
     assert done.returncode == 0, done.stderr[-5000:]
     [line] = [ln for ln in done.stdout.splitlines() if ln.startswith("SETTINGS")]
     assert line == "SETTINGS 200 false UTC"  # the time zone is still seqrepair's default
+
+
+def test_cli_rebuild_as_of_time(spark, tmp_path, capsys):
+    pubs = write_archive(tmp_path / "archive")
+    out = tmp_path / "images"
+    code = main(["rebuild", "--archive", str(tmp_path / "archive"), "--output", str(out),
+                 "--as-of-time", "5.5", "--no-progress"])
+    assert code == 0
+    # feed.a is stamped at n, feed.b at n + 0.5: both as of their fifth publication
+    expected = expected_images([p for p in pubs if p.timestamp <= 5.5])
+    assert actual_images(spark.read.parquet(str(out))) == expected
+
+
+def test_cli_shows_spark_console_progress_unless_told_not_to(tmp_path):
+    write_archive(tmp_path / "archive")
+    result = subprocess.run(
+        [sys.executable, "-m", "seqrepair.cli", "--log-level", "info", "audit",
+         "--master", "local[1]", "--archive", str(tmp_path / "archive")],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    logged = result.stdout + result.stderr
+    # the session the command ran in, as Spark itself reports its setting
+    assert re.search(r"spark session .*master=local\[1\].*progress=True", logged), logged
