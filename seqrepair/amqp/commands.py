@@ -131,6 +131,10 @@ def register(subparsers: Any) -> None:
     gateway.add_argument("--max-attempts", type=positive_int, default=None,
                          help="give up after this many failed connections in a row "
                               "(default: keep trying)")
+    gateway.add_argument("--rewrite", action="store_true",
+                         help="always rewrite requests and their answers, even when the "
+                              "component takes response annotations (default: forward with "
+                              "annotations then, rewrite only where the next hop lacks them)")
     gateway.add_argument("--ready-file", help="write the listen address here once listening")
     gateway.set_defaults(func=_gateway)
 
@@ -383,7 +387,8 @@ def _gateway(args: argparse.Namespace) -> int:
 
     gateway = Gateway(args.listen, args.upstream, name=args.name, on_ready=ready,
                       idle_timeout=args.idle_timeout, hold_timeout=args.hold_timeout,
-                      backoff=Backoff(max_attempts=args.max_attempts))
+                      backoff=Backoff(max_attempts=args.max_attempts),
+                      annotations=not args.rewrite)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     with contextlib.suppress(KeyboardInterrupt):
         gateway.run()

@@ -11,8 +11,18 @@ id as ``correlation-id``; the gateway applies the inverse (:func:`restore_respon
 original ``message-id`` as ``correlation-id``, delivered to the original ``reply-to``.
 
 This is what a transiting container does when the next hop does not take response annotations
-(respann §2.1, §3 item 3). Forwarding with annotations instead (§2.3, §3 item 2) is not done
-here: this gateway always rewrites.
+(respann §2.1, §3 item 3). When the component does take them (its connection offers
+``RESPONSE_ANNOTATIONS_V1_0`` and its control link ``response-address-supported``), the gateway
+forwards with annotations instead (§2.3, §3 item 2; :func:`annotate_request`): the request keeps
+its ``message-id``, only its ``link`` property names the upstream link, and it carries
+``response-link-target-address`` (:data:`RESPONSES_ADDRESS`, a link the component attaches to
+the gateway) and ``response-address-cookie`` (the subscriber's link name). The answers come
+back on that link with the cookie as ``address-cookie`` and the original id as
+``correlation-id``: the gateway routes them by the cookie (:func:`answer_route`) and keeps no
+table of requests. They share that one link, so its credit is given back only while the
+subscriber an answer went to takes what the gateway holds for it (at most
+:data:`RESPONSE_WINDOW`): a slow subscriber slows answers, never grows the gateway's memory.
+``Gateway(annotations=False)`` (``seqrepair gateway --rewrite``) always rewrites.
 
 Attaches cross the gateway both ways. The upstream link is attached with the subscriber's link
 properties (``seqrepair-epoch``, ``seqrepair-start-after``...: they name contexts and sources,
@@ -78,6 +88,15 @@ log = structlog.get_logger("seqrepair.amqp.gateway")
 
 LINK_PREFIX = "$link/"
 CONTROL_ADDRESS = "$seqrepair"
+RESPONSES_ADDRESS = "$gateway/responses"
+"""The target, at the gateway, of the link the component sends annotated requests' answers on."""
+RESPONSE_WINDOW = 64
+"""Credit on the responses link, and the most answers the gateway holds for one subscriber."""
+RESPONSE_ANNOTATIONS = symbol("RESPONSE_ANNOTATIONS_V1_0")
+RESPONSE_ADDRESS_SUPPORTED = symbol("response-address-supported")
+RESPONSE_TARGET = symbol("response-link-target-address")
+RESPONSE_COOKIE = symbol("response-address-cookie")
+ADDRESS_COOKIE = symbol("address-cookie")
 PROP_LINK = "link"
 PROP_EPOCH = symbol("seqrepair-epoch")
 TICK = 0.5
@@ -126,6 +145,36 @@ def rewrite_request(
         link=upstream,
     )
     return rewritten, PendingReply(request.message_id, request.reply_to, request.link)
+
+
+def annotate_request(
+    request: Addressing, *, gateway: str
+) -> tuple[Addressing, dict[symbol, Any]] | None:
+    """The request to send upstream with response annotations, and the annotations; None when
+    it names no downstream link (it is rewritten then, see :func:`rewrite_request`).
+
+    Only the ``link`` property changes, to the upstream link; the answers go to
+    :data:`RESPONSES_ADDRESS` and carry the downstream link's name back as their cookie.
+    """
+    link = request.link
+    if link is None and request.reply_to and request.reply_to.startswith(LINK_PREFIX):
+        link = request.reply_to[len(LINK_PREFIX) :]
+    if not link:
+        return None
+    annotations = {RESPONSE_TARGET: RESPONSES_ADDRESS, RESPONSE_COOKIE: link.encode()}
+    return attrs.evolve(request, link=upstream_name(gateway, link)), annotations
+
+
+def answer_route(annotations: Mapping[Any, Any] | None) -> str | None:
+    """The downstream link an answer to an annotated request goes to: its ``address-cookie``
+    (None when it carries none, or one this gateway cannot have made)."""
+    cookie = (annotations or {}).get(ADDRESS_COOKIE)
+    if not isinstance(cookie, bytes | bytearray | memoryview):
+        return None
+    try:
+        return bytes(cookie).decode()
+    except UnicodeDecodeError:
+        return None
 
 
 def restore_response(
@@ -210,6 +259,21 @@ def _upstream(endpoint: Any) -> bool:
     return bool(getattr(conn, "seqrepair_upstream", False))
 
 
+def _symbols(capabilities: Any) -> set[str]:
+    """The symbols of a capabilities field: one symbol or an array of them, as proton gives it
+    (a ``Data`` for a terminus, an object for a connection; None when absent)."""
+    found = capabilities
+    if hasattr(capabilities, "rewind"):
+        capabilities.rewind()
+        found = capabilities.get_object() if capabilities.next() is not None else None
+    if found is None:
+        return set()
+    items = getattr(found, "elements", None)
+    if items is None:
+        items = found if isinstance(found, list | tuple) else [found]
+    return {str(item) for item in items}
+
+
 def _condition(endpoint: Any) -> tuple[str, str] | None:
     cond = endpoint.remote_condition
     return None if cond is None else (str(cond.name), str(cond.description or ""))
@@ -225,10 +289,13 @@ class Gateway(MessagingHandler):
     (``amqp:connection:forced``) and connects again after ``backoff``'s delays; attaches that
     come meanwhile wait for it, at most ``hold_timeout`` seconds.
 
+    Requests go upstream with response annotations when the component takes them and
+    ``annotations`` is true, rewritten otherwise (see the module's documentation).
+
     :meth:`run` in this thread or :meth:`start` in a background one, :meth:`close` from any;
-    :attr:`stats` counts rewritten requests, restored answers, relayed messages and upstream
-    connections; :attr:`error` says why the gateway gave up, when it did (then
-    :attr:`stopped` is set, as after :meth:`close`).
+    :attr:`stats` counts rewritten requests and restored answers, annotated requests and answers
+    routed by their cookie, relayed messages and upstream connections; :attr:`error` says why
+    the gateway gave up, when it did (then :attr:`stopped` is set, as after :meth:`close`).
     """
 
     def __init__(
@@ -243,6 +310,7 @@ class Gateway(MessagingHandler):
         hold_timeout: float = 30.0,
         backoff: Backoff | None = None,
         seed: int | None = None,
+        annotations: bool = True,
     ) -> None:
         super().__init__(prefetch=0, auto_accept=False)
         # MessagingHandler builds its handlers as a list; ours holds downstream attaches
@@ -260,7 +328,9 @@ class Gateway(MessagingHandler):
         self.backoff = backoff or Backoff()
         self.replies = ReplyTable(capacity)
         self.relays = RelayTable(name, hold_timeout=hold_timeout)
-        self.stats = {"rewritten": 0, "restored": 0, "relayed": 0, "unroutable": 0,
+        self.annotations = annotations
+        self.stats = {"rewritten": 0, "restored": 0, "annotated": 0, "routed": 0,
+                      "relayed": 0, "unroutable": 0,
                       "dropped_requests": 0, "upstream_connections": 0, "upstream_losses": 0,
                       "refused": 0}
         self.error: str | None = None
@@ -274,6 +344,9 @@ class Gateway(MessagingHandler):
         self._acceptor: Any = None
         self._upstream: Any = None
         self._control: Any = None
+        self._annotating = False  # the component takes response annotations on this connection
+        self._responses: Any = None  # the link it sends their answers on
+        self._owed = 0  # responses credit held back while a subscriber is behind
         self._downstream: list[Any] = []  # the subscribers' connections
         self._tasks: dict[str, Any] = {}
         self._stopping = False
@@ -356,7 +429,8 @@ class Gateway(MessagingHandler):
 
     def _connect(self) -> None:
         conn = self._container.connect(self.upstream_url, reconnect=False,
-                                       heartbeat=self.idle_timeout)
+                                       heartbeat=self.idle_timeout,
+                                       desired_capabilities=[str(RESPONSE_ANNOTATIONS)])
         conn.seqrepair_upstream = True
         self._upstream = conn
         self._control = self._container.create_sender(conn, CONTROL_ADDRESS, options=AtMostOnce())
@@ -369,7 +443,9 @@ class Gateway(MessagingHandler):
         if conn != self._upstream or self._stopping:
             return  # an earlier connection, already given up; or the gateway closing it
         was_open = self.relays.upstream_ready
-        self._upstream = self._control = None
+        self._upstream = self._control = self._responses = None
+        self._annotating = False
+        self._owed = 0
         actions = self.relays.upstream_down()
         if was_open:
             self.stats["upstream_losses"] += 1
@@ -449,6 +525,13 @@ class Gateway(MessagingHandler):
     def on_link_opening(self, event: Any) -> None:
         link = event.link
         if _upstream(link):
+            if link.is_receiver and link.remote_target.address == RESPONSES_ADDRESS:
+                # the component attaches it to answer annotated requests (respann §2.3)
+                link.target.address = RESPONSES_ADDRESS
+                link.seqrepair_responses = True
+                self._responses = link
+                self._owed = 0
+                link.flow(RESPONSE_WINDOW)
             return
         if link.is_sender:  # a subscriber's data link: held until the component answers
             link.seqrepair_held = True
@@ -464,6 +547,16 @@ class Gateway(MessagingHandler):
 
     def on_link_opened(self, event: Any) -> None:
         link = event.link
+        if link == self._control and link is not None:
+            offered = _symbols(link.connection.remote_offered_capabilities)
+            supported = _symbols(link.remote_target.capabilities)
+            self._annotating = (
+                self.annotations
+                and str(RESPONSE_ANNOTATIONS) in offered
+                and str(RESPONSE_ADDRESS_SUPPORTED) in supported
+            )
+            self.log.info("control link attached",
+                          requests="annotated" if self._annotating else "rewritten")
         relay: Relay | None = getattr(link, "seqrepair_relay", None)
         if relay is None or not _upstream(link):
             return
@@ -561,6 +654,15 @@ class Gateway(MessagingHandler):
         relay: Relay | None = getattr(event.sender, "seqrepair_relay", None)
         if relay is not None and not _upstream(event.sender) and self.relays.is_current(relay):
             self._top_up(relay)
+            self._repay(relay)
+
+    def _repay(self, relay: Relay) -> None:
+        """Give back the responses credit held while ``relay``'s subscriber was behind."""
+        if self._owed and self._responses is not None and (
+            relay.downstream.queued < RESPONSE_WINDOW
+        ):
+            self._responses.flow(self._owed)
+            self._owed = 0
 
     def _top_up(self, relay: Relay) -> None:
         """Give the component as much credit on the upstream link as the subscriber gives the
@@ -578,6 +680,18 @@ class Gateway(MessagingHandler):
             # the component is out of reach: the subscriber's stub asks again
             self.stats["dropped_requests"] += 1
             return
+        if self._annotating:
+            annotated = annotate_request(_addressing(message), gateway=self.name)
+            if annotated is not None:
+                forwarded, annotations = annotated
+                out = Message(body=message.body, properties=dict(message.properties or {}),
+                              id=message.id, reply_to=message.reply_to,
+                              correlation_id=message.correlation_id)
+                out.properties[PROP_LINK] = forwarded.link  # type: ignore[index]
+                out.instructions = annotations  # type: ignore[assignment]  # symbol keys, as AMQP wants
+                self._control.send(out)
+                self.stats["annotated"] += 1
+                return
         new_id = f"{self.name}:{next(self._ids)}"
         rewritten, pending = rewrite_request(_addressing(message), new_id=new_id,
                                              gateway=self.name)
@@ -592,27 +706,47 @@ class Gateway(MessagingHandler):
 
     def _from_upstream(self, receiver: Any, message: Message) -> None:
         relay: Relay | None = getattr(receiver, "seqrepair_relay", None)
-        restored = restore_response(_addressing(message), self.replies)
-        if restored is not None:
-            addressing, reply_to = restored
-            message.correlation_id = addressing.correlation_id
-            if reply_to and reply_to.startswith(LINK_PREFIX):
-                relay = self.relays.get(reply_to[len(LINK_PREFIX) :])
-            self.stats["restored"] += 1
+        answers = getattr(receiver, "seqrepair_responses", False)
+        if answers:
+            name = answer_route(message.instructions)
+            relay = None if name is None else self.relays.get(name)
+            if relay is not None:
+                self.stats["routed"] += 1
+        else:
+            restored = restore_response(_addressing(message), self.replies)
+            if restored is not None:
+                addressing, reply_to = restored
+                message.correlation_id = addressing.correlation_id
+                if reply_to and reply_to.startswith(LINK_PREFIX):
+                    relay = self.relays.get(reply_to[len(LINK_PREFIX) :])
+                self.stats["restored"] += 1
         message.instructions = None
         if relay is None or not self.relays.is_current(relay) or relay.state is not RelayState.OPEN:
             self.stats["unroutable"] += 1  # its subscriber went away: the context repairs it
+            self.log.info("message unroutable", link=None if relay is None else relay.name,
+                          via="responses" if answers else receiver.name,
+                          state=None if relay is None else relay.state.name)
+            if answers:
+                receiver.flow(1)
             return
         relay.downstream.send(message)
         self.stats["relayed"] += 1
+        if answers:
+            if relay.downstream.queued < RESPONSE_WINDOW:
+                receiver.flow(1)
+            else:
+                self._owed += 1  # given back once that subscriber takes what waits for it
 
 
 __all__ = [
+    "RESPONSES_ADDRESS",
     "Addressing",
     "Backoff",
     "Gateway",
     "PendingReply",
     "ReplyTable",
+    "annotate_request",
+    "answer_route",
     "restore_response",
     "rewrite_request",
     "upstream_name",

@@ -1,8 +1,10 @@
-"""The transiting side of response routing: a gateway that rewrites requests (respann §2.5).
+"""The transiting side of response routing: a gateway that forwards requests with response
+annotations when the next hop takes them (respann §2.3) and rewrites them where it does not
+(§2.5).
 
-The rewriting core is pure and property-tested; the integration test runs a subscriber behind
-a gateway in front of a real component whose send path drops frames: the gap fills are answered
-back through the gateway.
+Both cores are pure and property-tested; the integration tests run subscribers behind a gateway
+(and behind a gateway behind a gateway) in front of a real component whose send path drops
+frames: the gap fills are answered back through the gateways.
 """
 
 from __future__ import annotations
@@ -16,11 +18,17 @@ from hypothesis import strategies as st
 
 from seqrepair.amqp.client import Publisher, Subscriber
 from seqrepair.amqp.gateway import (
+    ADDRESS_COOKIE,
     LINK_PREFIX,
+    RESPONSE_COOKIE,
+    RESPONSE_TARGET,
+    RESPONSES_ADDRESS,
     Addressing,
     Gateway,
     PendingReply,
     ReplyTable,
+    annotate_request,
+    answer_route,
     restore_response,
     rewrite_request,
     upstream_name,
@@ -80,6 +88,33 @@ def test_restoring_inverts_the_rewriting_and_ignores_strangers(
             assert restore_response(Addressing(correlation_id=other), table) is None
 
 
+@given(requests, names)
+def test_an_annotated_request_keeps_its_id_and_its_answers_find_the_link_by_the_cookie(
+    request: Addressing, gw: str
+) -> None:
+    link = request.link or (
+        request.reply_to[len(LINK_PREFIX):]
+        if request.reply_to and request.reply_to.startswith(LINK_PREFIX) else None
+    )
+    annotated = annotate_request(request, gateway=gw)
+    if link is None:
+        assert annotated is None  # nothing to route answers to: it is rewritten instead
+        return
+    assert annotated is not None
+    out, annotations = annotated
+    assert out == Addressing(request.message_id, request.reply_to, request.correlation_id,
+                             upstream_name(gw, link))
+    assert annotations[RESPONSE_TARGET] == RESPONSES_ADDRESS
+    # the component echoes the cookie on every answer as address-cookie
+    assert answer_route({ADDRESS_COOKIE: annotations[RESPONSE_COOKIE]}) == link
+
+
+@pytest.mark.parametrize("annotations", [None, {}, {ADDRESS_COOKIE: "text"},
+                                         {ADDRESS_COOKIE: b"\xff\xfe"}, {"other": b"x"}])
+def test_an_answer_without_a_cookie_of_ours_has_no_route(annotations: object) -> None:
+    assert answer_route(annotations) is None  # type: ignore[arg-type]
+
+
 def test_reply_table_is_bounded_oldest_first() -> None:
     table = ReplyTable(capacity=3)
     for i in range(5):
@@ -90,11 +125,16 @@ def test_reply_table_is_bounded_oldest_first() -> None:
 
 @pytest.mark.amqp
 @pytest.mark.redis
-def test_gap_fills_find_their_way_back_through_a_rewriting_gateway(
-    component: Callable[..., ComponentProcess], redis_url: str
+@pytest.mark.parametrize("annotations", [True, False], ids=["annotated", "rewritten"])
+def test_gap_fills_find_their_way_back_through_a_gateway(
+    component: Callable[..., ComponentProcess], redis_url: str, annotations: bool
 ) -> None:
+    """The component takes response annotations: the gateway forwards requests with them and
+    routes the answers by their cookie; told not to, it rewrites requests and restores answers
+    (what it does for a next hop without the capability)."""
     comp = component("--drop-rate", "0.03", "--drop-seed", "3", "--heartbeat", "0.2")
-    gateway = Gateway(f"127.0.0.1:{free_port()}", comp.url, name="edge").start()
+    gateway = Gateway(f"127.0.0.1:{free_port()}", comp.url, name="edge",
+                      annotations=annotations).start()
     assert gateway.ready.wait(10)
     got: list[Publication] = []
     sub = Subscriber(gateway.listen_url, "/gw/#", on_publication=got.append,
@@ -108,6 +148,8 @@ def test_gap_fills_find_their_way_back_through_a_rewriting_gateway(
         publisher.close()
         assert wait_for(lambda: len(got) >= 600, 30), (len(got), gateway.stats)
         time.sleep(0.3)
+        # while the subscriber is there (an answer that comes after it left is dropped)
+        unroutable = gateway.stats["unroutable"]
     finally:
         sub.stop()
         gateway.close()
@@ -116,6 +158,49 @@ def test_gap_fills_find_their_way_back_through_a_rewriting_gateway(
     stats = sub.stats()
     assert stats.repaired > 0
     assert stats.unrecoverable == 0
-    assert gateway.stats["rewritten"] >= 1
-    assert gateway.stats["restored"] >= 1  # answers carried the rewritten id back
-    assert gateway.stats["unroutable"] == 0
+    if annotations:
+        assert gateway.stats["annotated"] >= 1
+        assert gateway.stats["routed"] >= 1  # answers carried the cookie back
+        assert gateway.stats["rewritten"] == gateway.stats["restored"] == 0
+    else:
+        assert gateway.stats["rewritten"] >= 1
+        assert gateway.stats["restored"] >= 1  # answers carried the rewritten id back
+        assert gateway.stats["annotated"] == gateway.stats["routed"] == 0
+    assert unroutable == 0
+
+
+@pytest.mark.amqp
+@pytest.mark.redis
+def test_a_gateway_behind_a_gateway_rewrites_where_its_next_hop_lacks_annotations(
+    component: Callable[..., ComponentProcess], redis_url: str
+) -> None:
+    """subscriber -> outer gateway -> inner gateway -> component: the inner gateway offers no
+    response annotations, so the outer one rewrites; the inner one, before a component that
+    takes them, annotates. Every gap fill still finds its way back, twice transited."""
+    comp = component("--drop-rate", "0.03", "--drop-seed", "5", "--heartbeat", "0.2")
+    inner = Gateway(f"127.0.0.1:{free_port()}", comp.url, name="inner").start()
+    assert inner.ready.wait(10)
+    outer = Gateway(f"127.0.0.1:{free_port()}", inner.listen_url, name="outer").start()
+    assert outer.ready.wait(10)
+    got: list[Publication] = []
+    sub = Subscriber(outer.listen_url, "/gw/#", on_publication=got.append,
+                     heartbeat_interval=0.2, link_name="far").start()
+    try:
+        assert sub.connected.wait(10)
+        time.sleep(0.3)
+        publisher = Publisher(comp.url, "feed.far").start()
+        publisher.publish_many([("/gw/b", {"n": i}, "update") for i in range(600)])
+        assert publisher.flush(30)
+        publisher.close()
+        assert wait_for(lambda: len(got) >= 600, 30), (len(got), outer.stats, inner.stats)
+    finally:
+        sub.stop()
+        outer.close()
+        inner.close()
+    assert [p.source_seq for p in got] == list(range(1, 601))
+    assert sub.stats().repaired > 0
+    assert sub.stats().unrecoverable == 0
+    assert outer.stats["rewritten"] >= 1
+    assert outer.stats["annotated"] == 0
+    assert inner.stats["annotated"] >= 1
+    assert inner.stats["rewritten"] == 0
