@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 import attrs
 import redis
 import structlog
+from redis.cluster import RedisCluster
 
 from seqrepair.core.errors import InvalidConfigError, InvalidMessageError
 from seqrepair.core.image import ImageCache, ItemImage
@@ -24,6 +25,7 @@ from seqrepair.journal.errors import (
     BitsMismatchError,
     JournalCorruptError,
     JournalError,
+    JournalUnavailableError,
     SequenceConflictError,
     TrimmedRangeError,
     map_redis_errors,
@@ -68,10 +70,28 @@ def _int(value: bytes | str | None) -> int:
 
 
 
+CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
+"""URL schemes naming a Redis Cluster (through any of its nodes), and the node URL scheme."""
+
+
 def redis_client(url: str, **client_kwargs: Any) -> redis.Redis:
-    """A redis-py client for ``url`` (``redis://``, ``rediss://`` or ``unix://``); raises
-    :class:`InvalidConfigError` when ``url`` is no Redis URL. Connects on first use."""
+    """A redis-py client for ``url`` (``redis://``, ``rediss://`` or ``unix://``: connects on
+    first use), or a cluster client for ``redis+cluster://HOST:PORT`` (or ``rediss+cluster://``:
+    any node of a Redis Cluster; it learns the others at once, so an unreachable cluster raises
+    :class:`JournalUnavailableError` here). Raises :class:`InvalidConfigError` when ``url`` is
+    no Redis URL."""
+    scheme, sep, rest = url.partition("://")
     try:
+        if sep and scheme in CLUSTER_SCHEMES:
+            try:
+                with map_redis_errors("connecting to the cluster"):
+                    cluster = RedisCluster.from_url(f"{CLUSTER_SCHEMES[scheme]}://{rest}",
+                                                    **client_kwargs)
+            except JournalError as exc:  # redis-py: no node reachable is RedisClusterException
+                raise JournalUnavailableError(str(exc), operation="connect") from exc
+            # the same commands, routed by key to the node owning its slot (the hash tags keep
+            # a source's keys together)
+            return cast(redis.Redis, cluster)
         return redis.Redis.from_url(url, **client_kwargs)
     except ValueError as exc:
         raise InvalidConfigError(f"not a Redis URL: {url!r} ({exc})", got=url) from exc
@@ -88,8 +108,8 @@ def bounded_client(url: str, read_timeout: float, **client_kwargs: Any) -> redis
 class Journal:
     """Publications per source in Redis streams (one client, thread-compatible like redis-py).
 
-    ``client`` must be a ``redis.Redis`` with ``decode_responses=False``. ``page_size`` is how
-    many entries one read round trip fetches.
+    ``client`` must be a ``redis.Redis`` (or a ``RedisCluster``) with
+    ``decode_responses=False``. ``page_size`` is how many entries one read round trip fetches.
     """
 
     def __init__(self, client: redis.Redis, *, page_size: int = 1000) -> None:

@@ -4,19 +4,23 @@ slot, so the same code runs there."""
 
 from __future__ import annotations
 
-import contextlib
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import attrs
 import pytest
-import redis
+from clusters import cluster_url, redis_cluster
 from redis.cluster import RedisCluster
 
 from seqrepair.core.messages import GapError, Publication, ReplayComplete, SourceGapRequest
 from seqrepair.core.permissions import Entitlement
-from seqrepair.journal import EmbeddedRedis, GapFillService, Journal, Publisher, Replay
+from seqrepair.journal import (
+    GapFillService,
+    Journal,
+    JournalUnavailableError,
+    Publisher,
+    Replay,
+)
 from seqrepair.journal.format import stream_key
 from seqrepair.journal.retention import RetentionPolicy, apply_retention
 
@@ -25,17 +29,8 @@ pytestmark = pytest.mark.redis
 
 @pytest.fixture
 def cluster() -> Iterator[RedisCluster]:
-    args = ("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
-    with EmbeddedRedis(extra_args=args) as server:
-        with redis.Redis(port=server.port) as admin:
-            admin.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, 16383)
-            deadline = time.monotonic() + 30  # generous: CI runs on a loaded 2-core machine
-            while b"cluster_state:ok" not in admin.execute_command("CLUSTER", "INFO"):
-                assert time.monotonic() < deadline, "the one-node cluster did not come up"
-                time.sleep(0.05)
-        client = RedisCluster(host="127.0.0.1", port=server.port)
+    with redis_cluster(1) as client:
         yield client
-        client.close()
 
 
 def test_a_publisher_journals_and_resumes_on_redis_cluster(cluster: RedisCluster) -> None:
@@ -51,25 +46,7 @@ def test_a_publisher_journals_and_resumes_on_redis_cluster(cluster: RedisCluster
 
 @pytest.fixture
 def three_nodes() -> Iterator[RedisCluster]:
-    """A cluster of three masters, the slots split between them as redis-cli would."""
-    args = ("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
-    with contextlib.ExitStack() as stack:
-        servers = [stack.enter_context(EmbeddedRedis(extra_args=args)) for _ in range(3)]
-        admins = [stack.enter_context(redis.Redis(port=s.port)) for s in servers]
-        for admin, (first, last) in zip(admins, ((0, 5460), (5461, 10922), (10923, 16383)),
-                                        strict=True):
-            admin.execute_command("CLUSTER", "ADDSLOTSRANGE", first, last)
-        for server in servers[1:]:
-            admins[0].execute_command("CLUSTER", "MEET", "127.0.0.1", server.port)
-        deadline = time.monotonic() + 60  # gossip takes a few seconds on a loaded machine
-        while not all(
-            b"cluster_state:ok" in info and b"cluster_known_nodes:3" in info
-            for info in (a.execute_command("CLUSTER", "INFO") for a in admins)
-        ):
-            assert time.monotonic() < deadline, "the three-node cluster did not come up"
-            time.sleep(0.1)
-        client = RedisCluster(host="127.0.0.1", port=servers[0].port)
-        stack.callback(client.close)
+    with redis_cluster(3) as client:
         yield client
 
 
@@ -113,3 +90,21 @@ def test_sources_spread_over_three_nodes_journal_repair_and_trim_as_on_one_serve
     assert isinstance(error, GapError)
     assert error.reason == "trimmed"
     assert error.trimmed_through == {"feed.c": 25}
+
+
+def test_a_cluster_url_names_the_cluster_through_any_node(three_nodes: RedisCluster) -> None:
+    url = cluster_url(three_nodes)
+    with Journal.from_url(url) as journal:
+        for source in SOURCES:
+            with Publisher(source, journal, bits=3) as publisher:
+                publisher.publish("/weather/wind/LEMD", {"source": source, "gust": None})
+    with Journal.from_url(url) as again:  # a new client learns where every source lives
+        assert again.sources() == sorted(SOURCES)
+        assert [p.fields for p in again.read_after("feed.e", 0)] == [
+            {"source": "feed.e", "gust": None}
+        ]
+
+
+def test_a_cluster_url_nobody_answers_is_a_clear_error() -> None:
+    with pytest.raises(JournalUnavailableError, match="cluster"):
+        Journal.from_url("redis+cluster://127.0.0.1:1", socket_connect_timeout=1.0)

@@ -6,10 +6,11 @@ import json
 
 import pyarrow.parquet as pq
 import pytest
+from clusters import cluster_url, redis_cluster
 
 from seqrepair.cli import main
 from seqrepair.core.messages import Publication, PublishType
-from seqrepair.journal import RetentionPolicy, apply_retention, export_range
+from seqrepair.journal import Journal, RetentionPolicy, apply_retention, export_range
 from seqrepair.journal.format import archive_path, encode_archive_row, encode_archive_table
 from seqrepair.spark.audit import audit
 from seqrepair.spark.reading import read_archive, read_journal, read_journals
@@ -244,3 +245,18 @@ def test_cli_reads_the_journal_once_and_keeps_its_trim_record(
     assert main(["rebuild", *args, "--show", "0"]) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["items"] == len(expected_images(pubs[12:]))
+
+
+@pytest.mark.redis
+def test_reads_a_journal_spread_over_a_three_node_cluster(spark):
+    with redis_cluster(3) as client:
+        journal = Journal(client)
+        a, b, c = make_pubs("feed.a", 20), make_pubs("feed.b", 11), make_pubs("feed.c", 7)
+        journal.append(a, 4)
+        journal.append(b, 16)
+        journal.append(c, 3)
+        url = cluster_url(client)
+        frame = read_journal(spark, url, partition_size=6, page_size=4)
+        assert collected(frame) == as_rows(a, 4) | as_rows(b, 16) | as_rows(c, 3)
+        images = rebuild_images(read_journal(spark, url))
+        assert actual_images(images) == expected_images(a + b + c)
