@@ -450,6 +450,8 @@ class SubscriberRunner(_Reconnecting):
         For a subscriber started with :meth:`start` and no ``on_publication``: at most
         ``max_queued`` deliveries wait here; past that the subscriber waits for the reader
         (and the component pauses its link and repairs it later), so memory stays bounded.
+        The iteration ends once the subscriber stopped and what was queued is read; a delivery
+        still waiting for room when :meth:`stop` is called is not handed over.
         """
         if self.on_publication is not None:
             raise InvalidConfigError(
