@@ -19,9 +19,10 @@ its ``message-id``, only its ``link`` property names the upstream link, and it c
 the gateway) and ``response-address-cookie`` (the subscriber's link name). The answers come
 back on that link with the cookie as ``address-cookie`` and the original id as
 ``correlation-id``: the gateway routes them by the cookie (:func:`answer_route`) and keeps no
-table of requests. They share that one link, so its credit is given back only while the
-subscriber an answer went to takes what the gateway holds for it (at most
-:data:`RESPONSE_WINDOW`): a slow subscriber slows answers, never grows the gateway's memory.
+table of requests. They share that one link (:data:`RESPONSE_WINDOW` credit): the credit an
+answer used is given back at once while its subscriber has fewer than that many messages
+waiting at the gateway, and otherwise only once it has taken them, so at most twice the window
+waits for one subscriber: a slow subscriber slows answers, never grows the gateway's memory.
 ``Gateway(annotations=False)`` (``seqrepair gateway --rewrite``) always rewrites.
 
 Attaches cross the gateway both ways. The upstream link is attached with the subscriber's link
@@ -294,7 +295,8 @@ class Gateway(MessagingHandler):
 
     :meth:`run` in this thread or :meth:`start` in a background one, :meth:`close` from any;
     :attr:`stats` counts rewritten requests and restored answers, annotated requests and answers
-    routed by their cookie, relayed messages and upstream connections; :attr:`error` says why
+    routed by their cookie (``answers_held``: those whose credit waited for a slow subscriber),
+    relayed messages and upstream connections; :attr:`error` says why
     the gateway gave up, when it did (then :attr:`stopped` is set, as after :meth:`close`).
     """
 
@@ -330,7 +332,7 @@ class Gateway(MessagingHandler):
         self.relays = RelayTable(name, hold_timeout=hold_timeout)
         self.annotations = annotations
         self.stats = {"rewritten": 0, "restored": 0, "annotated": 0, "routed": 0,
-                      "relayed": 0, "unroutable": 0,
+                      "answers_held": 0, "relayed": 0, "unroutable": 0,
                       "dropped_requests": 0, "upstream_connections": 0, "upstream_losses": 0,
                       "refused": 0}
         self.error: str | None = None
@@ -346,7 +348,7 @@ class Gateway(MessagingHandler):
         self._control: Any = None
         self._annotating = False  # the component takes response annotations on this connection
         self._responses: Any = None  # the link it sends their answers on
-        self._owed = 0  # responses credit held back while a subscriber is behind
+        self._owed: dict[str, int] = {}  # responses credit held back per subscriber behind
         self._downstream: list[Any] = []  # the subscribers' connections
         self._tasks: dict[str, Any] = {}
         self._stopping = False
@@ -423,6 +425,10 @@ class Gateway(MessagingHandler):
         if self._stopping:
             return
         self._perform(self.relays.expire(time.monotonic()))
+        for name in list(self._owed):  # a subscriber gone while behind owes nothing
+            relay = self.relays.get(name)
+            if relay is None or not self.relays.is_current(relay):
+                self._repay(None, name)
         self._schedule("tick", TICK, self._tick)
 
     # --- the upstream connection ----------------------------------------------------------
@@ -445,7 +451,7 @@ class Gateway(MessagingHandler):
         was_open = self.relays.upstream_ready
         self._upstream = self._control = self._responses = None
         self._annotating = False
-        self._owed = 0
+        self._owed.clear()
         actions = self.relays.upstream_down()
         if was_open:
             self.stats["upstream_losses"] += 1
@@ -530,7 +536,7 @@ class Gateway(MessagingHandler):
                 link.target.address = RESPONSES_ADDRESS
                 link.seqrepair_responses = True
                 self._responses = link
-                self._owed = 0
+                self._owed.clear()
                 link.flow(RESPONSE_WINDOW)
             return
         if link.is_sender:  # a subscriber's data link: held until the component answers
@@ -654,15 +660,20 @@ class Gateway(MessagingHandler):
         relay: Relay | None = getattr(event.sender, "seqrepair_relay", None)
         if relay is not None and not _upstream(event.sender) and self.relays.is_current(relay):
             self._top_up(relay)
-            self._repay(relay)
+            if relay.name in self._owed:
+                self._repay(relay, relay.name)
 
-    def _repay(self, relay: Relay) -> None:
-        """Give back the responses credit held while ``relay``'s subscriber was behind."""
-        if self._owed and self._responses is not None and (
-            relay.downstream.queued < RESPONSE_WINDOW
+    def _repay(self, relay: Relay | None, name: str) -> None:
+        """Give back the responses credit held while subscriber ``name`` was behind, once it
+        has fewer than :data:`RESPONSE_WINDOW` waiting (or is gone). The link's credit is
+        shared; held per subscriber, answers waiting for one are at most twice the window."""
+        if relay is not None and relay.state is RelayState.OPEN and (
+            relay.downstream.queued >= RESPONSE_WINDOW
         ):
-            self._responses.flow(self._owed)
-            self._owed = 0
+            return
+        owed = self._owed.pop(name, 0)
+        if owed and self._responses is not None:
+            self._responses.flow(owed)
 
     def _top_up(self, relay: Relay) -> None:
         """Give the component as much credit on the upstream link as the subscriber gives the
@@ -734,8 +745,9 @@ class Gateway(MessagingHandler):
         if answers:
             if relay.downstream.queued < RESPONSE_WINDOW:
                 receiver.flow(1)
-            else:
-                self._owed += 1  # given back once that subscriber takes what waits for it
+            else:  # given back once that subscriber takes what waits for it
+                self._owed[relay.name] = self._owed.get(relay.name, 0) + 1
+                self.stats["answers_held"] += 1
 
 
 __all__ = [

@@ -317,6 +317,8 @@ def test_a_slow_subscriber_behind_the_gateway_is_paused_by_its_credit_and_catche
     assert slow_report.gaps_detected == 0
     assert slow_report.requests_sent == len(slow_overdue)
     assert slow_report.duplicates <= slow_report.requests_sent
+    # the catch-up came back by response annotation, on the link the answers share
+    assert gw.stats["routed"] >= 1
 
 
 def test_a_subscription_queue_behind_the_gateway_delivers_what_it_selects_across_a_restart(
@@ -347,3 +349,38 @@ def test_a_subscription_queue_behind_the_gateway_delivers_what_it_selects_across
     report = sub.stats()
     assert report.resets >= 1  # the restart reset the queue's link
     assert report.unrecoverable == 0
+
+
+def test_answers_for_a_subscriber_that_falls_behind_wait_for_it_on_their_shared_link(
+    component: Callable[..., ComponentProcess], gateway: Callable[[str], Gateway],
+    redis_url: str,
+) -> None:
+    """A slow subscriber's catch-up (source replays, many small answers) comes on the link all
+    answers share: once 64 wait for it at the gateway, their credit is held until it takes
+    them, and it still gets everything once, in order."""
+    comp = component("--heartbeat", "0.2", "--max-pending", "200", "--max-batch", "8")
+    gw = gateway(comp.url)
+    got: list[int] = []
+
+    def slow(publication: Publication) -> None:
+        time.sleep(0.0005)
+        got.append(publication.source_seq)
+
+    with contextlib.ExitStack() as running:
+        sub = running.enter_context(
+            Subscriber(gw.listen_url, "/weather/#", link_name="behind", heartbeat_interval=0.2,
+                       credit=2, on_publication=slow)
+        )
+        assert wait_for(lambda: relayed(gw, "behind"), 30)
+        publisher = running.enter_context(
+            Publisher(comp.url, "feed.q", journal=Journal.from_url(redis_url))
+        )
+        Feed(publisher).publish(3000)
+        assert publisher.flush(60)
+        done = wait_for(lambda: len(got) >= 3000, 120)
+        time.sleep(0.3)
+    assert done, (sub.stats(), gw.stats)
+    assert got == list(range(1, 3001))
+    assert sub.stats().unrecoverable == 0
+    assert gw.stats["routed"] >= 1
+    assert gw.stats["answers_held"] >= 1
