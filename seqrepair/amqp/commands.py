@@ -288,6 +288,8 @@ def _serve(args: argparse.Namespace) -> int:
     manager, topics = stored
     component = Component(config, journal, on_ready=ready, subscriptions=manager,
                           topics=topics)
+    # from here SIGTERM stops the component at its next tick; before, it exits at once
+    signal.signal(signal.SIGTERM, lambda *_: component.request_stop())
     with contextlib.ExitStack() as stack, contextlib.suppress(KeyboardInterrupt):
         stack.enter_context(topics)  # on the way out: store what is still unsaved
         if args.rest is not None:

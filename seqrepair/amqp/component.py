@@ -134,6 +134,7 @@ class Component(MessagingHandler):
         self.config = config
         self.listening = config.url  # host:port bound (the chosen port when url names port 0)
         self.clock = clock
+        self._stop_requested = False
         self.on_ready = on_ready
         self.decoder = Decoder(
             link_bits=config.link_bits, max_publications=config.max_publish_batch
@@ -243,6 +244,10 @@ class Component(MessagingHandler):
         self.container.schedule(min(0.1, self.config.heartbeat_interval / 4), self)
 
     def on_timer_task(self, event: Any) -> None:
+        if self._stop_requested:
+            self.stop()
+            self.container.stop()  # run() returns once the events already due are handled
+            return
         now = self.clock()
         self.ingest.poll(now)  # what the journal took unanswered goes out (backs off)
         for name, link in list(self.links.items()):
@@ -718,6 +723,12 @@ class Component(MessagingHandler):
             self.principals.pop(link.name, None)
             for key in [k for k in self.routes if self.routes[k] is link.route]:
                 del self.routes[key]
+
+    def request_stop(self) -> None:
+        """Stop at the next tick (at most 0.1 s away): close the listener and end the
+        container's run. Safe from a signal handler: it only sets a flag (raising there, as
+        ``sys.exit`` does, can land in a finalizer, where Python ignores it)."""
+        self._stop_requested = True
 
     def stop(self) -> None:
         """Close the listener (the container then ends when its connections do)."""

@@ -128,6 +128,28 @@ def test_a_stopped_component_logs_its_counters(
     assert "trimmed_unsent=0" in stopped[0], stopped[0]
 
 
+def test_sigterm_while_serving_stops_the_component_cleanly_every_time(
+    component: Callable[..., ComponentProcess], redis_url: str
+) -> None:
+    """SIGTERM (what ``ComponentProcess.stop`` and service managers send) while links are open
+    and publications flow: the component stops at its next tick, logs its counters and exits
+    0. It used to raise SystemExit from the signal handler, which Python ignores when it lands
+    in a finalizer (seen in proton's ``Wrapper.__del__``): the component then ran on."""
+    for round_ in range(3):
+        comp = component("--heartbeat", "0.2")
+        with Subscriber(comp.url, "/#", link_name=f"sigterm-{round_}") as sub:
+            assert sub.connected.wait(10)
+            with Publisher(comp.url, f"feed.t{round_}",
+                           journal=Journal.from_url(redis_url)) as publisher:
+                publisher.publish_many(workload(0, 200))
+                assert publisher.flush(timeout=20)
+                assert comp.proc is not None
+                comp.proc.terminate()
+                assert comp.proc.wait(10) == 0
+        stopped = [line for line in comp.log_text().splitlines() if "component stopped" in line]
+        assert len(stopped) == 1, comp.log_text()
+
+
 def test_what_a_publisher_journaled_and_died_before_sending_reaches_subscribers_in_order(
     component: Callable[..., ComponentProcess], redis_url: str
 ) -> None:
