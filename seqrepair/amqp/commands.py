@@ -391,7 +391,7 @@ def _gateway(args: argparse.Namespace) -> int:
                       idle_timeout=args.idle_timeout, hold_timeout=args.hold_timeout,
                       backoff=Backoff(max_attempts=args.max_attempts),
                       annotations=not args.rewrite)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    signal.signal(signal.SIGTERM, lambda *_: gateway.request_stop())
     with contextlib.suppress(KeyboardInterrupt):
         gateway.run()
     if gateway.error is not None:
@@ -539,10 +539,14 @@ class _Sink:
 
 def _run_subscriber(subscriber: Any, sink: _Sink, args: argparse.Namespace) -> None:
     """Run until the sink says stop (or SIGTERM / ^C), then report the statistics."""
-    signal.signal(signal.SIGTERM, lambda *_: subscriber._shutdown())
+    # the handler only sets a flag: the subscriber's tick (stop_when) acts on it, in proton's
+    # thread, not in the middle of whatever the signal interrupted
+    terminated = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: terminated.set())
     with contextlib.suppress(KeyboardInterrupt):
         connected = getattr(subscriber, "connected", None)
-        subscriber.run(stop_when=lambda: sink.stop_when(connected is None or connected.is_set()))
+        subscriber.run(stop_when=lambda: terminated.is_set() or sink.stop_when(
+            connected is None or connected.is_set()))
     sink.out.flush()
     stats: dict[str, Any] = dict(subscriber.stats().as_dict())
     stats["unrecoverable_events"] = [str(u) for u in subscriber.unrecoverable]

@@ -352,6 +352,7 @@ class Gateway(MessagingHandler):
         self._downstream: list[Any] = []  # the subscribers' connections
         self._tasks: dict[str, Any] = {}
         self._stopping = False
+        self._stop_requested = False
         self._injector = EventInjector()
         self._thread: threading.Thread | None = None
 
@@ -377,6 +378,11 @@ class Gateway(MessagingHandler):
         self._injector.trigger(ApplicationEvent("seqrepair_stop"))
         if self._thread is not None and threading.current_thread() is not self._thread:
             self._thread.join(timeout=10)
+
+    def request_stop(self) -> None:
+        """Stop at the next tick (at most ``TICK`` seconds away). Safe from a signal handler:
+        it only sets a flag."""
+        self._stop_requested = True
 
     def on_seqrepair_stop(self, event: Any) -> None:
         self.stop()
@@ -423,6 +429,9 @@ class Gateway(MessagingHandler):
 
     def _tick(self) -> None:
         if self._stopping:
+            return
+        if self._stop_requested:
+            self.stop()
             return
         self._perform(self.relays.expire(time.monotonic()))
         for name in list(self._owed):  # a subscriber gone while behind owes nothing

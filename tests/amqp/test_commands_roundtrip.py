@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -70,3 +71,31 @@ def test_a_file_published_is_printed_by_a_subscriber_in_order_with_its_statistic
     assert report["duplicates"] == 0
     assert report["unrecoverable"] == 0
     assert report["unrecoverable_events"] == []
+
+
+def test_sigterm_ends_a_subscriber_with_its_output_and_statistics_written(
+    component: Callable[..., ComponentProcess], redis_url: str, tmp_path: Path
+) -> None:
+    comp = component()
+    out, stats, ready = tmp_path / "out.jsonl", tmp_path / "stats.json", tmp_path / "ready"
+    subscriber = subprocess.Popen(
+        cli("subscribe", "--url", comp.url, "--address", "/weather/#", "--output", str(out),
+            "--stats-file", str(stats), "--ready-file", str(ready)),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        assert wait_for(ready.exists, 30), "the subscriber did not attach"
+        rows = tmp_path / "rows.jsonl"
+        rows.write_text("".join(json.dumps(row) + "\n" for row in ROWS[:2]))
+        subprocess.run(cli("publish", "--url", comp.url, "--source", "feed.term",
+                           "--redis-url", redis_url, "--file", str(rows)),
+                       check=True, capture_output=True, timeout=60)
+        time.sleep(2.0)  # delivered by now; the file is written in blocks, the last at the end
+        subscriber.terminate()
+        assert subscriber.wait(30) == 0
+    finally:
+        if subscriber.poll() is None:
+            subscriber.kill()
+            subscriber.wait()
+    assert [json.loads(line)["source_seq"] for line in out.read_text().splitlines()] == [1, 2]
+    assert json.loads(stats.read_text())["delivered"] == 2
