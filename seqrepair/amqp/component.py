@@ -58,6 +58,12 @@ from seqrepair.amqp.ingest import Ingest, Released
 from seqrepair.amqp.journalport import RedisJournalPort
 from seqrepair.amqp.links import ResponseRoute, SubscriberLink, close_stolen, start_map, tokens
 from seqrepair.amqp.rawamqp import Unsupported, read_raw
+from seqrepair.amqp.respann import (
+    RESPONSE_ADDRESS_SUPPORTED,
+    RESPONSE_ANNOTATIONS,
+    RESPONSE_COOKIE,
+    RESPONSE_TARGET,
+)
 from seqrepair.amqp.runner import Call, listening_address
 from seqrepair.amqp.sizelimit import limit_size
 from seqrepair.amqp.subqueues import (
@@ -95,10 +101,6 @@ log = structlog.get_logger("seqrepair.amqp.component")
 
 CONTROL_ADDRESS = "$seqrepair"
 LINK_PREFIX = "$link/"
-RESPONSE_ANNOTATIONS = symbol("RESPONSE_ANNOTATIONS_V1_0")
-RESPONSE_ADDRESS_SUPPORTED = symbol("response-address-supported")
-RESPONSE_COOKIE = symbol("response-address-cookie")
-RESPONSE_TARGET = symbol("response-link-target-address")
 MAX_RESPONSE_TARGETS = 16
 """How many ``response-link-target-address`` links the component attaches per connection."""
 PROP_BATCH = symbol("seqrepair-batch")

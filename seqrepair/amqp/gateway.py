@@ -83,6 +83,13 @@ from seqrepair.amqp.gateway_relays import (
     RelayTable,
     upstream_name,
 )
+from seqrepair.amqp.respann import (
+    ADDRESS_COOKIE,
+    RESPONSE_ADDRESS_SUPPORTED,
+    RESPONSE_ANNOTATIONS,
+    RESPONSE_COOKIE,
+    RESPONSE_TARGET,
+)
 from seqrepair.amqp.runner import Call, listening_address
 
 log = structlog.get_logger("seqrepair.amqp.gateway")
@@ -93,11 +100,6 @@ RESPONSES_ADDRESS = "$gateway/responses"
 """The target, at the gateway, of the link the component sends annotated requests' answers on."""
 RESPONSE_WINDOW = 64
 """Credit on the responses link, and the most answers the gateway holds for one subscriber."""
-RESPONSE_ANNOTATIONS = symbol("RESPONSE_ANNOTATIONS_V1_0")
-RESPONSE_ADDRESS_SUPPORTED = symbol("response-address-supported")
-RESPONSE_TARGET = symbol("response-link-target-address")
-RESPONSE_COOKIE = symbol("response-address-cookie")
-ADDRESS_COOKIE = symbol("address-cookie")
 PROP_LINK = "link"
 PROP_EPOCH = symbol("seqrepair-epoch")
 TICK = 0.5

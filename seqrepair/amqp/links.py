@@ -28,7 +28,7 @@ from typing import Any
 
 import attrs
 import structlog
-from proton import Condition, symbol
+from proton import Condition
 
 from seqrepair.amqp.codec import encode
 from seqrepair.amqp.errors import InvalidLinkPropertyError, RequestFloodError
@@ -41,6 +41,7 @@ from seqrepair.amqp.framing import (
     regular_runs,
 )
 from seqrepair.amqp.rawamqp import Unsupported
+from seqrepair.amqp.respann import ADDRESS_COOKIE
 from seqrepair.amqp.technical import SubscriptionState
 from seqrepair.core.context import LinkContext
 from seqrepair.core.errors import SeqRepairError
@@ -56,7 +57,6 @@ from seqrepair.core.sequencers import LinkSequencer
 
 ReplayFrame = Publication | ReplayComplete | GapError
 
-ADDRESS_COOKIE = symbol("address-cookie")
 
 ALLOWS_CACHE = 4096
 """How many (topic, permission token) answers of its entitlement a link remembers."""
