@@ -99,7 +99,8 @@ CONTROL_ADDRESS = "$seqrepair"
 RESPONSES_ADDRESS = "$gateway/responses"
 """The target, at the gateway, of the link the component sends annotated requests' answers on."""
 RESPONSE_WINDOW = 64
-"""Credit on the responses link, and the most answers the gateway holds for one subscriber."""
+"""Credit on the responses link, and how many messages waiting for one subscriber make the
+gateway hold back the credit of its answers."""
 PROP_LINK = "link"
 PROP_EPOCH = symbol("seqrepair-epoch")
 TICK = 0.5
@@ -128,6 +129,14 @@ class PendingReply:
     original_link: str | None
 
 
+def downstream_link(request: Addressing) -> str | None:
+    """The downstream link a request is about: its ``link`` property, else its ``reply-to``
+    (``$link/NAME``); None when it names none."""
+    if request.link is None and request.reply_to and request.reply_to.startswith(LINK_PREFIX):
+        return request.reply_to[len(LINK_PREFIX) :]
+    return request.link
+
+
 def rewrite_request(
     request: Addressing, *, new_id: Any, gateway: str
 ) -> tuple[Addressing, PendingReply]:
@@ -137,9 +146,7 @@ def rewrite_request(
     ``reply-to`` (``$link/NAME``); both are rewritten to the upstream link of that name. A
     request naming no link keeps a null ``reply-to`` and ``link``.
     """
-    link = request.link
-    if link is None and request.reply_to and request.reply_to.startswith(LINK_PREFIX):
-        link = request.reply_to[len(LINK_PREFIX) :]
+    link = downstream_link(request)
     upstream = None if link is None else upstream_name(gateway, link)
     rewritten = Addressing(
         message_id=new_id,
@@ -159,9 +166,7 @@ def annotate_request(
     Only the ``link`` property changes, to the upstream link; the answers go to
     :data:`RESPONSES_ADDRESS` and carry the downstream link's name back as their cookie.
     """
-    link = request.link
-    if link is None and request.reply_to and request.reply_to.startswith(LINK_PREFIX):
-        link = request.reply_to[len(LINK_PREFIX) :]
+    link = downstream_link(request)
     if not link:
         return None
     annotations = {RESPONSE_TARGET: RESPONSES_ADDRESS, RESPONSE_COOKIE: link.encode()}
@@ -254,6 +259,20 @@ def _addressing(message: Message) -> Addressing:
     link = props.get(PROP_LINK)
     return Addressing(message.id, message.reply_to, message.correlation_id,
                       None if link is None else str(link))
+
+
+def _upstream_message(
+    message: Message, addressing: Addressing, annotations: dict[symbol, Any] | None = None
+) -> Message:
+    """``message``'s bare content with ``addressing`` (and ``annotations``) in place of its own."""
+    out = Message(body=message.body, properties=dict(message.properties or {}),
+                  id=addressing.message_id, reply_to=addressing.reply_to,
+                  correlation_id=addressing.correlation_id)
+    if addressing.link is not None:
+        out.properties[PROP_LINK] = addressing.link  # type: ignore[index]
+    if annotations:
+        out.instructions = annotations  # type: ignore[assignment]  # symbol keys, as AMQP wants
+    return out
 
 
 def _upstream(endpoint: Any) -> bool:
@@ -705,25 +724,14 @@ class Gateway(MessagingHandler):
         if self._annotating:
             annotated = annotate_request(_addressing(message), gateway=self.name)
             if annotated is not None:
-                forwarded, annotations = annotated
-                out = Message(body=message.body, properties=dict(message.properties or {}),
-                              id=message.id, reply_to=message.reply_to,
-                              correlation_id=message.correlation_id)
-                out.properties[PROP_LINK] = forwarded.link  # type: ignore[index]
-                out.instructions = annotations  # type: ignore[assignment]  # symbol keys, as AMQP wants
-                self._control.send(out)
+                self._control.send(_upstream_message(message, *annotated))
                 self.stats["annotated"] += 1
                 return
         new_id = f"{self.name}:{next(self._ids)}"
         rewritten, pending = rewrite_request(_addressing(message), new_id=new_id,
                                              gateway=self.name)
         self.replies.remember(new_id, pending)
-        out = Message(body=message.body, properties=dict(message.properties or {}),
-                      id=rewritten.message_id, reply_to=rewritten.reply_to,
-                      correlation_id=rewritten.correlation_id)
-        if rewritten.link is not None:
-            out.properties[PROP_LINK] = rewritten.link  # type: ignore[index]
-        self._control.send(out)
+        self._control.send(_upstream_message(message, rewritten))
         self.stats["rewritten"] += 1
 
     def _from_upstream(self, receiver: Any, message: Message) -> None:
@@ -770,6 +778,7 @@ __all__ = [
     "ReplyTable",
     "annotate_request",
     "answer_route",
+    "downstream_link",
     "restore_response",
     "rewrite_request",
     "upstream_name",
