@@ -77,8 +77,9 @@ def numbering_from_reply(
     )
     if bits is not None and told.bits is not None and bits != told.bits:
         raise SettingsMismatchError(
-            f"the component numbers this link in {told.bits} bits, the subscriber was given"
-            f" {bits} (--bits): leave it out to follow the component",
+            f"{SettingsMismatchError.condition}: the component numbers this link in"
+            f" {told.bits} bits, the subscriber was given {bits} (--bits): leave it out to"
+            " follow the component",
             expected=told.bits, got=bits,
         )
     if (
@@ -87,9 +88,9 @@ def numbering_from_reply(
         and not math.isclose(heartbeat_interval, told.heartbeat_interval, rel_tol=1e-9)
     ):
         raise SettingsMismatchError(
-            f"the component sends heartbeats every {told.heartbeat_interval} s, the subscriber"
-            f" was given {heartbeat_interval} s (--heartbeat): leave it out to follow the"
-            " component",
+            f"{SettingsMismatchError.condition}: the component sends heartbeats every"
+            f" {told.heartbeat_interval} s, the subscriber was given {heartbeat_interval} s"
+            " (--heartbeat): leave it out to follow the component",
             expected=told.heartbeat_interval, got=heartbeat_interval,
         )
     return told
