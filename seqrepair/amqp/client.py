@@ -112,6 +112,9 @@ class Subscriber(SubscriberRunner):
     subscriber, its :attr:`error` an :class:`~seqrepair.amqp.errors.OversizedMessageError`:
     taken again after a reconnect, the same frames would only come again.
 
+    ``bits``, ``heartbeat_interval``: None follows the component; one it contradicts stops the
+    subscriber (SettingsMismatchError). ``ack``: run the window discipline (:mod:`.acks`).
+
     Deliveries go to ``on_publication`` (in the client's thread), or, for a subscriber started
     with :meth:`start` without one, to ``for pub in subscriber``: at most ``max_queued`` wait
     there for the reader, then the subscriber waits too (a slow reader is a slow subscriber:
@@ -142,6 +145,7 @@ class Subscriber(SubscriberRunner):
         tick: float = 0.02,
         clock: Callable[[], float] = time.time,
         max_message_size: int = DEFAULT_MAX_RECEIVED,
+        ack: bool = True,
     ) -> None:
         super().__init__(credit=credit, reconnect_delay=reconnect_delay,
                          max_reconnect_delay=max_reconnect_delay, max_queued=max_queued)
@@ -167,6 +171,7 @@ class Subscriber(SubscriberRunner):
         self.permtokens = tuple(permtokens)
         self.container_id = container_id
         self.batch = batch
+        self.ack = ack
         self.idle_timeout = idle_timeout
         self.tick = tick
         self.clock = clock
@@ -200,7 +205,7 @@ class Subscriber(SubscriberRunner):
             desired_capabilities=["RESPONSE_ANNOTATIONS_V1_0"], **identity,
         )
         props: dict[symbol, Any] = {PROP_BATCH: self.batch, PROP_RESUME: self._attached_once,
-                                    PROP_ACK: True}
+                                    PROP_ACK: self.ack}
         if self._epoch is not None:
             props[PROP_EPOCH] = self._epoch
         if self._start is not None:

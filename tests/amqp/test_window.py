@@ -17,6 +17,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -47,7 +48,7 @@ def _stopped_stats(comp: ComponentProcess) -> dict[str, int]:
 
 
 def _burst(comp: ComponentProcess, tmp: Path, count: int, *sub_args: str) -> tuple[
-    list[int], dict[str, object], subprocess.CompletedProcess[str]
+    list[int], dict[str, Any], subprocess.CompletedProcess[str]
 ]:
     """One ``subscribe`` (following the component) and a journaling ``publish`` of ``count``
     at full speed; the source numbers the subscriber wrote, its statistics, its process."""
