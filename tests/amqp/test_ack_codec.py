@@ -30,7 +30,8 @@ def test_an_ack_roundtrips(link: str, epoch: str, bits: int, data: st.DataObject
     ack = Ack(link, epoch, through, taken)
     message = encode(ack)
     assert is_ack(message)
-    assert (message.properties or {})["message-type"] == "ACK"
+    assert message.properties is not None
+    assert message.properties["message-type"] == "ACK"
     assert (message.body is None) == (not taken)
     wire = Message()
     wire.decode(message.encode())
