@@ -332,7 +332,9 @@ class Subscriber(SubscriberRunner):
         if frames:
             self._take(frames, now)
         self._listening(now)
-        self._ack(now)
+        acks = self.numbering.acks
+        if acks is not None and acks.received(len(decoded)):
+            self._ack(now)  # a quarter window came since the last ACK (else: the tick's)
         self._flush()
 
     def _listening(self, since: float) -> None:

@@ -166,6 +166,10 @@ def test_the_subscriber_acks_coalesced_and_at_once_after_a_quarter_window() -> N
     assert acks.due("e", 37, 0.040) is None  # nothing new
     assert acks.due("e", 37, 1.031) is not None  # refreshed after a second
     assert acks.due("f", 0, 1.032) == Ack("l", "f", 0, {})  # a new context: at once
+    assert not acks.received(30)  # per transfer: is a quarter window in since the ACK?
+    assert acks.received(1)
+    acks.due("f", 40, 2.0)
+    assert not acks.received(1)  # an ACK went: counted again from there
     wrap = AckSender("l", 3, window=3)  # quarter window rounds up to one number
     assert wrap.due("e", 7, 0.0) is not None
     assert wrap.due("e", 1, 0.001) is not None  # 7 -> 1 across the wrap: one more
