@@ -20,10 +20,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from proton.reactor import AtMostOnce
+from proton.utils import BlockingConnection
 
 from seqrepair.amqp.client import Subscriber
+from seqrepair.amqp.codec import encode
+from seqrepair.amqp.component import CONTROL_ADDRESS
 from seqrepair.amqp.errors import SettingsMismatchError
 from seqrepair.amqp.gateway import Gateway
+from seqrepair.amqp.technical import Ack
 from seqrepair.core.events import Event, HeartbeatOverdue
 from seqrepair.core.messages import Publication
 from seqrepair.core.window import window_size
@@ -174,3 +179,42 @@ def test_a_subscriber_behind_a_gateway_follows_and_acknowledges(
     counters = _stopped_stats(comp)
     assert counters["acks"] > 0
     assert 1 <= counters["window_peak"] <= window_size(5)
+
+
+def test_acks_of_another_connection_move_nothing_and_acks_are_not_charged_as_requests(
+    component: Callable[..., ComponentProcess]
+) -> None:
+    """A peer naming someone else's link (or a made-up epoch) opens no window; a flood of
+    ACKs is not refused by a request allowance of one per second, and the honest subscriber
+    ends exact."""
+    # no forced loss: the honest subscriber sends no requests, only ACKs (W = 7: 300
+    # publications take 40 and more, far past an allowance of one request per second)
+    comp = component("--link-bits", "4", "--heartbeat", "0.2",
+                     "--request-rate", "1", "--request-burst", "1")
+    got: list[Publication] = []
+    with Subscriber(comp.url, "/#", link_name="honest", on_publication=got.append).start() as sub:
+        assert sub.wait_connected(20)
+        epoch = sub._epoch
+        assert epoch is not None
+        stranger = BlockingConnection(comp.url, timeout=10)
+        try:
+            sender = stranger.create_sender(CONTROL_ADDRESS, options=AtMostOnce())
+            for through in range(1, 16):
+                sender.send(encode(Ack("honest", epoch, through)))
+            sender.send(encode(Ack("honest", "made-up", 7)))
+        finally:
+            stranger.close()
+        subprocess.run(
+            _cli("publish", "--url", comp.url, "--redis-url", comp.redis_url,
+                 "--source", "s", "--count", "300", "--rate", "0"),
+            env=_env(), check=True, capture_output=True, timeout=120,
+        )
+        assert wait_for(lambda: len(got) >= 300, 90), len(got)
+        assert [p.source_seq for p in got] == list(range(1, 301))
+        acks_sent = sub.numbering.acks.sent if sub.numbering.acks else 0
+    counters = _stopped_stats(comp)
+    assert counters["acks_ignored"] >= 16
+    assert acks_sent >= 40
+    assert counters["acks"] - 16 >= 40  # the honest subscriber's, none refused
+    assert counters["rejected"] == 0
+    assert 1 <= counters["window_peak"] <= window_size(4)
