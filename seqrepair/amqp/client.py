@@ -46,11 +46,7 @@ from seqrepair.amqp.component import (
     PROP_START,
     plain_properties,
 )
-from seqrepair.amqp.errors import (
-    OversizedMessageError,
-    PublishRejectedError,
-    SettingsMismatchError,
-)
+from seqrepair.amqp.errors import OversizedMessageError, PublishRejectedError, SettingsMismatchError
 from seqrepair.amqp.framing import Outgoing, encode_frames
 from seqrepair.amqp.rawamqp import read_raw
 from seqrepair.amqp.runner import DEFAULT_MAX_QUEUED, PublisherRunner, SubscriberRunner

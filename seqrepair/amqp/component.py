@@ -636,7 +636,10 @@ class Component(MessagingHandler):
             raise RequestFloodError("request rate exceeded; slow down", got=self.stats["requests"])
         self.stats["requests"] += 1
         requests = self.decoder.decode(message)
-        route, cookie = self._route_for(receiver, message)
+        route, cookie = route_for(  # where the answers go (respann §2.3)
+            self.routes, conn, message, self.container,
+            lambda sender, target: ResponseRoute(Entitlement.everything(), self.config.max_batch,
+                                                 self.outgoing_bits, sender=sender, target=target))
         route.check_room()
         correlation = message.id
         props: dict[Any, Any] = dict(message.properties or {})
@@ -699,15 +702,6 @@ class Component(MessagingHandler):
             return
         self.ingest.owe(replay.owed_to_link)
         route.start_replay(link.name, replay, correlation, cookie)
-
-    def _route_for(
-        self, receiver: Any, message: Message
-    ) -> tuple[ResponseRoute, bytes | None]:
-        """Where the answers to ``message`` go, and the cookie they carry (routing.py)."""
-        return route_for(self.routes, receiver.connection, message, self.container,
-                         lambda sender, target: ResponseRoute(
-                             Entitlement.everything(), self.config.max_batch,
-                             self.outgoing_bits, sender=sender, target=target))
 
     # --- running ------------------------------------------------------------------------
 
