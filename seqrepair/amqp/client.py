@@ -45,12 +45,14 @@ from seqrepair.amqp.component import (
     PROP_START,
     plain_properties,
 )
+from seqrepair.amqp.durable import PROP_DURABLE, durable_properties
 from seqrepair.amqp.errors import OversizedMessageError, PublishRejectedError
 from seqrepair.amqp.framing import Outgoing, encode_frames
 from seqrepair.amqp.rawamqp import read_raw
 from seqrepair.amqp.runner import DEFAULT_MAX_QUEUED, PublisherRunner, SubscriberRunner
 from seqrepair.amqp.runner import FATAL_CONDITIONS as FATAL_CONDITIONS  # importable from here
 from seqrepair.amqp.sizelimit import DEFAULT_MAX_MESSAGE_SIZE, limit_size
+from seqrepair.amqp.subqueues import SUBSCRIPTION_PREFIX
 from seqrepair.amqp.technical import Capabilities, CapabilitiesRequest, SubscriptionState
 from seqrepair.core.errors import InvalidConfigError, SeqRepairError
 from seqrepair.core.events import (
@@ -176,6 +178,8 @@ class Subscriber(SubscriberRunner):
         tick: float = 0.02,
         clock: Callable[[], float] = time.time,
         max_message_size: int = DEFAULT_MAX_RECEIVED,
+        durable: bool | None = None,
+        acknowledge: bool = True,
     ) -> None:
         super().__init__(credit=credit, reconnect_delay=reconnect_delay,
                          max_reconnect_delay=max_reconnect_delay, max_queued=max_queued)
@@ -190,6 +194,10 @@ class Subscriber(SubscriberRunner):
         self.url = url
         self.address = address
         self.link_name = link_name or f"sub-{uuid.uuid4()}"
+        # a named link (or a subscription queue) is durable unless told otherwise (durable.py)
+        self.durable = (link_name is not None or address.startswith(SUBSCRIPTION_PREFIX)
+                        if durable is None else durable)
+        self.acknowledge_on_return = acknowledge
         self.on_publication = on_publication
         self.on_event = on_event
         self.stub = SubscriberStub(
@@ -236,6 +244,7 @@ class Subscriber(SubscriberRunner):
             desired_capabilities=["RESPONSE_ANNOTATIONS_V1_0"], **identity,
         )
         props: dict[symbol, Any] = {PROP_BATCH: self.batch, PROP_RESUME: self._attached_once}
+        props.update(durable_properties(self.durable))
         if self._epoch is not None:
             props[PROP_EPOCH] = self._epoch
         if self._start is not None:
@@ -293,6 +302,9 @@ class Subscriber(SubscriberRunner):
                 except (TypeError, ValueError):
                     self.log.warning("unreadable seqrepair-start-after ignored", value=start)
             epoch = props.get(str(PROP_EPOCH))
+            if self._epoch is None and props.get(str(PROP_DURABLE)) is True:
+                # a durable's new context, after its position: repair by source from there
+                self._perform(self.stub.link_reset(self.clock()))
             self._enter_epoch(None if epoch is None else str(epoch))
             if self._accepted(event.link):
                 self.connected.set()

@@ -44,6 +44,7 @@ from proton.reactor import AtMostOnce, Container
 from seqrepair.amqp.codec import Decoder, encode
 from seqrepair.amqp.config import Bucket
 from seqrepair.amqp.config import ComponentConfig as ComponentConfig
+from seqrepair.amqp.durable import PROP_DURABLE, Durables
 from seqrepair.amqp.errors import (
     AmqpAdapterError,
     MalformedMessageError,
@@ -94,6 +95,7 @@ from seqrepair.core.subscriptions import Subscription as Subscription
 from seqrepair.core.topics import TopicPattern
 from seqrepair.journal.gapfill import GapFillService
 from seqrepair.journal.journal import Journal
+from seqrepair.journal.positions import PositionStore
 from seqrepair.rest.catalog import SharedCatalog
 from seqrepair.rest.manager import SubscriptionManager
 
@@ -167,6 +169,8 @@ class Component(MessagingHandler):
             attrs.evolve(sub, configured=True) for sub in config.subscriptions.values()
         ])
         self._changes = SubscriptionChanges(self.subscriptions)
+        self.durables = Durables(PositionStore(journal.client), self.ingest.journal.high_waters,
+                                 lambda: self.ingest.ingested)
 
     # --- helpers ------------------------------------------------------------------------
 
@@ -252,6 +256,7 @@ class Component(MessagingHandler):
             return
         now = self.clock()
         self.ingest.poll(now)  # what the journal took unanswered goes out (backs off)
+        self.durables.flush()  # positions taken since the last tick, one pipeline
         for name, link in list(self.links.items()):
             if link.sender is None:
                 if link.detached_at is not None and (
@@ -259,6 +264,7 @@ class Component(MessagingHandler):
                 ):
                     del self.links[name]
                     self.gapfill.detach(name)
+                    self.durables.forget_link(name)
                     link.log.info("link context expired")
                 continue
             link.heartbeat(now)
@@ -390,6 +396,7 @@ class Component(MessagingHandler):
         link = self.links.get(name) if name is not None else None
         if link is not None and link.sender == endpoint:
             link.detach(self.clock())
+            self.durables.flush()
             link.log.info("subscriber detached; context kept",
                           retention=self.config.context_retention)
 
@@ -431,12 +438,15 @@ class Component(MessagingHandler):
         name = sender.name
         resume = bool(props.get(str(PROP_RESUME), False))
         epoch = props.get(str(PROP_EPOCH))
+        durable = self.durables.durable_for(props, name, None if sub is None else sub.id)
+        position = None if durable is None else self.durables.start(durable)
         link = self.links.get(name)
         if (
             link is not None
             and resume
             and link.entitlement == entitlement
-            and (epoch is None or epoch == link.epoch)
+            # a durable link resumes only the context it names (a new process has none)
+            and (epoch == link.epoch or (epoch is None and durable is None))
         ):
             close_stolen(link, sender)
             link.attach(sender)
@@ -447,6 +457,8 @@ class Component(MessagingHandler):
             # a subscriber that had a context keeps the start it was given then: sources it
             # has delivered nothing of are replayed from there, not from the high-water now
             start = props.get(str(PROP_START)) if resume else None
+            if start is None and position is not None:
+                start = position  # a durable's new context starts after its position
             link = SubscriberLink(
                 name=name,
                 address=address,
@@ -461,21 +473,23 @@ class Component(MessagingHandler):
                 source_bits=self.outgoing_bits,
                 drop=self._drop,
             )
-            if resume:
-                # the subscriber had a context we no longer hold: start at 0 (reset) so it
-                # repairs by source (XEP-0040 §2.4 example 4)
+            if resume or durable is not None:
+                # the subscriber had a context we no longer hold (or a durable position): start
+                # at 0 (reset) so it repairs by source (XEP-0040 §2.4 example 4)
                 link.reset()
             link.attach(sender)
             self.links[name] = link
-            link.log.info("link attached", reset=resume, epoch=link.epoch, batch=link.batch,
-                          principal=principal,
+            link.log.info("link attached", reset=link.reset_pending, durable=durable,
+                          epoch=link.epoch, batch=link.batch, principal=principal,
                           grants=sorted(entitlement.grant), deny=sorted(entitlement.deny))
         # the attach reply names the context, so the subscriber learns of a reset even if the
         # reset frame is lost
         sender.properties = {
             PROP_EPOCH: link.epoch,
             PROP_START: dict(self.gapfill.link(name).start_after),
+            PROP_DURABLE: durable is not None,
         }
+        self.durables.attached(name, durable)
         if sub is not None and sub.paused:
             link.hold(self.clock(), "subscription paused")
         self.principals[name] = principal
@@ -719,9 +733,12 @@ class Component(MessagingHandler):
         """A subscription changed (:mod:`.subqueues`): act on the links of its queue (a
         resumed one sends its frame 0 on the next tick)."""
         previous, current = event.subject
+        if current is None and previous is not None:
+            self.durables.forget_queue(previous.id)
         for link in apply_change(self.links, previous, current, self.clock()):
             del self.links[link.name]
             self.gapfill.detach(link.name)
+            self.durables.forget_link(link.name)
             self.principals.pop(link.name, None)
             for key in [k for k in self.routes if self.routes[k] is link.route]:
                 del self.routes[key]

@@ -1,0 +1,131 @@
+"""Durable subscriptions (issue 22 §2): a subscriber that goes away and comes back, as a new
+process, gets everything published while it was away, from the position the component keeps
+in Redis for it.
+
+Real parts only: a redis-server, ``seqrepair serve`` and ``seqrepair subscribe`` /
+``seqrepair publish`` as processes (kill -9 is SIGKILL of the process), the REST API over HTTP.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from seqrepair.journal.journal import Journal
+from seqrepair.journal.positions import CREATED_FIELD, link_durable, position_key
+
+from .conftest import ComponentProcess, _env, free_port, wait_for
+from .test_rest_serve import Rest
+
+pytestmark = [pytest.mark.amqp, pytest.mark.redis]
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "seqrepair.cli", *args]
+
+
+def subscribe(comp: ComponentProcess, tmp: Path, tag: str, *args: str) -> subprocess.Popen[bytes]:
+    """``seqrepair subscribe`` writing its deliveries to ``out-<tag>.jsonl``."""
+    log = open(tmp / f"sub-{tag}.log", "wb")  # noqa: SIM115
+    return subprocess.Popen(
+        _cli("--log-level", "info", "subscribe", "--url", comp.url, "--heartbeat", "0.2",
+             "--output", str(tmp / f"out-{tag}.jsonl"), "--ready-file", str(tmp / f"ready-sub-{tag}"),
+             "--stats-file", str(tmp / f"stats-{tag}.json"), *args),
+        env=_env(), stdout=log, stderr=subprocess.STDOUT,
+    )
+
+
+def publish(comp: ComponentProcess, redis_url: str, source: str, count: int,
+            rate: float = 0.0) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        _cli("publish", "--url", comp.url, "--redis-url", redis_url, "--source", source,
+             "--count", str(count), "--rate", str(rate), "--topics", "/load/a,/load/b",
+             "--batch", "16"),
+        env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+
+
+def finished(proc: subprocess.Popen[bytes], timeout: float = 60.0) -> int:
+    try:
+        return proc.wait(timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def records(path: Path) -> list[dict[str, Any]]:
+    """The whole lines of a JSON-lines output (a kill -9 may leave a torn last line)."""
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out
+
+
+def numbers(recs: list[dict[str, Any]], source: str) -> list[int]:
+    return [r["source_seq"] for r in recs if r["source"] == source]
+
+
+def ready(tmp: Path, tag: str, proc: subprocess.Popen[bytes]) -> None:
+    assert wait_for(lambda: (tmp / f"ready-sub-{tag}").exists() or proc.poll() is not None, 20)
+    assert proc.poll() is None, (tmp / f"sub-{tag}.log").read_text()
+
+
+def test_a_rest_subscription_gets_what_was_published_before_its_first_attach(
+    component: Callable[..., ComponentProcess], redis_url: str, tmp_path: Path
+) -> None:
+    port = free_port()
+    comp = component("--heartbeat", "0.2", "--rest", f"127.0.0.1:{port}")
+    assert finished(publish(comp, redis_url, "feed.old", 50)) == 0  # before: not owed
+    status, made = Rest(port)("POST", "/subscriptions", {"topic": "/load/#"})
+    assert status == 201, made
+    # published between the creation and the first attach: all of it is owed
+    assert finished(publish(comp, redis_url, "feed.a", 300)) == 0
+    assert finished(publish(comp, redis_url, "feed.old", 20)) == 0
+    assert finished(publish(comp, redis_url, "feed.new", 40)) == 0  # a source born meanwhile
+    sub = subscribe(comp, tmp_path, "q", "--address", made["queue"], "--count", "360")
+    assert finished(sub) == 0, (tmp_path / "sub-q.log").read_text()
+    got = records(tmp_path / "out-q.jsonl")
+    assert numbers(got, "feed.a") == list(range(1, 301))
+    assert numbers(got, "feed.old") == list(range(51, 71))
+    assert numbers(got, "feed.new") == list(range(1, 41))
+    assert len(got) == 360
+
+
+def test_a_position_behind_retention_is_unrecoverable_trimmed_then_everything_after(
+    component: Callable[..., ComponentProcess], redis_url: str, tmp_path: Path
+) -> None:
+    comp = component("--heartbeat", "0.2", "--retain-count", "100",
+                     "--retention-interval", "0.2")
+    # the first attach makes the durable position: the journal's high-water, nothing yet
+    first = subscribe(comp, tmp_path, "1", "--address", "/load/#", "--link-name", "late")
+    ready(tmp_path, "1", first)
+    first.send_signal(signal.SIGKILL)
+    first.wait(10)
+    client = redis.Redis.from_url(redis_url)
+    assert client.hexists(position_key(link_durable("late")), CREATED_FIELD)
+    # while it is away: 400 published, retention keeps the newest 100
+    assert finished(publish(comp, redis_url, "feed.a", 400)) == 0
+    journal = Journal.from_url(redis_url)
+    assert wait_for(lambda: journal.info("feed.a").trimmed_through == 300, 20)
+    again = subscribe(comp, tmp_path, "2", "--address", "/load/#", "--link-name", "late",
+                      "--count", "100")
+    assert finished(again) == 0, (tmp_path / "sub-2.log").read_text()
+    assert numbers(records(tmp_path / "out-2.jsonl"), "feed.a") == list(range(301, 401))
+    stats = json.loads((tmp_path / "stats-2.json").read_text())
+    assert any("trimmed" in u and "feed.a" in u for u in stats["unrecoverable_events"]), stats
+    journal.close()
+    client.close()
