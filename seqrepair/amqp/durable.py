@@ -25,9 +25,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import redis
 import structlog
 from proton import symbol
 
+from seqrepair.amqp.ackdispatch import PROP_ACK
 from seqrepair.amqp.errors import AmqpAdapterError
 from seqrepair.core.errors import InvalidMessageError
 from seqrepair.journal.errors import JournalError
@@ -35,7 +37,6 @@ from seqrepair.journal.positions import PositionStore, link_durable, queue_durab
 
 log = structlog.get_logger("seqrepair.amqp.durable")
 
-PROP_ACK = symbol("seqrepair-ack")
 PROP_DURABLE = symbol("seqrepair-durable")
 
 
@@ -70,6 +71,12 @@ class Durables:
         self.by_link: dict[str, str] = {}
         """Link name -> its durable, for the links attached durable."""
         self.stats = {"acks_ignored": 0, "acks_refused": 0}
+
+    @classmethod
+    def of(cls, client: redis.Redis, ingest: Any) -> Durables:
+        """The durables of a component journaling through ``ingest`` (an
+        :class:`~seqrepair.amqp.ingest.Ingest`), positions on ``client``."""
+        return cls(PositionStore(client), ingest.journal.high_waters, lambda: ingest.ingested)
 
     @staticmethod
     def durable_for(props: Mapping[str, Any], link_name: str, queue: str | None) -> str | None:
