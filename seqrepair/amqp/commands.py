@@ -11,7 +11,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -189,6 +189,10 @@ def register(subparsers: Any) -> None:
     sub.add_argument("--ready-file",
                      help="write this file once the subscription link is attached")
     sub.add_argument("--no-batch", action="store_true", help="one publication per transfer")
+    sub.add_argument("--no-durable", action="store_true",
+                     help="no durable position for --link-name or a /subscriptions/ queue (by "
+                          "default the component keeps, per source, the last number flushed to "
+                          "--output, and a restart resumes after it)")
     sub.add_argument("--broker", metavar="URL",
                      help="brokered mode: receive from --address on this AMQP 1.0 broker and "
                           "repair per source from the journal at --redis-url")
@@ -484,7 +488,10 @@ def _subscribe(args: argparse.Namespace) -> int:
         args.url, args.address, link_name=args.link_name, on_publication=sink.write,
         bits=args.bits, heartbeat_interval=args.heartbeat,
         permtokens=[t for t in args.permtokens.split(",") if t], batch=not args.no_batch,
+        acknowledge=False,  # taken once flushed to --output (see _Sink.flush)
+        durable=False if args.no_durable else None,
     )
+    sink.taken = subscriber.acknowledge
     if args.ready_file:
         ready_file = Path(args.ready_file)
 
@@ -515,12 +522,26 @@ class _Sink:
         self.n = 0
         self.last = time.monotonic()
         self.started = time.monotonic()
+        self.taken: Callable[[dict[str, int]], None] | None = None
+        """Told, after each flush, the last number per source the output now holds (the
+        subscriber's acknowledgement: a kill -9 after it loses none of those lines)."""
+        self._unflushed: dict[str, int] = {}
 
     def write(self, pub: Publication) -> None:
         """One delivery as one JSON line."""
         self.out.write(json.dumps(publication_record(pub)) + "\n")
+        self._unflushed[pub.source] = pub.source_seq
         self.n += 1
         self.last = time.monotonic()
+
+    def flush(self) -> None:
+        """Hand what was written to the operating system, then acknowledge it."""
+        if not self._unflushed:
+            return
+        self.out.flush()
+        written, self._unflushed = self._unflushed, {}
+        if self.taken is not None:
+            self.taken(written)
 
     def stop_when(self, connected: bool = True) -> bool:
         """``--count``, ``--duration`` or ``--idle-exit`` reached. Idle time counts only while
@@ -545,8 +566,12 @@ def _run_subscriber(subscriber: Any, sink: _Sink, args: argparse.Namespace) -> N
     signal.signal(signal.SIGTERM, lambda *_: terminated.set())
     with contextlib.suppress(KeyboardInterrupt):
         connected = getattr(subscriber, "connected", None)
-        subscriber.run(stop_when=lambda: terminated.is_set() or sink.stop_when(
-            connected is None or connected.is_set()))
+
+        def stop() -> bool:
+            sink.flush()  # every tick: what the output holds is acknowledged
+            return terminated.is_set() or sink.stop_when(connected is None or connected.is_set())
+
+        subscriber.run(stop_when=stop)
     sink.out.flush()
     stats: dict[str, Any] = dict(subscriber.stats().as_dict())
     stats["unrecoverable_events"] = [str(u) for u in subscriber.unrecoverable]
