@@ -450,6 +450,7 @@ class Component(MessagingHandler):
         durable = self.durables.durable_for(props, name, None if sub is None else sub.id)
         position = None if durable is None else self.durables.start(durable)
         link = self.links.get(name)
+        restarted = False  # a new context of a durable, after its stored position
         if (
             link is not None
             and resume
@@ -484,10 +485,11 @@ class Component(MessagingHandler):
                 drop=self._drop,
                 window=LinkWindow(self.config.link_bits, self.window_size) if acks else None,
             )
-            if resume or durable is not None:
+            if resume or position is not None:
                 # the subscriber had a context we no longer hold (or a durable position): start
                 # at 0 (reset) so it repairs by source (XEP-0040 §2.4 example 4)
                 link.reset()
+                restarted = position is not None
             link.attach(sender)
             self.links[name] = link
             link.log.info("link attached", reset=link.reset_pending, durable=durable,
@@ -498,7 +500,7 @@ class Component(MessagingHandler):
         sender.properties = {
             PROP_EPOCH: link.epoch,
             PROP_START: dict(self.gapfill.link(name).start_after),
-            PROP_DURABLE: durable is not None,
+            PROP_DURABLE: restarted,
             **attach_reply(self.config, link.window),
         }
         self.durables.attached(name, durable)

@@ -90,10 +90,10 @@ class Durables:
             return link_durable(link_name)
         return None
 
-    def start(self, durable: str) -> dict[str, int]:
-        """Where a new context of ``durable`` starts: its position (made at the journal's
-        high-waters the first time). Raises :class:`PositionUnavailableError` when Redis
-        does not answer."""
+    def start(self, durable: str) -> dict[str, int] | None:
+        """Where a new context of ``durable`` starts: its position; None when there was none
+        and it is made now, at the journal's high-waters (where any new link starts). Raises
+        :class:`PositionUnavailableError` when Redis does not answer."""
         try:
             known = self.store.peek(durable)
             if known is not None:
@@ -105,7 +105,7 @@ class Durables:
                 f" ({exc.message})", got=durable,
             ) from None
         log.info("durable position", durable=durable, position=position, existed=existed)
-        return position
+        return position if existed else None
 
     def attached(self, link_name: str, durable: str | None) -> None:
         """The link ``link_name`` is attached (durable or not, replacing what it was)."""
