@@ -49,13 +49,15 @@ class TakenPositions:
             new, self._new = self._new, {}
             return new
 
-    def restore(self, taken: Mapping[str, int]) -> None:
-        """Put back what a drain returned and could not be sent (the connection was lost):
-        the next drain names it again, unless it advanced meanwhile."""
+    def again(self) -> None:
+        """The next drain names every source taken (a new attach: an ACK sent on a lost
+        connection may never have arrived)."""
         with self._lock:
-            for source, number in taken.items():
-                if number >= self._new.get(source, 0):
-                    self._new[source] = number
+            self._new = dict(self._taken)
+
+    def pending(self) -> bool:
+        """Whether a drain would name something."""
+        return bool(self._new)
 
     @property
     def position(self) -> dict[str, int]:

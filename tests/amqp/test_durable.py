@@ -38,7 +38,8 @@ def subscribe(comp: ComponentProcess, tmp: Path, tag: str, *args: str) -> subpro
     log = open(tmp / f"sub-{tag}.log", "wb")  # noqa: SIM115
     return subprocess.Popen(
         _cli("--log-level", "info", "subscribe", "--url", comp.url, "--heartbeat", "0.2",
-             "--output", str(tmp / f"out-{tag}.jsonl"), "--ready-file", str(tmp / f"ready-sub-{tag}"),
+             "--output", str(tmp / f"out-{tag}.jsonl"),
+             "--ready-file", str(tmp / f"ready-sub-{tag}"),
              "--stats-file", str(tmp / f"stats-{tag}.json"), *args),
         env=_env(), stdout=log, stderr=subprocess.STDOUT,
     )
@@ -128,4 +129,54 @@ def test_a_position_behind_retention_is_unrecoverable_trimmed_then_everything_af
     stats = json.loads((tmp_path / "stats-2.json").read_text())
     assert any("trimmed" in u and "feed.a" in u for u in stats["unrecoverable_events"]), stats
     journal.close()
+    client.close()
+
+
+def _position(client: redis.Redis, durable: str) -> dict[str, int]:
+    raw = client.hgetall(position_key(durable))
+    return {k.decode(): int(v) for k, v in raw.items() if k.decode() != CREATED_FIELD}
+
+
+def test_kill_9_three_times_mid_stream_loses_nothing_and_repeats_only_the_unacknowledged(
+    component: Callable[..., ComponentProcess], redis_url: str, tmp_path: Path
+) -> None:
+    comp = component("--heartbeat", "0.2")
+    client = redis.Redis.from_url(redis_url)
+    durable = link_durable("dur")
+    name = ("--address", "/load/#", "--link-name", "dur")
+    subs = [subscribe(comp, tmp_path, "0", *name)]
+    ready(tmp_path, "0", subs[0])
+    counts = {"feed.a": 6000, "feed.b": 4000}
+    publishers = [publish(comp, redis_url, "feed.a", counts["feed.a"], rate=1500),
+                  publish(comp, redis_url, "feed.b", counts["feed.b"], rate=1000)]
+    positions: list[dict[str, int]] = []
+    for k in range(1, 4):
+        time.sleep(0.6 + 0.3 * k)  # mid-stream: the publishers run for about 4 s
+        subs[-1].send_signal(signal.SIGKILL)
+        subs[-1].wait(10)
+        time.sleep(0.4)  # the component writes the position when the link goes
+        positions.append(_position(client, durable))
+        last = k == 3
+        subs.append(subscribe(comp, tmp_path, str(k), *name,
+                              *(("--idle-exit", "3") if last else ())))
+        ready(tmp_path, str(k), subs[-1])
+    for proc in publishers:
+        assert finished(proc) == 0, proc.stderr.read() if proc.stderr else ""
+    assert finished(subs[-1], 90) == 0, (tmp_path / "sub-3.log").read_text()
+    outputs = [records(tmp_path / f"out-{k}.jsonl") for k in range(4)]
+    for source, count in counts.items():
+        seen: list[int] = []
+        for k, out in enumerate(outputs):
+            mine = numbers(out, source)
+            assert mine == sorted(set(mine)), f"{source}: process {k} out of order"
+            if k:
+                # what comes again is only what process k-1 had not acknowledged
+                acked = positions[k - 1].get(source, 0)
+                again = [n for n in mine if n <= max(seen, default=0)]
+                assert all(n > acked for n in again), (source, k, acked, again[:5])
+                assert len(again) <= max(seen, default=0) - acked
+            seen.extend(mine)
+        assert sorted(set(seen)) == list(range(1, count + 1)), f"{source}: lost some"
+        # the position did advance as the application took publications
+        assert positions[-1].get(source, 0) > 0, positions
     client.close()
