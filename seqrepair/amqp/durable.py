@@ -2,9 +2,9 @@
 
 A subscriber link is *durable* when it attaches with ``seqrepair-ack`` true (it will say what
 its application has taken, in ``ACK`` messages) and either to a subscription queue
-(``/subscriptions/ID``: the durable is the queue, ``sub/ID``) or with ``seqrepair-durable``
-true (the durable is its link name, ``link/NAME``). A plain AMQP client, without them, is
-served as before: no position.
+(``/subscriptions/ID``: the durable is the queue, ``sub/ID``; ``seqrepair-durable`` false
+declines it) or with ``seqrepair-durable`` true (the durable is its link name,
+``link/NAME``). A plain AMQP client, without them, is served as before: no position.
 
 The position (:mod:`seqrepair.journal.positions`) is per source the last number the
 application took. When a durable link attaches into a *new* link context (a new process, or
@@ -38,11 +38,6 @@ from seqrepair.journal.positions import PositionStore, link_durable, queue_durab
 log = structlog.get_logger("seqrepair.amqp.durable")
 
 PROP_DURABLE = symbol("seqrepair-durable")
-
-
-def durable_properties(durable: bool) -> dict[symbol, Any]:
-    """The attach properties of a subscriber that is durable (or, False, of one that is not)."""
-    return {PROP_ACK: True, PROP_DURABLE: True} if durable else {}
 
 
 class PositionUnavailableError(AmqpAdapterError):
@@ -82,7 +77,8 @@ class Durables:
     def durable_for(props: Mapping[str, Any], link_name: str, queue: str | None) -> str | None:
         """The durable a link attaching with ``props`` belongs to (``queue``: the subscription
         id when it attaches to a subscription queue), or None when it is not durable."""
-        if props.get(str(PROP_ACK)) is not True:
+        wants = props.get(str(PROP_DURABLE))
+        if props.get(str(PROP_ACK)) is not True or wants is False:
             return None
         if queue is not None:
             return queue_durable(queue)

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 import redis
 
-from seqrepair.amqp.durable import Durables, PositionUnavailableError, durable_properties
+from seqrepair.amqp.durable import Durables, PositionUnavailableError
 from seqrepair.journal import EmbeddedRedis
 from seqrepair.journal.positions import PositionStore
 
@@ -23,16 +23,12 @@ def client(redis_url: str) -> Iterator[redis.Redis]:
     c.close()
 
 
-def plain(props: dict) -> dict:
-    return {str(k): v for k, v in props.items()}
-
-
 def make(client: redis.Redis, high: dict[str, int], fanned: dict[str, int]) -> Durables:
     return Durables(PositionStore(client), lambda: high, lambda: fanned)
 
 
 def test_who_is_durable() -> None:
-    durable = plain(durable_properties(True))
+    durable = {"seqrepair-ack": True, "seqrepair-durable": True}
     assert Durables.durable_for(durable, "x", None) == "link/x"
     assert Durables.durable_for(durable, "x", "rain") == "sub/rain"
     assert Durables.durable_for({"seqrepair-ack": True}, "x", "rain") == "sub/rain"
@@ -40,7 +36,9 @@ def test_who_is_durable() -> None:
     assert Durables.durable_for({}, "x", "rain") is None
     assert Durables.durable_for({"seqrepair-durable": True}, "x", None) is None
     assert Durables.durable_for({"seqrepair-ack": True}, "x", None) is None
-    assert durable_properties(False) == {}
+    # a queue's subscriber may decline
+    declined = {"seqrepair-ack": True, "seqrepair-durable": False}
+    assert Durables.durable_for(declined, "x", "rain") is None
 
 
 def test_first_attach_makes_the_position_then_a_new_context_starts_after_it(
