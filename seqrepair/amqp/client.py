@@ -46,7 +46,7 @@ from seqrepair.amqp.component import (
     PROP_START,
     plain_properties,
 )
-from seqrepair.amqp.durable import PROP_DURABLE
+from seqrepair.amqp.durable import PROP_DURABLE, is_durable
 from seqrepair.amqp.errors import (
     OversizedMessageError,
     PublishRejectedError,
@@ -58,7 +58,6 @@ from seqrepair.amqp.runner import DEFAULT_MAX_QUEUED, PublisherRunner, Subscribe
 from seqrepair.amqp.runner import FATAL_CONDITIONS as FATAL_CONDITIONS  # importable from here
 from seqrepair.amqp.sizelimit import DEFAULT_MAX_RECEIVED as DEFAULT_MAX_RECEIVED
 from seqrepair.amqp.sizelimit import LinkProperties, limit_size
-from seqrepair.amqp.subqueues import SUBSCRIPTION_PREFIX
 from seqrepair.amqp.subreport import SubscriberReport as SubscriberReport
 from seqrepair.amqp.technical import Capabilities, CapabilitiesRequest, SubscriptionState
 from seqrepair.core.errors import InvalidConfigError, SeqRepairError
@@ -109,6 +108,9 @@ class Subscriber(SubscriberRunner):
     :attr:`error` names the condition and the address, :meth:`run` returns and the iterator
     ends (see :class:`~seqrepair.amqp.runner.SubscriberRunner`).
 
+    ``durable`` and ``acknowledge``: a restart with the same link name or queue resumes after
+    what the application took (:mod:`seqrepair.amqp.durable`, :mod:`seqrepair.amqp.taken`).
+
     ``max_message_size`` (bytes; 0: no limit) is advertised on the receiving link; a transfer
     past it is refused as it arrives (:mod:`seqrepair.amqp.sizelimit`) and stops the
     subscriber, its :attr:`error` an :class:`~seqrepair.amqp.errors.OversizedMessageError`:
@@ -144,8 +146,7 @@ class Subscriber(SubscriberRunner):
         tick: float = 0.02,
         clock: Callable[[], float] = time.time,
         max_message_size: int = DEFAULT_MAX_RECEIVED,
-        durable: bool | None = None,
-        acknowledge: bool = True,
+        durable: bool | None = None, acknowledge: bool = True,
     ) -> None:
         super().__init__(credit=credit, reconnect_delay=reconnect_delay,
                          max_reconnect_delay=max_reconnect_delay, max_queued=max_queued)
@@ -160,10 +161,8 @@ class Subscriber(SubscriberRunner):
         self.url = url
         self.address = address
         self.link_name = link_name or f"sub-{uuid.uuid4()}"
-        # a named link (or a subscription queue) is durable unless told otherwise (durable.py)
-        self.durable = (link_name is not None or address.startswith(SUBSCRIPTION_PREFIX)
-                        if durable is None else durable)
-        self.acknowledge_on_return = acknowledge
+        self.durable = is_durable(durable, link_name, address)
+        self.acknowledge_on_return = acknowledge  # else the application calls acknowledge()
         self.on_publication = on_publication
         self.on_event = on_event
         self.numbering = FollowedNumbering(self.link_name, bits, heartbeat_interval, {
@@ -273,8 +272,7 @@ class Subscriber(SubscriberRunner):
                 self._fail(exc)
                 return
             epoch = props.get(str(PROP_EPOCH))
-            if self._epoch is None and props.get(str(PROP_DURABLE)) is True:
-                # a durable's new context, after its position: repair by source from there
+            if self._epoch is None and props.get(str(PROP_DURABLE)) is True:  # durable.py
                 self._perform(self.stub.link_reset(self.clock()))
             self._enter_epoch(None if epoch is None else str(epoch))
             if self._accepted(event.link):

@@ -31,6 +31,7 @@ from proton import symbol
 
 from seqrepair.amqp.ackdispatch import PROP_ACK
 from seqrepair.amqp.errors import AmqpAdapterError
+from seqrepair.amqp.subqueues import SUBSCRIPTION_PREFIX
 from seqrepair.core.errors import InvalidMessageError
 from seqrepair.journal.errors import JournalError
 from seqrepair.journal.positions import PositionStore, link_durable, queue_durable
@@ -38,6 +39,14 @@ from seqrepair.journal.positions import PositionStore, link_durable, queue_durab
 log = structlog.get_logger("seqrepair.amqp.durable")
 
 PROP_DURABLE = symbol("seqrepair-durable")
+
+
+def is_durable(durable: bool | None, link_name: str | None, address: str) -> bool:
+    """Whether a client ``Subscriber`` asks to be durable: as told, else when it named its
+    link or subscribes to a subscription queue."""
+    if durable is not None:
+        return durable
+    return link_name is not None or address.startswith(SUBSCRIPTION_PREFIX)
 
 
 class PositionUnavailableError(AmqpAdapterError):

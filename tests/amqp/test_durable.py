@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import redis
 
+from seqrepair.amqp.client import Publisher, Subscriber
 from seqrepair.journal.journal import Journal
 from seqrepair.journal.positions import CREATED_FIELD, link_durable, position_key
 
@@ -190,4 +191,61 @@ def test_kill_9_three_times_mid_stream_loses_nothing_and_repeats_only_the_unackn
         assert sorted(set(seen)) == list(range(1, count + 1)), f"{source}: lost some"
         # the position did advance as the application took publications
         assert positions[-1].get(source, 0) > 0, positions
+    client.close()
+
+
+def _items(n: int) -> list[tuple[str, dict[str, Any], str]]:
+    return [("/load/a", {"n": i}, "update") for i in range(n)]
+
+
+def test_the_library_iterator_acknowledges_what_the_loop_is_done_with_and_a_restart_resumes_there(
+    component: Callable[..., ComponentProcess], redis_url: str
+) -> None:
+    comp = component("--heartbeat", "0.2")
+    client = redis.Redis.from_url(redis_url)
+    journal = Journal.from_url(redis_url)
+    with Publisher(comp.url, "feed.i", journal=journal) as publisher:
+        sub = Subscriber(comp.url, "/load/#", link_name="iter", heartbeat_interval=0.2).start()
+        assert sub.connected.wait(20)
+        publisher.publish_many(_items(500))
+        assert publisher.flush(30)
+        first: list[int] = []
+        for pub in sub:
+            first.append(pub.source_seq)
+            if len(first) == 150:
+                break  # the loop is not done with the 150th: it never asks for the 151st
+        # what the loop was done with reaches the component (an ACK within ~20 ms)
+        assert wait_for(lambda: _position(client, link_durable("iter")).get("feed.i") == 149)
+        sub.stop()
+        assert first == list(range(1, 151))
+        time.sleep(0.3)
+        assert _position(client, link_durable("iter")) == {"feed.i": 149}
+        # a new subscriber under the same name: from the 150th on, published while it was away
+        publisher.publish_many(_items(100))
+        assert publisher.flush(30)
+        again: list[int] = []
+        with Subscriber(comp.url, "/load/#", link_name="iter", heartbeat_interval=0.2,
+                        on_publication=lambda p: again.append(p.source_seq)) as resumed:
+            assert wait_for(lambda: len(again) >= 451, 30)
+            time.sleep(0.3)
+        assert again == list(range(150, 601))
+        assert resumed.stats().delivered == 451
+    # the callback returned for all of them: all taken, flushed when the link went
+    assert wait_for(lambda: _position(client, link_durable("iter")) == {"feed.i": 600})
+    journal.close()
+    client.close()
+
+
+def test_a_plain_subscriber_and_a_declined_one_keep_no_position(
+    component: Callable[..., ComponentProcess], redis_url: str
+) -> None:
+    comp = component("--heartbeat", "0.2")
+    client = redis.Redis.from_url(redis_url)
+    with Subscriber(comp.url, "/load/#") as plain, \
+            Subscriber(comp.url, "/load/#", link_name="declined", durable=False) as declined:
+        assert plain.connected.wait(20)
+        assert declined.connected.wait(20)
+        assert not plain.durable
+        assert not declined.durable
+    assert client.keys("seqrepair:position:*") == []
     client.close()
