@@ -68,10 +68,14 @@ class Durables:
         store: PositionStore,
         high_waters: Callable[[], Mapping[str, int]],
         ceiling: Callable[[], Mapping[str, int]],
+        quiet: Callable[[], bool] = lambda: False,
     ) -> None:
         self.store = store
         self.high_waters = high_waters
         self.ceiling = ceiling
+        self.quiet = quiet
+        """Whether Redis is left alone for now (the journal's quiet rule, :mod:`.ingest`):
+        a call that stalled the event loop is not followed by another at once."""
         self.by_link: dict[str, str] = {}
         """Link name -> its durable, for the links attached durable."""
         self.stats = {"acks_ignored": 0, "acks_refused": 0}
@@ -80,7 +84,10 @@ class Durables:
     def of(cls, client: redis.Redis, ingest: Any) -> Durables:
         """The durables of a component journaling through ``ingest`` (an
         :class:`~seqrepair.amqp.ingest.Ingest`), positions on ``client``."""
-        return cls(PositionStore(client), ingest.journal.high_waters, lambda: ingest.ingested)
+        return cls(
+            PositionStore(client), ingest.journal.high_waters, lambda: ingest.ingested,
+            lambda: ingest.quiet_until is not None and ingest.quiet_until > ingest.clock(),
+        )
 
     @staticmethod
     def durable_for(props: Mapping[str, Any], link_name: str, queue: str | None) -> str | None:
@@ -99,10 +106,12 @@ class Durables:
         """Where a new context of ``durable`` starts: its position; None when there was none
         and it is made now, at the journal's high-waters (where any new link starts). Raises
         :class:`PositionUnavailableError` when Redis does not answer."""
+        known = self.store.peek(durable)
+        if known is not None:
+            return known
         try:
-            known = self.store.peek(durable)
-            if known is not None:
-                return known
+            if self.quiet():
+                raise JournalError("the journal stalled the event loop; it is left alone a while")
             position, existed = self.store.position(durable, self.high_waters())
         except JournalError as exc:
             raise PositionUnavailableError(
@@ -120,8 +129,15 @@ class Durables:
             self.by_link[link_name] = durable
 
     def forget_link(self, link_name: str) -> None:
-        """The link's context is gone for good (expired, or its subscription changed)."""
-        self.by_link.pop(link_name, None)
+        """The link's context is gone for good (expired, or its subscription changed): its
+        durable's position leaves memory once written, when no other link uses it (Redis
+        keeps it; the next attach reads it back)."""
+        durable = self.by_link.pop(link_name, None)
+        if durable is None or durable in self.by_link.values():
+            return
+        self.flush()
+        if not self.store.dirty:
+            self.store.forget(durable)
 
     def forget_queue(self, sub_id: str) -> None:
         """Subscription ``sub_id`` was deleted: its position goes (the store removed it)."""
@@ -156,5 +172,5 @@ class Durables:
 
     def flush(self) -> None:
         """Write what advanced (the component's timer, a durable link's detach)."""
-        if self.store.dirty:
+        if self.store.dirty and not self.quiet():
             self.store.flush()

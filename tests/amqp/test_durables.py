@@ -81,3 +81,37 @@ def test_redis_down_at_attach_refuses_it_without_a_fatal_condition(tmp_path) -> 
         durables.start("sub/q")
     assert refused.value.condition == "amqp:internal-error"
     c.close()
+
+
+def test_a_link_gone_for_good_leaves_memory_once_its_position_is_written(
+    client: redis.Redis,
+) -> None:
+    durables = make(client, {"feed.a": 0}, {"feed.a": 50})
+    durables.start("link/x")
+    durables.attached("x", "link/x")
+    durables.taken("x", {"feed.a": 20})
+    durables.forget_link("x")
+    assert durables.store.peek("link/x") is None
+    # written before it left: a later attach reads it back
+    assert make(client, {}, {}).start("link/x") == {"feed.a": 20}
+
+
+def test_while_the_journal_is_quiet_positions_wait_and_attaches_are_refused(
+    client: redis.Redis,
+) -> None:
+    quiet = [True]
+    durables = Durables(PositionStore(client), lambda: {}, lambda: {"feed.a": 9},
+                        lambda: quiet[0])
+    with pytest.raises(PositionUnavailableError):
+        durables.start("link/x")  # not read while Redis is left alone
+    quiet[0] = False
+    durables.start("link/x")
+    durables.attached("x", "link/x")
+    durables.taken("x", {"feed.a": 9})
+    quiet[0] = True
+    durables.flush()
+    assert durables.store.dirty  # kept, not written
+    quiet[0] = False
+    durables.flush()
+    assert not durables.store.dirty
+    assert make(client, {}, {}).start("link/x") == {"feed.a": 9}
