@@ -170,7 +170,8 @@ class Component(MessagingHandler):
             attrs.evolve(sub, configured=True) for sub in config.subscriptions.values()
         ])
         self._changes = SubscriptionChanges(self.subscriptions)
-        self.positions = self.durables = Durables.of(journal.client, self.ingest)  # durable.py
+        # what ACKs say the applications took: durable positions (durable.py)
+        self.positions = self.durables = Durables.of(getattr(journal, "client", None), self.ingest)
 
     # --- helpers ------------------------------------------------------------------------
 

@@ -65,7 +65,7 @@ class Durables:
 
     def __init__(
         self,
-        store: PositionStore,
+        store: PositionStore | None,
         high_waters: Callable[[], Mapping[str, int]],
         ceiling: Callable[[], Mapping[str, int]],
         quiet: Callable[[], bool] = lambda: False,
@@ -81,20 +81,23 @@ class Durables:
         self.stats = {"acks_ignored": 0, "acks_refused": 0}
 
     @classmethod
-    def of(cls, client: redis.Redis, ingest: Any) -> Durables:
+    def of(cls, client: redis.Redis | None, ingest: Any) -> Durables:
         """The durables of a component journaling through ``ingest`` (an
-        :class:`~seqrepair.amqp.ingest.Ingest`), positions on ``client``."""
+        :class:`~seqrepair.amqp.ingest.Ingest`), positions on ``client`` (None: a journal
+        that is not Redis, in tests: no link is durable)."""
         return cls(
-            PositionStore(client), ingest.journal.high_waters, lambda: ingest.ingested,
+            None if client is None else PositionStore(client),
+            ingest.journal.high_waters, lambda: ingest.ingested,
             lambda: ingest.quiet_until is not None and ingest.quiet_until > ingest.clock(),
         )
 
-    @staticmethod
-    def durable_for(props: Mapping[str, Any], link_name: str, queue: str | None) -> str | None:
+    def durable_for(
+        self, props: Mapping[str, Any], link_name: str, queue: str | None
+    ) -> str | None:
         """The durable a link attaching with ``props`` belongs to (``queue``: the subscription
         id when it attaches to a subscription queue), or None when it is not durable."""
         wants = props.get(str(PROP_DURABLE))
-        if props.get(str(PROP_ACK)) is not True or wants is False:
+        if self.store is None or props.get(str(PROP_ACK)) is not True or wants is False:
             return None
         if queue is not None:
             return queue_durable(queue)
@@ -106,6 +109,7 @@ class Durables:
         """Where a new context of ``durable`` starts: its position; None when there was none
         and it is made now, at the journal's high-waters (where any new link starts). Raises
         :class:`PositionUnavailableError` when Redis does not answer."""
+        assert self.store is not None  # durable_for names no durable without a store
         known = self.store.peek(durable)
         if known is not None:
             return known
@@ -133,7 +137,7 @@ class Durables:
         durable's position leaves memory once written, when no other link uses it (Redis
         keeps it; the next attach reads it back)."""
         durable = self.by_link.pop(link_name, None)
-        if durable is None or durable in self.by_link.values():
+        if self.store is None or durable is None or durable in self.by_link.values():
             return
         self.flush()
         if not self.store.dirty:
@@ -141,7 +145,8 @@ class Durables:
 
     def forget_queue(self, sub_id: str) -> None:
         """Subscription ``sub_id`` was deleted: its position goes (the store removed it)."""
-        self.store.forget(queue_durable(sub_id))
+        if self.store is not None:
+            self.store.forget(queue_durable(sub_id))
 
     def taken(self, link_name: str, taken: Mapping[str, int] | None) -> int:
         """An ``ACK``'s ``taken`` for the link ``link_name`` (whose connection attached it:
@@ -149,7 +154,7 @@ class Durables:
         advanced. Ignored for a link that is not durable; a number past what was fanned out
         is cut to it (no position may skip what the subscriber never had)."""
         durable = self.by_link.get(link_name)
-        if durable is None or not taken:
+        if self.store is None or durable is None or not taken:
             if taken:
                 self.stats["acks_ignored"] += 1
             return 0
@@ -172,5 +177,5 @@ class Durables:
 
     def flush(self) -> None:
         """Write what advanced (the component's timer, a durable link's detach)."""
-        if self.store.dirty and not self.quiet():
+        if self.store is not None and self.store.dirty and not self.quiet():
             self.store.flush()

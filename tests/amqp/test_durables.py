@@ -27,18 +27,21 @@ def make(client: redis.Redis, high: dict[str, int], fanned: dict[str, int]) -> D
     return Durables(PositionStore(client), lambda: high, lambda: fanned)
 
 
-def test_who_is_durable() -> None:
+def test_who_is_durable(client: redis.Redis) -> None:
+    durables = make(client, {}, {})
     durable = {"seqrepair-ack": True, "seqrepair-durable": True}
-    assert Durables.durable_for(durable, "x", None) == "link/x"
-    assert Durables.durable_for(durable, "x", "rain") == "sub/rain"
-    assert Durables.durable_for({"seqrepair-ack": True}, "x", "rain") == "sub/rain"
+    assert durables.durable_for(durable, "x", None) == "link/x"
+    assert durables.durable_for(durable, "x", "rain") == "sub/rain"
+    assert durables.durable_for({"seqrepair-ack": True}, "x", "rain") == "sub/rain"
     # no ACKs, no position: a plain AMQP client stays as it was
-    assert Durables.durable_for({}, "x", "rain") is None
-    assert Durables.durable_for({"seqrepair-durable": True}, "x", None) is None
-    assert Durables.durable_for({"seqrepair-ack": True}, "x", None) is None
+    assert durables.durable_for({}, "x", "rain") is None
+    assert durables.durable_for({"seqrepair-durable": True}, "x", None) is None
+    assert durables.durable_for({"seqrepair-ack": True}, "x", None) is None
     # a queue's subscriber may decline
     declined = {"seqrepair-ack": True, "seqrepair-durable": False}
-    assert Durables.durable_for(declined, "x", "rain") is None
+    assert durables.durable_for(declined, "x", "rain") is None
+    # a component whose journal is not Redis keeps no positions
+    assert Durables(None, dict, dict).durable_for(durable, "x", "rain") is None
 
 
 def test_first_attach_makes_the_position_then_a_new_context_starts_after_it(
