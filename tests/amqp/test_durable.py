@@ -249,3 +249,27 @@ def test_a_plain_subscriber_and_a_declined_one_keep_no_position(
         assert not declined.durable
     assert client.keys("seqrepair:position:*") == []
     client.close()
+
+
+def test_a_rest_queue_killed_and_restarted_under_another_link_name_resumes_after_its_position(
+    component: Callable[..., ComponentProcess], redis_url: str, tmp_path: Path
+) -> None:
+    port = free_port()
+    comp = component("--heartbeat", "0.2", "--rest", f"127.0.0.1:{port}")
+    status, made = Rest(port)("POST", "/subscriptions", {"topic": "/load/#"})
+    assert status == 201, made
+    client = redis.Redis.from_url(redis_url)
+    first = subscribe(comp, tmp_path, "a", "--address", made["queue"])  # a random link name
+    ready(tmp_path, "a", first)
+    assert finished(publish(comp, redis_url, "feed.q", 400)) == 0
+    assert wait_for(lambda: len(records(tmp_path / "out-a.jsonl")) >= 400, 30)
+    # acknowledged (flushed, then ACK, then written by the component's tick)
+    assert wait_for(lambda: _position(client, f"sub/{made['id']}") == {"feed.q": 400}, 10)
+    first.send_signal(signal.SIGKILL)
+    first.wait(10)
+    assert finished(publish(comp, redis_url, "feed.q", 300)) == 0  # while nobody is attached
+    again = subscribe(comp, tmp_path, "b", "--address", made["queue"], "--count", "300")
+    assert finished(again) == 0, (tmp_path / "sub-b.log").read_text()
+    # everything it had acknowledged is not sent again: exactly the rest
+    assert numbers(records(tmp_path / "out-b.jsonl"), "feed.q") == list(range(401, 701))
+    client.close()
