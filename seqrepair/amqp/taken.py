@@ -29,8 +29,13 @@ class TakenPositions:
         self._new: dict[str, int] = {}
 
     def take(self, publication: Publication) -> None:
-        """``publication`` is taken (and, by delivery order, everything of its source before)."""
-        self.take_all({publication.source: publication.source_seq})
+        """``publication`` is taken (and, by delivery order, everything of its source before).
+        Called for every delivery: no more than a comparison under the lock."""
+        source, number = publication.source, publication.source_seq
+        with self._lock:
+            if number > self._taken.get(source, 0):
+                self._taken[source] = number
+                self._new[source] = number
 
     def take_all(self, taken: Mapping[str, int]) -> None:
         """Per source, everything through the number given is taken (a number at or below

@@ -273,3 +273,45 @@ def test_a_rest_queue_killed_and_restarted_under_another_link_name_resumes_after
     # everything it had acknowledged is not sent again: exactly the rest
     assert numbers(records(tmp_path / "out-b.jsonl"), "feed.q") == list(range(401, 701))
     client.close()
+
+
+def test_a_durable_subscriber_behind_a_gateway_resumes_after_what_it_took(
+    component: Callable[..., ComponentProcess], redis_url: str, tmp_path: Path
+) -> None:
+    comp = component("--heartbeat", "0.2")
+    ready_file = tmp_path / "gateway-ready"
+    listen = f"127.0.0.1:{free_port()}"
+    gateway = subprocess.Popen(
+        _cli("gateway", "--listen", listen, "--upstream", comp.url, "--name", "edge",
+             "--ready-file", str(ready_file)),
+        env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+    client = redis.Redis.from_url(redis_url)
+    journal = Journal.from_url(redis_url)
+    try:
+        assert wait_for(ready_file.exists)
+        got: list[int] = []
+        with Publisher(comp.url, "feed.g", journal=journal) as publisher:
+            with Subscriber(listen, "/load/#", link_name="far", heartbeat_interval=0.2,
+                            on_publication=lambda p: got.append(p.source_seq)) as sub:
+                assert sub.connected.wait(20)
+                publisher.publish_many(_items(120))
+                assert publisher.flush(30)
+                assert wait_for(lambda: len(got) >= 120, 30)
+                # the gateway forwards the ACKs; the durable is the upstream link's name
+                assert wait_for(
+                    lambda: _position(client, link_durable("edge.far")) == {"feed.g": 120}, 10)
+            publisher.publish_many(_items(80))  # while it is away
+            assert publisher.flush(30)
+            again: list[int] = []
+            with Subscriber(listen, "/load/#", link_name="far", heartbeat_interval=0.2,
+                            on_publication=lambda p: again.append(p.source_seq)):
+                assert wait_for(lambda: len(again) >= 80, 30)
+                time.sleep(0.3)
+        assert got == list(range(1, 121))
+        assert again == list(range(121, 201))
+    finally:
+        gateway.terminate()
+        assert gateway.wait(10) == 0
+        journal.close()
+        client.close()
