@@ -162,7 +162,8 @@ class Subscriber(SubscriberRunner):
         self.address = address
         self.link_name = link_name or f"sub-{uuid.uuid4()}"
         self.durable = is_durable(durable, link_name, address)
-        self.acknowledge_on_return = acknowledge  # else the application calls acknowledge()
+        # taken is tracked for a durable only; acknowledge=False: the application says it
+        self.acknowledge_on_return = acknowledge and self.durable
         self.on_publication = on_publication
         self.on_event = on_event
         self.numbering = FollowedNumbering(self.link_name, bits, heartbeat_interval, {

@@ -495,7 +495,7 @@ def _subscribe(args: argparse.Namespace) -> int:
         acknowledge=False,  # taken once flushed to --output (see _Sink.flush)
         durable=False if args.no_durable else None,
     )
-    sink.taken = subscriber.acknowledge
+    sink.taken = subscriber.acknowledge if subscriber.durable else None
     if args.ready_file:
         ready_file = Path(args.ready_file)
 
