@@ -138,10 +138,21 @@ class AckSender:
     def due(self, epoch: str | None, through: int | None, now: float) -> Ack | None:
         """The ACK to send now for the stub's contiguous point ``through`` in the link
         context ``epoch``, or None. Nothing is said without a context named by the component
-        (it runs no window then) or before the stub has consumed the context's first frame."""
-        if epoch is None or through is None:
+        (it runs no window then); before the stub has consumed the context's first frame,
+        only what the application took, if anything."""
+        if epoch is None:
             return None
         waited = now - self._sent_at
+        if through is None:
+            # nothing of the context consumed yet (a replay after a reset is being delivered):
+            # the taken alone, so a durable position follows the catch-up too
+            if self.taken_from is None or not self.taken_from.pending():
+                return None
+            if waited < self.min_interval:
+                return None
+            self._sent_at = now
+            self.sent += 1
+            return Ack(self.link, epoch, None, self.taken())
         if epoch == self._epoch and through == self._through:
             news = self.taken_from is not None and self.taken_from.pending()
             if waited < (self.min_interval if news else self.refresh):

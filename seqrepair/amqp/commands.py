@@ -205,8 +205,10 @@ def register(subparsers: Any) -> None:
                      help="brokered mode: comma-separated topic patterns this subscriber may see "
                           "(match the queue's binding)")
     sub.add_argument("--resume", action="store_true",
-                     help="brokered mode: continue after what --output already holds "
-                          "(sources it lacks from their first number)")
+                     help="continue after what --output already holds: brokered mode starts "
+                          "there (sources it lacks from their first number); a durable "
+                          "subscriber drops what the file already has, so a restart after a "
+                          "kill -9 writes each publication once")
     sub.set_defaults(func=_subscribe)
 
     caps = subparsers.add_parser(
@@ -496,6 +498,8 @@ def _subscribe(args: argparse.Namespace) -> int:
         durable=False if args.no_durable else None,
     )
     sink.taken = subscriber.acknowledge if subscriber.durable else None
+    if args.resume and args.output and Path(args.output).exists():
+        sink.written = resume_after(Path(args.output))  # the output is the position file
     if args.ready_file:
         ready_file = Path(args.ready_file)
 
@@ -530,9 +534,17 @@ class _Sink:
         """Told, after each flush, the last number per source the output now holds (the
         subscriber's acknowledgement: a kill -9 after it loses none of those lines)."""
         self._unflushed: dict[str, int] = {}
+        self.written: dict[str, int] = {}
+        self.already_written = 0
+        """Per source, the last number the output held when it started (``--resume``):
+        deliveries at or below it are in the file already (a restart's repeats)."""
 
     def write(self, pub: Publication) -> None:
-        """One delivery as one JSON line."""
+        """One delivery as one JSON line (none for one the output holds already)."""
+        if pub.source_seq <= self.written.get(pub.source, 0):
+            self._unflushed[pub.source] = pub.source_seq  # taken: acknowledged with the rest
+            self.already_written += 1
+            return
         self.out.write(json.dumps(publication_record(pub)) + "\n")
         self._unflushed[pub.source] = pub.source_seq
         self.n += 1
@@ -579,6 +591,8 @@ def _run_subscriber(subscriber: Any, sink: _Sink, args: argparse.Namespace) -> N
     sink.out.flush()
     stats: dict[str, Any] = dict(subscriber.stats().as_dict())
     stats["unrecoverable_events"] = [str(u) for u in subscriber.unrecoverable]
+    if args.resume:
+        stats["already_written"] = sink.already_written  # repeats --output held already
     if args.stats_file:
         Path(args.stats_file).write_text(json.dumps(stats))
     print(json.dumps(stats), file=sys.stderr)

@@ -34,12 +34,13 @@ def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "seqrepair.cli", *args]
 
 
-def subscribe(comp: ComponentProcess, tmp: Path, tag: str, *args: str) -> subprocess.Popen[bytes]:
-    """``seqrepair subscribe`` writing its deliveries to ``out-<tag>.jsonl``."""
+def subscribe(comp: ComponentProcess, tmp: Path, tag: str, *args: str,
+              output: Path | None = None) -> subprocess.Popen[bytes]:
+    """``seqrepair subscribe`` writing its deliveries to ``output`` (``out-<tag>.jsonl``)."""
     log = open(tmp / f"sub-{tag}.log", "wb")  # noqa: SIM115
     return subprocess.Popen(
         _cli("--log-level", "info", "subscribe", "--url", comp.url, "--heartbeat", "0.2",
-             "--output", str(tmp / f"out-{tag}.jsonl"),
+             "--output", str(output or tmp / f"out-{tag}.jsonl"),
              "--ready-file", str(tmp / f"ready-sub-{tag}"),
              "--stats-file", str(tmp / f"stats-{tag}.json"), *args),
         env=_env(), stdout=log, stderr=subprocess.STDOUT,
@@ -315,3 +316,41 @@ def test_a_durable_subscriber_behind_a_gateway_resumes_after_what_it_took(
         assert gateway.wait(10) == 0
         journal.close()
         client.close()
+
+
+def test_with_resume_the_output_file_holds_each_publication_once_across_three_kill_9(
+    component: Callable[..., ComponentProcess], redis_url: str, tmp_path: Path
+) -> None:
+    comp = component("--heartbeat", "0.2")
+    out = tmp_path / "out-same.jsonl"
+    name = ("--address", "/load/#", "--link-name", "once", "--resume")
+
+    def start(k: int) -> subprocess.Popen[bytes]:
+        proc = subscribe(comp, tmp_path, str(k), *name, output=out)
+        ready(tmp_path, str(k), proc)
+        return proc
+
+    def written() -> int:
+        return len(records(out))
+
+    counts = {"feed.a": 4000, "feed.b": 3000}
+    proc = start(0)
+    publishers = [publish(comp, redis_url, "feed.a", counts["feed.a"], rate=1000),
+                  publish(comp, redis_url, "feed.b", counts["feed.b"], rate=750)]
+    for k in range(1, 4):
+        before = written()
+        assert wait_for(lambda before=before: written() >= before + 300, 30)
+        assert all(p.poll() is None for p in publishers)  # mid-stream
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        proc = start(k)  # the same --output: what it holds is not written again
+    for p in publishers:
+        assert finished(p) == 0
+    assert wait_for(lambda: written() >= sum(counts.values()), 60)
+    time.sleep(0.5)  # a repeat would be written now
+    proc.terminate()
+    assert finished(proc) == 0
+    got = records(out)
+    for source, count in counts.items():
+        assert numbers(got, source) == list(range(1, count + 1)), source
+    assert len(got) == sum(counts.values())
