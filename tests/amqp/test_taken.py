@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 
+from seqrepair.amqp.acks import AckSender
 from seqrepair.amqp.handoff import Handoff
 from seqrepair.amqp.taken import TakenPositions
 from seqrepair.core.messages import Publication, PublishType
@@ -83,3 +84,31 @@ def test_takes_from_another_thread_are_all_counted() -> None:
         t.join()
     drained.update(taken.drain() or {})
     assert drained == {"a": 2000, "b": 2000, "c": 2000}
+
+
+def test_the_ack_sender_says_what_was_taken_soon_even_when_the_link_number_stands_still() -> None:
+    taken = TakenPositions()
+    sender = AckSender("l", 16, window=100, taken_from=taken)
+    first = sender.due("e1", 5, now=0.0)
+    assert first is not None
+    assert first.taken == {}
+    taken.take(pub("a", 3))  # the application took one; the link number did not move
+    assert sender.due("e1", 5, now=0.01) is None  # coalesced: at most one per 20 ms
+    ack = sender.due("e1", 5, now=0.03)
+    assert ack is not None
+    assert ack.taken == {"a": 3}
+    assert sender.due("e1", 5, now=0.2) is None  # nothing new: only the refresh later
+
+
+def test_during_a_new_contexts_replay_the_ack_carries_taken_without_a_link_number() -> None:
+    taken = TakenPositions()
+    sender = AckSender("l", 16, window=100, taken_from=taken)
+    assert sender.due("e2", None, now=0.0) is None  # nothing to say
+    taken.take(pub("a", 40))
+    ack = sender.due("e2", None, now=0.05)
+    assert ack is not None
+    assert (ack.link_epoch, ack.link_through, dict(ack.taken)) == ("e2", None, {"a": 40})
+    sender.reattached()  # a new attach: everything taken is said again
+    again = sender.due("e3", 1, now=0.06)
+    assert again is not None
+    assert dict(again.taken) == {"a": 40}
