@@ -21,6 +21,8 @@ import pytest
 import redis
 
 from seqrepair.amqp.client import Publisher, Subscriber
+from seqrepair.core.messages import Publication
+from seqrepair.journal import EmbeddedRedis
 from seqrepair.journal.journal import Journal
 from seqrepair.journal.positions import CREATED_FIELD, link_durable, position_key
 
@@ -354,3 +356,39 @@ def test_with_resume_the_output_file_holds_each_publication_once_across_three_ki
     for source, count in counts.items():
         assert numbers(got, source) == list(range(1, count + 1)), source
     assert len(got) == sum(counts.values())
+
+
+def test_a_redis_outage_while_positions_advance_loses_none_of_them(
+    private_server: EmbeddedRedis, tmp_path: Path
+) -> None:
+    comp = ComponentProcess(private_server.url, tmp_path, "--heartbeat", "0.2",
+                            "--redis-timeout", "0.5").start()
+    journal = Journal.from_url(private_server.url)
+    got: list[int] = []
+
+    def slowly(p: Publication) -> None:
+        got.append(p.source_seq)
+        time.sleep(0.002)  # about 2 s to take them all: Redis goes away meanwhile
+
+    try:
+        with Publisher(comp.url, "feed.r", journal=journal) as publisher, \
+                Subscriber(comp.url, "/load/#", link_name="outage", heartbeat_interval=0.2,
+                           on_publication=slowly) as sub:
+            assert sub.connected.wait(20)
+            publisher.publish_many(_items(1000))
+            assert publisher.flush(30)
+            assert wait_for(lambda: len(got) >= 100, 10)
+            private_server.stop()  # positions cannot be written now; ACKs go on
+            assert wait_for(lambda: len(got) >= 600, 20)
+            private_server.start()
+            assert wait_for(lambda: len(got) >= 1000, 30)
+            client = redis.Redis.from_url(private_server.url)
+            # kept through the outage and written once Redis is back
+            assert wait_for(lambda: _position(client, link_durable("outage")) == {"feed.r": 1000},
+                            20)
+            client.close()
+        assert got == list(range(1, 1001))
+        assert "positions not written; kept and tried again" in comp.log_text()
+    finally:
+        comp.stop()
+        journal.close()
