@@ -78,8 +78,9 @@ def numbering_from_reply(
     )
     if bits is not None and told.bits is not None and bits != told.bits:
         raise SettingsMismatchError(
-            f"the component numbers this link in {told.bits} bits, the subscriber was given"
-            f" {bits} (--bits): leave it out to follow the component",
+            f"{SettingsMismatchError.condition}: the component numbers this link in"
+            f" {told.bits} bits, the subscriber was given {bits} (--bits): leave it out to"
+            " follow the component",
             expected=told.bits, got=bits,
         )
     if (
@@ -88,9 +89,9 @@ def numbering_from_reply(
         and not math.isclose(heartbeat_interval, told.heartbeat_interval, rel_tol=1e-9)
     ):
         raise SettingsMismatchError(
-            f"the component sends heartbeats every {told.heartbeat_interval} s, the subscriber"
-            f" was given {heartbeat_interval} s (--heartbeat): leave it out to follow the"
-            " component",
+            f"{SettingsMismatchError.condition}: the component sends heartbeats every"
+            f" {told.heartbeat_interval} s, the subscriber was given {heartbeat_interval} s"
+            " (--heartbeat): leave it out to follow the component",
             expected=told.heartbeat_interval, got=heartbeat_interval,
         )
     return told
@@ -102,7 +103,7 @@ class AckSender:
 
     ``window``: the component's window for the link (its attach reply), which sets the
     quarter-window that sends an ACK at once. :meth:`due` is cheap: call it after every
-    transfer and on every tick.
+    transfer that :meth:`received` says brought a quarter window, and on every tick.
     """
 
     link: str
@@ -116,10 +117,23 @@ class AckSender:
     _epoch: str | None = attrs.field(init=False, default=None)
     _through: int | None = attrs.field(init=False, default=None)
     _sent_at: float = attrs.field(init=False, default=-math.inf)
+    _received: int = attrs.field(init=False, default=0)
     sent: int = attrs.field(init=False, default=0)
 
     def __attrs_post_init__(self) -> None:
         self.space = SequenceSpace(self.bits)
+
+    @property
+    def quarter(self) -> int:
+        """What consumed since the last ACK sends one at once: a quarter window, at least 1."""
+        return max(1, self.window // 4)
+
+    def received(self, frames: int) -> bool:
+        """``frames`` more came (a transfer's): whether to see at once if an ACK is
+        :meth:`due` (a quarter window came since the last one). The cheap test a subscriber
+        makes per transfer; otherwise its timer asks :meth:`due` every tick."""
+        self._received += frames
+        return self._received >= self.quarter
 
     def taken(self) -> dict[str, int]:
         """Per source, the absolute number the application has taken since the last ACK
@@ -162,9 +176,10 @@ class AckSender:
             consumed = (
                 through - last if not (last and through) else self.space.distance(last, through)
             )
-            if consumed < max(1, self.window // 4):
+            if consumed < self.quarter:
                 return None
         taken = self.taken()
+        self._received = 0
         self._epoch, self._through, self._sent_at = epoch, through, now
         self.sent += 1
         return Ack(self.link, epoch, through, taken)

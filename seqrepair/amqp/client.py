@@ -116,6 +116,9 @@ class Subscriber(SubscriberRunner):
     subscriber, its :attr:`error` an :class:`~seqrepair.amqp.errors.OversizedMessageError`:
     taken again after a reconnect, the same frames would only come again.
 
+    ``bits``, ``heartbeat_interval``: None follows the component; one it contradicts stops the
+    subscriber (SettingsMismatchError). ``ack``: run the window discipline (:mod:`.acks`).
+
     Deliveries go to ``on_publication`` (in the client's thread), or, for a subscriber started
     with :meth:`start` without one, to ``for pub in subscriber``: at most ``max_queued`` wait
     there for the reader, then the subscriber waits too (a slow reader is a slow subscriber:
@@ -146,7 +149,7 @@ class Subscriber(SubscriberRunner):
         tick: float = 0.02,
         clock: Callable[[], float] = time.time,
         max_message_size: int = DEFAULT_MAX_RECEIVED,
-        durable: bool | None = None, acknowledge: bool = True,
+        ack: bool = True, durable: bool | None = None, acknowledge: bool = True,
     ) -> None:
         super().__init__(credit=credit, reconnect_delay=reconnect_delay,
                          max_reconnect_delay=max_reconnect_delay, max_queued=max_queued)
@@ -161,9 +164,8 @@ class Subscriber(SubscriberRunner):
         self.url = url
         self.address = address
         self.link_name = link_name or f"sub-{uuid.uuid4()}"
-        self.durable = is_durable(durable, link_name, address)
-        # taken is tracked for a durable only; acknowledge=False: the application says it
-        self.acknowledge_on_return = acknowledge and self.durable
+        self.durable = ack and is_durable(durable, link_name, address)  # ACKs carry taken
+        self.acknowledge_on_return = acknowledge and self.durable  # else: acknowledge()
         self.on_publication = on_publication
         self.on_event = on_event
         self.numbering = FollowedNumbering(self.link_name, bits, heartbeat_interval, {
@@ -175,6 +177,7 @@ class Subscriber(SubscriberRunner):
         self.permtokens = tuple(permtokens)
         self.container_id = container_id
         self.batch = batch
+        self.ack = ack
         self.idle_timeout = idle_timeout
         self.tick = tick
         self.clock = clock
@@ -208,7 +211,7 @@ class Subscriber(SubscriberRunner):
             desired_capabilities=["RESPONSE_ANNOTATIONS_V1_0"], **identity,
         )
         props: dict[symbol, Any] = {PROP_BATCH: self.batch, PROP_RESUME: self._attached_once,
-                                    PROP_ACK: True, PROP_DURABLE: self.durable}
+                                    PROP_ACK: self.ack, PROP_DURABLE: self.durable}
         if self._epoch is not None:
             props[PROP_EPOCH] = self._epoch
         if self._start is not None:
@@ -337,7 +340,9 @@ class Subscriber(SubscriberRunner):
         if frames:
             self._take(frames, now)
         self._listening(now)
-        self._ack(now)
+        acks = self.numbering.acks
+        if acks is not None and acks.received(len(decoded)):
+            self._ack(now)  # a quarter window came since the last ACK (else: the tick's)
         self._flush()
 
     def _listening(self, since: float) -> None:
