@@ -45,7 +45,7 @@ from seqrepair.amqp.ackdispatch import PROP_ACK, attach_reply, is_ack, receive_a
 from seqrepair.amqp.codec import Decoder, encode
 from seqrepair.amqp.config import Bucket
 from seqrepair.amqp.config import ComponentConfig as ComponentConfig
-from seqrepair.amqp.durable import PROP_DURABLE, Durables
+from seqrepair.amqp.durable import PROP_DURABLE, Durables, authenticated_user
 from seqrepair.amqp.errors import (
     AmqpAdapterError,
     NotImplementedAnnotationError,
@@ -449,7 +449,8 @@ class Component(MessagingHandler):
         resume = bool(props.get(str(PROP_RESUME), False))
         epoch = props.get(str(PROP_EPOCH))
         acks = props.get(str(PROP_ACK)) is True
-        durable = self.durables.durable_for(props, name, None if sub is None else sub.id)
+        durable = self.durables.durable_for(props, name, None if sub is None else sub.id,
+                                            authenticated_user(sender.connection))
         position = None if durable is None else self.durables.start(durable)
         link = self.links.get(name)
         restarted = False  # a new context of a durable, after its stored position

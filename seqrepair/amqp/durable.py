@@ -31,6 +31,7 @@ from proton import symbol
 
 from seqrepair.amqp.ackdispatch import PROP_ACK
 from seqrepair.amqp.errors import AmqpAdapterError
+from seqrepair.amqp.grants import ANONYMOUS_USERS
 from seqrepair.amqp.subqueues import SUBSCRIPTION_PREFIX
 from seqrepair.core.errors import InvalidMessageError
 from seqrepair.journal.errors import JournalError
@@ -47,6 +48,16 @@ def is_durable(durable: bool | None, link_name: str | None, address: str) -> boo
     if durable is not None:
         return durable
     return link_name is not None or address.startswith(SUBSCRIPTION_PREFIX)
+
+
+def authenticated_user(connection: Any) -> str | None:
+    """The user a connection authenticated as (SASL, TLS), None for an anonymous one (whose
+    container id is claimed, not proven: it names nothing a durable could be kept for)."""
+    transport = getattr(connection, "transport", None)
+    user = getattr(transport, "user", None) if transport is not None else None
+    if isinstance(user, str) and user.lower() not in ANONYMOUS_USERS:
+        return user
+    return None
 
 
 class PositionUnavailableError(AmqpAdapterError):
@@ -92,17 +103,21 @@ class Durables:
         )
 
     def durable_for(
-        self, props: Mapping[str, Any], link_name: str, queue: str | None
+        self, props: Mapping[str, Any], link_name: str, queue: str | None, user: str | None = None
     ) -> str | None:
         """The durable a link attaching with ``props`` belongs to (``queue``: the subscription
-        id when it attaches to a subscription queue), or None when it is not durable."""
+        id when it attaches to a subscription queue), or None when it is not durable.
+
+        A named link's durable is its user's when the connection authenticated one (``user``,
+        see :func:`authenticated_user`): another user attaching under the same link name gets
+        a durable of its own, and can neither read nor move this one."""
         wants = props.get(str(PROP_DURABLE))
         if self.store is None or props.get(str(PROP_ACK)) is not True or wants is False:
             return None
         if queue is not None:
             return queue_durable(queue)
         if props.get(str(PROP_DURABLE)) is True:
-            return link_durable(link_name)
+            return link_durable(link_name if user is None else f"{user}/{link_name}")
         return None
 
     def start(self, durable: str) -> dict[str, int] | None:

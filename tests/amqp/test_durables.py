@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 import redis
 
-from seqrepair.amqp.durable import Durables, PositionUnavailableError
+from seqrepair.amqp.durable import Durables, PositionUnavailableError, authenticated_user
 from seqrepair.journal import EmbeddedRedis
 from seqrepair.journal.positions import PositionStore
 
@@ -40,6 +40,10 @@ def test_who_is_durable(client: redis.Redis) -> None:
     # a queue's subscriber may decline
     declined = {"seqrepair-ack": True, "seqrepair-durable": False}
     assert durables.durable_for(declined, "x", "rain") is None
+    # an authenticated user's named link is its own: another user's same name is another
+    assert durables.durable_for(durable, "x", None, "alice") == "link/alice/x"
+    assert durables.durable_for(durable, "x", None, "bob") == "link/bob/x"
+    assert durables.durable_for(durable, "x", "rain", "bob") == "sub/rain"  # a queue is shared
     # a component whose journal is not Redis keeps no positions
     assert Durables(None, dict, dict).durable_for(durable, "x", "rain") is None
 
@@ -118,3 +122,13 @@ def test_while_the_journal_is_quiet_positions_wait_and_attaches_are_refused(
     durables.flush()
     assert not durables.store.dirty
     assert make(client, {}, {}).start("link/x") == {"feed.a": 9}
+
+
+def test_only_a_proven_user_names_a_durable() -> None:
+    def conn(user: object) -> SimpleNamespace:
+        return SimpleNamespace(transport=SimpleNamespace(user=user))
+
+    assert authenticated_user(conn("alice")) == "alice"
+    assert authenticated_user(conn("anonymous")) is None
+    assert authenticated_user(conn(None)) is None
+    assert authenticated_user(SimpleNamespace(transport=None)) is None
