@@ -392,3 +392,24 @@ def test_a_redis_outage_while_positions_advance_loses_none_of_them(
     finally:
         comp.stop()
         journal.close()
+
+
+def test_positions_outlive_a_kill_9_of_the_component_and_the_subscriber_together(
+    component: Callable[..., ComponentProcess], redis_url: str, tmp_path: Path
+) -> None:
+    comp = component("--heartbeat", "0.2")
+    client = redis.Redis.from_url(redis_url)
+    name = ("--address", "/load/#", "--link-name", "both")
+    first = subscribe(comp, tmp_path, "x", *name)
+    ready(tmp_path, "x", first)
+    assert finished(publish(comp, redis_url, "feed.k", 400)) == 0
+    assert wait_for(lambda: _position(client, link_durable("both")) == {"feed.k": 400}, 20)
+    first.send_signal(signal.SIGKILL)
+    comp.kill()
+    first.wait(10)
+    comp.start()  # a new process on the same port: it knows nothing but what Redis holds
+    assert finished(publish(comp, redis_url, "feed.k", 100)) == 0
+    again = subscribe(comp, tmp_path, "y", *name, "--count", "100")
+    assert finished(again) == 0, (tmp_path / "sub-y.log").read_text()
+    assert numbers(records(tmp_path / "out-y.jsonl"), "feed.k") == list(range(401, 501))
+    client.close()
