@@ -170,7 +170,9 @@ def register(subparsers: Any) -> None:
     sub = subparsers.add_parser("subscribe", help="subscribe and print the ordered stream")
     sub.add_argument("--url", default="127.0.0.1:5672")
     sub.add_argument("--address", required=True, help="topic pattern or /subscriptions/NAME")
-    sub.add_argument("--link-name", help="link identity (resumption); default random")
+    sub.add_argument("--link-name",
+                     help="link identity (resumption; a durable position, see --no-durable); "
+                          "default random")
     sub.add_argument("--bits", type=bit_width, default=None,
                      help="link bits; default: the component's (its attach reply). A value "
                           "the component contradicts stops the subscriber with an error")
