@@ -107,6 +107,7 @@ def create_position(client: redis.Redis, durable: str, start: Mapping[str, int])
     mapping: dict[Any, Any] = {source: str(n) for source, n in start.items()}
     mapping[CREATED_FIELD] = repr(time.time())
     with client.pipeline(transaction=True) as pipe:
+        pipe.delete(key)  # what a write raced in after a removal is no position
         pipe.hset(key, mapping=mapping)
         pipe.execute()
     return True

@@ -159,3 +159,13 @@ def test_a_position_made_on_an_empty_journal_is_still_made(redis_client: redis.R
     assert not create_at_high_water(redis_client, "sub/early")  # made once
     # sources born later are owed from their first number: the position does not name them
     assert PositionStore(redis_client).position("sub/early", {"feed.z": 50}) == ({}, True)
+
+
+def test_fields_left_without_the_created_mark_are_not_taken_for_a_position(
+    redis_client: redis.Redis,
+) -> None:
+    # a flush that raced a subscription's removal leaves numbers but no {created}
+    redis_client.hset(position_key("sub/gone"), "feed.a", "900")
+    assert PositionStore(redis_client).position("sub/gone", {"feed.a": 10}) == (
+        {"feed.a": 10}, False)
+    assert _stored(redis_client, "sub/gone") == {"feed.a": 10}
