@@ -6,7 +6,7 @@ it against what the subscriber was given by hand: a disagreement is a
 :class:`~seqrepair.amqp.errors.SettingsMismatchError` naming both values, never a silent loss.
 
 :class:`AckSender` decides when to tell the component how far the stub has got: ``ACK`` with
-the stub's contiguous point (:attr:`SubscriberStub.consumed_through`) in the current link
+the stub's contiguous point (:func:`consumed_through`) in the current link
 context, at most one per ``min_interval`` (20 ms), at once when the stub has consumed a
 quarter of the window since the last one (so even a 2-bit link, whose window is one number,
 progresses a number per round trip), and again every ``refresh`` seconds while nothing
@@ -95,6 +95,22 @@ def numbering_from_reply(
             expected=told.heartbeat_interval, got=heartbeat_interval,
         )
     return told
+
+
+def consumed_through(stub: SubscriberStub) -> int | None:
+    """The wire link number through which ``stub`` has consumed every number of its current
+    context (what an ACK says), or None while the context's frame 0 is awaited.
+
+    Read from the next number it expects: before 1 comes the space's last number, M. That is
+    also what a context that has consumed nothing yet (next expected 1) reports, harmlessly:
+    the component reads M as the latest use of M among the numbers it has outstanding, and in
+    a context where nothing is consumed none of them is M (at most W < M are outstanding), so
+    the window does not move.
+    """
+    expected = stub.expected_link_seq
+    if expected == 0:
+        return None
+    return expected - 1 if expected > 1 else stub.space.max
 
 
 @attrs.define

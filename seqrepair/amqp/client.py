@@ -32,7 +32,7 @@ from proton import symbol
 from proton.reactor import ApplicationEvent, AtMostOnce
 
 from seqrepair.amqp.ackdispatch import PROP_ACK
-from seqrepair.amqp.acks import FollowedNumbering
+from seqrepair.amqp.acks import FollowedNumbering, consumed_through
 from seqrepair.amqp.backoff import Backoff
 from seqrepair.amqp.codec import Decoder, encode, encode_gap_requests
 from seqrepair.amqp.component import (
@@ -428,7 +428,7 @@ class Subscriber(SubscriberRunner):
         """Tell the component how far the stub has got, when it is time (acks.py)."""
         acks = self.numbering.acks
         if acks is not None and self._control is not None:
-            ack = acks.due(self._epoch, self.stub.consumed_through, now)
+            ack = acks.due(self._epoch, consumed_through(self.stub), now)
             if ack is not None:
                 self._outbox.append(encode(ack))
 

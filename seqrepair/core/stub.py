@@ -176,14 +176,6 @@ class SubscriberStub:
         return self._expected_wire
 
     @property
-    def consumed_through(self) -> int | None:
-        """The wire link number through which every number of the current link context is
-        consumed (delivered, a heartbeat, covered by a replay or given up): what an ``ACK``
-        says. 0 when nothing past the context's start; None while its frame 0 is awaited."""
-        done = self._expected - 1
-        return None if done < 0 else self.space.wire(done) if done else RESET
-
-    @property
     def buffered(self) -> int:
         """Frames held out of order right now."""
         return len(self._buffer)

@@ -15,7 +15,12 @@ from seqrepair.amqp.ackdispatch import (
     PROP_WINDOW,
     receive_ack,
 )
-from seqrepair.amqp.acks import AckSender, FollowedNumbering, numbering_from_reply
+from seqrepair.amqp.acks import (
+    AckSender,
+    FollowedNumbering,
+    consumed_through,
+    numbering_from_reply,
+)
 from seqrepair.amqp.errors import SettingsMismatchError
 from seqrepair.amqp.links import SubscriberLink
 from seqrepair.amqp.positions import NoPositions
@@ -24,6 +29,7 @@ from seqrepair.core.context import LinkContext, Resend
 from seqrepair.core.messages import GapRequest, Heartbeat, Publication
 from seqrepair.core.permissions import Entitlement
 from seqrepair.core.sequencers import LinkSequencer
+from seqrepair.core.stub import SubscriberStub
 from seqrepair.core.window import LinkWindow
 
 pytestmark = pytest.mark.amqp
@@ -213,3 +219,18 @@ def test_a_reply_without_numbering_leaves_the_given_settings() -> None:
     stub = numbering.first_stub()
     assert numbering.attached({}, stub) is stub
     assert numbering.acks is None
+
+
+def test_the_contiguous_point_read_from_the_stub_wraps_and_waits_for_frame_0() -> None:
+    stub = SubscriberStub(bits=2)  # M = 3
+    assert consumed_through(stub) == 3  # nothing yet: M, which no outstanding number is
+    window = LinkWindow(2)
+    window.stamped()
+    assert not window.ack(3)  # so it moves nothing
+    points = []
+    for n in (1, 2, 3, 1):
+        stub.receive(Heartbeat(link_seq=n, timestamp=0.0), 0.0)
+        points.append(consumed_through(stub))
+    assert points == [1, 2, 3, 1]
+    stub.link_reset(1.0)
+    assert consumed_through(stub) is None  # the new context's frame 0 is awaited
