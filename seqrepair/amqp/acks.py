@@ -28,6 +28,7 @@ from seqrepair.amqp.ackdispatch import (
     PROP_WINDOW,
 )
 from seqrepair.amqp.errors import SettingsMismatchError
+from seqrepair.amqp.taken import TakenPositions
 from seqrepair.amqp.technical import DEFAULT_LINK_BITS, Ack
 from seqrepair.core.sequence import SequenceSpace
 from seqrepair.core.stub import SubscriberStub
@@ -126,6 +127,8 @@ class AckSender:
     window: int = 1
     min_interval: float = 0.02
     refresh: float = 1.0
+    taken_from: TakenPositions | None = None
+    """What the application has taken (:mod:`seqrepair.amqp.taken`): the ``taken`` said."""
     space: SequenceSpace = attrs.field(init=False)
     _epoch: str | None = attrs.field(init=False, default=None)
     _through: int | None = attrs.field(init=False, default=None)
@@ -149,28 +152,40 @@ class AckSender:
         return self._received >= self.quarter
 
     def taken(self) -> dict[str, int]:
-        """Per source, the absolute number the application has taken since the last ACK.
-
-        The subscriber does not track that yet (durable positions add it): nothing to say,
-        and the ACK's body is null. Called only when an ACK goes out (what it returns is
-        sent), so an implementation may forget what it returned.
-        """
-        return {}
+        """Per source, the absolute number the application has taken since the last ACK
+        (drained from :attr:`taken_from`: called only when an ACK goes out)."""
+        if self.taken_from is None:
+            return {}
+        return self.taken_from.drain() or {}
 
     def reattached(self) -> None:
         """A new attach: the next ACK goes at once, whatever was sent before."""
         self._sent_at = -math.inf
         self._through = None
+        if self.taken_from is not None:
+            self.taken_from.again()  # an ACK lost with the connection is said again
 
     def due(self, epoch: str | None, through: int | None, now: float) -> Ack | None:
         """The ACK to send now for the stub's contiguous point ``through`` in the link
         context ``epoch``, or None. Nothing is said without a context named by the component
-        (it runs no window then) or before the stub has consumed the context's first frame."""
-        if epoch is None or through is None:
+        (it runs no window then); before the stub has consumed the context's first frame,
+        only what the application took, if anything."""
+        if epoch is None:
             return None
         waited = now - self._sent_at
+        if through is None:
+            # nothing of the context consumed yet (a replay after a reset is being delivered):
+            # the taken alone, so a durable position follows the catch-up too
+            if self.taken_from is None or not self.taken_from.pending():
+                return None
+            if waited < self.min_interval:
+                return None
+            self._sent_at = now
+            self.sent += 1
+            return Ack(self.link, epoch, None, self.taken())
         if epoch == self._epoch and through == self._through:
-            if waited < self.refresh:
+            news = self.taken_from is not None and self.taken_from.pending()
+            if waited < (self.min_interval if news else self.refresh):
                 return None
         elif epoch == self._epoch and self._through is not None and waited < self.min_interval:
             last = self._through
@@ -203,6 +218,8 @@ class FollowedNumbering:
     heartbeat_interval: float | None
     stub_settings: dict[str, Any]
     acks: AckSender | None = None
+    taken: TakenPositions | None = None
+    """Given to the :class:`AckSender` (what the application has taken)."""
     _configured: bool = attrs.field(init=False, default=False)
 
     def first_stub(self) -> SubscriberStub:
@@ -243,7 +260,8 @@ class FollowedNumbering:
             self.acks = None  # a component (or gateway) that runs no window for this link
         else:
             if self.acks is None or self.acks.bits != stub.bits:
-                self.acks = AckSender(self.link, stub.bits, refresh=stub.heartbeat_interval)
+                self.acks = AckSender(self.link, stub.bits, refresh=stub.heartbeat_interval,
+                                      taken_from=self.taken)
             self.acks.window = told.window
             self.acks.reattached()
         return stub

@@ -46,7 +46,12 @@ from seqrepair.amqp.component import (
     PROP_START,
     plain_properties,
 )
-from seqrepair.amqp.errors import OversizedMessageError, PublishRejectedError, SettingsMismatchError
+from seqrepair.amqp.durable import PROP_DURABLE, is_durable
+from seqrepair.amqp.errors import (
+    OversizedMessageError,
+    PublishRejectedError,
+    SettingsMismatchError,
+)
 from seqrepair.amqp.framing import Outgoing, encode_frames
 from seqrepair.amqp.rawamqp import read_raw
 from seqrepair.amqp.runner import DEFAULT_MAX_QUEUED, PublisherRunner, SubscriberRunner
@@ -103,6 +108,9 @@ class Subscriber(SubscriberRunner):
     :attr:`error` names the condition and the address, :meth:`run` returns and the iterator
     ends (see :class:`~seqrepair.amqp.runner.SubscriberRunner`).
 
+    ``durable`` and ``acknowledge``: a restart with the same link name or queue resumes after
+    what the application took (:mod:`seqrepair.amqp.durable`, :mod:`seqrepair.amqp.taken`).
+
     ``max_message_size`` (bytes; 0: no limit) is advertised on the receiving link; a transfer
     past it is refused as it arrives (:mod:`seqrepair.amqp.sizelimit`) and stops the
     subscriber, its :attr:`error` an :class:`~seqrepair.amqp.errors.OversizedMessageError`:
@@ -141,7 +149,7 @@ class Subscriber(SubscriberRunner):
         tick: float = 0.02,
         clock: Callable[[], float] = time.time,
         max_message_size: int = DEFAULT_MAX_RECEIVED,
-        ack: bool = True,
+        ack: bool = True, durable: bool | None = None, acknowledge: bool = True,
     ) -> None:
         super().__init__(credit=credit, reconnect_delay=reconnect_delay,
                          max_reconnect_delay=max_reconnect_delay, max_queued=max_queued)
@@ -156,12 +164,14 @@ class Subscriber(SubscriberRunner):
         self.url = url
         self.address = address
         self.link_name = link_name or f"sub-{uuid.uuid4()}"
+        self.durable = ack and is_durable(durable, link_name, address)  # ACKs carry taken
+        self.acknowledge_on_return = acknowledge and self.durable  # else: acknowledge()
         self.on_publication = on_publication
         self.on_event = on_event
         self.numbering = FollowedNumbering(self.link_name, bits, heartbeat_interval, {
             "missed_heartbeats": missed_heartbeats, "nak_delay": nak_delay,
             "max_buffer": max_buffer,
-        })
+        }, taken=self.taken)
         self.stub: SubscriberStub = self.numbering.first_stub()
         self.decoder = Decoder(link_bits=self.stub.bits)
         self.permtokens = tuple(permtokens)
@@ -201,7 +211,7 @@ class Subscriber(SubscriberRunner):
             desired_capabilities=["RESPONSE_ANNOTATIONS_V1_0"], **identity,
         )
         props: dict[symbol, Any] = {PROP_BATCH: self.batch, PROP_RESUME: self._attached_once,
-                                    PROP_ACK: self.ack}
+                                    PROP_ACK: self.ack, PROP_DURABLE: self.durable}
         if self._epoch is not None:
             props[PROP_EPOCH] = self._epoch
         if self._start is not None:
@@ -266,6 +276,8 @@ class Subscriber(SubscriberRunner):
                 self._fail(exc)
                 return
             epoch = props.get(str(PROP_EPOCH))
+            if self._epoch is None and props.get(str(PROP_DURABLE)) is True:  # durable.py
+                self._perform(self.stub.link_reset(self.clock()))
             self._enter_epoch(None if epoch is None else str(epoch))
             if self._accepted(event.link):
                 self.connected.set()

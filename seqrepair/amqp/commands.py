@@ -11,7 +11,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -170,7 +170,9 @@ def register(subparsers: Any) -> None:
     sub = subparsers.add_parser("subscribe", help="subscribe and print the ordered stream")
     sub.add_argument("--url", default="127.0.0.1:5672")
     sub.add_argument("--address", required=True, help="topic pattern or /subscriptions/NAME")
-    sub.add_argument("--link-name", help="link identity (resumption); default random")
+    sub.add_argument("--link-name",
+                     help="link identity (resumption; a durable position, see --no-durable); "
+                          "default random")
     sub.add_argument("--bits", type=bit_width, default=None,
                      help="link bits; default: the component's (its attach reply). A value "
                           "the component contradicts stops the subscriber with an error")
@@ -193,6 +195,10 @@ def register(subparsers: Any) -> None:
     sub.add_argument("--ready-file",
                      help="write this file once the subscription link is attached")
     sub.add_argument("--no-batch", action="store_true", help="one publication per transfer")
+    sub.add_argument("--no-durable", action="store_true",
+                     help="no durable position for --link-name or a /subscriptions/ queue (by "
+                          "default the component keeps, per source, the last number flushed to "
+                          "--output, and a restart resumes after it)")
     sub.add_argument("--broker", metavar="URL",
                      help="brokered mode: receive from --address on this AMQP 1.0 broker and "
                           "repair per source from the journal at --redis-url")
@@ -201,8 +207,10 @@ def register(subparsers: Any) -> None:
                      help="brokered mode: comma-separated topic patterns this subscriber may see "
                           "(match the queue's binding)")
     sub.add_argument("--resume", action="store_true",
-                     help="brokered mode: continue after what --output already holds "
-                          "(sources it lacks from their first number)")
+                     help="continue after what --output already holds: brokered mode starts "
+                          "there (sources it lacks from their first number); a durable "
+                          "subscriber drops what the file already has, so a restart after a "
+                          "kill -9 writes each publication once")
     sub.set_defaults(func=_subscribe)
 
     caps = subparsers.add_parser(
@@ -488,7 +496,12 @@ def _subscribe(args: argparse.Namespace) -> int:
         args.url, args.address, link_name=args.link_name, on_publication=sink.write,
         bits=args.bits, heartbeat_interval=args.heartbeat,
         permtokens=[t for t in args.permtokens.split(",") if t], batch=not args.no_batch,
+        acknowledge=False,  # taken once flushed to --output (see _Sink.flush)
+        durable=False if args.no_durable else None,
     )
+    sink.taken = subscriber.acknowledge if subscriber.durable else None
+    if args.resume and args.output and Path(args.output).exists():
+        sink.written = resume_after(Path(args.output))  # the output is the position file
     if args.ready_file:
         ready_file = Path(args.ready_file)
 
@@ -519,12 +532,34 @@ class _Sink:
         self.n = 0
         self.last = time.monotonic()
         self.started = time.monotonic()
+        self.taken: Callable[[dict[str, int]], None] | None = None
+        """Told, after each flush, the last number per source the output now holds (the
+        subscriber's acknowledgement: a kill -9 after it loses none of those lines)."""
+        self._unflushed: dict[str, int] = {}
+        self.written: dict[str, int] = {}
+        self.already_written = 0
+        """Per source, the last number the output held when it started (``--resume``):
+        deliveries at or below it are in the file already (a restart's repeats)."""
 
     def write(self, pub: Publication) -> None:
-        """One delivery as one JSON line."""
+        """One delivery as one JSON line (none for one the output holds already)."""
+        if pub.source_seq <= self.written.get(pub.source, 0):
+            self._unflushed[pub.source] = pub.source_seq  # taken: acknowledged with the rest
+            self.already_written += 1
+            return
         self.out.write(json.dumps(publication_record(pub)) + "\n")
+        self._unflushed[pub.source] = pub.source_seq
         self.n += 1
         self.last = time.monotonic()
+
+    def flush(self) -> None:
+        """Hand what was written to the operating system, then acknowledge it."""
+        if not self._unflushed:
+            return
+        self.out.flush()
+        written, self._unflushed = self._unflushed, {}
+        if self.taken is not None:
+            self.taken(written)
 
     def stop_when(self, connected: bool = True) -> bool:
         """``--count``, ``--duration`` or ``--idle-exit`` reached. Idle time counts only while
@@ -549,11 +584,17 @@ def _run_subscriber(subscriber: Any, sink: _Sink, args: argparse.Namespace) -> N
     signal.signal(signal.SIGTERM, lambda *_: terminated.set())
     with contextlib.suppress(KeyboardInterrupt):
         connected = getattr(subscriber, "connected", None)
-        subscriber.run(stop_when=lambda: terminated.is_set() or sink.stop_when(
-            connected is None or connected.is_set()))
+
+        def stop() -> bool:
+            sink.flush()  # every tick: what the output holds is acknowledged
+            return terminated.is_set() or sink.stop_when(connected is None or connected.is_set())
+
+        subscriber.run(stop_when=stop)
     sink.out.flush()
     stats: dict[str, Any] = dict(subscriber.stats().as_dict())
     stats["unrecoverable_events"] = [str(u) for u in subscriber.unrecoverable]
+    if args.resume:
+        stats["already_written"] = sink.already_written  # repeats --output held already
     if args.stats_file:
         Path(args.stats_file).write_text(json.dumps(stats))
     print(json.dumps(stats), file=sys.stderr)

@@ -45,6 +45,7 @@ from seqrepair.amqp.ackdispatch import PROP_ACK, attach_reply, is_ack, receive_a
 from seqrepair.amqp.codec import Decoder, encode
 from seqrepair.amqp.config import Bucket
 from seqrepair.amqp.config import ComponentConfig as ComponentConfig
+from seqrepair.amqp.durable import PROP_DURABLE, Durables, authenticated_user
 from seqrepair.amqp.errors import (
     AmqpAdapterError,
     NotImplementedAnnotationError,
@@ -57,7 +58,6 @@ from seqrepair.amqp.grants import principal_of
 from seqrepair.amqp.ingest import Ingest, Released
 from seqrepair.amqp.journalport import RedisJournalPort
 from seqrepair.amqp.links import ResponseRoute, SubscriberLink, close_stolen, start_map, tokens
-from seqrepair.amqp.positions import NoPositions, Positions
 from seqrepair.amqp.rawamqp import Unsupported, read_raw
 from seqrepair.amqp.respann import (
     RESPONSE_ADDRESS_SUPPORTED,
@@ -146,7 +146,6 @@ class Component(MessagingHandler):
         self.stats = {"ingested": 0, "duplicates": 0, "rejected": 0, "released": 0, "requests": 0,
                       "trimmed_unsent": 0, "oversized": 0, "acks": 0, "acks_ignored": 0,
                       "window_peak": 0}
-        self.positions: Positions = NoPositions()  # what ACKs say was taken (positions.py)
         self.ingest = Ingest(
             RedisJournalPort(journal, bits_of=self.decoder.unwrapper.bits), self.decoder,
             self._fan_out, self.stats, clock=clock, topics=topics,
@@ -171,6 +170,8 @@ class Component(MessagingHandler):
             attrs.evolve(sub, configured=True) for sub in config.subscriptions.values()
         ])
         self._changes = SubscriptionChanges(self.subscriptions)
+        # what ACKs say the applications took: durable positions (durable.py)
+        self.positions = self.durables = Durables.of(getattr(journal, "client", None), self.ingest)
 
     # --- helpers ------------------------------------------------------------------------
 
@@ -262,6 +263,7 @@ class Component(MessagingHandler):
             return
         now = self.clock()
         self.ingest.poll(now)  # what the journal took unanswered goes out (backs off)
+        self.durables.flush()  # positions taken since the last tick, one pipeline
         for name, link in list(self.links.items()):
             if link.sender is None:
                 if link.detached_at is not None and (
@@ -269,6 +271,7 @@ class Component(MessagingHandler):
                 ):
                     del self.links[name]
                     self.gapfill.detach(name)
+                    self.durables.forget_link(name)
                     link.log.info("link context expired")
                 continue
             link.heartbeat(now)
@@ -403,6 +406,7 @@ class Component(MessagingHandler):
         link = self.links.get(name) if name is not None else None
         if link is not None and link.sender == endpoint:
             link.detach(self.clock())
+            self.durables.flush()
             link.log.info("subscriber detached; context kept",
                           retention=self.config.context_retention)
 
@@ -445,12 +449,17 @@ class Component(MessagingHandler):
         resume = bool(props.get(str(PROP_RESUME), False))
         epoch = props.get(str(PROP_EPOCH))
         acks = props.get(str(PROP_ACK)) is True
+        durable = self.durables.durable_for(props, name, None if sub is None else sub.id,
+                                            authenticated_user(sender.connection))
+        position = None if durable is None else self.durables.start(durable)
         link = self.links.get(name)
+        restarted = False  # a new context of a durable, after its stored position
         if (
             link is not None
             and resume
             and link.entitlement == entitlement
-            and (epoch is None or epoch == link.epoch)
+            # a durable link resumes only the context it names (a new process has none)
+            and (epoch == link.epoch or (epoch is None and durable is None))
             and (link.window is not None) == acks
         ):
             close_stolen(link, sender)
@@ -462,6 +471,8 @@ class Component(MessagingHandler):
             # a subscriber that had a context keeps the start it was given then: sources it
             # has delivered nothing of are replayed from there, not from the high-water now
             start = props.get(str(PROP_START)) if resume else None
+            if start is None and position is not None:
+                start = position  # a durable's new context starts after its position
             link = SubscriberLink(
                 name=name,
                 address=address,
@@ -477,22 +488,25 @@ class Component(MessagingHandler):
                 drop=self._drop,
                 window=LinkWindow(self.config.link_bits, self.window_size) if acks else None,
             )
-            if resume:
-                # the subscriber had a context we no longer hold: start at 0 (reset) so it
-                # repairs by source (XEP-0040 §2.4 example 4)
+            if resume or position is not None:
+                # the subscriber had a context we no longer hold (or a durable position): start
+                # at 0 (reset) so it repairs by source (XEP-0040 §2.4 example 4)
                 link.reset()
+                restarted = position is not None
             link.attach(sender)
             self.links[name] = link
-            link.log.info("link attached", reset=resume, epoch=link.epoch, batch=link.batch,
-                          principal=principal,
+            link.log.info("link attached", reset=link.reset_pending, durable=durable,
+                          epoch=link.epoch, batch=link.batch, principal=principal,
                           grants=sorted(entitlement.grant), deny=sorted(entitlement.deny))
         # the attach reply names the context, so the subscriber learns of a reset even if the
         # reset frame is lost
         sender.properties = {
             PROP_EPOCH: link.epoch,
             PROP_START: dict(self.gapfill.link(name).start_after),
+            PROP_DURABLE: restarted,
             **attach_reply(self.config, link.window),
         }
+        self.durables.attached(name, durable)
         if sub is not None and sub.paused:
             link.hold(self.clock(), "subscription paused")
         self.principals[name] = principal
@@ -709,9 +723,12 @@ class Component(MessagingHandler):
         """A subscription changed (:mod:`.subqueues`): act on the links of its queue (a
         resumed one sends its frame 0 on the next tick)."""
         previous, current = event.subject
+        if current is None and previous is not None:
+            self.durables.forget_queue(previous.id)
         for link in apply_change(self.links, previous, current, self.clock()):
             del self.links[link.name]
             self.gapfill.detach(link.name)
+            self.durables.forget_link(link.name)
             self.principals.pop(link.name, None)
             for key in [k for k in self.routes if self.routes[k] is link.route]:
                 del self.routes[key]

@@ -5,6 +5,10 @@ subscriber``. When the application reads slower than publications come, the prot
 waits for room instead of queueing without end: it then reads nothing from the connection,
 its credit runs out, and the component pauses the link and repairs it later (by gap fill),
 exactly as for a slow ``on_publication`` callback. Memory stays bounded either way.
+
+An item counts as *taken* once the reader asks for the next one (or ends the loop by
+exhausting it): ``on_taken`` is called with it then, never when it is merely handed over
+(see :mod:`seqrepair.amqp.taken`).
 """
 
 from __future__ import annotations
@@ -25,10 +29,11 @@ _STOP_CHECK = 0.1
 class Handoff(Generic[T]):
     """At most ``limit`` items between one producer thread and one consumer."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, on_taken: Callable[[T], None] | None = None) -> None:
         if type(limit) is not int or limit < 1:
             raise InvalidConfigError("the hand-off limit must be an integer >= 1", got=limit)
         self.limit = limit
+        self.on_taken = on_taken
         self._items: deque[T] = deque()
         self._closed = False
         self._changed = threading.Condition()
@@ -58,7 +63,8 @@ class Handoff(Generic[T]):
             self._changed.notify_all()
 
     def __iter__(self) -> Iterator[T]:
-        """The items in the order put, until closed and empty."""
+        """The items in the order put, until closed and empty. Each is reported to
+        ``on_taken`` when the reader comes back for the next (the loop body is done with it)."""
         while True:
             with self._changed:
                 while not self._items and not self._closed:
@@ -68,3 +74,5 @@ class Handoff(Generic[T]):
                 item = self._items.popleft()
                 self._changed.notify()
             yield item
+            if self.on_taken is not None:
+                self.on_taken(item)

@@ -36,7 +36,7 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Generic, Self, TypeVar
 
 from proton import Endpoint, Handler, Url
@@ -46,6 +46,7 @@ from proton.reactor import ApplicationEvent, Container, EventInjector
 from seqrepair.amqp.backoff import Backoff
 from seqrepair.amqp.errors import AmqpAdapterError
 from seqrepair.amqp.handoff import Handoff
+from seqrepair.amqp.taken import TakenPositions
 from seqrepair.core.errors import InvalidConfigError
 from seqrepair.core.messages import Publication
 
@@ -391,7 +392,12 @@ class SubscriberRunner(_Reconnecting):
         self._stop_when: Callable[[], bool] | None = None
         self._injector: EventInjector | None = None
         self._thread: threading.Thread | None = None
-        self._queue: Handoff[Publication] = Handoff(max_queued)
+        self.taken = TakenPositions()
+        """What the application has taken (see :mod:`seqrepair.amqp.taken`): the callback
+        returned, or the iterator moved on. A client whose ``acknowledge`` is False leaves it
+        to the application (:meth:`acknowledge`)."""
+        self.acknowledge_on_return = True
+        self._queue: Handoff[Publication] = Handoff(max_queued, self._taken)
 
     # --- public API ---------------------------------------------------------------------
 
@@ -515,11 +521,28 @@ class SubscriberRunner(_Reconnecting):
     def _forget_connection(self, conn: Any) -> None:
         """``conn``, the current connection, is lost: forget its links, count the loss."""
 
+    def acknowledge(self, taken: Publication | Mapping[str, int]) -> None:
+        """Say that the application has taken ``taken`` (a publication, or per source the last
+        number) and everything delivered before it: for a subscriber made with
+        ``acknowledge=False`` (its application decides, e.g. once its output is flushed).
+        Safe from any thread."""
+        if isinstance(taken, Publication):
+            self.taken.take(taken)
+        else:
+            self.taken.take_all(taken)
+
+    def _taken(self, publication: Publication) -> None:
+        if self.acknowledge_on_return:
+            self.taken.take(publication)
+
     def _deliver(self, publication: Publication) -> None:
         """Hand one delivery to the callback, or when running in a thread without one, to
-        the iterator (waiting for room: see :meth:`__iter__`)."""
+        the iterator (waiting for room: see :meth:`__iter__`). Taken once the callback
+        returns (or the iterator moves on)."""
         if self.on_publication is not None:
             self.on_publication(publication)
+            if self.acknowledge_on_return:
+                self.taken.take(publication)
         elif self._thread is not None:
             self._queue.put(publication, self._stopped)
 

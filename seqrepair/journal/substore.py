@@ -3,6 +3,10 @@
 ``seqrepair:subscriptions`` is a hash: field = subscription id, value = the subscription's JSON
 form (:meth:`~seqrepair.core.subscriptions.Subscription.to_json`, compact, UTF-8). Configured
 subscriptions (``serve --subscription``) are not stored: the command line is their home.
+
+A subscription saved for the first time gets its durable position
+(:mod:`seqrepair.journal.positions`) at the journal's high-waters first, so the queue is owed
+everything published from its creation on, attached or not; removing it removes the position.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import structlog
 from seqrepair.core.errors import SeqRepairError
 from seqrepair.core.subscriptions import Subscription
 from seqrepair.journal.journal import bounded_client
+from seqrepair.journal.positions import create_at_high_water, queue_durable, remove_position
 
 SUBSCRIPTIONS_KEY = "seqrepair:subscriptions"
 
@@ -51,11 +56,14 @@ class RedisSubscriptionStore:
     def save(self, subscription: Subscription) -> None:
         """Store ``subscription`` (replacing one of the same id)."""
         text = json.dumps(subscription.to_json(), separators=(",", ":"), ensure_ascii=False)
+        if not self.client.hexists(self.key, subscription.id):
+            create_at_high_water(self.client, queue_durable(subscription.id))
         self.client.hset(self.key, subscription.id, text.encode())
 
     def remove(self, sub_id: str) -> None:
         """Forget subscription ``sub_id`` (nothing happens when it is not stored)."""
         self.client.hdel(self.key, sub_id)
+        remove_position(self.client, queue_durable(sub_id))
 
     def close(self) -> None:
         """Close the client's connections."""
