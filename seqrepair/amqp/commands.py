@@ -221,10 +221,9 @@ def _capabilities(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from proton.reactor import Container
-
     from seqrepair.amqp.component import Component, ComponentConfig
     from seqrepair.amqp.grants import GrantTable
+    from seqrepair.amqp.reactor import make_container
     from seqrepair.core.subscriptions import Subscription
     from seqrepair.journal.journal import Journal
     from seqrepair.journal.retainer import RetentionWorker
@@ -302,7 +301,7 @@ def _serve(args: argparse.Namespace) -> int:
         if retention is not None:
             stack.enter_context(retention)
         stack.callback(lambda: log.info("component stopped", **component.stats))
-        Container(component).run()
+        make_container(component).run()
     return 0
 
 
