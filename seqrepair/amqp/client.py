@@ -33,6 +33,7 @@ from proton import symbol
 from proton.reactor import ApplicationEvent, AtMostOnce, LinkOption
 
 from seqrepair.amqp.backoff import Backoff
+from seqrepair.amqp.batchsize import fitting
 from seqrepair.amqp.codec import Decoder, encode, encode_gap_requests
 from seqrepair.amqp.component import (
     CONTROL_ADDRESS,
@@ -46,7 +47,7 @@ from seqrepair.amqp.component import (
     plain_properties,
 )
 from seqrepair.amqp.errors import OversizedMessageError, PublishRejectedError
-from seqrepair.amqp.framing import Outgoing, encode_frames
+from seqrepair.amqp.framing import Outgoing
 from seqrepair.amqp.rawamqp import read_raw
 from seqrepair.amqp.runner import DEFAULT_MAX_QUEUED, PublisherRunner, SubscriberRunner
 from seqrepair.amqp.runner import FATAL_CONDITIONS as FATAL_CONDITIONS  # importable from here
@@ -659,7 +660,11 @@ class Publisher(PublisherRunner[list[Publication]]):
                     break
                 n = min(self.max_batch, len(self._pending))
                 batch = [self._pending.popleft() for _ in range(n)]
-            delivery = sender.send(encode_frames(batch, self.bits))
+            batch, message, rest = fitting(batch, self.bits, sender.remote_max_message_size)
+            if rest:
+                with self._lock:
+                    self._pending.extendleft(reversed(rest))
+            delivery = sender.send(message)
             self._unsettled[delivery.tag] = batch
             if self.on_sent is not None:
                 self.on_sent(batch)
