@@ -147,7 +147,9 @@ def register(subparsers: Any) -> None:
                      help="without --redis-url: number after N, the source's high-water (a "
                           "restarted publisher must not reuse numbers; default 0)")
     pub.add_argument("--address", default="/#", help="target address (topic or pattern)")
-    pub.add_argument("--file", help="JSON lines: {topic, fields, ptype?, permtoken?}")
+    pub.add_argument("--file", help="JSON lines: {topic, fields, ptype?, permtoken?}, at most "
+                     "4 MiB a line, each checked as it is read: the lines before a bad one are "
+                     "published, then the command exits 2 naming it")
     pub.add_argument("--count", type=non_negative_int, default=0, help="generated load: how many")
     pub.add_argument("--topics", default="/load/a,/load/b", help="generated load: topics")
     pub.add_argument("--rate", type=non_negative_float, default=0.0,
@@ -164,7 +166,8 @@ def register(subparsers: Any) -> None:
     pub.add_argument("--timeout", type=positive_float, default=60.0, metavar="SECONDS",
                      help="give up (exit 1) when not everything is accepted this long after the "
                           "last publication was handed over, e.g. while the component cannot "
-                          "be reached (default: 60)")
+                          "be reached, or when the journal (--redis-url) stays out this long: "
+                          "shorter outages are ridden out (default: 60)")
     pub.set_defaults(func=_publish)
 
     sub = subparsers.add_parser("subscribe", help="subscribe and print the ordered stream")
