@@ -622,7 +622,8 @@ class Publisher(PublisherRunner[list[Publication]]):
         assert self.embedded is not None
         return PublicationQueuedError(
             f"{len(stamped)} publication(s) through {stamped[-1].source_seq} stamped and "
-            f"queued, not yet journaled: {cause.message}",
+            f"queued, not confirmed journaled (flush reads the journal's high-water before it "
+            f"appends again): {cause.message}",
             publication=stamped[-1], pending=self.embedded.pending,
             source=self.sequencer.source, stamped=stamped,
         )

@@ -105,18 +105,20 @@ def check_deliverable(
             f"{MAX_TOPIC_BYTES}", expected=f"<= {MAX_TOPIC_BYTES} bytes", got=topic_bytes,
         )
     size = _text_size(topic_bytes)
-    for name, value in fields.items():
+    for name, value in fields.items():  # the common flat cases inline: stamping is hot
         kind = type(value)
-        if kind is int and -128 <= value <= 127:
-            size += 2
+        if kind is int and MIN_FIELD_INT <= value <= MAX_FIELD_INT:
+            size += 2 if -128 <= value <= 127 else 9
         elif kind is str and len(value) < 256 and value.isascii():
             size += 2 + len(value)
         elif kind is float:
             size += 9
         else:
             size += encoded_size(value, f"field {name!r}")
-        size += _text_size(len(name) if name.isascii() else len(name.encode("utf-8",
-                                                                            "surrogatepass")))
+        if len(name) < 256 and name.isascii():
+            size += 2 + len(name)
+        else:
+            size += encoded_size(name, "a field name")
     if permtoken is not None:
         size += encoded_size(permtoken)
     if size > MAX_PUBLICATION_SIZE:
