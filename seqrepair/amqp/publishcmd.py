@@ -102,9 +102,13 @@ def publish(args: argparse.Namespace) -> int:
     error = publisher.error
     if error is not None:
         print(f"seqrepair publish: {error.message}", file=sys.stderr)
+    if outage is not None:
+        print(f"seqrepair publish: the journal was out for more than {args.timeout:g} s "
+              f"(--timeout): stopped after {count} publications were handed over "
+              f"({outage.message})", file=sys.stderr)
     unjournaled = None
     if journal is not None and publisher.embedded is not None and publisher.embedded.pending:
-        unjournaled = not_journaled(publisher, journal, outage)
+        unjournaled = not_journaled(publisher, journal)
         print(f"seqrepair publish: {unjournaled}", file=sys.stderr)
     if isinstance(error, PublishRejectedError) and isinstance(error.expected, int):
         print(f"seqrepair publish: the journal holds {args.source!r} through "
@@ -160,7 +164,7 @@ def hand_over(
         sleep(min(delay, max(0.0, since + patience - now)))
 
 
-def not_journaled(publisher: Publisher, journal: Journal, outage: JournalError | None) -> str:
+def not_journaled(publisher: Publisher, journal: Journal) -> str:
     """What the command says of the publications its publisher still holds, after reading the
     journal's high-water (an append whose answer was lost may have landed)."""
     embedded = publisher.embedded
@@ -168,19 +172,17 @@ def not_journaled(publisher: Publisher, journal: Journal, outage: JournalError |
     source = embedded.source
     first = embedded.published_through + 1
     last = first + embedded.pending - 1
-    why = f" (journal out: {outage.message})" if outage is not None else ""
     try:
         held = journal.high_water(source)
     except JournalError as exc:
         return (f"{source!r} {first}..{last} are not known to be journaled: the journal could "
                 f"not be read to find out ({exc.message}); publishing again with --redis-url "
-                f"resumes after what it holds, so nothing is published twice{why}")
+                f"resumes after what it holds, so nothing is published twice")
     if held >= first:
         return (f"the journal holds {source!r} through {held}: {first}..{min(held, last)} are "
                 f"journaled (an append whose answer was lost; the component fans them out from "
-                f"the journal)" + (f", {held + 1}..{last} are not" if held < last else "")
-                + why)
-    return f"{source!r} {first}..{last} are not journaled (it holds through {held}){why}"
+                f"the journal)" + (f", {held + 1}..{last} are not" if held < last else ""))
+    return f"{source!r} {first}..{last} are not journaled (it holds through {held})"
 
 
 def file_items(args: argparse.Namespace) -> Iterator[list[Item]]:

@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
-from seqrepair.amqp.publishcmd import hand_over
+from seqrepair.amqp.publishcmd import hand_over, not_journaled
 from seqrepair.journal.errors import (
     BacklogFullError,
+    JournalUnavailableError,
     PublicationQueuedError,
     SequenceConflictError,
 )
@@ -82,3 +83,39 @@ def test_an_error_that_waiting_cannot_cure_is_raised_at_once() -> None:
     publisher = FlakyPublisher([(SequenceConflictError, 0)])
     with pytest.raises(SequenceConflictError):
         hand_over(publisher, [1], 60, sleep=pytest.fail)  # type: ignore[arg-type]
+
+
+class _Embedded:
+    source = "feed.a"
+    published_through = 100
+    pending = 64  # 101..164 stamped, the answer to their append lost
+
+
+class _Journal:
+    def __init__(self, held: int | None) -> None:
+        self.held = held
+
+    def high_water(self, source: str) -> int:
+        if self.held is None:
+            raise JournalUnavailableError("redis unavailable", source=source)
+        return self.held
+
+
+@pytest.mark.parametrize(
+    ("held", "says"),
+    [
+        (164, "the journal holds 'feed.a' through 164: 101..164 are journaled"),
+        (130, "101..130 are journaled (an append whose answer was lost; the component fans "
+              "them out from the journal), 131..164 are not"),
+        (100, "'feed.a' 101..164 are not journaled (it holds through 100)"),
+        (None, "'feed.a' 101..164 are not known to be journaled: the journal could not be read"),
+    ],
+)
+def test_what_is_not_journaled_is_said_only_after_reading_the_journal(
+    held: int | None, says: str
+) -> None:
+    publisher = type("P", (), {"embedded": _Embedded()})()
+    said = not_journaled(publisher, _Journal(held))  # type: ignore[arg-type]
+    assert says in said
+    if held is not None and held >= 164:
+        assert "not journaled" not in said
