@@ -554,9 +554,8 @@ class Publisher(PublisherRunner[list[Publication]]):
         permtoken: str | None = None,
         timestamp: float | None = None,
     ) -> Publication:
-        """Stamp, journal (if configured) and queue one publication; thread-safe. What could
-        not be delivered raises :class:`~seqrepair.core.errors.UndeliverableError` (or
-        :class:`~seqrepair.core.errors.OversizedPublicationError`) and takes no number."""
+        """Stamp, journal (if configured) and queue one publication; thread-safe (what cannot
+        be delivered raises UndeliverableError, :mod:`seqrepair.core.limits`)."""
         stamp = time.time() if timestamp is None else timestamp
         with self._lock:
             if self.embedded is not None:
