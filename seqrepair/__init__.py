@@ -9,7 +9,9 @@ from seqrepair.core.errors import (
     InvalidMessageError,
     InvalidSequenceError,
     InvalidTopicPatternError,
+    OversizedPublicationError,
     SeqRepairError,
+    UndeliverableError,
     UnknownPublishTypeError,
 )
 from seqrepair.core.events import (
@@ -59,6 +61,7 @@ __all__ = [
     "LinkReset",
     "LinkSequencer",
     "OverduePolicy",
+    "OversizedPublicationError",
     "Publication",
     "PublishType",
     "ReplayComplete",
@@ -71,6 +74,7 @@ __all__ = [
     "StubStats",
     "SubscriberStub",
     "TopicPattern",
+    "UndeliverableError",
     "UnknownPublishTypeError",
     "Unrecoverable",
 ]

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from seqrepair.amqp.commands import _file_items
+from seqrepair.amqp import publishcmd
 from seqrepair.amqp.component import ComponentConfig
+from seqrepair.amqp.publishcmd import file_items as _file_items
 from seqrepair.cli import build_parser, main
 from seqrepair.core.errors import InvalidConfigError
 
@@ -131,14 +132,23 @@ def test_a_publish_file_keeps_each_lines_permission_token(tmp_path):
         (b'{"topic": "/a", "fields": [1]}\n', "line 1: fields is a JSON object"),
         (b'{"topic": "/a", "permtoken": 7}\n', "line 1: permtoken is a string"),
         (b'{"topic": "/a"}\n\xff\xfe\n', "line 2"),
+        (b'{"topic": "/a", "fields": {"x": 18446744073709551616}}\n', "line 1: field 'x'"),
+        (b'{"topic": "/a"}\n' + b'{"topic": "/a", "fields": {"x": "' + b"v" * 5000 + b'"}}',
+         "line 2: longer than 1000 bytes"),
+        (b"[" * 5000, "line 1: longer than 1000 bytes"),
     ],
 )
-def test_a_bad_publish_file_line_is_named(tmp_path, capsys, content, says):
+def test_a_bad_publish_file_line_is_named(tmp_path, capsys, monkeypatch, content, says):
+    monkeypatch.setattr(publishcmd, "MAX_LINE_BYTES", 1000)
     path = tmp_path / "pubs.jsonl"
     path.write_bytes(content)
-    assert main(["publish", "--source", "s", "--url", "127.0.0.1:1", "--file", str(path)]) == 2
-    [line] = capsys.readouterr().err.strip().splitlines()
-    assert says in line
+    # the good lines before a bad one are sent (here to no component: not accepted in 1 s)
+    assert main(["publish", "--source", "s", "--url", "127.0.0.1:1", "--file", str(path),
+                 "--timeout", "1"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert says in lines[-1]
+    assert "none from it on" in lines[-1]
+    assert all(line.startswith("seqrepair publish: ") for line in lines)
 
 
 @pytest.mark.redis

@@ -34,6 +34,7 @@ from proton.reactor import ApplicationEvent, AtMostOnce
 from seqrepair.amqp.ackdispatch import PROP_ACK
 from seqrepair.amqp.acks import FollowedNumbering, consumed_through
 from seqrepair.amqp.backoff import Backoff
+from seqrepair.amqp.batchsize import fitting
 from seqrepair.amqp.codec import Decoder, encode, encode_gap_requests
 from seqrepair.amqp.component import (
     CONTROL_ADDRESS,
@@ -52,7 +53,7 @@ from seqrepair.amqp.errors import (
     PublishRejectedError,
     SettingsMismatchError,
 )
-from seqrepair.amqp.framing import Outgoing, encode_frames
+from seqrepair.amqp.framing import Outgoing
 from seqrepair.amqp.rawamqp import read_raw
 from seqrepair.amqp.runner import DEFAULT_MAX_QUEUED, PublisherRunner, SubscriberRunner
 from seqrepair.amqp.runner import FATAL_CONDITIONS as FATAL_CONDITIONS  # importable from here
@@ -546,7 +547,8 @@ class Publisher(PublisherRunner[list[Publication]]):
         permtoken: str | None = None,
         timestamp: float | None = None,
     ) -> Publication:
-        """Stamp, journal (if configured) and queue one publication; thread-safe."""
+        """Stamp, journal (if configured) and queue one publication; thread-safe (what cannot
+        be delivered raises UndeliverableError, :mod:`seqrepair.core.limits`)."""
         stamp = time.time() if timestamp is None else timestamp
         with self._lock:
             if self.embedded is not None:
@@ -614,7 +616,8 @@ class Publisher(PublisherRunner[list[Publication]]):
         assert self.embedded is not None
         return PublicationQueuedError(
             f"{len(stamped)} publication(s) through {stamped[-1].source_seq} stamped and "
-            f"queued, not yet journaled: {cause.message}",
+            f"queued, not confirmed journaled (flush reads the journal's high-water before it "
+            f"appends again): {cause.message}",
             publication=stamped[-1], pending=self.embedded.pending,
             source=self.sequencer.source, stamped=stamped,
         )
@@ -652,7 +655,11 @@ class Publisher(PublisherRunner[list[Publication]]):
                     break
                 n = min(self.max_batch, len(self._pending))
                 batch = [self._pending.popleft() for _ in range(n)]
-            delivery = sender.send(encode_frames(batch, self.bits))
+            batch, message, rest = fitting(batch, self.bits, sender.remote_max_message_size)
+            if rest:
+                with self._lock:
+                    self._pending.extendleft(reversed(rest))
+            delivery = sender.send(message)
             self._unsettled[delivery.tag] = batch
             if self.on_sent is not None:
                 self.on_sent(batch)

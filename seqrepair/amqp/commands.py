@@ -11,12 +11,13 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
 import structlog
 
+from seqrepair.amqp.publishcmd import file_items, generated_items, pace, publish
 from seqrepair.argtypes import (
     bit_width,
     fraction,
@@ -26,8 +27,8 @@ from seqrepair.argtypes import (
     positive_float,
     positive_int,
 )
-from seqrepair.core.errors import InvalidConfigError, InvalidMessageError, SeqRepairError
-from seqrepair.core.messages import Publication, PublishType
+from seqrepair.core.errors import InvalidConfigError, SeqRepairError
+from seqrepair.core.messages import Publication
 from seqrepair.core.topics import validate_topic
 
 log = structlog.get_logger(__name__)
@@ -147,7 +148,9 @@ def register(subparsers: Any) -> None:
                      help="without --redis-url: number after N, the source's high-water (a "
                           "restarted publisher must not reuse numbers; default 0)")
     pub.add_argument("--address", default="/#", help="target address (topic or pattern)")
-    pub.add_argument("--file", help="JSON lines: {topic, fields, ptype?, permtoken?}")
+    pub.add_argument("--file", help="JSON lines: {topic, fields, ptype?, permtoken?}, at most "
+                     "4 MiB a line, each checked as it is read: the lines before a bad one are "
+                     "published, then the command exits 2 naming it")
     pub.add_argument("--count", type=non_negative_int, default=0, help="generated load: how many")
     pub.add_argument("--topics", default="/load/a,/load/b", help="generated load: topics")
     pub.add_argument("--rate", type=non_negative_float, default=0.0,
@@ -164,7 +167,8 @@ def register(subparsers: Any) -> None:
     pub.add_argument("--timeout", type=positive_float, default=60.0, metavar="SECONDS",
                      help="give up (exit 1) when not everything is accepted this long after the "
                           "last publication was handed over, e.g. while the component cannot "
-                          "be reached (default: 60)")
+                          "be reached, or when the journal (--redis-url) stays out this long: "
+                          "shorter outages are ridden out (default: 60)")
     pub.set_defaults(func=_publish)
 
     sub = subparsers.add_parser("subscribe", help="subscribe and print the ordered stream")
@@ -233,10 +237,9 @@ def _capabilities(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from proton.reactor import Container
-
     from seqrepair.amqp.component import Component, ComponentConfig
     from seqrepair.amqp.grants import GrantTable
+    from seqrepair.amqp.reactor import make_container
     from seqrepair.core.subscriptions import Subscription
     from seqrepair.journal.journal import Journal
     from seqrepair.journal.retainer import RetentionWorker
@@ -314,7 +317,7 @@ def _serve(args: argparse.Namespace) -> int:
         if retention is not None:
             stack.enter_context(retention)
         stack.callback(lambda: log.info("component stopped", **component.stats))
-        Container(component).run()
+        make_container(component).run()
     return 0
 
 
@@ -422,48 +425,7 @@ def _publish(args: argparse.Namespace) -> int:
         return 2
     if args.broker:
         return _publish_brokered(args)
-    from seqrepair.amqp.client import Publisher
-    from seqrepair.amqp.errors import PublishRejectedError
-    from seqrepair.journal.journal import Journal
-
-    journal = Journal.from_url(args.redis_url) if args.redis_url else None
-    publisher = Publisher(args.url, args.source, bits=args.bits, address=args.address,
-                          journal=journal, max_batch=args.batch,
-                          start_after=args.start_after).start()
-    count = 0
-    try:
-        for batch in _file_items(args):  # as fast as it goes; --rate paces the generated load
-            if publisher.error is not None:
-                break  # stopped (see below): the rest would only queue
-            publisher.publish_many(batch)
-            count += len(batch)
-        start = time.monotonic()
-        for batch in _generated_items(args):
-            if publisher.error is not None:
-                break
-            publisher.publish_many(batch)
-            count += len(batch)
-            _pace(start, count, args.rate)
-    except BaseException:  # a bad line, ^C: send what was published before it, then stop
-        publisher.close(timeout=5)
-        raise
-    ok = publisher.close(timeout=args.timeout)
-    print(json.dumps({"published": count, "accepted": publisher.accepted,
-                      "rejected": publisher.rejected, "flushed": ok}))
-    _report_error("publish", publisher.error)
-    error = publisher.error
-    if isinstance(error, PublishRejectedError) and isinstance(error.expected, int):
-        print(f"seqrepair publish: the journal holds {args.source!r} through "
-              f"{error.expected - 1}: publish with --redis-url (numbering resumes there) or "
-              f"--start-after {error.expected - 1}", file=sys.stderr)
-    elif not ok and error is None and publisher.last_failure is not None:
-        print(f"seqrepair publish: not every publication was accepted in {args.timeout:g} s: "
-              f"cannot reach a component at {args.url} ({publisher.last_failure})",
-              file=sys.stderr)
-    elif not ok and error is None:
-        print(f"seqrepair publish: not every publication was accepted in {args.timeout:g} s (is "
-              f"a component listening at {args.url}?)", file=sys.stderr)
-    return 0 if ok and not publisher.rejected else 1
+    return publish(args)
 
 
 def _report_error(command: str, error: SeqRepairError | None) -> None:
@@ -605,66 +567,6 @@ def _run_subscriber(subscriber: Any, sink: _Sink, args: argparse.Namespace) -> N
 # ------------------------------------------------------------------------------ brokered mode
 
 
-Item = tuple[str, dict[str, Any], str, str | None]
-
-
-def _file_items(args: argparse.Namespace) -> Iterator[list[Item]]:
-    """Batches of ``--batch`` items from the JSON lines of ``--file`` (blank lines skipped);
-    InvalidMessageError names the line that is not ``{topic, fields?, ptype?, permtoken?}``."""
-    if not args.file:
-        return
-    with open(args.file, "rb") as fh:
-        batch: list[Item] = []
-        number = 0
-        try:
-            for line in fh:
-                number += 1
-                if line.strip():
-                    batch.append(_item(json.loads(line.decode("utf-8"))))
-                if len(batch) >= args.batch:
-                    yield batch
-                    batch = []
-        except (ValueError, SeqRepairError) as exc:  # JSON, UTF-8 and publication errors
-            raise InvalidMessageError(f"{args.file} line {number}: {exc}") from exc
-        if batch:
-            yield batch
-
-
-def _item(obj: object) -> Item:
-    if not isinstance(obj, dict) or not isinstance(obj.get("topic"), str):
-        raise InvalidMessageError("a line is a JSON object with a string topic")
-    fields = obj.get("fields", {})
-    ptype = obj.get("ptype", "update")
-    token = obj.get("permtoken")
-    if not isinstance(fields, dict) or not isinstance(ptype, str):
-        raise InvalidMessageError("fields is a JSON object and ptype a string")
-    if token is not None and not isinstance(token, str):
-        raise InvalidMessageError("permtoken is a string")
-    validate_topic(obj["topic"])
-    PublishType.parse(ptype)
-    return obj["topic"], fields, ptype, token
-
-
-def _generated_items(args: argparse.Namespace) -> Iterator[list[Item]]:
-    """Batches of the generated load: ``--count`` updates round-robin over ``--topics``."""
-    topics = [validate_topic(t) for t in args.topics.split(",") if t]
-    if not topics and args.count:
-        raise InvalidConfigError("--topics names no topic")
-    step = args.batch
-    for first in range(0, args.count, step):
-        n = min(step, args.count - first)
-        yield [(topics[(first + i) % len(topics)], {"n": first + i, "t": time.time()}, "update",
-                None) for i in range(n)]
-
-
-def _pace(start: float, count: int, rate: float) -> None:
-    """Sleep until ``count`` items at ``rate`` per second since ``start`` are due (0: no pacing)."""
-    if rate > 0:
-        delay = start + count / rate - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)
-
-
 def _publish_brokered(args: argparse.Namespace) -> int:
     import random
 
@@ -683,10 +585,10 @@ def _publish_brokered(args: argparse.Namespace) -> int:
     count = 0
     start = time.monotonic()
     try:
-        for batch in itertools.chain(_file_items(args), _generated_items(args)):
+        for batch in itertools.chain(file_items(args), generated_items(args)):
             publisher.publish_many(batch)
             count += len(batch)
-            _pace(start, count, args.rate)
+            pace(start, count, args.rate)
     except BaseException:  # as in component mode
         publisher.close(timeout=5)
         raise

@@ -39,7 +39,6 @@ import attrs
 import structlog
 from proton import Condition, Data, Delivery, Endpoint, Link, Message, symbol
 from proton.handlers import MessagingHandler
-from proton.reactor import Container
 
 from seqrepair.amqp.ackdispatch import PROP_ACK, attach_reply, is_ack, receive_ack
 from seqrepair.amqp.codec import Decoder, encode
@@ -59,6 +58,7 @@ from seqrepair.amqp.ingest import Ingest, Released
 from seqrepair.amqp.journalport import RedisJournalPort
 from seqrepair.amqp.links import ResponseRoute, SubscriberLink, close_stolen, start_map, tokens
 from seqrepair.amqp.rawamqp import Unsupported, read_raw
+from seqrepair.amqp.reactor import make_container
 from seqrepair.amqp.respann import (
     RESPONSE_ADDRESS_SUPPORTED,
     RESPONSE_ANNOTATIONS,
@@ -114,7 +114,7 @@ PROP_LINK = "link"
 
 
 class Component(MessagingHandler):
-    """The proton handler of the pubsub component. ``Container(Component(...)).run()``.
+    """The proton handler of the pubsub component. ``make_container(Component(...)).run()``.
 
     ``subscriptions``: the subscription manager to serve ``/subscriptions/<id>`` from (it
     holds the configured ones too); by default one holding ``config.subscriptions``.
@@ -765,4 +765,4 @@ def _link_name(reply_to: Any) -> str | None:
 def serve(config: ComponentConfig, journal: Journal,
           on_ready: Callable[[str], None] | None = None) -> None:
     """Run the component until the process is stopped."""
-    Container(Component(config, journal, on_ready=on_ready)).run()
+    make_container(Component(config, journal, on_ready=on_ready)).run()

@@ -68,7 +68,7 @@ import attrs
 import structlog
 from proton import Condition, Connection, Endpoint, Message, symbol
 from proton.handlers import EndpointStateHandler, MessagingHandler
-from proton.reactor import ApplicationEvent, AtMostOnce, Container, EventInjector, LinkOption
+from proton.reactor import ApplicationEvent, AtMostOnce, EventInjector, LinkOption
 
 from seqrepair.amqp.ackdispatch import is_ack
 from seqrepair.amqp.backoff import Backoff
@@ -84,6 +84,7 @@ from seqrepair.amqp.gateway_relays import (
     RelayTable,
     upstream_name,
 )
+from seqrepair.amqp.reactor import make_container
 from seqrepair.amqp.respann import (
     ADDRESS_COOKIE,
     RESPONSE_ADDRESS_SUPPORTED,
@@ -382,7 +383,7 @@ class Gateway(MessagingHandler):
 
     def run(self) -> None:
         """Run the gateway in this thread until :meth:`close` (or until it gives up)."""
-        container = Container(self)
+        container = make_container(self)
         container.selectable(self._injector)
         try:
             container.run()

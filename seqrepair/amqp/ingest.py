@@ -40,7 +40,11 @@ from proton import Message
 from seqrepair.amqp import holdback
 from seqrepair.amqp.backoff import Backoff
 from seqrepair.amqp.codec import Decoder
-from seqrepair.amqp.errors import MalformedMessageError, UnknownMessageTypeError
+from seqrepair.amqp.errors import (
+    MalformedMessageError,
+    OversizedMessageError,
+    UnknownMessageTypeError,
+)
 from seqrepair.amqp.journalport import (
     NotJournaledError,
     RedisJournalPort,
@@ -48,9 +52,12 @@ from seqrepair.amqp.journalport import (
     StaleNumberingError,
 )
 from seqrepair.amqp.technical import DEFAULT_SOURCE_BITS
+from seqrepair.core.errors import OversizedPublicationError, UndeliverableError
+from seqrepair.core.limits import check_deliverable
 from seqrepair.core.messages import Publication
 from seqrepair.core.sequencers import SourceSequencer
 from seqrepair.journal.format import as_journaled
+from seqrepair.journal.gapfill import undeliverable
 from seqrepair.rest.catalog import SharedCatalog
 
 log = structlog.get_logger("seqrepair.amqp.ingest")
@@ -190,6 +197,15 @@ class Ingest:
             self.stats["trimmed_unsent"] += len(trimmed)
             log.warning("journaled publications trimmed before they were fanned out",
                         source=source, first=trimmed[0], last=trimmed[-1], count=len(trimmed))
+        poison = [pub for pub in pubs if undeliverable(pub) is not None]
+        if poison:  # journaled before publishers refused such publications: never sendable
+            self.ingested[source] = max(self.ingested.get(source, 0), poison[-1].source_seq)
+            self.stats["undeliverable"] = self.stats.get("undeliverable", 0) + len(poison)
+            bad = {pub.source_seq for pub in poison}
+            pubs = [pub for pub in pubs if pub.source_seq not in bad]
+            log.error("journaled publications that cannot be delivered passed over (a source "
+                      "request for them is answered GapError trimmed)", source=source,
+                      numbers=[pub.source_seq for pub in poison[:20]], count=len(poison))
         if pubs:
             self._publish(pubs, {})
             if source in self.in_doubt:
@@ -262,6 +278,7 @@ class Ingest:
                 )
             if frame.topic not in checked:
                 check_topic(receiver, frame.topic)
+            check_sendable(frame)
         items: list[bytes] | None = getattr(message, "items", None)
         pubs, items = _journal_forms(cast(list[Publication], frames), items)
         held: holdback.HeldBack = receiver.held_back
@@ -437,6 +454,19 @@ def check_topic(receiver: Any, topic: str) -> None:
     if len(checked) >= TOPIC_CACHE:
         checked.clear()
     checked.add(topic)
+
+
+def check_sendable(pub: Publication) -> None:
+    """Raise unless ``pub`` can be delivered (:mod:`seqrepair.core.limits`): checked before
+    anything is journaled, as the publishers' sequencers do when they stamp (a plain AMQP
+    publisher's ulong past an AMQP long, say). Too large: ``message-size-exceeded``; anything
+    else: ``decode-error``."""
+    try:
+        check_deliverable(pub.topic, pub.fields, pub.permtoken)
+    except OversizedPublicationError as exc:
+        raise OversizedMessageError(exc.message, expected=exc.expected, got=exc.got) from exc
+    except UndeliverableError as exc:
+        raise MalformedMessageError(exc.message, expected=exc.expected, got=exc.got) from exc
 
 
 def _journal_forms(

@@ -608,7 +608,9 @@ class RawIncomingHandler(IncomingMessageHandler):
         if not link.is_receiver or dlv.aborted or not dlv.readable or dlv.partial:
             super().on_delivery(event)
             return
-        data = link.recv(dlv.pending)
+        # a transfer without payload (a peer whose encoder failed after it began one) is no
+        # message: proton returns None for it, read here as empty bytes, which are malformed
+        data = link.recv(dlv.pending) or b""
         link.advance()
         event.message = decode_message(data)
         if event.link.state & Endpoint.LOCAL_CLOSED:

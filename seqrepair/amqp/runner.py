@@ -41,11 +41,12 @@ from typing import Any, Generic, Self, TypeVar
 
 from proton import Endpoint, Handler, Url
 from proton.handlers import MessagingHandler
-from proton.reactor import ApplicationEvent, Container, EventInjector
+from proton.reactor import ApplicationEvent, EventInjector
 
 from seqrepair.amqp.backoff import Backoff
 from seqrepair.amqp.errors import AmqpAdapterError
 from seqrepair.amqp.handoff import Handoff
+from seqrepair.amqp.reactor import make_container
 from seqrepair.amqp.taken import TakenPositions
 from seqrepair.core.errors import InvalidConfigError
 from seqrepair.core.messages import Publication
@@ -405,12 +406,13 @@ class SubscriberRunner(_Reconnecting):
         """Run in this thread until :meth:`stop` (or ``stop_when()`` turns true)."""
         self._stop_when = stop_when
         self._injector = EventInjector()
-        container = Container(self)
+        container = make_container(self)
         container.selectable(self._injector)
         try:
             container.run()
         except AttributeError:
-            # proton 0.40 can trip over a transport already torn down while stopping
+            # a transport already torn down while stopping; the race that raised this even
+            # while running (an expiry after end-of-file) make_container guards against
             if not self._stopping:
                 raise
 
@@ -604,7 +606,7 @@ class PublisherRunner(_Reconnecting, Generic[Unsettled]):
 
     def run(self) -> None:
         """Run the proton container in this thread until :meth:`close`."""
-        container = Container(self)
+        container = make_container(self)
         container.selectable(self._injector)
         container.run()
 

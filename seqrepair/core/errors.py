@@ -32,6 +32,18 @@ class UnknownPublishTypeError(InvalidMessageError):
     """A publish type that is not update, correction, image, drop, snapshot (or add)."""
 
 
+class UndeliverableError(InvalidMessageError):
+    """A publication that could be journaled but never delivered as one AMQP message (an
+    integer outside an AMQP long, a topic past its limit): refused before it takes a number
+    (:mod:`seqrepair.core.limits`). An old journal entry that is so is reported
+    ``Unrecoverable`` to a subscriber replaying it."""
+
+
+class OversizedPublicationError(UndeliverableError):
+    """A publication larger, encoded, than one publication may be
+    (:data:`~seqrepair.core.limits.MAX_PUBLICATION_SIZE`)."""
+
+
 class InvalidTopicPatternError(SeqRepairError):
     """A topic or topic pattern that breaks the topic-tree syntax."""
 

@@ -17,6 +17,7 @@ import attrs
 
 from seqrepair.core.config import check_now, non_negative_int, positive_number
 from seqrepair.core.errors import InvalidConfigError, InvalidMessageError
+from seqrepair.core.limits import check_deliverable
 from seqrepair.core.messages import Heartbeat, Publication, PublishType
 from seqrepair.core.sequence import RESET, SequenceSpace
 
@@ -72,6 +73,7 @@ class SourceSequencer:
             permtoken=permtoken,
             timestamp=timestamp,
         )
+        check_deliverable(publication.topic, publication.fields, publication.permtoken)
         self.high_water += 1
         return publication
 

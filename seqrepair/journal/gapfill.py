@@ -16,7 +16,10 @@ sent, by link number), the subscriber's :class:`~seqrepair.core.permissions.Enti
 
 Refusals happen before anything is read or sent: a link request larger than ``max_range`` or
 any request beyond the subscriber's budget gets ``GapError("refused", detail=reason)``; a
-requested number in a trimmed range gets ``GapError("trimmed")``. A source replay spanning more
+requested number in a trimmed range gets ``GapError("trimmed")``, and so does a journal entry
+that cannot be delivered (:func:`undeliverable`: written before publishers refused such
+publications): the replay stops before it with ``trimmed_through`` naming it, the subscriber
+reports the source ``Unrecoverable`` and asks again after it. A source replay spanning more
 than ``max_range`` numbers is not refused (it is the last-ditch repair, and a paused or
 restarted subscriber legitimately owes a long one): it stops after ``max_range`` numbers and
 ends ``ReplayComplete(more=True)`` with ``through`` the last number read per source, so the
@@ -42,7 +45,8 @@ import structlog
 
 from seqrepair.core.budget import RefusalPolicy, ResendBudget
 from seqrepair.core.context import LinkContext, LinkFrame, Resend
-from seqrepair.core.errors import InvalidMessageError
+from seqrepair.core.errors import InvalidMessageError, UndeliverableError
+from seqrepair.core.limits import check_deliverable
 from seqrepair.core.messages import (
     GapError,
     GapRequest,
@@ -156,11 +160,22 @@ class Replay:
                 ):
                     if self.cover is not None and self._cut(seg, pub.source_seq):
                         break
-                    if allows(pub):
-                        self.sent += 1
-                        yield attrs.evolve(pub, retransmit=True, link_seq=None)
-                    else:
+                    if not allows(pub):
                         self.filtered += 1
+                        continue
+                    poison = undeliverable(pub)
+                    if poison is not None:
+                        log.error("gapfill.undeliverable_entry", link=self.link.link_id,
+                                  source=seg.source, seq=pub.source_seq, error=poison.message)
+                        yield GapError(
+                            "trimmed", self.request,
+                            f"{seg.source} {pub.source_seq}: the journal entry cannot be "
+                            f"delivered: {poison.message}",
+                            {seg.source: pub.source_seq},
+                        )
+                        return
+                    self.sent += 1
+                    yield attrs.evolve(pub, retransmit=True, link_seq=None)
             except TrimmedRangeError as exc:
                 log.warning(
                     "gapfill.trimmed_during_replay", link=self.link.link_id, source=seg.source
@@ -179,6 +194,17 @@ class Replay:
             more=self.more,
         )
         yield ReplayComplete(through=self.through, request=self.request, more=self.more)
+
+
+def undeliverable(pub: Publication) -> UndeliverableError | None:
+    """Why a journaled ``pub`` cannot be sent as a message (None: it can). Publishers refuse
+    such publications before journaling them (:mod:`seqrepair.core.limits`); a journal written
+    before they did may still hold some."""
+    try:
+        check_deliverable(pub.topic, pub.fields, pub.permtoken)
+    except UndeliverableError as exc:
+        return exc
+    return None
 
 
 def _capped(

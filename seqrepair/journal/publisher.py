@@ -117,7 +117,9 @@ class Publisher:
         ``publication``, which stays queued) when the append of a full batch fails (Redis
         unreachable, or answering an error such as out of memory),
         :class:`BacklogFullError` when the window is full and the journal unreachable (nothing
-        stamped), and InvalidMessageError for bad input (no number consumed).
+        stamped), and InvalidMessageError for bad input (no number consumed), among it
+        :class:`~seqrepair.core.errors.UndeliverableError` for what could be journaled but
+        never delivered (:mod:`seqrepair.core.limits`).
         """
         if len(self._unheld) >= self.window:
             try:

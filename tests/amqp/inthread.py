@@ -9,9 +9,10 @@ from concurrent.futures import Future
 from typing import Any
 
 from proton import Condition, Endpoint
-from proton.reactor import ApplicationEvent, Container, EventInjector
+from proton.reactor import ApplicationEvent, EventInjector
 
 from seqrepair.amqp.component import Component, ComponentConfig
+from seqrepair.amqp.reactor import make_container
 from seqrepair.core.messages import GapRequest
 from seqrepair.journal.journal import Journal
 from seqrepair.rest.manager import SubscriptionManager
@@ -36,7 +37,7 @@ class HereComponent(Component):
         self._here_calls: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]] = (
             queue.SimpleQueue()
         )
-        self._here_thread = threading.Thread(target=Container(self).run, name="component",
+        self._here_thread = threading.Thread(target=make_container(self).run, name="component",
                                              daemon=True)
 
     def start(self) -> HereComponent:

@@ -51,7 +51,8 @@ def test_a_file_published_is_printed_by_a_subscriber_in_order_with_its_statistic
         )
         assert published.returncode == 0, published.stderr
         assert json.loads(published.stdout) == {
-            "published": 6, "accepted": 6, "rejected": 0, "flushed": True
+            "published": 6, "accepted": 6, "rejected": 0, "flushed": True, "journaled": 6,
+            "not_journaled": 0,
         }
         assert subscriber.wait(30) == 0
     finally:

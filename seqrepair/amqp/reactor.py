@@ -1,0 +1,48 @@
+"""One proton :class:`~proton.reactor.Container` for every long-running part (component,
+gateway, clients), with the guard against a proton 0.40 teardown race.
+
+proton's :class:`~proton.handlers.IOHandler` selects the readable, writable and expired
+selectables of a round, then pushes one event per selectable and kind. When a connection's
+socket hits end-of-file (or its transport closes) in the *readable* event of a round in which
+its idle-timeout deadline also *expired*, the readable handler detaches the transport from the
+selectable (``s._transport = None``), and the expired event queued behind it then calls
+``IOHandler.update(None, ...)``: ``AttributeError: 'NoneType' object has no attribute
+'capacity'``, raised out of ``Container.run()``. Its readable and writable handlers already
+return early for a selectable without a transport; the expired one does not. A restarted
+component under load died of it (issue 22 §3); a client's runner once only survived it while
+stopping.
+
+:func:`make_container` builds a container whose I/O handler ignores the expiry of a selectable
+whose transport is already gone (nothing is left to tick: the connection's own end is reported
+by proton's transport-closed and disconnected events, as without the race). Use it instead of
+``Container(handler)`` everywhere.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from proton.handlers import IOHandler
+from proton.reactor import Container
+
+__all__ = ["GuardedIOHandler", "make_container"]
+
+
+class GuardedIOHandler(IOHandler):
+    """proton's I/O handler, but an expiry of a selectable without a transport is ignored
+    (see the module docstring); ``skipped`` counts them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.skipped = 0
+
+    def on_selectable_expired(self, event: Any) -> None:
+        if event.selectable._transport is None:
+            self.skipped += 1
+            return
+        super().on_selectable_expired(event)
+
+
+def make_container(*handlers: Any) -> Container:
+    """``Container(*handlers)`` with :class:`GuardedIOHandler` as its I/O handler."""
+    return Container(*handlers, global_handler=GuardedIOHandler())
