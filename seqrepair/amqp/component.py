@@ -51,6 +51,7 @@ from seqrepair.amqp.errors import (
     RequestFloodError,
     UnknownAddressError,
     UnknownMessageTypeError,
+    condition_info,
 )
 from seqrepair.amqp.framing import encode_entry
 from seqrepair.amqp.grants import principal_of
@@ -209,7 +210,7 @@ class Component(MessagingHandler):
     @staticmethod
     def _reject(delivery: Delivery, error: SeqRepairError) -> None:
         condition = getattr(error, "condition", "amqp:invalid-field")
-        info: Any = {symbol("expected"): repr(error.expected), symbol("got"): repr(error.got)[:200]}
+        info = condition_info(error.expected, error.got)
         delivery.local.condition = Condition(condition, error.message[:500], info)
         delivery.update(Delivery.REJECTED)
         delivery.settle()
