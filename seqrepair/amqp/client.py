@@ -28,7 +28,7 @@ from typing import Any
 
 import attrs
 import structlog
-from proton import symbol
+from proton import symbol, ulong
 from proton.reactor import ApplicationEvent, AtMostOnce, LinkOption
 
 from seqrepair.amqp.backoff import Backoff
@@ -238,7 +238,7 @@ class Subscriber(SubscriberRunner):
         if self._epoch is not None:
             props[PROP_EPOCH] = self._epoch
         if self._start is not None:
-            props[PROP_START] = self._start
+            props[PROP_START] = {source: ulong(seq) for source, seq in self._start.items()}
         if self.permtokens:
             props[PROP_GRANTS] = ",".join(self.permtokens)
         self._receiver = self._container.create_receiver(

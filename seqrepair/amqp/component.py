@@ -37,7 +37,7 @@ from typing import Any
 
 import attrs
 import structlog
-from proton import Condition, Data, Delivery, Endpoint, Link, Message, symbol
+from proton import Condition, Data, Delivery, Endpoint, Link, Message, symbol, ulong
 from proton.handlers import MessagingHandler
 from proton.reactor import AtMostOnce, Container
 
@@ -475,7 +475,7 @@ class Component(MessagingHandler):
         # reset frame is lost
         sender.properties = {
             PROP_EPOCH: link.epoch,
-            PROP_START: dict(self.gapfill.link(name).start_after),
+            PROP_START: {k: ulong(v) for k, v in self.gapfill.link(name).start_after.items()},
         }
         if sub is not None and sub.paused:
             link.hold(self.clock(), "subscription paused")
