@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from proton import Delivery, Message, Timeout, symbol, ulong
 from proton.reactor import LinkOption
 from proton.utils import BlockingConnection, BlockingReceiver, BlockingSender
@@ -32,6 +34,7 @@ from seqrepair.amqp.technical import (
     MessageType,
     SubscriptionState,
 )
+from seqrepair.core.errors import InvalidTopicPatternError
 from seqrepair.core.messages import (
     GAP_ERROR_REASONS,
     GapError,
@@ -41,6 +44,7 @@ from seqrepair.core.messages import (
     ReplayComplete,
     SourceGapRequest,
 )
+from seqrepair.core.topics import TopicPattern, validate_topic
 from seqrepair.journal.server import EmbeddedRedis
 
 from .conftest import ROOT, ComponentProcess
@@ -632,3 +636,41 @@ def test_condition_info_values_are_typed_as_the_errors_section_says() -> None:
         "int", b"x" * 200, -2, str(1 << 70))
     assert len(errors_module.condition_info(None, list(range(40)))[symbol("got")]) == 16
 
+
+
+# --------------------------------------------------------------------------------------------
+# the topic grammar as WIRE.md writes it (ABNF), against the code
+
+
+def _abnf() -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """WIRE.md's ABNF of topics and patterns, transcribed rule by rule."""
+    section = WIRE[WIRE.index("### Topics and topic patterns"):]
+    grammar = section[section.index("```") + 3:]
+    grammar = grammar[:grammar.index("```")]
+    rules = {line.split("=")[0].strip() for line in grammar.splitlines() if "=" in line}
+    assert rules == {"topic", "pattern", "word", "wordchar"}
+    wordchar = r"[^/*#\s\x00-\x1f\x7f]"  # the wordchar rule's exclusions
+    word = wordchar + "+"
+    return re.compile(f"(?:/{word})+"), re.compile(rf"(?:/(?:{word}|\*|#))+")
+
+
+ALPHABET = ["a", "B", "7", "é", "/", "*", "#", " ", "\t", "\x00", "\x1f", "\x7f", "\u2003",
+            "\u00a0", ".", "-", "{"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(ALPHABET), max_size=8).map("".join))
+def test_the_documented_topic_grammar_is_the_code_s(text: str) -> None:
+    topic_rule, pattern_rule = _abnf()
+    try:
+        validate_topic(text)
+        is_topic = True
+    except InvalidTopicPatternError:
+        is_topic = False
+    try:
+        TopicPattern(text)
+        is_pattern = True
+    except InvalidTopicPatternError:
+        is_pattern = False
+    assert is_topic == (topic_rule.fullmatch(text) is not None), text
+    assert is_pattern == (pattern_rule.fullmatch(text) is not None), text
