@@ -375,5 +375,5 @@ def encode_frames(
             body.append(mapped)
         return Message(
             body=body,
-            properties={MESSAGE_TYPE: MessageType.PUBLICATIONS.value, "count": len(body)},
+            properties={MESSAGE_TYPE: MessageType.PUBLICATIONS.value, "count": ulong(len(body))},
         )

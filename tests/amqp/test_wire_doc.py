@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from proton import Delivery, Message, Timeout, symbol, ulong
+from proton import Delivery, Message, Timeout, char, symbol, ulong
 from proton.reactor import LinkOption
 from proton.utils import BlockingConnection, BlockingReceiver, BlockingSender
 
@@ -176,6 +176,8 @@ def _props(message: Any) -> dict[str, Any]:
 
 PUB = Publication("/w/x", "src", 5, fields={"f": 1}, link_seq=9, permtoken="tok",
                   timestamp=1.5, retransmit=True)
+ODD = Publication("/w/x", "src", 6, fields={"c": char("x")}, link_seq=11)
+"""A field of a type only proton's codec writes: its batch takes the map form."""
 AFTER = SourceGapRequest(after={"src": 4}, request_id=7, link_through=3)
 
 
@@ -187,7 +189,8 @@ def written() -> dict[str, list[Any]]:
         message.properties = {**message.properties, component_module.PROP_LINK: "data-link"}
     return {
         "PUBLICATION": [encode_frame(PUB), encode_frame(PUB.with_link(None, retransmit=False))],
-        "PUBLICATIONS": [encode_frames([PUB, PUB.with_link(10)])],
+        "PUBLICATIONS": [encode_frames([PUB, PUB.with_link(10)]),
+                         encode_frames([ODD, Heartbeat(12, 3.0, retransmit=True)])],
         "HEARTBEAT": [encode_frame(Heartbeat(3, 2.0, retransmit=True))],
         "GAP-REQUEST": requests[:2],
         "SOURCE-GAP-REQUEST": requests[2:],
