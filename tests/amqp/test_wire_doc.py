@@ -80,6 +80,8 @@ def _cells(line: str) -> list[str]:
 
 def table(header: tuple[str, ...], after: str | None = None) -> list[list[str]]:
     """The rows of the one table with ``header`` (the first one after the text ``after``)."""
+    if after is not None:
+        assert after in WIRE, f"WIRE.md no longer says {after!r} before its table {header}"
     text = WIRE if after is None else WIRE[WIRE.index(after):]
     found = [rows for head, rows in tables(text) if head == header]
     assert found, f"WIRE.md has no table {header}"
@@ -104,9 +106,9 @@ BODIES = {code(row[0]): row[1] for row in table(("message-type", "body (amqp-val
 ATTACH = {code(row[0]): row[1]
           for row in table(("link property", "AMQP type", "sent by", "meaning"))}
 KEYS = ("key", "AMQP type", "meaning")
-REPLAY_COMPLETE_BODY = {code(r[0]): r[1] for r in table(KEYS, after="`REPLAY-COMPLETE` body:")}
-CAPABILITIES_BODY = {code(r[0]): r[1] for r in table(KEYS, after="`CAPABILITIES` answer body:")}
-SUBSCRIPTION_BODY = {code(r[0]): r[1] for r in table(KEYS, after="`SUBSCRIPTION` body:")}
+REPLAY_COMPLETE_BODY = {code(r[0]): r[1] for r in table(KEYS, after="`REPLAY-COMPLETE` body")}
+CAPABILITIES_BODY = {code(r[0]): r[1] for r in table(KEYS, after="`CAPABILITIES` answer body")}
+SUBSCRIPTION_BODY = {code(r[0]): r[1] for r in table(KEYS, after="`SUBSCRIPTION` body")}
 CONDITIONS = {code(row[0]) for row in table(("condition", "when")) if "amqp:" in row[0]}
 REASONS = {code(row[0]) for row in table(("reason", "answers", "the subscriber"))}
 
