@@ -19,7 +19,6 @@ has one, and sends them batched; deliveries stay unsettled until the component a
 
 from __future__ import annotations
 
-import ast
 import itertools
 import time
 import uuid
@@ -28,14 +27,14 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import structlog
-from proton import symbol
+from proton import symbol, ulong
 from proton.reactor import ApplicationEvent, AtMostOnce
 
 from seqrepair.amqp.ackdispatch import PROP_ACK
 from seqrepair.amqp.acks import FollowedNumbering, consumed_through
 from seqrepair.amqp.backoff import Backoff
 from seqrepair.amqp.batchsize import fitting
-from seqrepair.amqp.codec import Decoder, encode, encode_gap_requests
+from seqrepair.amqp.codec import Decoder, encode, encode_gap_requests, plain_value
 from seqrepair.amqp.component import (
     CONTROL_ADDRESS,
     LINK_PREFIX,
@@ -216,7 +215,7 @@ class Subscriber(SubscriberRunner):
         if self._epoch is not None:
             props[PROP_EPOCH] = self._epoch
         if self._start is not None:
-            props[PROP_START] = self._start
+            props[PROP_START] = {source: ulong(seq) for source, seq in self._start.items()}
         if self.permtokens:
             props[PROP_GRANTS] = ",".join(self.permtokens)
         self._receiver = self._container.create_receiver(
@@ -755,14 +754,10 @@ def _rejection(cond: Any, batch: list[Publication] | None) -> PublishRejectedErr
     )
 
 
-def _info_value(text: Any) -> Any:
-    """A value the component sent as its ``repr`` (see ``Component._reject``), read back."""
-    if not isinstance(text, str):
-        return text
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
-        return text
+def _info_value(value: Any) -> Any:
+    """A typed value of a condition's ``info`` (WIRE.md, Errors) as a plain Python value:
+    ``ulong`` an int, ``symbol`` a str, ``binary`` bytes, lists and maps element by element."""
+    return plain_value(value)
 
 
 def _tag_order(tag: Any) -> int:

@@ -115,7 +115,7 @@ def _map(value: object, name: str) -> Mapping[Any, Any]:
     return value
 
 
-def _plain(value: Any) -> Any:
+def plain_value(value: Any) -> Any:
     """Proton's subclasses (symbol, ulong, char...) as plain Python values, recursively."""
     if value is None or isinstance(value, bool):
         return value
@@ -128,10 +128,13 @@ def _plain(value: Any) -> Any:
     if isinstance(value, memoryview | bytearray):
         return bytes(value)
     if isinstance(value, Mapping):
-        return {_plain(k): _plain(v) for k, v in value.items()}
+        return {plain_value(k): plain_value(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
+        return [plain_value(v) for v in value]
     return value
+
+
+_plain = plain_value
 
 
 def _source_numbers(value: object, name: str) -> dict[str, int]:
@@ -392,12 +395,19 @@ class Decoder:
                 seq = None if link_seq is None else link_seq + i
                 kind = entry[0]
                 if kind == HEARTBEAT_ENTRY:
+                    if len(entry) > 4:
+                        raise MalformedMessageError(
+                            "a heartbeat entry has 2 to 4 elements", expected=4, got=len(entry)
+                        )
                     if len(entry) > 2:
                         seq = self._link_seq(entry[2], required=True)
                     if seq is None:
                         raise MalformedMessageError("a heartbeat needs a link number", got=None)
                     stamp = _timestamp(entry[1]) if len(entry) > 1 else None
-                    out.append(Heartbeat(link_seq=seq, timestamp=stamp))
+                    again = entry[3] if len(entry) > 3 else batch_retransmit
+                    if not isinstance(again, bool):
+                        raise MalformedMessageError("retransmit must be a boolean", got=again)
+                    out.append(Heartbeat(link_seq=seq, timestamp=stamp, retransmit=again))
                     continue
                 if len(entry) not in (8, 10):
                     raise MalformedMessageError(
@@ -469,16 +479,17 @@ class Decoder:
                 )
             mtype = MessageType(kind)
         try:
-            if mtype is MessageType.HEARTBEAT:
-                link_seq = self._link_seq(props.get("link_seq"), required=True)
-                assert link_seq is not None
-                return Heartbeat(link_seq=link_seq, timestamp=_timestamp(props.get("timestamp")))
-            source = props.get("source", default_source)
-            source = _str(source, "source")
-            topic = _str(props.get("topic", default_topic), "topic")
             retransmit = props.get("retransmit", False)
             if not isinstance(retransmit, bool):
                 raise MalformedMessageError("retransmit must be a boolean", got=retransmit)
+            if mtype is MessageType.HEARTBEAT:
+                link_seq = self._link_seq(props.get("link_seq"), required=True)
+                assert link_seq is not None
+                return Heartbeat(link_seq=link_seq, timestamp=_timestamp(props.get("timestamp")),
+                                 retransmit=retransmit)
+            source = props.get("source", default_source)
+            source = _str(source, "source")
+            topic = _str(props.get("topic", default_topic), "topic")
             ptype = PublishType.parse(props.get("ptype", PublishType.UPDATE.value))
             plain_fields = _map(fields, "fields") if plain else _plain(_map(fields, "fields"))
             link_seq = self._link_seq(props.get("link_seq"), required=False)
@@ -526,12 +537,21 @@ class Decoder:
     ) -> Decoded | list[GapRequest]:
         try:
             if mtype is MessageType.GAP_REQUEST:
-                if body is not None:
-                    return self._ranges(body)
-                return GapRequest(
+                # the properties are the first range, always; a body adds the others
+                first = GapRequest(
                     link_from=_int(props.get("link_from"), "link_from", low=1, high=self._link_max),
                     link_to=_int(props.get("link_to"), "link_to", low=1, high=self._link_max),
                 )
+                if body is None:
+                    return first
+                ranges = self._ranges(body)
+                if ranges[0] != first:
+                    raise MalformedMessageError(
+                        "a GAP-REQUEST body's first range must be link_from..link_to",
+                        expected=[first.link_from, first.link_to],
+                        got=[ranges[0].link_from, ranges[0].link_to],
+                    )
+                return ranges
             if mtype is MessageType.SOURCE_GAP_REQUEST:
                 through = props.get(LINK_THROUGH)
                 return SourceGapRequest(

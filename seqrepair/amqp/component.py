@@ -37,7 +37,7 @@ from typing import Any
 
 import attrs
 import structlog
-from proton import Condition, Data, Delivery, Endpoint, Link, Message, symbol
+from proton import Condition, Data, Delivery, Endpoint, Link, Message, symbol, ulong
 from proton.handlers import MessagingHandler
 
 from seqrepair.amqp.ackdispatch import PROP_ACK, attach_reply, is_ack, receive_ack
@@ -51,6 +51,7 @@ from seqrepair.amqp.errors import (
     RequestFloodError,
     UnknownAddressError,
     UnknownMessageTypeError,
+    condition_info,
 )
 from seqrepair.amqp.framing import encode_entry
 from seqrepair.amqp.grants import principal_of
@@ -220,7 +221,7 @@ class Component(MessagingHandler):
     @staticmethod
     def _reject(delivery: Delivery, error: SeqRepairError) -> None:
         condition = getattr(error, "condition", "amqp:invalid-field")
-        info: Any = {symbol("expected"): repr(error.expected), symbol("got"): repr(error.got)[:200]}
+        info = condition_info(error.expected, error.got)
         delivery.local.condition = Condition(condition, error.message[:500], info)
         delivery.update(Delivery.REJECTED)
         delivery.settle()
@@ -502,7 +503,7 @@ class Component(MessagingHandler):
         # reset frame is lost
         sender.properties = {
             PROP_EPOCH: link.epoch,
-            PROP_START: dict(self.gapfill.link(name).start_after),
+            PROP_START: {k: ulong(v) for k, v in self.gapfill.link(name).start_after.items()},
             PROP_DURABLE: restarted,
             **attach_reply(self.config, link.window),
         }

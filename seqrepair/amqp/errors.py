@@ -8,9 +8,59 @@ are mapped to these at the adapter boundary (httpcore's ``map_exceptions`` habit
 
 from __future__ import annotations
 
+import enum
+from collections.abc import Mapping
 from typing import Any
 
+from proton import symbol, ulong
+
 from seqrepair.core.errors import SeqRepairError
+
+INFO_TEXT_LIMIT = 200
+"""The most characters (or bytes) of one string (or binary) in a condition's ``info``."""
+INFO_ITEMS_LIMIT = 16
+"""The most elements of one list or map in a condition's ``info``; the rest is left out."""
+_MAX_ULONG = (1 << 64) - 1
+_MIN_LONG = -(1 << 63)
+
+
+def info_value(value: Any) -> Any:
+    """``value`` as a typed AMQP value for a condition's ``info`` (WIRE.md, Errors).
+
+    A number in 0..2^64-1 is a ``ulong``, a negative one that fits a ``long``; a float a
+    ``double``; text a ``string`` and bytes a ``binary`` (both cut to
+    :data:`INFO_TEXT_LIMIT`); a tuple, list or set a ``list`` and a mapping a ``map`` (at most
+    :data:`INFO_ITEMS_LIMIT` elements each); None a null. Anything else (an integer past 64
+    bits included) is its ``str`` text, cut the same way: never a Python ``repr``.
+    """
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, enum.Enum):
+        return info_value(value.value)
+    if isinstance(value, int):
+        if 0 <= value <= _MAX_ULONG:
+            return ulong(value)
+        if _MIN_LONG <= value < 0:
+            return int(value)
+        return str(int(value))[:INFO_TEXT_LIMIT]
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, str):
+        return str(value)[:INFO_TEXT_LIMIT]
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)[:INFO_TEXT_LIMIT]
+    if isinstance(value, Mapping):
+        items = list(value.items())[:INFO_ITEMS_LIMIT]
+        return {info_value(k): info_value(v) for k, v in items}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [info_value(v) for v in list(value)[:INFO_ITEMS_LIMIT]]
+    return str(value)[:INFO_TEXT_LIMIT]
+
+
+def condition_info(expected: Any, got: Any) -> Any:
+    """The ``info`` map of a condition the component sends: symbol keys ``expected`` and
+    ``got`` with typed values (:func:`info_value`)."""
+    return {symbol("expected"): info_value(expected), symbol("got"): info_value(got)}
 
 
 class AmqpAdapterError(SeqRepairError):

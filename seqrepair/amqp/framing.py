@@ -149,6 +149,8 @@ def _frame_entry(
         entry["link_seq"] = ulong(frame.link_seq)
         if frame.timestamp is not None:
             entry["timestamp"] = float(frame.timestamp)
+        if frame.retransmit:
+            entry["retransmit"] = True
         return entry
     bits = source_bits(frame.source)
     entry = {
@@ -332,7 +334,7 @@ def regular_runs(frames: Sequence[LinkFrame]) -> list[tuple[int, int]]:
 
 
 def _retransmit(frame: LinkFrame) -> bool:
-    return isinstance(frame, Publication) and frame.retransmit
+    return frame.retransmit
 
 
 def encode_frames(
@@ -361,8 +363,7 @@ def encode_frames(
         for frame in frames:
             items = _entry_items(frame, bits)
             items.append(encode_value(None if frame.link_seq is None else ulong(frame.link_seq)))
-            if isinstance(frame, Publication):
-                items.append(encode_value(frame.retransmit))
+            items.append(encode_value(frame.retransmit))
             entries.append(encode_list(items))
         return encode_batch(entries, first_link_seq=None, retransmit=False)
     except Unsupported:  # a field value of a type only proton knows: the map form
@@ -374,5 +375,5 @@ def encode_frames(
             body.append(mapped)
         return Message(
             body=body,
-            properties={MESSAGE_TYPE: MessageType.PUBLICATIONS.value, "count": len(body)},
+            properties={MESSAGE_TYPE: MessageType.PUBLICATIONS.value, "count": ulong(len(body))},
         )

@@ -24,7 +24,7 @@ from typing import Any
 from proton import Condition, Delivery, Endpoint, symbol
 from proton.reactor import LinkOption
 
-from seqrepair.amqp.errors import OversizedMessageError
+from seqrepair.amqp.errors import OversizedMessageError, condition_info
 from seqrepair.amqp.rawamqp import RawIncomingHandler
 
 __all__ = ["DEFAULT_MAX_MESSAGE_SIZE", "SizeLimitedIncoming", "limit_size"]
@@ -71,7 +71,7 @@ def refuse(delivery: Any, size: int, limit: int) -> None:
     description = f"{what} {size} bytes: this link takes at most {limit} (max-message-size)"
     condition = OversizedMessageError.condition
     if not delivery.settled:
-        info: Any = {symbol("expected"): repr(limit), symbol("got"): repr(size)}
+        info = condition_info(limit, size)
         delivery.local.condition = Condition(condition, description, info)
         delivery.update(Delivery.REJECTED)
     delivery.settle()

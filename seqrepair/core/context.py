@@ -87,6 +87,16 @@ class LinkContext:
             # first number (its attach raced ours) must not read this as frames it missed.
             return Resend(self, request, span, self._generation, 1, 0)
         last = self.space.unwrap(self._head + self._base, request.link_to) - self._base
+        if last > self._head + 1:
+            # Nothing a subscriber of this context saw can be asked for past the number after
+            # the newest frame (its overdue probe): the range reaches back more than half the
+            # space (the numbers are ambiguous) or belongs to another context. Either way the
+            # link cannot name these frames; the journal can, by source.
+            return GapError(
+                "context-lost", request,
+                f"link_to {request.link_to} is not within half the link space behind the"
+                " newest frame",
+            )
         first = last - span + 1
         if first < self._oldest:
             return GapError("context-lost", request, "range no longer held")
@@ -156,6 +166,8 @@ class Resend:
                 return
             if isinstance(frame, Publication):
                 frame = frame.with_link(frame.link_seq, retransmit=True)
+            else:
+                frame = attrs.evolve(frame, retransmit=True)
             yield frame
 
 

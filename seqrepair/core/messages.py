@@ -301,12 +301,17 @@ def _fill(
 
 @attrs.frozen
 class Heartbeat:
-    """A link-level heartbeat: it takes a link number but carries no source number."""
+    """A link-level heartbeat: it takes a link number but carries no source number.
+
+    ``retransmit``: sent again in answer to a gap request (its ``timestamp`` is then the
+    original one, so it says nothing of the link's liveness now).
+    """
 
     link_seq: int = attrs.field(validator=_int_in(0, _MAX_WIRE))
     timestamp: float | None = attrs.field(
         default=None, converter=_float_time, validator=_optional(_timestamp)
     )
+    retransmit: bool = attrs.field(default=False, validator=_instance_of(bool))
 
 
 @attrs.frozen

@@ -35,9 +35,10 @@ def other(first: int, last: int, source: str = SOURCE, *, variant: int = 1) -> M
     return Message(body=body, properties={"message-type": "PUBLICATIONS"})
 
 
-def info(delivery: object) -> dict[str, str]:
+def info(delivery: object) -> dict[str, object]:
+    """The condition's info, each value with its AMQP type (WIRE.md: typed, never repr text)."""
     cond = delivery.local.condition  # type: ignore[attr-defined]
-    return {str(key): value for key, value in cond.info.items()}
+    return {str(key): (type(value).__name__, value) for key, value in cond.info.items()}
 
 
 def test_a_publisher_that_starts_again_from_one_is_refused_and_told_where_to_go_on() -> None:
@@ -46,7 +47,7 @@ def test_a_publisher_that_starts_again_from_one_is_refused_and_told_where_to_go_
     restarted = h.send(other(1, 2))
 
     assert outcome(restarted) == REUSED
-    assert info(restarted) == {"expected": "6", "got": "1"}
+    assert info(restarted) == {"expected": ("ulong", 6), "got": ("ulong", 1)}
     assert h.journaled(SOURCE) == [(seq, seq) for seq in range(1, 6)]
     assert h.received() == [(SOURCE, seq, seq) for seq in range(1, 6)]
     assert h.component.stats["duplicates"] == 0  # not counted as resends
@@ -60,7 +61,7 @@ def test_nothing_of_a_message_that_reuses_a_number_is_journaled_not_even_its_new
     after = h.send(numbered(6, 7))  # the publication the journal holds next is still 6
 
     assert outcome(refused) == REUSED
-    assert info(refused)["got"] == "4"
+    assert info(refused)["got"] == ("ulong", 4)
     assert outcome(after) == ACCEPTED
     assert h.journaled(SOURCE) == [(seq, seq) for seq in range(1, 8)]
     assert h.received() == [(SOURCE, seq, seq) for seq in range(1, 8)]
@@ -124,7 +125,7 @@ def test_the_rejection_names_the_first_number_that_differs(resent_from: int) -> 
     refused = h.send(Message(body=body, properties={"message-type": "PUBLICATIONS"}))
 
     assert outcome(refused) == REUSED
-    assert info(refused) == {"expected": "6", "got": "5"}
+    assert info(refused) == {"expected": ("ulong", 6), "got": ("ulong", 5)}
     assert symbol("expected") in refused.local.condition.info  # type: ignore[attr-defined]
 
 
@@ -150,8 +151,8 @@ def test_resends_and_reused_numbers_in_any_order_lose_nothing_acknowledged(
         else:
             assert outcome(delivery) == REUSED
             first_differing = first + next(i for i, kept in enumerate(shared) if kept != variant)
-            assert info(delivery) == {"expected": str(len(held) + 1),
-                                      "got": str(first_differing)}
+            assert info(delivery) == {"expected": ("ulong", len(held) + 1),
+                                      "got": ("ulong", first_differing)}
     expected = [(SOURCE, seq, seq + 1000 * v) for seq, v in enumerate(held, start=1)]
     assert h.received() == expected
     assert h.journaled(SOURCE) == [(seq, n) for _, seq, n in expected]

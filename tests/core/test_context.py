@@ -22,11 +22,28 @@ def test_answers_a_range_across_the_wrap_as_retransmissions():
     assert all(f.retransmit for f in frames)
 
 
-def test_heartbeats_are_resent_as_they_were():
+def test_heartbeats_are_resent_as_they_were_marked_as_retransmissions():
     context = LinkContext(bits=8)
     beat = Heartbeat(link_seq=1, timestamp=3.0)
     context.record(beat)
-    assert context.answer(GapRequest(1, 1)) == [beat]
+    assert context.answer(GapRequest(1, 1)) == [
+        Heartbeat(link_seq=1, timestamp=3.0, retransmit=True)
+    ]
+    assert context.answer(GapRequest(2, 2)) == []  # the next number: not sent yet
+
+
+def test_a_range_more_than_half_the_space_behind_is_context_lost_not_unanswered():
+    context = LinkContext(bits=4)  # numbers 1..15, half 7
+    for n in range(1, 13):
+        context.record(Heartbeat(link_seq=n, timestamp=float(n)))
+    # 12 - 3 = 9 behind: read as 6 ahead, which no subscriber of this context can ask for
+    error = context.answer(GapRequest(3, 3))
+    assert isinstance(error, GapError)
+    assert error.reason == "context-lost"
+    assert error.request == GapRequest(3, 3)
+    # 7 behind (half the space) is still answered
+    assert [f.link_seq for f in context.answer(GapRequest(5, 5))] == [5]
+    assert context.answer(GapRequest(13, 13)) == []  # the probe of the next number
 
 
 def test_range_older_than_the_capacity_is_context_lost():
@@ -59,7 +76,7 @@ def test_a_link_that_has_sent_nothing_yet_has_lost_nothing():
     assert fresh.answer(GapRequest(1, 40)) == []
     assert fresh.answer(GapRequest(1, 60000)).reason == "refused"  # the range is still bounded
     fresh.record(Heartbeat(link_seq=1, timestamp=0.0))
-    assert fresh.answer(GapRequest(1, 2)) == [Heartbeat(link_seq=1, timestamp=0.0)]
+    assert fresh.answer(GapRequest(1, 2)) == [Heartbeat(link_seq=1, timestamp=0.0, retransmit=True)]
 
 
 def test_a_resend_reads_the_context_as_it_is_iterated():

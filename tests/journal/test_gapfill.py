@@ -276,7 +276,9 @@ def test_answer_dispatches_both_request_kinds(journal: Journal) -> None:
     service.attach("L1", EVERYTHING)
     assert list(service.answer("L1", GapRequest(1, 1), 0.0)) == []  # nothing sent yet
     service.record("L1", Heartbeat(link_seq=1, timestamp=0.0))
-    assert list(service.answer("L1", GapRequest(1, 1), 0.0)) == [Heartbeat(1, timestamp=0.0)]
+    assert list(service.answer("L1", GapRequest(1, 1), 0.0)) == [
+        Heartbeat(1, timestamp=0.0, retransmit=True)
+    ]
     out = list(service.answer("L1", SourceGapRequest({"feed.a": 1}), 0.0))
     assert len(out) == 3
     assert isinstance(out[-1], ReplayComplete)
