@@ -20,15 +20,18 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from proton import Delivery, Message, Timeout, char, symbol, ulong
+from proton import Delivery, Message, Timeout, char, symbol, ubyte, ulong
 from proton.reactor import LinkOption
 from proton.utils import BlockingConnection, BlockingReceiver, BlockingSender
 
+from seqrepair.amqp import ackdispatch as ackdispatch_module
 from seqrepair.amqp import component as component_module
+from seqrepair.amqp import durable as durable_module
 from seqrepair.amqp import errors as errors_module
 from seqrepair.amqp.codec import Decoder, encode, encode_gap_requests
 from seqrepair.amqp.framing import encode_frame, encode_frames
 from seqrepair.amqp.technical import (
+    Ack,
     Capabilities,
     CapabilitiesRequest,
     MessageType,
@@ -119,7 +122,7 @@ REASONS = {code(row[0]) for row in table(("reason", "answers", "the subscriber")
 
 def amqp_type(value: Any) -> str:
     """The AMQP type proton encodes ``value`` as (and decodes it back to)."""
-    for cls, name in ((bool, "boolean"), (ulong, "ulong"), (symbol, "symbol"), (str, "string"),
+    for cls, name in ((bool, "boolean"), (ulong, "ulong"), (ubyte, "ubyte"), (symbol, "symbol"), (str, "string"),
                       (int, "long"), (float, "double"), (bytes, "binary"), (dict, "map"),
                       (list, "list")):
         if isinstance(value, cls):
@@ -201,6 +204,7 @@ def written() -> dict[str, list[Any]]:
         "REPLAY-COMPLETE": [encode(ReplayComplete({"src": 9}, AFTER, more=True))],
         "CAPABILITIES": [encode(CapabilitiesRequest()), encode(CAPS)],
         "SUBSCRIPTION": [encode(SubscriptionState("ACTIVE", "/w/#", "l", "/w/#", epoch="e"))],
+        "ACK": [encode(Ack("data-link", "e", 7, {"src": 9})), encode(Ack("data-link", "e"))],
     }
 
 
@@ -268,10 +272,11 @@ def test_the_documented_body_keys_and_types_are_what_the_code_writes() -> None:
             assert conforms(value, documented_type(documented[key])), (key, value)
 
 
-def test_the_documented_attach_properties_are_the_ones_the_component_reads() -> None:
-    read = {str(value) for name, value in vars(component_module).items()
-            if name.startswith("PROP_") and isinstance(value, symbol)}
-    assert read == set(ATTACH)
+def test_the_documented_attach_properties_are_the_ones_the_component_reads_and_writes() -> None:
+    named = {str(value) for module in (component_module, ackdispatch_module, durable_module)
+             for name, value in vars(module).items()
+             if name.startswith("PROP_") and isinstance(value, symbol)}
+    assert named == set(ATTACH)
 
 
 CLIENT_SIDE = {"client", "brokered", "runner", "commands", "query", "demo", "backoff", "handoff"}
@@ -432,7 +437,9 @@ def test_attach_publications_resends_and_heartbeats_are_as_documented(
     client = Client(server.url, "/wire/one/#")
     try:
         reply = {str(k): v for k, v in dict(client.data.link.remote_properties or {}).items()}
-        assert set(reply) == {"seqrepair-epoch", "seqrepair-start-after"}
+        assert set(reply) == {"seqrepair-epoch", "seqrepair-start-after", "seqrepair-durable",
+                              "seqrepair-link-bits", "seqrepair-heartbeat",
+                              "seqrepair-max-gap-range"}  # no window: this client does not ack
         for name, value in reply.items():
             assert conforms(value, documented_type(ATTACH[name])), (name, value)
         assert client.publish("/wire/one/a", [publication("wire.one", n, "/wire/one/a")
