@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import structlog
-from proton import symbol, ulong
+from proton import Endpoint, symbol, ulong
 from proton.reactor import ApplicationEvent, AtMostOnce
 
 from seqrepair.amqp.ackdispatch import PROP_ACK
@@ -262,6 +262,9 @@ class Subscriber(SubscriberRunner):
     def on_link_opened(self, event: Any) -> None:
         if event.link == self._receiver:
             event.connection.seqrepair_attached = True
+            if _refused(event.link):  # its empty reply says nothing of the numbering
+                self._flush()
+                return
             props = plain_properties(event.link.remote_properties)
             start = props.get(str(PROP_START))
             if self._start is None and isinstance(start, Mapping):
@@ -758,6 +761,11 @@ def _info_value(value: Any) -> Any:
     """A typed value of a condition's ``info`` (WIRE.md, Errors) as a plain Python value:
     ``ulong`` an int, ``symbol`` a str, ``binary`` bytes, lists and maps element by element."""
     return plain_value(value)
+
+
+def _refused(link: Any) -> bool:
+    """An attach answered by a refusal (AMQP 1.0 §2.6.3: a null source, then a detach)."""
+    return bool(link.state & Endpoint.REMOTE_CLOSED) or link.remote_source.address is None
 
 
 def _tag_order(tag: Any) -> int:
