@@ -603,7 +603,7 @@ class Component(MessagingHandler):
         if not conn.bucket.take(now):
             raise RequestFloodError("request rate exceeded; slow down", got=self.stats["requests"])
         self.stats["requests"] += 1
-        requests = self.decoder.decode(message)
+        requests = self.decoder.decode_request(message)  # never a publication: no source state
         route, cookie = self._route_for(receiver, message)
         route.check_room()
         correlation = message.id

@@ -62,6 +62,16 @@ class SourceUnwrapper:
         """Start a trial (one received message): :meth:`rollback` undoes what follows."""
         self._before = {}
 
+    @property
+    def in_trial(self) -> bool:
+        """Whether a trial is open (:meth:`begin` without its :meth:`commit` or
+        :meth:`rollback` yet)."""
+        return self._before is not None
+
+    def trial_sources(self) -> list[str]:
+        """The sources the open trial touched so far."""
+        return list(self._before or ())
+
     def commit(self) -> None:
         """Keep what the trial changed."""
         self._before = None
