@@ -1,0 +1,101 @@
+"""Another connection cannot disturb a publisher's source (issue 22 §4), on real processes.
+
+A real redis-server, ``seqrepair serve`` and ``seqrepair publish --redis-url`` (a journaling
+publisher of an 8- or 32-bit source); between two runs of the publisher a second, raw proton
+connection sends three PUBLICATIONs of the same source to ``$seqrepair`` (each wire number a
+quarter of the space ahead of the last: before the fix they moved the component's unwrapping
+of that source, and the publisher's next run was refused ``amqp:precondition-failed``), and a
+``PUBLICATIONS`` whose ``count`` disagrees with its entries to a topic address. Both are
+refused with their conditions, the publisher's second run is accepted, the journal holds
+exactly its publications and a subscriber gets them once, in order.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from proton import Delivery, Message, ulong
+from proton.utils import BlockingConnection
+
+from seqrepair.amqp.client import Subscriber
+from seqrepair.core.messages import Publication
+from seqrepair.journal.journal import Journal
+
+from .conftest import ROOT, ComponentProcess, wait_for
+
+pytestmark = [pytest.mark.amqp, pytest.mark.redis]
+
+SOURCE = "feed.honest"
+
+
+def publish(url: str, redis_url: str, bits: int, count: int) -> tuple[int, str]:
+    """``seqrepair publish`` of ``count`` generated publications; (exit code, output)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    done = subprocess.run(
+        [sys.executable, "-m", "seqrepair.cli", "publish", "--url", url, "--source", SOURCE,
+         "--bits", str(bits), "--redis-url", redis_url, "--count", str(count), "--rate", "0",
+         "--timeout", "20"],
+        env=env, capture_output=True, text=True, timeout=60,
+    )
+    return done.returncode, done.stdout + done.stderr
+
+
+def outcome(sender: object, message: Message) -> tuple[object, str | None]:
+    delivery = sender.send(message, error_states=[])  # type: ignore[attr-defined]
+    cond = delivery.remote.condition
+    return delivery.remote_state, None if cond is None else cond.name
+
+
+@pytest.mark.parametrize("bits", [8, 32])
+def test_publications_sent_to_seqrepair_by_another_connection_change_nothing(
+    bits: int, redis_url: str, tmp_path: Path
+) -> None:
+    comp = ComponentProcess(redis_url, tmp_path, "--heartbeat", "0.2").start()
+    got: list[Publication] = []
+    try:
+        with Subscriber(comp.url, "/load/#", on_publication=got.append,
+                        heartbeat_interval=0.2, link_name="watcher") as sub:
+            assert sub.connected.wait(20)
+            time.sleep(0.3)
+            first = publish(comp.url, redis_url, bits, 5)
+            hostile = BlockingConnection(comp.url, timeout=20)
+            try:
+                control = hostile.create_sender("$seqrepair")
+                quarter = 1 << (bits - 2)
+                refused = [
+                    outcome(control, Message(
+                        properties={"message-type": "PUBLICATION", "source": SOURCE,
+                                    "source_seq": ulong(5 + k * quarter), "source_bits": bits,
+                                    "topic": "/load/a"},
+                        body={"x": k}))
+                    for k in (1, 2, 3)
+                ]
+                topic = hostile.create_sender("/load/a")
+                entries = [{"source": "stranger", "source_seq": ulong(n), "source_bits": bits,
+                            "topic": "/load/a", "fields": {"n": n}} for n in (1, 2, 3)]
+                miscounted = outcome(topic, Message(
+                    properties={"message-type": "PUBLICATIONS", "count": ulong(2)},
+                    body=entries))
+            finally:
+                hostile.close()
+            second = publish(comp.url, redis_url, bits, 5)
+            wait_for(lambda: len(got) >= 10, 30)
+            time.sleep(0.5)  # a duplicate or a stranger would come now
+        with Journal.from_url(redis_url) as journal:
+            held = [p.source_seq for p in journal.read_range(SOURCE, 1, 100)]
+            stranger = journal.high_water("stranger")
+    finally:
+        comp.stop()
+    log = comp.log_text()[-3000:]
+    assert first[0] == 0, first
+    assert refused == [(Delivery.REJECTED, "amqp:not-implemented")] * 3
+    assert miscounted == (Delivery.REJECTED, "amqp:decode-error")
+    assert second[0] == 0, (second, log)
+    assert held == list(range(1, 11))
+    assert stranger == 0
+    assert [(p.source, p.source_seq) for p in got] == [(SOURCE, n) for n in range(1, 11)]
