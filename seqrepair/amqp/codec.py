@@ -37,6 +37,7 @@ from seqrepair.amqp.technical import (
     DEFAULT_LINK_BITS,
     DEFAULT_SOURCE_BITS,
     MESSAGE_TYPE,
+    Ack,
     Capabilities,
     CapabilitiesRequest,
     Decoded,
@@ -170,7 +171,12 @@ def _request_id(props: dict[str, Any], request: SourceGapRequest | None) -> dict
 
 
 LINK_THROUGH = "link_through"
-"""Application property of a source request: the highest link number the subscriber had seen."""
+"""Application property of a source request: the highest link number the subscriber had seen;
+of an ACK: the link number through which the subscriber has consumed every one."""
+LINK_EPOCH = "link_epoch"
+"""Application property of an ACK: the link context its numbers belong to."""
+ACK_LINK = "link"
+"""Application property of an ACK (and of every request): the data link's name."""
 
 
 def _read_request_id(props: Mapping[str, Any]) -> int | None:
@@ -244,6 +250,13 @@ def encode(obj: Decoded) -> Message:
             body=complete,
             properties=_request_id({MESSAGE_TYPE: MessageType.REPLAY_COMPLETE.value}, answered),
         )
+    if isinstance(obj, Ack):
+        acked: dict[str, Any] = {
+            MESSAGE_TYPE: MessageType.ACK.value, ACK_LINK: obj.link, LINK_EPOCH: obj.link_epoch,
+        }
+        if obj.link_through is not None:
+            acked[LINK_THROUGH] = ulong(obj.link_through)
+        return Message(body=_ulongs(obj.taken) if obj.taken else None, properties=acked)
     if isinstance(obj, CapabilitiesRequest):
         return Message(properties={MESSAGE_TYPE: MessageType.CAPABILITIES.value})
     if isinstance(obj, Capabilities):
@@ -590,6 +603,16 @@ class Decoder:
                     link_through=None if through is None else _int(
                         through, LINK_THROUGH, high=self._link_max
                     ),
+                )
+            if mtype is MessageType.ACK:
+                through = props.get(LINK_THROUGH)
+                return Ack(
+                    link=_str(props.get(ACK_LINK), ACK_LINK),
+                    link_epoch=_str(props.get(LINK_EPOCH), LINK_EPOCH),
+                    link_through=None if through is None else _int(
+                        through, LINK_THROUGH, high=self._link_max
+                    ),
+                    taken={} if body is None else _source_numbers(body, "taken"),
                 )
             if mtype is MessageType.REPLAY_COMPLETE:
                 body = _map(body, "REPLAY-COMPLETE body")

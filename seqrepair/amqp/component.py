@@ -39,14 +39,14 @@ import attrs
 import structlog
 from proton import Condition, Data, Delivery, Endpoint, Link, Message, symbol
 from proton.handlers import MessagingHandler
-from proton.reactor import AtMostOnce, Container
+from proton.reactor import Container
 
+from seqrepair.amqp.ackdispatch import PROP_ACK, attach_reply, is_ack, receive_ack
 from seqrepair.amqp.codec import Decoder, encode
 from seqrepair.amqp.config import Bucket
 from seqrepair.amqp.config import ComponentConfig as ComponentConfig
 from seqrepair.amqp.errors import (
     AmqpAdapterError,
-    MalformedMessageError,
     NotImplementedAnnotationError,
     RequestFloodError,
     UnknownAddressError,
@@ -57,13 +57,15 @@ from seqrepair.amqp.grants import principal_of
 from seqrepair.amqp.ingest import Ingest, Released
 from seqrepair.amqp.journalport import RedisJournalPort
 from seqrepair.amqp.links import ResponseRoute, SubscriberLink, close_stolen, start_map, tokens
+from seqrepair.amqp.positions import NoPositions, Positions
 from seqrepair.amqp.rawamqp import Unsupported, read_raw
 from seqrepair.amqp.respann import (
     RESPONSE_ADDRESS_SUPPORTED,
     RESPONSE_ANNOTATIONS,
     RESPONSE_COOKIE,
-    RESPONSE_TARGET,
 )
+from seqrepair.amqp.routing import MAX_RESPONSE_TARGETS as MAX_RESPONSE_TARGETS
+from seqrepair.amqp.routing import route_for
 from seqrepair.amqp.runner import Call, listening_address
 from seqrepair.amqp.sizelimit import limit_size
 from seqrepair.amqp.subqueues import (
@@ -75,6 +77,7 @@ from seqrepair.amqp.subqueues import (
 from seqrepair.amqp.technical import (
     ABSOLUTE_SOURCE_BITS,
     DEFAULT_SOURCE_BITS,
+    Ack,
     Capabilities,
     CapabilitiesRequest,
 )
@@ -92,6 +95,7 @@ from seqrepair.core.permissions import Entitlement
 from seqrepair.core.sequencers import LinkSequencer
 from seqrepair.core.subscriptions import Subscription as Subscription
 from seqrepair.core.topics import TopicPattern
+from seqrepair.core.window import LinkWindow, window_size
 from seqrepair.journal.gapfill import GapFillService
 from seqrepair.journal.journal import Journal
 from seqrepair.rest.catalog import SharedCatalog
@@ -101,8 +105,6 @@ log = structlog.get_logger("seqrepair.amqp.component")
 
 CONTROL_ADDRESS = "$seqrepair"
 LINK_PREFIX = "$link/"
-MAX_RESPONSE_TARGETS = 16
-"""How many ``response-link-target-address`` links the component attaches per connection."""
 PROP_BATCH = symbol("seqrepair-batch")
 PROP_RESUME = symbol("seqrepair-resume")
 PROP_EPOCH = symbol("seqrepair-epoch")
@@ -142,7 +144,9 @@ class Component(MessagingHandler):
             link_bits=config.link_bits, max_publications=config.max_publish_batch
         )
         self.stats = {"ingested": 0, "duplicates": 0, "rejected": 0, "released": 0, "requests": 0,
-                      "trimmed_unsent": 0, "oversized": 0}
+                      "trimmed_unsent": 0, "oversized": 0, "acks": 0, "acks_ignored": 0,
+                      "window_peak": 0}
+        self.positions: Positions = NoPositions()  # what ACKs say was taken (positions.py)
         self.ingest = Ingest(
             RedisJournalPort(journal, bits_of=self.decoder.unwrapper.bits), self.decoder,
             self._fan_out, self.stats, clock=clock, topics=topics,
@@ -189,6 +193,12 @@ class Component(MessagingHandler):
         if frame.link_seq == 0 and self.config.drop_reset_frames:
             return True
         return self.config.drop_rate > 0 and self._rng.random() < self.config.drop_rate
+
+    @property
+    def window_size(self) -> int:
+        """The window of a link that acknowledges: half the link space, at most the frames a
+        link context keeps (a number the subscriber may still ask for is still held)."""
+        return window_size(self.config.link_bits, self.config.context_capacity)
 
     def capabilities(self) -> Capabilities:
         """The answer to a source query (XEP-0040 §4)."""
@@ -263,6 +273,8 @@ class Component(MessagingHandler):
                 continue
             link.heartbeat(now)
             self._pump_link(link, now)
+            if link.stats["window_peak"] > self.stats["window_peak"]:
+                self.stats["window_peak"] = link.stats["window_peak"]
         self._schedule_tick()
 
     def on_connection_bound(self, event: Any) -> None:
@@ -431,12 +443,14 @@ class Component(MessagingHandler):
         name = sender.name
         resume = bool(props.get(str(PROP_RESUME), False))
         epoch = props.get(str(PROP_EPOCH))
+        acks = props.get(str(PROP_ACK)) is True
         link = self.links.get(name)
         if (
             link is not None
             and resume
             and link.entitlement == entitlement
             and (epoch is None or epoch == link.epoch)
+            and (link.window is not None) == acks
         ):
             close_stolen(link, sender)
             link.attach(sender)
@@ -460,6 +474,7 @@ class Component(MessagingHandler):
                 max_pending=self.config.max_pending,
                 source_bits=self.outgoing_bits,
                 drop=self._drop,
+                window=LinkWindow(self.config.link_bits, self.window_size) if acks else None,
             )
             if resume:
                 # the subscriber had a context we no longer hold: start at 0 (reset) so it
@@ -475,6 +490,7 @@ class Component(MessagingHandler):
         sender.properties = {
             PROP_EPOCH: link.epoch,
             PROP_START: dict(self.gapfill.link(name).start_after),
+            **attach_reply(self.config, link.window),
         }
         if sub is not None and sub.paused:
             link.hold(self.clock(), "subscription paused")
@@ -597,7 +613,22 @@ class Component(MessagingHandler):
         except Unsupported:
             return None
 
+    def _on_ack(self, receiver: Any, delivery: Delivery, message: Message) -> None:
+        """An ACK (ackdispatch.py): not charged to the request allowance, never answered."""
+        for ack in self.decoder.decode(message):
+            if not isinstance(ack, Ack):
+                raise UnknownMessageTypeError("an ACK message holds one ACK", got=ack)
+            link = receive_ack(ack, receiver.connection, self.links, self.positions, self.stats)
+            if link is not None:
+                self._pump_link(link, self.clock())
+                self.stats["window_peak"] = max(self.stats["window_peak"],
+                                                link.stats["window_peak"])
+        self.accept(delivery)
+
     def _on_request(self, receiver: Any, delivery: Delivery, message: Message) -> None:
+        if is_ack(message):
+            self._on_ack(receiver, delivery, message)
+            return
         conn = receiver.connection
         now = self.clock()
         if not conn.bucket.take(now):
@@ -671,47 +702,11 @@ class Component(MessagingHandler):
     def _route_for(
         self, receiver: Any, message: Message
     ) -> tuple[ResponseRoute, bytes | None]:
-        """Where the answers to ``message`` go, and the cookie they carry (respann §2.3)."""
-        conn = receiver.connection
-        annotations: dict[Any, Any] = dict(message.instructions or {})
-        target = annotations.get(RESPONSE_TARGET)
-        cookie = annotations.get(RESPONSE_COOKIE)
-        if isinstance(cookie, memoryview | bytearray):
-            cookie = bytes(cookie)
-        if cookie is not None and not isinstance(cookie, bytes):
-            raise MalformedMessageError("response-address-cookie must be binary", got=cookie)
-        if target is None:
-            reply_to = message.reply_to
-            route = self.routes.get((conn.seqrepair_id, str(reply_to)))
-            if route is None:
-                raise UnknownAddressError(
-                    f"reply-to {reply_to!r} names no link of this connection", got=reply_to
-                )
-            return route, cookie
-        if not isinstance(target, str) or not target:
-            raise MalformedMessageError(
-                "response-link-target-address must be a non-empty string", got=target
-            )
-        key = (conn.seqrepair_id, "\0" + target)
-        route = self.routes.get(key)
-        if route is None:
-            targets = sum(
-                1 for (conn_id, _), r in self.routes.items()
-                if conn_id == conn.seqrepair_id and r.target is not None
-            )
-            if targets >= MAX_RESPONSE_TARGETS:
-                raise RequestFloodError(
-                    f"answers already go to {targets} response targets on this connection",
-                    got=target,
-                )
-            sender = self.container.create_sender(conn, target=target, options=AtMostOnce())
-            route = ResponseRoute(
-                Entitlement.everything(), self.config.max_batch, self.outgoing_bits,
-                sender=sender, target=target,
-            )
-            sender.route = route
-            self.routes[key] = route
-        return route, cookie
+        """Where the answers to ``message`` go, and the cookie they carry (routing.py)."""
+        return route_for(self.routes, receiver.connection, message, self.container,
+                         lambda sender, target: ResponseRoute(
+                             Entitlement.everything(), self.config.max_batch,
+                             self.outgoing_bits, sender=sender, target=target))
 
     # --- running ------------------------------------------------------------------------
 

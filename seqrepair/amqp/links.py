@@ -54,6 +54,7 @@ from seqrepair.core.messages import (
 )
 from seqrepair.core.permissions import Entitlement
 from seqrepair.core.sequencers import LinkSequencer
+from seqrepair.core.window import LinkWindow
 
 ReplayFrame = Publication | ReplayComplete | GapError
 
@@ -273,8 +274,13 @@ class SubscriberLink:
     subscriber that re-attaches naming an older epoch is not resumed in a context it never
     saw begin."""
     stats: dict[str, int] = attrs.field(
-        factory=lambda: {"sent": 0, "dropped": 0, "transfers": 0, "paused": 0}
+        factory=lambda: {"sent": 0, "dropped": 0, "transfers": 0, "paused": 0,
+                         "window_full": 0, "window_peak": 0, "stale_resends": 0}
     )
+    window: LinkWindow | None = None
+    """The window discipline of a subscriber that acknowledges (``seqrepair-ack``): no link
+    number is stamped more than ``window.size`` past what it acknowledged. None: no window
+    (a client that does not ack gets the numbering as before)."""
     _allowed: dict[tuple[object, ...], bool] = attrs.field(factory=dict, init=False)
     _filtered: bool = attrs.field(default=False, init=False)
 
@@ -376,10 +382,19 @@ class SubscriberLink:
                 # a batch link sends a chunk per transfer; a plain one a publication each, so
                 # no more than its credit is numbered (what waits unnumbered can be paused)
                 most = self.max_batch if self.batch else sender.credit
+                window = self.window
+                if window is not None:
+                    room = window.room()
+                    if room <= 0:
+                        self.stats["window_full"] += 1
+                        break  # until an ACK: what waits stays unnumbered (and may pause)
+                    most = min(most, room)
                 chunk = [pending.popleft() for _ in range(min(most, len(pending)))]
                 stamp = self.sequencer.stamp
-                self._send_frames([stamp(pub, now) for pub, _ in chunk],
-                                  [entry for _, entry in chunk])
+                frames: list[Publication | Heartbeat] = [stamp(pub, now) for pub, _ in chunk]
+                if window is not None:
+                    self._counted(window, len(frames))
+                self._send_frames(frames, [entry for _, entry in chunk])
             else:
                 break
         transfers: int = max(0, credit - sender.credit)  # each transfer spends one credit
@@ -393,9 +408,34 @@ class SubscriberLink:
             return
         if self.paused and not self.held:
             return
+        window = self.window
+        if window is not None and window.room() <= 0:
+            return  # a full window takes no new number; the subscriber's ACK opens it
         beat = self.sequencer.poll(now)
         if beat is not None:
+            if window is not None:
+                self._counted(window, 1)
             self._send_frames([beat])
+
+    def _counted(self, window: LinkWindow, count: int) -> None:
+        window.stamped(count)
+        if window.outstanding > self.stats["window_peak"]:
+            self.stats["window_peak"] = window.outstanding
+
+    def fresh(self, frames: Iterable[AnswerFrame]) -> Iterator[AnswerFrame]:
+        """The frames of a resend, read as they are sent, less those at or below what the
+        subscriber acknowledged (stale: it has them, and read now they could pass for new)."""
+        for frame in frames:
+            window = self.window
+            if (
+                window is not None
+                and isinstance(frame, Publication | Heartbeat)
+                and frame.link_seq is not None
+                and window.stale(frame.link_seq)
+            ):
+                self.stats["stale_resends"] += 1
+                continue
+            yield frame
 
     def hold(self, now: float, reason: str) -> None:
         """Pause the link until :meth:`release` (its subscription was paused)."""
@@ -422,6 +462,8 @@ class SubscriberLink:
         self.sequencer.reset()
         self.reset_pending = True
         self.epoch = _new_epoch()
+        if self.window is not None:
+            self.window.reset()
 
     def _send_frames(
         self, frames: list[Publication | Heartbeat], entries: list[bytes | None] | None = None

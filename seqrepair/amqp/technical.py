@@ -41,6 +41,7 @@ class MessageType(enum.StrEnum):
     GAP_ERROR = "GAP-ERROR"
     REPLAY_COMPLETE = "REPLAY-COMPLETE"
     CAPABILITIES = "CAPABILITIES"
+    ACK = "ACK"
 
 
 @attrs.frozen
@@ -86,6 +87,24 @@ class SubscriptionState:
     a new one means the link numbering restarted at 0."""
 
 
+@attrs.frozen
+class Ack:
+    """ACK: how far a subscriber has got on its data link ``link`` (pre-settled, no answer).
+
+    ``link_epoch`` names the link context the numbers belong to (as the component named it);
+    ``link_through`` is the wire link number through which the stub has consumed every number
+    of that context (delivered, filled by a heartbeat, covered by a replay or given up as
+    Unrecoverable), None when it has nothing to say. ``taken``: per source, the absolute
+    source number the application has taken (only sources that advanced since the last ACK);
+    empty when there is nothing new.
+    """
+
+    link: str
+    link_epoch: str
+    link_through: int | None = None
+    taken: Mapping[str, int] = attrs.field(factory=dict)
+
+
 Decoded = (
     Publication
     | Heartbeat
@@ -96,6 +115,7 @@ Decoded = (
     | CapabilitiesRequest
     | Capabilities
     | SubscriptionState
+    | Ack
 )
 """Everything :meth:`Decoder.decode` can return."""
 
