@@ -386,6 +386,12 @@ def read_message(data: bytes) -> ReceivedMessage | None:
         return None
 
 
+_LAZY_STRINGS = ("id", "correlation_id", "address", "reply_to", "subject", "content_type",
+                 "content_encoding", "group_id", "reply_to_group_id")
+"""The properties of a :class:`proton.Message` read from its C struct when asked for (a string
+that is not UTF-8 raises then, wherever the component happens to read it)."""
+
+
 def decode_message(data: bytes) -> ReceivedMessage | Message:
     """What a receiver makes of ``data``: :func:`read_message`, else proton's codec when the
     bytes are well-formed AMQP, else a :class:`ReceivedMessage` whose ``malformed`` says why
@@ -403,6 +409,8 @@ def decode_message(data: bytes) -> ReceivedMessage | Message:
         decoded = Message()
         try:
             decoded.decode(data)
+            for name in _LAZY_STRINGS:  # proton turns these into str only when they are read
+                getattr(decoded, name)
             return decoded
         except Exception as exc:  # whatever proton raises: the bytes are bad
             problem = f"undecodable: {exc!r}"[:200]

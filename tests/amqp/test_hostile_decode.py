@@ -155,3 +155,16 @@ def test_refused_publications_on_a_publishing_link_leave_no_source_behind() -> N
     assert "s2" not in h.component.ingest.journal._hw
     assert outcome(h.send(narrow(6, 8))) == ACCEPTED
     assert h.received() == [(SOURCE, seq, seq) for seq in range(1, 9)]
+
+
+def test_a_message_whose_reply_to_is_not_utf8_is_malformed_not_an_internal_error() -> None:
+    from seqrepair.amqp.rawamqp import decode_message
+
+    raw = bytearray(Message(properties={"message-type": "CAPABILITIES"},
+                            reply_to="$link/abcdef").encode())
+    at = raw.index(b"abcdef")
+    raw[at] = 0xA7  # a continuation byte with no start: not UTF-8
+    h = Harness()
+    refused = control(h, decode_message(bytes(raw)))  # type: ignore[arg-type]
+
+    assert outcome(refused) == (Delivery.REJECTED, "amqp:decode-error")
