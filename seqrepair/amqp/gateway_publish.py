@@ -222,7 +222,7 @@ class PublishRelays:
         if other.state & Endpoint.LOCAL_CLOSED:
             return upstream
         if upstream:
-            log.info("upstream publishing connection lost: closing the publisher's",
+            log.warning("upstream publishing connection lost: closing the publisher's",
                      container=other.remote_container)
             other.condition = Condition(FORCED, "the component's connection was lost")
             other.seqrepair_forced = True

@@ -129,3 +129,38 @@ def test_what_the_component_refuses_is_refused_to_the_publisher_behind_a_gateway
     assert (miscounted.remote_state, miscounted.remote.condition.name) == (
         Delivery.REJECTED, "amqp:decode-error")
     assert high == {"feed.skip": 0, "feed.m": 0}
+
+
+def test_publishing_through_a_gateway_survives_a_component_restart_and_journals_each_once(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """kill -9 of the component mid-stream: the gateway closes the publisher's connection
+    (``amqp:connection:forced``), the publisher reconnects and sends again what was not settled;
+    the journal ends holding every publication once, and each was acknowledged only once held."""
+    from seqrepair.amqp.client import Publisher
+
+    comp = ComponentProcess(redis_url, tmp_path).start()
+    try:
+        with gateway_process(comp.url, tmp_path) as gateway, Publisher(
+            gateway, "feed.r", journal=Journal.from_url(redis_url), max_batch=32,
+            reconnect_delay=0.1, max_reconnect_delay=0.5,
+        ) as publisher:
+            for i in range(400):
+                publisher.publish("/load/a", {"n": i})
+                if i == 200:
+                    assert wait_for(lambda: publisher.accepted > 0, 20)
+                    comp.kill()
+                    time.sleep(0.5)
+                    comp.start()
+                time.sleep(0.002)
+            assert publisher.flush(60)
+            accepted, rejected = publisher.accepted, publisher.rejected
+    finally:
+        comp.stop()
+    with Journal.from_url(redis_url) as journal:
+        held = [p.fields["n"] for p in journal.read_range("feed.r", 1, 1000)]
+    gateway_log = (tmp_path / "gateway.log").read_text()
+    assert "upstream publishing connection lost" in gateway_log  # the restart was crossed
+    assert rejected == 0
+    assert accepted >= 400  # resent after the restart: what the journal held is skipped
+    assert held == list(range(400))
