@@ -72,7 +72,13 @@ from proton.handlers import EndpointStateHandler, MessagingHandler
 from proton.reactor import ApplicationEvent, AtMostOnce, Container, EventInjector, LinkOption
 
 from seqrepair.amqp.backoff import Backoff
-from seqrepair.amqp.gateway_publish import PublishRelays, refuse_non_request, settle_with
+from seqrepair.amqp.errors import AmqpAdapterError
+from seqrepair.amqp.gateway_publish import (
+    PublishRelays,
+    checked_incoming,
+    refuse_non_request,
+    settle_with,
+)
 from seqrepair.amqp.gateway_relays import (
     Action,
     AnswerDownstream,
@@ -237,6 +243,7 @@ class Gateway(MessagingHandler):
             if isinstance(h, EndpointStateHandler) else h
             for h in cast(list[Any], self.handlers)
         ]
+        checked_incoming(self)  # bytes proton cannot read are refused, not raised
         self.listen_url = listen
         self.listening = listen  # host:port bound (the chosen port when listen names port 0)
         self.upstream_url = upstream
@@ -584,11 +591,15 @@ class Gateway(MessagingHandler):
             if relay is not None and self.relays.is_current(relay):
                 self._top_up(relay)
         else:
-            refused = refuse_non_request(event.message)
-            if refused is None:
-                self._request(event.message)
-                self.accept(event.delivery)
-            else:
+            try:
+                refused = refuse_non_request(event.message)
+                if refused is None:
+                    self._request(event.message)
+                    self.accept(event.delivery)
+            except Exception as exc:  # one peer's message must not end the gateway for all
+                self.log.exception("request failed", link=receiver.name)
+                refused = AmqpAdapterError(f"internal error: {exc!r}")
+            if refused is not None:
                 settle_with(event.delivery, refused)
             receiver.flow(1)
 

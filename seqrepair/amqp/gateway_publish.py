@@ -34,10 +34,12 @@ from typing import Any
 
 import structlog
 from proton import Condition, Delivery, Endpoint, Message
+from proton.handlers import IncomingMessageHandler
 
 from seqrepair.amqp.codec import NOT_REQUESTS
 from seqrepair.amqp.errors import AmqpAdapterError, MalformedMessageError, UnknownMessageTypeError
 from seqrepair.amqp.gateway_relays import upstream_name
+from seqrepair.amqp.rawamqp import proton_message
 from seqrepair.amqp.sizelimit import refuse
 from seqrepair.amqp.technical import MESSAGE_TYPE
 
@@ -60,6 +62,43 @@ def refuse_non_request(message: Message) -> AmqpAdapterError | None:
             f"{kind} is not a request: publications go to a topic address", got=str(kind)
         )
     return None
+
+
+class CheckedIncoming(IncomingMessageHandler):
+    """proton's incoming-message handler, except that bytes proton cannot read (or would
+    raise on later, a string that is not UTF-8) are rejected ``amqp:decode-error`` on that
+    delivery instead of raising out of the gateway's event loop, which would end the gateway
+    for every peer. A downstream link's credit for it is given back."""
+
+    def on_delivery(self, event: Any) -> None:
+        dlv = event.delivery
+        link = dlv.link
+        if not link.is_receiver or dlv.aborted or not dlv.readable or dlv.partial:
+            super().on_delivery(event)
+            return
+        data = link.recv(dlv.pending)
+        link.advance()
+        message = proton_message(data)
+        if isinstance(message, str):
+            log.warning("message rejected", link=link.name, condition="amqp:decode-error",
+                        error=message)
+            settle_with(dlv, MalformedMessageError(f"not a well-formed AMQP message: {message}"))
+            if not getattr(link.connection, "seqrepair_upstream", False):
+                link.flow(1)
+            return
+        event.message = message
+        if link.state & Endpoint.LOCAL_CLOSED:
+            return
+        self.on_message(event)
+
+
+def checked_incoming(handler: Any) -> None:
+    """Make a :class:`~proton.handlers.MessagingHandler` (``auto_accept`` false) read with
+    :class:`CheckedIncoming`."""
+    handler.handlers = [
+        CheckedIncoming(h.auto_accept, h.delegate) if type(h) is IncomingMessageHandler else h
+        for h in handler.handlers
+    ]
 
 
 def settle_with(delivery: Any, error: AmqpAdapterError) -> None:

@@ -404,19 +404,28 @@ def decode_message(data: bytes) -> ReceivedMessage | Message:
     message = read_message(data)
     if message is not None:
         return message
-    problem = malformed(data)
-    if problem is None:
-        decoded = Message()
-        try:
-            decoded.decode(data)
-            for name in _LAZY_STRINGS:  # proton turns these into str only when they are read
-                getattr(decoded, name)
-            return decoded
-        except Exception as exc:  # whatever proton raises: the bytes are bad
-            problem = f"undecodable: {exc!r}"[:200]
+    decoded = proton_message(data)
+    if isinstance(decoded, Message):
+        return decoded
     bad = ReceivedMessage()
-    bad.malformed = problem
+    bad.malformed = decoded
     return bad
+
+
+def proton_message(data: bytes) -> Message | str:
+    """``data`` read by proton's codec, checked first (:func:`malformed`) and then in every
+    string proton decodes lazily; or why it cannot be read (whatever proton would raise)."""
+    problem = malformed(data)
+    if problem is not None:
+        return problem
+    decoded = Message()
+    try:
+        decoded.decode(data)
+        for name in _LAZY_STRINGS:  # proton turns these into str only when they are read
+            getattr(decoded, name)
+    except Exception as exc:  # whatever proton raises: the bytes are bad
+        return f"undecodable: {exc!r}"[:200]
+    return decoded
 
 
 _WIDTHS = {0x4: 0, 0x5: 1, 0x6: 2, 0x7: 4, 0x8: 8, 0x9: 16}

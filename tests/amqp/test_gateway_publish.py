@@ -112,6 +112,13 @@ def test_what_the_component_refuses_is_refused_to_the_publisher_behind_a_gateway
                 properties={"message-type": "PUBLICATION", "source": "feed.skip",
                             "source_seq": ulong(1), "source_bits": 32, "topic": "/load/a"},
                 body={"n": 1}), error_states=[])
+            garbled = bytearray(Message(properties={"message-type": "CAPABILITIES"},
+                                        reply_to="$link/abcdef").encode())
+            garbled[garbled.index(b"abcdef")] = 0xA7  # not UTF-8: proton raises when read
+            raw = control.link.delivery(b"garbled")
+            control.link.send(bytes(garbled))
+            control.link.advance()
+            conn.wait(lambda: bool(raw.remote_state), msg="the garbled request's outcome")
             topic = conn.create_sender("/load/a")
             miscounted = topic.send(Message(
                 properties={"message-type": "PUBLICATIONS", "count": ulong(5)},
@@ -126,6 +133,8 @@ def test_what_the_component_refuses_is_refused_to_the_publisher_behind_a_gateway
     assert refused_link.value.condition == "amqp:not-found"  # the component's, relayed
     assert (as_request.remote_state, as_request.remote.condition.name) == (
         Delivery.REJECTED, "amqp:not-implemented")
+    assert (raw.remote_state, raw.remote.condition.name) == (
+        Delivery.REJECTED, "amqp:decode-error")  # and the gateway lives on: it exits 0 above
     assert (miscounted.remote_state, miscounted.remote.condition.name) == (
         Delivery.REJECTED, "amqp:decode-error")
     assert high == {"feed.skip": 0, "feed.m": 0}

@@ -45,6 +45,7 @@ from seqrepair.journal.journal import Journal
 from seqrepair.journal.server import EmbeddedRedis
 
 from .conftest import ComponentProcess, _env, wait_for
+from .test_gateway_publish import gateway_process
 
 pytestmark = [pytest.mark.amqp, pytest.mark.redis]
 
@@ -254,14 +255,19 @@ def honest_system(tmp_path: Path) -> Iterator[tuple[ComponentProcess, str, Path]
             comp.stop()
 
 
-def test_a_hostile_client_disturbs_no_honest_pair(tmp_path: Path) -> None:
-    with honest_system(tmp_path) as (comp, redis_url, out):
+@pytest.mark.parametrize("via", ["component", "gateway"])
+def test_a_hostile_client_disturbs_no_honest_pair(via: str, tmp_path: Path) -> None:
+    """``via``: where the hostile peer connects, and the honest second run publishes (the
+    honest subscriber and first run always go to the component)."""
+    with honest_system(tmp_path) as (comp, redis_url, out), contextlib.ExitStack() as front:
+        url = comp.url if via == "component" else front.enter_context(
+            gateway_process(comp.url, tmp_path))
         ready = tmp_path / "sub-ready"
         subscriber = cli("subscribe", "--url", comp.url, "--address", "/honest/#",
                          "--link-name", SUB_LINK, "--heartbeat", "0.2", "--output", str(out),
                          "--ready-file", str(ready), "--count", str(FIRST_RUN + SECOND_RUN))
         publishers: list[subprocess.Popen[str]] = []
-        hostile = Hostile(comp.url)
+        hostile = Hostile(url)
         refused_frames: list[Any] = []
         try:
             assert wait_for(lambda: ready.exists() or subscriber.poll() is not None, 20)
@@ -304,7 +310,7 @@ def test_a_hostile_client_disturbs_no_honest_pair(tmp_path: Path) -> None:
             first = publishers[0]
             first.wait(90)
             assert first.returncode == 0, first.stderr.read()[-3000:]
-            publishers.append(cli("publish", "--url", comp.url, "--source", HONEST, "--bits", "8",
+            publishers.append(cli("publish", "--url", url, "--source", HONEST, "--bits", "8",
                                   "--redis-url", redis_url, "--count", str(SECOND_RUN),
                                   "--rate", "0", "--topics", "/honest/b", "--timeout", "30"))
             second = publishers[1]
@@ -332,3 +338,6 @@ def test_a_hostile_client_disturbs_no_honest_pair(tmp_path: Path) -> None:
     assert set(refused_frames) == {(Delivery.REJECTED, "amqp:not-implemented")}
     assert unheld == []  # no source the component reports came from a refused message
     assert "message failed" not in log, log[log.find("message failed") - 200:][:3000]
+    if via == "gateway":  # it answered every message itself or with the component's outcome
+        gateway_log = (tmp_path / "gateway.log").read_text()
+        assert "Traceback" not in gateway_log, gateway_log[-3000:]
