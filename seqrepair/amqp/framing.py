@@ -118,7 +118,8 @@ class SourceUnwrapper:
 
     def unwrap(self, source: str, wire: int, bits: int) -> int:
         """The absolute number of ``wire`` in ``source``'s ``bits``-bit space."""
-        if self._before is not None:
+        before = self._before
+        if before is not None and source not in before:  # a trial: keep its first state
             self._record(source)
         expected = self._next_wire.get(source)
         if expected is not None and expected[0] == bits and expected[1] == wire:
