@@ -382,7 +382,10 @@ def read_message(data: bytes) -> ReceivedMessage | None:
     """The sections of a message, or None when proton's codec should read it instead."""
     try:
         return _read_message(data)
-    except (Unsupported, IndexError, UnicodeDecodeError, struct.error):
+    except (Unsupported, IndexError, UnicodeDecodeError, struct.error, ValueError,
+            OverflowError, RecursionError):
+        # bad bytes (a char past U+10FFFF, values nested past Python's recursion limit...):
+        # proton_message checks them first (malformed(), depth-bounded) and says why
         return None
 
 
@@ -627,7 +630,12 @@ class RawIncomingHandler(IncomingMessageHandler):
             return
         data = link.recv(dlv.pending)
         link.advance()
-        event.message = decode_message(data)
+        try:
+            event.message = decode_message(data)
+        except Exception as exc:  # what a peer sends must never end the event loop
+            bad = ReceivedMessage()
+            bad.malformed = f"unreadable: {exc!r}"[:200]
+            event.message = bad
         if event.link.state & Endpoint.LOCAL_CLOSED:
             if self.auto_accept:
                 dlv.update(Delivery.RELEASED)

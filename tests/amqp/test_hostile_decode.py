@@ -11,6 +11,7 @@ The same over real processes: :mod:`tests.amqp.test_hostile_peers`.
 
 from __future__ import annotations
 
+import struct
 from types import SimpleNamespace
 from typing import Any
 
@@ -168,3 +169,32 @@ def test_a_message_whose_reply_to_is_not_utf8_is_malformed_not_an_internal_error
     refused = control(h, decode_message(bytes(raw)))  # type: ignore[arg-type]
 
     assert outcome(refused) == (Delivery.REJECTED, "amqp:decode-error")
+
+
+def _deep(depth: int) -> bytes:
+    inner = b"\x45"  # an empty list
+    for _ in range(depth):
+        inner = b"\xd0" + struct.pack(">II", len(inner) + 4, 1) + inner
+    return inner
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"\x00\x53\x77" + _deep(5000),  # lists in lists, past Python's recursion limit
+        b"\x00\x53\x77\x73\x7f\xff\xff\xff",  # a char far past U+10FFFF
+        b"\x00\x53\x77\x73\x00\x11\x00\x00",  # the first char past U+10FFFF
+        b"\x00\x53\x77\x98\x01\x02",  # a uuid cut short
+    ],
+)
+def test_bytes_no_reader_can_take_are_malformed_never_raised(body: bytes) -> None:
+    """What a peer sends reaches the component's event loop only through decode_message; one
+    exception out of it ended the component for every peer (found by the hostile fuzz)."""
+    from seqrepair.amqp.rawamqp import decode_message
+
+    data = Message(properties={"message-type": "PUBLICATIONS"}).encode() + body
+    message = decode_message(data)
+
+    assert getattr(message, "malformed", None)
+    h = Harness()
+    assert outcome(h.send(message)) == (Delivery.REJECTED, "amqp:decode-error")  # type: ignore[arg-type]
