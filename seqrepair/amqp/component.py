@@ -51,6 +51,7 @@ from seqrepair.amqp.errors import (
     RequestFloodError,
     UnknownAddressError,
     UnknownMessageTypeError,
+    link_refusal,
 )
 from seqrepair.amqp.framing import encode_entry
 from seqrepair.amqp.grants import principal_of
@@ -300,8 +301,8 @@ class Component(MessagingHandler):
                 self._open_receiver(link)
         except AmqpAdapterError as exc:
             self._refuse_link(link, exc)
-        except SeqRepairError as exc:
-            self._refuse_link(link, UnknownAddressError(exc.message, got=exc.got))
+        except Exception as exc:  # a bad attach refuses that link, never ends the component
+            self._refuse_link(link, link_refusal(exc, link.name))
 
     def on_link_opened(self, event: Any) -> None:
         link = event.link

@@ -12,17 +12,21 @@ exactly its publications and a subscriber gets them once, in order.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
-from proton import Delivery, Message, ulong
-from proton.utils import BlockingConnection
+from proton import Delivery, Message, symbol, ulong
+from proton.reactor import LinkOption
+from proton.utils import BlockingConnection, LinkDetached
 
 from seqrepair.amqp.client import Subscriber
+from seqrepair.amqp.query import query_capabilities
 from seqrepair.core.messages import Publication
 from seqrepair.journal.journal import Journal
 
@@ -99,3 +103,54 @@ def test_publications_sent_to_seqrepair_by_another_connection_change_nothing(
     assert held == list(range(1, 11))
     assert stranger == 0
     assert [(p.source, p.source_seq) for p in got] == [(SOURCE, n) for n in range(1, 11)]
+
+
+class _Props(LinkOption):
+    def __init__(self, props: dict[symbol, Any]) -> None:
+        self.props = props
+
+    def apply(self, link: Any) -> None:
+        link.properties = self.props
+
+
+BAD_ATTACHES = [
+    {symbol("seqrepair-permtokens"): 5},  # not iterable: a TypeError ended the component
+    {symbol("seqrepair-permtokens"): [1, 2]},
+    {symbol("seqrepair-start-after"): {5: "x"}},
+    {symbol("seqrepair-resume"): True, symbol("seqrepair-start-after"): {"a": -1}},
+    {symbol("seqrepair-resume"): True, symbol("seqrepair-epoch"): [1]},
+    {symbol("seqrepair-batch"): "yes", symbol("seqrepair-ack"): 7},
+]
+
+
+@pytest.mark.parametrize("via", ["component", "gateway"])
+def test_subscriber_attaches_with_bad_properties_refuse_that_link_only(
+    via: str, redis_url: str, tmp_path: Path
+) -> None:
+    """Link properties of any type: the attach is refused (or taken), the component and a
+    gateway in front of it serve on."""
+    from .test_gateway_publish import gateway_process
+
+    comp = ComponentProcess(redis_url, tmp_path).start()
+    outcomes = []
+    try:
+        with contextlib.ExitStack() as front:
+            url = comp.url if via == "component" else front.enter_context(
+                gateway_process(comp.url, tmp_path))
+            for n, props in enumerate(BAD_ATTACHES):
+                conn = BlockingConnection(url, timeout=20)
+                try:
+                    conn.create_receiver("/load/#", name=f"bad-{n}", options=_Props(props))
+                    outcomes.append("attached")
+                except LinkDetached as exc:
+                    outcomes.append(str(exc.condition))
+                finally:
+                    conn.close()
+            alive = comp.proc is not None and comp.proc.poll() is None
+            caps = query_capabilities(url if via == "component" else comp.url, timeout=10)
+    finally:
+        comp.stop()
+    assert alive, comp.log_text()[-3000:]
+    assert caps.link_bits == 16
+    assert outcomes[:2] == ["amqp:invalid-field"] * 2, outcomes
+    assert "attach failed" not in comp.log_text()  # no internal error either
