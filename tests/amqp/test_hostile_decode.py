@@ -198,3 +198,19 @@ def test_bytes_no_reader_can_take_are_malformed_never_raised(body: bytes) -> Non
     assert getattr(message, "malformed", None)
     h = Harness()
     assert outcome(h.send(message)) == (Delivery.REJECTED, "amqp:decode-error")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("properties", [[1, 2], "ACK", 5])
+def test_application_properties_that_are_not_a_map_are_a_decode_error_on_every_link(
+    properties: Any,
+) -> None:
+    from seqrepair.amqp.rawamqp import ReceivedMessage
+
+    def message() -> ReceivedMessage:
+        m = ReceivedMessage()
+        m.properties = properties
+        return m
+
+    h = Harness()
+    assert outcome(control(h, message())) == (Delivery.REJECTED, "amqp:decode-error")  # type: ignore[arg-type]
+    assert outcome(h.send(message())) == (Delivery.REJECTED, "amqp:decode-error")  # type: ignore[arg-type]

@@ -2,7 +2,8 @@
 
 Real processes: a redis-server, ``seqrepair serve``, an honest ``seqrepair publish`` journaling
 an 8-bit source (``feed.honest``, the narrowest space makes a moved unwrapping show soonest) and
-an honest ``seqrepair subscribe`` of its topics. Meanwhile a second, raw proton connection sends
+an honest ``seqrepair subscribe`` of its topics. Meanwhile a second, raw proton connection
+attaches subscriber links with link properties of any kind and sends
 what hypothesis draws: random message types and properties of any type (huge numbers, lists,
 maps, binary), bad bodies, mutated honest ``PUBLICATIONS`` (fields flipped, entries dropped,
 ``count`` wrong), bytes flipped in an encoded message, GAP-REQUEST / SOURCE-GAP-REQUEST / ACK
@@ -38,6 +39,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from proton import ConnectionException, Delivery, Message, symbol, ulong
+from proton.reactor import LinkOption
 from proton.utils import BlockingConnection, LinkDetached, SendException
 
 from seqrepair.amqp.query import query_capabilities
@@ -153,6 +155,16 @@ hostile_sends = st.lists(
     st.tuples(st.sampled_from(ADDRESSES), messages, st.none() | st.integers(0, 10**6)),
     min_size=1, max_size=6,
 )
+LINK_PROPS = ["seqrepair-batch", "seqrepair-resume", "seqrepair-epoch", "seqrepair-start-after",
+              "seqrepair-permtokens", "seqrepair-ack", "other"]
+hostile_attaches = st.lists(st.tuples(
+    st.sampled_from(["/load/#", "/honest/#", "/subscriptions/x", "$reply", "$link/x", "/bad[",
+                     "", "$seqrepair"]) | st.text(max_size=8),
+    st.dictionaries(st.sampled_from(LINK_PROPS).map(symbol), values, max_size=4),
+), max_size=2)
+"""Subscriber attaches with link properties of any kind (under names of their own: a link name
+is its identity for resumption, and any connection that names a link takes it over, by design:
+see the module's documentation)."""
 
 
 def impostor_only(message: Message) -> Message:
@@ -168,6 +180,14 @@ def impostor_only(message: Message) -> Message:
     message.properties = swap(message.properties)
     message.body = swap(message.body)
     return message
+
+
+class _Props(LinkOption):
+    def __init__(self, props: dict[Any, Any]) -> None:
+        self.props = props
+
+    def apply(self, link: Any) -> None:
+        link.properties = self.props
 
 
 class Hostile:
@@ -220,6 +240,27 @@ class Hostile:
             if not isinstance(exc, LinkDetached):
                 self.close()
             return None
+
+    def attach(self, source: str, props: dict[Any, Any]) -> None:
+        """A subscriber link with ``props`` (taken or refused), detached again at once."""
+        try:
+            self._sender("$seqrepair")  # connected
+            assert self.conn is not None
+            self.tags += 1
+            receiver = self.conn.create_receiver(source, name=f"h{self.tags}",
+                                                 options=_Props(props), credit=0)
+            receiver.close()
+            self.outcomes["attached"] = self.outcomes.get("attached", 0) + 1
+        except (LinkDetached, ConnectionException, SendException) as exc:
+            self.outcomes["attach " + type(exc).__name__] = self.outcomes.get(
+                "attach " + type(exc).__name__, 0) + 1
+            if not isinstance(exc, LinkDetached):
+                self.close()
+        except Exception as exc:  # proton could not encode the properties drawn: not sent
+            if "encode" not in repr(exc).lower() and not isinstance(exc, (TypeError, KeyError,
+                                                                           OverflowError)):
+                raise
+            self.close()
 
     def close(self) -> None:
         if self.conn is not None:
@@ -278,8 +319,11 @@ def test_a_hostile_client_disturbs_no_honest_pair(via: str, tmp_path: Path) -> N
 
             @settings(max_examples=500, deadline=None, database=None,
                       suppress_health_check=list(HealthCheck))
-            @given(hostile_sends)
-            def fuzz(sends: list[tuple[str | None, tuple[str, Message], int | None]]) -> None:
+            @given(hostile_sends, hostile_attaches)
+            def fuzz(sends: list[tuple[str | None, tuple[str, Message], int | None]],
+                     attaches: list[tuple[str, dict[Any, Any]]]) -> None:
+                for source, props in attaches:
+                    hostile.attach(source, props)
                 for address, (kind, message), flip in sends:
                     if kind == "honest-number":
                         address = "$seqrepair"
@@ -338,6 +382,7 @@ def test_a_hostile_client_disturbs_no_honest_pair(via: str, tmp_path: Path) -> N
     assert set(refused_frames) == {(Delivery.REJECTED, "amqp:not-implemented")}
     assert unheld == []  # no source the component reports came from a refused message
     assert "message failed" not in log, log[log.find("message failed") - 200:][:3000]
+    assert "attach failed" not in log, log[log.find("attach failed") - 200:][:3000]
     if via == "gateway":  # it answered every message itself or with the component's outcome
         gateway_log = (tmp_path / "gateway.log").read_text()
         assert "Traceback" not in gateway_log, gateway_log[-3000:]
