@@ -119,6 +119,9 @@ def test_what_the_component_refuses_is_refused_to_the_publisher_behind_a_gateway
             control.link.send(bytes(garbled))
             control.link.advance()
             conn.wait(lambda: bool(raw.remote_state), msg="the garbled request's outcome")
+            big = conn.create_sender("/load/big")
+            with pytest.raises(LinkDetached) as oversized:  # refused as the bytes come
+                big.send(Message(body={"blob": b"x" * (2 << 20)}), error_states=[])
             topic = conn.create_sender("/load/a")
             miscounted = topic.send(Message(
                 properties={"message-type": "PUBLICATIONS", "count": ulong(5)},
@@ -135,6 +138,8 @@ def test_what_the_component_refuses_is_refused_to_the_publisher_behind_a_gateway
         Delivery.REJECTED, "amqp:not-implemented")
     assert (raw.remote_state, raw.remote.condition.name) == (
         Delivery.REJECTED, "amqp:decode-error")  # and the gateway lives on: it exits 0 above
+    # the component's max-message-size, enforced at the gateway: the link detached with it
+    assert oversized.value.condition == "amqp:link:message-size-exceeded"
     assert (miscounted.remote_state, miscounted.remote.condition.name) == (
         Delivery.REJECTED, "amqp:decode-error")
     assert high == {"feed.skip": 0, "feed.m": 0}
