@@ -225,6 +225,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from seqrepair.amqp.component import Component, ComponentConfig
     from seqrepair.amqp.grants import GrantTable
+    from seqrepair.amqp.guard import Guarded
     from seqrepair.core.subscriptions import Subscription
     from seqrepair.journal.journal import Journal
     from seqrepair.journal.retainer import RetentionWorker
@@ -302,7 +303,7 @@ def _serve(args: argparse.Namespace) -> int:
         if retention is not None:
             stack.enter_context(retention)
         stack.callback(lambda: log.info("component stopped", **component.stats))
-        Container(component).run()
+        Container(Guarded(component, component.stats)).run()  # a bad peer ends its own connection
     return 0
 
 

@@ -55,6 +55,7 @@ from seqrepair.amqp.errors import (
 )
 from seqrepair.amqp.framing import encode_entry
 from seqrepair.amqp.grants import principal_of
+from seqrepair.amqp.guard import Guarded
 from seqrepair.amqp.ingest import Ingest, Released
 from seqrepair.amqp.journalport import RedisJournalPort
 from seqrepair.amqp.links import ResponseRoute, SubscriberLink, close_stolen, start_map, tokens
@@ -754,4 +755,5 @@ def _link_name(reply_to: Any) -> str | None:
 def serve(config: ComponentConfig, journal: Journal,
           on_ready: Callable[[str], None] | None = None) -> None:
     """Run the component until the process is stopped."""
-    Container(Component(config, journal, on_ready=on_ready)).run()
+    component = Component(config, journal, on_ready=on_ready)
+    Container(Guarded(component, component.stats)).run()

@@ -103,6 +103,7 @@ from seqrepair.amqp.gateway_rewrite import (
     restore_response,
     rewrite_request,
 )
+from seqrepair.amqp.guard import Guarded
 from seqrepair.amqp.respann import (
     ADDRESS_COOKIE,
     RESPONSE_ADDRESS_SUPPORTED,
@@ -284,7 +285,7 @@ class Gateway(MessagingHandler):
 
     def run(self) -> None:
         """Run the gateway in this thread until :meth:`close` (or until it gives up)."""
-        container = Container(self)
+        container = Container(Guarded(self, self.stats))  # a bad peer ends its own connection
         container.selectable(self._injector)
         try:
             container.run()

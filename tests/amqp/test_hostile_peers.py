@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
+import struct
 import subprocess
 import sys
 import time
@@ -154,3 +156,60 @@ def test_subscriber_attaches_with_bad_properties_refuse_that_link_only(
     assert caps.link_bits == 16
     assert outcomes[:2] == ["amqp:invalid-field"] * 2, outcomes
     assert "attach failed" not in comp.log_text()  # no internal error either
+
+
+def _frame(body: bytes) -> bytes:
+    return struct.pack(">IBBH", 8 + len(body), 2, 0, 0) + body
+
+
+def _list(*items: bytes) -> bytes:
+    payload = b"".join(items)
+    return b"\xc0" + bytes([len(payload) + 1, len(items)]) + payload
+
+
+def _str8(raw: bytes) -> bytes:
+    return b"\xa1" + bytes([len(raw)]) + raw
+
+
+NOT_UTF8 = b"\xff\xfe-x"
+OPEN_BAD_CONTAINER = _frame(b"\x00\x53\x10" + _list(_str8(NOT_UTF8)))
+BAD_LINK_NAME = (
+    _frame(b"\x00\x53\x10" + _list(_str8(b"raw-peer")))
+    + _frame(b"\x00\x53\x11" + _list(b"\x40", b"\x43", b"\x70\x00\x00\x01\x00",
+                                       b"\x70\x00\x00\x01\x00"))
+    + _frame(b"\x00\x53\x12" + _list(_str8(NOT_UTF8), b"\x43", b"\x42", b"\x40", b"\x40",
+                                      b"\x40", b"\x00\x53\x29" + _list(_str8(b"/load/a"))))
+)
+
+
+@pytest.mark.parametrize("via", ["component", "gateway"])
+def test_strings_a_peer_sends_that_are_not_utf8_end_its_connection_only(
+    via: str, redis_url: str, tmp_path: Path
+) -> None:
+    """A container id or a link name that is not UTF-8 (proton decodes them when they are
+    first read: the exception ended the component, or the gateway, for every peer)."""
+    from .test_gateway_publish import gateway_process
+
+    comp = ComponentProcess(redis_url, tmp_path).start()
+    try:
+        with contextlib.ExitStack() as front:
+            url = comp.url if via == "component" else front.enter_context(
+                gateway_process(comp.url, tmp_path))
+            host, port = url.split(":")
+            for frames in (OPEN_BAD_CONTAINER, BAD_LINK_NAME):
+                with socket.create_connection((host, int(port)), timeout=10) as peer:
+                    peer.sendall(b"AMQP\x00\x01\x00\x00" + frames)
+                    peer.settimeout(5)
+                    with contextlib.suppress(OSError):
+                        while peer.recv(4096):  # until the other side closes
+                            pass
+            caps = query_capabilities(url if via == "component" else comp.url, timeout=10)
+            done = publish(url, redis_url, 32, 3)  # an honest publisher is served on
+            alive = comp.proc is not None and comp.proc.poll() is None
+    finally:
+        comp.stop()
+    assert alive, comp.log_text()[-3000:]
+    assert caps.link_bits == 16
+    assert done[0] == 0, done[1][-2000:]
+    log = comp.log_text() if via == "component" else (tmp_path / "gateway.log").read_text()
+    assert "event failed" in log  # contained, not unnoticed
