@@ -1,6 +1,6 @@
 """Delivered publications per second through the component vs raw proton, in one run.
 
-    .venv/bin/python benchmarks/bench_amqp.py [N] [ROUNDS] [--component-only]
+    .venv/bin/python benchmarks/bench_amqp.py [N] [ROUNDS] [--component-only | --window-ab]
 
 Baseline: a plain proton sender and receiver in two processes, one message per transfer
 (application properties + a map body, like a PUBLICATION), at-most-once, receiver prefetch 1000.
@@ -131,7 +131,7 @@ def raw_rate(n: int) -> dict[str, float]:
 
 
 def component_rate(n: int, rate: float = 0.0, batch: int = 256,
-                   max_batch: int = 256) -> dict[str, float]:
+                   max_batch: int = 256, ack: bool = True) -> dict[str, float]:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     with EmbeddedRedis() as redis:
         url = f"127.0.0.1:{free_port()}"
@@ -157,7 +157,7 @@ def component_rate(n: int, rate: float = 0.0, batch: int = 256,
                 times.append(time.perf_counter())
                 lat.append(now - pub.fields["t"])
 
-            sub = Subscriber(url, "/load/#", on_publication=on_pub, credit=500).start()
+            sub = Subscriber(url, "/load/#", on_publication=on_pub, credit=500, ack=ack).start()
             sub.connected.wait(10)
             time.sleep(0.5)
             # the publisher's fixed cost (interpreter, imports, connecting), measured apart:
@@ -220,8 +220,15 @@ def main() -> None:
     parser.add_argument("--component-only", action="store_true",
                         help="only the saturated component runs, with their CPU per process "
                              "(no raw baseline, no paced run)")
+    parser.add_argument("--window-ab", action="store_true",
+                        help="A/B of the window discipline at 16 link bits: a subscriber that "
+                             "acknowledges (window on) vs one that does not (off), interleaved "
+                             "ROUNDS times; prints both rates and their ratio")
     args = parser.parse_args()
     n, rounds = args.n, args.rounds
+    if args.window_ab:
+        window_ab(n, rounds, args.batch)
+        return
     if args.component_only:
         runs = [component_rate(n, batch=args.batch, max_batch=args.batch)
                 for _ in range(rounds)]
@@ -280,6 +287,50 @@ def main() -> None:
             "delivered": paced["delivered"],
             "gaps_repaired": [paced["gaps"], paced["repaired"]],
         },
+    }, indent=2))
+
+
+def window_ab(n: int, rounds: int, batch: int) -> None:
+    """Same-run A/B of the window discipline (issue 22): the component's link numbering held
+    within half the link space of the subscriber's ACKs (on) vs not (a subscriber that does
+    not set ``seqrepair-ack``), at the default 16 link bits. Rounds interleave on and off
+    (which goes first alternates) and both the best and the median are reported."""
+    load_before = os.getloadavg()
+    on: list[dict[str, Any]] = []
+    off: list[dict[str, Any]] = []
+    for i in range(rounds):
+        order = (True, False) if i % 2 == 0 else (False, True)
+        for ack in order:
+            run = component_rate(n, batch=batch, max_batch=batch, ack=ack)
+            (on if ack else off).append(run)
+    best_on = max(r["rate"] for r in on)
+    best_off = max(r["rate"] for r in off)
+    med_on = statistics.median(r["rate"] for r in on)
+    med_off = statistics.median(r["rate"] for r in off)
+    print(json.dumps({
+        "n": n,
+        "rounds": rounds,
+        "batch": batch,
+        "link_bits": 16,
+        "load_avg_before_after": [load_before, os.getloadavg()],
+        "window_on_pubs_per_s": [round(r["rate"]) for r in on],
+        "window_off_pubs_per_s": [round(r["rate"]) for r in off],
+        "ratio_best": round(best_on / best_off, 3),
+        "ratio_median": round(med_on / med_off, 3),
+        "ratio_per_round": [
+            round(a["rate"] / b["rate"], 3) for a, b in zip(on, off, strict=True)
+        ],
+        "delivered_on_off": [[r["delivered"] for r in on], [r["delivered"] for r in off]],
+        "p50_ms_on_off": [round(statistics.median(r["p50_ms"] for r in on), 1),
+                          round(statistics.median(r["p50_ms"] for r in off), 1)],
+        "cpu_s_component_on_off": [
+            round(statistics.median(r["cpu_s"]["component"] for r in on), 3),
+            round(statistics.median(r["cpu_s"]["component"] for r in off), 3),
+        ],
+        "cpu_s_subscriber_on_off": [
+            round(statistics.median(r["cpu_s"]["subscriber"] for r in on), 3),
+            round(statistics.median(r["cpu_s"]["subscriber"] for r in off), 3),
+        ],
     }, indent=2))
 
 

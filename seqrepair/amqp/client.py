@@ -27,11 +27,12 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import attrs
 import structlog
 from proton import symbol
-from proton.reactor import ApplicationEvent, AtMostOnce, LinkOption
+from proton.reactor import ApplicationEvent, AtMostOnce
 
+from seqrepair.amqp.ackdispatch import PROP_ACK
+from seqrepair.amqp.acks import FollowedNumbering, consumed_through
 from seqrepair.amqp.backoff import Backoff
 from seqrepair.amqp.codec import Decoder, encode, encode_gap_requests
 from seqrepair.amqp.component import (
@@ -45,12 +46,18 @@ from seqrepair.amqp.component import (
     PROP_START,
     plain_properties,
 )
-from seqrepair.amqp.errors import OversizedMessageError, PublishRejectedError
+from seqrepair.amqp.errors import (
+    OversizedMessageError,
+    PublishRejectedError,
+    SettingsMismatchError,
+)
 from seqrepair.amqp.framing import Outgoing, encode_frames
 from seqrepair.amqp.rawamqp import read_raw
 from seqrepair.amqp.runner import DEFAULT_MAX_QUEUED, PublisherRunner, SubscriberRunner
 from seqrepair.amqp.runner import FATAL_CONDITIONS as FATAL_CONDITIONS  # importable from here
-from seqrepair.amqp.sizelimit import DEFAULT_MAX_MESSAGE_SIZE, limit_size
+from seqrepair.amqp.sizelimit import DEFAULT_MAX_RECEIVED as DEFAULT_MAX_RECEIVED
+from seqrepair.amqp.sizelimit import LinkProperties, limit_size
+from seqrepair.amqp.subreport import SubscriberReport as SubscriberReport
 from seqrepair.amqp.technical import Capabilities, CapabilitiesRequest, SubscriptionState
 from seqrepair.core.errors import InvalidConfigError, SeqRepairError
 from seqrepair.core.events import (
@@ -83,47 +90,6 @@ log = structlog.get_logger("seqrepair.amqp.client")
 _FRAMES = (Publication, Heartbeat, GapError, ReplayComplete)
 """What the subscriber's stub receives."""
 
-DEFAULT_MAX_RECEIVED = 256 * DEFAULT_MAX_MESSAGE_SIZE
-"""The largest transfer a :class:`Subscriber` takes by default (256 MiB): the most a component
-on its defaults sends in one, ``max_batch`` (256) publications that each came in a message of
-at most its ``max_message_size`` (1 MiB). It bounds what a misbehaving or hostile peer can make
-a subscriber hold, without refusing anything such a component may send."""
-
-
-class _LinkProperties(LinkOption):
-    def __init__(self, props: Mapping[symbol, Any], max_message_size: int = 0) -> None:
-        self.props = dict(props)
-        self.max_message_size = max_message_size
-
-    def apply(self, link: Any) -> None:
-        link.properties = self.props
-        link.max_message_size = self.max_message_size
-
-
-@attrs.define
-class SubscriberReport:
-    """What a subscriber saw: the stub's counters plus the adapter's own."""
-
-    delivered: int = 0
-    duplicates: int = 0
-    gaps_detected: int = 0
-    repaired: int = 0
-    requests_sent: int = 0
-    source_requests_sent: int = 0
-    source_continued: int = 0
-    resets: int = 0
-    unrecoverable: int = 0
-    sources_abandoned: int = 0  # source repairs refused or given up (see Unrecoverable events)
-    connections: int = 0
-    disconnections: int = 0
-    paused: int = 0
-    rejected: int = 0
-
-    def as_dict(self) -> dict[str, int]:
-        """The counters as a plain dict."""
-        return attrs.asdict(self)
-
-
 class Subscriber(SubscriberRunner):
     """A subscriber to one topic pattern or subscription queue of a component.
 
@@ -146,6 +112,9 @@ class Subscriber(SubscriberRunner):
     subscriber, its :attr:`error` an :class:`~seqrepair.amqp.errors.OversizedMessageError`:
     taken again after a reconnect, the same frames would only come again.
 
+    ``bits``, ``heartbeat_interval``: None follows the component; one it contradicts stops the
+    subscriber (SettingsMismatchError). ``ack``: run the window discipline (:mod:`.acks`).
+
     Deliveries go to ``on_publication`` (in the client's thread), or, for a subscriber started
     with :meth:`start` without one, to ``for pub in subscriber``: at most ``max_queued`` wait
     there for the reader, then the subscriber waits too (a slow reader is a slow subscriber:
@@ -160,8 +129,8 @@ class Subscriber(SubscriberRunner):
         link_name: str | None = None,
         on_publication: Callable[[Publication], None] | None = None,
         on_event: Callable[[Event], None] | None = None,
-        bits: int = 16,
-        heartbeat_interval: float = 1.0,
+        bits: int | None = None,
+        heartbeat_interval: float | None = None,
         missed_heartbeats: int = 3,
         nak_delay: float = 0.05,
         max_buffer: int = 100_000,
@@ -176,6 +145,7 @@ class Subscriber(SubscriberRunner):
         tick: float = 0.02,
         clock: Callable[[], float] = time.time,
         max_message_size: int = DEFAULT_MAX_RECEIVED,
+        ack: bool = True,
     ) -> None:
         super().__init__(credit=credit, reconnect_delay=reconnect_delay,
                          max_reconnect_delay=max_reconnect_delay, max_queued=max_queued)
@@ -192,17 +162,16 @@ class Subscriber(SubscriberRunner):
         self.link_name = link_name or f"sub-{uuid.uuid4()}"
         self.on_publication = on_publication
         self.on_event = on_event
-        self.stub = SubscriberStub(
-            bits=bits,
-            heartbeat_interval=heartbeat_interval,
-            missed_heartbeats=missed_heartbeats,
-            nak_delay=nak_delay,
-            max_buffer=max_buffer,
-        )
-        self.decoder = Decoder(link_bits=bits)
+        self.numbering = FollowedNumbering(self.link_name, bits, heartbeat_interval, {
+            "missed_heartbeats": missed_heartbeats, "nak_delay": nak_delay,
+            "max_buffer": max_buffer,
+        })
+        self.stub: SubscriberStub = self.numbering.first_stub()
+        self.decoder = Decoder(link_bits=self.stub.bits)
         self.permtokens = tuple(permtokens)
         self.container_id = container_id
         self.batch = batch
+        self.ack = ack
         self.idle_timeout = idle_timeout
         self.tick = tick
         self.clock = clock
@@ -235,7 +204,8 @@ class Subscriber(SubscriberRunner):
             self.url, reconnect=False, heartbeat=self.idle_timeout,
             desired_capabilities=["RESPONSE_ANNOTATIONS_V1_0"], **identity,
         )
-        props: dict[symbol, Any] = {PROP_BATCH: self.batch, PROP_RESUME: self._attached_once}
+        props: dict[symbol, Any] = {PROP_BATCH: self.batch, PROP_RESUME: self._attached_once,
+                                    PROP_ACK: self.ack}
         if self._epoch is not None:
             props[PROP_EPOCH] = self._epoch
         if self._start is not None:
@@ -244,7 +214,7 @@ class Subscriber(SubscriberRunner):
             props[PROP_GRANTS] = ",".join(self.permtokens)
         self._receiver = self._container.create_receiver(
             self._conn, self.address, name=self.link_name,
-            options=_LinkProperties(props, self.max_message_size),
+            options=LinkProperties(props, self.max_message_size),
         )
         self._control = self._container.create_sender(
             self._conn, CONTROL_ADDRESS, options=AtMostOnce()
@@ -264,6 +234,7 @@ class Subscriber(SubscriberRunner):
             self.stub.listening(now)
         self._perform(self.stub.poll(now))
         self._listening(now)
+        self._ack(now)
         self._flush()
 
     def on_seqrepair_drop(self, event: Any) -> None:
@@ -292,6 +263,12 @@ class Subscriber(SubscriberRunner):
                     self._start = {str(k): int(v) for k, v in start.items()}
                 except (TypeError, ValueError):
                     self.log.warning("unreadable seqrepair-start-after ignored", value=start)
+            try:
+                self._follow(props)
+            except SettingsMismatchError as exc:
+                self.log.error("settings contradict the component's", error=exc.message)
+                self._fail(exc)
+                return
             epoch = props.get(str(PROP_EPOCH))
             self._enter_epoch(None if epoch is None else str(epoch))
             if self._accepted(event.link):
@@ -355,6 +332,9 @@ class Subscriber(SubscriberRunner):
         if frames:
             self._take(frames, now)
         self._listening(now)
+        acks = self.numbering.acks
+        if acks is not None and acks.received(len(decoded)):
+            self._ack(now)  # a quarter window came since the last ACK (else: the tick's)
         self._flush()
 
     def _listening(self, since: float) -> None:
@@ -427,6 +407,23 @@ class Subscriber(SubscriberRunner):
         message.properties = props
         self._outbox.append(message)
 
+    def _follow(self, props: Mapping[str, Any]) -> None:
+        """Configure the stub from the attach reply (acks.py): width, heartbeat interval,
+        widest gap range, window."""
+        stub = self.numbering.attached(props, self.stub)
+        if stub is not self.stub:
+            self.stub = stub
+            self.decoder = Decoder(link_bits=stub.bits, unwrapper=self.decoder.unwrapper,
+                                   max_publications=self.decoder.max_publications)
+
+    def _ack(self, now: float) -> None:
+        """Tell the component how far the stub has got, when it is time (acks.py)."""
+        acks = self.numbering.acks
+        if acks is not None and self._control is not None:
+            ack = acks.due(self._epoch, consumed_through(self.stub), now)
+            if ack is not None:
+                self._outbox.append(encode(ack))
+
     def _flush(self) -> None:
         control = self._control
         while self._outbox and control is not None and control.credit > 0:
@@ -434,19 +431,7 @@ class Subscriber(SubscriberRunner):
 
     def stats(self) -> SubscriberReport:
         """The stub's counters merged into the adapter's report."""
-        s = self.stub.stats
-        rep = self.report
-        rep.delivered = s.delivered
-        rep.duplicates = s.duplicates
-        rep.gaps_detected = s.gaps_detected
-        rep.repaired = s.link_repaired + s.source_repaired
-        rep.requests_sent = s.requests_sent
-        rep.source_requests_sent = s.source_requests_sent
-        rep.source_continued = s.source_continued
-        rep.resets = s.resets
-        rep.unrecoverable = s.unrecoverable
-        rep.sources_abandoned = s.sources_abandoned
-        return rep
+        return self.report.update(self.stub.stats)
 
     def query_capabilities(self) -> None:
         """Ask the component for its capabilities; the answer lands in :attr:`capabilities`."""

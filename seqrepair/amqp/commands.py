@@ -171,8 +171,12 @@ def register(subparsers: Any) -> None:
     sub.add_argument("--url", default="127.0.0.1:5672")
     sub.add_argument("--address", required=True, help="topic pattern or /subscriptions/NAME")
     sub.add_argument("--link-name", help="link identity (resumption); default random")
-    sub.add_argument("--bits", type=bit_width, default=16, help="link bits (see CAPABILITIES)")
-    sub.add_argument("--heartbeat", type=positive_float, default=1.0)
+    sub.add_argument("--bits", type=bit_width, default=None,
+                     help="link bits; default: the component's (its attach reply). A value "
+                          "the component contradicts stops the subscriber with an error")
+    sub.add_argument("--heartbeat", type=positive_float, default=None,
+                     help="heartbeat interval (s); default: the component's (brokered mode: "
+                          "1). A value the component contradicts stops the subscriber")
     sub.add_argument("--permtokens", default="",
                      help="comma-separated permission tokens: in component mode they narrow "
                           "what the component grants (never widen it); in brokered mode they "
@@ -686,7 +690,7 @@ def _subscribe_brokered(args: argparse.Namespace) -> int:
         args.broker, args.address, Journal.from_url(args.redis_url), start_after=start_after,
         topics=[t for t in args.entitled.split(",") if t],
         permtokens=[t for t in args.permtokens.split(",") if t],
-        on_publication=sink.write, probe_interval=args.heartbeat,
+        on_publication=sink.write, probe_interval=args.heartbeat or 1.0,
         link_name=args.link_name,
     )
     _run_subscriber(subscriber, sink, args)

@@ -274,6 +274,7 @@ class Component(MessagingHandler):
                     link.log.info("link context expired")
                 continue
             link.heartbeat(now)
+            link.probe_tail()
             self._pump_link(link, now)
             if link.stats["window_peak"] > self.stats["window_peak"]:
                 self.stats["window_peak"] = link.stats["window_peak"]
@@ -679,7 +680,7 @@ class Component(MessagingHandler):
                               detail=resend.detail)
                 route.respond(encode(resend), correlation, cookie)
             elif len(resend):
-                route.start_resend(resend, correlation, cookie)
+                route.start_resend(link.fresh(resend), correlation, cookie)
             return
         if len(request.after) > self.config.max_request_sources:
             route.respond(

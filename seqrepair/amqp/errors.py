@@ -72,6 +72,13 @@ class NotImplementedAnnotationError(AmqpAdapterError):
     condition = "amqp:not-implemented"
 
 
+class SettingsMismatchError(AmqpAdapterError):
+    """A subscriber was given by hand a setting (link width, heartbeat interval) the component
+    contradicts in its attach reply; ``expected`` is the component's, ``got`` the given one."""
+
+    condition = "amqp:precondition-failed"
+
+
 class ConnectionFailedError(AmqpAdapterError):
     """A client could not reach (or lost) the component or broker."""
 

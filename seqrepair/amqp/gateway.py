@@ -71,6 +71,7 @@ from proton import Condition, Connection, Endpoint, Message, symbol
 from proton.handlers import EndpointStateHandler, MessagingHandler
 from proton.reactor import ApplicationEvent, AtMostOnce, Container, EventInjector, LinkOption
 
+from seqrepair.amqp.ackdispatch import is_ack
 from seqrepair.amqp.backoff import Backoff
 from seqrepair.amqp.errors import AmqpAdapterError
 from seqrepair.amqp.gateway_publish import (
@@ -643,6 +644,13 @@ class Gateway(MessagingHandler):
         if not self.relays.upstream_ready or self._control is None:
             # the component is out of reach: the subscriber's stub asks again
             self.stats["dropped_requests"] += 1
+            return
+        addressing = _addressing(message)
+        if is_ack(message):  # no answer comes: renamed like a request, nothing remembered
+            link = downstream_link(addressing)
+            if link:
+                self._control.send(_upstream_message(
+                    message, attrs.evolve(addressing, link=upstream_name(self.name, link))))
             return
         if self._annotating:
             annotated = annotate_request(_addressing(message), gateway=self.name)

@@ -47,6 +47,7 @@ from seqrepair.core.context import LinkContext
 from seqrepair.core.errors import SeqRepairError
 from seqrepair.core.messages import (
     GapError,
+    GapRequest,
     Heartbeat,
     Publication,
     ReplayComplete,
@@ -275,12 +276,14 @@ class SubscriberLink:
     saw begin."""
     stats: dict[str, int] = attrs.field(
         factory=lambda: {"sent": 0, "dropped": 0, "transfers": 0, "paused": 0,
-                         "window_full": 0, "window_peak": 0, "stale_resends": 0}
+                         "window_full": 0, "window_peak": 0, "stale_resends": 0,
+                         "tail_probes": 0}
     )
     window: LinkWindow | None = None
     """The window discipline of a subscriber that acknowledges (``seqrepair-ack``): no link
     number is stamped more than ``window.size`` past what it acknowledged. None: no window
     (a client that does not ack gets the numbering as before)."""
+    _stalled: tuple[str, int] | None = attrs.field(default=None, init=False)
     _allowed: dict[tuple[object, ...], bool] = attrs.field(factory=dict, init=False)
     _filtered: bool = attrs.field(default=False, init=False)
 
@@ -416,6 +419,26 @@ class SubscriberLink:
             if window is not None:
                 self._counted(window, 1)
             self._send_frames([beat])
+
+    def probe_tail(self) -> None:
+        """On the component's tick: a window that was full at the last tick, with no ACK
+        since, gets its newest frame sent again (a tail loss probe). A full window sends no
+        heartbeat, so a subscriber that lost the frames at its end would otherwise learn of it
+        only from the silence (missed heartbeats); given the newest, it sees the gap before it
+        and asks for it. One frame per tick, whatever the cause (a slow subscriber too)."""
+        window = self.window
+        if window is None or self.sender is None or window.room() > 0 or self.paused:
+            self._stalled = None
+            return
+        mark = (self.epoch, window.acked_through)
+        newest = window.newest
+        if self._stalled != mark or newest is None:
+            self._stalled = mark
+            return
+        resend = self.context.resend(GapRequest(newest, newest))
+        if not isinstance(resend, GapError) and len(resend):
+            self.stats["tail_probes"] += 1
+            self.route.start_resend(self.fresh(resend), None)
 
     def _counted(self, window: LinkWindow, count: int) -> None:
         window.stamped(count)

@@ -18,10 +18,11 @@ What is held at any time is the limit plus what one read from the socket can add
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from proton import Condition, Delivery, Endpoint, symbol
+from proton.reactor import LinkOption
 
 from seqrepair.amqp.errors import OversizedMessageError
 from seqrepair.amqp.rawamqp import RawIncomingHandler
@@ -88,3 +89,22 @@ def limit_size(handler: Any, on_oversized: OnOversized) -> None:
         if type(h) is RawIncomingHandler else h
         for h in handler.handlers
     ]
+
+
+DEFAULT_MAX_RECEIVED = 256 * DEFAULT_MAX_MESSAGE_SIZE
+"""The largest transfer a :class:`Subscriber` takes by default (256 MiB): the most a component
+on its defaults sends in one, ``max_batch`` (256) publications that each came in a message of
+at most its ``max_message_size`` (1 MiB). It bounds what a misbehaving or hostile peer can make
+a subscriber hold, without refusing anything such a component may send."""
+
+
+class LinkProperties(LinkOption):
+    """Attach option: the link properties ``props`` and the ``max_message_size`` advertised."""
+
+    def __init__(self, props: Mapping[symbol, Any], max_message_size: int = 0) -> None:
+        self.props = dict(props)
+        self.max_message_size = max_message_size
+
+    def apply(self, link: Any) -> None:
+        link.properties = self.props
+        link.max_message_size = self.max_message_size

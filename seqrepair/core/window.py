@@ -69,6 +69,11 @@ class LinkWindow:
         """Numbers stamped and not yet acknowledged."""
         return self._stamped - self._acked
 
+    @property
+    def newest(self) -> int | None:
+        """The wire number last stamped in this context (None: none yet)."""
+        return self.space.wire(self._stamped) if self._stamped else None
+
     def room(self) -> int:
         """How many new link numbers may be stamped now (0: the window is full)."""
         return self.size - (self._stamped - self._acked)

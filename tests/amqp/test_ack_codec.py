@@ -3,6 +3,8 @@ other requests; a bad ACK is refused on its delivery only."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -28,6 +30,7 @@ def test_an_ack_roundtrips(link: str, epoch: str, bits: int, data: st.DataObject
     ack = Ack(link, epoch, through, taken)
     message = encode(ack)
     assert is_ack(message)
+    assert message.properties is not None
     assert message.properties["message-type"] == "ACK"
     assert (message.body is None) == (not taken)
     wire = Message()
@@ -35,7 +38,7 @@ def test_an_ack_roundtrips(link: str, epoch: str, bits: int, data: st.DataObject
     assert Decoder(link_bits=bits).decode(wire) == [ack]
 
 
-def _ack(props: dict[str, object], body: object = None) -> Message:
+def _ack(props: dict[str, object], body: Any = None) -> Message:
     return Message(properties={"message-type": "ACK", **props}, body=body)
 
 
@@ -53,7 +56,7 @@ def _ack(props: dict[str, object], body: object = None) -> Message:
     ],
 )
 def test_a_bad_ack_is_refused_naming_what_is_wrong(
-    props: dict[str, object], body: object, error: type[Exception]
+    props: dict[str, object], body: Any, error: type[Exception]
 ) -> None:
     with pytest.raises(error):
         Decoder(link_bits=8).decode(_ack(props, body))
