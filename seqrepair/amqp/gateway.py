@@ -66,6 +66,7 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
+import attrs
 import structlog
 from proton import Condition, Connection, Endpoint, Message, symbol
 from proton.handlers import EndpointStateHandler, MessagingHandler
