@@ -224,8 +224,7 @@ class PublishRelays:
         return True
 
     def _relay(self, dlv: Any, link: Any, up: Any) -> None:
-        if dlv.aborted:
-            dlv.settle()
+        if dlv.aborted:  # proton's handler settles it
             return
         limit = link.max_message_size
         if limit and dlv.pending > limit:
