@@ -29,7 +29,8 @@ PROP_ACK = symbol("seqrepair-ack")
 def is_ack(message: Message) -> bool:
     """Whether ``message`` says it is an ACK (it is decoded, and validated, afterwards)."""
     props = message.properties
-    return props is not None and props.get(MESSAGE_TYPE) == MessageType.ACK.value
+    # a peer's bytes may hold any value there (a list...): the decoder says what is wrong
+    return isinstance(props, Mapping) and props.get(MESSAGE_TYPE) == MessageType.ACK.value
 
 
 def receive_ack(

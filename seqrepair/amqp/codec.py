@@ -62,6 +62,12 @@ MAX_RANGES = 256
 
 _MAX_ULONG = (1 << 64) - 1
 
+NOT_REQUESTS = frozenset({
+    MessageType.PUBLICATION, MessageType.PUBLICATIONS, MessageType.HEARTBEAT,
+    MessageType.SUBSCRIPTION, MessageType.GAP_ERROR, MessageType.REPLAY_COMPLETE,
+})
+"""Message types refused on the requests address: link frames and answers."""
+
 
 # --------------------------------------------------------------------------------------------
 # small validated readers
@@ -107,6 +113,15 @@ def _timestamp(value: object) -> float | None:
             "timestamp must be a number of seconds", expected="float", got=value
         )
     return float(value)
+
+
+def _properties(message: Message) -> Mapping[Any, Any]:
+    """The application properties of a received message (checked: not half-decoded, a map)."""
+    problem = getattr(message, "malformed", None)
+    if problem is not None:
+        raise MalformedMessageError(f"not a well-formed AMQP message: {problem}")
+    return _map({} if message.properties is None else message.properties,
+                "application-properties")
 
 
 def _map(value: object, name: str) -> Mapping[Any, Any]:
@@ -317,13 +332,43 @@ class Decoder:
         ``default_source`` / ``default_topic`` fill a publication that does not name them (a
         plain AMQP publisher sending to a topic address); ``assign(source)`` numbers one that
         carries no ``source_seq``. Without them such a publication is malformed.
+
+        All or nothing: a message that raises leaves :attr:`unwrapper` as it found it. Inside
+        a trial its owner opened (:meth:`SourceUnwrapper.begin`), the owner decides instead:
+        the component's ingest keeps what it unwrapped only once the journal took the message.
         """
-        problem = getattr(message, "malformed", None)
-        if problem is not None:
-            raise MalformedMessageError(f"not a well-formed AMQP message: {problem}")
-        props: Mapping[Any, Any] = _map(
-            {} if message.properties is None else message.properties, "application-properties"
-        )
+        unwrapper = self.unwrapper
+        if unwrapper.in_trial:  # its owner commits or rolls back (Ingest.publish)
+            return self._decode(message, default_source, default_topic, assign)
+        # all or nothing: a message refused part-way leaves no source number behind
+        unwrapper.begin()
+        try:
+            out = self._decode(message, default_source, default_topic, assign)
+        except BaseException:
+            unwrapper.rollback({})
+            raise
+        unwrapper.commit()
+        return out
+
+    def decode_request(self, message: Message) -> list[Decoded]:
+        """What a message sent to the requests address (``$seqrepair``) asks.
+
+        A link frame (``PUBLICATION``, ``PUBLICATIONS``, ``HEARTBEAT``) or an answer sent there
+        raises :class:`UnknownMessageTypeError` (``amqp:not-implemented``) before anything of
+        it is read: publications are taken on publishing links only, and a request never
+        touches the per-source state of :attr:`unwrapper`.
+        """
+        mtype = self._message_type(_properties(message), None)
+        if mtype in NOT_REQUESTS:
+            raise UnknownMessageTypeError(
+                f"{mtype.value} is not a request: publications go to a topic address",
+                expected="a request (GAP-REQUEST, SOURCE-GAP-REQUEST, CAPABILITIES...)",
+                got=mtype.value,
+            )
+        return self.decode(message)
+
+    @staticmethod
+    def _message_type(props: Mapping[Any, Any], default_topic: str | None) -> MessageType:
         kind = props.get(MESSAGE_TYPE, MessageType.PUBLICATION.value if
                          default_topic is not None else None)
         if kind is None:
@@ -331,17 +376,35 @@ class Decoder:
                 "message has no message-type application property", expected=list(MessageType)
             )
         try:
-            mtype = MessageType(str(kind))
+            return MessageType(str(kind))
         except ValueError:
             raise UnknownMessageTypeError(
                 f"unknown message-type {kind!r}", expected=[t.value for t in MessageType], got=kind
             ) from None
+
+    def _decode(
+        self,
+        message: Message,
+        default_source: str | None,
+        default_topic: str | None,
+        assign: Callable[[str], int] | None,
+    ) -> list[Decoded]:
+        props = _properties(message)
+        mtype = self._message_type(props, default_topic)
         body = message.body
         plain = getattr(message, "plain", False)
         if mtype is MessageType.PUBLICATIONS:
             if not isinstance(body, list) or not body:
                 raise MalformedMessageError(
                     "PUBLICATIONS needs a non-empty list body", expected="list", got=type(body)
+                )
+            count = props.get("count")
+            if count is not None and (
+                isinstance(count, bool) or not isinstance(count, int) or count != len(body)
+            ):
+                raise MalformedMessageError(
+                    f"PUBLICATIONS count {count!r} disagrees with its {len(body)} entries",
+                    expected=len(body), got=count,
                 )
             most = self.max_publications
             if most is not None and len(body) > most:

@@ -239,6 +239,7 @@ def _capabilities(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     from seqrepair.amqp.component import Component, ComponentConfig
     from seqrepair.amqp.grants import GrantTable
+    from seqrepair.amqp.guard import Guarded
     from seqrepair.amqp.reactor import make_container
     from seqrepair.core.subscriptions import Subscription
     from seqrepair.journal.journal import Journal
@@ -317,7 +318,7 @@ def _serve(args: argparse.Namespace) -> int:
         if retention is not None:
             stack.enter_context(retention)
         stack.callback(lambda: log.info("component stopped", **component.stats))
-        make_container(component).run()
+        make_container(Guarded(component, component.stats)).run()  # a bad peer ends its own
     return 0
 
 

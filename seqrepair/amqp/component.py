@@ -52,9 +52,11 @@ from seqrepair.amqp.errors import (
     UnknownAddressError,
     UnknownMessageTypeError,
     condition_info,
+    link_refusal,
 )
 from seqrepair.amqp.framing import encode_entry
 from seqrepair.amqp.grants import principal_of
+from seqrepair.amqp.guard import Guarded
 from seqrepair.amqp.ingest import Ingest, Released
 from seqrepair.amqp.journalport import RedisJournalPort
 from seqrepair.amqp.links import ResponseRoute, SubscriberLink, close_stolen, start_map, tokens
@@ -305,8 +307,8 @@ class Component(MessagingHandler):
                 self._open_receiver(link)
         except AmqpAdapterError as exc:
             self._refuse_link(link, exc)
-        except SeqRepairError as exc:
-            self._refuse_link(link, UnknownAddressError(exc.message, got=exc.got))
+        except Exception as exc:  # a bad attach refuses that link, never ends the component
+            self._refuse_link(link, link_refusal(exc, link.name))
 
     def on_link_opened(self, event: Any) -> None:
         link = event.link
@@ -650,7 +652,7 @@ class Component(MessagingHandler):
         if not conn.bucket.take(now):
             raise RequestFloodError("request rate exceeded; slow down", got=self.stats["requests"])
         self.stats["requests"] += 1
-        requests = self.decoder.decode(message)
+        requests = self.decoder.decode_request(message)  # never a publication: no source state
         route, cookie = route_for(  # where the answers go (respann §2.3)
             self.routes, conn, message, self.container,
             lambda sender, target: ResponseRoute(Entitlement.everything(), self.config.max_batch,
@@ -766,4 +768,5 @@ def _link_name(reply_to: Any) -> str | None:
 def serve(config: ComponentConfig, journal: Journal,
           on_ready: Callable[[str], None] | None = None) -> None:
     """Run the component until the process is stopped."""
-    make_container(Component(config, journal, on_ready=on_ready)).run()
+    component = Component(config, journal, on_ready=on_ready)
+    make_container(Guarded(component, component.stats)).run()

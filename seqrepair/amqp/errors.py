@@ -154,3 +154,17 @@ class PublishRejectedError(AmqpAdapterError):
         self.condition = condition
         self.first = first
         self.last = last
+
+
+def link_refusal(exc: Exception, link: str) -> AmqpAdapterError:
+    """What an attach that raised ``exc`` is refused with: a seqrepair error names what was
+    wrong with the address (``amqp:not-found``); anything else is logged with its traceback and
+    refused ``amqp:internal-error`` (that link only: the component goes on)."""
+    if isinstance(exc, AmqpAdapterError):
+        return exc
+    if isinstance(exc, SeqRepairError):
+        return UnknownAddressError(exc.message, got=exc.got)
+    import structlog
+
+    structlog.get_logger("seqrepair.amqp.component").exception("attach failed", link=link)
+    return AmqpAdapterError(f"internal error: {exc!r}"[:500])

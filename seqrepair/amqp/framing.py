@@ -62,6 +62,16 @@ class SourceUnwrapper:
         """Start a trial (one received message): :meth:`rollback` undoes what follows."""
         self._before = {}
 
+    @property
+    def in_trial(self) -> bool:
+        """Whether a trial is open (:meth:`begin` without its :meth:`commit` or
+        :meth:`rollback` yet)."""
+        return self._before is not None
+
+    def trial_sources(self) -> list[str]:
+        """The sources the open trial touched so far."""
+        return list(self._before or ())
+
     def commit(self) -> None:
         """Keep what the trial changed."""
         self._before = None
@@ -108,7 +118,8 @@ class SourceUnwrapper:
 
     def unwrap(self, source: str, wire: int, bits: int) -> int:
         """The absolute number of ``wire`` in ``source``'s ``bits``-bit space."""
-        if self._before is not None:
+        before = self._before
+        if before is not None and source not in before:  # a trial: keep its first state
             self._record(source)
         expected = self._next_wire.get(source)
         if expected is not None and expected[0] == bits and expected[1] == wire:

@@ -47,8 +47,11 @@ answers (at most ``hold_timeout``, then their connections are closed the same wa
 lost: what did not reach a subscriber is repaired from the resumed context or, in a new one,
 from the journal, as for any subscriber.
 
-The rewriting itself is pure (:func:`rewrite_request`, :func:`restore_response`,
-:class:`ReplyTable`), so is the relay bookkeeping
+Publishers attached to the gateway are carried to the component link by link, each delivery
+settled only with the component's outcome (:mod:`.gateway_publish`).
+
+The rewriting itself is pure (:mod:`.gateway_rewrite`: :func:`rewrite_request`,
+:func:`restore_response`, :class:`ReplyTable`), so is the relay bookkeeping
 (:class:`~seqrepair.amqp.gateway_relays.RelayTable`); :class:`Gateway` is the thin proton
 adapter around them.
 """
@@ -60,7 +63,6 @@ import random
 import threading
 import time
 import weakref
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
@@ -72,6 +74,13 @@ from proton.reactor import ApplicationEvent, AtMostOnce, EventInjector, LinkOpti
 
 from seqrepair.amqp.ackdispatch import is_ack
 from seqrepair.amqp.backoff import Backoff
+from seqrepair.amqp.errors import AmqpAdapterError
+from seqrepair.amqp.gateway_publish import (
+    PublishRelays,
+    checked_incoming,
+    refuse_non_request,
+    settle_with,
+)
 from seqrepair.amqp.gateway_relays import (
     Action,
     AnswerDownstream,
@@ -84,6 +93,19 @@ from seqrepair.amqp.gateway_relays import (
     RelayTable,
     upstream_name,
 )
+from seqrepair.amqp.gateway_rewrite import (
+    LINK_PREFIX,
+    RESPONSES_ADDRESS,
+    Addressing,
+    PendingReply,
+    ReplyTable,
+    annotate_request,
+    answer_route,
+    downstream_link,
+    restore_response,
+    rewrite_request,
+)
+from seqrepair.amqp.guard import Guarded
 from seqrepair.amqp.reactor import make_container
 from seqrepair.amqp.respann import (
     ADDRESS_COOKIE,
@@ -96,10 +118,7 @@ from seqrepair.amqp.runner import Call, listening_address
 
 log = structlog.get_logger("seqrepair.amqp.gateway")
 
-LINK_PREFIX = "$link/"
 CONTROL_ADDRESS = "$seqrepair"
-RESPONSES_ADDRESS = "$gateway/responses"
-"""The target, at the gateway, of the link the component sends annotated requests' answers on."""
 RESPONSE_WINDOW = 64
 """Credit on the responses link, and how many messages waiting for one subscriber make the
 gateway hold back the credit of its answers."""
@@ -111,122 +130,6 @@ STOP_GRACE = 1.0
 """Seconds :meth:`Gateway.stop` gives peers to answer its close before cutting them off."""
 
 
-@attrs.frozen
-class Addressing:
-    """The parts of a request or response that name addresses or other messages."""
-
-    message_id: Any = None
-    reply_to: str | None = None
-    correlation_id: Any = None
-    link: str | None = None
-    """The ``link`` application property: the data link a request is about."""
-
-
-@attrs.frozen
-class PendingReply:
-    """What the gateway remembers of a rewritten request, to invert the rewriting."""
-
-    original_id: Any
-    original_reply_to: str | None
-    original_link: str | None
-
-
-def downstream_link(request: Addressing) -> str | None:
-    """The downstream link a request is about: its ``link`` property, else its ``reply-to``
-    (``$link/NAME``); None when it names none."""
-    if request.link is None and request.reply_to and request.reply_to.startswith(LINK_PREFIX):
-        return request.reply_to[len(LINK_PREFIX) :]
-    return request.link
-
-
-def rewrite_request(
-    request: Addressing, *, new_id: Any, gateway: str
-) -> tuple[Addressing, PendingReply]:
-    """The request to send upstream, and what to remember to route its answers back.
-
-    The downstream link a request is about is named by its ``link`` property or else by its
-    ``reply-to`` (``$link/NAME``); both are rewritten to the upstream link of that name. A
-    request naming no link keeps a null ``reply-to`` and ``link``.
-    """
-    link = downstream_link(request)
-    upstream = None if link is None else upstream_name(gateway, link)
-    rewritten = Addressing(
-        message_id=new_id,
-        reply_to=None if upstream is None else LINK_PREFIX + upstream,
-        correlation_id=request.correlation_id,
-        link=upstream,
-    )
-    return rewritten, PendingReply(request.message_id, request.reply_to, request.link)
-
-
-def annotate_request(
-    request: Addressing, *, gateway: str
-) -> tuple[Addressing, dict[symbol, Any]] | None:
-    """The request to send upstream with response annotations, and the annotations; None when
-    it names no downstream link (it is rewritten then, see :func:`rewrite_request`).
-
-    Only the ``link`` property changes, to the upstream link; the answers go to
-    :data:`RESPONSES_ADDRESS` and carry the downstream link's name back as their cookie.
-    """
-    link = downstream_link(request)
-    if not link:
-        return None
-    annotations = {RESPONSE_TARGET: RESPONSES_ADDRESS, RESPONSE_COOKIE: link.encode()}
-    return attrs.evolve(request, link=upstream_name(gateway, link)), annotations
-
-
-def answer_route(annotations: Mapping[Any, Any] | None) -> str | None:
-    """The downstream link an answer to an annotated request goes to: its ``address-cookie``
-    (None when it carries none, or one this gateway cannot have made)."""
-    cookie = (annotations or {}).get(ADDRESS_COOKIE)
-    if not isinstance(cookie, bytes | bytearray | memoryview):
-        return None
-    try:
-        return bytes(cookie).decode()
-    except UnicodeDecodeError:
-        return None
-
-
-def restore_response(
-    response: Addressing, pending: Mapping[Any, PendingReply]
-) -> tuple[Addressing, str | None] | None:
-    """The response as the downstream requester must see it, and where it goes (the original
-    ``reply-to``); None when ``response`` answers no request this gateway rewrote."""
-    if response.correlation_id is None:
-        return None
-    reply = pending.get(response.correlation_id)
-    if reply is None:
-        return None
-    restored = attrs.evolve(response, correlation_id=reply.original_id)
-    return restored, reply.original_reply_to
-
-
-@attrs.define
-class ReplyTable(Mapping[Any, PendingReply]):
-    """The rewritten requests whose answers may still come, oldest forgotten first.
-
-    One request can have many answers (a source replay), so an entry stays until it is pushed
-    out by ``capacity`` newer ones: memory stays bounded whatever peers do.
-    """
-
-    capacity: int = 10_000
-    _entries: OrderedDict[Any, PendingReply] = attrs.field(factory=OrderedDict)
-
-    def remember(self, new_id: Any, reply: PendingReply) -> None:
-        """Keep ``reply`` under the rewritten message id ``new_id``."""
-        self._entries[new_id] = reply
-        self._entries.move_to_end(new_id)
-        while len(self._entries) > self.capacity:
-            self._entries.popitem(last=False)
-
-    def __getitem__(self, key: Any) -> PendingReply:
-        return self._entries[key]
-
-    def __iter__(self) -> Any:
-        return iter(self._entries)
-
-    def __len__(self) -> int:
-        return len(self._entries)
 
 
 # --------------------------------------------------------------------------------------------
@@ -344,6 +247,7 @@ class Gateway(MessagingHandler):
             if isinstance(h, EndpointStateHandler) else h
             for h in cast(list[Any], self.handlers)
         ]
+        checked_incoming(self)  # bytes proton cannot read are refused, not raised
         self.listen_url = listen
         self.listening = listen  # host:port bound (the chosen port when listen names port 0)
         self.upstream_url = upstream
@@ -358,6 +262,7 @@ class Gateway(MessagingHandler):
                       "answers_held": 0, "relayed": 0, "unroutable": 0,
                       "dropped_requests": 0, "upstream_connections": 0, "upstream_losses": 0,
                       "refused": 0}
+        self.publishing = PublishRelays(self)  # publishers' links, carried to the component
         self.error: str | None = None
         self.ready = threading.Event()
         self.stopped = threading.Event()
@@ -383,7 +288,7 @@ class Gateway(MessagingHandler):
 
     def run(self) -> None:
         """Run the gateway in this thread until :meth:`close` (or until it gives up)."""
-        container = make_container(self)
+        container = make_container(Guarded(self, self.stats))  # a bad peer ends its own connection
         container.selectable(self._injector)
         try:
             container.run()
@@ -547,7 +452,7 @@ class Gateway(MessagingHandler):
 
     def _ended(self, conn: Any, why: str) -> None:
         """A connection ended, whichever way: the component's, or a subscriber's."""
-        if conn is None:
+        if conn is None or self.publishing.connection_ended(conn):
             return
         if _upstream(conn):
             self._upstream_lost(conn, why)
@@ -579,12 +484,16 @@ class Gateway(MessagingHandler):
                                                 link, time.monotonic())
             link.seqrepair_relay = relay
             self._perform(actions)
+        elif link.remote_target.address != CONTROL_ADDRESS:  # a publisher's
+            self.publishing.attach(link)
         else:  # the requests link
             link.target.address = link.remote_target.address
             link.flow(64)
 
     def on_link_opened(self, event: Any) -> None:
         link = event.link
+        if self.publishing.upstream_opened(link):
+            return
         if link == self._control and link is not None:
             offered = _symbols(link.connection.remote_offered_capabilities)
             supported = _symbols(link.remote_target.capabilities)
@@ -614,6 +523,8 @@ class Gateway(MessagingHandler):
 
     def on_link_closed(self, event: Any) -> None:
         link = event.link
+        if self.publishing.link_closed(link):
+            return
         relay: Relay | None = getattr(link, "seqrepair_relay", None)
         if relay is None:
             return
@@ -684,11 +595,24 @@ class Gateway(MessagingHandler):
             if relay is not None and self.relays.is_current(relay):
                 self._top_up(relay)
         else:
-            self._request(event.message)
-            self.accept(event.delivery)
+            try:
+                refused = refuse_non_request(event.message)
+                if refused is None:
+                    self._request(event.message)
+                    self.accept(event.delivery)
+            except Exception as exc:  # one peer's message must not end the gateway for all
+                self.log.exception("request failed", link=receiver.name)
+                refused = AmqpAdapterError(f"internal error: {exc!r}")
+            if refused is not None:
+                settle_with(event.delivery, refused)
             receiver.flow(1)
 
+    def on_delivery(self, event: Any) -> None:
+        self.publishing.on_delivery(event)  # publishers' messages and their outcomes
+
     def on_sendable(self, event: Any) -> None:
+        if self.publishing.sendable(event.sender):
+            return
         relay: Relay | None = getattr(event.sender, "seqrepair_relay", None)
         if relay is not None and not _upstream(event.sender) and self.relays.is_current(relay):
             self._top_up(relay)
@@ -779,7 +703,11 @@ class Gateway(MessagingHandler):
 
 
 __all__ = [
+    "ADDRESS_COOKIE",
+    "LINK_PREFIX",
     "RESPONSES_ADDRESS",
+    "RESPONSE_COOKIE",
+    "RESPONSE_TARGET",
     "Addressing",
     "Backoff",
     "Gateway",

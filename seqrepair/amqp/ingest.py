@@ -245,19 +245,30 @@ class Ingest:
         """Journal and fan out ``message`` of the publishing link ``receiver``: None when done
         (accept it), :class:`Released` when the publisher should send it again; bad input, or
         a failure where a resend is not safe, raises. A message not accepted leaves the
-        decoder's source numbering as it found it, but for what the journal took of it."""
+        decoder's source numbering as it found it, but for what the journal took of it, and
+        adds no source to what the component keeps (:meth:`_refused`)."""
         unwrapper = self.decoder.unwrapper
         unwrapper.begin()
         try:
             outcome = self._take(receiver, message)
         except BaseException:
+            self._refused(unwrapper.trial_sources())
             unwrapper.rollback(self.ingested)
             raise
         if outcome is None:
             unwrapper.commit()
         else:
+            self._refused(unwrapper.trial_sources())
             unwrapper.rollback(self.ingested)
         return outcome
+
+    def _refused(self, sources: list[str]) -> None:
+        """A message naming ``sources`` was not accepted: what the journal port learnt of the
+        ones that never went out is forgotten, so the component keeps no state for a source
+        only refused messages named (a peer sending them under ever new names grows nothing)."""
+        for source in sources:
+            if source not in self.ingested and source not in self.in_doubt:
+                self.journal.forget(source)
 
     def _take(self, receiver: Any, message: Message) -> Released | None:
         default_topic = receiver.default_topic or message.address

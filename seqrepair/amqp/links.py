@@ -558,4 +558,9 @@ def tokens(value: Any) -> list[str]:
         return []
     if isinstance(value, str):
         return [t for t in value.split(",") if t]
-    return [str(t) for t in value]
+    if isinstance(value, list | tuple) and all(isinstance(t, str) for t in value):
+        return [str(t) for t in value]
+    raise InvalidLinkPropertyError(
+        "seqrepair-permtokens must be a comma-separated string of tokens",
+        expected="string", got=repr(value)[:100],
+    )

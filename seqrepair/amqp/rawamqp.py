@@ -382,8 +382,17 @@ def read_message(data: bytes) -> ReceivedMessage | None:
     """The sections of a message, or None when proton's codec should read it instead."""
     try:
         return _read_message(data)
-    except (Unsupported, IndexError, UnicodeDecodeError, struct.error):
+    except (Unsupported, IndexError, UnicodeDecodeError, struct.error, ValueError,
+            OverflowError, RecursionError):
+        # bad bytes (a char past U+10FFFF, values nested past Python's recursion limit...):
+        # proton_message checks them first (malformed(), depth-bounded) and says why
         return None
+
+
+_LAZY_STRINGS = ("id", "correlation_id", "address", "reply_to", "subject", "content_type",
+                 "content_encoding", "group_id", "reply_to_group_id")
+"""The properties of a :class:`proton.Message` read from its C struct when asked for (a string
+that is not UTF-8 raises then, wherever the component happens to read it)."""
 
 
 def decode_message(data: bytes) -> ReceivedMessage | Message:
@@ -398,17 +407,28 @@ def decode_message(data: bytes) -> ReceivedMessage | Message:
     message = read_message(data)
     if message is not None:
         return message
-    problem = malformed(data)
-    if problem is None:
-        decoded = Message()
-        try:
-            decoded.decode(data)
-            return decoded
-        except Exception as exc:  # whatever proton raises: the bytes are bad
-            problem = f"undecodable: {exc!r}"[:200]
+    decoded = proton_message(data)
+    if isinstance(decoded, Message):
+        return decoded
     bad = ReceivedMessage()
-    bad.malformed = problem
+    bad.malformed = decoded
     return bad
+
+
+def proton_message(data: bytes) -> Message | str:
+    """``data`` read by proton's codec, checked first (:func:`malformed`) and then in every
+    string proton decodes lazily; or why it cannot be read (whatever proton would raise)."""
+    problem = malformed(data)
+    if problem is not None:
+        return problem
+    decoded = Message()
+    try:
+        decoded.decode(data)
+        for name in _LAZY_STRINGS:  # proton turns these into str only when they are read
+            getattr(decoded, name)
+    except Exception as exc:  # whatever proton raises: the bytes are bad
+        return f"undecodable: {exc!r}"[:200]
+    return decoded
 
 
 _WIDTHS = {0x4: 0, 0x5: 1, 0x6: 2, 0x7: 4, 0x8: 8, 0x9: 16}
@@ -612,7 +632,12 @@ class RawIncomingHandler(IncomingMessageHandler):
         # message: proton returns None for it, read here as empty bytes, which are malformed
         data = link.recv(dlv.pending) or b""
         link.advance()
-        event.message = decode_message(data)
+        try:
+            event.message = decode_message(data)
+        except Exception as exc:  # what a peer sends must never end the event loop
+            bad = ReceivedMessage()
+            bad.malformed = f"unreadable: {exc!r}"[:200]
+            event.message = bad
         if event.link.state & Endpoint.LOCAL_CLOSED:
             if self.auto_accept:
                 dlv.update(Delivery.RELEASED)

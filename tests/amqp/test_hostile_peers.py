@@ -1,0 +1,215 @@
+"""Another connection cannot disturb a publisher's source (issue 22 §4), on real processes.
+
+A real redis-server, ``seqrepair serve`` and ``seqrepair publish --redis-url`` (a journaling
+publisher of an 8- or 32-bit source); between two runs of the publisher a second, raw proton
+connection sends three PUBLICATIONs of the same source to ``$seqrepair`` (each wire number a
+quarter of the space ahead of the last: before the fix they moved the component's unwrapping
+of that source, and the publisher's next run was refused ``amqp:precondition-failed``), and a
+``PUBLICATIONS`` whose ``count`` disagrees with its entries to a topic address. Both are
+refused with their conditions, the publisher's second run is accepted, the journal holds
+exactly its publications and a subscriber gets them once, in order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from proton import Delivery, Message, symbol, ulong
+from proton.reactor import LinkOption
+from proton.utils import BlockingConnection, LinkDetached
+
+from seqrepair.amqp.client import Subscriber
+from seqrepair.amqp.query import query_capabilities
+from seqrepair.core.messages import Publication
+from seqrepair.journal.journal import Journal
+
+from .conftest import ROOT, ComponentProcess, wait_for
+
+pytestmark = [pytest.mark.amqp, pytest.mark.redis]
+
+SOURCE = "feed.honest"
+
+
+def publish(url: str, redis_url: str, bits: int, count: int) -> tuple[int, str]:
+    """``seqrepair publish`` of ``count`` generated publications; (exit code, output)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    done = subprocess.run(
+        [sys.executable, "-m", "seqrepair.cli", "publish", "--url", url, "--source", SOURCE,
+         "--bits", str(bits), "--redis-url", redis_url, "--count", str(count), "--rate", "0",
+         "--timeout", "20"],
+        env=env, capture_output=True, text=True, timeout=60,
+    )
+    return done.returncode, done.stdout + done.stderr
+
+
+def outcome(sender: object, message: Message) -> tuple[object, str | None]:
+    delivery = sender.send(message, error_states=[])  # type: ignore[attr-defined]
+    cond = delivery.remote.condition
+    return delivery.remote_state, None if cond is None else cond.name
+
+
+@pytest.mark.parametrize("bits", [8, 32])
+def test_publications_sent_to_seqrepair_by_another_connection_change_nothing(
+    bits: int, redis_url: str, tmp_path: Path
+) -> None:
+    comp = ComponentProcess(redis_url, tmp_path, "--heartbeat", "0.2").start()
+    got: list[Publication] = []
+    try:
+        with Subscriber(comp.url, "/load/#", on_publication=got.append,
+                        heartbeat_interval=0.2, link_name="watcher") as sub:
+            assert sub.connected.wait(20)
+            time.sleep(0.3)
+            first = publish(comp.url, redis_url, bits, 5)
+            hostile = BlockingConnection(comp.url, timeout=20)
+            try:
+                control = hostile.create_sender("$seqrepair")
+                quarter = 1 << (bits - 2)
+                refused = [
+                    outcome(control, Message(
+                        properties={"message-type": "PUBLICATION", "source": SOURCE,
+                                    "source_seq": ulong(5 + k * quarter), "source_bits": bits,
+                                    "topic": "/load/a"},
+                        body={"x": k}))
+                    for k in (1, 2, 3)
+                ]
+                topic = hostile.create_sender("/load/a")
+                entries = [{"source": "stranger", "source_seq": ulong(n), "source_bits": bits,
+                            "topic": "/load/a", "fields": {"n": n}} for n in (1, 2, 3)]
+                miscounted = outcome(topic, Message(
+                    properties={"message-type": "PUBLICATIONS", "count": ulong(2)},
+                    body=entries))
+            finally:
+                hostile.close()
+            second = publish(comp.url, redis_url, bits, 5)
+            wait_for(lambda: len(got) >= 10, 30)
+            time.sleep(0.5)  # a duplicate or a stranger would come now
+        with Journal.from_url(redis_url) as journal:
+            held = [p.source_seq for p in journal.read_range(SOURCE, 1, 100)]
+            stranger = journal.high_water("stranger")
+    finally:
+        comp.stop()
+    log = comp.log_text()[-3000:]
+    assert first[0] == 0, first
+    assert refused == [(Delivery.REJECTED, "amqp:not-implemented")] * 3
+    assert miscounted == (Delivery.REJECTED, "amqp:decode-error")
+    assert second[0] == 0, (second, log)
+    assert held == list(range(1, 11))
+    assert stranger == 0
+    assert [(p.source, p.source_seq) for p in got] == [(SOURCE, n) for n in range(1, 11)]
+
+
+class _Props(LinkOption):
+    def __init__(self, props: dict[symbol, Any]) -> None:
+        self.props = props
+
+    def apply(self, link: Any) -> None:
+        link.properties = self.props
+
+
+BAD_ATTACHES = [
+    {symbol("seqrepair-permtokens"): 5},  # not iterable: a TypeError ended the component
+    {symbol("seqrepair-permtokens"): [1, 2]},
+    {symbol("seqrepair-start-after"): {5: "x"}},
+    {symbol("seqrepair-resume"): True, symbol("seqrepair-start-after"): {"a": -1}},
+    {symbol("seqrepair-resume"): True, symbol("seqrepair-epoch"): [1]},
+    {symbol("seqrepair-batch"): "yes", symbol("seqrepair-ack"): 7},
+]
+
+
+@pytest.mark.parametrize("via", ["component", "gateway"])
+def test_subscriber_attaches_with_bad_properties_refuse_that_link_only(
+    via: str, redis_url: str, tmp_path: Path
+) -> None:
+    """Link properties of any type: the attach is refused (or taken), the component and a
+    gateway in front of it serve on."""
+    from .test_gateway_publish import gateway_process
+
+    comp = ComponentProcess(redis_url, tmp_path).start()
+    outcomes = []
+    try:
+        with contextlib.ExitStack() as front:
+            url = comp.url if via == "component" else front.enter_context(
+                gateway_process(comp.url, tmp_path))
+            for n, props in enumerate(BAD_ATTACHES):
+                conn = BlockingConnection(url, timeout=20)
+                try:
+                    conn.create_receiver("/load/#", name=f"bad-{n}", options=_Props(props))
+                    outcomes.append("attached")
+                except LinkDetached as exc:
+                    outcomes.append(str(exc.condition))
+                finally:
+                    conn.close()
+            alive = comp.proc is not None and comp.proc.poll() is None
+            caps = query_capabilities(url if via == "component" else comp.url, timeout=10)
+    finally:
+        comp.stop()
+    assert alive, comp.log_text()[-3000:]
+    assert caps.link_bits == 16
+    assert outcomes[:2] == ["amqp:invalid-field"] * 2, outcomes
+    assert "attach failed" not in comp.log_text()  # no internal error either
+
+
+def _frame(body: bytes) -> bytes:
+    return struct.pack(">IBBH", 8 + len(body), 2, 0, 0) + body
+
+
+def _list(*items: bytes) -> bytes:
+    payload = b"".join(items)
+    return b"\xc0" + bytes([len(payload) + 1, len(items)]) + payload
+
+
+def _str8(raw: bytes) -> bytes:
+    return b"\xa1" + bytes([len(raw)]) + raw
+
+
+NOT_UTF8 = b"\xff\xfe-x"
+OPEN_BAD_CONTAINER = _frame(b"\x00\x53\x10" + _list(_str8(NOT_UTF8)))
+BAD_LINK_NAME = (
+    _frame(b"\x00\x53\x10" + _list(_str8(b"raw-peer")))
+    + _frame(b"\x00\x53\x11" + _list(b"\x40", b"\x43", b"\x70\x00\x00\x01\x00",
+                                       b"\x70\x00\x00\x01\x00"))
+    + _frame(b"\x00\x53\x12" + _list(_str8(NOT_UTF8), b"\x43", b"\x42", b"\x40", b"\x40",
+                                      b"\x40", b"\x00\x53\x29" + _list(_str8(b"/load/a"))))
+)
+
+
+@pytest.mark.parametrize("via", ["component", "gateway"])
+def test_strings_a_peer_sends_that_are_not_utf8_end_its_connection_only(
+    via: str, redis_url: str, tmp_path: Path
+) -> None:
+    """A container id or a link name that is not UTF-8 (proton decodes them when they are
+    first read: the exception ended the component, or the gateway, for every peer)."""
+    from .test_gateway_publish import gateway_process
+
+    comp = ComponentProcess(redis_url, tmp_path).start()
+    try:
+        with contextlib.ExitStack() as front:
+            url = comp.url if via == "component" else front.enter_context(
+                gateway_process(comp.url, tmp_path))
+            host, port = url.split(":")
+            for frames in (OPEN_BAD_CONTAINER, BAD_LINK_NAME):
+                with socket.create_connection((host, int(port)), timeout=10) as peer:
+                    peer.sendall(b"AMQP\x00\x01\x00\x00" + frames)
+                    peer.settimeout(5)
+                    with contextlib.suppress(OSError):
+                        while peer.recv(4096):  # until the other side closes
+                            pass
+            caps = query_capabilities(url if via == "component" else comp.url, timeout=10)
+            done = publish(url, redis_url, 32, 3)  # an honest publisher is served on
+            alive = comp.proc is not None and comp.proc.poll() is None
+    finally:
+        comp.stop()
+    assert alive, comp.log_text()[-3000:]
+    assert caps.link_bits == 16
+    assert done[0] == 0, done[1][-2000:]
+    log = comp.log_text() if via == "component" else (tmp_path / "gateway.log").read_text()
+    assert "event failed" in log  # contained, not unnoticed
