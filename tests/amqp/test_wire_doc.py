@@ -123,8 +123,8 @@ REASONS = {code(row[0]) for row in table(("reason", "answers", "the subscriber")
 def amqp_type(value: Any) -> str:
     """The AMQP type proton encodes ``value`` as (and decodes it back to)."""
     for cls, name in ((bool, "boolean"), (ulong, "ulong"), (ubyte, "ubyte"), (symbol, "symbol"),
-                      (str, "string"), (int, "long"), (float, "double"), (bytes, "binary"), (dict, "map"),
-                      (list, "list")):
+                      (str, "string"), (int, "long"), (float, "double"), (bytes, "binary"),
+                      (dict, "map"), (list, "list")):
         if isinstance(value, cls):
             return name
     if value is None:
