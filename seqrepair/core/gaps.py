@@ -121,6 +121,11 @@ class GapTracker:
         else:
             self._gaps.append(Gap(start, end, detected_at=now))
 
+    def reopen(self, number: int, now: float) -> None:
+        """``number``, below every known gap, is missing again (its frame was not what the
+        slot holds); it is requested after the nak delay like a new gap."""
+        self._gaps.insert(0, Gap(number, number, detected_at=now))
+
     def _index(self, number: int) -> int:
         """Index of the gap that could hold ``number`` (the last starting at or before it)."""
         return bisect_right(self._gaps, number, key=lambda gap: gap.start) - 1

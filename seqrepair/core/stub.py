@@ -130,6 +130,12 @@ class SubscriberStub(SourceRepairing):
     # None once a link frame or a reset has come since. A reset then is the new link context of
     # a component that replayed by source first (see _new_context).
     _resumed_at: int | None = attrs.field(init=False, default=None)
+    # the publications held when the link view was lost (see stubrepair), offered to the
+    # new view once the replay has come
+    _salvage: list[Publication] = attrs.field(init=False, factory=list)
+    # the highest link number of this context a completed replay covered
+    _covered_through: int = attrs.field(init=False, default=0)
+    _now: float = attrs.field(init=False, default=0.0)  # the latest now given (reopened gaps)
     _last_frame_at: float | None = attrs.field(init=False, default=None)
     _overdue_at: float | None = attrs.field(init=False, default=None)
     _missed: MissedCount = attrs.field(init=False)
@@ -192,6 +198,7 @@ class SubscriberStub(SourceRepairing):
         this reset's frame rather than as another reset.
         """
         now = check_now(now)
+        self._now = now
         events: list[Event] = []
         self._events = events
         self._last_frame_at = now
@@ -255,22 +262,19 @@ class SubscriberStub(SourceRepairing):
             and not self._buffer
             and not self._gaps
             and self._source is None
+            and frame.source_seq > self._last_delivered.get(frame.source, 0)
         ):
-            # The common case, kept short: the next frame, in order, nothing outstanding.
+            # The common case, kept short: the next frame, in order, new for its source,
+            # nothing outstanding. (One its source has delivered may be a stale frame in the
+            # slot of one lost: the slow path judges it.)
             self._last_frame_at = now
             self._overdue_at = now + self._silence_limit
             self._expected += 1
             self._highest = self._expected - 1
             self._expected_wire = 1 if expected == self.space.max else expected + 1
-            events: list[Event] = []
-            last = self._last_delivered.get(frame.source, 0)
-            if frame.source_seq > last:
-                self._last_delivered[frame.source] = frame.source_seq
-                self._stats.delivered += 1
-                events.append(Delivered(frame))
-            else:
-                self._stats.duplicates += 1
-            return events
+            self._last_delivered[frame.source] = frame.source_seq
+            self._stats.delivered += 1
+            return [Delivered(frame)]
         highest = self._highest
         if (
             type(frame) is Publication
@@ -361,6 +365,7 @@ class SubscriberStub(SourceRepairing):
 
     def _receive(self, frame: object, now: float) -> list[Event]:
         link_seq = self._check(frame)
+        self._now = now
         self._last_frame_at = now
         self._overdue_at = now + self._silence_limit
         events: list[Event] = []
@@ -387,6 +392,7 @@ class SubscriberStub(SourceRepairing):
         frame ever arrives), then whenever ``now`` reaches :attr:`next_deadline`.
         """
         now = check_now(now)
+        self._now = now
         events: list[Event] = []
         self._events = events
         if self._last_frame_at is None:
@@ -418,7 +424,10 @@ class SubscriberStub(SourceRepairing):
             source.quiet = False
         number = self._position(wire)
         if number < self._expected or number in self._buffer:
-            self._stats.duplicates += 1
+            if self._proves_view_lost(frame, number):
+                self._link_view_lost(frame, wire, now)
+            else:
+                self._stats.duplicates += 1
             return
         if source is not None and source.resume and not source.hold:
             self._resume_continued(now)
@@ -433,7 +442,10 @@ class SubscriberStub(SourceRepairing):
         elif not room:
             pass  # the number stays missing and is requested again when there is room
         elif self._gaps.fill(number) is None:
-            self._stats.duplicates += 1
+            if self._proves_view_lost(frame, number):
+                self._link_view_lost(frame, wire, now)
+            else:
+                self._stats.duplicates += 1
             return
         elif isinstance(frame, Publication) and frame.retransmit:
             self._stats.link_repaired += 1
@@ -446,6 +458,28 @@ class SubscriberStub(SourceRepairing):
             self._stats.max_buffered = len(self._buffer)
         if number == self._expected:
             self._drain()
+
+    def _proves_view_lost(self, frame: LinkFrame, number: int) -> bool:
+        """Does ``frame``, which the link numbering calls old (``number`` delivered, or held),
+        prove the link view lost? Yes when its slot holds another frame, or when its source
+        number says new: neither delivered nor held. Absolute source numbers are the truth."""
+        held = self._buffer.get(number)
+        if held is not None:
+            if type(held) is not type(frame):
+                return True
+            if type(frame) is not Publication:
+                return False  # two heartbeats: nothing can be lost between them
+            assert type(held) is Publication
+            return (held.source, held.source_seq) != (frame.source, frame.source_seq)
+        if type(frame) is not Publication:
+            return False
+        if frame.source_seq <= self._last_delivered.get(frame.source, 0):
+            return False
+        key = (frame.source, frame.source_seq)
+        return not any(
+            type(other) is Publication and (other.source, other.source_seq) == key
+            for other in self._buffer.values()
+        )
 
     def _position(self, wire: int) -> int:
         """The absolute link number of ``wire``: within half the space of the expected one."""
@@ -476,8 +510,19 @@ class SubscriberStub(SourceRepairing):
                     last_delivered[frame.source] = frame.source_seq
                     stats.delivered += 1
                     events.append(Delivered(frame))
-                else:
+                elif frame.retransmit or expected <= self._covered_through + 1:
+                    # the component resent this slot (it is what it holds), or a replay covered
+                    # it (whatever took it, what the slot carried was replayed), or it is the
+                    # reset frame, never asked for by link
                     stats.duplicates += 1
+                else:
+                    # An original its source has delivered: a late copy, or a stale frame (an
+                    # old context's, an earlier lap's) in the slot of one that was lost. The
+                    # slot is asked for again; what the component resends there is the truth.
+                    stats.duplicates += 1
+                    expected -= 1
+                    self._gaps.reopen(expected, self._now)
+                    break
                 continue
             gap = self._gaps.first()
             if gap is not None and gap.start == expected and gap.state is GapState.SKIPPED:

@@ -57,6 +57,8 @@ class SourceRepairing:
     _asked: AskedRequests
     _resumed_at: int | None
     _events: list[Event]
+    _salvage: list[Publication]
+    _covered_through: int
 
     if TYPE_CHECKING:
 
@@ -69,6 +71,8 @@ class SourceRepairing:
         def _position(self, wire: int) -> int: ...
 
         def _unrecoverable_link(self, start: int, end: int, reason: str) -> None: ...
+
+        def _on_link_frame(self, frame: LinkFrame, wire: int, now: float) -> None: ...
 
 
     def _on_reset(self, frame: LinkFrame, now: float) -> None:
@@ -88,6 +92,58 @@ class SourceRepairing:
             self._stats.duplicates += 1
             return
         self._new_context(frame, now)
+
+    # ----------------------------------------------------------------- the link view lost
+
+    def _link_view_lost(self, frame: LinkFrame, wire: int, now: float) -> None:
+        """A frame the link numbering calls old proved otherwise (its slot holds another frame,
+        or its source has not delivered it): the stub's reading of link numbers is lost (the
+        sender ran more than half the space ahead, or a stale frame took a slot).
+
+        Nothing is dropped. The publications held are kept aside; the link gaps, the link
+        requests and any source request in flight are void, since they name numbers read in
+        the lost view. ``frame`` anchors a new view at a fresh absolute number and is held
+        until a source replay (after the last delivered per source, cut where the link carries
+        on past ``wire``) completes: everything the link sent before ``frame`` was journaled
+        before the request, so the replay brings it; the link brings what follows, repaired by
+        range as ever. The component reads ``wire`` as its latest frame so numbered, never an
+        earlier one, so a stale anchor only makes the replay carry more; a frame then more than
+        half the space ahead of it proves the view lost again and anchors anew.
+        """
+        self._stats.link_view_lost += 1
+        self._salvage.extend(
+            held for held in self._buffer.values() if isinstance(held, Publication)
+        )
+        self._buffer.clear()
+        self._gaps.clear()
+        self._probe = None
+        self._asked.new_context()
+        self._source = None  # its answers are stray now; the anchored request replaces it
+        self._resumed_at = None
+        top = self.space.max
+        number = (max(self._expected, self._highest) // top + 1) * top + wire  # wire(n) == wire
+        self._expected = self._highest = number
+        self._expected_wire = wire
+        self._buffer[number] = frame
+        self._request_source(now, hold=True)
+
+    def _offer_salvage(self, now: float) -> None:
+        """After a replay: the publications kept aside when the view was lost go back to the
+        link in their slots of the new view. What the replay delivered is dropped; one behind
+        the new view that its source still lacks was named Unrecoverable (a trim, a give-up)."""
+        salvage, self._salvage = self._salvage, []
+        for index, publication in enumerate(salvage):
+            if self._source is not None and self._source.hold:
+                self._salvage.extend(salvage[index:])  # lost again: after the next replay
+                return
+            wire = publication.link_seq
+            assert wire is not None
+            if publication.source_seq <= self._last_delivered.get(publication.source, 0) or (
+                self._position(wire) < self._expected
+            ):
+                self._stats.duplicates += 1
+                continue
+            self._on_link_frame(publication, wire, now)
 
     def _new_context(self, frame: LinkFrame, now: float) -> None:
         """Void the old link context; ``frame`` is the new context's number 0.
@@ -115,6 +171,7 @@ class SourceRepairing:
         self._asked.new_context()
         self._reset_frame = frame
         self._buffer[0] = frame
+        self._covered_through = 0
         self._expected = 0
         self._expected_wire = RESET
         self._highest = 0
@@ -230,7 +287,7 @@ class SourceRepairing:
         source = self._source
         assert source is not None
         if source.attempts >= self.max_retries:
-            self._abandon_source_repair("give-up")
+            self._abandon_source_repair("give-up", now)
             return
         source.attempts += 1
         # The cover point stays the first attempt's: requests with the same ``after`` are equal,
@@ -267,19 +324,26 @@ class SourceRepairing:
         if not complete.more:
             self._finish_source_repair(source, now)
         elif not self._continue_replay(complete.through, now):
-            self._abandon_source_repair("no-progress")
+            self._abandon_source_repair("no-progress", now)
 
     def _finish_source_repair(self, source: SourceRepair, now: float) -> None:
         self._source = None
+        self._covered_through = max(self._covered_through, source.cover_through)
         for gap in self._gaps.mark(1, source.cover_through, GapState.SKIPPED):
             self._stats.source_covered += gap.size
         self._drain()
         if source.resume and source.quiet and not source.hold:
             self._resumed_at = self._expected
+        if self._salvage:
+            self._offer_salvage(now)
         if self._gaps.in_state(GapState.SOURCE):
             self._request_source(now, hold=False)
 
-    def _abandon_source_repair(self, reason: str) -> None:
+    def _abandon_source_repair(self, reason: str, now: float) -> None:
+        """Give the source request up (refused, retries run out with no answer arriving, or
+        no progress possible): every source it asked for is reported ``Unrecoverable`` after
+        what was delivered, and counted in ``stats.unrecoverable`` (the link numbers it was to
+        cover, at least one: what a replay owed after a reset is not known by number)."""
         source = self._source
         assert source is not None
         after = source.request.after
@@ -291,11 +355,15 @@ class SourceRepairing:
         self._events.append(Unrecoverable(source=None, after=None, reason=reason))
         self._stats.sources_abandoned += 1
         self._source = None
+        lost = 0
         for gap in self._gaps:
             if gap.state is GapState.SOURCE:
                 gap.state = GapState.SKIPPED
-                self._stats.unrecoverable += gap.size
+                lost += gap.size
+        self._stats.unrecoverable += max(lost, 1)
         self._drain()
+        if self._salvage:
+            self._offer_salvage(now)
 
     def _on_gap_error(self, error: GapError, now: float) -> None:
         request = error.request
@@ -308,7 +376,7 @@ class SourceRepairing:
             trimmed = error.trimmed_through
             if error.reason == "trimmed" and trimmed and self._skip_trimmed(trimmed, now):
                 return
-            self._abandon_source_repair(error.reason)
+            self._abandon_source_repair(error.reason, now)
             return
         if self._asked.voided(request):  # not about the numbers this context uses again
             self._stats.stray_dropped += 1
