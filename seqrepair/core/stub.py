@@ -441,14 +441,22 @@ class SubscriberStub(SourceRepairing):
             self._highest = number
         elif not room:
             pass  # the number stays missing and is requested again when there is room
-        elif self._gaps.fill(number) is None:
-            if self._proves_view_lost(frame, number):
-                self._link_view_lost(frame, wire, now)
-            else:
-                self._stats.duplicates += 1
-            return
-        elif isinstance(frame, Publication) and frame.retransmit:
-            self._stats.link_repaired += 1
+        else:
+            gap = self._gaps.fill(number)
+            if gap is None:
+                if self._proves_view_lost(frame, number):
+                    self._link_view_lost(frame, wire, now)
+                else:
+                    self._stats.duplicates += 1
+                return
+            if isinstance(frame, Publication) and frame.retransmit:
+                self._stats.link_repaired += 1
+                if gap.reopened and frame.source_seq <= self._last_delivered.get(
+                    frame.source, 0
+                ):
+                    # the component says the slot asked for again carries one delivered
+                    # already: the slot is filled, as a heartbeat fills one
+                    frame = Heartbeat(link_seq=wire)
         if not room:
             self._stats.overflow_dropped += 1
             self._events.append(BufferOverflow(limit=self.max_buffer, dropped=1))
@@ -510,15 +518,15 @@ class SubscriberStub(SourceRepairing):
                     last_delivered[frame.source] = frame.source_seq
                     stats.delivered += 1
                     events.append(Delivered(frame))
-                elif frame.retransmit or expected <= self._covered_through + 1:
-                    # the component resent this slot (it is what it holds), or a replay covered
-                    # it (whatever took it, what the slot carried was replayed), or it is the
-                    # reset frame, never asked for by link
+                elif expected <= self._covered_through + 1:
+                    # a replay covered the slot (whatever took it, what it carried was
+                    # replayed), or it is the reset frame, never asked for by link
                     stats.duplicates += 1
                 else:
-                    # An original its source has delivered: a late copy, or a stale frame (an
-                    # old context's, an earlier lap's) in the slot of one that was lost. The
-                    # slot is asked for again; what the component resends there is the truth.
+                    # One its source has delivered: a late copy, or a stale frame (an old
+                    # context's, an earlier lap's, an answer to a voided request) in the slot
+                    # of one that was lost. The slot is asked for again; what the component
+                    # resends there is the truth.
                     stats.duplicates += 1
                     expected -= 1
                     self._gaps.reopen(expected, self._now)
