@@ -207,10 +207,12 @@ class Simulation:
     AMQP attach of a new link context tells it, and the reset frame is a heartbeat that the link
     may lose, reorder or duplicate like any other; otherwise the reset frame itself is the only
     signal and travels reliably (it stands for the attach).
-    ``stale_after_reset``: frames of an old link context still on the wire at a reset are not
-    dropped: reordered, they may arrive after the new context's first frames (a transport that
-    does not tie a reset to a new link). ``window``: how far ahead of the number the subscriber
-    expects the component may send (None: half the space less one, what flow control allows;
+    ``stale_after_reset``: publications of an old link context still on the wire at a reset
+    are not dropped: reordered, they may arrive after the new context's first frames (a
+    transport that does not tie a reset to a new link). Stale heartbeats still die: one carries
+    no source number, so in the slot of a lost frame it cannot be told from it.
+    ``window``: how far ahead of the number the subscriber expects the component may send
+    (None: half the space less one, what flow control allows;
     more violates the window and makes link numbers ambiguous).
     """
 
@@ -370,7 +372,13 @@ class Simulation:
                     context_id += 1
                     resets += 1
                     reset_base = link.absolute
-                    if not self.stale_after_reset:
+                    if self.stale_after_reset:  # heartbeats carry no source number: see above
+                        to_subscriber[:] = [
+                            entry for entry in to_subscriber
+                            if any(isinstance(f, Publication) for f in entry[2].frames)
+                        ]
+                        heapq.heapify(to_subscriber)
+                    else:
                         to_subscriber.clear()
                     if self.announce_resets:
                         act(stub.link_reset(now), now)

@@ -181,6 +181,19 @@ class SubscriberStub(SourceRepairing):
         return self._expected_wire
 
     @property
+    def consumed_through(self) -> int | None:
+        """The wire link number of the current context up to which every number is consumed
+        (delivered, a heartbeat, covered by a replay or given up as Unrecoverable): what an
+        ACK's ``link_through`` says. 0 while nothing is (a reset context's frame 0 included);
+        None before the link has brought anything."""
+        expected = self._expected
+        if expected > 1:
+            return self.space.wire(expected - 1)
+        if expected == 1 and self._highest == 0 and not self._stats.resets:
+            return None
+        return 0
+
+    @property
     def buffered(self) -> int:
         """Frames held out of order right now."""
         return len(self._buffer)
