@@ -114,6 +114,7 @@ class SubscriberReport:
     resets: int = 0
     unrecoverable: int = 0
     sources_abandoned: int = 0  # source repairs refused or given up (see Unrecoverable events)
+    link_view_lost: int = 0  # frames the link called old and their source proved new
     connections: int = 0
     disconnections: int = 0
     paused: int = 0
@@ -446,6 +447,7 @@ class Subscriber(SubscriberRunner):
         rep.resets = s.resets
         rep.unrecoverable = s.unrecoverable
         rep.sources_abandoned = s.sources_abandoned
+        rep.link_view_lost = s.link_view_lost
         return rep
 
     def query_capabilities(self) -> None:

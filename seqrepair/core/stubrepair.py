@@ -314,7 +314,10 @@ class SourceRepairing:
             return
         if self._deliver(publication):
             self._stats.source_repaired += 1
-            self._source.progress(now, self._progress_wait)
+        # Delivered or not (one the link or an earlier answer brought), an answer is arriving:
+        # the replay is making progress, so it is neither asked for again (which would restart
+        # it from the start at the component) nor given up while answers keep coming.
+        self._source.progress(now, self._progress_wait)
 
     def _on_replay_complete(self, complete: ReplayComplete, now: float) -> None:
         source = self._source

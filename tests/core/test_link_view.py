@@ -388,3 +388,46 @@ def test_consumed_through_is_none_until_a_link_frame_and_tracks_resets():
     assert stub.consumed_through is None
     stub.link_reset(0.0)
     assert stub.consumed_through == 0
+
+
+# ---------------------------------------------------------------------- a replay in progress
+
+
+def test_a_replay_whose_answers_keep_arriving_is_neither_retried_nor_given_up():
+    """Issue 22 §3: a component killed and restarted under load streams a long replay; the
+    stub gave up after 6 retries while answers were still coming. Answers (delivered or
+    duplicates) reset the give-up clock and hold retries back; when they stop, a retry asks
+    only after what was delivered."""
+    stub = make(bits=16, max_retries=3, retry_interval=0.2)
+    stub.receive(pub(1, 1), 0.0)
+    (ask,) = of(RequestSourceGap, stub.receive(pub(0, 1), 0.0))  # a reset mid-stream
+    now, asked = 0.0, []
+    # 20 s of replay, an answer every 0.1 s: for the first 3 s only ones delivered already
+    # (a component replaying from further back than asked), then new ones
+    for step in range(200):
+        now += 0.1
+        asked += of(RequestSourceGap, stub.poll(now))
+        stub.receive(replayed(1 if step < 30 else step - 28), now)
+    assert asked == []
+    assert of(Unrecoverable, stub.poll(now)) == []
+    assert stub.stats.sources_abandoned == 0
+    # the answers stop: the retry asks after what was delivered, not from the start
+    last = stub.last_delivered["feed.a"]
+    retry = of(RequestSourceGap, stub.poll(now + 1.0))
+    assert [r.request.after for r in retry] == [{"feed.a": last}]
+    assert retry[0].request.request_id == ask.request.request_id
+
+
+def test_a_replay_that_stops_answering_is_given_up_named_and_counted():
+    stub = make(bits=16, max_retries=2, retry_interval=0.2)
+    stub.receive(pub(1, 1), 0.0)
+    stub.receive(pub(0, 9), 0.0)  # a reset: feed.a 9 waits for the replay
+    stub.receive(replayed(2), 0.1)
+    events = []
+    for t in (0.5, 1.0, 2.0, 4.0):
+        events += stub.poll(t)
+    assert [(u.source, u.after, u.reason) for u in of(Unrecoverable, events)] == [
+        ("feed.a", 2, "give-up"), (None, None, "give-up")]
+    assert stub.stats.unrecoverable == 1
+    assert stub.stats.sources_abandoned == 1
+    assert delivered(events) == [("feed.a", 9)]
