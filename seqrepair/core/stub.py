@@ -33,6 +33,13 @@ come: each source request carries an id of its own (its retries keep it) that it
 and the link requests of the context before are remembered, so such an answer is dropped.
 Delivery dedupes by source as well as by link: a publication whose source number is at or below
 the last delivered for its source is a duplicate, which makes the two levels safe to mix.
+Source numbers are the truth, link numbers only the fast path. A frame the link calls old
+(behind the expected number, or its slot holding another frame) that its source proves new
+means the reading of link numbers is lost (a sender more than half the space ahead, a stale
+frame): the stub anchors a new view on it and replays by source (see
+:mod:`seqrepair.core.stubrepair`). An original its source has delivered does not fill a slot
+beyond what a replay covered: it may be a stale frame in the slot of one that was lost, so the
+slot is asked for again, and only the component's answer to that fills it.
 
 The stub performs no I/O and reads no clock: ``receive(frame, now)`` and ``poll(now)`` return
 events for an adapter to act on, and :attr:`SubscriberStub.next_deadline` says when to poll.
