@@ -48,6 +48,7 @@ events for an adapter to act on, and :attr:`SubscriberStub.next_deadline` says w
 from __future__ import annotations
 
 import random
+from collections import deque
 from collections.abc import Sequence
 from math import inf
 
@@ -142,6 +143,10 @@ class SubscriberStub(SourceRepairing):
     _salvage: list[Publication] = attrs.field(init=False, factory=list)
     # the highest link number of this context a completed replay covered
     _covered_through: int = attrs.field(init=False, default=0)
+    # the newest link ranges of this context given up as Unrecoverable (absolute numbers)
+    _given_up: deque[tuple[int, int]] = attrs.field(init=False, factory=lambda: deque(maxlen=64))
+    # per source, the highest number a replay delivered in this link context
+    _replay_top: dict[str, int] = attrs.field(init=False, factory=dict)
     _now: float = attrs.field(init=False, default=0.0)  # the latest now given (reopened gaps)
     _last_frame_at: float | None = attrs.field(init=False, default=None)
     _overdue_at: float | None = attrs.field(init=False, default=None)
@@ -444,10 +449,17 @@ class SubscriberStub(SourceRepairing):
             source.quiet = False
         number = self._position(wire)
         if number < self._expected or number in self._buffer:
-            if self._proves_view_lost(frame, number):
-                self._link_view_lost(frame, wire, now)
-            else:
+            if not self._proves_view_lost(frame, number):
                 self._stats.duplicates += 1
+            elif number < self._expected and any(
+                start <= number <= end for start, end in self._given_up
+            ):
+                # the late original of a number given up: nothing of its source after it has
+                # been delivered and what the link holds of it comes later, so it is in order
+                assert isinstance(frame, Publication)
+                self._deliver(frame)
+            else:
+                self._link_view_lost(frame, wire, now)
             return
         if source is not None and source.resume and not source.hold:
             self._resume_continued(now)
@@ -538,16 +550,21 @@ class SubscriberStub(SourceRepairing):
                     last_delivered[frame.source] = frame.source_seq
                     stats.delivered += 1
                     events.append(Delivered(frame))
-                elif expected <= self._covered_through + 1:
+                elif expected <= self._covered_through + 1 or last_delivered[
+                    frame.source
+                ] <= self._replay_top.get(frame.source, 0):
                     # a replay covered the slot (whatever took it, what it carried was
-                    # replayed), or it is the reset frame, never asked for by link
+                    # replayed), or it is the reset frame, never asked for by link; or a
+                    # replay of this context delivered it (one that ran on past the link)
                     stats.duplicates += 1
                 else:
-                    # One its source has delivered: a late copy, or a stale frame (an old
+                    # Its source's newest delivery came by link, in an earlier slot: a link
+                    # numbers each source in order, so this is a stale frame (an old
                     # context's, an earlier lap's, an answer to a voided request) in the slot
-                    # of one that was lost. The slot is asked for again; what the component
+                    # of one perhaps lost. The slot is asked for again; what the component
                     # resends there is the truth.
                     stats.duplicates += 1
+                    stats.slots_reopened += 1
                     expected -= 1
                     self._gaps.reopen(expected, self._now)
                     break
@@ -584,6 +601,7 @@ class SubscriberStub(SourceRepairing):
 
     def _unrecoverable_link(self, start: int, end: int, reason: str) -> None:
         self._stats.unrecoverable += end - start + 1
+        self._given_up.append((start, end))
         wire = self.space.wire
         self._events.append(Unrecoverable(source=None, after=None, reason=reason,
                                           link_from=wire(start), link_to=wire(end)))

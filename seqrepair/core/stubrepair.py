@@ -10,6 +10,7 @@ give-up. See the theory of operation in :mod:`seqrepair.core.stub`.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -59,6 +60,8 @@ class SourceRepairing:
     _events: list[Event]
     _salvage: list[Publication]
     _covered_through: int
+    _replay_top: dict[str, int]
+    _given_up: deque[tuple[int, int]]
 
     if TYPE_CHECKING:
 
@@ -116,6 +119,8 @@ class SourceRepairing:
         )
         self._buffer.clear()
         self._gaps.clear()
+        self._replay_top.clear()
+        self._given_up.clear()
         self._probe = None
         self._asked.new_context()
         self._source = None  # its answers are stray now; the anchored request replaces it
@@ -129,8 +134,9 @@ class SourceRepairing:
 
     def _offer_salvage(self, now: float) -> None:
         """After a replay: the publications kept aside when the view was lost go back to the
-        link in their slots of the new view. What the replay delivered is dropped; one behind
-        the new view that its source still lacks was named Unrecoverable (a trim, a give-up)."""
+        link in their slots of the new view. What the replay delivered is dropped; one whose
+        slot is behind the new view and that its source still lacks is delivered (after a trim
+        or a give-up it was named Unrecoverable; delivering it late keeps its source's order)."""
         salvage, self._salvage = self._salvage, []
         for index, publication in enumerate(salvage):
             if self._source is not None and self._source.hold:
@@ -138,12 +144,15 @@ class SourceRepairing:
                 return
             wire = publication.link_seq
             assert wire is not None
-            if publication.source_seq <= self._last_delivered.get(publication.source, 0) or (
-                self._position(wire) < self._expected
-            ):
+            if publication.source_seq <= self._last_delivered.get(publication.source, 0):
                 self._stats.duplicates += 1
-                continue
-            self._on_link_frame(publication, wire, now)
+            elif self._position(wire) < self._expected:
+                # its slot went to another frame (a stale one): nothing of its source after it
+                # has been delivered, and the replay brought its source up to the link's part,
+                # of which it comes first in what is left: in order now
+                self._deliver(publication)
+            else:
+                self._on_link_frame(publication, wire, now)
 
     def _new_context(self, frame: LinkFrame, now: float) -> None:
         """Void the old link context; ``frame`` is the new context's number 0.
@@ -172,6 +181,8 @@ class SourceRepairing:
         self._reset_frame = frame
         self._buffer[0] = frame
         self._covered_through = 0
+        self._replay_top.clear()
+        self._given_up.clear()
         self._expected = 0
         self._expected_wire = RESET
         self._highest = 0
@@ -314,6 +325,7 @@ class SourceRepairing:
             return
         if self._deliver(publication):
             self._stats.source_repaired += 1
+            self._replay_top[publication.source] = publication.source_seq
         # Delivered or not (one the link or an earlier answer brought), an answer is arriving:
         # the replay is making progress, so it is neither asked for again (which would restart
         # it from the start at the component) nor given up while answers keep coming.
