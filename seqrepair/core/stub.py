@@ -37,9 +37,11 @@ Source numbers are the truth, link numbers only the fast path. A frame the link 
 (behind the expected number, or its slot holding another frame) that its source proves new
 means the reading of link numbers is lost (a sender more than half the space ahead, a stale
 frame): the stub anchors a new view on it and replays by source (see
-:mod:`seqrepair.core.stubrepair`). An original its source has delivered does not fill a slot
-beyond what a replay covered: it may be a stale frame in the slot of one that was lost, so the
-slot is asked for again, and only the component's answer to that fills it.
+:mod:`seqrepair.core.stubrepair`); the late original of a number given up is delivered (in its
+source's order). An original whose source's newest delivery came by link in an earlier slot
+does not fill its slot (a link numbers each source in order): it is a stale frame, perhaps in
+the slot of one that was lost, so the slot is asked for again, and only the component's answer
+to that fills it.
 
 The stub performs no I/O and reads no clock: ``receive(frame, now)`` and ``poll(now)`` return
 events for an adapter to act on, and :attr:`SubscriberStub.next_deadline` says when to poll.
