@@ -46,22 +46,26 @@ def scan_run(
     for frame in frames[start:] if start else frames:
         if type(frame) is not publication:
             break
-        wrap = frame.link_seq != expected
-        if wrap and (expected <= top or frame.link_seq != 1):
-            break
+        if frame.link_seq != expected:
+            if expected <= top or frame.link_seq != 1:
+                break
+            expected = 1  # the wrap: expected ran one past the top of the space
+            wraps += 1
+        expected += 1
         if frame.source != source:  # most runs are of one source: no dict work per frame
             if source is not None:
                 last[source] = source_last
             source = frame.source
             source_last = last[source] if source in last else delivered.get(source, 0)
         seq = frame.source_seq
-        if seq <= source_last:
-            break  # one its source has delivered: the stub's slow path judges it
-        source_last = seq
-        if wrap:
-            expected = 1  # the wrap: expected ran one past the top of the space
-            wraps += 1
-        expected += 1
+        if seq > source_last:
+            source_last = seq
+        else:
+            # one its source has delivered: the run stops before it, for the stub's slow path
+            # to judge (the stop below counts the same for expected 1 after a wrap as for
+            # top + 1 before it)
+            expected = frame.link_seq
+            break
     if source is not None:
         last[source] = source_last
     stop = start + expected - first + wraps * top
