@@ -207,6 +207,13 @@ class Simulation:
     AMQP attach of a new link context tells it, and the reset frame is a heartbeat that the link
     may lose, reorder or duplicate like any other; otherwise the reset frame itself is the only
     signal and travels reliably (it stands for the attach).
+    ``stale_after_reset``: publications of an old link context still on the wire at a reset
+    are not dropped: reordered, they may arrive after the new context's first frames (a
+    transport that does not tie a reset to a new link). Stale heartbeats still die: one carries
+    no source number, so in the slot of a lost frame it cannot be told from it.
+    ``window``: how far ahead of the number the subscriber expects the component may send
+    (None: half the space less one, what flow control allows;
+    more violates the window and makes link numbers ambiguous).
     """
 
     bits: int
@@ -223,6 +230,8 @@ class Simulation:
     component: ComponentBackend | None = None
     """None: an :class:`InMemoryComponent` with ``context_capacity`` and ``replay_limit``."""
     replay_limit: int | None = None
+    stale_after_reset: bool = False
+    window: int | None = None
 
     def run(self, max_time: float = 600.0) -> SimulationReport:
         """Run until everything published is delivered (and the link is quiet) or ``max_time``."""
@@ -241,6 +250,7 @@ class Simulation:
         options.update(self.stub_options)
         stub = SubscriberStub(bits=self.bits, **options)
         space = stub.space
+        window = space.half - 1 if self.window is None else self.window
         journal: list[Publication] = []
         delivered: list[Publication] = []
         unrecoverable: list[Unrecoverable] = []
@@ -362,7 +372,14 @@ class Simulation:
                     context_id += 1
                     resets += 1
                     reset_base = link.absolute
-                    to_subscriber.clear()
+                    if self.stale_after_reset:  # heartbeats carry no source number: see above
+                        to_subscriber[:] = [
+                            entry for entry in to_subscriber
+                            if any(isinstance(f, Publication) for f in entry[2].frames)
+                        ]
+                        heapq.heapify(to_subscriber)
+                    else:
+                        to_subscriber.clear()
                     if self.announce_resets:
                         act(stub.link_reset(now), now)
                         beat = link.heartbeat(now)
@@ -371,7 +388,7 @@ class Simulation:
                     else:
                         reset_pending = True
                 next_reset = min((r for r in self.resets_at if r > next_index), default=total)
-                room = min(space.half - 1 - ahead(), self.send_rate - sent,
+                room = min(window - ahead(), self.send_rate - sent,
                            next_reset - next_index)
                 if room <= 0:
                     break
@@ -388,7 +405,7 @@ class Simulation:
                     send([stamped], pos, repair=False, now=now)
                 next_index += room
                 sent += room
-            if not sent and ahead() < space.half - 1:
+            if not sent and ahead() < window:
                 pos = next_position()
                 heartbeat = link.poll(now)
                 if heartbeat is not None:
@@ -398,8 +415,10 @@ class Simulation:
             while to_subscriber and to_subscriber[0][0] <= now:
                 _, _, item = heapq.heappop(to_subscriber)
                 if item.context != context_id:
-                    continue
-                if item.position and item.position < next_position() - space.half:
+                    if not self.stale_after_reset:
+                        continue
+                    counts["stale"] += 1
+                elif item.position and item.position < next_position() - space.half:
                     counts["expired"] += 1
                     continue
                 for frame in item.frames:

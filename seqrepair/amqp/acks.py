@@ -99,18 +99,9 @@ def numbering_from_reply(
 
 def consumed_through(stub: SubscriberStub) -> int | None:
     """The wire link number through which ``stub`` has consumed every number of its current
-    context (what an ACK says), or None while the context's frame 0 is awaited.
-
-    Read from the next number it expects: before 1 comes the space's last number, M. That is
-    also what a context that has consumed nothing yet (next expected 1) reports, harmlessly:
-    the component reads M as the latest use of M among the numbers it has outstanding, and in
-    a context where nothing is consumed none of them is M (at most W < M are outstanding), so
-    the window does not move.
-    """
-    expected = stub.expected_link_seq
-    if expected == 0:
-        return None
-    return expected - 1 if expected > 1 else stub.space.max
+    context (what an ACK says), or None while it has consumed none (nothing to acknowledge:
+    the stub's :attr:`~seqrepair.core.stub.SubscriberStub.consumed_through` is 0 or None)."""
+    return stub.consumed_through or None
 
 
 @attrs.define

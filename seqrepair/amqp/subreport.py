@@ -21,6 +21,7 @@ class SubscriberReport:
     resets: int = 0
     unrecoverable: int = 0
     sources_abandoned: int = 0  # source repairs refused or given up (see Unrecoverable events)
+    link_view_lost: int = 0  # frames the link called old and their source proved new
     connections: int = 0
     disconnections: int = 0
     paused: int = 0
@@ -42,4 +43,5 @@ class SubscriberReport:
         self.resets = stats.resets
         self.unrecoverable = stats.unrecoverable
         self.sources_abandoned = stats.sources_abandoned
+        self.link_view_lost = stats.link_view_lost
         return self

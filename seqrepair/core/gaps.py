@@ -43,6 +43,7 @@ class Gap:
     attempts: int = 0
     next_at: float = 0.0
     request_id: int = 0
+    reopened: bool = False  # its frame came and was not what the slot holds (see reopen)
 
     @property
     def size(self) -> int:
@@ -120,6 +121,11 @@ class GapTracker:
             last.end = end
         else:
             self._gaps.append(Gap(start, end, detected_at=now))
+
+    def reopen(self, number: int, now: float) -> None:
+        """``number``, below every known gap, is missing again (its frame was not what the
+        slot holds); it is requested after the nak delay like a new gap."""
+        self._gaps.insert(0, Gap(number, number, detected_at=now, reopened=True))
 
     def _index(self, number: int) -> int:
         """Index of the gap that could hold ``number`` (the last starting at or before it)."""

@@ -25,12 +25,13 @@ class SourceRepair:
     next_at: float | None  # None: sent by the application (resume_point), timed from next poll
     resume: bool = False  # asked by resume_point(): the (re)attach of the link
     quiet: bool = True  # no frame of a link context has come since it was asked
-    progressed: bool = False  # a replayed publication of it was delivered
+    progressed: bool = False  # a replayed publication arrived while it was in flight
 
     def progress(self, now: float, wait: float) -> None:
-        """A replayed publication of it was delivered: the replay is coming, so the next retry
-        is timed from now (a retry would only ask for it all again, a give-up would abandon a
-        repair that is making progress, however long the replay takes)."""
+        """A replayed publication arrived: the replay is coming, so the retry count starts
+        again and the next retry is timed from now (a retry would only ask for it all again,
+        a give-up would abandon a repair that is making progress, however long the replay
+        takes). A retry, when answers stop for ``wait``, asks after what was delivered."""
         self.attempts = 1
         self.next_at = now + wait
         self.progressed = True

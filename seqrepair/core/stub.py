@@ -33,6 +33,15 @@ come: each source request carries an id of its own (its retries keep it) that it
 and the link requests of the context before are remembered, so such an answer is dropped.
 Delivery dedupes by source as well as by link: a publication whose source number is at or below
 the last delivered for its source is a duplicate, which makes the two levels safe to mix.
+Source numbers are the truth, link numbers only the fast path. A frame the link calls old
+(behind the expected number, or its slot holding another frame) that its source proves new
+means the reading of link numbers is lost (a sender more than half the space ahead, a stale
+frame): the stub anchors a new view on it and replays by source (see
+:mod:`seqrepair.core.stubrepair`); the late original of a number given up is delivered (in its
+source's order). An original whose source's newest delivery came by link in an earlier slot
+does not fill its slot (a link numbers each source in order): it is a stale frame, perhaps in
+the slot of one that was lost, so the slot is asked for again, and only the component's answer
+to that fills it.
 
 The stub performs no I/O and reads no clock: ``receive(frame, now)`` and ``poll(now)`` return
 events for an adapter to act on, and :attr:`SubscriberStub.next_deadline` says when to poll.
@@ -41,7 +50,8 @@ events for an adapter to act on, and :attr:`SubscriberStub.next_deadline` says w
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping, Sequence
+from collections import deque
+from collections.abc import Sequence
 from math import inf
 
 import attrs
@@ -56,9 +66,7 @@ from seqrepair.core.events import (
     Disconnect,
     Event,
     HeartbeatOverdue,
-    LinkReset,
     RequestGap,
-    RequestSourceGap,
     Unrecoverable,
 )
 from seqrepair.core.gaps import GapState, GapTracker, RetryPolicy
@@ -73,14 +81,15 @@ from seqrepair.core.messages import (
 from seqrepair.core.overdue import MissedCount, OverduePolicy, parse_overdue_policy
 from seqrepair.core.runs import Run, scan_run
 from seqrepair.core.sequence import RESET, SequenceSpace
-from seqrepair.core.sourcerepair import SourceRepair, answers_request, resume_after
+from seqrepair.core.sourcerepair import SourceRepair
+from seqrepair.core.stubrepair import SourceRepairing
 from seqrepair.core.stubstats import StubStats
 
 LinkFrame = Publication | Heartbeat
 
 
 @attrs.define(on_setattr=attrs.setters.NO_OP)
-class SubscriberStub:
+class SubscriberStub(SourceRepairing):
     """Turns a lossy, reordering, duplicating link into an ordered, exact stream.
 
     ``bits``: link sequence width. ``heartbeat_interval`` and ``missed_heartbeats``: silence
@@ -131,6 +140,16 @@ class SubscriberStub:
     # None once a link frame or a reset has come since. A reset then is the new link context of
     # a component that replayed by source first (see _new_context).
     _resumed_at: int | None = attrs.field(init=False, default=None)
+    # the publications held when the link view was lost (see stubrepair), offered to the
+    # new view once the replay has come
+    _salvage: list[Publication] = attrs.field(init=False, factory=list)
+    # the highest link number of this context a completed replay covered
+    _covered_through: int = attrs.field(init=False, default=0)
+    # the newest link ranges of this context given up as Unrecoverable (absolute numbers)
+    _given_up: deque[tuple[int, int]] = attrs.field(init=False, factory=lambda: deque(maxlen=64))
+    # per source, the highest number a replay delivered in this link context
+    _replay_top: dict[str, int] = attrs.field(init=False, factory=dict)
+    _now: float = attrs.field(init=False, default=0.0)  # the latest now given (reopened gaps)
     _last_frame_at: float | None = attrs.field(init=False, default=None)
     _overdue_at: float | None = attrs.field(init=False, default=None)
     _missed: MissedCount = attrs.field(init=False)
@@ -176,6 +195,19 @@ class SubscriberStub:
         return self._expected_wire
 
     @property
+    def consumed_through(self) -> int | None:
+        """The wire link number of the current context up to which every number is consumed
+        (delivered, a heartbeat, covered by a replay or given up as Unrecoverable): what an
+        ACK's ``link_through`` says. 0 while nothing is (a reset context's frame 0 included);
+        None before the link has brought anything."""
+        expected = self._expected
+        if expected > 1:
+            return self.space.wire(expected - 1)
+        if expected == 1 and self._highest == 0 and not self._stats.resets:
+            return None
+        return 0
+
+    @property
     def buffered(self) -> int:
         """Frames held out of order right now."""
         return len(self._buffer)
@@ -193,6 +225,7 @@ class SubscriberStub:
         this reset's frame rather than as another reset.
         """
         now = check_now(now)
+        self._now = now
         events: list[Event] = []
         self._events = events
         self._last_frame_at = now
@@ -256,22 +289,19 @@ class SubscriberStub:
             and not self._buffer
             and not self._gaps
             and self._source is None
+            and frame.source_seq > self._last_delivered.get(frame.source, 0)
         ):
-            # The common case, kept short: the next frame, in order, nothing outstanding.
+            # The common case, kept short: the next frame, in order, new for its source,
+            # nothing outstanding. (One its source has delivered may be a stale frame in the
+            # slot of one lost: the slow path judges it.)
             self._last_frame_at = now
             self._overdue_at = now + self._silence_limit
             self._expected += 1
             self._highest = self._expected - 1
             self._expected_wire = 1 if expected == self.space.max else expected + 1
-            events: list[Event] = []
-            last = self._last_delivered.get(frame.source, 0)
-            if frame.source_seq > last:
-                self._last_delivered[frame.source] = frame.source_seq
-                self._stats.delivered += 1
-                events.append(Delivered(frame))
-            else:
-                self._stats.duplicates += 1
-            return events
+            self._last_delivered[frame.source] = frame.source_seq
+            self._stats.delivered += 1
+            return [Delivered(frame)]
         highest = self._highest
         if (
             type(frame) is Publication
@@ -362,6 +392,7 @@ class SubscriberStub:
 
     def _receive(self, frame: object, now: float) -> list[Event]:
         link_seq = self._check(frame)
+        self._now = now
         self._last_frame_at = now
         self._overdue_at = now + self._silence_limit
         events: list[Event] = []
@@ -388,6 +419,7 @@ class SubscriberStub:
         frame ever arrives), then whenever ``now`` reaches :attr:`next_deadline`.
         """
         now = check_now(now)
+        self._now = now
         events: list[Event] = []
         self._events = events
         if self._last_frame_at is None:
@@ -419,7 +451,17 @@ class SubscriberStub:
             source.quiet = False
         number = self._position(wire)
         if number < self._expected or number in self._buffer:
-            self._stats.duplicates += 1
+            if not self._proves_view_lost(frame, number):
+                self._stats.duplicates += 1
+            elif number < self._expected and any(
+                start <= number <= end for start, end in self._given_up
+            ):
+                # the late original of a number given up: nothing of its source after it has
+                # been delivered and what the link holds of it comes later, so it is in order
+                assert isinstance(frame, Publication)
+                self._deliver(frame)
+            else:
+                self._link_view_lost(frame, wire, now)
             return
         if source is not None and source.resume and not source.hold:
             self._resume_continued(now)
@@ -433,11 +475,22 @@ class SubscriberStub:
             self._highest = number
         elif not room:
             pass  # the number stays missing and is requested again when there is room
-        elif self._gaps.fill(number) is None:
-            self._stats.duplicates += 1
-            return
-        elif isinstance(frame, Publication) and frame.retransmit:
-            self._stats.link_repaired += 1
+        else:
+            gap = self._gaps.fill(number)
+            if gap is None:
+                if self._proves_view_lost(frame, number):
+                    self._link_view_lost(frame, wire, now)
+                else:
+                    self._stats.duplicates += 1
+                return
+            if isinstance(frame, Publication) and frame.retransmit:
+                self._stats.link_repaired += 1
+                if gap.reopened and frame.source_seq <= self._last_delivered.get(
+                    frame.source, 0
+                ):
+                    # the component says the slot asked for again carries one delivered
+                    # already: the slot is filled, as a heartbeat fills one
+                    frame = Heartbeat(link_seq=wire)
         if not room:
             self._stats.overflow_dropped += 1
             self._events.append(BufferOverflow(limit=self.max_buffer, dropped=1))
@@ -447,6 +500,28 @@ class SubscriberStub:
             self._stats.max_buffered = len(self._buffer)
         if number == self._expected:
             self._drain()
+
+    def _proves_view_lost(self, frame: LinkFrame, number: int) -> bool:
+        """Does ``frame``, which the link numbering calls old (``number`` delivered, or held),
+        prove the link view lost? Yes when its slot holds another frame, or when its source
+        number says new: neither delivered nor held. Absolute source numbers are the truth."""
+        held = self._buffer.get(number)
+        if held is not None:
+            if type(held) is not type(frame):
+                return True
+            if type(frame) is not Publication:
+                return False  # two heartbeats: nothing can be lost between them
+            assert type(held) is Publication
+            return (held.source, held.source_seq) != (frame.source, frame.source_seq)
+        if type(frame) is not Publication:
+            return False
+        if frame.source_seq <= self._last_delivered.get(frame.source, 0):
+            return False
+        key = (frame.source, frame.source_seq)
+        return not any(
+            type(other) is Publication and (other.source, other.source_seq) == key
+            for other in self._buffer.values()
+        )
 
     def _position(self, wire: int) -> int:
         """The absolute link number of ``wire``: within half the space of the expected one."""
@@ -477,8 +552,24 @@ class SubscriberStub:
                     last_delivered[frame.source] = frame.source_seq
                     stats.delivered += 1
                     events.append(Delivered(frame))
-                else:
+                elif expected <= self._covered_through + 1 or last_delivered[
+                    frame.source
+                ] <= self._replay_top.get(frame.source, 0):
+                    # a replay covered the slot (whatever took it, what it carried was
+                    # replayed), or it is the reset frame, never asked for by link; or a
+                    # replay of this context delivered it (one that ran on past the link)
                     stats.duplicates += 1
+                else:
+                    # Its source's newest delivery came by link, in an earlier slot: a link
+                    # numbers each source in order, so this is a stale frame (an old
+                    # context's, an earlier lap's, an answer to a voided request) in the slot
+                    # of one perhaps lost. The slot is asked for again; what the component
+                    # resends there is the truth.
+                    stats.duplicates += 1
+                    stats.slots_reopened += 1
+                    expected -= 1
+                    self._gaps.reopen(expected, self._now)
+                    break
                 continue
             gap = self._gaps.first()
             if gap is not None and gap.start == expected and gap.state is GapState.SKIPPED:
@@ -512,274 +603,10 @@ class SubscriberStub:
 
     def _unrecoverable_link(self, start: int, end: int, reason: str) -> None:
         self._stats.unrecoverable += end - start + 1
+        self._given_up.append((start, end))
         wire = self.space.wire
         self._events.append(Unrecoverable(source=None, after=None, reason=reason,
                                           link_from=wire(start), link_to=wire(end)))
-
-    # ----------------------------------------------------------------- reset and source repair
-
-    def _on_reset(self, frame: LinkFrame, now: float) -> None:
-        if self._reset_announced and self._highest == 0:
-            # the in-band frame of the reset announced by link_reset(): the same reset
-            self._reset_announced = False
-            self._reset_frame = frame
-            if self._expected == 0:
-                self._buffer[0] = frame  # still held: it takes the placeholder's place
-            else:
-                self._consume(frame)  # the replay has released the context already
-            return
-        if self._expected == 0 and self._highest == 0 and frame == self._reset_frame:
-            # a copy of this context's frame 0, still held; once the context has moved on (a
-            # later frame, or the frame itself released), a 0 is a new reset: taking a copy for
-            # one costs a replay, taking a new reset for a copy would lose what it voided
-            self._stats.duplicates += 1
-            return
-        self._new_context(frame, now)
-
-    def _new_context(self, frame: LinkFrame, now: float) -> None:
-        """Void the old link context; ``frame`` is the new context's number 0.
-
-        Mid-stream, what the old context still owed is asked for by source and the new context
-        waits for that replay. After resume_point() the component has replayed by source before
-        starting the new link at 0, so no other request goes out: if that replay has completed
-        (and no link frame came since) the new context is delivered at once; if it is still
-        coming, its ReplayComplete releases the new context.
-        """
-        source = self._source
-        replayed = source is None and self._resumed_at == self._expected
-        self._resumed_at = None
-        self._events.append(
-            LinkReset(
-                previous_expected=self._expected_wire,
-                abandoned=len(self._buffer) + self._gaps.missing(),
-            )
-        )
-        self._stats.resets += 1
-        self._reset_announced = False
-        self._buffer.clear()
-        self._gaps.clear()
-        self._probe = None
-        self._asked.new_context()
-        self._reset_frame = frame
-        self._buffer[0] = frame
-        self._expected = 0
-        self._expected_wire = RESET
-        self._highest = 0
-        if source is not None and source.resume and source.quiet:
-            # the new context of the (re)attach; a later reset voids frames the replay of
-            # resume_point() may not reach, so it asks again like any other
-            source.hold = True
-            source.quiet = False
-            source.cover_through = 0  # the new context's numbers were never missing from it
-        elif replayed:
-            self._drain()
-        else:
-            self._request_source(now, hold=True)
-
-    def _request_source(self, now: float, *, hold: bool) -> None:
-        """Ask for a replay after the last delivered numbers (replacing any in flight).
-
-        The answer covers every link number missing now: all were sent before the request.
-        """
-        request = self._start_source_repair(next_at=now + self._retry_wait(1), hold=hold)
-        self._events.append(RequestSourceGap(request))
-
-    def _start_source_repair(
-        self, *, next_at: float | None, hold: bool, resume: bool = False
-    ) -> SourceGapRequest:
-        """Put a source request in flight (replacing any): it covers every link number missing
-        now and keeps the hold of the one it replaces."""
-        request = self._new_source_request(self._highest)
-        previous = self._source
-        self._source = SourceRepair(
-            request=request,
-            cover_through=self._highest,
-            hold=hold or (previous is not None and previous.hold),
-            attempts=1,
-            next_at=next_at,
-            resume=resume,
-        )
-        self._stats.source_requests_sent += 1
-        return request
-
-    def _new_source_request(self, cover_through: int) -> SourceGapRequest:
-        """A request after the resume points, with an id of its own: an answer to an earlier
-        request that asked the same (before a reset, say) does not end this one. It names the
-        link number it covers through: what the link numbered after that, it brings."""
-        self._source_ids += 1
-        return SourceGapRequest(
-            after=resume_after(self._last_delivered, self._replay_floor),
-            request_id=self._source_ids,
-            link_through=self.space.wire(cover_through) if cover_through else RESET,
-        )
-
-    def _skip_trimmed(self, trimmed_through: Mapping[str, int], now: float) -> bool:
-        """Report the sources whose requested numbers were trimmed and ask again after them.
-
-        False when the answer names nothing beyond what was asked: no progress is possible,
-        the caller gives up as for any other refusal.
-        """
-        source = self._source
-        assert source is not None
-        after = source.request.after
-        lost = {
-            name: through
-            for name, through in sorted(trimmed_through.items())
-            if through > after.get(name, 0)
-        }
-        if not lost:
-            return False
-        for name, through in lost.items():
-            last = self._last_delivered.get(name, after.get(name))
-            self._events.append(Unrecoverable(source=name, after=last, reason="trimmed"))
-            self._replay_floor[name] = through
-            self._stats.sources_trimmed += 1
-        self._ask_again(source, now)
-        return True
-
-    def _continue_replay(self, through: Mapping[str, int], now: float) -> bool:
-        """The replay stopped at the component's per-request limit (``more``): ask again after
-        what it read, not after what was delivered (a filter may keep that far behind).
-
-        False when the answer read nothing beyond what was asked: no progress is possible.
-        """
-        source = self._source
-        assert source is not None
-        after = source.request.after
-        read = {name: seq for name, seq in through.items() if seq > after.get(name, 0)}
-        if not read:
-            return False
-        for name, seq in read.items():
-            self._replay_floor[name] = max(seq, self._replay_floor.get(name, 0))
-        self._stats.source_continued += 1
-        self._ask_again(source, now)
-        return True
-
-    def _ask_again(self, source: SourceRepair, now: float) -> None:
-        """Send the request in flight again from the current resume points, as a fresh try."""
-        source.request = self._new_source_request(source.cover_through)
-        source.attempts = 1
-        source.next_at = now + self._retry_wait(1)
-        self._stats.source_requests_sent += 1
-        self._events.append(RequestSourceGap(source.request))
-
-    @property
-    def _progress_wait(self) -> float:
-        """How long a replay that is making progress may pause: the longest first retry wait
-        (no draw from the generator: a replay's progress must not shift the jitter)."""
-        return self.retry_interval * (1.0 + self.jitter)
-
-    def _retry_wait(self, attempts: int) -> float:
-        wait = self.retry_interval * self.backoff ** (attempts - 1)
-        return float(wait * (1.0 + self.jitter * self._gaps.rng.random()))
-
-    def _retry_source_request(self, now: float) -> None:
-        source = self._source
-        assert source is not None
-        if source.attempts >= self.max_retries:
-            self._abandon_source_repair("give-up")
-            return
-        source.attempts += 1
-        # The cover point stays the first attempt's: requests with the same ``after`` are equal,
-        # so an answer may be to an earlier attempt, made before the newer frames went missing.
-        after = resume_after(self._last_delivered, self._replay_floor)
-        source.request = attrs.evolve(source.request, after=after)
-        source.next_at = now + self._retry_wait(source.attempts)
-        self._stats.source_requests_sent += 1
-        self._events.append(RequestSourceGap(source.request))
-
-    def _resume_continued(self, now: float) -> None:
-        """A new frame of the old link context answered resume_point(): the component kept the
-        context, so the link itself brings what follows and link gaps are repaired by range. The
-        request is done; a replay that still comes for it is stray (the link carries it all)."""
-        self._source = None
-        if self._gaps.in_state(GapState.SOURCE):  # context-lost gaps still need a replay
-            self._request_source(now, hold=False)
-
-    def _on_replayed(self, publication: Publication, now: float) -> None:
-        if self._source is None:
-            # Without a replay in flight a link-less frame cannot be placed in link order;
-            # delivering it could overtake buffered frames of its source, so it is not kept.
-            self._stats.stray_dropped += 1
-            return
-        if self._deliver(publication):
-            self._stats.source_repaired += 1
-            self._source.progress(now, self._progress_wait)
-
-    def _on_replay_complete(self, complete: ReplayComplete, now: float) -> None:
-        source = self._source
-        if source is None or not answers_request(complete, source.request):
-            self._stats.stray_dropped += 1
-            return
-        if not complete.more:
-            self._finish_source_repair(source, now)
-        elif not self._continue_replay(complete.through, now):
-            self._abandon_source_repair("no-progress")
-
-    def _finish_source_repair(self, source: SourceRepair, now: float) -> None:
-        self._source = None
-        for gap in self._gaps.mark(1, source.cover_through, GapState.SKIPPED):
-            self._stats.source_covered += gap.size
-        self._drain()
-        if source.resume and source.quiet and not source.hold:
-            self._resumed_at = self._expected
-        if self._gaps.in_state(GapState.SOURCE):
-            self._request_source(now, hold=False)
-
-    def _abandon_source_repair(self, reason: str) -> None:
-        source = self._source
-        assert source is not None
-        after = source.request.after
-        for name, seq in sorted(after.items()):
-            # the replay may have delivered past what was asked: what is lost starts after that
-            last = max(seq, self._last_delivered.get(name, 0))
-            self._events.append(Unrecoverable(source=name, after=last, reason=reason))
-        # and the sources it does not name (replayed from the link's start) may have lost some
-        self._events.append(Unrecoverable(source=None, after=None, reason=reason))
-        self._stats.sources_abandoned += 1
-        self._source = None
-        for gap in self._gaps:
-            if gap.state is GapState.SOURCE:
-                gap.state = GapState.SKIPPED
-                self._stats.unrecoverable += gap.size
-        self._drain()
-
-    def _on_gap_error(self, error: GapError, now: float) -> None:
-        request = error.request
-        if isinstance(request, SourceGapRequest) or (request is None and self._source):
-            if self._source is None or (
-                request is not None and not request.same_as(self._source.request)
-            ):
-                self._stats.stray_dropped += 1
-                return
-            trimmed = error.trimmed_through
-            if error.reason == "trimmed" and trimmed and self._skip_trimmed(trimmed, now):
-                return
-            self._abandon_source_repair(error.reason)
-            return
-        if self._asked.voided(request):  # not about the numbers this context uses again
-            self._stats.stray_dropped += 1
-            return
-        if request is None:  # no request named: it concerns every link gap
-            start, end = self._expected, self._highest
-        else:
-            start = self._position(request.link_from)
-            end = start + self.space.distance(request.link_from, request.link_to)
-            if start == end == self._probe and start > self._highest and error.reason == (
-                "context-lost"
-            ):  # the overdue probe: the component sent that number and cannot resend it
-                self._gaps.add(self._highest + 1, start, now)
-                self._highest = start
-        if error.reason == "context-lost":
-            marked = self._gaps.mark(start, end, GapState.SOURCE)
-            # A replay in flight covers what was missing when it was asked for; anything newer
-            # is asked for when it completes (see _finish_source_repair).
-            if marked and self._source is None:
-                self._request_source(now, hold=False)
-            return
-        for gap in self._gaps.mark(start, end, GapState.SKIPPED):
-            self._unrecoverable_link(gap.start, gap.end, error.reason)
-        self._drain()
 
     # ----------------------------------------------------------------- heartbeats
 

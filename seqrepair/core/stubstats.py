@@ -26,6 +26,8 @@ class StubStats:
     sources_trimmed: int = 0  # replays that found part of a source's journal trimmed
     source_continued: int = 0  # replays that stopped at the component's limit and went on
     sources_abandoned: int = 0  # source repairs refused or given up: what they owed is lost
+    link_view_lost: int = 0  # frames the link called old and their source proved new
+    slots_reopened: int = 0  # originals their source had delivered, in a slot asked for again
 
     @property
     def repaired(self) -> int:

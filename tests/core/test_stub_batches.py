@@ -18,6 +18,7 @@ from seqrepair import (
     InvalidMessageError,
     InvalidSequenceError,
     LinkSequencer,
+    RequestGap,
     SourceSequencer,
     SubscriberStub,
 )
@@ -73,15 +74,22 @@ def test_frames_after_a_gap_are_buffered_and_the_run_resumes_once_it_is_filled()
     assert stub.buffered == 0
 
 
-def test_a_publication_already_delivered_by_source_is_a_duplicate_inside_a_run():
+def test_a_publication_already_delivered_by_source_does_not_take_the_next_slot_of_a_run():
     frames = in_order(3)
     stale = attrs.evolve(frames[2], link_seq=4)  # a later link number, an old source number
+    real = in_order(4)[3]  # what link number 4 carried, lost on the way
 
-    stub = SubscriberStub(bits=16)
+    stub = SubscriberStub(bits=16, nak_delay=0.05)
     events = stub.receive_many([*frames, stale], 1.0)
 
     assert events == [DeliveredRun(tuple(frames))]
     assert stub.stats.duplicates == 1
+    # the stale copy may sit in the slot of a frame that was lost: the slot is asked for again
+    assert stub.expected_link_seq == 4
+    (ask,) = [e for e in stub.poll(1.1) if isinstance(e, RequestGap)]
+    assert (ask.request.link_from, ask.request.link_to) == (4, 4)
+    resent = stub.receive(attrs.evolve(real, retransmit=True), 1.2)
+    assert [e.publication.source_seq for e in resent if isinstance(e, Delivered)] == [4]
     assert stub.expected_link_seq == 5
 
 

@@ -1,0 +1,419 @@
+"""The subscriber stub's reset and source-level repair, a part of :class:`SubscriberStub`.
+
+:class:`~seqrepair.core.stub.SubscriberStub` reads link frames (``stub.py``); this mixin holds
+what it does when the link view breaks: a reset (frame 0 or ``link_reset``), a lost link
+context (``GapError("context-lost")``), a frame the link numbering calls old that its source
+number proves new (the link view is lost: see :meth:`SourceRepairing._link_view_lost`), and
+the source-level request that repairs them (XEP-0040 §2.4), its retries, replays, trims and
+give-up. See the theory of operation in :mod:`seqrepair.core.stub`.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+import attrs
+
+from seqrepair.core.asked import AskedRequests
+from seqrepair.core.events import Event, LinkReset, RequestSourceGap, Unrecoverable
+from seqrepair.core.gaps import GapState, GapTracker
+from seqrepair.core.messages import (
+    GapError,
+    Heartbeat,
+    Publication,
+    ReplayComplete,
+    SourceGapRequest,
+)
+from seqrepair.core.sequence import RESET, SequenceSpace
+from seqrepair.core.sourcerepair import SourceRepair, answers_request, resume_after
+from seqrepair.core.stubstats import StubStats
+
+LinkFrame = Publication | Heartbeat
+
+
+class SourceRepairing:
+    """Reset and source-level repair for :class:`~seqrepair.core.stub.SubscriberStub`, which
+    defines the state declared here (attrs fields) and the link-side methods named below."""
+
+    retry_interval: float
+    backoff: float
+    jitter: float
+    max_retries: int
+    space: SequenceSpace
+    _stats: StubStats
+    _gaps: GapTracker
+    _buffer: dict[int, LinkFrame]
+    _expected: int
+    _expected_wire: int
+    _highest: int
+    _reset_frame: LinkFrame | None
+    _reset_announced: bool
+    _last_delivered: dict[str, int]
+    _replay_floor: dict[str, int]
+    _source: SourceRepair | None
+    _source_ids: int
+    _probe: int | None
+    _asked: AskedRequests
+    _resumed_at: int | None
+    _events: list[Event]
+    _salvage: list[Publication]
+    _covered_through: int
+    _replay_top: dict[str, int]
+    _given_up: deque[tuple[int, int]]
+
+    if TYPE_CHECKING:
+
+        def _drain(self) -> None: ...
+
+        def _consume(self, frame: LinkFrame) -> None: ...
+
+        def _deliver(self, publication: Publication) -> bool: ...
+
+        def _position(self, wire: int) -> int: ...
+
+        def _unrecoverable_link(self, start: int, end: int, reason: str) -> None: ...
+
+        def _on_link_frame(self, frame: LinkFrame, wire: int, now: float) -> None: ...
+
+
+    def _on_reset(self, frame: LinkFrame, now: float) -> None:
+        if self._reset_announced and self._highest == 0:
+            # the in-band frame of the reset announced by link_reset(): the same reset
+            self._reset_announced = False
+            self._reset_frame = frame
+            if self._expected == 0:
+                self._buffer[0] = frame  # still held: it takes the placeholder's place
+            else:
+                self._consume(frame)  # the replay has released the context already
+            return
+        if self._expected == 0 and self._highest == 0 and frame == self._reset_frame:
+            # a copy of this context's frame 0, still held; once the context has moved on (a
+            # later frame, or the frame itself released), a 0 is a new reset: taking a copy for
+            # one costs a replay, taking a new reset for a copy would lose what it voided
+            self._stats.duplicates += 1
+            return
+        self._new_context(frame, now)
+
+    # ----------------------------------------------------------------- the link view lost
+
+    def _link_view_lost(self, frame: LinkFrame, wire: int, now: float) -> None:
+        """A frame the link numbering calls old proved otherwise (its slot holds another frame,
+        or its source has not delivered it): the stub's reading of link numbers is lost (the
+        sender ran more than half the space ahead, or a stale frame took a slot).
+
+        Nothing is dropped. The publications held are kept aside; the link gaps, the link
+        requests and any source request in flight are void, since they name numbers read in
+        the lost view. ``frame`` anchors a new view at a fresh absolute number and is held
+        until a source replay (after the last delivered per source, cut where the link carries
+        on past ``wire``) completes: everything the link sent before ``frame`` was journaled
+        before the request, so the replay brings it; the link brings what follows, repaired by
+        range as ever. The component reads ``wire`` as its latest frame so numbered, never an
+        earlier one, so a stale anchor only makes the replay carry more; a frame then more than
+        half the space ahead of it proves the view lost again and anchors anew.
+        """
+        self._stats.link_view_lost += 1
+        self._salvage.extend(
+            held for held in self._buffer.values() if isinstance(held, Publication)
+        )
+        self._buffer.clear()
+        self._gaps.clear()
+        self._replay_top.clear()
+        self._given_up.clear()
+        self._probe = None
+        self._asked.new_context()
+        self._source = None  # its answers are stray now; the anchored request replaces it
+        self._resumed_at = None
+        top = self.space.max
+        number = (max(self._expected, self._highest) // top + 1) * top + wire  # wire(n) == wire
+        self._expected = self._highest = number
+        self._expected_wire = wire
+        self._buffer[number] = frame
+        self._request_source(now, hold=True)
+
+    def _offer_salvage(self, now: float) -> None:
+        """After a replay: the publications kept aside when the view was lost go back to the
+        link in their slots of the new view. What the replay delivered is dropped; one whose
+        slot is behind the new view and that its source still lacks is delivered (after a trim
+        or a give-up it was named Unrecoverable; delivering it late keeps its source's order)."""
+        salvage, self._salvage = self._salvage, []
+        for index, publication in enumerate(salvage):
+            if self._source is not None and self._source.hold:
+                self._salvage.extend(salvage[index:])  # lost again: after the next replay
+                return
+            wire = publication.link_seq
+            assert wire is not None
+            if publication.source_seq <= self._last_delivered.get(publication.source, 0):
+                self._stats.duplicates += 1
+            elif self._position(wire) < self._expected:
+                # its slot went to another frame (a stale one): nothing of its source after it
+                # has been delivered, and the replay brought its source up to the link's part,
+                # of which it comes first in what is left: in order now
+                self._deliver(publication)
+            else:
+                self._on_link_frame(publication, wire, now)
+
+    def _new_context(self, frame: LinkFrame, now: float) -> None:
+        """Void the old link context; ``frame`` is the new context's number 0.
+
+        Mid-stream, what the old context still owed is asked for by source and the new context
+        waits for that replay. After resume_point() the component has replayed by source before
+        starting the new link at 0, so no other request goes out: if that replay has completed
+        (and no link frame came since) the new context is delivered at once; if it is still
+        coming, its ReplayComplete releases the new context.
+        """
+        source = self._source
+        replayed = source is None and self._resumed_at == self._expected
+        self._resumed_at = None
+        self._events.append(
+            LinkReset(
+                previous_expected=self._expected_wire,
+                abandoned=len(self._buffer) + self._gaps.missing(),
+            )
+        )
+        self._stats.resets += 1
+        self._reset_announced = False
+        self._buffer.clear()
+        self._gaps.clear()
+        self._probe = None
+        self._asked.new_context()
+        self._reset_frame = frame
+        self._buffer[0] = frame
+        self._covered_through = 0
+        self._replay_top.clear()
+        self._given_up.clear()
+        self._expected = 0
+        self._expected_wire = RESET
+        self._highest = 0
+        if source is not None and source.resume and source.quiet:
+            # the new context of the (re)attach; a later reset voids frames the replay of
+            # resume_point() may not reach, so it asks again like any other
+            source.hold = True
+            source.quiet = False
+            source.cover_through = 0  # the new context's numbers were never missing from it
+        elif replayed:
+            self._drain()
+        else:
+            self._request_source(now, hold=True)
+
+    def _request_source(self, now: float, *, hold: bool) -> None:
+        """Ask for a replay after the last delivered numbers (replacing any in flight).
+
+        The answer covers every link number missing now: all were sent before the request.
+        """
+        request = self._start_source_repair(next_at=now + self._retry_wait(1), hold=hold)
+        self._events.append(RequestSourceGap(request))
+
+    def _start_source_repair(
+        self, *, next_at: float | None, hold: bool, resume: bool = False
+    ) -> SourceGapRequest:
+        """Put a source request in flight (replacing any): it covers every link number missing
+        now and keeps the hold of the one it replaces."""
+        request = self._new_source_request(self._highest)
+        previous = self._source
+        self._source = SourceRepair(
+            request=request,
+            cover_through=self._highest,
+            hold=hold or (previous is not None and previous.hold),
+            attempts=1,
+            next_at=next_at,
+            resume=resume,
+        )
+        self._stats.source_requests_sent += 1
+        return request
+
+    def _new_source_request(self, cover_through: int) -> SourceGapRequest:
+        """A request after the resume points, with an id of its own: an answer to an earlier
+        request that asked the same (before a reset, say) does not end this one. It names the
+        link number it covers through: what the link numbered after that, it brings."""
+        self._source_ids += 1
+        return SourceGapRequest(
+            after=resume_after(self._last_delivered, self._replay_floor),
+            request_id=self._source_ids,
+            link_through=self.space.wire(cover_through) if cover_through else RESET,
+        )
+
+    def _skip_trimmed(self, trimmed_through: Mapping[str, int], now: float) -> bool:
+        """Report the sources whose requested numbers were trimmed and ask again after them.
+
+        False when the answer names nothing beyond what was asked: no progress is possible,
+        the caller gives up as for any other refusal.
+        """
+        source = self._source
+        assert source is not None
+        after = source.request.after
+        lost = {
+            name: through
+            for name, through in sorted(trimmed_through.items())
+            if through > after.get(name, 0)
+        }
+        if not lost:
+            return False
+        for name, through in lost.items():
+            last = self._last_delivered.get(name, after.get(name))
+            self._events.append(Unrecoverable(source=name, after=last, reason="trimmed"))
+            self._replay_floor[name] = through
+            self._stats.sources_trimmed += 1
+        self._ask_again(source, now)
+        return True
+
+    def _continue_replay(self, through: Mapping[str, int], now: float) -> bool:
+        """The replay stopped at the component's per-request limit (``more``): ask again after
+        what it read, not after what was delivered (a filter may keep that far behind).
+
+        False when the answer read nothing beyond what was asked: no progress is possible.
+        """
+        source = self._source
+        assert source is not None
+        after = source.request.after
+        read = {name: seq for name, seq in through.items() if seq > after.get(name, 0)}
+        if not read:
+            return False
+        for name, seq in read.items():
+            self._replay_floor[name] = max(seq, self._replay_floor.get(name, 0))
+        self._stats.source_continued += 1
+        self._ask_again(source, now)
+        return True
+
+    def _ask_again(self, source: SourceRepair, now: float) -> None:
+        """Send the request in flight again from the current resume points, as a fresh try."""
+        source.request = self._new_source_request(source.cover_through)
+        source.attempts = 1
+        source.next_at = now + self._retry_wait(1)
+        self._stats.source_requests_sent += 1
+        self._events.append(RequestSourceGap(source.request))
+
+    @property
+    def _progress_wait(self) -> float:
+        """How long a replay that is making progress may pause: the longest first retry wait
+        (no draw from the generator: a replay's progress must not shift the jitter)."""
+        return self.retry_interval * (1.0 + self.jitter)
+
+    def _retry_wait(self, attempts: int) -> float:
+        wait = self.retry_interval * self.backoff ** (attempts - 1)
+        return float(wait * (1.0 + self.jitter * self._gaps.rng.random()))
+
+    def _retry_source_request(self, now: float) -> None:
+        source = self._source
+        assert source is not None
+        if source.attempts >= self.max_retries:
+            self._abandon_source_repair("give-up", now)
+            return
+        source.attempts += 1
+        # The cover point stays the first attempt's: requests with the same ``after`` are equal,
+        # so an answer may be to an earlier attempt, made before the newer frames went missing.
+        after = resume_after(self._last_delivered, self._replay_floor)
+        source.request = attrs.evolve(source.request, after=after)
+        source.next_at = now + self._retry_wait(source.attempts)
+        self._stats.source_requests_sent += 1
+        self._events.append(RequestSourceGap(source.request))
+
+    def _resume_continued(self, now: float) -> None:
+        """A new frame of the old link context answered resume_point(): the component kept the
+        context, so the link itself brings what follows and link gaps are repaired by range. The
+        request is done; a replay that still comes for it is stray (the link carries it all)."""
+        self._source = None
+        if self._gaps.in_state(GapState.SOURCE):  # context-lost gaps still need a replay
+            self._request_source(now, hold=False)
+
+    def _on_replayed(self, publication: Publication, now: float) -> None:
+        if self._source is None:
+            # Without a replay in flight a link-less frame cannot be placed in link order;
+            # delivering it could overtake buffered frames of its source, so it is not kept.
+            self._stats.stray_dropped += 1
+            return
+        if self._deliver(publication):
+            self._stats.source_repaired += 1
+            self._replay_top[publication.source] = publication.source_seq
+        # Delivered or not (one the link or an earlier answer brought), an answer is arriving:
+        # the replay is making progress, so it is neither asked for again (which would restart
+        # it from the start at the component) nor given up while answers keep coming.
+        self._source.progress(now, self._progress_wait)
+
+    def _on_replay_complete(self, complete: ReplayComplete, now: float) -> None:
+        source = self._source
+        if source is None or not answers_request(complete, source.request):
+            self._stats.stray_dropped += 1
+            return
+        if not complete.more:
+            self._finish_source_repair(source, now)
+        elif not self._continue_replay(complete.through, now):
+            self._abandon_source_repair("no-progress", now)
+
+    def _finish_source_repair(self, source: SourceRepair, now: float) -> None:
+        self._source = None
+        self._covered_through = max(self._covered_through, source.cover_through)
+        for gap in self._gaps.mark(1, source.cover_through, GapState.SKIPPED):
+            self._stats.source_covered += gap.size
+        self._drain()
+        if source.resume and source.quiet and not source.hold:
+            self._resumed_at = self._expected
+        if self._salvage:
+            self._offer_salvage(now)
+        if self._gaps.in_state(GapState.SOURCE):
+            self._request_source(now, hold=False)
+
+    def _abandon_source_repair(self, reason: str, now: float) -> None:
+        """Give the source request up (refused, retries run out with no answer arriving, or
+        no progress possible): every source it asked for is reported ``Unrecoverable`` after
+        what was delivered, and counted in ``stats.unrecoverable`` (the link numbers it was to
+        cover, at least one: what a replay owed after a reset is not known by number)."""
+        source = self._source
+        assert source is not None
+        after = source.request.after
+        for name, seq in sorted(after.items()):
+            # the replay may have delivered past what was asked: what is lost starts after that
+            last = max(seq, self._last_delivered.get(name, 0))
+            self._events.append(Unrecoverable(source=name, after=last, reason=reason))
+        # and the sources it does not name (replayed from the link's start) may have lost some
+        self._events.append(Unrecoverable(source=None, after=None, reason=reason))
+        self._stats.sources_abandoned += 1
+        self._source = None
+        lost = 0
+        for gap in self._gaps:
+            if gap.state is GapState.SOURCE:
+                gap.state = GapState.SKIPPED
+                lost += gap.size
+        self._stats.unrecoverable += max(lost, 1)
+        self._drain()
+        if self._salvage:
+            self._offer_salvage(now)
+
+    def _on_gap_error(self, error: GapError, now: float) -> None:
+        request = error.request
+        if isinstance(request, SourceGapRequest) or (request is None and self._source):
+            if self._source is None or (
+                request is not None and not request.same_as(self._source.request)
+            ):
+                self._stats.stray_dropped += 1
+                return
+            trimmed = error.trimmed_through
+            if error.reason == "trimmed" and trimmed and self._skip_trimmed(trimmed, now):
+                return
+            self._abandon_source_repair(error.reason, now)
+            return
+        if self._asked.voided(request):  # not about the numbers this context uses again
+            self._stats.stray_dropped += 1
+            return
+        if request is None:  # no request named: it concerns every link gap
+            start, end = self._expected, self._highest
+        else:
+            start = self._position(request.link_from)
+            end = start + self.space.distance(request.link_from, request.link_to)
+            if start == end == self._probe and start > self._highest and error.reason == (
+                "context-lost"
+            ):  # the overdue probe: the component sent that number and cannot resend it
+                self._gaps.add(self._highest + 1, start, now)
+                self._highest = start
+        if error.reason == "context-lost":
+            marked = self._gaps.mark(start, end, GapState.SOURCE)
+            # A replay in flight covers what was missing when it was asked for; anything newer
+            # is asked for when it completes (see _finish_source_repair).
+            if marked and self._source is None:
+                self._request_source(now, hold=False)
+            return
+        for gap in self._gaps.mark(start, end, GapState.SKIPPED):
+            self._unrecoverable_link(gap.start, gap.end, error.reason)
+        self._drain()
+
