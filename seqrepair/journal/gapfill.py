@@ -101,6 +101,7 @@ class Replay:
         *,
         more: bool = False,
         carried_after: Mapping[str, int] | None = None,
+        capped_from: Mapping[str, int] | None = None,
     ) -> None:
         self.journal = journal
         self.link = link
@@ -119,6 +120,9 @@ class Replay:
         self.carried_after = None if self.cover is None or carried_after is None else {
             seg.source: carried_after.get(seg.source, 0) for seg in segments
         }
+        # per source, the first number the per-request limit left out (why ``more``)
+        self.capped_from = dict(capped_from or {})
+        self._carried_input = carried_after
         self.owed_to_link = sorted(
             seg.source for seg in segments
             if self.carried_after is not None and seg.last > self.carried_after[seg.source]
@@ -184,6 +188,7 @@ class Replay:
                     "trimmed", self.request, exc.message, {seg.source: exc.trimmed_through}
                 )
                 return
+        more = self._more()
         log.info(
             "gapfill.replayed",
             link=self.link.link_id,
@@ -191,9 +196,25 @@ class Replay:
             sent=self.sent,
             filtered=self.filtered,
             left_to_link=self.left_to_link,
-            more=self.more,
+            more=more,
         )
-        yield ReplayComplete(through=self.through, request=self.request, more=self.more)
+        yield ReplayComplete(through=self.through, request=self.request, more=more)
+
+    def _more(self) -> bool:
+        """Whether the subscriber must ask again: only if the link does not itself carry what
+        the per-request limit left out. A ``more`` whose ``through`` the link cut back to the
+        numbers asked after would tell the subscriber nothing new (it gives up: no progress)."""
+        if not self.more or self.cover is None:
+            return self.more
+        for source, seq in self.capped_from.items():
+            limit = self.cover.limit(source)
+            if self._carried_input is not None:
+                carried = self._carried_input.get(source, 0)
+                if limit is None or carried < limit:
+                    limit = carried
+            if limit is None or seq <= limit:
+                return True
+        return False
 
 
 def undeliverable(pub: Publication) -> UndeliverableError | None:
@@ -382,9 +403,16 @@ class GapFillService:
                 for source, seq in trimmed_through.items()
             )
             return GapError("trimmed", request, detail, trimmed_through)
+        wanted = {seg.source: (seg.first, seg.last) for seg in segments}
         segments, through, more = _capped(segments, through, self.policy.max_range)
+        kept = {seg.source: seg.last for seg in segments}
+        capped_from = {
+            source: kept.get(source, first - 1) + 1
+            for source, (first, last) in wanted.items()
+            if kept.get(source, first - 1) < last
+        }
         replay = Replay(self.journal, link, request, segments, through, self.page_size,
-                        more=more, carried_after=carried_after)
+                        more=more, carried_after=carried_after, capped_from=capped_from)
         reason = self.policy.refusal(replay.span, link.budget, now)
         if reason is not None:
             log.info("gapfill.refused", link=link_id, reason=reason)

@@ -65,7 +65,10 @@ def test_refused_link_ranges_are_repaired_by_source_and_nothing_is_lost(
         time.sleep(0.5)  # a duplicate would arrive now
         report = sub.stats().as_dict()
         unrecoverable = list(sub.unrecoverable)
-    assert done, (report, len(got), unrecoverable[:5])
+        stub_stats = sub.stub.stats
+    missing = {s: sorted(set(range(1, PER_SOURCE + 1))
+                         - {p.source_seq for p in got if p.source == s})[:20] for s in SOURCES}
+    assert done, (report, stub_stats, missing, unrecoverable[:5], comp.log_text()[-3000:])
     for source in SOURCES:
         # every publication exactly once, in order, per source
         assert [p.source_seq for p in got if p.source == source] == list(

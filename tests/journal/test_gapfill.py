@@ -439,3 +439,27 @@ def test_a_replay_stops_at_what_the_transport_carries_and_names_what_it_owes(
     )
     assert isinstance(unnamed, Replay)
     assert unnamed.owed_to_link == []  # without link_through nothing is left to the link
+
+
+def test_a_replay_cut_to_nothing_by_the_link_says_no_more_though_the_limit_left_some_out(
+    journal: Journal,
+) -> None:
+    """What the per-request limit left out is carried by the link itself (its first numbers
+    after the cover point): the answer must not say ``more``. It did, with a ``through`` cut
+    back to the numbers asked after, and the subscriber gave the replay up for lack of progress
+    (``Unrecoverable(no-progress)``) although the link and the journal held every number."""
+    a = fill(journal, "feed.a", [("/w/x", None)] * 12)
+    b = fill(journal, "feed.b", [("/w/y", None)] * 6)
+    service = GapFillService(journal, link_bits=8, policy=RefusalPolicy(max_range=2))
+    service.attach("L1", EVERYTHING, start_after={})
+    link = LinkSequencer(bits=8)
+    for pub in a[:9] + b + a[9:]:  # links 1..9: a1..a9, then b1..b6, a10..a12
+        service.record("L1", link.stamp(pub, 0.0))
+    request = SourceGapRequest({"feed.a": 9}, link_through=9)  # saw link 9, delivered a9
+    out = frames(service.answer_source_gap("L1", request, now=0.0))
+    assert out == [ReplayComplete(through={"feed.a": 9}, request=request, more=False)]
+    # the limit still says more when the link does not carry what it left out
+    request = SourceGapRequest({"feed.a": 5}, link_through=18)  # saw all the link carried
+    out = frames(service.answer_source_gap("L1", request, now=0.0))
+    assert out[:-1] == [_rt(p) for p in a[5:7]]
+    assert out[-1] == ReplayComplete(through={"feed.a": 7}, request=request, more=True)
