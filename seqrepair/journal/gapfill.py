@@ -99,36 +99,48 @@ class Replay:
         through: Mapping[str, int],
         page_size: int,
         *,
-        more: bool = False,
+        max_range: int | None = None,
         carried_after: Mapping[str, int] | None = None,
-        capped_from: Mapping[str, int] | None = None,
     ) -> None:
         self.journal = journal
         self.link = link
         self.request = request
-        self.segments = segments
         self.through = dict(through)
         self.page_size = page_size
-        self.more = more
         self.sent = 0
         self.filtered = 0
         self.left_to_link = 0  # numbers not read because the link itself carries them
         self.cover = (
             None if request.link_through is None else link.context.cover(request.link_through)
         )
-        # what the transport had carried when asked, of the sources read (0: nothing)
+        # what the transport had carried when asked, of the sources asked (0: nothing)
         self.carried_after = None if self.cover is None or carried_after is None else {
             seg.source: carried_after.get(seg.source, 0) for seg in segments
         }
-        # per source, the first number the per-request limit left out (why ``more``)
-        self.capped_from = dict(capped_from or {})
-        self._carried_input = carried_after
         self.owed_to_link = sorted(
             seg.source for seg in segments
             if self.carried_after is not None and seg.last > self.carried_after[seg.source]
         )
         """Sources the journal holds past what the transport had carried when asked: the
         replay leaves those numbers to the link, so the transport must send them on it."""
+        # What the link already carries is cut before the per-request limit is applied: the
+        # limit spent on numbers the link brings would leave an answer that says ``more``
+        # without reaching anything (the subscriber then gives up for lack of progress).
+        carried = [seg for seg in segments if self._cut(seg, seg.first)]
+        segments = [seg for seg in segments if seg.first <= seg.last]
+        wanted = {seg.source: (seg.first, seg.last) for seg in segments}
+        self.more = False
+        if max_range is not None:
+            segments, self.through, self.more = _capped(segments, self.through, max_range)
+        segments += carried  # nothing to read: their ``through`` says where the link took over
+        kept = {seg.source: seg.last for seg in segments}
+        # per source, the first number the per-request limit left out (why ``more``)
+        self.capped_from = {
+            source: kept.get(source, first - 1) + 1
+            for source, (first, last) in wanted.items()
+            if kept.get(source, first - 1) < last
+        }
+        self.segments = segments
 
     @property
     def span(self) -> int:
@@ -140,11 +152,7 @@ class Replay:
         before it, and so does what the replay answers for the source."""
         if self.cover is None:
             return False
-        limit = self.cover.limit(seg.source)
-        if self.carried_after is not None:
-            carried = self.carried_after[seg.source]
-            if limit is None or carried < limit:
-                limit = carried
+        limit = self._link_limit(seg.source)
         if limit is None or seq <= limit:
             return False
         last = max(limit, seg.first - 1)
@@ -207,14 +215,21 @@ class Replay:
         if not self.more or self.cover is None:
             return self.more
         for source, seq in self.capped_from.items():
-            limit = self.cover.limit(source)
-            if self._carried_input is not None:
-                carried = self._carried_input.get(source, 0)
-                if limit is None or carried < limit:
-                    limit = carried
+            limit = self._link_limit(source)
             if limit is None or seq <= limit:
                 return True
         return False
+
+    def _link_limit(self, source: str) -> int | None:
+        """The last number of ``source`` the replay must carry (the link brings the rest), or
+        None: all the journal holds."""
+        assert self.cover is not None
+        limit = self.cover.limit(source)
+        if self.carried_after is not None:
+            carried = self.carried_after[source]
+            if limit is None or carried < limit:
+                limit = carried
+        return limit
 
 
 def undeliverable(pub: Publication) -> UndeliverableError | None:
@@ -403,16 +418,8 @@ class GapFillService:
                 for source, seq in trimmed_through.items()
             )
             return GapError("trimmed", request, detail, trimmed_through)
-        wanted = {seg.source: (seg.first, seg.last) for seg in segments}
-        segments, through, more = _capped(segments, through, self.policy.max_range)
-        kept = {seg.source: seg.last for seg in segments}
-        capped_from = {
-            source: kept.get(source, first - 1) + 1
-            for source, (first, last) in wanted.items()
-            if kept.get(source, first - 1) < last
-        }
         replay = Replay(self.journal, link, request, segments, through, self.page_size,
-                        more=more, carried_after=carried_after, capped_from=capped_from)
+                        max_range=self.policy.max_range, carried_after=carried_after)
         reason = self.policy.refusal(replay.span, link.budget, now)
         if reason is not None:
             log.info("gapfill.refused", link=link_id, reason=reason)

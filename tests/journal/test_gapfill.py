@@ -351,8 +351,11 @@ def test_resets_repaired_from_a_real_journal_in_pieces_arrive_exactly_once(
     journal: Journal, bits: int, seed: int
 ) -> None:
     """The simulation's lossy link against the Redis journal's gap-fill service, whose replays
-    stop every 12 numbers: resets and lost link context are repaired by source in pieces."""
-    plan = [(f"feed.{i % 3}", f"/w/{i % 4}", {"n": i}, PublishType.UPDATE) for i in range(600)]
+    stop every 12 numbers: resets and lost link context are repaired by source in pieces.
+    Each topic has one source: a replay keeps each source's order, not the order across
+    sources, so an image written by several sources would depend on which replay came last."""
+    plan = [(f"feed.{i % 3}", f"/w/{i % 3}/{i % 4}", {"n": i}, PublishType.UPDATE)
+            for i in range(600)]
     component = JournalComponent(journal, link_bits=bits, context_capacity=8,
                                  policy=RefusalPolicy(max_range=12), batch_size=16)
     report = Simulation(bits=bits, plan=plan, component=component, seed=seed,
@@ -457,9 +460,28 @@ def test_a_replay_cut_to_nothing_by_the_link_says_no_more_though_the_limit_left_
         service.record("L1", link.stamp(pub, 0.0))
     request = SourceGapRequest({"feed.a": 9}, link_through=9)  # saw link 9, delivered a9
     out = frames(service.answer_source_gap("L1", request, now=0.0))
-    assert out == [ReplayComplete(through={"feed.a": 9}, request=request, more=False)]
+    assert out == [ReplayComplete(through={"feed.a": 9, "feed.b": 0}, request=request)]
     # the limit still says more when the link does not carry what it left out
     request = SourceGapRequest({"feed.a": 5}, link_through=18)  # saw all the link carried
     out = frames(service.answer_source_gap("L1", request, now=0.0))
     assert out[:-1] == [_rt(p) for p in a[5:7]]
     assert out[-1] == ReplayComplete(through={"feed.a": 7}, request=request, more=True)
+
+
+def test_the_per_request_limit_is_not_spent_on_a_source_the_link_carries(
+    journal: Journal,
+) -> None:
+    """feed.a, not named (owed from the link's start), is all carried by the link after the
+    cover point; feed.b 2..3 is owed. The limit of 2 went to feed.a's 1..2, cut to nothing,
+    and the answer said ``more`` having reached nothing: the subscriber gave up."""
+    a = fill(journal, "feed.a", [("/w/x", None)] * 12)
+    b = fill(journal, "feed.b", [("/w/y", None)] * 6)
+    service = GapFillService(journal, link_bits=8, policy=RefusalPolicy(max_range=2))
+    service.attach("L1", EVERYTHING, start_after={})
+    link = LinkSequencer(bits=8)
+    for pub in b[:3] + a + b[3:]:  # links 1..3: b1..b3, then a1..a12, b4..b6
+        service.record("L1", link.stamp(pub, 0.0))
+    request = SourceGapRequest({"feed.b": 1}, link_through=3)  # saw link 3, delivered b1 only
+    out = frames(service.answer_source_gap("L1", request, now=0.0))
+    assert out[:-1] == [_rt(p) for p in b[1:3]]
+    assert out[-1] == ReplayComplete(through={"feed.a": 0, "feed.b": 3}, request=request)
