@@ -15,7 +15,8 @@ When the component has lost the link context (``GapError("context-lost")``) or t
 per source; replayed publications are delivered as they come and the closing
 ``ReplayComplete`` covers every link number that was missing when the request went out. The
 request names the highest link number seen then (``link_through``): the component stops each
-source's replay where the link itself carried on.
+source's replay where the link itself carried on. A link range refused (too wide, or over the
+resend budget: ``GapError("refused")``) is asked for by source the same way.
 A replay that reaches into numbers retention trimmed is answered ``GapError("trimmed")`` naming
 how far each source was trimmed; the stub reports those sources ``Unrecoverable`` and asks again
 after the trimmed numbers, so what the journal still holds is delivered. A replay that stopped

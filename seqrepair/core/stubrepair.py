@@ -406,7 +406,8 @@ class SourceRepairing:
             ):  # the overdue probe: the component sent that number and cannot resend it
                 self._gaps.add(self._highest + 1, start, now)
                 self._highest = start
-        if error.reason == "context-lost":
+        if error.reason in ("context-lost", "refused"):  # a refused range (too wide, over the
+            # budget) is in the journal all the same: asked by source, never skipped silently
             marked = self._gaps.mark(start, end, GapState.SOURCE)
             # A replay in flight covers what was missing when it was asked for; anything newer
             # is asked for when it completes (see _finish_source_repair).

@@ -99,23 +99,21 @@ class Replay:
         through: Mapping[str, int],
         page_size: int,
         *,
-        more: bool = False,
+        max_range: int | None = None,
         carried_after: Mapping[str, int] | None = None,
     ) -> None:
         self.journal = journal
         self.link = link
         self.request = request
-        self.segments = segments
         self.through = dict(through)
         self.page_size = page_size
-        self.more = more
         self.sent = 0
         self.filtered = 0
         self.left_to_link = 0  # numbers not read because the link itself carries them
         self.cover = (
             None if request.link_through is None else link.context.cover(request.link_through)
         )
-        # what the transport had carried when asked, of the sources read (0: nothing)
+        # what the transport had carried when asked, of the sources asked (0: nothing)
         self.carried_after = None if self.cover is None or carried_after is None else {
             seg.source: carried_after.get(seg.source, 0) for seg in segments
         }
@@ -125,6 +123,24 @@ class Replay:
         )
         """Sources the journal holds past what the transport had carried when asked: the
         replay leaves those numbers to the link, so the transport must send them on it."""
+        # What the link already carries is cut before the per-request limit is applied: the
+        # limit spent on numbers the link brings would leave an answer that says ``more``
+        # without reaching anything (the subscriber then gives up for lack of progress).
+        carried = [seg for seg in segments if self._cut(seg, seg.first)]
+        segments = [seg for seg in segments if seg.first <= seg.last]
+        wanted = {seg.source: (seg.first, seg.last) for seg in segments}
+        self.more = False
+        if max_range is not None:
+            segments, self.through, self.more = _capped(segments, self.through, max_range)
+        segments += carried  # nothing to read: their ``through`` says where the link took over
+        kept = {seg.source: seg.last for seg in segments}
+        # per source, the first number the per-request limit left out (why ``more``)
+        self.capped_from = {
+            source: kept.get(source, first - 1) + 1
+            for source, (first, last) in wanted.items()
+            if kept.get(source, first - 1) < last
+        }
+        self.segments = segments
 
     @property
     def span(self) -> int:
@@ -136,11 +152,7 @@ class Replay:
         before it, and so does what the replay answers for the source."""
         if self.cover is None:
             return False
-        limit = self.cover.limit(seg.source)
-        if self.carried_after is not None:
-            carried = self.carried_after[seg.source]
-            if limit is None or carried < limit:
-                limit = carried
+        limit = self._link_limit(seg.source)
         if limit is None or seq <= limit:
             return False
         last = max(limit, seg.first - 1)
@@ -184,6 +196,7 @@ class Replay:
                     "trimmed", self.request, exc.message, {seg.source: exc.trimmed_through}
                 )
                 return
+        more = self._more()
         log.info(
             "gapfill.replayed",
             link=self.link.link_id,
@@ -191,9 +204,32 @@ class Replay:
             sent=self.sent,
             filtered=self.filtered,
             left_to_link=self.left_to_link,
-            more=self.more,
+            more=more,
         )
-        yield ReplayComplete(through=self.through, request=self.request, more=self.more)
+        yield ReplayComplete(through=self.through, request=self.request, more=more)
+
+    def _more(self) -> bool:
+        """Whether the subscriber must ask again: only if the link does not itself carry what
+        the per-request limit left out. A ``more`` whose ``through`` the link cut back to the
+        numbers asked after would tell the subscriber nothing new (it gives up: no progress)."""
+        if not self.more or self.cover is None:
+            return self.more
+        for source, seq in self.capped_from.items():
+            limit = self._link_limit(source)
+            if limit is None or seq <= limit:
+                return True
+        return False
+
+    def _link_limit(self, source: str) -> int | None:
+        """The last number of ``source`` the replay must carry (the link brings the rest), or
+        None: all the journal holds."""
+        assert self.cover is not None
+        limit = self.cover.limit(source)
+        if self.carried_after is not None:
+            carried = self.carried_after[source]
+            if limit is None or carried < limit:
+                limit = carried
+        return limit
 
 
 def undeliverable(pub: Publication) -> UndeliverableError | None:
@@ -382,9 +418,8 @@ class GapFillService:
                 for source, seq in trimmed_through.items()
             )
             return GapError("trimmed", request, detail, trimmed_through)
-        segments, through, more = _capped(segments, through, self.policy.max_range)
         replay = Replay(self.journal, link, request, segments, through, self.page_size,
-                        more=more, carried_after=carried_after)
+                        max_range=self.policy.max_range, carried_after=carried_after)
         reason = self.policy.refusal(replay.span, link.budget, now)
         if reason is not None:
             log.info("gapfill.refused", link=link_id, reason=reason)

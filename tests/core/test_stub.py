@@ -252,8 +252,8 @@ def test_context_lost_falls_back_to_source_level_repair_and_covers_the_gap():
     assert stub.stats.source_covered == 3
 
 
-@pytest.mark.parametrize("reason", ["refused", "trimmed"])
-def test_refused_or_trimmed_link_gap_is_unrecoverable_and_skipped(reason):
+@pytest.mark.parametrize("reason", ["trimmed"])  # refused: repaired by source (test_stub_refused)
+def test_a_trimmed_link_gap_is_unrecoverable_and_skipped(reason):
     stub = make()
     stub.receive(pub(1, 1), now=0.0)
     stub.receive(pub(4, 4), now=0.0)

@@ -351,8 +351,11 @@ def test_resets_repaired_from_a_real_journal_in_pieces_arrive_exactly_once(
     journal: Journal, bits: int, seed: int
 ) -> None:
     """The simulation's lossy link against the Redis journal's gap-fill service, whose replays
-    stop every 12 numbers: resets and lost link context are repaired by source in pieces."""
-    plan = [(f"feed.{i % 3}", f"/w/{i % 4}", {"n": i}, PublishType.UPDATE) for i in range(600)]
+    stop every 12 numbers: resets and lost link context are repaired by source in pieces.
+    Each topic has one source: a replay keeps each source's order, not the order across
+    sources, so an image written by several sources would depend on which replay came last."""
+    plan = [(f"feed.{i % 3}", f"/w/{i % 3}/{i % 4}", {"n": i}, PublishType.UPDATE)
+            for i in range(600)]
     component = JournalComponent(journal, link_bits=bits, context_capacity=8,
                                  policy=RefusalPolicy(max_range=12), batch_size=16)
     report = Simulation(bits=bits, plan=plan, component=component, seed=seed,
@@ -439,3 +442,46 @@ def test_a_replay_stops_at_what_the_transport_carries_and_names_what_it_owes(
     )
     assert isinstance(unnamed, Replay)
     assert unnamed.owed_to_link == []  # without link_through nothing is left to the link
+
+
+def test_a_replay_cut_to_nothing_by_the_link_says_no_more_though_the_limit_left_some_out(
+    journal: Journal,
+) -> None:
+    """What the per-request limit left out is carried by the link itself (its first numbers
+    after the cover point): the answer must not say ``more``. It did, with a ``through`` cut
+    back to the numbers asked after, and the subscriber gave the replay up for lack of progress
+    (``Unrecoverable(no-progress)``) although the link and the journal held every number."""
+    a = fill(journal, "feed.a", [("/w/x", None)] * 12)
+    b = fill(journal, "feed.b", [("/w/y", None)] * 6)
+    service = GapFillService(journal, link_bits=8, policy=RefusalPolicy(max_range=2))
+    service.attach("L1", EVERYTHING, start_after={})
+    link = LinkSequencer(bits=8)
+    for pub in a[:9] + b + a[9:]:  # links 1..9: a1..a9, then b1..b6, a10..a12
+        service.record("L1", link.stamp(pub, 0.0))
+    request = SourceGapRequest({"feed.a": 9}, link_through=9)  # saw link 9, delivered a9
+    out = frames(service.answer_source_gap("L1", request, now=0.0))
+    assert out == [ReplayComplete(through={"feed.a": 9, "feed.b": 0}, request=request)]
+    # the limit still says more when the link does not carry what it left out
+    request = SourceGapRequest({"feed.a": 5}, link_through=18)  # saw all the link carried
+    out = frames(service.answer_source_gap("L1", request, now=0.0))
+    assert out[:-1] == [_rt(p) for p in a[5:7]]
+    assert out[-1] == ReplayComplete(through={"feed.a": 7}, request=request, more=True)
+
+
+def test_the_per_request_limit_is_not_spent_on_a_source_the_link_carries(
+    journal: Journal,
+) -> None:
+    """feed.a, not named (owed from the link's start), is all carried by the link after the
+    cover point; feed.b 2..3 is owed. The limit of 2 went to feed.a's 1..2, cut to nothing,
+    and the answer said ``more`` having reached nothing: the subscriber gave up."""
+    a = fill(journal, "feed.a", [("/w/x", None)] * 12)
+    b = fill(journal, "feed.b", [("/w/y", None)] * 6)
+    service = GapFillService(journal, link_bits=8, policy=RefusalPolicy(max_range=2))
+    service.attach("L1", EVERYTHING, start_after={})
+    link = LinkSequencer(bits=8)
+    for pub in b[:3] + a + b[3:]:  # links 1..3: b1..b3, then a1..a12, b4..b6
+        service.record("L1", link.stamp(pub, 0.0))
+    request = SourceGapRequest({"feed.b": 1}, link_through=3)  # saw link 3, delivered b1 only
+    out = frames(service.answer_source_gap("L1", request, now=0.0))
+    assert out[:-1] == [_rt(p) for p in b[1:3]]
+    assert out[-1] == ReplayComplete(through={"feed.a": 0, "feed.b": 3}, request=request)
