@@ -435,12 +435,14 @@ class SubscriberStub(SourceRepairing):
             elif now >= source.next_at:
                 self._retry_source_request(now)
         requests, give_ups = self._gaps.due(now, below=self._expected + self.max_buffer)
-        for give_up in give_ups:
-            self._unrecoverable_link(give_up.start, give_up.end, "give-up")
+        for give_up in give_ups:  # the component does not answer for its link context: the
+            # journal still may, by source; only a source repair's give-up is Unrecoverable,
+            # and it names the sources (a link range names no publication)
+            marked = self._gaps.mark(give_up.start, give_up.end, GapState.SOURCE)
+            if marked and self._source is None:
+                self._request_source(now, hold=False)
         for request in requests:
             self._request_link(request.start, request.end)
-        if give_ups:
-            self._drain()
         return events
 
     # ----------------------------------------------------------------- link frames

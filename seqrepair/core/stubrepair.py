@@ -374,6 +374,7 @@ class SourceRepairing:
         for gap in self._gaps:
             if gap.state is GapState.SOURCE:
                 gap.state = GapState.SKIPPED
+                self._given_up.append((gap.start, gap.end))  # a late original is still taken
                 lost += gap.size
         self._stats.unrecoverable += max(lost, 1)
         self._drain()

@@ -114,23 +114,43 @@ def test_outstanding_requests_are_bounded():
         RequestGap(GapRequest(6, 6)), RequestGap(GapRequest(8, 8))]
 
 
-def test_retries_back_off_then_give_up_with_unrecoverable_and_move_on():
+def test_retries_back_off_then_ask_by_source_and_move_on():
     stub = make(retry_interval=0.1, backoff=2.0, max_retries=3)
     stub.receive(pub(1, 1), now=0.0)
     stub.receive(pub(3, 3), now=0.0)
     sent_at = []
     now = 0.0
     events = []
-    while now < 5.0 and not of(Unrecoverable, events):
+    while now < 5.0 and not of(RequestSourceGap, events):
         now = stub.next_deadline
         events = stub.poll(now)
         if of(RequestGap, events):
             sent_at.append(round(now, 3))
     assert sent_at == [0.05, 0.15, 0.35]  # waits of 0.1 then 0.2 (backoff), no jitter
-    assert of(Unrecoverable, events) == [
-        Unrecoverable(source=None, after=None, reason="give-up", link_from=2, link_to=2)]
-    assert delivered(events) == [("feed.a", 3)]  # it does not stall forever
-    assert stub.stats.unrecoverable == 1
+    # the link context never answered: the journal may, so the range is asked for by source
+    # (a link range given up would name no publication)
+    (ask,) = of(RequestSourceGap, events)
+    assert ask.request.after == {"feed.a": 1}
+    assert of(Unrecoverable, events) == []
+    events = stub.receive(replayed(2), now + 0.01)
+    events += stub.receive(ReplayComplete(through={"feed.a": 2}, request=ask.request), now + 0.02)
+    assert delivered(events) == [("feed.a", 2), ("feed.a", 3)]  # it does not stall forever
+    assert stub.stats.unrecoverable == 0
+
+
+def test_a_source_repair_nobody_answers_ends_in_an_unrecoverable_naming_the_source():
+    stub = make(retry_interval=0.1, backoff=2.0, max_retries=2)
+    stub.receive(pub(1, 1), now=0.0)
+    stub.receive(pub(3, 3), now=0.0)
+    events: list = []
+    now = 0.0
+    while now < 600.0 and not of(Unrecoverable, events):
+        now = stub.next_deadline
+        events = stub.poll(now)
+    named = [(e.source, e.after, e.reason) for e in of(Unrecoverable, events) if e.source]
+    assert named == [("feed.a", 1, "give-up")]
+    assert delivered(events) == [("feed.a", 3)]  # named, then it moves on
+    assert stub.stats.unrecoverable >= 1
 
 
 def test_jitter_spreads_retries_deterministically_per_seed():
