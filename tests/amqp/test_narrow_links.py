@@ -156,3 +156,26 @@ def test_every_subscriber_gets_exactly_its_selection_in_order_longer(
         run_example(tmp_path, bits, loss, workload)
 
     exact()
+
+
+def test_a_subscriber_given_another_width_than_the_component_is_never_silently_short(
+    tmp_path: Path,
+) -> None:
+    """``subscribe --bits 16`` against ``serve --link-bits 8`` (no loss at all): it delivered
+    255 of 1000 with no alert. Either it follows the component and delivers everything
+    exactly, or it refuses to run with an error naming the width; nothing in between."""
+    plan = SubscriberPlan("wide", "/#", "cli", bits=16)
+    with World(tmp_path / "w", bits=8, loss=0.0, drop_seed=1, tag="width") as world:
+        world.subscribe([plan])
+        world.publish([SourcePlan("feed.w", (TOPICS[0],) * 1000, (1000,))])
+        journaled = world.journaled()
+        how = world.settle(journaled, timeout=60, stall=10)
+        (got,) = world.stop_subscribers()
+        expected = world.expected(plan, journaled)
+    if got.exit_code == 0:
+        problems = world.verdict(journaled)
+        assert not problems, (how, problems)
+    else:  # refused: it must say why, and must not have delivered a wrong stream first
+        assert got.error is not None, got.exit_code
+        assert "bits" in got.error.lower() or "width" in got.error.lower(), got.error
+        assert got.records == expected[: len(got.records)], "delivered out of order first"

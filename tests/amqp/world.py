@@ -88,12 +88,15 @@ class SourcePlan:
 @attrs.frozen
 class SubscriberPlan:
     """One subscriber: ``via`` ``cli``, ``library`` or ``rest``; its topic ``pattern``; for
-    ``rest`` optionally the one ``source`` its subscription's filter lets through."""
+    ``rest`` optionally the one ``source`` its subscription's filter lets through; ``bits``
+    a link width given by hand that may disagree with the component's."""
 
     name: str
     pattern: str
     via: str = "cli"
     source: str | None = None
+    bits: int | None = None
+    """``--bits`` given by hand (``cli``), None: the world's link width."""
 
     def selects(self, pub: Publication) -> bool:
         if self.source is not None and pub.source != self.source:
@@ -127,7 +130,7 @@ class _CliSubscriber:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "seqrepair.cli", "--log-level", "warning", "subscribe",
              "--url", world.component.url, "--address", address, "--link-name",
-             f"{world.tag}-{plan.name}", "--bits", str(world.bits), "--heartbeat",
+             f"{world.tag}-{plan.name}", "--bits", str(plan.bits or world.bits), "--heartbeat",
              str(world.heartbeat), "--stats-file", str(self.stats_file), "--ready-file",
              str(ready)],
             env=env, stdout=subprocess.PIPE, stderr=self.log,
