@@ -166,7 +166,7 @@ def test_a_subscriber_given_another_width_than_the_component_is_never_silently_s
     exactly, or it refuses to run with an error naming the width; nothing in between."""
     plan = SubscriberPlan("wide", "/#", "cli", bits=16)
     with World(tmp_path / "w", bits=8, loss=0.0, drop_seed=1, tag="width") as world:
-        world.subscribe([plan])
+        world.subscribe([plan], must_attach=False)  # refusing to run is one right answer
         world.publish([SourcePlan("feed.w", (TOPICS[0],) * 1000, (1000,))])
         journaled = world.journaled()
         how = world.settle(journaled, timeout=60, stall=10)

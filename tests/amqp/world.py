@@ -140,10 +140,12 @@ class _CliSubscriber:
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
 
-    def wait_ready(self, timeout: float = 30.0) -> None:
+    def wait_ready(self, timeout: float = 30.0, *, must_attach: bool = True) -> None:
         deadline = time.monotonic() + timeout
         while not self.ready.exists():
             if self.proc.poll() is not None:
+                if not must_attach:
+                    return  # stop() collects its exit status and error
                 raise RuntimeError(
                     f"subscriber {self.received.plan.name} exited: {self.log_text()}")
             if time.monotonic() > deadline:
@@ -202,8 +204,8 @@ class _LibrarySubscriber:
             on_publication=lambda p: records.append((p.source, p.source_seq, p.topic)),
         ).start()
 
-    def wait_ready(self, timeout: float = 30.0) -> None:
-        if not self.sub.wait_connected(timeout):
+    def wait_ready(self, timeout: float = 30.0, *, must_attach: bool = True) -> None:
+        if not self.sub.wait_connected(timeout) and must_attach:
             raise RuntimeError(f"library subscriber {self.received.plan.name} did not attach")
 
     def terminate(self) -> None:
@@ -266,8 +268,9 @@ class World:
 
     # --- subscribers --------------------------------------------------------------------
 
-    def subscribe(self, plans: Sequence[SubscriberPlan]) -> None:
-        """Start the subscribers together; return once every link is attached."""
+    def subscribe(self, plans: Sequence[SubscriberPlan], *, must_attach: bool = True) -> None:
+        """Start the subscribers together; return once every link is attached (or, with
+        ``must_attach`` False, once each is attached or has exited)."""
         started: list[_CliSubscriber | _LibrarySubscriber] = []
         for plan in plans:
             if plan.via == "library":
@@ -279,7 +282,7 @@ class World:
             started.append(_CliSubscriber(self, plan, address))
         self.subscribers.extend(started)
         for sub in started:
-            sub.wait_ready()
+            sub.wait_ready(must_attach=must_attach)
 
     def _rest_subscription(self, plan: SubscriberPlan) -> str:
         assert self.rest_port is not None, "World(rest=True) serves the REST API"
