@@ -24,6 +24,7 @@ import itertools
 import json
 import os
 import random
+import time
 from pathlib import Path
 
 import pytest
@@ -35,11 +36,12 @@ from .world import PATTERNS, TOPICS, SourcePlan, SubscriberPlan, World
 pytestmark = [pytest.mark.amqp, pytest.mark.redis]
 
 BITS = (3, 4, 5, 8, 16)
+EDGES = (2, 64)  # the narrowest and the widest a link may be: slow tests only
 LOSS = (0.02, 0.2)
 
 # most publications per source in one example: a few hundred in all at narrow widths (3 bits
-# acknowledges nearly every frame by design), more where the link space allows
-MOST = {3: 100, 4: 120, 5: 150, 8: 300, 16: 500}
+# acknowledges nearly every frame by design, 2 bits every one), more where the space allows
+MOST = {2: 40, 3: 100, 4: 120, 5: 150, 8: 300, 16: 500, 64: 500}
 
 PROPERTY = settings(
     deadline=None,
@@ -102,6 +104,7 @@ def run_example(base: Path, bits: int, loss: float,
                                             + (f"[source={s.source}]" if s.source else "")
                                             for s in subscribers))
     # sources differ per example (a fresh Redis each time, but keep the names honest)
+    started = time.monotonic()
     with World(base / f"ex{number}", bits=bits, loss=loss, drop_seed=drop_seed, rest=True,
                tag=f"ex{number}") as world:
         world.subscribe(subscribers)
@@ -117,6 +120,7 @@ def run_example(base: Path, bits: int, loss: float,
             problems.insert(0, f"the journal holds {held}, the publishers published {wanted}")
     summary = {
         "bits": bits, "loss": loss, "workload": shape, "settled": how,
+        "seconds": round(time.monotonic() - started, 1),
         "delivered": {r.plan.name: len(r.records) for r in results},
         "expected": {r.plan.name: len(world.expected(r.plan, journaled)) for r in results},
         "stats": {r.plan.name: r.stats for r in results}, "component": counters,
@@ -135,6 +139,21 @@ def run_example(base: Path, bits: int, loss: float,
 def test_every_subscriber_gets_exactly_its_selection_in_order(
     bits: int, loss: float, tmp_path: Path
 ) -> None:
+    @settings(PROPERTY, max_examples=2)
+    @given(workload=workloads(MOST[bits]))
+    def exact(workload: tuple[list[SourcePlan], list[SubscriberPlan], int]) -> None:
+        run_example(tmp_path, bits, loss, workload)
+
+    exact()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("loss", LOSS)
+@pytest.mark.parametrize("bits", EDGES)
+def test_every_subscriber_gets_exactly_its_selection_in_order_at_the_edge_widths(
+    bits: int, loss: float, tmp_path: Path
+) -> None:
+    """2 bits (one link number outstanding at a time) and 64 (no wrap at all)."""
     @settings(PROPERTY, max_examples=2)
     @given(workload=workloads(MOST[bits]))
     def exact(workload: tuple[list[SourcePlan], list[SubscriberPlan], int]) -> None:
