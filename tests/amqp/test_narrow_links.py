@@ -95,7 +95,10 @@ def workloads(draw: st.DrawFn, most: int) -> tuple[list[SourcePlan], list[Subscr
 
 
 def run_example(base: Path, bits: int, loss: float,
-                workload: tuple[list[SourcePlan], list[SubscriberPlan], int]) -> None:
+                workload: tuple[list[SourcePlan], list[SubscriberPlan], int],
+                cuts: tuple[float, ...] = ()) -> None:
+    """One world; ``cuts``: when (seconds after publishing starts) the library subscriber's
+    connection is cut."""
     sources, subscribers, drop_seed = workload
     number = next(_examples)
     shape = (f"bits {bits} loss {loss:g} drop seed {drop_seed}; "
@@ -103,11 +106,15 @@ def run_example(base: Path, bits: int, loss: float,
              + "; subscribers " + ", ".join(f"{s.name}={s.via}:{s.pattern}"
                                             + (f"[source={s.source}]" if s.source else "")
                                             for s in subscribers))
+    if cuts:
+        shape += f"; library subscriber's connection cut at {list(cuts)} s"
     # sources differ per example (a fresh Redis each time, but keep the names honest)
     started = time.monotonic()
     with World(base / f"ex{number}", bits=bits, loss=loss, drop_seed=drop_seed, rest=True,
                tag=f"ex{number}") as world:
         world.subscribe(subscribers)
+        for delay in cuts:
+            world.cut_later("lib", delay)
         world.publish(sources)
         journaled = world.journaled()
         held = {s: len(p) for s, p in journaled.items()}
@@ -198,3 +205,19 @@ def test_a_subscriber_given_another_width_than_the_component_is_never_silently_s
         assert got.error is not None, got.exit_code
         assert "bits" in got.error.lower() or "width" in got.error.lower(), got.error
         assert got.records == expected[: len(got.records)], "delivered out of order first"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bits", [3, 5, 8])
+def test_exactly_once_at_narrow_widths_across_connection_cuts(bits: int, tmp_path: Path) -> None:
+    """The library subscriber's connection cut once or twice while the bursts run (2% loss):
+    it reconnects, resumes or repairs by source, and still ends exact."""
+    @settings(PROPERTY, max_examples=2)
+    @given(workload=workloads(MOST[bits]),
+           cuts=st.lists(st.sampled_from((0.0, 0.05, 0.2, 0.5, 1.0)), min_size=1, max_size=2,
+                         unique=True).map(lambda c: tuple(sorted(c))))
+    def exact(workload: tuple[list[SourcePlan], list[SubscriberPlan], int],
+              cuts: tuple[float, ...]) -> None:
+        run_example(tmp_path, bits, 0.02, workload, cuts)
+
+    exact()

@@ -284,6 +284,17 @@ class World:
         for sub in started:
             sub.wait_ready(must_attach=must_attach)
 
+    def cut_later(self, name: str, delay: float) -> threading.Timer:
+        """Cut the connection of library subscriber ``name`` ``delay`` seconds from now
+        (abruptly, both directions: it reconnects and resumes its link)."""
+        (sub,) = [s for s in self.subscribers
+                  if isinstance(s, _LibrarySubscriber) and s.received.plan.name == name]
+        timer = threading.Timer(delay, sub.sub.drop_connection)
+        timer.daemon = True
+        timer.start()
+        self._stack.callback(timer.cancel)
+        return timer
+
     def _rest_subscription(self, plan: SubscriberPlan) -> str:
         assert self.rest_port is not None, "World(rest=True) serves the REST API"
         body: dict[str, Any] = {"topic": plan.pattern}
