@@ -113,9 +113,10 @@ def run_example(base: Path, bits: int, loss: float,
     with World(base / f"ex{number}", bits=bits, loss=loss, drop_seed=drop_seed, rest=True,
                tag=f"ex{number}") as world:
         world.subscribe(subscribers)
-        for delay in cuts:
-            world.cut_later("lib", delay)
+        timers = [world.cut_later("lib", delay) for delay in cuts]
         world.publish(sources)
+        for timer in timers:
+            timer.join()  # every cut happens before the end is awaited
         journaled = world.journaled()
         held = {s: len(p) for s, p in journaled.items()}
         wanted = {s.source: len(s.topics) for s in sources}
@@ -123,6 +124,9 @@ def run_example(base: Path, bits: int, loss: float,
         results = world.stop_subscribers()
         counters = world.component_counters()
         problems = world.verdict(journaled)
+        lib_stats = next(r.stats for r in results if r.plan.name == "lib") or {}
+        if cuts and lib_stats.get("disconnections", 0) < 1:
+            problems.append(f"the library subscriber's connection was never cut: {lib_stats}")
         if held != wanted:
             problems.insert(0, f"the journal holds {held}, the publishers published {wanted}")
     summary = {
