@@ -180,7 +180,7 @@ def test_every_subscriber_gets_exactly_its_selection_in_order_longer(
     bits: int, loss: float, tmp_path: Path
 ) -> None:
     """More examples and three times the publications per source."""
-    @settings(PROPERTY, max_examples=4)
+    @settings(PROPERTY, max_examples=3)
     @given(workload=workloads(3 * MOST[bits]))
     def exact(workload: tuple[list[SourcePlan], list[SubscriberPlan], int]) -> None:
         run_example(tmp_path, bits, loss, workload)
