@@ -108,7 +108,7 @@ def run_example(base: Path, bits: int, loss: float,
                                             for s in subscribers))
     if cuts:
         shape += f"; library subscriber's connection cut at {list(cuts)} s"
-    # sources differ per example (a fresh Redis each time, but keep the names honest)
+    # a fresh redis-server and component per example: nothing carries over between them
     started = time.monotonic()
     with World(base / f"ex{number}", bits=bits, loss=loss, drop_seed=drop_seed, rest=True,
                tag=f"ex{number}") as world:
@@ -150,6 +150,8 @@ def run_example(base: Path, bits: int, loss: float,
 def test_every_subscriber_gets_exactly_its_selection_in_order(
     bits: int, loss: float, tmp_path: Path
 ) -> None:
+    """Two examples per width and loss: the simplest (one topic, one burst per source, a few
+    hundred publications at full speed) and one drawn at random."""
     @settings(PROPERTY, max_examples=2)
     @given(workload=workloads(MOST[bits]))
     def exact(workload: tuple[list[SourcePlan], list[SubscriberPlan], int]) -> None:
