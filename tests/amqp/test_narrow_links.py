@@ -160,6 +160,25 @@ def test_every_subscriber_gets_exactly_its_selection_in_order(
     exact()
 
 
+@pytest.mark.parametrize("loss", LOSS)
+@pytest.mark.parametrize("bits", [3, 8])
+def test_a_subscriber_outside_the_window_never_loses_silently(
+    bits: int, loss: float, tmp_path: Path
+) -> None:
+    """A fifth subscriber, the library one without ACKs (no window: the component may burst
+    past half its link space): it must deliver what it selects once, in order, and whatever
+    it lacks must be an Unrecoverable it counted; its link view being lost is detected by
+    the absolute source numbers, never a silent drop. The other four stay exact."""
+    @settings(PROPERTY, max_examples=2)
+    @given(workload=workloads(MOST[bits]))
+    def exact(workload: tuple[list[SourcePlan], list[SubscriberPlan], int]) -> None:
+        sources, subscribers, drop_seed = workload
+        noack = SubscriberPlan("noack", "/#", "library", ack=False)
+        run_example(tmp_path, bits, loss, (sources, [*subscribers, noack], drop_seed))
+
+    exact()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("loss", LOSS)
 @pytest.mark.parametrize("bits", EDGES)

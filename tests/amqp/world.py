@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import inspect
 import json
 import signal
 import subprocess
@@ -97,6 +98,10 @@ class SubscriberPlan:
     source: str | None = None
     bits: int | None = None
     """``--bits`` given by hand (``cli``), None: the world's link width."""
+    ack: bool = True
+    """False: a ``library`` subscriber that does not opt in to the component's window (as a
+    plain AMQP client): the component may run past what its link numbers can tell apart,
+    so it must deliver exactly once in order *or* name what it lost in an Unrecoverable."""
 
     def selects(self, pub: Publication) -> bool:
         if self.source is not None and pub.source != self.source:
@@ -198,10 +203,14 @@ class _LibrarySubscriber:
     def __init__(self, world: World, plan: SubscriberPlan) -> None:
         self.received = Received(plan)
         records = self.received.records
+        options: dict[str, Any] = {}
+        if not plan.ack and "ack" in inspect.signature(Subscriber).parameters:
+            options["ack"] = False  # a client without the window never sends ACK anyway
         self.sub = Subscriber(
             world.component.url, plan.pattern, link_name=f"{world.tag}-{plan.name}",
             bits=world.bits, heartbeat_interval=world.heartbeat,
             on_publication=lambda p: records.append((p.source, p.source_seq, p.topic)),
+            **options,
         ).start()
 
     def wait_ready(self, timeout: float = 30.0, *, must_attach: bool = True) -> None:
@@ -465,6 +474,8 @@ def check(got: Received, expected: list[tuple[str, int, str]]) -> list[str]:
     per_source_want: dict[str, list[tuple[int, str]]] = {}
     for source, seq, topic in expected:
         per_source_want.setdefault(source, []).append((seq, topic))
+    if not got.plan.ack:
+        return problems + _check_no_silent_loss(got, name, per_source_got, per_source_want)
     if per_source_got != per_source_want:
         counts = Counter((s, q) for s, q, _ in records)
         dups = sum(n - 1 for n in counts.values() if n > 1)
@@ -494,3 +505,36 @@ def check(got: Received, expected: list[tuple[str, int, str]]) -> list[str]:
         problems.append(f"{name}: no statistics (the subscriber did not end cleanly)")
     return problems
 
+
+
+def _check_no_silent_loss(got: Received, name: str,
+                          per_source_got: dict[str, list[tuple[int, str]]],
+                          per_source_want: dict[str, list[tuple[int, str]]]) -> list[str]:
+    """A subscriber without the window: what it delivered is its selection's, once, in
+    per-source order; anything missing is owned up to (an Unrecoverable, counted)."""
+    problems: list[str] = []
+    missing = 0
+    for source in per_source_got.keys() | per_source_want.keys():
+        have = per_source_got.get(source, [])
+        want = per_source_want.get(source, [])
+        wanted = set(want)
+        if [x for x in have if x not in wanted]:
+            problems.append(f"{name}: {source}: delivered what it does not select "
+                            f"{[x for x in have if x not in wanted][:5]}")
+        if len(set(have)) != len(have) or have != sorted(have):
+            problems.append(f"{name}: {source}: duplicates or out of order ({len(have)} "
+                            f"delivered, {len(set(have))} distinct)")
+        missing += len(wanted - set(have))
+    unrecoverable = (got.stats or {}).get("unrecoverable", 0)
+    if missing and not unrecoverable:
+        problems.append(f"{name}: lost {missing} of {sum(map(len, per_source_want.values()))} "
+                        f"silently (unrecoverable 0, exit status {got.exit_code}); stats "
+                        f"{got.stats}")
+    if got.unrecoverable and not unrecoverable:  # (the counter counts link numbers, not events)
+        problems.append(f"{name}: {len(got.unrecoverable)} Unrecoverable events "
+                        f"{got.unrecoverable[:3]} but the counter says 0")
+    if got.error is not None:
+        problems.append(f"{name}: error {got.error}")
+    if got.stats is None:
+        problems.append(f"{name}: no statistics (the subscriber did not end cleanly)")
+    return problems
