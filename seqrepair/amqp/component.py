@@ -7,7 +7,7 @@ Addresses (WIRE.md has the full table):
   ``to`` naming its topic;
 * a subscriber attaches a *receiving* link whose source is a topic pattern (``/weather/#``) or
   a subscription queue (``/subscriptions/ID``, :mod:`.subqueues`); the AMQP link name is the
-  link's identity for resumption;
+  link's identity for resumption (the attach, resumed or a new link context: :mod:`.attach`);
 * requests (GAP-REQUEST, SOURCE-GAP-REQUEST, CAPABILITIES) go to ``$seqrepair``, which offers
   ``response-address-supported``; answers go to ``reply-to`` (``$link/NAME``, a subscriber's
   own link) with the request's ``message-id`` as ``correlation-id``, or, when the request
@@ -37,14 +37,24 @@ from typing import Any
 
 import attrs
 import structlog
-from proton import Condition, Data, Delivery, Endpoint, Link, Message, symbol, ulong
+from proton import Condition, Data, Delivery, Endpoint, Message
 from proton.handlers import MessagingHandler
 
-from seqrepair.amqp.ackdispatch import PROP_ACK, attach_reply, is_ack, receive_ack
+from seqrepair.amqp.ackdispatch import is_ack, receive_ack
+from seqrepair.amqp.attach import CONTROL_ADDRESS as CONTROL_ADDRESS
+from seqrepair.amqp.attach import LINK_PREFIX as LINK_PREFIX
+from seqrepair.amqp.attach import PROP_BATCH as PROP_BATCH
+from seqrepair.amqp.attach import PROP_EPOCH as PROP_EPOCH
+from seqrepair.amqp.attach import PROP_GRANTS as PROP_GRANTS
+from seqrepair.amqp.attach import PROP_LINK as PROP_LINK
+from seqrepair.amqp.attach import PROP_RESUME as PROP_RESUME
+from seqrepair.amqp.attach import PROP_START as PROP_START
+from seqrepair.amqp.attach import open_subscriber
+from seqrepair.amqp.attach import plain_properties as plain_properties
 from seqrepair.amqp.codec import Decoder, encode
 from seqrepair.amqp.config import Bucket
 from seqrepair.amqp.config import ComponentConfig as ComponentConfig
-from seqrepair.amqp.durable import PROP_DURABLE, Durables, authenticated_user
+from seqrepair.amqp.durable import Durables
 from seqrepair.amqp.errors import (
     AmqpAdapterError,
     NotImplementedAnnotationError,
@@ -59,7 +69,7 @@ from seqrepair.amqp.grants import principal_of
 from seqrepair.amqp.guard import Guarded
 from seqrepair.amqp.ingest import Ingest, Released
 from seqrepair.amqp.journalport import RedisJournalPort
-from seqrepair.amqp.links import ResponseRoute, SubscriberLink, close_stolen, start_map, tokens
+from seqrepair.amqp.links import ResponseRoute, SubscriberLink
 from seqrepair.amqp.rawamqp import Unsupported, read_raw
 from seqrepair.amqp.reactor import make_container
 from seqrepair.amqp.respann import (
@@ -75,7 +85,6 @@ from seqrepair.amqp.subqueues import (
     SUBSCRIPTION_PREFIX,
     SubscriptionChanges,
     apply_change,
-    entitlement_for,
 )
 from seqrepair.amqp.technical import (
     ABSOLUTE_SOURCE_BITS,
@@ -95,25 +104,15 @@ from seqrepair.core.messages import (
     SourceGapRequest,
 )
 from seqrepair.core.permissions import Entitlement
-from seqrepair.core.sequencers import LinkSequencer
 from seqrepair.core.subscriptions import Subscription as Subscription
 from seqrepair.core.topics import TopicPattern
-from seqrepair.core.window import LinkWindow, window_size
+from seqrepair.core.window import window_size
 from seqrepair.journal.gapfill import GapFillService
 from seqrepair.journal.journal import Journal
 from seqrepair.rest.catalog import SharedCatalog
 from seqrepair.rest.manager import SubscriptionManager
 
 log = structlog.get_logger("seqrepair.amqp.component")
-
-CONTROL_ADDRESS = "$seqrepair"
-LINK_PREFIX = "$link/"
-PROP_BATCH = symbol("seqrepair-batch")
-PROP_RESUME = symbol("seqrepair-resume")
-PROP_EPOCH = symbol("seqrepair-epoch")
-PROP_START = symbol("seqrepair-start-after")
-PROP_GRANTS = symbol("seqrepair-permtokens")
-PROP_LINK = "link"
 
 
 class Component(MessagingHandler):
@@ -416,105 +415,7 @@ class Component(MessagingHandler):
     # --- attaching ----------------------------------------------------------------------
 
     def _open_subscriber(self, sender: Any) -> None:
-        # frames go pre-settled (at most once): the link numbers and repair make delivery
-        # reliable, and nobody would act on a disposition; an unsettled delivery would stay
-        # in proton's memory on both ends for the life of the link
-        sender.snd_settle_mode = Link.SND_SETTLED
-        address = sender.remote_source.address
-        sender.source.address = address
-        if not address:
-            raise UnknownAddressError("a subscriber link needs a source address", got=address)
-        if address.startswith(LINK_PREFIX) or address == "$reply":
-            # a reply-only link: answers to capability queries of a client without data link
-            sender.route = ResponseRoute(
-                Entitlement.everything(), self.config.max_batch, self.outgoing_bits, sender=sender
-            )
-            self.routes[(sender.connection.seqrepair_id, LINK_PREFIX + sender.name)] = (
-                sender.route
-            )
-            return
-        props = plain_properties(sender.remote_properties)
-        principal = principal_of(sender.connection)
-        sub = None
-        if address.startswith(SUBSCRIPTION_PREFIX):
-            sub = self.subscriptions.find(address[len(SUBSCRIPTION_PREFIX) :])
-            if sub is None:
-                raise UnknownAddressError(f"no subscription queue {address!r}", got=address)
-            entitlement = entitlement_for(sub, self.config.grants, principal)
-        else:
-            # the server's grant for this principal; the link property may only narrow it
-            claimed = props.get(str(PROP_GRANTS))
-            entitlement = self.config.grants.entitlement(
-                principal, (TopicPattern(address),),
-                None if claimed is None else tokens(claimed),
-            )
-        name = sender.name
-        resume = bool(props.get(str(PROP_RESUME), False))
-        epoch = props.get(str(PROP_EPOCH))
-        acks = props.get(str(PROP_ACK)) is True
-        durable = self.durables.durable_for(props, name, None if sub is None else sub.id,
-                                            authenticated_user(sender.connection))
-        position = None if durable is None else self.durables.start(durable)
-        link = self.links.get(name)
-        restarted = False  # a new context of a durable, after its stored position
-        if (
-            link is not None
-            and resume
-            and link.entitlement == entitlement
-            # a durable link resumes only the context it names (a new process has none)
-            and (epoch == link.epoch or (epoch is None and durable is None))
-            and (link.window is not None) == acks
-        ):
-            close_stolen(link, sender)
-            link.attach(sender)
-            link.log.info("link resumed", epoch=link.epoch)
-        else:
-            if link is not None:
-                close_stolen(link, sender)
-            # a subscriber that had a context keeps the start it was given then: sources it
-            # has delivered nothing of are replayed from there, not from the high-water now
-            start = props.get(str(PROP_START)) if resume else None
-            if start is None and position is not None:
-                start = position  # a durable's new context starts after its position
-            link = SubscriberLink(
-                name=name,
-                address=address,
-                entitlement=entitlement,
-                sequencer=LinkSequencer(self.config.link_bits, self.config.heartbeat_interval),
-                context=self.gapfill.attach(
-                    name, entitlement, start_after=None if start is None else start_map(start)
-                ).context,
-                batch=bool(props.get(str(PROP_BATCH), False)),
-                max_batch=self.config.max_batch,
-                max_pending=self.config.max_pending,
-                source_bits=self.outgoing_bits,
-                drop=self._drop,
-                window=LinkWindow(self.config.link_bits, self.window_size) if acks else None,
-            )
-            if resume or position is not None:
-                # the subscriber had a context we no longer hold (or a durable position): start
-                # at 0 (reset) so it repairs by source (XEP-0040 §2.4 example 4)
-                link.reset()
-                restarted = position is not None
-            link.attach(sender)
-            self.links[name] = link
-            link.log.info("link attached", reset=link.reset_pending, durable=durable,
-                          epoch=link.epoch, batch=link.batch, principal=principal,
-                          grants=sorted(entitlement.grant), deny=sorted(entitlement.deny))
-        # the attach reply names the context, so the subscriber learns of a reset even if the
-        # reset frame is lost
-        sender.properties = {
-            PROP_EPOCH: link.epoch,
-            PROP_START: {k: ulong(v) for k, v in self.gapfill.link(name).start_after.items()},
-            PROP_DURABLE: restarted,
-            **attach_reply(self.config, link.window),
-        }
-        self.durables.attached(name, durable)
-        if sub is not None and sub.paused:
-            link.hold(self.clock(), "subscription paused")
-        self.principals[name] = principal
-        sender.subscriber = name
-        self.routes[(sender.connection.seqrepair_id, LINK_PREFIX + name)] = link.route
+        open_subscriber(self, sender)
 
     def _open_receiver(self, receiver: Any) -> None:
         address = receiver.remote_target.address
@@ -750,13 +651,6 @@ class Component(MessagingHandler):
 
 
 _MISSING: Any = object()
-
-
-def plain_properties(props: Any) -> dict[str, Any]:
-    """AMQP link properties as a dict keyed by plain strings (empty when there are none)."""
-    if not props:
-        return {}
-    return {str(k): v for k, v in dict(props).items()}
 
 
 def _link_name(reply_to: Any) -> str | None:

@@ -279,7 +279,9 @@ def test_the_documented_attach_properties_are_the_ones_the_component_reads_and_w
     assert named == set(ATTACH)
 
 
-CLIENT_SIDE = {"client", "brokered", "runner", "commands", "query", "demo", "backoff", "handoff"}
+CLIENT_SIDE = {
+    "client", "publisher", "brokered", "runner", "commands", "query", "demo", "backoff", "handoff",
+}
 """Modules of the clients: the conditions they name are ones they read, not ones they send."""
 
 
