@@ -21,8 +21,16 @@ how far each source was trimmed; the stub reports those sources ``Unrecoverable`
 after the trimmed numbers, so what the journal still holds is delivered. A replay that stopped
 at the component's per-request limit ends ``ReplayComplete(more=True)``: the stub asks again
 after the ``through`` it names, until one ends without ``more``.
+A reset starts a new session: numbers of the old link context mean nothing in the new one,
+yet a transport that does not tie a reset to a new link may still bring old frames, whose
+numbers read as slots of the new context. So the new context's frames are held unread until
+the replay the reset owes completes; its ``through`` covers per source everything the old
+contexts carried (the component cuts it where the new context starts), and from then on a
+link publication at or below it is stale: it takes no slot, moves no highest number and
+anchors no view (``stats.stale_dropped``; see :meth:`SourceRepairing._hold`).
 An adapter that learns of a reset out of band (a component announces a new link context when
-the link attaches) calls ``link_reset(now)``; the in-band frame 0 is then optional.
+the link attaches) calls ``link_reset(now)``; the in-band frame 0 is then optional, and the
+first one that comes (a heartbeat) is that reset's frame, even after later frames.
 A (re)attaching subscriber sends ``resume_point()`` first. A component that kept the link
 context answers it by continuing the link: the first new frame of the old context satisfies
 the request (link gaps are then repaired by range as ever). One that did not replays by source
@@ -230,8 +238,10 @@ class SubscriberStub(SourceRepairing):
         """The link restarts at 0, learnt out of band (the attach of a new link context).
 
         Does what the reset frame (link number 0) does, so losing that frame costs nothing:
-        while no later frame of the new context has arrived, an in-band frame 0 is taken as
-        this reset's frame rather than as another reset.
+        the first in-band frame 0 that comes after it is taken as this reset's frame rather
+        than as another reset (a publication only while no later frame has come; a heartbeat,
+        what a reset frame is, even after later frames overtook it). The adapter must then
+        announce every reset.
         """
         now = check_now(now)
         self._now = now

@@ -101,7 +101,14 @@ class SourceRepairing:
             self._stats.duplicates += 1
             self._stats.stale_dropped += 1
             return
-        if self._reset_announced and self._highest == 0 and not self._held:
+        if self._reset_announced and (
+            (self._highest == 0 and not self._held)
+            or type(frame) is Heartbeat
+        ):
+            # The first frame 0 after the announcement, even when frames after it overtook
+            # it (a reset frame is a heartbeat; the adapter announces every reset): taking it
+            # for a new reset would void what they brought and ask for it by numbers the
+            # component reads in its own context.
             # the in-band frame of the reset announced by link_reset(): the same reset
             self._reset_announced = False
             self._reset_frame = frame

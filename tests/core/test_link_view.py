@@ -455,15 +455,18 @@ def test_a_replay_that_stops_answering_is_given_up_named_and_counted():
     size=st.integers(60, 240),
     resets=st.sets(st.integers(1, 239), min_size=1, max_size=4),
     sources=st.sampled_from(["a", "abc"]),
+    announce=st.booleans(),
 )
 def test_stale_publications_after_resets_never_cost_a_publication(
-    bits, seed, loss, reorder, size, resets, sources
+    bits, seed, loss, reorder, size, resets, sources, announce
 ):
     """Issue 22 §1, "the core too": publications of old link contexts outlive each reset and
     arrive, reordered, among the new context's frames, numbered as its slots. A reset is a
     new session: the new context is read once the replay its reset owes has said (``through``)
     how far the old ones went, and nothing at or below that takes a slot. Every publication is
-    delivered once, in its source's order, and nothing is given up, at 3, 4, 5 and 8 bits."""
+    delivered once, in its source's order, and nothing is given up, at 3, 4, 5 and 8 bits.
+    Announced resets too (``link_reset``, the in-band frame 0 a heartbeat the link may delay
+    past later frames: it is still the announced reset's frame, not a new reset)."""
     plan = [(f"feed.{sources[i % len(sources)]}", f"/t/{i % 5}", {"v": i}, PublishType.UPDATE)
             for i in range(size)]
     report = Simulation(
@@ -471,6 +474,7 @@ def test_stale_publications_after_resets_never_cost_a_publication(
         conditions=LinkConditions(loss=loss, reorder=reorder, duplicate=0.05,
                                   reorder_delay=0.05),
         resets_at=frozenset(r for r in resets if r < size), seed=seed, stale_after_reset=True,
+        announce_resets=announce,
     ).run(max_time=60)
     note(f"stale={report.events['stale']} stats={report.stats}")
     assert report.exactly_once_in_order, (report.stats, report.unrecoverable)
