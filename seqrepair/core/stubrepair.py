@@ -117,13 +117,14 @@ class SourceRepairing:
             else:
                 self._consume(frame)  # the replay has released the context already
             return
-        if (
-            self._expected == 0 and self._highest == 0 and not self._held
-            and frame == self._reset_frame
+        if frame == self._reset_frame and (
+            (self._expected == 0 and self._highest == 0 and not self._held)
+            or (type(frame) is Heartbeat and frame.timestamp is not None)
         ):
-            # a copy of this context's frame 0, still held; once the context has moved on (a
-            # later frame, or the frame itself released), a 0 is a new reset: taking a copy for
-            # one costs a replay, taking a new reset for a copy would lose what it voided
+            # a copy of this context's frame 0, still held, or a heartbeat that says when it
+            # was sent (no new reset sends the same); otherwise, once the context has moved on
+            # (a later frame, or the frame itself released), a 0 is a new reset: taking a copy
+            # for one costs a replay, taking a new reset for a copy would lose what it voided
             self._stats.duplicates += 1
             return
         self._new_context(frame, now)
