@@ -394,7 +394,10 @@ class SubscriberStub(SourceRepairing):
             return None
         delivered = self._last_delivered
         if self._stale_ahead:  # what a stale frame may carry counts as delivered
-            delivered = {**delivered, **self._stale_ahead}
+            delivered = dict(delivered)
+            for name, seq in self._stale_ahead.items():
+                if seq > delivered.get(name, 0):
+                    delivered[name] = seq
         return scan_run(frames, start, self._expected_wire, self.space.max, delivered)
 
     def _check(self, frame: object) -> int | None:

@@ -196,6 +196,26 @@ def test_a_stale_frame_in_a_reset_context_takes_no_slot_and_costs_no_replay():
     assert delivered(events) == [("feed.a", 6), ("feed.a", 7)]
 
 
+def test_the_floor_of_a_source_a_filter_keeps_from_the_stub_guards_the_fast_paths():
+    """feed.b is answered through 9 and none of it delivered (a filter): a feed.b frame at or
+    below 9 is stale on the in-order paths too, and feed.b's later deliveries still count."""
+    stub = make(bits=8)
+    stub.receive(pub(1, 1), 0.0)
+    (ask,) = of(RequestSourceGap, stub.receive(pub(0, 2), 0.1))  # reset: feed.a 2 at 0
+    done = stub.receive(complete(ask.request, **{"feed.a": 2, "feed.b": 9}), 0.2)
+    assert delivered(done) == [("feed.a", 2)]
+    assert stub.receive(pub(1, 3, source="feed.b"), 0.3) == []  # stale: no slot taken
+    assert stub.receive_many([pub(1, 4, source="feed.b")], 0.3) == []
+    assert stub.stats.stale_dropped == 2
+    events = stub.receive_many([pub(1, 10, source="feed.b"), pub(2, 11, source="feed.b")], 0.4)
+    assert [(p.source, p.source_seq) for e in events for p in e.publications] == [
+        ("feed.b", 10), ("feed.b", 11)]
+    # a copy of feed.b 11 in the next slot is not delivered again by the batch path
+    again = stub.receive_many([pub(3, 11, source="feed.b"), pub(4, 12, source="feed.b")], 0.5)
+    assert [p.source_seq for e in again for p in getattr(e, "publications", ())] == []
+    assert delivered(again) == []
+
+
 def test_a_give_up_of_the_replay_names_what_it_owed_and_counts_it():
     stub = make(bits=8, max_retries=2, retry_interval=0.1)
     stub.receive(pub(1, 1), 0.0)
