@@ -83,11 +83,11 @@ class SimulationReport:
 
     @property
     def spurious_resets(self) -> int:
-        """Resets the stub took that the component never made: an announced reset's in-band
-        frame 0 overtaken by later frames reads as a new reset (only a transport that both
-        announces resets and reorders frames can do that). The stub then replays by source and
-        asks for the frames it voided by link again; a transport that has dropped them as too
-        old makes it report them ``Unrecoverable``, although the replay delivered them."""
+        """Resets the stub took that the component never made: a second copy of an announced
+        reset's in-band frame 0 (the first, however late, is that reset's frame) coming after
+        later frames reads as a new reset (only a transport that both announces resets and
+        duplicates frames can do that). The stub then replays by source and asks for the
+        frames it voided by link again."""
         return int(self.stats.resets) - self.resets
 
     @property

@@ -22,8 +22,16 @@ how far each source was trimmed; the stub reports those sources ``Unrecoverable`
 after the trimmed numbers, so what the journal still holds is delivered. A replay that stopped
 at the component's per-request limit ends ``ReplayComplete(more=True)``: the stub asks again
 after the ``through`` it names, until one ends without ``more``.
+A reset starts a new session: numbers of the old link context mean nothing in the new one,
+yet a transport that does not tie a reset to a new link may still bring old frames, whose
+numbers read as slots of the new context. So the new context's frames are held unread until
+the replay the reset owes completes; its ``through`` covers per source everything the old
+contexts carried (the component cuts it where the new context starts), and from then on a
+link publication at or below it is stale: it takes no slot, moves no highest number and
+anchors no view (``stats.stale_dropped``; see :meth:`SourceRepairing._hold`).
 An adapter that learns of a reset out of band (a component announces a new link context when
-the link attaches) calls ``link_reset(now)``; the in-band frame 0 is then optional.
+the link attaches) calls ``link_reset(now)``; the in-band frame 0 is then optional, and the
+first one that comes (a heartbeat) is that reset's frame, even after later frames.
 A (re)attaching subscriber sends ``resume_point()`` first. A component that kept the link
 context answers it by continuing the link: the first new frame of the old context satisfies
 the request (link gaps are then repaired by range as ever). One that did not replays by source
@@ -150,6 +158,15 @@ class SubscriberStub(SourceRepairing):
     _given_up: deque[tuple[int, int]] = attrs.field(init=False, factory=lambda: deque(maxlen=64))
     # per source, the highest number a replay delivered in this link context
     _replay_top: dict[str, int] = attrs.field(init=False, factory=dict)
+    # the frames of a reset context that came while its replay is owed, unread (see stubrepair)
+    _held: list[tuple[LinkFrame, int]] = attrs.field(init=False, factory=list)
+    # per source, the numbers the replays that released reset contexts answered: every link
+    # context before the current one carried only publications at or below them
+    _stale_floor: dict[str, int] = attrs.field(init=False, factory=dict)
+    # the part of _stale_floor above the last delivered (what the fast paths must check)
+    _stale_ahead: dict[str, int] = attrs.field(init=False, factory=dict)
+    # the replay owed by the held reset context answers through here so far (``more``, trims)
+    _hold_through: dict[str, int] = attrs.field(init=False, factory=dict)
     _now: float = attrs.field(init=False, default=0.0)  # the latest now given (reopened gaps)
     _last_frame_at: float | None = attrs.field(init=False, default=None)
     _overdue_at: float | None = attrs.field(init=False, default=None)
@@ -210,8 +227,8 @@ class SubscriberStub(SourceRepairing):
 
     @property
     def buffered(self) -> int:
-        """Frames held out of order right now."""
-        return len(self._buffer)
+        """Frames held out of order right now (a reset context's included)."""
+        return len(self._buffer) + len(self._held)
 
     @property
     def last_delivered(self) -> dict[str, int]:
@@ -222,8 +239,10 @@ class SubscriberStub(SourceRepairing):
         """The link restarts at 0, learnt out of band (the attach of a new link context).
 
         Does what the reset frame (link number 0) does, so losing that frame costs nothing:
-        while no later frame of the new context has arrived, an in-band frame 0 is taken as
-        this reset's frame rather than as another reset.
+        the first in-band frame 0 that comes after it is taken as this reset's frame rather
+        than as another reset (a publication only while no later frame has come; a heartbeat,
+        what a reset frame is, even after later frames overtook it). The adapter must then
+        announce every reset.
         """
         now = check_now(now)
         self._now = now
@@ -291,6 +310,7 @@ class SubscriberStub(SourceRepairing):
             and not self._gaps
             and self._source is None
             and frame.source_seq > self._last_delivered.get(frame.source, 0)
+            and (not self._stale_ahead or frame.source_seq > self._stale_ahead.get(frame.source, 0))
         ):
             # The common case, kept short: the next frame, in order, new for its source,
             # nothing outstanding. (One its source has delivered may be a stale frame in the
@@ -311,6 +331,7 @@ class SubscriberStub(SourceRepairing):
             and expected
             and self._expected <= highest < self._expected + self.space.half
             and len(self._buffer) < self.max_buffer
+            and (not self._stale_floor or frame.source_seq > self._stale_floor.get(frame.source, 0))
         ):
             # The next case, kept short too: the number after the highest, held behind a gap.
             self._resumed_at = None
@@ -372,7 +393,13 @@ class SubscriberStub(SourceRepairing):
         found without changing the stub; None when that case does not apply now."""
         if self._buffer or self._gaps or self._source is not None or not self._expected:
             return None
-        return scan_run(frames, start, self._expected_wire, self.space.max, self._last_delivered)
+        delivered = self._last_delivered
+        if self._stale_ahead:  # what a stale frame may carry counts as delivered
+            delivered = dict(delivered)
+            for name, seq in self._stale_ahead.items():
+                if seq > delivered.get(name, 0):
+                    delivered[name] = seq
+        return scan_run(frames, start, self._expected_wire, self.space.max, delivered)
 
     def _check(self, frame: object) -> int | None:
         """The link number of ``frame`` if it has one; raise if it is no frame for a stub."""
@@ -452,6 +479,16 @@ class SubscriberStub(SourceRepairing):
         source = self._source
         if source is not None:
             source.quiet = False
+        if (
+            self._stale_floor
+            and type(frame) is Publication
+            and frame.source_seq <= self._stale_floor.get(frame.source, 0)
+        ):
+            self._on_stale(frame, wire, now)
+            return
+        if not self._expected and source is not None and source.hold:
+            self._hold(frame, wire)
+            return
         number = self._position(wire)
         if number < self._expected or number in self._buffer:
             if not self._proves_view_lost(frame, number):

@@ -17,7 +17,13 @@ from typing import TYPE_CHECKING
 import attrs
 
 from seqrepair.core.asked import AskedRequests
-from seqrepair.core.events import Event, LinkReset, RequestSourceGap, Unrecoverable
+from seqrepair.core.events import (
+    BufferOverflow,
+    Event,
+    LinkReset,
+    RequestSourceGap,
+    Unrecoverable,
+)
 from seqrepair.core.gaps import GapState, GapTracker
 from seqrepair.core.messages import (
     GapError,
@@ -62,6 +68,11 @@ class SourceRepairing:
     _covered_through: int
     _replay_top: dict[str, int]
     _given_up: deque[tuple[int, int]]
+    _held: list[tuple[LinkFrame, int]]
+    _stale_floor: dict[str, int]
+    _stale_ahead: dict[str, int]
+    _hold_through: dict[str, int]
+    max_buffer: int
 
     if TYPE_CHECKING:
 
@@ -79,7 +90,25 @@ class SourceRepairing:
 
 
     def _on_reset(self, frame: LinkFrame, now: float) -> None:
-        if self._reset_announced and self._highest == 0:
+        if isinstance(frame, Publication) and frame != self._reset_frame and (
+            frame.source_seq <= self._stale_floor.get(frame.source, 0)
+            or (not self._expected and frame.source_seq <= self._last_delivered.get(
+                frame.source, 0))
+        ):
+            # the frame 0 of an older context: a reset context's first publication is newer
+            # than all an older context carried, and than what the replay its reset owes
+            # delivers (its own frame 0 comes after that replay's cut)
+            self._stats.duplicates += 1
+            self._stats.stale_dropped += 1
+            return
+        if self._reset_announced and (
+            (self._highest == 0 and not self._held)
+            or type(frame) is Heartbeat
+        ):
+            # The first frame 0 after the announcement, even when frames after it overtook
+            # it (a reset frame is a heartbeat; the adapter announces every reset): taking it
+            # for a new reset would void what they brought and ask for it by numbers the
+            # component reads in its own context.
             # the in-band frame of the reset announced by link_reset(): the same reset
             self._reset_announced = False
             self._reset_frame = frame
@@ -88,10 +117,14 @@ class SourceRepairing:
             else:
                 self._consume(frame)  # the replay has released the context already
             return
-        if self._expected == 0 and self._highest == 0 and frame == self._reset_frame:
-            # a copy of this context's frame 0, still held; once the context has moved on (a
-            # later frame, or the frame itself released), a 0 is a new reset: taking a copy for
-            # one costs a replay, taking a new reset for a copy would lose what it voided
+        if frame == self._reset_frame and (
+            (self._expected == 0 and self._highest == 0 and not self._held)
+            or (type(frame) is Heartbeat and frame.timestamp is not None)
+        ):
+            # a copy of this context's frame 0, still held, or a heartbeat that says when it
+            # was sent (no new reset sends the same); otherwise, once the context has moved on
+            # (a later frame, or the frame itself released), a 0 is a new reset: taking a copy
+            # for one costs a replay, taking a new reset for a copy would lose what it voided
             self._stats.duplicates += 1
             return
         self._new_context(frame, now)
@@ -154,6 +187,75 @@ class SourceRepairing:
             else:
                 self._on_link_frame(publication, wire, now)
 
+    # ----------------------------------------------------------------- stale frames
+
+    def _hold(self, frame: LinkFrame, wire: int) -> None:
+        """Keep a frame of a reset context unread until the replay its reset owes completes.
+
+        A reset starts a new link context, like a new session: numbers of the old one mean
+        nothing in it, yet a frame of the old one may still arrive (a transport that does not
+        tie a reset to a new link), and its number reads as a slot of the new one. Which
+        frames are old is known only once the replay completes: its ``through`` covers, per
+        source, everything the old contexts carried (see :meth:`_raise_stale_floor`). So the
+        new context's frames are read then, not before: no old frame takes a slot, stretches
+        the highest number seen past what the component sent, or anchors a new view.
+        """
+        if len(self._held) >= self.max_buffer:
+            self._stats.overflow_dropped += 1
+            self._events.append(BufferOverflow(limit=self.max_buffer, dropped=1))
+            return  # its number is found missing when the context is read, and asked for
+        self._held.append((frame, wire))
+        if len(self._held) > self._stats.max_buffered:
+            self._stats.max_buffered = len(self._held)
+
+    def _release_held(self, now: float) -> None:
+        """Read the frames held while a reset context's replay was owed, in arrival order."""
+        held, self._held = self._held, []
+        for index, (frame, wire) in enumerate(held):
+            if not self._expected and self._source is not None and self._source.hold:
+                self._held.extend(held[index:])  # reset again meanwhile: after its replay
+                return
+            self._on_link_frame(frame, wire, now)
+
+    def _note_hold_through(self, through: Mapping[str, int]) -> None:
+        for name, seq in through.items():
+            if seq > self._hold_through.get(name, 0):
+                self._hold_through[name] = seq
+
+    def _raise_stale_floor(self, through: Mapping[str, int]) -> None:
+        """The replay a reset owed answered every number at or below ``through``: the link
+        contexts before the reset carried nothing above it (the replay stops where the new
+        context starts), so a link frame at or below it is stale, or a copy of what the
+        replay delivered (one that ran past the start of the new context): either way it is
+        no new frame of the slot it names."""
+        floor = self._stale_floor
+        for name, seq in through.items():
+            if seq > floor.get(name, 0):
+                floor[name] = seq
+        delivered = self._last_delivered
+        self._stale_ahead = {
+            name: seq for name, seq in floor.items() if seq > delivered.get(name, 0)
+        }
+        self._hold_through = {}
+
+    def _on_stale(self, frame: Publication, wire: int, now: float) -> None:
+        """A link publication at or below the stale floor: it takes no slot and moves
+        nothing. One sent again in answer to a link request may be the true frame of its slot
+        (a copy of one the replay delivered) or a stale answer: a replay decides, the slot
+        being left to source repair."""
+        self._stats.duplicates += 1
+        self._stats.stale_dropped += 1
+        ahead = self._stale_ahead.get(frame.source)
+        if ahead is not None and ahead <= self._last_delivered.get(frame.source, 0):
+            del self._stale_ahead[frame.source]
+        if not frame.retransmit or not self._expected:
+            return
+        number = self._position(wire)
+        if self._expected <= number <= self._highest and number not in self._buffer and (
+            self._gaps.mark(number, number, GapState.SOURCE) and self._source is None
+        ):
+            self._request_source(now, hold=False)
+
     def _new_context(self, frame: LinkFrame, now: float) -> None:
         """Void the old link context; ``frame`` is the new context's number 0.
 
@@ -169,12 +271,14 @@ class SourceRepairing:
         self._events.append(
             LinkReset(
                 previous_expected=self._expected_wire,
-                abandoned=len(self._buffer) + self._gaps.missing(),
+                abandoned=len(self._buffer) + len(self._held) + self._gaps.missing(),
             )
         )
         self._stats.resets += 1
         self._reset_announced = False
         self._buffer.clear()
+        self._held.clear()
+        self._hold_through.clear()
         self._gaps.clear()
         self._probe = None
         self._asked.new_context()
@@ -250,6 +354,8 @@ class SourceRepairing:
         }
         if not lost:
             return False
+        if source.hold and not self._expected and not source.resume:
+            self._note_hold_through(lost)
         for name, through in lost.items():
             last = self._last_delivered.get(name, after.get(name))
             self._events.append(Unrecoverable(source=name, after=last, reason="trimmed"))
@@ -336,6 +442,8 @@ class SourceRepairing:
         if source is None or not answers_request(complete, source.request):
             self._stats.stray_dropped += 1
             return
+        if source.hold and not self._expected and not source.resume:
+            self._note_hold_through(complete.through)
         if not complete.more:
             self._finish_source_repair(source, now)
         elif not self._continue_replay(complete.through, now):
@@ -343,12 +451,17 @@ class SourceRepairing:
 
     def _finish_source_repair(self, source: SourceRepair, now: float) -> None:
         self._source = None
+        if source.hold and not self._expected and not source.resume:
+            # a reset mid-stream (a reattach's new link carries nothing of the old): see _hold
+            self._raise_stale_floor(self._hold_through)
         self._covered_through = max(self._covered_through, source.cover_through)
         for gap in self._gaps.mark(1, source.cover_through, GapState.SKIPPED):
             self._stats.source_covered += gap.size
         self._drain()
         if source.resume and source.quiet and not source.hold:
             self._resumed_at = self._expected
+        if self._held:
+            self._release_held(now)
         if self._salvage:
             self._offer_salvage(now)
         if self._gaps.in_state(GapState.SOURCE):
@@ -378,6 +491,8 @@ class SourceRepairing:
                 lost += gap.size
         self._stats.unrecoverable += max(lost, 1)
         self._drain()
+        if self._held:
+            self._release_held(now)
         if self._salvage:
             self._offer_salvage(now)
 

@@ -28,6 +28,7 @@ class StubStats:
     sources_abandoned: int = 0  # source repairs refused or given up: what they owed is lost
     link_view_lost: int = 0  # frames the link called old and their source proved new
     slots_reopened: int = 0  # originals their source had delivered, in a slot asked for again
+    stale_dropped: int = 0  # publications of an older link context (see stub._hold), dropped
 
     @property
     def repaired(self) -> int:

@@ -151,6 +151,7 @@ class World:
         self.generation = 0
         self.next_position = {0: 1}  # per link context: the number the next frame takes
         self.sent: dict[tuple[int, int], Publication | None] = {}
+        self.carried: dict[str, int] = {}  # per source, the last number sent on the link
         # ---- the network
         self.to_subscriber: list[Copy] = []
         self.to_component: list[Asked] = []
@@ -213,6 +214,7 @@ class World:
         position = self.position
         if isinstance(frame, Publication):
             frame = self.link.stamp(frame, self.now)
+            self.carried[frame.source] = frame.source_seq
         assert frame.link_seq == self.wire(position)
         self.context.record(frame)
         self.sent[self.generation, position] = frame if isinstance(frame, Publication) else None
@@ -270,6 +272,8 @@ class World:
         """The journal's answer, by the rules of :meth:`GapFillService.answer_source_gap`."""
         segments: list[tuple[str, int, int]] = []
         through: dict[str, int] = {}
+        cover = None if request.link_through is None else self.context.cover(
+            request.link_through)
         for name in sorted(set(request.after) | set(self.journal)):
             high_water = len(self.journal.get(name, ()))
             listed = name in request.after
@@ -277,6 +281,13 @@ class World:
             after = request.after[name] if listed else self.start_after.get(name, 0)
             if not listed and after >= high_water:
                 continue
+            if cover is not None:
+                # the link carries each source from its first number past the subscriber's
+                # link_through on, and whatever it has not sent yet (LinkCover, carried_after)
+                limit = cover.limit(name)
+                carried = self.carried.get(name, 0)
+                cut = carried if limit is None else min(limit, carried)
+                high_water = min(high_water, max(cut, after))
             through[name] = high_water
             if after < high_water:
                 segments.append((name, after + 1, high_water))

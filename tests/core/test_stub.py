@@ -190,10 +190,32 @@ def test_link_reset_holds_new_frames_until_the_source_replay_completes():
     for seq in (3, 4, 5, 6, 7):
         replay += stub.receive(replayed(seq), now=0.2)
     assert delivered(replay) == [("feed.a", n) for n in (3, 4, 5, 6, 7)]
-    done = stub.receive(ReplayComplete(through={"feed.a": 8}, request=request), now=0.3)
+    # the component cuts the replay where the new context starts (LinkCover): feed.a 8 is the
+    # link's, so through names 7; what is at or below it is of the old contexts (stale)
+    done = stub.receive(ReplayComplete(through={"feed.a": 7}, request=request), now=0.3)
     assert delivered(done) == [("feed.a", 8)]  # 7 was already delivered by the replay
     assert delivered(stub.receive(pub(2, 9), now=0.3)) == [("feed.a", 9)]
     assert stub.stats.resets == 1
+
+
+def test_a_replay_past_the_new_context_costs_a_replay_not_the_publication():
+    # a component that replays to its high-water whatever the link carries: feed.a 8, the
+    # new context's number 1, reads as stale; its slot is found missing, and the answer to
+    # the link request (at or below the floor too) is left to a replay
+    stub = make()
+    stub.receive(pub(1, 1), now=0.0)
+    (ask,) = of(RequestSourceGap, stub.receive(pub(0, 2), now=0.1))
+    stub.receive(pub(1, 3), now=0.1)  # held
+    done = stub.receive(ReplayComplete(through={"feed.a": 3}, request=ask.request), now=0.2)
+    assert delivered(done) == [("feed.a", 2)]
+    stub.receive(Heartbeat(link_seq=2), now=0.3)
+    (gap,) = of(RequestGap, stub.poll(0.4))
+    assert (gap.request.link_from, gap.request.link_to) == (1, 1)
+    (again,) = of(RequestSourceGap, stub.receive(pub(1, 3, retransmit=True), now=0.5))
+    assert delivered(stub.receive(replayed(3), now=0.6)) == [("feed.a", 3)]
+    stub.receive(ReplayComplete(through={"feed.a": 3}, request=again.request), now=0.6)
+    assert delivered(stub.receive(pub(3, 4), now=0.7)) == [("feed.a", 4)]
+    assert stub.stats.unrecoverable == 0
 
 
 def test_announced_reset_needs_no_frame_zero_when_that_frame_is_lost():
@@ -236,9 +258,21 @@ def test_frame_zero_arriving_after_the_replay_released_the_context_is_not_a_new_
     assert stub.stats.resets == 1
 
 
-def test_a_later_frame_zero_after_the_new_context_has_frames_is_a_new_reset():
+def test_the_announced_resets_frame_zero_overtaken_by_later_frames_is_still_its_frame():
+    # a transport that reorders: the in-band frame 0 (a heartbeat) comes after frame 1. The
+    # adapter announces every reset, so it is this reset's frame, not a new reset that would
+    # void frame 1 and ask by numbers the component reads in its own context
     stub = make()
-    stub.link_reset(now=0.0)  # its frame 0 never comes
+    stub.link_reset(now=0.0)
+    stub.receive(pub(1, 1), now=0.1)
+    assert of(LinkReset, stub.receive(Heartbeat(link_seq=0), now=0.2)) == []
+    assert stub.stats.resets == 1
+
+
+def test_a_second_frame_zero_after_the_new_context_has_frames_is_a_new_reset():
+    stub = make()
+    stub.link_reset(now=0.0)
+    stub.receive(Heartbeat(link_seq=0), now=0.1)  # the announced reset's frame
     stub.receive(pub(1, 1), now=0.1)
     events = stub.receive(Heartbeat(link_seq=0), now=0.2)
     assert len(of(LinkReset, events)) == 1
