@@ -70,7 +70,7 @@ import attrs
 import structlog
 from proton import Condition, Connection, Endpoint, Message, symbol
 from proton.handlers import EndpointStateHandler, MessagingHandler
-from proton.reactor import ApplicationEvent, AtMostOnce, EventInjector, LinkOption
+from proton.reactor import ApplicationEvent, AtMostOnce, LinkOption
 
 from seqrepair.amqp.ackdispatch import is_ack
 from seqrepair.amqp.backoff import Backoff
@@ -106,7 +106,7 @@ from seqrepair.amqp.gateway_rewrite import (
     rewrite_request,
 )
 from seqrepair.amqp.guard import Guarded
-from seqrepair.amqp.reactor import make_container
+from seqrepair.amqp.reactor import Injector, make_container
 from seqrepair.amqp.respann import (
     ADDRESS_COOKIE,
     RESPONSE_ADDRESS_SUPPORTED,
@@ -281,7 +281,7 @@ class Gateway(MessagingHandler):
         self._tasks: dict[str, Any] = {}
         self._stopping = False
         self._stop_requested = False
-        self._injector = EventInjector()
+        self._injector = Injector()
         self._thread: threading.Thread | None = None
 
     # --- running ------------------------------------------------------------------------
@@ -293,6 +293,7 @@ class Gateway(MessagingHandler):
         try:
             container.run()
         finally:
+            self._injector.release()
             self.stopped.set()
 
     def start(self) -> Gateway:

@@ -16,16 +16,23 @@ stopping.
 whose transport is already gone (nothing is left to tick: the connection's own end is reported
 by proton's transport-closed and disconnected events, as without the race). Use it instead of
 ``Container(handler)`` everywhere.
+
+:class:`Injector` is proton's :class:`~proton.reactor.EventInjector` with a pipe that can be
+closed: proton never closes the pipe an injector opens, so each client run left two file
+descriptors behind, and once a process holds descriptors past 1023 proton's ``select()`` fails
+for every connection it has (a process running many clients in turn, a test suite, met it).
 """
 
 from __future__ import annotations
 
+import os
+import threading
 from typing import Any
 
 from proton.handlers import IOHandler
-from proton.reactor import Container
+from proton.reactor import Container, EventInjector
 
-__all__ = ["GuardedIOHandler", "make_container"]
+__all__ = ["GuardedIOHandler", "Injector", "make_container"]
 
 
 class GuardedIOHandler(IOHandler):
@@ -46,3 +53,33 @@ class GuardedIOHandler(IOHandler):
 def make_container(*handlers: Any) -> Container:
     """``Container(*handlers)`` with :class:`GuardedIOHandler` as its I/O handler."""
     return Container(*handlers, global_handler=GuardedIOHandler())
+
+
+class Injector(EventInjector):
+    """An :class:`~proton.reactor.EventInjector` whose pipe :meth:`release` closes, once the
+    container that selected it has ended (see the module docstring). Triggers after that are
+    ignored: the descriptors may already belong to another file."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+        self._released = False
+
+    def trigger(self, event: Any) -> None:
+        with self._lock:
+            if not self._released:
+                super().trigger(event)
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._released:
+                super().close()
+
+    def release(self) -> None:
+        """Close the pipe (call it once the container has stopped running); idempotent."""
+        with self._lock:
+            if self._released:
+                return
+            self._released = True
+            for fd in self.pipe:
+                os.close(fd)

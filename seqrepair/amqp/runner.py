@@ -41,12 +41,12 @@ from typing import Any, Generic, Self, TypeVar
 
 from proton import Endpoint, Handler, Url
 from proton.handlers import MessagingHandler
-from proton.reactor import ApplicationEvent, EventInjector
+from proton.reactor import ApplicationEvent
 
 from seqrepair.amqp.backoff import Backoff
 from seqrepair.amqp.errors import AmqpAdapterError
 from seqrepair.amqp.handoff import Handoff
-from seqrepair.amqp.reactor import make_container
+from seqrepair.amqp.reactor import Injector, make_container
 from seqrepair.amqp.taken import TakenPositions
 from seqrepair.core.errors import InvalidConfigError
 from seqrepair.core.messages import Publication
@@ -391,7 +391,7 @@ class SubscriberRunner(_Reconnecting):
         self._conn = None
         self._stopping = False
         self._stop_when: Callable[[], bool] | None = None
-        self._injector: EventInjector | None = None
+        self._injector: Injector | None = None
         self._thread: threading.Thread | None = None
         self.taken = TakenPositions()
         """What the application has taken (see :mod:`seqrepair.amqp.taken`): the callback
@@ -405,9 +405,9 @@ class SubscriberRunner(_Reconnecting):
     def run(self, stop_when: Callable[[], bool] | None = None) -> None:
         """Run in this thread until :meth:`stop` (or ``stop_when()`` turns true)."""
         self._stop_when = stop_when
-        self._injector = EventInjector()
+        injector = self._injector = Injector()
         container = make_container(self)
-        container.selectable(self._injector)
+        container.selectable(injector)
         try:
             container.run()
         except AttributeError:
@@ -415,6 +415,8 @@ class SubscriberRunner(_Reconnecting):
             # while running (an expiry after end-of-file) make_container guards against
             if not self._stopping:
                 raise
+        finally:
+            injector.release()
 
     def start(self) -> Self:
         """Run in a background thread; iterate over the subscriber to read publications."""
@@ -590,7 +592,7 @@ class PublisherRunner(_Reconnecting, Generic[Unsettled]):
         self._conn = None
         self._sender: Any = None
         self._stopping = False
-        self._injector = EventInjector()
+        self._injector = Injector()
         self._thread: threading.Thread | None = None
 
     # --- public API ---------------------------------------------------------------------
@@ -608,7 +610,10 @@ class PublisherRunner(_Reconnecting, Generic[Unsettled]):
         """Run the proton container in this thread until :meth:`close`."""
         container = make_container(self)
         container.selectable(self._injector)
-        container.run()
+        try:
+            container.run()
+        finally:
+            self._injector.release()
 
     def flush(self, timeout: float = 30.0) -> bool:
         """Wait until everything handed over so far is accepted (False on timeout or error)."""

@@ -9,10 +9,10 @@ from concurrent.futures import Future
 from typing import Any
 
 from proton import Condition, Endpoint
-from proton.reactor import ApplicationEvent, EventInjector
+from proton.reactor import ApplicationEvent
 
 from seqrepair.amqp.component import Component, ComponentConfig
-from seqrepair.amqp.reactor import make_container
+from seqrepair.amqp.reactor import Injector, make_container
 from seqrepair.core.messages import GapRequest
 from seqrepair.journal.journal import Journal
 from seqrepair.rest.manager import SubscriptionManager
@@ -33,12 +33,18 @@ class HereComponent(Component):
         config = ComponentConfig(url=self.here_url, heartbeat_interval=0.2, **settings)
         super().__init__(config, Journal.from_url(redis_url),
                          on_ready=lambda _url: self.here_ready.set(), subscriptions=subscriptions)
-        self._here_injector = EventInjector()
+        self._here_injector = Injector()
         self._here_calls: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]] = (
             queue.SimpleQueue()
         )
-        self._here_thread = threading.Thread(target=make_container(self).run, name="component",
+        self._here_thread = threading.Thread(target=self._here_run, name="component",
                                              daemon=True)
+
+    def _here_run(self) -> None:
+        try:
+            make_container(self).run()
+        finally:
+            self._here_injector.release()
 
     def start(self) -> HereComponent:
         self._here_thread.start()

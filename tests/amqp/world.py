@@ -184,6 +184,8 @@ class _CliSubscriber:
             self.received.exit_code = self.proc.wait(10)
             self.received.error = "did not stop within 20 s of SIGTERM (killed)"
         self.reader.join(10)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
         self.log.close()
         if self.stats_file.exists():
             stats = json.loads(self.stats_file.read_text())
