@@ -62,6 +62,12 @@ def _number(props: Mapping[str, Any], key: Any, kind: type) -> Any:
     return number
 
 
+UNWINDOWED_MIN_BITS = 16
+"""The narrowest link a subscriber outside the window reads: below it the component can run a
+lap past a subscriber waiting for one repair, and a lap of numbers is a silent loss that no
+check of source numbers can always see (a filtered view of a source has holes of any size)."""
+
+
 def numbering_from_reply(
     props: Mapping[str, Any], *, bits: int | None, heartbeat_interval: float | None
 ) -> Numbering:
@@ -247,8 +253,17 @@ class FollowedNumbering:
             )
             if wanted != (stub.bits, stub.heartbeat_interval, stub.max_request_span):
                 stub = SubscriberStub(bits=wanted[0], heartbeat_interval=wanted[1], **settings)
-        if told.window is None:
-            self.acks = None  # a component (or gateway) that runs no window for this link
+        if told.window is None:  # a component (or gateway) that runs no window for this link
+            if stub.bits < UNWINDOWED_MIN_BITS:
+                raise SettingsMismatchError(
+                    f"{SettingsMismatchError.condition}: no window on this {stub.bits}-bit link"
+                    f" (the subscriber does not acknowledge, or the component keeps none): its"
+                    f" numbers could wrap while a repair is outstanding, which no subscriber"
+                    f" can read unambiguously; acknowledge (ack=True) or use a link of at"
+                    f" least {UNWINDOWED_MIN_BITS} bits",
+                    expected=UNWINDOWED_MIN_BITS, got=stub.bits,
+                )
+            self.acks = None
         else:
             if self.acks is None or self.acks.bits != stub.bits:
                 self.acks = AckSender(self.link, stub.bits, refresh=stub.heartbeat_interval,
