@@ -202,8 +202,13 @@ def test_the_attach_reply_configures_the_stub_and_contradictions_stop_it() -> No
     assert numbering.attached(_reply(), followed) is followed  # the same again: kept
     with pytest.raises(SettingsMismatchError):  # a component restarted with other bits
         numbering.attached(_reply(bits=16), followed)
-    numbering.attached(_reply(window=None), followed)
-    assert numbering.acks is None  # a component that runs no window: no ACKs
+    with pytest.raises(SettingsMismatchError, match="no window on this 8-bit link") as err:
+        numbering.attached(_reply(window=None), followed)  # no window on 8 bits: refused
+    assert (err.value.expected, err.value.got) == (16, 8)
+    wide = FollowedNumbering("l", None, None, {})
+    wide_stub = wide.attached(_reply(bits=16), wide.first_stub())
+    wide.attached(_reply(bits=16, window=None), wide_stub)
+    assert wide.acks is None  # a component that runs no window (16 bits and up): no ACKs
 
     given = FollowedNumbering("l", 16, 0.5, {})
     with pytest.raises(SettingsMismatchError) as err:
@@ -215,10 +220,13 @@ def test_the_attach_reply_configures_the_stub_and_contradictions_stop_it() -> No
 
 def test_a_reply_without_numbering_leaves_the_given_settings() -> None:
     assert numbering_from_reply({}, bits=8, heartbeat_interval=2.0).bits is None
-    numbering = FollowedNumbering("l", 8, 2.0, {})
+    numbering = FollowedNumbering("l", 16, 2.0, {})
     stub = numbering.first_stub()
     assert numbering.attached({}, stub) is stub
     assert numbering.acks is None
+    narrow = FollowedNumbering("l", 8, 2.0, {})  # and no window: narrower than it may read
+    with pytest.raises(SettingsMismatchError):
+        narrow.attached({}, narrow.first_stub())
 
 
 def test_the_contiguous_point_read_from_the_stub_wraps_and_waits_for_frame_0() -> None:
