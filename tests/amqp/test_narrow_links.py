@@ -98,9 +98,9 @@ def workloads(draw: st.DrawFn, most: int) -> tuple[list[SourcePlan], list[Subscr
     return sources, subscribers, drop_seed
 
 
-def run_example(base: Path, bits: int, loss: float,
-                workload: tuple[list[SourcePlan], list[SubscriberPlan], int],
-                cuts: tuple[float, ...] = ()) -> None:
+def check_example(base: Path, bits: int, loss: float,
+                  workload: tuple[list[SourcePlan], list[SubscriberPlan], int],
+                  cuts: tuple[float, ...] = ()) -> None:
     """One world; ``cuts``: when (seconds after publishing starts) the library subscriber's
     connection is cut."""
     sources, subscribers, drop_seed = workload
@@ -159,7 +159,7 @@ def test_every_subscriber_gets_exactly_its_selection_in_order(
     @settings(PROPERTY, max_examples=2)
     @given(workload=workloads(MOST[bits]))
     def exact(workload: tuple[list[SourcePlan], list[SubscriberPlan], int]) -> None:
-        run_example(tmp_path, bits, loss, workload)
+        check_example(tmp_path, bits, loss, workload)
 
     exact()
 
@@ -177,7 +177,7 @@ def test_a_subscriber_outside_the_window_never_loses_silently(
     def exact(workload: tuple[list[SourcePlan], list[SubscriberPlan], int]) -> None:
         sources, subscribers, drop_seed = workload
         noack = SubscriberPlan("noack", "/#", "library", ack=False)
-        run_example(tmp_path, 16, loss, (sources, [*subscribers, noack], drop_seed))
+        check_example(tmp_path, 16, loss, (sources, [*subscribers, noack], drop_seed))
 
     exact()
 
@@ -212,7 +212,7 @@ def test_every_subscriber_gets_exactly_its_selection_in_order_at_the_edge_widths
     @settings(PROPERTY, max_examples=2)
     @given(workload=workloads(MOST[bits]))
     def exact(workload: tuple[list[SourcePlan], list[SubscriberPlan], int]) -> None:
-        run_example(tmp_path, bits, loss, workload)
+        check_example(tmp_path, bits, loss, workload)
 
     exact()
 
@@ -227,7 +227,7 @@ def test_every_subscriber_gets_exactly_its_selection_in_order_longer(
     @settings(PROPERTY, max_examples=3)
     @given(workload=workloads(3 * MOST[bits]))
     def exact(workload: tuple[list[SourcePlan], list[SubscriberPlan], int]) -> None:
-        run_example(tmp_path, bits, loss, workload)
+        check_example(tmp_path, bits, loss, workload)
 
     exact()
 
@@ -266,6 +266,6 @@ def test_exactly_once_at_narrow_widths_across_connection_cuts(bits: int, tmp_pat
                          unique=True).map(lambda c: tuple(sorted(c))))
     def exact(workload: tuple[list[SourcePlan], list[SubscriberPlan], int],
               cuts: tuple[float, ...]) -> None:
-        run_example(tmp_path, bits, 0.02, workload, cuts)
+        check_example(tmp_path, bits, 0.02, workload, cuts)
 
     exact()
