@@ -18,46 +18,18 @@ import attrs
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 from test_adversarial_world import Config, Copy, World, moves, play
+from test_stub import delivered, make, of, pub, replayed
 
 from seqrepair import (
-    Delivered,
     GapError,
     Heartbeat,
-    Publication,
     PublishType,
     ReplayComplete,
     RequestGap,
     RequestSourceGap,
-    SubscriberStub,
     Unrecoverable,
 )
 from seqrepair.simulation import LinkConditions, Simulation
-
-
-def pub(link, seq, source="feed.a", retransmit=False):
-    return Publication(topic="/weather/wind/LEMD", source=source, source_seq=seq,
-                       ptype=PublishType.UPDATE, fields={"speed": seq}, link_seq=link,
-                       retransmit=retransmit)
-
-
-def replayed(seq, source="feed.a"):
-    return pub(None, seq, source=source, retransmit=True)
-
-
-def delivered(events):
-    return [(e.publication.source, e.publication.source_seq) for e in events
-            if isinstance(e, Delivered)]
-
-
-def of(kind, events):
-    return [e for e in events if isinstance(e, kind)]
-
-
-def make(**options):
-    defaults = dict(bits=16, heartbeat_interval=1.0, missed_heartbeats=3, nak_delay=0.05,
-                    jitter=0.0, seed=1)
-    defaults.update(options)
-    return SubscriberStub(**defaults)
 
 
 def complete(request, **through):

@@ -6,8 +6,9 @@ stub asks for them by source (as for ``context-lost``); only an answer the journ
 (a refused or trimmed source request, or a give-up) is ``Unrecoverable``, named by source.
 """
 
+from test_stub import delivered, of
+
 from seqrepair import (
-    Delivered,
     GapError,
     GapRequest,
     Heartbeat,
@@ -24,15 +25,6 @@ from seqrepair import (
 def pub(link, seq, source="feed.a"):
     return Publication(topic="/t", source=source, source_seq=seq, ptype=PublishType.UPDATE,
                        fields={"n": seq}, link_seq=link, retransmit=link is None)
-
-
-def delivered(events):
-    return [(e.publication.source, e.publication.source_seq) for e in events
-            if isinstance(e, Delivered)]
-
-
-def of(kind, events):
-    return [e for e in events if isinstance(e, kind)]
 
 
 def coalesced_request(stub):
