@@ -44,7 +44,7 @@ from proton.reactor import AtMostOnce, Container
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from seqrepair.amqp.client import Subscriber  # noqa: E402
+from seqrepair.amqp.client.subscriber import Subscriber  # noqa: E402
 from seqrepair.journal.server import EmbeddedRedis  # noqa: E402
 
 

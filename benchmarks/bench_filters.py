@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from bench_core import best_rates
 
-from seqrepair.amqp.links import SubscriberLink
+from seqrepair.amqp.component.links import SubscriberLink
 from seqrepair.core.context import LinkContext
 from seqrepair.core.messages import Publication
 from seqrepair.core.permissions import Entitlement

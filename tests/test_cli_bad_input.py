@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from seqrepair.amqp import publishcmd
-from seqrepair.amqp.component import ComponentConfig
-from seqrepair.amqp.publishcmd import file_items as _file_items
+from seqrepair.amqp.client import publishcmd
+from seqrepair.amqp.client.publishcmd import file_items as _file_items
+from seqrepair.amqp.component.component import ComponentConfig
 from seqrepair.cli import build_parser, main
 from seqrepair.core.errors import InvalidConfigError
 

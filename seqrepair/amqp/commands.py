@@ -17,7 +17,7 @@ from typing import Any, TextIO
 
 import structlog
 
-from seqrepair.amqp.publishcmd import file_items, generated_items, pace, publish
+from seqrepair.amqp.client.publishcmd import file_items, generated_items, pace, publish
 from seqrepair.argtypes import (
     bit_width,
     fraction,
@@ -229,7 +229,7 @@ def register(subparsers: Any) -> None:
 def _capabilities(args: argparse.Namespace) -> int:
     import attrs
 
-    from seqrepair.amqp.query import query_capabilities
+    from seqrepair.amqp.client.query import query_capabilities
 
     caps = query_capabilities(args.url, timeout=args.timeout)
     print(json.dumps(attrs.asdict(caps), sort_keys=True))
@@ -237,10 +237,10 @@ def _capabilities(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from seqrepair.amqp.component import Component, ComponentConfig
-    from seqrepair.amqp.grants import GrantTable
-    from seqrepair.amqp.guard import Guarded
-    from seqrepair.amqp.reactor import make_container
+    from seqrepair.amqp.component.component import Component, ComponentConfig
+    from seqrepair.amqp.component.grants import GrantTable
+    from seqrepair.amqp.wire.guard import Guarded
+    from seqrepair.amqp.wire.reactor import make_container
     from seqrepair.core.subscriptions import Subscription
     from seqrepair.journal.journal import Journal
     from seqrepair.journal.retainer import RetentionWorker
@@ -396,8 +396,8 @@ def _rest_server(args: argparse.Namespace, manager: Any, token: str | None,
 
 
 def _gateway(args: argparse.Namespace) -> int:
-    from seqrepair.amqp.gateway import Gateway
-    from seqrepair.amqp.gateway_relays import Backoff
+    from seqrepair.amqp.gateway.gateway import Gateway
+    from seqrepair.amqp.gateway.relays import Backoff
 
     def ready(url: str) -> None:
         if args.ready_file:
@@ -451,8 +451,8 @@ def publication_record(pub: Publication) -> dict[str, Any]:
 def _subscribe(args: argparse.Namespace) -> int:
     if args.broker:
         return _subscribe_brokered(args)
-    from seqrepair.amqp.client import Subscriber
-    from seqrepair.amqp.errors import AmqpAdapterError
+    from seqrepair.amqp.client.subscriber import Subscriber
+    from seqrepair.amqp.wire.errors import AmqpAdapterError
 
     sink = _Sink(args, line_buffered=False)
     subscriber = Subscriber(
@@ -571,7 +571,7 @@ def _run_subscriber(subscriber: Any, sink: _Sink, args: argparse.Namespace) -> N
 def _publish_brokered(args: argparse.Namespace) -> int:
     import random
 
-    from seqrepair.amqp.brokered import BrokerPublisher
+    from seqrepair.amqp.client.brokered import BrokerPublisher
     from seqrepair.journal.journal import Journal
 
     if not args.redis_url:
@@ -617,7 +617,7 @@ def resume_after(path: Path) -> dict[str, int]:
 
 
 def _subscribe_brokered(args: argparse.Namespace) -> int:
-    from seqrepair.amqp.brokered import BrokerSubscriber
+    from seqrepair.amqp.client.brokered import BrokerSubscriber
     from seqrepair.journal.journal import Journal
 
     if not args.redis_url:

@@ -11,8 +11,8 @@ from typing import Any
 from proton import Condition, Endpoint
 from proton.reactor import ApplicationEvent
 
-from seqrepair.amqp.component import Component, ComponentConfig
-from seqrepair.amqp.reactor import Injector, make_container
+from seqrepair.amqp.component.component import Component, ComponentConfig
+from seqrepair.amqp.wire.reactor import Injector, make_container
 from seqrepair.core.messages import GapRequest
 from seqrepair.journal.journal import Journal
 from seqrepair.rest.manager import SubscriptionManager

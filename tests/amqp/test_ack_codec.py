@@ -10,10 +10,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from proton import Message, ulong
 
-from seqrepair.amqp.ackdispatch import is_ack
-from seqrepair.amqp.codec import Decoder, encode
-from seqrepair.amqp.errors import MalformedMessageError, OutOfSpaceError
-from seqrepair.amqp.technical import Ack
+from seqrepair.amqp.wire.codec import Decoder, encode
+from seqrepair.amqp.wire.errors import MalformedMessageError, OutOfSpaceError
+from seqrepair.amqp.wire.technical import Ack
+from seqrepair.amqp.wire.vocabulary import is_ack
 
 pytestmark = pytest.mark.amqp
 

@@ -14,9 +14,9 @@ from collections.abc import Callable
 
 import pytest
 
-from seqrepair.amqp.client import Publisher, Subscriber
-from seqrepair.amqp.errors import RequestFloodError
-from seqrepair.amqp.links import MAX_WAITING_ANSWERS
+from seqrepair.amqp.client.subscriber import Publisher, Subscriber
+from seqrepair.amqp.component.links import MAX_WAITING_ANSWERS
+from seqrepair.amqp.wire.errors import RequestFloodError
 from seqrepair.core.messages import GapRequest, Publication
 
 from .conftest import wait_for

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from seqrepair.amqp.backoff import Backoff
+from seqrepair.amqp.wire.backoff import Backoff
 
 
 def test_backoff_doubles_up_to_its_maximum_with_bounded_jitter() -> None:

@@ -5,8 +5,8 @@ with ``amqp:not-found`` when the exchange does not exist (at the attach) and wit
 ``amqp:unauthorized-access`` when the user may not write to it (at the first transfer, and at
 the next one after the permission is revoked). Another broker may detach the link, with a
 condition or without one, or close the connection. As the direct publisher does
-(``test_publisher_refused``): a condition in :data:`~seqrepair.amqp.runner.FATAL_CONDITIONS`
-stops the :class:`~seqrepair.amqp.brokered.BrokerPublisher`, whose ``error`` names it, and
+(``test_publisher_refused``): a condition in :data:`~seqrepair.amqp.client.runner.FATAL_CONDITIONS`
+stops the :class:`~seqrepair.amqp.client.brokered.BrokerPublisher`, whose ``error`` names it, and
 ``flush`` returns False at once rather than wait out its timeout; the journal keeps what was
 published and a brokered subscriber repairs it from there. Any other refusal, detach, end or
 close is a lost connection: the publisher reconnects with its backoff and sends what was
@@ -32,8 +32,8 @@ from typing import Any
 import pytest
 import structlog
 
-from seqrepair.amqp.brokered import BrokerError, BrokerPublisher, BrokerSubscriber
-from seqrepair.amqp.client import Subscriber
+from seqrepair.amqp.client.brokered import BrokerError, BrokerPublisher, BrokerSubscriber
+from seqrepair.amqp.client.subscriber import Subscriber
 from seqrepair.journal.journal import Journal
 from seqrepair.journal.server import EmbeddedRedis
 

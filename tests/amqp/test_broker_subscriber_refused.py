@@ -5,8 +5,8 @@ session, with ``amqp:not-found`` when the exchange or queue does not exist and w
 ``amqp:unauthorized-access`` when the user may not read it. Another broker may detach the link,
 with a condition or without one, or close the connection. As the brokered publisher does
 (``test_broker_publisher_refused``): a condition in
-:data:`~seqrepair.amqp.runner.FATAL_CONDITIONS` stops the
-:class:`~seqrepair.amqp.brokered.BrokerSubscriber`, whose ``error`` names it and the address,
+:data:`~seqrepair.amqp.client.runner.FATAL_CONDITIONS` stops the
+:class:`~seqrepair.amqp.client.brokered.BrokerSubscriber`, whose ``error`` names it and the address,
 and its iterator and :meth:`run` return at once rather than hang. Any other refusal, detach, end
 or close is a lost connection: it reconnects with its backoff and the journal repairs what it
 missed, so the application gets every publication once, in order.
@@ -31,8 +31,8 @@ from typing import Any
 import pytest
 import structlog
 
-from seqrepair.amqp.brokered import BrokerError, BrokerSubscriber
-from seqrepair.amqp.client import Publisher
+from seqrepair.amqp.client.brokered import BrokerError, BrokerSubscriber
+from seqrepair.amqp.client.subscriber import Publisher
 from seqrepair.journal.journal import Journal
 
 from .conftest import RABBITMQ_BIN, RabbitBroker, wait_for

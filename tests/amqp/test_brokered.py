@@ -21,10 +21,10 @@ import pytest
 from proton import Message, ulong
 from proton.utils import BlockingConnection
 
-from seqrepair.amqp.brokered import BrokerPublisher, BrokerSubscriber, routing_key
-from seqrepair.amqp.codec import Decoder
+from seqrepair.amqp.client.brokered import BrokerPublisher, BrokerSubscriber, routing_key
 from seqrepair.amqp.commands import resume_after
-from seqrepair.amqp.framing import encode_frame
+from seqrepair.amqp.wire.codec import Decoder
+from seqrepair.amqp.wire.framing import encode_frame
 from seqrepair.core.messages import Publication, PublishType
 from seqrepair.journal.journal import Journal
 

@@ -8,15 +8,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from proton import Message, ulong
 
-from seqrepair.amqp.codec import Decoder, encode
-from seqrepair.amqp.errors import (
+from seqrepair.amqp.wire.codec import Decoder, encode
+from seqrepair.amqp.wire.errors import (
     MalformedMessageError,
     OutOfSpaceError,
     OversizedMessageError,
     UnknownMessageTypeError,
 )
-from seqrepair.amqp.framing import encode_frame, encode_frames
-from seqrepair.amqp.technical import Capabilities, CapabilitiesRequest, SubscriptionState
+from seqrepair.amqp.wire.framing import encode_frame, encode_frames
+from seqrepair.amqp.wire.technical import Capabilities, CapabilitiesRequest, SubscriptionState
 from seqrepair.core.messages import (
     GapError,
     GapRequest,
@@ -257,7 +257,7 @@ def test_plain_publication_gets_defaults_and_assigned_number() -> None:
 @given(st.sampled_from([3, 4, 8, 16]), st.lists(st.integers(-3, 3), min_size=1, max_size=200))
 def test_source_unwrapper_agrees_with_the_core_arithmetic(bits: int, steps: list[int]) -> None:
     """The consecutive-number fast path gives what SequenceSpace.unwrap gives."""
-    from seqrepair.amqp.framing import SourceUnwrapper
+    from seqrepair.amqp.wire.framing import SourceUnwrapper
     from seqrepair.core.sequence import SequenceSpace
 
     space = SequenceSpace(bits)
@@ -273,7 +273,7 @@ def test_source_unwrapper_agrees_with_the_core_arithmetic(bits: int, steps: list
 
 
 def test_a_trial_rolled_back_leaves_the_unwrapper_as_it_was() -> None:
-    from seqrepair.amqp.framing import SourceUnwrapper
+    from seqrepair.amqp.wire.framing import SourceUnwrapper
 
     unwrapper = SourceUnwrapper()
     assert [unwrapper.unwrap("a", wire, 32) for wire in (1, 2, 3)] == [1, 2, 3]
@@ -288,7 +288,7 @@ def test_a_trial_rolled_back_leaves_the_unwrapper_as_it_was() -> None:
 def test_a_trial_rolled_back_continues_after_what_was_taken_of_it() -> None:
     """At 3 bits (1..7) a message of 11..13 refused part-way, 11..13 journaled: the next
     number, 14 (wire 7), must not unwrap behind 11 (as 7) from where the trial began."""
-    from seqrepair.amqp.framing import SourceUnwrapper
+    from seqrepair.amqp.wire.framing import SourceUnwrapper
 
     unwrapper = SourceUnwrapper()
     unwrapper.seed("a", 10)
@@ -303,7 +303,7 @@ GOOD_ENTRY = ["update", 1.5, "src", ulong(7), 32, "/t/a", {"n": 1}, None]
 
 def _raw_batch(*entries: list) -> object:
     """A PUBLICATIONS message as the component reads it (rawamqp: plain values)."""
-    from seqrepair.amqp.rawamqp import PackedMessage, encode_value, read_message
+    from seqrepair.amqp.wire.rawamqp import PackedMessage, encode_value, read_message
 
     props = {"message-type": "PUBLICATIONS", "count": ulong(len(entries)), "link_seq": ulong(4)}
     raw = read_message(PackedMessage(props, encode_value(list(entries))).encode())
@@ -352,8 +352,8 @@ def test_batch_entries_of_other_valid_types_decode_as_the_usual_ones() -> None:
 
 @pytest.mark.parametrize("ranges", [[(3, 9)], [(3, 9), (65530, 2)]])
 def test_gap_requests_written_raw_read_back_by_both_readers(ranges: list[tuple[int, int]]) -> None:
-    from seqrepair.amqp.codec import encode_gap_requests
-    from seqrepair.amqp.rawamqp import read_message
+    from seqrepair.amqp.wire.codec import encode_gap_requests
+    from seqrepair.amqp.wire.rawamqp import read_message
 
     requests = [GapRequest(a, b) for a, b in ranges]
     message = encode_gap_requests(requests)

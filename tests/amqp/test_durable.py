@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import redis
 
-from seqrepair.amqp.client import Publisher, Subscriber
+from seqrepair.amqp.client.subscriber import Publisher, Subscriber
 from seqrepair.core.messages import Publication
 from seqrepair.journal import EmbeddedRedis
 from seqrepair.journal.journal import Journal

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 import redis
 
-from seqrepair.amqp.durable import Durables, PositionUnavailableError, authenticated_user
+from seqrepair.amqp.component.durable import Durables, PositionUnavailableError, authenticated_user
 from seqrepair.journal import EmbeddedRedis
 from seqrepair.journal.positions import PositionStore
 

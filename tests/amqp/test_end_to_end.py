@@ -15,7 +15,7 @@ import pytest
 from proton import Message
 from proton.utils import BlockingConnection
 
-from seqrepair.amqp.client import Publisher, Subscriber
+from seqrepair.amqp.client.subscriber import Publisher, Subscriber
 from seqrepair.core.messages import Publication
 from seqrepair.core.permissions import Entitlement
 from seqrepair.core.sequencers import SourceSequencer

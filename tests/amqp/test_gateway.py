@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from seqrepair.amqp.client import Publisher, Subscriber
-from seqrepair.amqp.gateway import (
+from seqrepair.amqp.client.subscriber import Publisher, Subscriber
+from seqrepair.amqp.gateway.gateway import (
     ADDRESS_COOKIE,
     LINK_PREFIX,
     RESPONSE_COOKIE,

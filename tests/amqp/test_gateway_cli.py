@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from seqrepair.amqp.client import Publisher, Subscriber
+from seqrepair.amqp.client.subscriber import Publisher, Subscriber
 from seqrepair.core.messages import Publication
 from seqrepair.journal.journal import Journal
 

@@ -19,9 +19,9 @@ from proton.handlers import MessagingHandler
 from proton.reactor import Container
 from proton.utils import LinkDetached
 
-from seqrepair.amqp.client import Publisher, Subscriber
-from seqrepair.amqp.gateway import Gateway
-from seqrepair.amqp.gateway_relays import RelayState
+from seqrepair.amqp.client.subscriber import Publisher, Subscriber
+from seqrepair.amqp.gateway.gateway import Gateway
+from seqrepair.amqp.gateway.relays import RelayState
 from seqrepair.core.events import Event, HeartbeatOverdue, LinkReset
 from seqrepair.core.messages import Publication
 from seqrepair.journal.journal import Journal

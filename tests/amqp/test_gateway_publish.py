@@ -24,7 +24,7 @@ import pytest
 from proton import Delivery, Message, ulong
 from proton.utils import BlockingConnection, LinkDetached
 
-from seqrepair.amqp.client import Subscriber
+from seqrepair.amqp.client.subscriber import Subscriber
 from seqrepair.core.messages import Publication
 from seqrepair.journal.journal import Journal
 
@@ -151,7 +151,7 @@ def test_publishing_through_a_gateway_survives_a_component_restart_and_journals_
     """kill -9 of the component mid-stream: the gateway closes the publisher's connection
     (``amqp:connection:forced``), the publisher reconnects and sends again what was not settled;
     the journal ends holding every publication once, and each was acknowledged only once held."""
-    from seqrepair.amqp.client import Publisher
+    from seqrepair.amqp.client.subscriber import Publisher
 
     comp = ComponentProcess(redis_url, tmp_path).start()
     try:

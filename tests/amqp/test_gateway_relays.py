@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from proton import symbol
 
-from seqrepair.amqp.gateway_relays import (
+from seqrepair.amqp.gateway.relays import (
     FORCED,
     STOLEN,
     Action,
@@ -252,7 +252,7 @@ def test_random_events_keep_every_promise_of_the_relay_table(events: list[tuple[
 
 @pytest.mark.amqp
 def test_a_gateway_that_cannot_reach_the_component_gives_up_after_its_attempts() -> None:
-    from seqrepair.amqp.gateway import Gateway
+    from seqrepair.amqp.gateway.gateway import Gateway
 
     from .conftest import free_port
 

@@ -1,7 +1,7 @@
 """Server-side permission grants: the component decides a subscriber's tokens, never the client.
 
-Unit tests of :mod:`seqrepair.amqp.grants`, then a real component process: a subscriber that
-claims a token it is not granted gets neither live publications nor repairs (gap fills, source
+Unit tests of :mod:`seqrepair.amqp.component.grants`, then a real component process: a subscriber
+that claims a token it is not granted gets neither live publications nor repairs (gap fills, source
 replays after a component restart) carrying it; a granted one gets them all.
 """
 
@@ -15,9 +15,8 @@ from typing import Any
 import pytest
 from proton import Delivery, Message, symbol
 
-from seqrepair.amqp.client import Publisher, Subscriber
-from seqrepair.amqp.codec import encode
-from seqrepair.amqp.grants import (
+from seqrepair.amqp.client.subscriber import Publisher, Subscriber
+from seqrepair.amqp.component.grants import (
     Grant,
     GrantTable,
     InvalidGrantError,
@@ -25,6 +24,7 @@ from seqrepair.amqp.grants import (
     parse_grant,
     principal_of,
 )
+from seqrepair.amqp.wire.codec import encode
 from seqrepair.core.messages import Publication, SourceGapRequest
 from seqrepair.core.permissions import Entitlement
 from seqrepair.core.topics import TopicPattern

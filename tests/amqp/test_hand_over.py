@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from seqrepair.amqp.publishcmd import hand_over, not_journaled
+from seqrepair.amqp.client.publishcmd import hand_over, not_journaled
 from seqrepair.journal.errors import (
     BacklogFullError,
     JournalUnavailableError,

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from seqrepair.amqp.handoff import Handoff
+from seqrepair.amqp.client.handoff import Handoff
 from seqrepair.core.errors import InvalidConfigError
 
 

@@ -1,7 +1,7 @@
 """A message that is refused changes nobody's state (issue 22 §4), in memory.
 
 The component keeps, per source, the state that turns a publisher's wire numbers into absolute
-ones (the decoder's :class:`~seqrepair.amqp.framing.SourceUnwrapper`). A PUBLICATION sent to
+ones (the decoder's :class:`~seqrepair.amqp.wire.framing.SourceUnwrapper`). A PUBLICATION sent to
 ``$seqrepair`` used to be decoded (so unwrapped) before it was refused, and three of them moved
 the real publisher's source far enough that its next message was refused with
 ``amqp:precondition-failed``, forever. Here: every refusal, on every path, leaves that state as
@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 from proton import Delivery, Endpoint, Message, ulong
 
-from seqrepair.amqp.codec import Decoder
-from seqrepair.amqp.config import Bucket
-from seqrepair.amqp.errors import MalformedMessageError, UnknownMessageTypeError
-from seqrepair.amqp.framing import encode_frames
+from seqrepair.amqp.component.config import Bucket
+from seqrepair.amqp.wire.codec import Decoder
+from seqrepair.amqp.wire.errors import MalformedMessageError, UnknownMessageTypeError
+from seqrepair.amqp.wire.framing import encode_frames
 from seqrepair.core.messages import Heartbeat, Publication
 
 from .test_journal_outage import ACCEPTED, outcome
@@ -159,7 +159,7 @@ def test_refused_publications_on_a_publishing_link_leave_no_source_behind() -> N
 
 
 def test_a_message_whose_reply_to_is_not_utf8_is_malformed_not_an_internal_error() -> None:
-    from seqrepair.amqp.rawamqp import decode_message
+    from seqrepair.amqp.wire.rawamqp import decode_message
 
     raw = bytearray(Message(properties={"message-type": "CAPABILITIES"},
                             reply_to="$link/abcdef").encode())
@@ -190,7 +190,7 @@ def _deep(depth: int) -> bytes:
 def test_bytes_no_reader_can_take_are_malformed_never_raised(body: bytes) -> None:
     """What a peer sends reaches the component's event loop only through decode_message; one
     exception out of it ended the component for every peer (found by the hostile fuzz)."""
-    from seqrepair.amqp.rawamqp import decode_message
+    from seqrepair.amqp.wire.rawamqp import decode_message
 
     data = Message(properties={"message-type": "PUBLICATIONS"}).encode() + body
     message = decode_message(data)
@@ -204,7 +204,7 @@ def test_bytes_no_reader_can_take_are_malformed_never_raised(body: bytes) -> Non
 def test_application_properties_that_are_not_a_map_are_a_decode_error_on_every_link(
     properties: Any,
 ) -> None:
-    from seqrepair.amqp.rawamqp import ReceivedMessage
+    from seqrepair.amqp.wire.rawamqp import ReceivedMessage
 
     def message() -> ReceivedMessage:
         m = ReceivedMessage()

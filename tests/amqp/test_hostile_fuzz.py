@@ -42,7 +42,7 @@ from proton import ConnectionException, Delivery, Message, symbol, ulong
 from proton.reactor import LinkOption
 from proton.utils import BlockingConnection, LinkDetached, SendException
 
-from seqrepair.amqp.query import query_capabilities
+from seqrepair.amqp.client.query import query_capabilities
 from seqrepair.journal.journal import Journal
 from seqrepair.journal.server import EmbeddedRedis
 

@@ -27,8 +27,8 @@ from proton import Delivery, Message, symbol, ulong
 from proton.reactor import LinkOption
 from proton.utils import BlockingConnection, LinkDetached
 
-from seqrepair.amqp.client import Subscriber
-from seqrepair.amqp.query import query_capabilities
+from seqrepair.amqp.client.query import query_capabilities
+from seqrepair.amqp.client.subscriber import Subscriber
 from seqrepair.core.messages import Publication
 from seqrepair.journal.journal import Journal
 

@@ -26,7 +26,7 @@ import pytest
 import structlog
 from proton import Delivery, Message
 
-from seqrepair.amqp.client import Publisher
+from seqrepair.amqp.client.subscriber import Publisher
 from seqrepair.core.messages import Publication
 
 from .test_numbering import PUBLISHER, Harness

@@ -37,8 +37,8 @@ import attrs
 import pytest
 from proton import Delivery, Message
 
-from seqrepair.amqp.client import Publisher, Subscriber
-from seqrepair.amqp.technical import DEFAULT_SOURCE_BITS
+from seqrepair.amqp.client.subscriber import Publisher, Subscriber
+from seqrepair.amqp.wire.technical import DEFAULT_SOURCE_BITS
 from seqrepair.core.messages import Publication
 from seqrepair.core.stubstats import StubStats
 from seqrepair.journal.journal import Journal

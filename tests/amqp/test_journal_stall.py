@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from proton import Delivery
 
-from seqrepair.amqp.ingest import STALL
+from seqrepair.amqp.component.ingest import STALL
 from seqrepair.journal.errors import JournalTimeoutError
 
 from .test_journal_outage import ACCEPTED, RELEASED, SOURCE, numbered, outcome

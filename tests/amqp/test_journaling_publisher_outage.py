@@ -25,8 +25,8 @@ from pathlib import Path
 import attrs
 import pytest
 
-from seqrepair.amqp.client import Publisher, Subscriber
-from seqrepair.amqp.errors import PublishRejectedError
+from seqrepair.amqp.client.subscriber import Publisher, Subscriber
+from seqrepair.amqp.wire.errors import PublishRejectedError
 from seqrepair.core.messages import Publication
 from seqrepair.journal.errors import PublicationQueuedError
 from seqrepair.journal.journal import Journal

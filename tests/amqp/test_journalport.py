@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from seqrepair.amqp.journalport import (
+from seqrepair.amqp.component.journalport import (
     JournalGapError,
     NotJournaledError,
     RedisJournalPort,

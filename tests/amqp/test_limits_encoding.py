@@ -8,8 +8,8 @@ import uuid
 from hypothesis import given
 from hypothesis import strategies as st
 
-from seqrepair.amqp.framing import encode_frames
-from seqrepair.amqp.rawamqp import encode_map, encode_value, read_message
+from seqrepair.amqp.wire.framing import encode_frames
+from seqrepair.amqp.wire.rawamqp import encode_map, encode_value, read_message
 from seqrepair.core.limits import MAX_FIELD_INT, MIN_FIELD_INT, encoded_size
 from seqrepair.core.messages import Publication
 

@@ -18,9 +18,9 @@ from proton import symbol
 from proton.reactor import LinkOption
 from proton.utils import BlockingConnection, LinkDetached
 
-from seqrepair.amqp.client import Publisher, Subscriber
-from seqrepair.amqp.codec import Decoder, encode
-from seqrepair.amqp.component import CONTROL_ADDRESS
+from seqrepair.amqp.client.subscriber import Publisher, Subscriber
+from seqrepair.amqp.wire.codec import Decoder, encode
+from seqrepair.amqp.wire.vocabulary import CONTROL_ADDRESS
 from seqrepair.core.messages import Heartbeat, Publication, ReplayComplete, SourceGapRequest
 from seqrepair.core.sequencers import SourceSequencer
 from seqrepair.journal.journal import Journal

@@ -25,8 +25,8 @@ from typing import Any
 import pytest
 from proton import Connection
 
-from seqrepair.amqp.client import Publisher, Subscriber
-from seqrepair.amqp.gateway import Gateway
+from seqrepair.amqp.client.subscriber import Publisher, Subscriber
+from seqrepair.amqp.gateway.gateway import Gateway
 from seqrepair.core.events import Event, LinkReset
 from seqrepair.journal.journal import Journal
 

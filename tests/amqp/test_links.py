@@ -7,16 +7,16 @@ from typing import Any
 import pytest
 from proton import Message
 
-from seqrepair.amqp.codec import Decoder, encode
-from seqrepair.amqp.errors import RequestFloodError
-from seqrepair.amqp.links import (
+from seqrepair.amqp.client.runner import BatchedCredit
+from seqrepair.amqp.component.links import (
     ALLOWS_CACHE,
     ANSWERS_PER_TURN,
     MAX_WAITING_ANSWERS,
     ResponseRoute,
     SubscriberLink,
 )
-from seqrepair.amqp.runner import BatchedCredit
+from seqrepair.amqp.wire.codec import Decoder, encode
+from seqrepair.amqp.wire.errors import RequestFloodError
 from seqrepair.core.context import LinkContext
 from seqrepair.core.messages import GapError, GapRequest, Publication
 from seqrepair.core.permissions import Entitlement

@@ -24,10 +24,11 @@ from proton import Delivery, Message
 from proton.handlers import MessagingHandler
 from proton.reactor import Container
 
-from seqrepair.amqp.client import DEFAULT_MAX_RECEIVED, Publisher, Subscriber
-from seqrepair.amqp.component import CONTROL_ADDRESS, ComponentConfig
-from seqrepair.amqp.errors import OversizedMessageError
-from seqrepair.amqp.sizelimit import DEFAULT_MAX_MESSAGE_SIZE
+from seqrepair.amqp.client.subscriber import DEFAULT_MAX_RECEIVED, Publisher, Subscriber
+from seqrepair.amqp.component.component import ComponentConfig
+from seqrepair.amqp.wire.errors import OversizedMessageError
+from seqrepair.amqp.wire.sizelimit import DEFAULT_MAX_MESSAGE_SIZE
+from seqrepair.amqp.wire.vocabulary import CONTROL_ADDRESS
 from seqrepair.core.errors import InvalidConfigError
 from seqrepair.journal.journal import Journal
 

@@ -31,8 +31,8 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from seqrepair.amqp.client import Subscriber
-from seqrepair.amqp.errors import SettingsMismatchError
+from seqrepair.amqp.client.subscriber import Subscriber
+from seqrepair.amqp.wire.errors import SettingsMismatchError
 from seqrepair.core.messages import Publication
 
 from .world import PATTERNS, TOPICS, SourcePlan, SubscriberPlan, World

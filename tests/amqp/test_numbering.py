@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from proton import Delivery, Endpoint, Message
 
-from seqrepair.amqp.component import Component, ComponentConfig
+from seqrepair.amqp.component.component import Component, ComponentConfig
 from seqrepair.core.messages import Publication
 from seqrepair.core.permissions import Entitlement
 from seqrepair.core.topics import TopicPattern

@@ -17,7 +17,7 @@ import pytest
 from proton import Delivery, Message
 from proton.utils import BlockingConnection
 
-from seqrepair.amqp.client import Subscriber
+from seqrepair.amqp.client.subscriber import Subscriber
 from seqrepair.core.messages import Publication
 from seqrepair.journal.journal import Journal
 from seqrepair.journal.server import EmbeddedRedis

@@ -19,7 +19,7 @@ import pytest
 from proton import Delivery, Message, ulong
 from proton.utils import BlockingConnection
 
-from seqrepair.amqp.client import Publisher, Subscriber
+from seqrepair.amqp.client.subscriber import Publisher, Subscriber
 from seqrepair.core.errors import OversizedPublicationError, UndeliverableError
 from seqrepair.core.events import Unrecoverable
 from seqrepair.core.messages import Publication

@@ -20,7 +20,7 @@ from collections.abc import Callable
 import pytest
 from proton.utils import BlockingConnection
 
-from seqrepair.amqp.client import Subscriber
+from seqrepair.amqp.client.subscriber import Subscriber
 
 from .conftest import wait_for
 from .inthread import HereComponent

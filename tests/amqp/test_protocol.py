@@ -20,9 +20,9 @@ from proton import Delivery, Message, symbol, ulong
 from proton.handlers import MessagingHandler
 from proton.reactor import Container
 
-from seqrepair.amqp.errors import ConnectionFailedError
-from seqrepair.amqp.framing import encode_frames
-from seqrepair.amqp.query import query_capabilities
+from seqrepair.amqp.client.query import query_capabilities
+from seqrepair.amqp.wire.errors import ConnectionFailedError
+from seqrepair.amqp.wire.framing import encode_frames
 from seqrepair.core.messages import Publication
 from seqrepair.journal.server import EmbeddedRedis
 

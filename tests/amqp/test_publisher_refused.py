@@ -25,9 +25,9 @@ import pytest
 import structlog
 from proton import Endpoint
 
-from seqrepair.amqp.client import Publisher, Subscriber
-from seqrepair.amqp.component import CONTROL_ADDRESS
-from seqrepair.amqp.errors import AmqpAdapterError
+from seqrepair.amqp.client.subscriber import Publisher, Subscriber
+from seqrepair.amqp.wire.errors import AmqpAdapterError
+from seqrepair.amqp.wire.vocabulary import CONTROL_ADDRESS
 
 from .conftest import ComponentProcess, wait_for
 from .inthread import HereComponent, end_endpoint

@@ -1,6 +1,6 @@
 """The hand-written hot-path codec agrees with proton's, both ways.
 
-Whatever :mod:`seqrepair.amqp.rawamqp` writes, proton reads as the same values (a plain proton
+Whatever :mod:`seqrepair.amqp.wire.rawamqp` writes, proton reads as the same values (a plain proton
 client can read every frame); whatever proton writes, the raw reader reads as proton would
 (after ``codec._plain``) or declines, and the Decoder then gives the same frames.
 """
@@ -13,10 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from proton import UNDESCRIBED, Array, Data, Message, symbol, ulong
 
-from seqrepair.amqp.codec import Decoder, _plain, encode
-from seqrepair.amqp.errors import MalformedMessageError
-from seqrepair.amqp.framing import encode_frames
-from seqrepair.amqp.rawamqp import (
+from seqrepair.amqp.wire.codec import Decoder, _plain, encode
+from seqrepair.amqp.wire.errors import MalformedMessageError
+from seqrepair.amqp.wire.framing import encode_frames
+from seqrepair.amqp.wire.rawamqp import (
     PackedMessage,
     ReceivedMessage,
     decode_message,
@@ -109,7 +109,7 @@ def test_unknown_types_are_left_to_proton() -> None:
 
 
 def test_batch_entries_are_read_back_as_the_bytes_written() -> None:
-    from seqrepair.amqp.framing import encode_entry
+    from seqrepair.amqp.wire.framing import encode_entry
 
     pubs = [Publication("/t", "s", i, "update", {"n": i, "x": None}) for i in range(1, 4)]
     raw = read_message(encode_frames(pubs, 32).encode())
@@ -118,7 +118,7 @@ def test_batch_entries_are_read_back_as_the_bytes_written() -> None:
 
 
 def test_a_map_with_a_repeated_key_is_left_to_proton() -> None:
-    from seqrepair.amqp.rawamqp import encode_list
+    from seqrepair.amqp.wire.rawamqp import encode_list
 
     pairs = [encode_value("k"), encode_value(1), encode_value("k"), encode_value(2)]
     repeated = b"\xc1" + bytes((len(b"".join(pairs)) + 1, 4)) + b"".join(pairs)
@@ -187,8 +187,8 @@ def test_bytes_that_are_not_amqp_are_marked_malformed_not_guessed(data: bytes, w
 def test_a_publication_entry_written_in_line_is_the_generic_one(
     drawn: tuple[Publication, int],
 ) -> None:
-    from seqrepair.amqp.framing import _entry_items, encode_entry
-    from seqrepair.amqp.rawamqp import encode_list
+    from seqrepair.amqp.wire.framing import _entry_items, encode_entry
+    from seqrepair.amqp.wire.rawamqp import encode_list
 
     pub, bits = drawn
     for p in (pub, attrs.evolve(pub, topic="/" + "t" * 300, source="s" * 300)):
@@ -199,8 +199,8 @@ def test_a_publication_entry_written_in_line_is_the_generic_one(
 def test_an_entry_read_in_line_is_what_the_generic_reader_reads(
     drawn: tuple[Publication, int], other: list[object]
 ) -> None:
-    from seqrepair.amqp.framing import encode_entry
-    from seqrepair.amqp.rawamqp import _read, _read_entry
+    from seqrepair.amqp.wire.framing import encode_entry
+    from seqrepair.amqp.wire.rawamqp import _read, _read_entry
 
     pub, bits = drawn
     entry = encode_entry(pub, lambda _s: bits)

@@ -1,7 +1,7 @@
 """proton 0.40's teardown race (issue 22 §3): the expiry of a selectable whose transport the
 same select round already detached. A restarted component died of it with ``AttributeError:
 'NoneType' object has no attribute 'capacity'`` in ``IOHandler.update``; every container we
-run is built by :func:`seqrepair.amqp.reactor.make_container`, whose I/O handler skips it."""
+run is built by :func:`seqrepair.amqp.wire.reactor.make_container`, whose I/O handler skips it."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from proton.handlers import IOHandler
 
-from seqrepair.amqp.client import Publisher, Subscriber
-from seqrepair.amqp.reactor import GuardedIOHandler, make_container
+from seqrepair.amqp.client.subscriber import Publisher, Subscriber
+from seqrepair.amqp.wire.reactor import GuardedIOHandler, make_container
 from seqrepair.core.messages import Publication
 
 from .conftest import wait_for

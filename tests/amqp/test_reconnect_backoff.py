@@ -26,10 +26,10 @@ import pytest
 import structlog
 from proton import Connection
 
-from seqrepair.amqp.brokered import BrokerPublisher, BrokerSubscriber
-from seqrepair.amqp.client import Publisher, Subscriber
-from seqrepair.amqp.errors import AmqpAdapterError
-from seqrepair.amqp.runner import PublisherRunner, SubscriberRunner
+from seqrepair.amqp.client.brokered import BrokerPublisher, BrokerSubscriber
+from seqrepair.amqp.client.runner import PublisherRunner, SubscriberRunner
+from seqrepair.amqp.client.subscriber import Publisher, Subscriber
+from seqrepair.amqp.wire.errors import AmqpAdapterError
 from seqrepair.journal.journal import Journal
 
 from .conftest import ComponentProcess, wait_for

@@ -17,8 +17,8 @@ from collections.abc import Callable
 import attrs
 import pytest
 
-from seqrepair.amqp import acks
-from seqrepair.amqp.client import Publisher, Subscriber
+from seqrepair.amqp.client import acks
+from seqrepair.amqp.client.subscriber import Publisher, Subscriber
 from seqrepair.core.messages import Publication
 from seqrepair.journal.journal import Journal
 

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import redis
 
-from seqrepair.amqp.client import Publisher, Subscriber
+from seqrepair.amqp.client.subscriber import Publisher, Subscriber
 from seqrepair.journal.journal import Journal
 
 from .conftest import ComponentProcess, _env, free_port, wait_for

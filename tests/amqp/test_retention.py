@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
-from seqrepair.amqp.client import Publisher, Subscriber
+from seqrepair.amqp.client.subscriber import Publisher, Subscriber
 from seqrepair.core.events import Event, Unrecoverable
 from seqrepair.core.messages import Publication
 from seqrepair.journal.journal import Journal

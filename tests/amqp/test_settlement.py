@@ -16,8 +16,8 @@ from proton import Delivery, Message
 from proton.handlers import MessagingHandler
 from proton.reactor import Container
 
-from seqrepair.amqp.client import Publisher, Subscriber
-from seqrepair.amqp.framing import encode_frame
+from seqrepair.amqp.client.subscriber import Publisher, Subscriber
+from seqrepair.amqp.wire.framing import encode_frame
 from seqrepair.core.messages import Publication, PublishType
 
 from .conftest import ComponentProcess, wait_for

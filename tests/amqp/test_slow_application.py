@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import pytest
 
-from seqrepair.amqp.client import Publisher, Subscriber
+from seqrepair.amqp.client.subscriber import Publisher, Subscriber
 from seqrepair.core.errors import InvalidConfigError
 from seqrepair.core.events import Event, HeartbeatOverdue
 from seqrepair.core.messages import Publication

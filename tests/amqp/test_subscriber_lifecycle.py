@@ -6,7 +6,7 @@ from typing import Any
 
 from proton import Connection, Transport
 
-from seqrepair.amqp.client import Subscriber
+from seqrepair.amqp.client.subscriber import Subscriber
 
 
 class _Recorder:

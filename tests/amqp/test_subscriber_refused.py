@@ -1,14 +1,14 @@
 """A subscriber whose link, session or connection the peer ends.
 
 The component (or a gateway, or a broker) may end what a subscriber's links live in while the
-transport stays sound: detach a link (``test_link_detach``), end the session both links live in,
-or close the connection with a close frame, with a condition or without one. As the publishers
-do (``test_publisher_refused``): a condition in :data:`~seqrepair.amqp.runner.FATAL_CONDITIONS`
-stops the :class:`~seqrepair.amqp.client.Subscriber`, its ``error`` starts with the condition
-and names the address, and whatever waits on it (its iterator, :meth:`run`) returns at once
-rather than hang; anything else is a lost connection: it reconnects with its backoff, resumes
-its link context (or, from a component that forgot it, starts again at 0 and repairs by source)
-and the application gets every publication once, in order.
+transport stays sound: detach a link (``test_link_detach``), end the session both links live in, or
+close the connection with a close frame, with a condition or without one. As the publishers do
+(``test_publisher_refused``): a condition in :data:`~seqrepair.amqp.client.runner.FATAL_CONDITIONS`
+stops the :class:`~seqrepair.amqp.client.Subscriber`, its ``error`` starts with the condition and
+names the address, and whatever waits on it (its iterator, :meth:`run`) returns at once rather than
+hang; anything else is a lost connection: it reconnects with its backoff, resumes its link context
+(or, from a component that forgot it, starts again at 0 and repairs by source) and the application
+gets every publication once, in order.
 
 Real parts only: a real redis-server, the component in a thread of the test (so that the test can
 end sessions and connections as the component would), ``seqrepair serve`` as a process for the
@@ -27,8 +27,8 @@ from collections.abc import Callable, Iterator
 import pytest
 from proton import Endpoint
 
-from seqrepair.amqp.client import Subscriber
-from seqrepair.amqp.errors import AmqpAdapterError
+from seqrepair.amqp.client.subscriber import Subscriber
+from seqrepair.amqp.wire.errors import AmqpAdapterError
 from seqrepair.core.events import LinkReset
 
 from .conftest import ComponentProcess, _env, wait_for

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from seqrepair.amqp.client import Publisher, Subscriber
+from seqrepair.amqp.client.subscriber import Publisher, Subscriber
 from seqrepair.core.events import Event, HeartbeatOverdue, LinkReset
 from seqrepair.core.filters import passes
 from seqrepair.core.messages import Publication

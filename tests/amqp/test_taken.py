@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import threading
 
-from seqrepair.amqp.acks import AckSender
-from seqrepair.amqp.handoff import Handoff
-from seqrepair.amqp.taken import TakenPositions
+from seqrepair.amqp.client.acks import AckSender
+from seqrepair.amqp.client.handoff import Handoff
+from seqrepair.amqp.client.taken import TakenPositions
 from seqrepair.core.messages import Publication, PublishType
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from seqrepair.amqp.client import Publisher
+from seqrepair.amqp.client.subscriber import Publisher
 
 from .conftest import free_port
 

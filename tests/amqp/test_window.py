@@ -23,12 +23,12 @@ import pytest
 from proton.reactor import AtMostOnce
 from proton.utils import BlockingConnection
 
-from seqrepair.amqp.client import Subscriber
-from seqrepair.amqp.codec import encode
-from seqrepair.amqp.component import CONTROL_ADDRESS
-from seqrepair.amqp.errors import SettingsMismatchError
-from seqrepair.amqp.gateway import Gateway
-from seqrepair.amqp.technical import Ack
+from seqrepair.amqp.client.subscriber import Subscriber
+from seqrepair.amqp.gateway.gateway import Gateway
+from seqrepair.amqp.wire.codec import encode
+from seqrepair.amqp.wire.errors import SettingsMismatchError
+from seqrepair.amqp.wire.technical import Ack
+from seqrepair.amqp.wire.vocabulary import CONTROL_ADDRESS
 from seqrepair.core.events import Event, HeartbeatOverdue
 from seqrepair.core.messages import Publication
 from seqrepair.core.window import window_size

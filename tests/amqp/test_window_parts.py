@@ -8,23 +8,23 @@ from typing import Any
 
 import pytest
 
-from seqrepair.amqp.ackdispatch import (
-    PROP_HEARTBEAT,
-    PROP_LINK_BITS,
-    PROP_MAX_GAP_RANGE,
-    PROP_WINDOW,
-    receive_ack,
-)
-from seqrepair.amqp.acks import (
+from seqrepair.amqp.client.acks import (
     AckSender,
     FollowedNumbering,
     consumed_through,
     numbering_from_reply,
 )
-from seqrepair.amqp.errors import SettingsMismatchError
-from seqrepair.amqp.links import SubscriberLink
-from seqrepair.amqp.positions import NoPositions
-from seqrepair.amqp.technical import Ack
+from seqrepair.amqp.component.ackdispatch import receive_ack
+from seqrepair.amqp.component.links import SubscriberLink
+from seqrepair.amqp.component.positions import NoPositions
+from seqrepair.amqp.wire.errors import SettingsMismatchError
+from seqrepair.amqp.wire.technical import Ack
+from seqrepair.amqp.wire.vocabulary import (
+    PROP_HEARTBEAT,
+    PROP_LINK_BITS,
+    PROP_MAX_GAP_RANGE,
+    PROP_WINDOW,
+)
 from seqrepair.core.context import LinkContext, Resend
 from seqrepair.core.messages import GapRequest, Heartbeat, Publication
 from seqrepair.core.permissions import Entitlement

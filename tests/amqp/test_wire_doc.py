@@ -24,13 +24,11 @@ from proton import Delivery, Message, Timeout, char, symbol, ubyte, ulong
 from proton.reactor import LinkOption
 from proton.utils import BlockingConnection, BlockingReceiver, BlockingSender
 
-from seqrepair.amqp import ackdispatch as ackdispatch_module
-from seqrepair.amqp import component as component_module
-from seqrepair.amqp import durable as durable_module
-from seqrepair.amqp import errors as errors_module
-from seqrepair.amqp.codec import Decoder, encode, encode_gap_requests
-from seqrepair.amqp.framing import encode_frame, encode_frames
-from seqrepair.amqp.technical import (
+from seqrepair.amqp.wire import errors as errors_module
+from seqrepair.amqp.wire import vocabulary
+from seqrepair.amqp.wire.codec import Decoder, encode, encode_gap_requests
+from seqrepair.amqp.wire.framing import encode_frame, encode_frames
+from seqrepair.amqp.wire.technical import (
     Ack,
     Capabilities,
     CapabilitiesRequest,
@@ -191,7 +189,7 @@ def written() -> dict[str, list[Any]]:
     requests = [encode(GapRequest(1, 2)), encode_gap_requests([GapRequest(1, 2), GapRequest(5, 6)]),
                 encode(AFTER)]
     for message in requests:  # what the client adds to every request (client._request)
-        message.properties = {**message.properties, component_module.PROP_LINK: "data-link"}
+        message.properties = {**message.properties, vocabulary.PROP_LINK: "data-link"}
     return {
         "PUBLICATION": [encode_frame(PUB), encode_frame(PUB.with_link(None, retransmit=False))],
         "PUBLICATIONS": [encode_frames([PUB, PUB.with_link(10)]),
@@ -273,24 +271,22 @@ def test_the_documented_body_keys_and_types_are_what_the_code_writes() -> None:
 
 
 def test_the_documented_attach_properties_are_the_ones_the_component_reads_and_writes() -> None:
-    named = {str(value) for module in (component_module, ackdispatch_module, durable_module)
-             for name, value in vars(module).items()
+    named = {str(value) for name, value in vars(vocabulary).items()
              if name.startswith("PROP_") and isinstance(value, symbol)}
     assert named == set(ATTACH)
 
 
-CLIENT_SIDE = {
-    "client", "publisher", "brokered", "runner", "commands", "query", "demo", "backoff", "handoff",
-}
-"""Modules of the clients: the conditions they name are ones they read, not ones they send."""
+SENDING_PARTS = ("wire", "component", "gateway")
+"""The parts that send conditions; the clients' (``client/``, the commands, the demo) name
+conditions they read, not ones they send."""
 
 
 def _raisable_conditions() -> set[str]:
     """Every AMQP condition the component (or a gateway) can send: the string literals its
     modules name (error classes' ``condition``, detach conditions)."""
     conditions = {"amqp:invalid-field"}  # Component._reject's for a core error without one
-    for path in (ROOT / "seqrepair" / "amqp").glob("*.py"):
-        if path.stem not in CLIENT_SIDE:
+    for part in SENDING_PARTS:
+        for path in (ROOT / "seqrepair" / "amqp" / part).glob("*.py"):
             conditions.update(re.findall(r"\"(amqp:[a-z:-]+)\"", path.read_text()))
     return conditions
 

@@ -41,7 +41,7 @@ from typing import Any
 
 import attrs
 
-from seqrepair.amqp.client import Publisher, Subscriber
+from seqrepair.amqp.client.subscriber import Publisher, Subscriber
 from seqrepair.core.messages import Publication
 from seqrepair.core.topics import TopicPattern
 from seqrepair.journal.journal import Journal

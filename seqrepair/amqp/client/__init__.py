@@ -1,0 +1,14 @@
+"""The clients: :class:`Subscriber` (a stub over a proton receiver: reorders, repairs, hands
+the application an exact stream), :class:`Publisher` (stamps, journals, sends), the brokered
+variants for a plain AMQP broker (:mod:`.brokered`), a capabilities query (:mod:`.query`) and
+the ``publish`` command's body (:mod:`.publishcmd`).
+
+It may import :mod:`seqrepair.amqp.wire`, the core and the journal; never the component or the
+gateway.
+"""
+
+from seqrepair.amqp.client.publisher import Publisher
+from seqrepair.amqp.client.query import query_capabilities
+from seqrepair.amqp.client.subscriber import FATAL_CONDITIONS, Subscriber, SubscriberReport
+
+__all__ = ["FATAL_CONDITIONS", "Publisher", "Subscriber", "SubscriberReport", "query_capabilities"]

@@ -1,0 +1,350 @@
+"""The AMQP publisher client: :class:`Publisher` and how it reads the component's outcomes.
+
+:class:`Publisher` stamps publications with a :class:`~seqrepair.core.sequencers.SourceSequencer`
+(continuing after the journal's high-water when given a journal), journals them first when it
+has one, and sends them batched; deliveries stay unsettled until the component accepts them
+(after its own journaling) and are sent again after a reconnect. A rejection becomes a typed
+:class:`~seqrepair.amqp.wire.errors.PublishRejectedError`; a release is sent again after a backoff.
+Importable from :mod:`seqrepair.amqp.client.subscriber` as before.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import structlog
+from proton import symbol
+
+from seqrepair.amqp.client.runner import PublisherRunner
+from seqrepair.amqp.wire.backoff import Backoff
+from seqrepair.amqp.wire.batchsize import fitting
+from seqrepair.amqp.wire.codec import plain_value
+from seqrepair.amqp.wire.errors import OversizedMessageError, PublishRejectedError
+from seqrepair.core.errors import SeqRepairError
+from seqrepair.core.messages import Publication, PublishType
+from seqrepair.core.sequencers import SourceSequencer
+from seqrepair.journal.errors import JournalError, PublicationQueuedError
+from seqrepair.journal.journal import Journal
+from seqrepair.journal.publisher import Publisher as JournalPublisher
+
+log = structlog.get_logger("seqrepair.amqp.client")  # the clients' logger, as before the split
+
+
+class Publisher(PublisherRunner[list[Publication]]):
+    """Publishes one source's publications to a component, batched, at least once.
+
+    ``journal``: when given, numbering continues after its high-water and every publication is
+    journaled before it is sent (a publication counts as published once the journal holds it).
+    Without one, numbering starts after ``start_after`` and the component journals. It takes a
+    number at or below what it already has of the source for a resend and skips it (accepted,
+    not delivered again): a publisher without a journal that restarts must start after the
+    source's high-water: the component rejects a number it holds for another publication
+    (``amqp:precondition-failed``), and the publisher stops, its :attr:`error` a
+    :class:`~seqrepair.amqp.wire.errors.PublishRejectedError` whose ``expected`` is the next number
+    the source may use. Any rejection makes :meth:`flush` return False.
+    Publications are sent to ``address`` (a topic or a pattern the topics fall under).
+
+    A batch larger than the component takes (``amqp:link:message-size-exceeded``: more bytes
+    than the ``max-message-size`` its link advertises, see :mod:`seqrepair.amqp.wire.sizelimit`) is
+    rejected and the sender link detached; a publisher without a journal stops then (its
+    :attr:`error` is that rejection: the numbers of the batch will never be in the journal), one
+    with a journal reconnects and goes on (the component fans the batch out from the journal).
+
+    A lost connection, or a sender link the component refused or detached (or whose session
+    or connection it ended) for a reason a reconnect may cure, is made again after
+    ``reconnect_delay``, doubled at each failed attempt up to ``max_reconnect_delay`` (plus up
+    to a quarter at random), and from ``reconnect_delay`` again once the component has accepted
+    the sender link; the unsettled batches go again, in order. A condition in
+    :data:`FATAL_CONDITIONS` (``amqp:not-found``: an address it may not publish to) stops it:
+    :attr:`error` names the condition and :meth:`flush` returns False at once (see
+    :class:`~seqrepair.amqp.client.runner.PublisherRunner`).
+
+    A batch the component releases (its journal is out for now) is sent again after a backoff:
+    ``reconnect_delay`` at first, doubled up to ``max_backoff`` while releases go on (no
+    jitter), back to the start once a batch is accepted. Nothing newer is sent meanwhile, and
+    the released batches go again in the order they were first sent, once the outcome of every
+    batch sent after them is in (the component releases those too: see
+    :mod:`seqrepair.amqp.component.holdback`).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        source: str,
+        *,
+        bits: int = 32,
+        address: str = "/#",
+        journal: Journal | None = None,
+        max_batch: int = 256,
+        max_unsettled: int = 64,
+        reconnect_delay: float = 0.2,
+        max_reconnect_delay: float = 5.0,
+        idle_timeout: float = 10.0,
+        on_sent: Callable[[Sequence[Publication]], None] | None = None,
+        max_backoff: float = 5.0,
+        start_after: int = 0,
+    ) -> None:
+        super().__init__(reconnect_delay=reconnect_delay, max_reconnect_delay=max_reconnect_delay)
+        self.url = url
+        self.address = address
+        self.sequencer = SourceSequencer(source, bits, start_after)
+        self.embedded: JournalPublisher | None = None
+        if journal is not None:
+            self.embedded = JournalPublisher(
+                source, journal, bits=bits, transport=self._pending.append,
+                batch_size=max_batch,
+            )
+        self.bits = bits
+        self.max_batch = max_batch
+        self.max_unsettled = max_unsettled
+        self.idle_timeout = idle_timeout
+        self.on_sent = on_sent
+        self.max_backoff = max_backoff
+        self.accepted = 0
+        self.rejected = 0
+        """Publications the component rejected (refused for good, not sent again)."""
+        self.rejection: PublishRejectedError | None = None
+        """The last rejection: the component's condition and reason, the batch's numbers."""
+        self.released = 0
+        """Publications the component released (each time: a batch released twice counts
+        twice); they were sent again."""
+        self._released: set[Any] = set()  # tags of released batches, kept in _unsettled
+        self._release_backoff = Backoff(
+            initial=reconnect_delay, maximum=max(reconnect_delay, max_backoff), jitter=0.0
+        )
+        self._backing_off = False  # a backoff timer is pending: send nothing
+        self._finish_when_done = False
+        self.log = log.bind(source=source, topic=address)
+
+    # --- public API ---------------------------------------------------------------------
+
+    def publish(
+        self,
+        topic: str,
+        fields: Mapping[str, Any],
+        ptype: PublishType | str = PublishType.UPDATE,
+        *,
+        permtoken: str | None = None,
+        timestamp: float | None = None,
+    ) -> Publication:
+        """Stamp, journal (if configured) and queue one publication; thread-safe (what cannot
+        be delivered raises UndeliverableError, :mod:`seqrepair.core.limits`)."""
+        stamp = time.time() if timestamp is None else timestamp
+        with self._lock:
+            if self.embedded is not None:
+                pub = self.embedded.publish(topic, fields, ptype, permtoken=permtoken,
+                                            timestamp=stamp)
+                self._journal([pub])
+            else:
+                pub = self.sequencer.stamp(topic, fields, ptype, permtoken=permtoken,
+                                           timestamp=stamp)
+                self._pending.append(pub)
+        self._wake()
+        return pub
+
+    def publish_many(self, items: Sequence[tuple[Any, ...]]) -> list[Publication]:
+        """Several ``(topic, fields, ptype[, permtoken])`` at once: one journal append per
+        batch of ``max_batch``. Returns the stamped publications.
+
+        With a journal, a failure to journal raises :class:`PublicationQueuedError` naming in
+        ``stamped`` the publications stamped (and queued) before it: the first ones of
+        ``items``; :meth:`flush` journals and sends them once the journal is back. A bad item
+        raises its error (InvalidMessageError, ...) once the items before it are published.
+        """
+        stamped: list[Publication] = []
+        with self._lock:
+            now = time.time()
+            for item in items:
+                topic, fields, ptype = item[:3]
+                token = item[3] if len(item) > 3 else None
+                if self.embedded is None:
+                    stamped.append(self.sequencer.stamp(topic, fields, ptype, permtoken=token,
+                                                        timestamp=now))
+                    self._pending.append(stamped[-1])
+                    continue
+                try:
+                    stamped.append(self.embedded.publish(topic, fields, ptype, permtoken=token,
+                                                         timestamp=now))
+                except PublicationQueuedError as exc:
+                    stamped.append(exc.publication)
+                    raise self._queued(stamped, exc) from exc
+                except JournalError as exc:  # nothing stamped for this item (backlog full)
+                    if stamped:
+                        raise self._queued(stamped, exc) from exc
+                    raise
+                except SeqRepairError as exc:  # a bad item: nothing stamped for it
+                    if stamped:
+                        self._journal(stamped)
+                        exc.add_note(f"the {len(stamped)} items before it were published")
+                    raise
+            if self.embedded is not None:
+                self._journal(stamped)
+        self._wake()
+        return stamped
+
+    def _journal(self, stamped: list[Publication]) -> None:
+        """Journal what the embedded publisher holds; a failure names what stays queued."""
+        assert self.embedded is not None
+        try:
+            self.embedded.flush()
+        except JournalError as exc:
+            if stamped:
+                raise self._queued(stamped, exc) from exc
+            raise
+
+    def _queued(self, stamped: list[Publication], cause: JournalError) -> PublicationQueuedError:
+        assert self.embedded is not None
+        return PublicationQueuedError(
+            f"{len(stamped)} publication(s) through {stamped[-1].source_seq} stamped and "
+            f"queued, not confirmed journaled (flush reads the journal's high-water before it "
+            f"appends again): {cause.message}",
+            publication=stamped[-1], pending=self.embedded.pending,
+            source=self.sequencer.source, stamped=stamped,
+        )
+
+    def flush(self, timeout: float = 30.0) -> bool:
+        """Journal what is stamped but not yet journaled (again and again while the journal is
+        out), then wait until the component has accepted everything. False on timeout or error,
+        so also while anything stamped is not yet journaled, and once the component has
+        rejected anything (:attr:`rejected`, :attr:`rejection`)."""
+        deadline = time.monotonic() + timeout
+        while self.embedded is not None and self.embedded.pending:
+            with self._lock:
+                try:
+                    self.embedded.flush()
+                except JournalError as exc:
+                    self.log.warning("journal out, publications wait", error=exc.message,
+                                     pending=self.embedded.pending)
+            if not self.embedded.pending:
+                break
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+        self._wake()
+        return super().flush(max(0.0, deadline - time.monotonic())) and not self.rejected
+
+    # --- sending ------------------------------------------------------------------------
+
+    def _send(self) -> None:
+        sender = self._sender
+        if sender is None or self._backing_off or self._released:
+            return  # nothing may overtake a released batch
+        while sender.credit > 0 and len(self._unsettled) < self.max_unsettled:
+            with self._lock:
+                if not self._pending:
+                    break
+                n = min(self.max_batch, len(self._pending))
+                batch = [self._pending.popleft() for _ in range(n)]
+            batch, message, rest = fitting(batch, self.bits, sender.remote_max_message_size)
+            if rest:
+                with self._lock:
+                    self._pending.extendleft(reversed(rest))
+            delivery = sender.send(message)
+            self._unsettled[delivery.tag] = batch
+            if self.on_sent is not None:
+                self.on_sent(batch)
+
+    def on_accepted(self, event: Any) -> None:
+        # counted before it leaves _unsettled: flush() returns once that is empty
+        batch = self._unsettled.get(event.delivery.tag)
+        if batch is not None:
+            self.accepted += len(batch)
+            del self._unsettled[event.delivery.tag]
+            if not self._released:
+                self._release_backoff.reset()  # the component journals again
+        self._outcome()
+
+    def on_rejected(self, event: Any) -> None:
+        """Refused for good: counted in :attr:`rejected`, named in :attr:`rejection`. A
+        condition in :data:`NUMBERING_CONDITIONS` stops the publisher (:attr:`error`), and so
+        does a batch too large for the component when there is no journal: its numbers are
+        lost, so the component would refuse every later batch as skipping them (with a journal
+        they are journaled already, and the component fans them out from there)."""
+        batch = self._unsettled.get(event.delivery.tag)
+        self.rejection = rejection = _rejection(event.delivery.remote.condition, batch)
+        self.rejected += len(batch or ())  # before it leaves _unsettled, as in on_accepted
+        self._unsettled.pop(event.delivery.tag, None)
+        self.log.error("publications rejected", condition=rejection.condition,
+                       description=rejection.message, first=rejection.first,
+                       last=rejection.last, expected=rejection.expected)
+        if rejection.condition in NUMBERING_CONDITIONS or (
+            rejection.condition == OversizedMessageError.condition and self.embedded is None
+        ):
+            self._fail(rejection)
+            return
+        self._outcome()
+
+    def on_released(self, event: Any) -> None:
+        """Not processed (the component's journal is out): kept, sent again after a backoff."""
+        tag = event.delivery.tag
+        batch = self._unsettled.get(tag)
+        if batch is None:
+            return
+        self._released.add(tag)
+        self.released += len(batch)
+        if not self._backing_off:
+            self._backing_off = True
+            delay = self._release_backoff.next_delay(self._rng)
+            assert delay is not None  # no max_attempts: it never gives up
+            self.log.warning("publications released; sending them again after a backoff",
+                             delay=delay, first=batch[0].source_seq)
+            self._container.schedule(delay, self)
+
+    def on_timer_task(self, event: Any) -> None:
+        """The backoff after a release is over."""
+        self._backing_off = False
+        if not self._stopping:
+            self._outcome()
+
+    def _outcome(self) -> None:
+        """An outcome came (or a backoff ended): once the outcome of every batch sent is in and
+        no backoff is pending, the released batches go first, in the order first sent."""
+        if self._released and not self._backing_off and len(self._released) == len(
+            self._unsettled
+        ):
+            with self._lock:
+                for tag in sorted(self._released, reverse=True, key=_tag_order):
+                    self._pending.extendleft(reversed(self._unsettled.pop(tag)))
+            self._released.clear()
+        self._notify()
+        self._send()
+
+    def _requeue_unsettled(self) -> None:
+        for tag in sorted(self._unsettled, reverse=True, key=_tag_order):
+            self._pending.extendleft(reversed(self._unsettled[tag]))
+        self._unsettled.clear()
+        self._released.clear()  # among them, in their place
+
+
+NUMBERING_CONDITIONS = frozenset({"amqp:precondition-failed"})
+"""Rejections that say this source's numbering does not continue the journal (numbers skipped,
+or reused for other publications): every later batch would be refused too, so the
+:class:`Publisher` stops; the rejection's ``expected`` is the next number the source may use."""
+
+
+def _rejection(cond: Any, batch: list[Publication] | None) -> PublishRejectedError:
+    """The component's rejection ``cond`` of ``batch`` as a typed error."""
+    info = (cond.info if cond is not None else None) or {}
+    return PublishRejectedError(
+        cond.name if cond is not None else "amqp:internal-error",
+        (cond.description if cond is not None else None) or "rejected without a reason",
+        first=batch[0].source_seq if batch else None,
+        last=batch[-1].source_seq if batch else None,
+        expected=_info_value(info.get(symbol("expected"))),
+        got=_info_value(info.get(symbol("got"))),
+    )
+
+
+def _info_value(value: Any) -> Any:
+    """A typed value of a condition's ``info`` (WIRE.md, Errors) as a plain Python value:
+    ``ulong`` an int, ``symbol`` a str, ``binary`` bytes, lists and maps element by element."""
+    return plain_value(value)
+
+
+def _tag_order(tag: Any) -> int:
+    try:
+        return int(tag)
+    except (TypeError, ValueError):
+        return 0

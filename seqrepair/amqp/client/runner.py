@@ -1,0 +1,697 @@
+"""The threaded proton lifecycle shared by our clients (component mode and brokered mode).
+
+Each client is a proton :class:`~proton.handlers.MessagingHandler` that runs its own
+:class:`~proton.reactor.Container`, either in the caller's thread (``run``) or in a daemon thread
+(``start``), and is told to stop from any thread through an :class:`~proton.reactor.EventInjector`
+(an ``ApplicationEvent``). Reconnecting after a lost connection (or a refused or detached link) is
+the same everywhere too: forget the connection, schedule ``_reconnect`` after a
+:class:`~seqrepair.amqp.wire.backoff.Backoff` delay (``reconnect_delay`` at first, doubled per
+failed attempt up to ``max_reconnect_delay``, jittered), connect again unless stopping; the backoff
+starts again once the peer has accepted the client's link. A peer that cannot be reached (a
+connection refused, a host name that does not resolve) is a failed attempt like any other, logged
+once at info through structlog (``reconnecting``, with the transport's error) and kept in
+``last_failure``; proton's own handler would print the error on every attempt.
+
+* :class:`SubscriberRunner`: a receiver that polls its repair engine on a timer (``tick``),
+  hands deliveries to a callback or, started in a thread without one, to a bounded hand-off
+  (``for pub in subscriber``, :mod:`seqrepair.amqp.client.handoff`) and can stop
+  itself when ``stop_when()`` turns true.
+* :class:`PublisherRunner`: a sender with a pending queue, an unsettled map and a condition
+  that :meth:`PublisherRunner.flush` waits on.
+
+Both share what happens when the peer ends what a client's links live in (detaches a link, ends
+its session, closes its connection): a condition in :data:`FATAL_CONDITIONS` stops the client
+(its ``error`` says why; nothing that waits on it hangs), anything else is a lost connection.
+
+What differs between the modes (what a frame means, how repair is asked for) stays in
+:mod:`seqrepair.amqp.client.subscriber` and :mod:`seqrepair.amqp.client.brokered`.
+"""
+
+from __future__ import annotations
+
+import abc
+import random
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Generic, Self, TypeVar
+
+from proton import Endpoint, Handler, Url
+from proton.handlers import MessagingHandler
+from proton.reactor import ApplicationEvent
+
+from seqrepair.amqp.client.handoff import Handoff
+from seqrepair.amqp.client.taken import TakenPositions
+from seqrepair.amqp.wire.backoff import Backoff
+from seqrepair.amqp.wire.errors import AmqpAdapterError
+from seqrepair.amqp.wire.reactor import Call, Injector, make_container
+from seqrepair.core.errors import InvalidConfigError
+from seqrepair.core.messages import Publication
+
+Unsettled = TypeVar("Unsettled")
+"""What a publisher keeps per unsettled delivery (a batch, or one publication)."""
+
+_STOPPED_CHECK = 0.05
+"""Seconds between looks at whether a subscriber waited on stopped by itself."""
+
+DEFAULT_MAX_QUEUED = 10_000
+"""Deliveries a threaded subscriber holds for its iterator before it waits for the reader."""
+
+FATAL_CONDITIONS = frozenset(
+    {"amqp:not-found", "amqp:unauthorized-access", "amqp:decode-error", "amqp:invalid-field",
+     "amqp:link:stolen"}
+)
+"""Error conditions (of a link of a client, or of the session or connection it lives in) that a
+reconnect cannot cure: the client stops and reports them (its ``error``).
+``amqp:link:stolen`` is one for a subscriber: another subscriber attached the same link name,
+and taking it back would only start a tug of war. Any other detach of one of its links by the
+peer, or end of its session or connection (another condition, or none), is recovered by
+reconnecting."""
+
+
+def _failure(transport: Any) -> str | None:
+    """The error ``transport`` failed with, as one line (None: none)."""
+    cond = transport.condition if transport is not None else None
+    return None if cond is None else f"{cond.name}: {cond.description}"
+
+
+class BatchedCredit(Handler):
+    """Keeps ``window`` credit on every receiving link, topped up once half of it is used.
+
+    proton's ``FlowController`` (``MessagingHandler(prefetch=...)``) tops credit up after
+    every delivery: one flow frame back per transfer, and one flow event and pump at the
+    sender for each. Here the receiver grants ``window - credit`` only when credit has
+    fallen to half the window, so a flow frame goes every ``window / 2`` transfers.
+    """
+
+    def __init__(self, window: int) -> None:
+        self.window = window
+
+    def on_link_local_open(self, event: Any) -> None:
+        """A link of ours opened: grant the window."""
+        self._flow(event.link)
+
+    def on_link_remote_open(self, event: Any) -> None:
+        """The peer attached: grant the window."""
+        self._flow(event.link)
+
+    def on_link_flow(self, event: Any) -> None:
+        """The peer's view of credit changed (drain): top up if due."""
+        self._flow(event.link)
+
+    def on_delivery(self, event: Any) -> None:
+        """A transfer used credit: top up if due."""
+        self._flow(event.link)
+
+    def _flow(self, link: Any) -> None:
+        if link.is_receiver:
+            credit = link.credit
+            if credit <= self.window // 2:
+                link.flow(self.window - credit)
+
+
+class _Reconnecting(MessagingHandler, abc.ABC):
+    """The reconnect step both runners share: connect again, after a backoff, unless stopping
+    or connected.
+
+    The delay before a reconnect is ``reconnect_delay`` after the first failure, doubled at
+    each further failed attempt up to ``max_reconnect_delay`` (never below ``reconnect_delay``),
+    each plus up to a quarter of itself at random so that clients a restart disconnected
+    together do not come back in step. A failure is a lost connection, a connection that
+    could not be made, or a link the peer refused or detached.
+
+    The backoff starts again from ``reconnect_delay`` once the client is *accepted*
+    (:meth:`_accepted`): when the peer answers the attach of its main link (a subscriber's
+    receiving link, a publisher's sender) and does not detach it at once. An open connection
+    is not enough: a component, gateway or broker that takes connections but refuses the
+    attach for a reason a reconnect may cure (a resource limit, an upstream that is down)
+    answers with an attach and a detach together, and a reset there would bring the client
+    back at the first delay, again and again.
+    """
+
+    _container: Any
+    _conn: Any
+    _stopping: bool
+    _thread: threading.Thread | None
+    log: Any
+    url: str
+    address: str
+    error: AmqpAdapterError | None
+    refusal_error: type[AmqpAdapterError] = AmqpAdapterError
+    """The type of ``error`` when the peer refuses or ends the client for good."""
+
+    def __init__(
+        self, *, reconnect_delay: float, max_reconnect_delay: float, **handler: Any
+    ) -> None:
+        if reconnect_delay <= 0 or max_reconnect_delay <= 0:
+            raise ValueError(
+                f"reconnect_delay ({reconnect_delay}) and max_reconnect_delay "
+                f"({max_reconnect_delay}) must be > 0"
+            )
+        super().__init__(**handler)
+        self.reconnect_delay = reconnect_delay
+        """The delay before the first reconnect (jittered); the backoff starts here."""
+        self.max_reconnect_delay = max_reconnect_delay
+        """The longest delay between reconnects, before jitter."""
+        self._reconnect_backoff = Backoff(
+            initial=reconnect_delay, maximum=max(reconnect_delay, max_reconnect_delay)
+        )
+        self._rng = random.Random()
+        self._reconnect_task: Any = None
+        self._attempt_error: str | None = None  # why this attempt failed, for its log line
+        self.last_failure: str | None = None
+        """Why the peer could not be reached the last time (the transport's error, or a host
+        name that does not resolve); None once the peer has accepted the client's link."""
+
+    @abc.abstractmethod
+    def _connect(self) -> None:
+        """Open the connection and the links of this client."""
+
+    def _open(self) -> None:
+        """:meth:`_connect`, unless the peer's host name does not resolve: that is a failed
+        attempt too (proton would raise it from inside its event loop, ending the client)."""
+        try:
+            url = Url(self.url)  # type: ignore[no-untyped-call]  # proton's Url is not annotated
+            url.defaults()  # type: ignore[no-untyped-call]
+            socket.getaddrinfo(url.host, int(url.port), socket.AF_UNSPEC, socket.SOCK_STREAM)
+        except (OSError, ValueError) as exc:
+            self.last_failure = self._attempt_error = f"cannot resolve {self.url}: {exc}"
+            self._schedule_reconnect("host name not resolved")
+            return
+        self._connect()
+
+    @abc.abstractmethod
+    def start(self) -> Self:
+        """Run in a background thread."""
+
+    def __enter__(self) -> Self:
+        """``with Client(...) as client``: started on entry (unless it runs already)."""
+        return self if self._thread is not None else self.start()
+
+    def _schedule_reconnect(self, reason: str) -> None:
+        """Count one failed attempt and connect again after the backoff's next delay.
+
+        Each failed attempt is logged once, at info (``reconnecting``, with the transport's
+        error when there was one): retrying is routine, and what gives up says why."""
+        backoff = self._reconnect_backoff
+        delay = backoff.next_delay(self._rng)
+        assert delay is not None  # no max_attempts: it never gives up
+        error, self._attempt_error = self._attempt_error, None
+        self.log.info("reconnecting", reason=reason, error=error, attempt=backoff.attempts,
+                      delay=round(delay, 3))
+        self._reconnect_task = self._container.schedule(delay, Call(self._reconnect))
+
+    def _cancel_reconnect(self) -> None:
+        """Stopping: a reconnect still to come would only keep the container running."""
+        if self._reconnect_task is not None:
+            self._reconnect_task.cancel()
+            self._reconnect_task = None
+
+    def on_transport_error(self, event: Any) -> None:
+        """The transport failed (a connection refused or lost...): the reconnect that follows
+        logs it (:meth:`on_disconnected`); proton's default would print it on every attempt."""
+        self.log.debug("transport error", error=_failure(event.transport))
+
+    def _accepted(self, link: Any) -> bool:
+        """The peer answered the attach of ``link``, the client's main link: unless it detached
+        it at once too (a refusal, whose detach proton reports next), the client is back and
+        the next failure starts the backoff again from ``reconnect_delay``. True when back."""
+        if link.state & Endpoint.REMOTE_CLOSED:
+            return False
+        backoff = self._reconnect_backoff
+        if backoff.attempts:
+            self.log.info("reconnected", attempt=backoff.attempts)
+        backoff.reset()
+        self.last_failure = None
+        return True
+
+    def _reconnect(self) -> None:
+        self._reconnect_task = None
+        if not self._stopping and self._conn is None:
+            self._open()
+
+    # --- the peer ends a link, its session or its connection ----------------------------
+
+    @abc.abstractmethod
+    def _main_links(self) -> dict[str, Any]:
+        """The links of the current connection, by kind (``sender``, ``data``...; a link not
+        made yet or forgotten is None): what the peer may end."""
+
+    def on_disconnected(self, event: Any) -> None:
+        """The connection is lost, or could not be made: reconnect."""
+        conn = event.connection
+        if not self._stopping and conn is not None and conn == self._conn:
+            # not one given up on (torn down after a refused link: "connection aborted")
+            self._attempt_error = _failure(event.transport)
+            if self._attempt_error is not None:
+                self.last_failure = self._attempt_error
+        self._lost(conn, "disconnected")
+
+    @abc.abstractmethod
+    def _lost(self, conn: Any, reason: str) -> None:
+        """``conn`` is lost: unless stopping or already given up on, forget it and schedule a
+        reconnect (:meth:`_schedule_reconnect`)."""
+
+    @abc.abstractmethod
+    def _fail(self, error: AmqpAdapterError) -> None:
+        """Stop for good: :attr:`error` says why; whatever waits on the client returns."""
+
+    def on_link_error(self, event: Any) -> None:
+        """The peer detached (or refused) a link with an error condition."""
+        kind = self._kind_of(lambda link: link == event.link)
+        self._ended(kind, event.link.remote_condition, "link", f"{kind} link detached")
+
+    def on_link_closing(self, event: Any) -> None:
+        """The peer detached a link without an error condition."""
+        kind = self._kind_of(lambda link: link == event.link)
+        self._ended(kind, None, "link", f"{kind} link detached")
+
+    def on_session_error(self, event: Any) -> None:
+        """The peer ended a session with an error condition (RabbitMQ's refusal of a link)."""
+        kind = self._kind_of(lambda link: link.session == event.session)
+        self._ended(kind, event.session.remote_condition, "session", f"{kind} session ended")
+
+    def on_session_closing(self, event: Any) -> None:
+        """The peer ended a session without an error condition."""
+        kind = self._kind_of(lambda link: link.session == event.session)
+        self._ended(kind, None, "session", f"{kind} session ended")
+
+    def on_connection_error(self, event: Any) -> None:
+        """The peer closed a connection with an error condition (``amqp:connection:forced``
+        comes as a lost connection: proton's own rule)."""
+        kind = "connection" if event.connection == self._conn else None
+        self._ended(kind, event.connection.remote_condition, "connection",
+                    "connection closed by the peer")
+
+    def on_connection_closing(self, event: Any) -> None:
+        """The peer closed a connection without an error condition."""
+        kind = "connection" if event.connection == self._conn else None
+        self._ended(kind, None, "connection", "connection closed by the peer")
+
+    def _kind_of(self, matches: Callable[[Any], bool]) -> str | None:
+        """The kind of the first current link ``matches``, None when none does."""
+        for kind, link in self._main_links().items():
+            if link is not None and matches(link):
+                return kind
+        return None
+
+    def _ended(self, kind: str | None, cond: Any, endpoint: str, reason: str) -> None:
+        """The peer ended a link of the client (``kind``), its session or its connection
+        (``endpoint``) while the transport stays sound; proton's defaults would close the
+        connection with no ``on_disconnected`` after it (nothing reconnects, nothing wakes
+        what waits) or ignore it. A condition in :data:`FATAL_CONDITIONS` stops the client
+        (:meth:`_fail`: :attr:`error` is a ``refusal_error`` whose message starts with the
+        condition and whose ``got`` is the address); anything else is a lost connection: torn
+        down and made again with the backoff."""
+        if self._stopping or kind is None:
+            return  # stopping (a close is no error), or an endpoint of a connection given up on
+        name = cond.name if cond else None
+        description = cond.description if cond else None
+        if name in FATAL_CONDITIONS:
+            self.log.error("link refused", link_kind=kind, endpoint=endpoint, condition=name,
+                           description=description)
+            self._fail(self.refusal_error(f"{name}: {description or ''}", got=self.address))
+            return
+        self.log.warning("link detached by the peer; reconnecting", link_kind=kind,
+                         endpoint=endpoint, condition=name, description=description)
+        conn = self._conn
+        transport = conn.transport if conn is not None else None
+        self._lost(conn, reason)
+        if transport is not None:
+            # torn down: the peer sees the connection lost (a component keeps the link's
+            # context for the resume), and its on_disconnected is for a connection given up on
+            transport.close_tail()
+            transport.close_head()
+
+
+class SubscriberRunner(_Reconnecting):
+    """A receiving client's lifecycle: run/start/stop, the tick timer, the delivery queue.
+
+    Subclasses set ``address``, ``link_name``, ``tick``, ``on_publication`` and ``log`` before
+    running, call :meth:`_accepted` when their receiving link is attached, and implement
+    ``_connect`` (open the connection and links), ``_main_links`` (those links by kind),
+    ``_forget_connection`` (drop them, count the loss) and ``_on_tick`` (poll the repair engine).
+
+    The peer can end what the subscriber's links live in while the transport stays sound:
+    detach a link (a refused attach is an attach and a detach together), end the session
+    (RabbitMQ's answer to a queue or exchange that does not exist or may not be read), or close
+    the connection with a close frame. As for the publishers: a condition in
+    :data:`FATAL_CONDITIONS` stops the subscriber (:attr:`error` says why; :meth:`run` returns,
+    the iterator ends); anything else (another condition, or none) is a lost connection: it is
+    torn down and made again with the reconnect backoff, and the subscriber's repair (by link
+    range after a resumed context, by source after a reset or from the journal) makes up what
+    it missed meanwhile.
+    """
+
+    link_name: str
+    tick: float
+    on_publication: Callable[[Publication], None] | None
+
+    def __init__(
+        self, *, credit: int, reconnect_delay: float, max_reconnect_delay: float,
+        max_queued: int = DEFAULT_MAX_QUEUED,
+    ) -> None:
+        super().__init__(reconnect_delay=reconnect_delay, max_reconnect_delay=max_reconnect_delay,
+                         prefetch=0, auto_accept=False)
+        handlers: Any = self.handlers  # a list once set (proton types it lazily)
+        handlers.append(BatchedCredit(credit))
+        self.connected = threading.Event()
+        """Set while the receiving link is attached (the peer answered its attach and did not
+        refuse it); see :meth:`wait_connected`."""
+        self.error: AmqpAdapterError | None = None
+        """Why it stopped by itself: the peer refused or ended its link, session or connection
+        with a condition in :data:`FATAL_CONDITIONS`; the message starts with the condition
+        (``amqp:not-found: ...``), ``got`` is the address subscribed to."""
+        self._container = None
+        self._conn = None
+        self._stopping = False
+        self._stop_when: Callable[[], bool] | None = None
+        self._injector: Injector | None = None
+        self._thread: threading.Thread | None = None
+        self.taken = TakenPositions()
+        """What the application has taken (see :mod:`seqrepair.amqp.client.taken`): the callback
+        returned, or the iterator moved on. A client whose ``acknowledge`` is False leaves it
+        to the application (:meth:`acknowledge`)."""
+        self.acknowledge_on_return = True
+        self._queue: Handoff[Publication] = Handoff(max_queued, self._taken)
+
+    # --- public API ---------------------------------------------------------------------
+
+    def run(self, stop_when: Callable[[], bool] | None = None) -> None:
+        """Run in this thread until :meth:`stop` (or ``stop_when()`` turns true)."""
+        self._stop_when = stop_when
+        injector = self._injector = Injector()
+        container = make_container(self)
+        container.selectable(injector)
+        try:
+            container.run()
+        except AttributeError:
+            # a transport already torn down while stopping; the race that raised this even
+            # while running (an expiry after end-of-file) make_container guards against
+            if not self._stopping:
+                raise
+        finally:
+            injector.release()
+
+    def start(self) -> Self:
+        """Run in a background thread; iterate over the subscriber to read publications."""
+        self._thread = threading.Thread(target=self.run, name=self.link_name, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Close the connection and end :meth:`run` (safe from any thread)."""
+        self._stopping = True
+        if self._injector is not None:
+            self._injector.trigger(ApplicationEvent("seqrepair_stop"))
+        if self._thread is not None and threading.current_thread() is not self._thread:
+            self._thread.join(timeout=5)
+
+    @property
+    def queued(self) -> int:
+        """Deliveries waiting for the iterator (at most ``max_queued``)."""
+        return len(self._queue)
+
+    def wait_connected(self, timeout: float | None = None) -> bool:
+        """Wait until the receiving link is attached (:attr:`connected`): True then, False
+        when ``timeout`` seconds pass first or the subscriber was stopped. A subscriber that
+        stopped by itself (a refused attach, see :attr:`error`) raises that error at once
+        rather than let the caller wait out its timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.connected.wait(_STOPPED_CHECK):
+            if self.error is not None:
+                raise self.error
+            if self._stopping or (deadline is not None and time.monotonic() >= deadline):
+                return False
+        return True
+
+    def __exit__(self, *exc_info: object) -> None:
+        """Leaving ``with``: stop."""
+        self.stop()
+
+    def __iter__(self) -> Iterator[Publication]:
+        """Publications in delivery order, exactly once, until the subscriber stops.
+
+        For a subscriber started with :meth:`start` and no ``on_publication``: at most
+        ``max_queued`` deliveries wait here; past that the subscriber waits for the reader
+        (and the component pauses its link and repairs it later), so memory stays bounded.
+        The iteration ends once the subscriber stopped and what was queued is read; a delivery
+        still waiting for room when :meth:`stop` is called is not handed over.
+        """
+        if self.on_publication is not None:
+            raise InvalidConfigError(
+                "this subscriber hands its deliveries to on_publication; iterate over one "
+                "made without it", got="on_publication",
+            )
+        return iter(self._queue)
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def _on_tick(self) -> None:
+        """Timed work of the subscriber (its stub's poll), every tick."""
+
+    def _schedule(self) -> None:
+        self._container.schedule(self.tick, self)
+
+    def on_start(self, event: Any) -> None:
+        """The container runs: connect and start the tick timer."""
+        self._container = event.container
+        self._open()
+        self._schedule()
+
+    def on_timer_task(self, event: Any) -> None:
+        """Every ``tick``: stop if asked to, else poll (``_on_tick``) and schedule again."""
+        if self._stopping:
+            return
+        if self._stop_when is not None and self._stop_when():
+            self._shutdown()
+            return
+        self._on_tick()
+        self._schedule()
+
+    def on_seqrepair_stop(self, event: Any) -> None:
+        """:meth:`stop` was called (from any thread)."""
+        self._shutdown()
+
+    def _shutdown(self) -> None:
+        self._stopping = True
+        self._cancel_reconnect()
+        if self._conn is not None:
+            self._conn.close()
+        if self._injector is not None:
+            self._injector.close()
+        self._queue.close()
+
+    def _fail(self, error: AmqpAdapterError) -> None:
+        self.error = error
+        self.connected.clear()
+        self._shutdown()
+
+    def _lost(self, conn: Any, reason: str) -> None:
+        if self._stopping or conn is None or conn != self._conn:
+            return  # only the current connection starts (one) reconnect chain
+        self._forget_connection(conn)
+        self.connected.clear()
+        self._conn = None
+        self._schedule_reconnect(reason)
+
+    @abc.abstractmethod
+    def _forget_connection(self, conn: Any) -> None:
+        """``conn``, the current connection, is lost: forget its links, count the loss."""
+
+    def acknowledge(self, taken: Publication | Mapping[str, int]) -> None:
+        """Say that the application has taken ``taken`` (a publication, or per source the last
+        number) and everything delivered before it: for a subscriber made with
+        ``acknowledge=False`` (its application decides, e.g. once its output is flushed).
+        Safe from any thread."""
+        if isinstance(taken, Publication):
+            self.taken.take(taken)
+        else:
+            self.taken.take_all(taken)
+
+    def _taken(self, publication: Publication) -> None:
+        if self.acknowledge_on_return:
+            self.taken.take(publication)
+
+    def _deliver(self, publication: Publication) -> None:
+        """Hand one delivery to the callback, or when running in a thread without one, to
+        the iterator (waiting for room: see :meth:`__iter__`). Taken once the callback
+        returns (or the iterator moves on)."""
+        if self.on_publication is not None:
+            self.on_publication(publication)
+            if self.acknowledge_on_return:
+                self.taken.take(publication)
+        elif self._thread is not None:
+            self._queue.put(publication, self._stopped)
+
+    def _stopped(self) -> bool:
+        return self._stopping
+
+
+class PublisherRunner(_Reconnecting, Generic[Unsettled]):
+    """A sending client's lifecycle: pending queue, unsettled map, flush/close, reconnect.
+
+    Subclasses set ``url``, ``address``, ``idle_timeout`` and ``log`` and implement ``_send``
+    (move pending publications to the sender while it has credit) and ``_requeue_unsettled``
+    (put what is unsettled back in front of the pending queue, in the order first sent).
+
+    The peer can end the sender while the transport stays sound: detach the link (a refused
+    attach is an attach and a detach together), end the link's session (RabbitMQ's answer to
+    an exchange that does not exist or may not be written to, at the attach or at a later
+    transfer), or close the connection with a close frame. proton's defaults leave such a
+    publisher dead: they close the connection (and no ``on_disconnected`` follows, so nothing
+    reconnects) or only the link. Here a condition in :data:`FATAL_CONDITIONS`
+    stops the publisher: :attr:`error` is a ``refusal_error`` that starts with the condition,
+    and :meth:`flush` returns False at once. Anything else (another condition, or none) is a
+    lost connection: it is torn down and made again with the reconnect backoff, and the
+    unsettled publications go again, in order, before anything newer.
+    """
+
+    url: str
+    idle_timeout: float
+
+    def __init__(self, *, reconnect_delay: float, max_reconnect_delay: float) -> None:
+        super().__init__(reconnect_delay=reconnect_delay, max_reconnect_delay=max_reconnect_delay,
+                         prefetch=0, auto_settle=True)
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._pending: deque[Publication] = deque()
+        self._unsettled: dict[Any, Unsettled] = {}
+        self.error: AmqpAdapterError | None = None
+        """Why it stopped by itself: the peer refused or ended the sender with a condition in
+        :data:`FATAL_CONDITIONS` (the message starts with it, ``got`` is the address), or a
+        subclass's rule stopped it (the client ``Publisher``: a rejection that says its
+        numbering does not continue the journal)."""
+        self._container = None
+        self._conn = None
+        self._sender: Any = None
+        self._stopping = False
+        self._injector = Injector()
+        self._thread: threading.Thread | None = None
+
+    # --- public API ---------------------------------------------------------------------
+
+    def _thread_name(self) -> str:
+        return "publisher"
+
+    def start(self) -> Self:
+        """Run the proton container in a background thread."""
+        self._thread = threading.Thread(target=self.run, name=self._thread_name(), daemon=True)
+        self._thread.start()
+        return self
+
+    def run(self) -> None:
+        """Run the proton container in this thread until :meth:`close`."""
+        container = make_container(self)
+        container.selectable(self._injector)
+        try:
+            container.run()
+        finally:
+            self._injector.release()
+
+    def flush(self, timeout: float = 30.0) -> bool:
+        """Wait until everything handed over so far is accepted (False on timeout or error)."""
+        deadline = time.monotonic() + timeout
+        with self._idle:
+            while (self._pending or self._unsettled) and self.error is None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._idle.wait(min(left, 0.05))
+        return self.error is None
+
+    def close(self, timeout: float = 30.0) -> bool:
+        """Flush, then close the connection and stop the thread. False if not all accepted."""
+        done = self.flush(timeout)
+        self._stopping = True
+        self._injector.trigger(ApplicationEvent("seqrepair_stop"))
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        return done
+
+    def __exit__(self, exc_type: object, *exc_info: object) -> None:
+        """Leaving ``with``: close, after a flush unless the block raised."""
+        self.close(timeout=0.0 if exc_type is not None else 30.0)
+
+    # --- sending ------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def _send(self) -> None:
+        """Send what is pending, as far as credit allows."""
+
+    @abc.abstractmethod
+    def _requeue_unsettled(self) -> None:
+        """The connection is lost (called under the lock): put everything unsettled back in
+        front of the pending queue, in the order first sent, and forget it as unsettled."""
+
+    def _wake(self) -> None:
+        if not self._stopping:  # a stopped container reads the injector no more
+            self._injector.trigger(ApplicationEvent("seqrepair_wake"))
+
+    def _fail(self, error: AmqpAdapterError) -> None:
+        """Stop for good (a link error a reconnect cannot cure): :attr:`error` says why, and
+        :meth:`flush` returns False at once."""
+        self.error = error
+        self._stopping = True
+        self._cancel_reconnect()
+        if self._conn is not None:
+            self._conn.close()
+        self._injector.close()
+        self._notify()
+
+    def _notify(self) -> None:
+        """Wake :meth:`flush` if what it waits for may have come (nothing pending or unsettled,
+        or an error). Only this thread empties the queues, so the check without the lock is
+        exact here; the waiter re-checks under the lock anyway, and every 50 ms."""
+        if (self._pending or self._unsettled) and self.error is None:
+            return  # not yet: no need to take the lock the publishing thread holds
+        with self._idle:
+            self._idle.notify_all()
+
+    # --- proton events ------------------------------------------------------------------
+
+    def on_start(self, event: Any) -> None:
+        """The container runs: connect."""
+        self._container = event.container
+        self._open()
+
+    def _connect(self) -> None:
+        self._conn = self._container.connect(self.url, reconnect=False,
+                                             heartbeat=self.idle_timeout)
+        self._sender = self._container.create_sender(self._conn, self.address)
+
+    def on_link_opened(self, event: Any) -> None:
+        """The peer answered the attach of a link: the sender's means the client is back."""
+        if event.link == self._sender:
+            self._accepted(event.link)
+
+    def on_seqrepair_wake(self, event: Any) -> None:
+        """Something was queued (from any thread): send it."""
+        self._send()
+
+    def on_seqrepair_stop(self, event: Any) -> None:
+        """:meth:`close` was called: close the connection, end the container."""
+        self._stopping = True
+        self._cancel_reconnect()
+        if self._conn is not None:
+            self._conn.close()
+        self._injector.close()
+
+    def on_sendable(self, event: Any) -> None:
+        """The sender has credit: send."""
+        self._send()
+
+    def _lost(self, conn: Any, reason: str) -> None:
+        if self._stopping or conn is None or conn != self._conn:
+            return  # only the current connection starts (one) reconnect chain
+        self._conn = None
+        self._sender = None
+        with self._lock:  # everything unsettled goes again, in order, before anything newer
+            self._requeue_unsettled()
+        self._schedule_reconnect(reason)
+
+    def _main_links(self) -> dict[str, Any]:
+        return {"sender": self._sender}

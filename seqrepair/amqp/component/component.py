@@ -1,0 +1,660 @@
+"""The pubsub component (``seqrepair serve``): an AMQP 1.0 listener over proton's Container.
+
+Addresses (WIRE.md has the full table):
+
+* a publisher attaches a *sending* link whose target is a topic (``/weather/wind/LEMD``) or a
+  pattern it may publish under (``/weather/#``); or the anonymous target, with each message's
+  ``to`` naming its topic;
+* a subscriber attaches a *receiving* link whose source is a topic pattern (``/weather/#``) or
+  a subscription queue (``/subscriptions/ID``, :mod:`.subqueues`); the AMQP link name is the
+  link's identity for resumption (the attach, resumed or a new link context: :mod:`.attach`);
+* requests (GAP-REQUEST, SOURCE-GAP-REQUEST, CAPABILITIES) go to ``$seqrepair``, which offers
+  ``response-address-supported``; answers go to ``reply-to`` (``$link/NAME``, a subscriber's
+  own link) with the request's ``message-id`` as ``correlation-id``, or, when the request
+  carries response annotations, over a link to ``response-link-target-address`` with the
+  ``address-cookie`` echoed.
+
+A subscriber's permission tokens are the component's decision
+(:mod:`seqrepair.amqp.component.grants`): the grant of the connection's principal, which the link
+property ``seqrepair-permtokens`` may narrow but never widen; live delivery and repair use that one
+entitlement.
+
+Every publication is journaled before fan-out (:mod:`.ingest`). Bad input is rejected with an
+AMQP error condition on that delivery or link only; every other connection keeps being served.
+A message past ``max_message_size`` is refused as its bytes arrive, its link detached
+(:mod:`.sizelimit`).
+A message the journal could not take for now is released where a resend is safe
+(:mod:`.holdback`); what an append whose answer was lost did journal goes out on the timer
+(:meth:`.ingest.Ingest.poll`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+import structlog
+from proton import Condition, Data, Delivery, Endpoint, Message
+from proton.handlers import MessagingHandler
+
+from seqrepair.amqp.component.ackdispatch import receive_ack
+from seqrepair.amqp.component.attach import open_subscriber
+from seqrepair.amqp.component.config import Bucket
+from seqrepair.amqp.component.config import ComponentConfig as ComponentConfig
+from seqrepair.amqp.component.durable import Durables
+from seqrepair.amqp.component.grants import principal_of
+from seqrepair.amqp.component.ingest import Ingest, Released
+from seqrepair.amqp.component.journalport import RedisJournalPort
+from seqrepair.amqp.component.links import ResponseRoute, SubscriberLink
+from seqrepair.amqp.component.routing import MAX_RESPONSE_TARGETS as MAX_RESPONSE_TARGETS
+from seqrepair.amqp.component.routing import route_for
+from seqrepair.amqp.component.subqueues import SubscriptionChanges, apply_change
+from seqrepair.amqp.wire.codec import Decoder, encode
+from seqrepair.amqp.wire.errors import (
+    AmqpAdapterError,
+    NotImplementedAnnotationError,
+    RequestFloodError,
+    UnknownAddressError,
+    UnknownMessageTypeError,
+    condition_info,
+    link_refusal,
+)
+from seqrepair.amqp.wire.framing import encode_entry
+from seqrepair.amqp.wire.guard import Guarded
+from seqrepair.amqp.wire.rawamqp import Unsupported, read_raw
+from seqrepair.amqp.wire.reactor import Call, listening_address, make_container
+from seqrepair.amqp.wire.respann import (
+    RESPONSE_ADDRESS_SUPPORTED,
+    RESPONSE_ANNOTATIONS,
+    RESPONSE_COOKIE,
+)
+from seqrepair.amqp.wire.sizelimit import limit_size
+from seqrepair.amqp.wire.technical import (
+    ABSOLUTE_SOURCE_BITS,
+    DEFAULT_SOURCE_BITS,
+    Ack,
+    Capabilities,
+    CapabilitiesRequest,
+)
+from seqrepair.amqp.wire.vocabulary import (
+    CONTROL_ADDRESS,
+    LINK_PREFIX,
+    PROP_LINK,
+    SUBSCRIPTION_PREFIX,
+    is_ack,
+)
+from seqrepair.core.budget import RefusalPolicy
+from seqrepair.core.errors import SeqRepairError
+from seqrepair.core.messages import (
+    GapError,
+    GapRequest,
+    Heartbeat,
+    Publication,
+    PublishType,
+    SourceGapRequest,
+)
+from seqrepair.core.permissions import Entitlement
+from seqrepair.core.subscriptions import Subscription as Subscription
+from seqrepair.core.topics import TopicPattern
+from seqrepair.core.window import window_size
+from seqrepair.journal.gapfill import GapFillService
+from seqrepair.journal.journal import Journal
+from seqrepair.rest.catalog import SharedCatalog
+from seqrepair.rest.manager import SubscriptionManager
+
+log = structlog.get_logger("seqrepair.amqp.component")
+
+
+class Component(MessagingHandler):
+    """The proton handler of the pubsub component. ``make_container(Component(...)).run()``.
+
+    ``subscriptions``: the subscription manager to serve ``/subscriptions/<id>`` from (it
+    holds the configured ones too); by default one holding ``config.subscriptions``.
+    ``topics``: the catalog that learns the topic of every publication fanned out (what the
+    REST API lists under ``/topics``); by default one of its own, in memory.
+    """
+
+    def __init__(
+        self,
+        config: ComponentConfig,
+        journal: Journal,
+        *,
+        clock: Callable[[], float] = time.time,
+        on_ready: Callable[[str], None] | None = None,
+        subscriptions: SubscriptionManager | None = None,
+        topics: SharedCatalog | None = None,
+    ) -> None:
+        super().__init__(prefetch=0, auto_accept=False, auto_settle=True)
+        read_raw(self)
+        limit_size(self, self._oversized)
+        self.config = config
+        self.listening = config.url  # host:port bound (the chosen port when url names port 0)
+        self.clock = clock
+        self._stop_requested = False
+        self.on_ready = on_ready
+        self.decoder = Decoder(
+            link_bits=config.link_bits, max_publications=config.max_publish_batch
+        )
+        self.stats = {"ingested": 0, "duplicates": 0, "rejected": 0, "released": 0, "requests": 0,
+                      "trimmed_unsent": 0, "oversized": 0, "acks": 0, "acks_ignored": 0,
+                      "window_peak": 0}
+        self.ingest = Ingest(
+            RedisJournalPort(journal, bits_of=self.decoder.unwrapper.bits), self.decoder,
+            self._fan_out, self.stats, clock=clock, topics=topics,
+        )
+        self.topics = self.ingest.topics
+        self.gapfill = GapFillService(
+            journal,
+            policy=RefusalPolicy(max_range=config.max_gap_range),
+            link_bits=config.link_bits,
+            context_capacity=config.context_capacity,
+        )
+        self.links: dict[str, SubscriberLink] = {}
+        self.principals: dict[str, str] = {}
+        self.routes: dict[tuple[int, str], ResponseRoute] = {}
+        self._conn_ids = itertools.count(1)
+        self._unfinished: set[ResponseRoute] = set()  # answers stopped at a pump's quota
+        self._continuing = False
+        self._rng = random.Random(config.drop_seed)
+        self.acceptor: Any = None
+        self.container: Any = None
+        self.subscriptions = subscriptions or SubscriptionManager(configured=[
+            attrs.evolve(sub, configured=True) for sub in config.subscriptions.values()
+        ])
+        self._changes = SubscriptionChanges(self.subscriptions)
+        # what ACKs say the applications took: durable positions (durable.py)
+        self.positions = self.durables = Durables.of(getattr(journal, "client", None), self.ingest)
+
+    # --- helpers ------------------------------------------------------------------------
+
+    @property
+    def ingested(self) -> dict[str, int]:
+        """Per source, the last number fanned out."""
+        return self.ingest.ingested
+
+    @staticmethod
+    def outgoing_bits(source: str) -> int:
+        """The width source numbers are sent to subscribers in: 64, the absolute number.
+
+        A filtered subscriber sees a source's numbers with holes of any size; in the
+        publisher's narrower space a hole over half of it would unwrap backwards.
+        """
+        return ABSOLUTE_SOURCE_BITS
+
+    def _drop(self, frame: Publication | Heartbeat) -> bool:
+        """Fault injection: lose this frame on its way out (tests and demo only)."""
+        if frame.link_seq == 0 and self.config.drop_reset_frames:
+            return True
+        return self.config.drop_rate > 0 and self._rng.random() < self.config.drop_rate
+
+    @property
+    def window_size(self) -> int:
+        """The window of a link that acknowledges: half the link space, at most the frames a
+        link context keeps (a number the subscriber may still ask for is still held)."""
+        return window_size(self.config.link_bits, self.config.context_capacity)
+
+    def capabilities(self) -> Capabilities:
+        """The answer to a source query (XEP-0040 §4)."""
+        return Capabilities(
+            link_bits=self.config.link_bits,
+            source_bits=dict(self.decoder.unwrapper.bits),
+            default_source_bits=DEFAULT_SOURCE_BITS,
+            heartbeat_interval=self.config.heartbeat_interval,
+            max_gap_range=self.config.max_gap_range,
+            retention=self.config.journal_retention,
+            publish_types=tuple(t.value for t in PublishType),
+            max_batch=self.config.max_batch,
+            response_annotations=True,
+            retention_count=self.config.journal_retention_count,
+            max_publish_batch=self.config.max_publish_batch,
+        )
+
+    @staticmethod
+    def _reject(delivery: Delivery, error: SeqRepairError) -> None:
+        condition = getattr(error, "condition", "amqp:invalid-field")
+        info = condition_info(error.expected, error.got)
+        delivery.local.condition = Condition(condition, error.message[:500], info)
+        delivery.update(Delivery.REJECTED)
+        delivery.settle()
+
+    def _oversized(self, receiver: Any, size: int, limit: int) -> None:
+        """A delivery past ``max_message_size`` was rejected and its link detached
+        (:mod:`.sizelimit`); the connection's other links go on."""
+        self.stats["rejected"] += 1
+        self.stats["oversized"] += 1
+        conn = receiver.connection
+        log.warning("message too large: rejected, link detached", link=receiver.name,
+                    kind=getattr(receiver, "kind", None), received=size, limit=limit,
+                    connection=getattr(conn, "seqrepair_id", None),
+                    container=conn.remote_container)
+
+    @staticmethod
+    def _refuse_link(link: Any, error: AmqpAdapterError) -> None:
+        link.refusal = error
+        log.warning("link refused", link=link.name, condition=error.condition, error=error.message)
+
+    # --- container events ---------------------------------------------------------------
+
+    def on_start(self, event: Any) -> None:
+        self.container = event.container
+        self.acceptor = event.container.listen(self.config.url)
+        self.listening = listening_address(self.acceptor, self.config.url)
+        log.info("component listening", url=self.listening)
+        self._changes.start(event.container)
+        self._schedule_tick()
+        if self.on_ready is not None:
+            self.on_ready(self.listening)
+
+    def _schedule_tick(self) -> None:
+        self.container.schedule(min(0.1, self.config.heartbeat_interval / 4), self)
+
+    def on_timer_task(self, event: Any) -> None:
+        if self._stop_requested:
+            self.stop()
+            self.container.stop()  # run() returns once the events already due are handled
+            return
+        now = self.clock()
+        self.ingest.poll(now)  # what the journal took unanswered goes out (backs off)
+        self.durables.flush()  # positions taken since the last tick, one pipeline
+        for name, link in list(self.links.items()):
+            if link.sender is None:
+                if link.detached_at is not None and (
+                    now - link.detached_at > self.config.context_retention
+                ):
+                    del self.links[name]
+                    self.gapfill.detach(name)
+                    self.durables.forget_link(name)
+                    link.log.info("link context expired")
+                continue
+            link.heartbeat(now)
+            link.probe_tail()
+            self._pump_link(link, now)
+            if link.stats["window_peak"] > self.stats["window_peak"]:
+                self.stats["window_peak"] = link.stats["window_peak"]
+        self._schedule_tick()
+
+    def on_connection_bound(self, event: Any) -> None:
+        event.transport.idle_timeout = self.config.idle_timeout
+
+    def on_connection_opening(self, event: Any) -> None:
+        conn = event.connection
+        conn.seqrepair_id = next(self._conn_ids)
+        conn.offered_capabilities = [RESPONSE_ANNOTATIONS]
+        conn.bucket = Bucket(
+            self.config.request_rate, self.config.request_burst, self.config.request_burst,
+            self.clock(),
+        )
+        log.info("connection opened", connection=conn.seqrepair_id,
+                 container=conn.remote_container)
+
+    def on_link_opening(self, event: Any) -> None:
+        link = event.link
+        try:
+            if link.is_sender:
+                self._open_subscriber(link)
+            else:
+                self._open_receiver(link)
+        except AmqpAdapterError as exc:
+            self._refuse_link(link, exc)
+        except Exception as exc:  # a bad attach refuses that link, never ends the component
+            self._refuse_link(link, link_refusal(exc, link.name))
+
+    def on_link_opened(self, event: Any) -> None:
+        link = event.link
+        refusal = getattr(link, "refusal", None)
+        if refusal is not None:
+            link.condition = Condition(refusal.condition, refusal.message[:500])
+            link.close()
+            return
+        if link.is_receiver:
+            window = (
+                self.config.request_window
+                if link.kind == "control"
+                else self.config.publish_window
+            )
+            link.flow(window)
+        else:
+            self._pump_sender(link)
+
+    def on_sendable(self, event: Any) -> None:
+        self._pump_sender(event.sender)
+
+    def _pump_sender(self, sender: Any) -> None:
+        route = getattr(sender, "route", None)
+        if route is not None:
+            route.pump()
+            self._pump_later(route)
+            return
+        name = getattr(sender, "subscriber", None)
+        link = self.links.get(name) if name is not None else None
+        if link is not None and link.sender == sender:
+            self._pump_link(link, self.clock())
+
+    def _pump_link(self, link: SubscriberLink, now: float) -> None:
+        link.pump(now)
+        self._pump_later(link.route)
+
+    def _pump_later(self, route: ResponseRoute) -> None:
+        """Continue a pump that stopped at its quota of answers once the event loop has served
+        everything else that is ready (see ANSWERS_PER_TURN)."""
+        if not route.wants_turn():
+            return
+        self._unfinished.add(route)
+        if not self._continuing:
+            self._continuing = True
+            self.container.schedule(0, Call(self._continue_pumps))
+
+    def _continue_pumps(self) -> None:
+        self._continuing = False
+        unfinished, self._unfinished = self._unfinished, set()
+        for route in unfinished:
+            if route.sender is not None:
+                self._pump_sender(route.sender)
+
+    def on_link_closing(self, event: Any) -> None:
+        self._forget(event.link)
+
+    def on_link_closed(self, event: Any) -> None:
+        self._forget(event.link)
+
+    # a connection ends: the peer closes it (proton says closing/closed, not disconnected) or
+    # it is lost; on_transport_closed comes last whatever the path (on_disconnected a subset)
+    def on_connection_closing(self, event: Any) -> None:
+        self._forget_connection(event.connection)
+
+    def on_connection_closed(self, event: Any) -> None:
+        self._forget_connection(event.connection)
+
+    def on_transport_closed(self, event: Any) -> None:
+        self._forget_connection(event.connection)
+
+    def _forget_connection(self, conn: Any) -> None:
+        """Detach every subscriber link of ``conn`` (contexts kept, then expired) and drop its
+        response routes; idempotent."""
+        if conn is None:
+            return
+        for link in list(self.links.values()):
+            if link.sender is not None and link.sender.connection == conn:
+                self._forget(link.sender)
+        for key in [k for k in self.routes if k[0] == getattr(conn, "seqrepair_id", None)]:
+            del self.routes[key]
+        link = conn.link_head(0)
+        while link is not None:  # publishing links end with their connection too
+            if link.is_receiver:
+                self.ingest.publisher_gone(link)
+            link = link.next(0)
+
+    def _forget(self, endpoint: Any) -> None:
+        if endpoint.is_receiver:
+            self.ingest.publisher_gone(endpoint)
+            return
+        route = getattr(endpoint, "route", None)
+        if route is not None and route.target is not None:  # the peer closed a response target
+            conn_id: int = endpoint.connection.seqrepair_id
+            self.routes.pop((conn_id, "\0" + route.target), None)
+            self._unfinished.discard(route)
+            return
+        name = getattr(endpoint, "subscriber", None)
+        link = self.links.get(name) if name is not None else None
+        if link is not None and link.sender == endpoint:
+            link.detach(self.clock())
+            self.durables.flush()
+            link.log.info("subscriber detached; context kept",
+                          retention=self.config.context_retention)
+
+    # --- attaching ----------------------------------------------------------------------
+
+    def _open_subscriber(self, sender: Any) -> None:
+        open_subscriber(self, sender)
+
+    def _open_receiver(self, receiver: Any) -> None:
+        address = receiver.remote_target.address
+        receiver.target.address = address
+        receiver.max_message_size = self.config.max_message_size  # advertised and enforced
+        if address == CONTROL_ADDRESS:
+            receiver.kind = "control"
+            caps = receiver.target.capabilities
+            caps.put_array(False, Data.SYMBOL)
+            caps.enter()
+            caps.put_symbol(RESPONSE_ADDRESS_SUPPORTED)
+            caps.exit()
+            return
+        # the topics this link has already seen valid and inside its address (bounded)
+        receiver.topics_checked = set()
+        receiver.held_back = {}  # per source, what it must send again first (holdback)
+        receiver.own_sources = set()  # the sources it sent numbered publications of
+        if address is None:
+            receiver.kind = "publish"
+            receiver.pattern = TopicPattern("/#")
+            receiver.default_topic = None
+            return
+        if address.startswith("$") or address.startswith(SUBSCRIPTION_PREFIX):
+            raise UnknownAddressError(f"cannot publish to {address!r}", got=address)
+        receiver.kind = "publish"
+        receiver.pattern = TopicPattern(address)
+        receiver.default_topic = address if receiver.pattern.is_literal else None
+
+    # --- messages -----------------------------------------------------------------------
+
+    def on_message(self, event: Any) -> None:
+        receiver = event.receiver
+        delivery = event.delivery
+        message = event.message
+        try:
+            if (
+                message.instructions
+                and RESPONSE_COOKIE in message.instructions
+                and receiver.kind != "control"
+            ):
+                # respann §2.3: the target did not offer response-address-supported
+                receiver.condition = Condition(
+                    NotImplementedAnnotationError.condition,
+                    "response annotations sent to a target without response-address-supported",
+                )
+                receiver.close()
+                return
+            if receiver.kind == "control":
+                self._on_request(receiver, delivery, message)
+            else:
+                self._on_publish(receiver, delivery, message)
+        except SeqRepairError as exc:
+            self.stats["rejected"] += 1
+            log.warning("message rejected", link=receiver.name,
+                        condition=getattr(exc, "condition", "amqp:invalid-field"),
+                        error=exc.message)
+            self._reject(delivery, exc)
+        except Exception as exc:  # the component must outlive any one bad message
+            self.stats["rejected"] += 1
+            log.exception("message failed", link=receiver.name)
+            self._reject(delivery, AmqpAdapterError(f"internal error: {exc!r}"))
+        finally:
+            if receiver.state & Endpoint.LOCAL_ACTIVE:
+                window = (
+                    self.config.request_window
+                    if receiver.kind == "control"
+                    else self.config.publish_window
+                )
+                if receiver.credit < window // 2:
+                    receiver.flow(window - receiver.credit)
+
+    def _on_publish(self, receiver: Any, delivery: Delivery, message: Message) -> None:
+        released = self.ingest.publish(receiver, message)
+        if released is None:
+            self.accept(delivery)
+        else:
+            self._release(receiver, delivery, released)
+
+    def _release(self, receiver: Any, delivery: Delivery, released: Released) -> None:
+        """RELEASED: not processed, send again."""
+        self.stats["released"] += 1
+        log.warning("message released: publish again", link=receiver.name,
+                    error=released.reason)
+        self.release(delivery, delivered=False)
+
+    def _fan_out(
+        self, pubs: Sequence[Publication], entries: dict[int, bytes | None] | None = None
+    ) -> None:
+        now = self.clock()
+        touched = []
+        if entries is None:
+            entries = {}  # each publication encoded once for all links
+        for link in self.links.values():
+            allows = link.allows
+            if link.batch:
+                offers = []
+                for i, pub in enumerate(pubs):
+                    if allows(pub):
+                        entry = entries.get(i, _MISSING)
+                        if entry is _MISSING:
+                            entry = entries[i] = self._entry(pub)
+                        offers.append((pub, entry))
+            else:
+                offers = [(pub, None) for pub in pubs if allows(pub)]
+            if offers:
+                link.offer_many(offers, now)
+                touched.append(link)
+        for link in touched:
+            self._pump_link(link, now)
+
+    def _entry(self, pub: Publication) -> bytes | None:
+        try:
+            return encode_entry(pub, self.outgoing_bits)
+        except Unsupported:
+            return None
+
+    def _on_ack(self, receiver: Any, delivery: Delivery, message: Message) -> None:
+        """An ACK (ackdispatch.py): not charged to the request allowance, never answered."""
+        for ack in self.decoder.decode(message):
+            if not isinstance(ack, Ack):
+                raise UnknownMessageTypeError("an ACK message holds one ACK", got=ack)
+            link = receive_ack(ack, receiver.connection, self.links, self.positions, self.stats)
+            if link is not None:
+                self._pump_link(link, self.clock())
+                self.stats["window_peak"] = max(self.stats["window_peak"],
+                                                link.stats["window_peak"])
+        self.accept(delivery)
+
+    def _on_request(self, receiver: Any, delivery: Delivery, message: Message) -> None:
+        if is_ack(message):
+            self._on_ack(receiver, delivery, message)
+            return
+        conn = receiver.connection
+        now = self.clock()
+        if not conn.bucket.take(now):
+            raise RequestFloodError("request rate exceeded; slow down", got=self.stats["requests"])
+        self.stats["requests"] += 1
+        requests = self.decoder.decode_request(message)  # never a publication: no source state
+        route, cookie = route_for(  # where the answers go (respann §2.3)
+            self.routes, conn, message, self.container,
+            lambda sender, target: ResponseRoute(Entitlement.everything(), self.config.max_batch,
+                                                 self.outgoing_bits, sender=sender, target=target))
+        route.check_room()
+        correlation = message.id
+        props: dict[Any, Any] = dict(message.properties or {})
+        name = props.get(PROP_LINK) or _link_name(message.reply_to)
+        for request in requests:
+            if isinstance(request, CapabilitiesRequest):
+                route.respond(encode(self.capabilities()), correlation, cookie)
+            elif isinstance(request, GapRequest | SourceGapRequest):
+                link = self.links.get(str(name)) if name else None
+                if (
+                    link is None
+                    or (route.target is None and link.route is not route)
+                    # answers routed elsewhere only for the principal that attached the link
+                    or self.principals.get(link.name) != principal_of(conn)
+                ):
+                    raise UnknownAddressError(f"no link {name!r} on this connection", got=name)
+                self._answer_gap(link, route, request, correlation, cookie)
+            else:
+                raise UnknownMessageTypeError(
+                    f"{type(request).__name__} is not a request", got=type(request).__name__
+                )
+        self.accept(delivery)
+        if route.sender is not None:
+            self._pump_sender(route.sender)
+
+    def _answer_gap(
+        self,
+        link: SubscriberLink,
+        route: ResponseRoute,
+        request: GapRequest | SourceGapRequest,
+        correlation: Any,
+        cookie: bytes | None,
+    ) -> None:
+        now = self.clock()
+        if isinstance(request, GapRequest):
+            resend = self.gapfill.resend_gap(link.name, request, now)
+            if isinstance(resend, GapError):
+                link.log.info("gap request not answered", reason=resend.reason,
+                              detail=resend.detail)
+                route.respond(encode(resend), correlation, cookie)
+            elif len(resend):
+                route.start_resend(link.fresh(resend), correlation, cookie)
+            return
+        if len(request.after) > self.config.max_request_sources:
+            route.respond(
+                encode(GapError("refused", request,
+                                f"more than {self.config.max_request_sources} sources")),
+                correlation,
+                cookie,
+            )
+            return
+        # what the component fans out next goes to this link too: the replay stops there
+        replay = self.gapfill.answer_source_gap(
+            link.name, request, now, carried_after=self.ingest.ingested
+        )
+        if isinstance(replay, GapError):
+            link.log.info("source request not answered", reason=replay.reason,
+                          detail=replay.detail)
+            route.respond(encode(replay), correlation, cookie)
+            return
+        self.ingest.owe(replay.owed_to_link)
+        route.start_replay(link.name, replay, correlation, cookie)
+
+    # --- running ------------------------------------------------------------------------
+
+    def on_seqrepair_subscription(self, event: Any) -> None:
+        """A subscription changed (:mod:`.subqueues`): act on the links of its queue (a
+        resumed one sends its frame 0 on the next tick)."""
+        previous, current = event.subject
+        if current is None and previous is not None:
+            self.durables.forget_queue(previous.id)
+        for link in apply_change(self.links, previous, current, self.clock()):
+            del self.links[link.name]
+            self.gapfill.detach(link.name)
+            self.durables.forget_link(link.name)
+            self.principals.pop(link.name, None)
+            for key in [k for k in self.routes if self.routes[k] is link.route]:
+                del self.routes[key]
+
+    def request_stop(self) -> None:
+        """Stop at the next tick (at most 0.1 s away): close the listener and end the
+        container's run. Safe from a signal handler: it only sets a flag (raising there, as
+        ``sys.exit`` does, can land in a finalizer, where Python ignores it)."""
+        self._stop_requested = True
+
+    def stop(self) -> None:
+        """Close the listener (the container then ends when its connections do)."""
+        self._changes.stop()
+        if self.acceptor is not None:
+            self.acceptor.close()
+
+
+_MISSING: Any = object()
+
+
+def _link_name(reply_to: Any) -> str | None:
+    if isinstance(reply_to, str) and reply_to.startswith(LINK_PREFIX):
+        return reply_to[len(LINK_PREFIX) :]
+    return None
+
+
+def serve(config: ComponentConfig, journal: Journal,
+          on_ready: Callable[[str], None] | None = None) -> None:
+    """Run the component until the process is stopped."""
+    component = Component(config, journal, on_ready=on_ready)
+    make_container(Guarded(component, component.stats)).run()

@@ -1,0 +1,94 @@
+"""What ``seqrepair serve`` can set (:class:`ComponentConfig`), checked when it is made, and
+the per-connection request bucket it sizes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from seqrepair.amqp.component.grants import GrantTable
+from seqrepair.amqp.wire.sizelimit import DEFAULT_MAX_MESSAGE_SIZE
+from seqrepair.core.config import non_negative_number, optional, positive_int, positive_number
+from seqrepair.core.errors import InvalidConfigError
+from seqrepair.core.subscriptions import Subscription
+
+
+def _link_bits(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 2 <= value <= 64:
+        raise InvalidConfigError(
+            f"{attribute.name} must be an integer in 2..64, got {value!r}", expected=(2, 64),
+            got=value,
+        )
+
+
+def _rate(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1:
+        raise InvalidConfigError(
+            f"{attribute.name} must be a fraction in [0, 1), got {value!r}", got=value
+        )
+
+
+def _positive(default: float) -> Any:
+    """A field that must be > 0 (an integer when its default is one)."""
+    check = positive_int if isinstance(default, int) else positive_number
+    return attrs.field(default=default, validator=check)
+
+
+@attrs.define
+class ComponentConfig:
+    """Everything ``seqrepair serve`` can set (checked: InvalidConfigError when out of range)."""
+
+    url: str = "127.0.0.1:5672"
+    link_bits: int = attrs.field(default=16, validator=_link_bits)
+    heartbeat_interval: float = _positive(1.0)
+    idle_timeout: float = attrs.field(default=10.0, validator=non_negative_number)
+    max_batch: int = _positive(256)
+    """Most publications per transfer to a subscriber (and per gap-fill answer): past a few
+    hundred, proton's per-transfer work is a small part of the cost of each publication."""
+    max_pending: int = _positive(20_000)
+    max_publish_batch: int = _positive(4_096)
+    """Most publications one incoming PUBLICATIONS message may carry: its journaling and
+    fan-out run in one turn of the event loop that serves every link."""
+    max_message_size: int = _positive(DEFAULT_MAX_MESSAGE_SIZE)
+    """Most bytes of one incoming message (publisher's or request), advertised as the
+    ``max-message-size`` of the links the component receives on and enforced as the bytes
+    arrive (:mod:`seqrepair.amqp.wire.sizelimit`)."""
+    context_capacity: int = _positive(65_536)
+    max_gap_range: int = _positive(10_000)
+    max_request_sources: int = _positive(1_000)
+    context_retention: float = attrs.field(default=30.0, validator=non_negative_number)
+    journal_retention: float | None = attrs.field(
+        default=None, validator=optional(positive_number)
+    )
+    journal_retention_count: int | None = attrs.field(
+        default=None, validator=optional(positive_int)
+    )
+    publish_window: int = _positive(500)
+    request_window: int = _positive(32)
+    request_rate: float = _positive(500.0)
+    request_burst: float = _positive(1_000.0)
+    drop_rate: float = attrs.field(default=0.0, validator=_rate)
+    drop_seed: int | None = None
+    drop_reset_frames: bool = False
+    subscriptions: dict[str, Subscription] = attrs.field(factory=dict)
+    """The operator's subscription queues, by id (``configured``; see :mod:`.subqueues`)."""
+    grants: GrantTable = attrs.field(factory=GrantTable)
+
+
+@attrs.define
+class Bucket:
+    """A token bucket bounding one connection's requests."""
+
+    rate: float
+    burst: float
+    tokens: float
+    at: float
+
+    def take(self, now: float) -> bool:
+        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
+        self.at = now
+        if self.tokens < 1:
+            return False
+        self.tokens -= 1
+        return True

@@ -1,0 +1,566 @@
+"""One subscriber link inside the component: numbering, context, queues and the source replay.
+
+A :class:`SubscriberLink` owns the core objects of one link (a
+:class:`~seqrepair.core.sequencers.LinkSequencer` and a
+:class:`~seqrepair.core.context.LinkContext`) and three bounded queues, sent in this order
+whenever the link has credit:
+
+1. ``responses``: answers (link range resends, read from the context a chunk per transfer,
+   GAP-ERROR, SUBSCRIPTION, CAPABILITIES), at most ``MAX_WAITING_ANSWERS`` before requests are
+   refused;
+2. the source replays in progress (one per requesting link), read from the journal one chunk
+   per transfer;
+3. ``pending``: live publications not yet numbered; numbers are taken at send time, so a link
+   without credit never burns numbers and never holds more than ``max_pending`` publications.
+
+When ``pending`` overflows the link is *paused* (SWIM SUBSCRIPTION technical message), its
+queue dropped; when credit comes back it is resumed with a link reset (the next frame is 0), so
+the subscriber's stub repairs by source from the journal: bounded memory, and other links are
+never slowed. No sequencing decision is made here that the core does not make.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+import attrs
+import structlog
+from proton import Condition
+
+from seqrepair.amqp.wire.codec import encode
+from seqrepair.amqp.wire.errors import InvalidLinkPropertyError, RequestFloodError
+from seqrepair.amqp.wire.framing import (
+    Outgoing,
+    encode_batch,
+    encode_entry,
+    encode_frames,
+    pack_frame,
+    regular_runs,
+)
+from seqrepair.amqp.wire.rawamqp import Unsupported
+from seqrepair.amqp.wire.respann import ADDRESS_COOKIE
+from seqrepair.amqp.wire.technical import SubscriptionState
+from seqrepair.core.context import LinkContext
+from seqrepair.core.errors import SeqRepairError
+from seqrepair.core.messages import (
+    GapError,
+    GapRequest,
+    Heartbeat,
+    Publication,
+    ReplayComplete,
+    SourceGapRequest,
+)
+from seqrepair.core.permissions import Entitlement
+from seqrepair.core.sequencers import LinkSequencer
+from seqrepair.core.window import LinkWindow
+
+ReplayFrame = Publication | ReplayComplete | GapError
+
+
+ALLOWS_CACHE = 4096
+"""How many (topic, permission token) answers of its entitlement a link remembers."""
+
+log = structlog.get_logger(__name__)
+
+def _new_epoch() -> str:
+    """A fresh name for a link context (48 random bits: unique across component restarts)."""
+    return secrets.token_hex(6)
+
+
+AnswerFrame = Publication | Heartbeat | ReplayComplete | GapError
+
+ANSWERS_PER_TURN = 16
+"""How many transfers of answers one pump makes before the event loop serves other links (the
+component continues it at once, see ``Component._pump_later``): a large resend or replay to a
+peer with much credit must not stall every other link while it is encoded."""
+
+MAX_WAITING_ANSWERS = 64
+"""How many answers a route holds for a peer that gives no credit; requests beyond are refused
+(see :meth:`ResponseRoute.check_room`)."""
+
+
+@attrs.define(eq=False)
+class _Stream:
+    """An answer read as it is sent: frames a chunk per transfer, a closing frame on its own."""
+
+    frames: Iterator[AnswerFrame]
+    correlation_id: Any
+    cookie: bytes | None = None
+    replay: bool = False
+    ready: deque[Outgoing] = attrs.field(factory=deque)
+    done: bool = False
+
+
+@attrs.define(eq=False)
+class ResponseRoute:
+    """Where answers go: a sender, the answers waiting for it and a source replay in progress.
+
+    A subscriber link is its own route; requests that carried response annotations share one
+    route per ``response-link-target-address`` of their connection (``target``). Each answer
+    carries the ``address-cookie`` its request gave, if any (respann §2.3). Link ranges and
+    source replays are read lazily, a chunk per transfer as credit allows, so one large answer
+    neither stalls the component nor sits encoded in memory. A route runs one source replay
+    per requesting link (``replays``, in the order they started).
+    """
+
+    entitlement: Entitlement
+    max_batch: int
+    source_bits: Callable[[str], int]
+    batch: bool = True
+    sender: Any = None
+    target: str | None = None
+    responses: deque[Outgoing | _Stream] = attrs.field(factory=deque)
+    replays: dict[str, _Stream] = attrs.field(factory=dict)
+    replayed: int = 0
+
+    def respond(
+        self, message: Outgoing, correlation_id: Any, cookie: bytes | None = None
+    ) -> None:
+        """Queue an answer (requests are refused first when too many wait: check_room)."""
+        self.responses.append(_finish(message, correlation_id, cookie))
+
+    def check_room(self) -> None:
+        """RequestFloodError when :data:`MAX_WAITING_ANSWERS` answers wait already: a peer
+        that gives no credit but keeps asking must not fill the component's memory."""
+        if len(self.responses) >= MAX_WAITING_ANSWERS:
+            raise RequestFloodError(
+                f"{len(self.responses)} answers wait for credit on this route; grant credit"
+                " before asking again",
+                got=len(self.responses),
+            )
+
+    def start_resend(
+        self, frames: Iterable[AnswerFrame], correlation_id: Any, cookie: bytes | None = None
+    ) -> None:
+        """Queue the answer to a link range (a :class:`~seqrepair.core.context.Resend`)."""
+        self.responses.append(_Stream(iter(frames), correlation_id, cookie))
+
+    def start_replay(
+        self,
+        requester: str,
+        replay: Iterable[ReplayFrame],
+        correlation_id: Any,
+        cookie: bytes | None = None,
+    ) -> None:
+        """Send the gap-fill service's answer to a source request about the link
+        ``requester``, a chunk per transfer.
+
+        The answer is read lazily (the journal is paged as credit allows); a new replay for
+        the same link replaces one in progress, whose requester has given up on it.
+        """
+        self.replays.pop(requester, None)
+        self.replays[requester] = _Stream(iter(replay), correlation_id, cookie, replay=True)
+
+    def busy(self) -> bool:
+        """Whether answers are waiting."""
+        return bool(self.responses) or bool(self.replays)
+
+    def send_one(self) -> bool:
+        """Send one waiting answer or answer chunk; False when there was nothing to send."""
+        while True:
+            if self.responses:
+                head = self.responses[0]
+                if not isinstance(head, _Stream):
+                    self.sender.send(self.responses.popleft())
+                    return True
+                message = self._next(head)
+                if message is None:
+                    self.responses.popleft()
+                    continue
+            elif self.replays:
+                requester, stream = next(iter(self.replays.items()))
+                message = self._next(stream)
+                if message is None:
+                    log.info("replay finished", link=requester, replayed=self.replayed)
+                    del self.replays[requester]
+                    continue
+            else:
+                return False
+            self.sender.send(message)
+            return True
+
+    def pump(self) -> int:
+        """Send answers while credit lasts, at most :data:`ANSWERS_PER_TURN`."""
+        sent = 0
+        while (
+            sent < ANSWERS_PER_TURN
+            and self.sender is not None
+            and self.sender.credit > 0
+            and self.send_one()
+        ):
+            sent += 1
+        return sent
+
+    def wants_turn(self) -> bool:
+        """Whether answers wait that the sender has credit for (a pump stopped at its quota)."""
+        return self.sender is not None and self.sender.credit > 0 and self.busy()
+
+    def _next(self, stream: _Stream) -> Outgoing | None:
+        """The stream's next message; None once it is over."""
+        if not stream.ready and not stream.done:
+            self._read_chunk(stream)
+        return stream.ready.popleft() if stream.ready else None
+
+    def _read_chunk(self, stream: _Stream) -> None:
+        chunk: list[Publication | Heartbeat] = []
+        closing: ReplayComplete | GapError | None = None
+        for frame in stream.frames:
+            if isinstance(frame, Publication | Heartbeat):
+                chunk.append(frame)
+                if len(chunk) >= self.max_batch:
+                    break
+            else:
+                closing = frame  # ReplayComplete or a GapError ends the answer
+                break
+        else:
+            stream.done = True
+        if closing is not None:
+            stream.done = True
+        correlation_id, cookie = stream.correlation_id, stream.cookie
+        if chunk:
+            if stream.replay:
+                self.replayed += len(chunk)
+            if self.batch:
+                stream.ready.append(
+                    _finish(encode_frames(chunk, self.source_bits), correlation_id, cookie)
+                )
+            else:
+                stream.ready.extend(
+                    _finish(encode_frames([frame], self.source_bits), correlation_id, cookie)
+                    for frame in chunk
+                )
+        if closing is not None:
+            stream.ready.append(_finish(encode(closing), correlation_id, cookie))
+
+
+def _finish(message: Outgoing, correlation_id: Any, cookie: bytes | None) -> Outgoing:
+    """An answer as it goes out: the request's id, and its cookie echoed (respann §2.3)."""
+    if correlation_id is not None:
+        message.correlation_id = correlation_id
+    if cookie is not None:
+        message.instructions = {ADDRESS_COOKIE: cookie}
+    return message
+
+
+@attrs.define(eq=False)
+class SubscriberLink:
+    """The component's state for one subscriber link (keyed by the AMQP link name)."""
+
+    name: str
+    address: str
+    entitlement: Entitlement
+    sequencer: LinkSequencer
+    context: LinkContext
+    batch: bool
+    max_batch: int
+    max_pending: int
+    source_bits: Callable[[str], int]
+    drop: Callable[[Publication | Heartbeat], bool] = attrs.field(default=lambda _frame: False)
+    sender: Any = None
+    pending: deque[tuple[Publication, bytes | None]] = attrs.field(factory=deque)
+    """Live publications waiting for credit, each with its encoded batch entry (shared by
+    every link the publication goes to; None when only proton's codec can encode it)."""
+    route: ResponseRoute = attrs.field(init=False)
+    paused: bool = False
+    held: bool = False
+    """Paused by its subscription (not for want of credit): it stays paused until released."""
+    detached_at: float | None = None
+    max_credit: int = 0
+    reset_pending: bool = False
+    epoch: str = attrs.field(factory=_new_epoch)
+    """Names the link context: a new one whenever the numbering restarts at 0, so a
+    subscriber that re-attaches naming an older epoch is not resumed in a context it never
+    saw begin."""
+    stats: dict[str, int] = attrs.field(
+        factory=lambda: {"sent": 0, "dropped": 0, "transfers": 0, "paused": 0,
+                         "window_full": 0, "window_peak": 0, "stale_resends": 0,
+                         "tail_probes": 0}
+    )
+    window: LinkWindow | None = None
+    """The window discipline of a subscriber that acknowledges (``seqrepair-ack``): no link
+    number is stamped more than ``window.size`` past what it acknowledged. None: no window
+    (a client that does not ack gets the numbering as before)."""
+    _stalled: tuple[str, int] | None = attrs.field(default=None, init=False)
+    _allowed: dict[tuple[object, ...], bool] = attrs.field(factory=dict, init=False)
+    _filtered: bool = attrs.field(default=False, init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.route = ResponseRoute(self.entitlement, self.max_batch, self.source_bits, self.batch)
+        self._filtered = bool(self.entitlement.filters)
+
+    def attach(self, sender: Any) -> None:
+        """Bind (or rebind, on resume) the AMQP sender of this link."""
+        self.sender = sender
+        self.route.sender = sender
+        self.detached_at = None
+
+    def detach(self, now: float) -> None:
+        """The subscriber went away; the state is kept for resumption until it expires."""
+        self.sender = None
+        self.route.sender = None
+        self.detached_at = now
+
+    @property
+    def log(self) -> Any:
+        """A logger bound with this link."""
+        return log.bind(link=self.name, topic=self.address)
+
+    # --- feeding ------------------------------------------------------------------------
+
+    def allows(self, pub: Publication) -> bool:
+        """``entitlement.allows(pub)``, remembered per (topic, permission token), and per
+        source and publish type too when the link has filters (they may read those): the
+        answer depends on nothing else, and the entitlement of a link never changes."""
+        key: tuple[object, ...] = (
+            (pub.topic, pub.permtoken, pub.source, pub.ptype) if self._filtered
+            else (pub.topic, pub.permtoken)
+        )
+        allowed = self._allowed.get(key)
+        if allowed is None:
+            if len(self._allowed) >= ALLOWS_CACHE:
+                self._allowed.clear()
+            allowed = self._allowed[key] = self.entitlement.allows(pub)
+        return allowed
+
+    def offer(self, pub: Publication, now: float, entry: bytes | None = None) -> None:
+        """A live publication for this link (already filtered by the caller), with its
+        encoded batch entry when the caller has one (see :func:`framing.encode_entry`)."""
+        self.offer_many([(pub, entry)], now)
+
+    def offer_many(self, offers: list[tuple[Publication, bytes | None]], now: float) -> None:
+        """Several live publications for this link, in order (see :meth:`offer`)."""
+        if self.paused:
+            return
+        self.pending.extend(offers)
+        if len(self.pending) > self.max_pending:
+            self.pause(now, f"more than {self.max_pending} publications waiting for credit")
+
+    def pause(self, now: float, reason: str) -> None:
+        """Stop queueing: drop the queue, tell the subscriber, resume later with a reset."""
+        self.paused = True
+        self.pending.clear()
+        self.stats["paused"] += 1
+        self.log.warning("link paused", reason=reason)
+        self.route.respond(encode(self._state("PAUSED", reason)), None)
+
+    def _state(self, status: str, reason: str = "") -> SubscriptionState:
+        return SubscriptionState(
+            status=status,
+            topic=",".join(str(p) for p in self.entitlement.topics),
+            subscription_id=self.name,
+            queue=self.address,
+            reason=reason,
+            epoch=self.epoch,
+        )
+
+    # --- sending ------------------------------------------------------------------------
+
+    def pump(self, now: float) -> int:
+        """Send what credit allows; return the number of transfers made."""
+        sender = self.sender
+        if sender is None:
+            return 0
+        credit = sender.credit
+        if credit > self.max_credit:
+            self.max_credit = credit
+        if (
+            self.paused and not self.held and not self.route.busy()
+            and credit >= max(1, self.max_credit // 2)
+        ):
+            self._resume(now)
+        answers = 0
+        while sender.credit > 0:
+            if self.route.busy() and answers >= ANSWERS_PER_TURN:
+                break  # the rest on the next turn: answers go out first, in order
+            if self.route.send_one():
+                answers += 1
+            elif self.reset_pending:
+                self.reset_pending = False
+                self._send_frames([self.sequencer.heartbeat(now)])
+            elif self.pending and not self.paused:
+                pending = self.pending
+                # a batch link sends a chunk per transfer; a plain one a publication each, so
+                # no more than its credit is numbered (what waits unnumbered can be paused)
+                most = self.max_batch if self.batch else sender.credit
+                window = self.window
+                if window is not None:
+                    room = window.room()
+                    if room <= 0:
+                        self.stats["window_full"] += 1
+                        break  # until an ACK: what waits stays unnumbered (and may pause)
+                    most = min(most, room)
+                chunk = [pending.popleft() for _ in range(min(most, len(pending)))]
+                stamp = self.sequencer.stamp
+                frames: list[Publication | Heartbeat] = [stamp(pub, now) for pub, _ in chunk]
+                if window is not None:
+                    self._counted(window, len(frames))
+                self._send_frames(frames, [entry for _, entry in chunk])
+            else:
+                break
+        transfers: int = max(0, credit - sender.credit)  # each transfer spends one credit
+        self.stats["transfers"] += transfers
+        return transfers
+
+    def heartbeat(self, now: float) -> None:
+        """A heartbeat if the link is idle for an interval and can send (a held link too: its
+        subscriber must not take the pause for a dead link)."""
+        if self.sender is None or self.sender.credit <= 0 or self.pending:
+            return
+        if self.paused and not self.held:
+            return
+        window = self.window
+        if window is not None and window.room() <= 0:
+            return  # a full window takes no new number; the subscriber's ACK opens it
+        beat = self.sequencer.poll(now)
+        if beat is not None:
+            if window is not None:
+                self._counted(window, 1)
+            self._send_frames([beat])
+
+    def probe_tail(self) -> None:
+        """On the component's tick: a window that was full at the last tick, with no ACK
+        since, gets its newest frame sent again (a tail loss probe). A full window sends no
+        heartbeat, so a subscriber that lost the frames at its end would otherwise learn of it
+        only from the silence (missed heartbeats); given the newest, it sees the gap before it
+        and asks for it. One frame per tick, whatever the cause (a slow subscriber too)."""
+        window = self.window
+        if window is None or self.sender is None or window.room() > 0 or self.paused:
+            self._stalled = None
+            return
+        mark = (self.epoch, window.acked_through)
+        newest = window.newest
+        if self._stalled != mark or newest is None:
+            self._stalled = mark
+            return
+        resend = self.context.resend(GapRequest(newest, newest))
+        if not isinstance(resend, GapError) and len(resend):
+            self.stats["tail_probes"] += 1
+            self.route.start_resend(self.fresh(resend), None)
+
+    def _counted(self, window: LinkWindow, count: int) -> None:
+        window.stamped(count)
+        if window.outstanding > self.stats["window_peak"]:
+            self.stats["window_peak"] = window.outstanding
+
+    def fresh(self, frames: Iterable[AnswerFrame]) -> Iterator[AnswerFrame]:
+        """The frames of a resend, read as they are sent, less those at or below what the
+        subscriber acknowledged (stale: it has them, and read now they could pass for new)."""
+        for frame in frames:
+            window = self.window
+            if (
+                window is not None
+                and isinstance(frame, Publication | Heartbeat)
+                and frame.link_seq is not None
+                and window.stale(frame.link_seq)
+            ):
+                self.stats["stale_resends"] += 1
+                continue
+            yield frame
+
+    def hold(self, now: float, reason: str) -> None:
+        """Pause the link until :meth:`release` (its subscription was paused)."""
+        self.held = True
+        if not self.paused:
+            self.pause(now, reason)
+
+    def release(self, now: float) -> None:
+        """End a :meth:`hold`: send again, from link number 0 (the subscriber repairs the
+        pause by source)."""
+        if self.held:
+            self.held = False
+            if self.paused:
+                self._resume(now)
+
+    def _resume(self, now: float) -> None:
+        self.paused = False
+        self.reset()
+        self.log.info("link resumed with a reset")
+        self.route.respond(encode(self._state("ACTIVE", "resumed with a link reset")), None)
+
+    def reset(self) -> None:
+        """Void the link context: a new epoch, and the next frame carries link number 0."""
+        self.sequencer.reset()
+        self.reset_pending = True
+        self.epoch = _new_epoch()
+        if self.window is not None:
+            self.window.reset()
+
+    def _send_frames(
+        self, frames: list[Publication | Heartbeat], entries: list[bytes | None] | None = None
+    ) -> None:
+        record = self.context.record
+        for frame in frames:
+            record(frame)
+        drop = self.drop
+        keep = [i for i, frame in enumerate(frames) if not drop(frame)]
+        self.stats["dropped"] += len(frames) - len(keep)
+        self.stats["sent"] += len(frames)
+        if not keep:
+            return
+        wire = [frames[i] for i in keep]
+        send = self.sender.send
+        if not self.batch:
+            for frame in wire:
+                send(pack_frame(frame, self.source_bits))
+            return
+        cached: list[bytes | None] = (
+            [None] * len(keep) if entries is None else [entries[i] for i in keep]
+        )
+        for start, end in regular_runs(wire):
+            if end - start == 1:
+                send(pack_frame(wire[start], self.source_bits))
+                continue
+            send(self._batch(wire[start:end], cached[start:end]))
+
+    def _batch(
+        self, frames: list[Publication | Heartbeat], entries: list[bytes | None]
+    ) -> Outgoing:
+        """One run of consecutive frames as one ``PUBLICATIONS`` transfer."""
+        try:
+            encoded = [
+                entry if entry is not None else encode_entry(frame, self.source_bits)
+                for frame, entry in zip(frames, entries, strict=True)
+            ]
+        except Unsupported:
+            return encode_frames(frames, self.source_bits)
+        return encode_batch(encoded, first_link_seq=frames[0].link_seq, retransmit=False)
+
+
+# --- attaching ----------------------------------------------------------------------------
+
+
+def close_stolen(link: SubscriberLink, sender: Any) -> None:
+    """Detach the link's sender on another connection: a link name has one subscriber."""
+    old = link.sender
+    if old is not None and old != sender:
+        old.subscriber = None
+        old.condition = Condition("amqp:link:stolen", "attached on another connection")
+        old.close()
+
+
+def start_map(value: Any) -> dict[str, int]:
+    """A subscriber's ``seqrepair-start-after`` property: source -> absolute number."""
+    problem = "seqrepair-start-after must map sources to numbers >= 0"
+    if not isinstance(value, Mapping):
+        raise InvalidLinkPropertyError(problem, expected="map", got=value)
+    try:
+        return dict(SourceGapRequest(after={str(k): v for k, v in value.items()}).after)
+    except SeqRepairError as exc:
+        raise InvalidLinkPropertyError(f"{problem}: {exc.message}", got=exc.got) from None
+
+
+def tokens(value: Any) -> list[str]:
+    """A subscriber's ``seqrepair-permtokens`` property: the permission tokens it names."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [t for t in value.split(",") if t]
+    if isinstance(value, list | tuple) and all(isinstance(t, str) for t in value):
+        return [str(t) for t in value]
+    raise InvalidLinkPropertyError(
+        "seqrepair-permtokens must be a comma-separated string of tokens",
+        expected="string", got=repr(value)[:100],
+    )

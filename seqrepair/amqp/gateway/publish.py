@@ -1,0 +1,291 @@
+"""Publishing through a gateway: each publishing link is carried to the component, and its
+deliveries are settled only with the component's outcome.
+
+Nothing is acknowledged that no journal holds. A publisher attached to the gateway (a receiving
+link of the gateway whose target is not ``$seqrepair``) gets a link of its own at the
+component: same target (a topic, a pattern, or the anonymous target), named
+``<gateway>.<link name>``, on an upstream connection of its own connection whose container id
+is ``<gateway>.<container id>`` (the component numbers a plain publisher's publications under
+its container id, so two plain publishers behind one gateway stay two sources). The
+publisher's attach is answered once the component has answered the gateway's: with the
+component's ``max-message-size``, or with its refusal (condition and description).
+
+Each message crosses as the bytes that came (no decoding, no re-encoding), unsettled; the
+publisher's delivery is settled when the component settles the relayed one, with its outcome:
+accepted, rejected with the component's condition and info (``expected``/``got``), released or
+modified. Credit crosses too: the publisher gets what the component grants the gateway, so
+nothing queues at the gateway. A message past the link's ``max-message-size`` is refused as its
+bytes arrive (:func:`~seqrepair.amqp.wire.sizelimit.refuse`), as the component would.
+
+When either side of the pair ends, so does the other: the component's connection lost closes
+the publisher's with ``amqp:connection:forced`` (deliveries in flight stay unsettled: the
+publisher sends them again after reconnecting, as connected directly), and the publisher's
+gone closes the upstream one.
+
+On the gateway's requests link (``$seqrepair``), a link frame or an answer is refused
+(:func:`refuse_non_request`) rather than accepted and forwarded as a request: only requests,
+which the gateway accepts on their way, cross there.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import structlog
+from proton import Condition, Delivery, Endpoint, Message
+from proton.handlers import IncomingMessageHandler
+
+from seqrepair.amqp.gateway.relays import upstream_name
+from seqrepair.amqp.wire.codec import NOT_REQUESTS
+from seqrepair.amqp.wire.errors import (
+    AmqpAdapterError,
+    MalformedMessageError,
+    UnknownMessageTypeError,
+)
+from seqrepair.amqp.wire.rawamqp import proton_message
+from seqrepair.amqp.wire.sizelimit import refuse
+from seqrepair.amqp.wire.technical import MESSAGE_TYPE
+
+log = structlog.get_logger("seqrepair.amqp.gateway")
+
+CONTROL_ADDRESS = "$seqrepair"
+FORCED = "amqp:connection:forced"
+
+
+def refuse_non_request(message: Message) -> AmqpAdapterError | None:
+    """Why ``message``, sent to the gateway's requests address, is not forwarded (None: it is
+    a request, or a type the component judges): a publication or an answer there would be
+    accepted by the gateway and refused by the component, acknowledged and never journaled."""
+    props: Any = message.properties or {}
+    kind = props.get(MESSAGE_TYPE) if isinstance(props, dict) else None
+    if kind is None:
+        return MalformedMessageError("message has no message-type application property")
+    if str(kind) in {t.value for t in NOT_REQUESTS}:
+        return UnknownMessageTypeError(
+            f"{kind} is not a request: publications go to a topic address", got=str(kind)
+        )
+    return None
+
+
+class CheckedIncoming(IncomingMessageHandler):
+    """proton's incoming-message handler, except that bytes proton cannot read (or would
+    raise on later, a string that is not UTF-8) are rejected ``amqp:decode-error`` on that
+    delivery instead of raising out of the gateway's event loop, which would end the gateway
+    for every peer. A downstream link's credit for it is given back."""
+
+    def on_delivery(self, event: Any) -> None:
+        dlv = event.delivery
+        link = dlv.link
+        if not link.is_receiver or dlv.aborted or not dlv.readable or dlv.partial:
+            super().on_delivery(event)
+            return
+        data = link.recv(dlv.pending)
+        link.advance()
+        message = proton_message(data)
+        if isinstance(message, str):
+            log.warning("message rejected", link=link.name, condition="amqp:decode-error",
+                        error=message)
+            settle_with(dlv, MalformedMessageError(f"not a well-formed AMQP message: {message}"))
+            if not getattr(link.connection, "seqrepair_upstream", False):
+                link.flow(1)
+            return
+        event.message = message
+        if link.state & Endpoint.LOCAL_CLOSED:
+            return
+        self.on_message(event)
+
+
+def checked_incoming(handler: Any) -> None:
+    """Make a :class:`~proton.handlers.MessagingHandler` (``auto_accept`` false) read with
+    :class:`CheckedIncoming`."""
+    handler.handlers = [
+        CheckedIncoming(h.auto_accept, h.delegate) if type(h) is IncomingMessageHandler else h
+        for h in handler.handlers
+    ]
+
+
+def settle_with(delivery: Any, error: AmqpAdapterError) -> None:
+    """Reject ``delivery`` with ``error``'s condition (a pre-settled one is only freed)."""
+    if not delivery.settled:
+        delivery.local.condition = Condition(error.condition, error.message[:500])
+        delivery.update(Delivery.REJECTED)
+    delivery.settle()
+
+
+class PublishRelays:
+    """The publishing links a :class:`~seqrepair.amqp.gateway.gateway.Gateway` carries upstream.
+
+    The gateway calls :meth:`attach` for a publisher's link, :meth:`upstream_opened` and
+    :meth:`link_closed` as links answer or end, :meth:`on_delivery` for every delivery event,
+    :meth:`sendable` when an upstream link has credit and :meth:`connection_ended` for every
+    connection that ends; each says whether the event was one of its own.
+    """
+
+    def __init__(self, gateway: Any) -> None:
+        self.gateway = gateway
+        self.stats = gateway.stats
+        for key in ("published", "publish_outcomes", "publish_links"):
+            self.stats.setdefault(key, 0)
+        self._tags = itertools.count(1)
+        self._pairs: dict[Any, Any] = {}  # downstream connection <-> its upstream connection
+
+    def _upstream_for(self, downstream: Any) -> Any:
+        conn = self._pairs.get(downstream)
+        if conn is None:
+            gw = self.gateway
+            container_id = f"{gw.name}.{downstream.remote_container or 'anonymous'}"
+            conn = gw._container.connect(gw.upstream_url, reconnect=False,
+                                         heartbeat=gw.idle_timeout, container_id=container_id)
+            conn.seqrepair_upstream = True
+            conn.seqrepair_publishing = downstream
+            self._pairs[downstream] = conn
+            self._pairs[conn] = downstream
+        return conn
+
+    def attach(self, link: Any) -> None:
+        """A publisher's link: held until the component answers the one attached for it."""
+        link.seqrepair_held = True
+        address = link.remote_target.address
+        link.target.address = address
+        sender = self.gateway._container.create_sender(
+            self._upstream_for(link.connection), target=address,
+            name=upstream_name(self.gateway.name, link.name),
+        )
+        sender.seqrepair_downstream = link
+        link.seqrepair_upstream_link = sender
+        self.stats["publish_links"] += 1
+
+    def upstream_opened(self, sender: Any) -> bool:
+        """The component answered an upstream publishing link: answer the publisher's."""
+        down = getattr(sender, "seqrepair_downstream", None)
+        if down is None:
+            return False
+        if sender.state & Endpoint.REMOTE_CLOSED:  # attached and detached at once: refused
+            self._detach(down, sender.remote_condition)
+            return True
+        if down.state & Endpoint.LOCAL_UNINIT:
+            down.max_message_size = sender.remote_max_message_size
+            down.seqrepair_held = False
+            down.open()
+            log.info("publishing link relayed", link=down.name, address=down.target.address)
+        self.sendable(sender)
+        return True
+
+    def link_closed(self, link: Any) -> bool:
+        """A publishing link ended on one side: end the other with the same condition."""
+        down = getattr(link, "seqrepair_downstream", None)
+        if down is not None:
+            self._detach(down, link.remote_condition)
+            return True
+        up = getattr(link, "seqrepair_upstream_link", None)
+        if up is not None:
+            if not up.state & Endpoint.LOCAL_CLOSED:
+                up.close()
+            return True
+        return False
+
+    @staticmethod
+    def _detach(down: Any, condition: Any) -> None:
+        if down.state & Endpoint.LOCAL_CLOSED:
+            return
+        if down.state & Endpoint.LOCAL_UNINIT:
+            down.open()  # a refusal: attach, then detach with the condition
+        if condition is not None:
+            down.condition = Condition(condition.name, condition.description, condition.info)
+        down.close()
+
+    def sendable(self, sender: Any) -> bool:
+        """Give the publisher the credit the component gives the gateway, less what it has."""
+        down = getattr(sender, "seqrepair_downstream", None)
+        if down is None:
+            return False
+        if down.state & Endpoint.LOCAL_ACTIVE and not down.state & Endpoint.REMOTE_CLOSED:
+            missing = sender.credit - sender.queued - down.credit
+            if missing > 0:
+                down.flow(missing)
+        return True
+
+    def on_delivery(self, event: Any) -> bool:
+        """A publisher's message (relayed as it came) or the component's outcome of one."""
+        dlv = event.delivery
+        link = dlv.link
+        if link.is_receiver:
+            up = getattr(link, "seqrepair_upstream_link", None)
+            if up is None:
+                return False
+            self._relay(dlv, link, up)
+            return True
+        down_dlv = getattr(dlv, "seqrepair_publisher_delivery", None)
+        if getattr(link, "seqrepair_downstream", None) is None:
+            return False
+        if dlv.updated and dlv.remote_state in (Delivery.ACCEPTED, Delivery.REJECTED,
+                                                Delivery.RELEASED, Delivery.MODIFIED):
+            if down_dlv is not None and not down_dlv.settled:
+                _copy_outcome(dlv, down_dlv)
+                self.stats["publish_outcomes"] += 1
+            dlv.seqrepair_publisher_delivery = None  # settled by proton's handler (auto_settle)
+        return True
+
+    def _relay(self, dlv: Any, link: Any, up: Any) -> None:
+        if dlv.aborted:  # proton's handler settles it
+            return
+        limit = link.max_message_size
+        if limit and dlv.pending > limit:
+            refuse(dlv, dlv.pending, limit)
+            return
+        if not dlv.readable or dlv.partial:
+            return
+        raw = link.recv(dlv.pending)
+        link.advance()
+        if not up.state & Endpoint.LOCAL_ACTIVE or up.state & Endpoint.REMOTE_CLOSED:
+            # the component's link is gone (its detach crosses to the publisher): not taken
+            if not dlv.settled:
+                dlv.update(Delivery.RELEASED)
+            dlv.settle()
+            return
+        out = up.delivery(str(next(self._tags)).encode())
+        up.send(raw)
+        up.advance()
+        if dlv.settled:  # sent pre-settled: the publisher wants no outcome
+            out.settle()
+        else:
+            out.seqrepair_publisher_delivery = dlv
+        self.stats["published"] += 1
+
+    def connection_ended(self, conn: Any) -> bool:
+        """A connection of a pair ended: end the other (see the module's documentation).
+        True when ``conn`` is an upstream publishing connection (nothing else to do)."""
+        upstream = getattr(conn, "seqrepair_publishing", None) is not None
+        other = self._pairs.pop(conn, None)
+        if other is None:
+            return upstream
+        self._pairs.pop(other, None)
+        if other.state & Endpoint.LOCAL_CLOSED:
+            return upstream
+        if upstream:
+            log.warning("upstream publishing connection lost: closing the publisher's",
+                     container=other.remote_container)
+            other.condition = Condition(FORCED, "the component's connection was lost")
+            other.seqrepair_forced = True
+            other.close()
+            if other.transport is not None:  # proton's clients do not answer a forced close
+                other.transport.close_tail()
+        else:
+            other.close()
+        return upstream
+
+
+def _copy_outcome(upstream: Any, downstream: Any) -> None:
+    """Settle the publisher's ``downstream`` delivery with the component's outcome of the
+    relayed ``upstream`` one."""
+    state = upstream.remote_state
+    if state == Delivery.REJECTED:
+        cond = upstream.remote.condition
+        if cond is not None:
+            downstream.local.condition = Condition(cond.name, cond.description, cond.info)
+    elif state == Delivery.MODIFIED:
+        downstream.local.failed = upstream.remote.failed
+        downstream.local.undeliverable = upstream.remote.undeliverable
+    downstream.update(state)
+    downstream.settle()

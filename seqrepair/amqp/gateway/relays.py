@@ -1,0 +1,310 @@
+"""The gateway's link relays as a pure state machine (no proton, no clock, no socket).
+
+A *relay* pairs a subscriber's link at the gateway (downstream) with the gateway's link of the
+same source at the component (upstream, named ``<gateway>.<link name>``). The gateway answers
+the subscriber's attach only once the component has answered its own, so the component's reply
+(the epoch it granted, the subscription's start) or its refusal reaches the subscriber as if it
+had attached directly. A relay is therefore:
+
+* ``HELD``: the downstream attach is not answered; the upstream attach waits until the
+  upstream connection is open and no earlier upstream link of the same name is still closing
+  (the component would take a new attach of a name it has not seen detached for the old link);
+* ``ATTACHING``: the upstream attach is sent, its reply awaited;
+* ``OPEN``: both attached, frames relayed.
+
+A relay ends when either side detaches: the other side is detached too, with the remote's
+error condition when there was one. When the upstream connection is lost every relay that had
+reached the component ends and the connection of its subscriber is closed with
+``amqp:connection:forced``: a subscriber behind the gateway then sees what it would see
+connected directly (a lost connection), reconnects and attaches again with its epoch; its
+attach is held until the gateway is back at the component. A held attach not answered within
+``hold_timeout`` ends the same way, so a subscriber is never left waiting without end.
+
+:class:`RelayTable` takes the adapter's events and returns the actions to perform;
+:class:`~seqrepair.amqp.wire.backoff.Backoff` (re-exported here) spaces the gateway's attempts to
+reach the component again.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import attrs
+from proton import symbol
+
+from seqrepair.amqp.wire.backoff import Backoff  # re-exported: it lived here first
+
+FORCED = "amqp:connection:forced"
+"""The condition a subscriber's connection is closed with when its relay is lost: the AMQP
+condition for "closed by the other side; try again later"."""
+
+STOLEN = "amqp:link:stolen"
+"""The condition of a relay whose link name was attached again (the component's own)."""
+
+
+def upstream_name(gateway: str, link: str) -> str:
+    """The name, in the upstream scope, of a downstream link ``link``."""
+    return f"{gateway}.{link}"
+
+
+def relayed_properties(props: Mapping[Any, Any] | None) -> dict[symbol, Any]:
+    """Link properties to pass on across the gateway, either way.
+
+    The properties of seqrepair links (``seqrepair-epoch``, ``seqrepair-start-after``,
+    ``seqrepair-resume``, ``seqrepair-batch``, ``seqrepair-permtokens``) name contexts, sources
+    and tokens, never a link, so they pass unchanged: the epoch the component grants belongs to
+    the upstream link, whose only user is the downstream link of the relay. Properties the
+    gateway does not know pass unchanged too (the gateway is transparent); keys are made symbols,
+    as AMQP ``fields`` require.
+    """
+    if not props:
+        return {}
+    return {k if isinstance(k, symbol) else symbol(str(k)): v for k, v in dict(props).items()}
+
+
+class RelayState(enum.Enum):
+    """Where a relay is in its life (see the module docstring)."""
+
+    HELD = "held"
+    ATTACHING = "attaching"
+    OPEN = "open"
+
+
+@attrs.define(eq=False)
+class Relay:
+    """One downstream link and what the gateway attached upstream for it."""
+
+    name: str
+    """The downstream link's name."""
+    address: str | None
+    """The source address it attached (the same at the component)."""
+    properties: dict[symbol, Any]
+    """Its attach's link properties, relayed upstream."""
+    downstream: Any
+    """The adapter's handle of the downstream link."""
+    since: float
+    """When its attach came (the adapter's clock)."""
+    state: RelayState = RelayState.HELD
+    upstream: Any = None
+    """The adapter's handle of the upstream link, set when it performs :class:`AttachUpstream`."""
+
+
+@attrs.frozen
+class AttachUpstream:
+    """Attach ``name`` at the component with ``properties`` for ``relay``."""
+
+    relay: Relay
+    name: str
+    properties: dict[symbol, Any]
+
+
+@attrs.frozen
+class AnswerDownstream:
+    """Answer the relay's downstream attach, with the component's reply ``properties``."""
+
+    relay: Relay
+    properties: dict[symbol, Any]
+
+
+@attrs.frozen
+class DetachUpstream:
+    """Detach the relay's upstream link (the component keeps its context for resumption)."""
+
+    relay: Relay
+
+
+@attrs.frozen
+class DetachDownstream:
+    """Detach (or refuse, when not answered yet) a downstream link, with ``condition`` unless
+    it is None."""
+
+    relay: Relay
+    condition: str | None
+    description: str = ""
+
+
+@attrs.frozen
+class CloseDownstreamConnection:
+    """Close the connection of the relay's downstream link with ``condition``: its subscriber
+    reconnects and attaches again."""
+
+    relay: Relay
+    condition: str
+    description: str
+
+
+Action = AttachUpstream | AnswerDownstream | DetachUpstream | DetachDownstream | (
+    CloseDownstreamConnection
+)
+
+
+@attrs.define
+class RelayTable:
+    """Every relay of a gateway, keyed by downstream link name (the link's identity at the
+    component too). Feed it the adapter's events; perform the actions it returns, in order."""
+
+    gateway: str
+    hold_timeout: float = attrs.field(default=30.0, validator=attrs.validators.gt(0))
+    upstream_ready: bool = False
+    """Whether the upstream connection is open (the adapter says so)."""
+    _relays: dict[str, Relay] = attrs.field(factory=dict)
+    _upstream_names: set[str] = attrs.field(factory=set)
+    """Names whose upstream link is attached or not yet seen detached at the component."""
+
+    def __iter__(self) -> Iterator[Relay]:
+        return iter(list(self._relays.values()))
+
+    def __len__(self) -> int:
+        return len(self._relays)
+
+    def get(self, name: str) -> Relay | None:
+        """The current relay of downstream link ``name``."""
+        return self._relays.get(name)
+
+    def is_current(self, relay: Relay) -> bool:
+        """Whether ``relay`` has not ended (a newer attach of its name ends it)."""
+        return self._relays.get(relay.name) is relay
+
+    # --- downstream events --------------------------------------------------------------
+
+    def attach(
+        self,
+        name: str,
+        address: str | None,
+        properties: Mapping[Any, Any] | None,
+        downstream: Any,
+        now: float,
+    ) -> tuple[Relay, list[Action]]:
+        """A subscriber attached ``name``: its relay, held until the component answers.
+
+        A relay of the same name still current ends (``amqp:link:stolen``, as at the component):
+        a link name has one subscriber.
+        """
+        actions: list[Action] = []
+        old = self._relays.get(name)
+        if old is not None:
+            actions += self._end(old, DetachDownstream(old, STOLEN, "attached again"))
+        relay = Relay(name, address, relayed_properties(properties), downstream, now)
+        self._relays[name] = relay
+        actions += self._try_attach(relay)
+        return relay, actions
+
+    def downstream_detached(self, relay: Relay) -> list[Action]:
+        """The subscriber's link went away (detached, or its connection was lost)."""
+        if not self.is_current(relay):
+            return []
+        return self._end(relay, None)
+
+    # --- upstream events ----------------------------------------------------------------
+
+    def upstream_up(self) -> list[Action]:
+        """The upstream connection is open: attach every held relay."""
+        self.upstream_ready = True
+        actions: list[Action] = []
+        for relay in self:
+            actions += self._try_attach(relay)
+        return actions
+
+    def upstream_down(self) -> list[Action]:
+        """The upstream connection is lost, and every upstream link with it. Relays that had
+        reached the component end and their subscribers' connections are closed; held ones
+        keep waiting."""
+        self.upstream_ready = False
+        self._upstream_names.clear()
+        actions: list[Action] = []
+        for relay in self:
+            if relay.state is not RelayState.HELD:
+                del self._relays[relay.name]
+                actions.append(CloseDownstreamConnection(
+                    relay, FORCED, "the gateway lost its connection to the component; reconnect"
+                ))
+        return actions
+
+    def upstream_attached(
+        self,
+        relay: Relay,
+        properties: Mapping[Any, Any] | None,
+        refused: tuple[str, str] | None = None,
+    ) -> list[Action]:
+        """The component answered the relay's upstream attach, with its link ``properties``;
+        ``refused`` = (condition, description) when it detached the link at once."""
+        if not self.is_current(relay) or relay.state is not RelayState.ATTACHING:
+            return []  # ended meanwhile: its upstream link is being detached
+        if refused is not None:
+            del self._relays[relay.name]
+            return [DetachDownstream(relay, refused[0], refused[1])]
+        relay.state = RelayState.OPEN
+        return [AnswerDownstream(relay, relayed_properties(properties))]
+
+    def upstream_detached(
+        self, relay: Relay, condition: tuple[str, str] | None = None
+    ) -> list[Action]:
+        """The relay's upstream link is detached at both ends (whoever began it), with the
+        component's ``condition`` (name, description) when it gave one. The name is free again:
+        a relay of that name waiting for it attaches now."""
+        self._upstream_names.discard(relay.name)
+        actions: list[Action] = []
+        if self.is_current(relay):
+            del self._relays[relay.name]
+            actions.append(DetachDownstream(relay, *(condition or (None, ""))))
+        waiting = self._relays.get(relay.name)
+        if waiting is not None:
+            actions += self._try_attach(waiting)
+        return actions
+
+    # --- time -----------------------------------------------------------------------------
+
+    def expire(self, now: float) -> list[Action]:
+        """Relays whose subscriber has waited more than ``hold_timeout`` for an answer end,
+        their subscribers' connections closed so that they try again."""
+        actions: list[Action] = []
+        for relay in self:
+            if relay.state is not RelayState.OPEN and now - relay.since > self.hold_timeout:
+                actions += self._end(relay, CloseDownstreamConnection(
+                    relay, FORCED,
+                    f"the component did not answer within {self.hold_timeout:g} s; reconnect",
+                ))
+        return actions
+
+    # --- internals ------------------------------------------------------------------------
+
+    def _try_attach(self, relay: Relay) -> list[Action]:
+        if (
+            not self.upstream_ready
+            or relay.state is not RelayState.HELD
+            or relay.name in self._upstream_names
+        ):
+            return []
+        relay.state = RelayState.ATTACHING
+        self._upstream_names.add(relay.name)
+        return [AttachUpstream(relay, upstream_name(self.gateway, relay.name), relay.properties)]
+
+    def _end(self, relay: Relay, downstream: Action | None) -> list[Action]:
+        """End a current relay: detach its upstream link if it has one, then ``downstream``."""
+        del self._relays[relay.name]
+        actions: list[Action] = []
+        if relay.state is not RelayState.HELD:
+            actions.append(DetachUpstream(relay))
+        if downstream is not None:
+            actions.append(downstream)
+        return actions
+
+
+__all__ = [
+    "FORCED",
+    "STOLEN",
+    "Action",
+    "AnswerDownstream",
+    "AttachUpstream",
+    "Backoff",
+    "CloseDownstreamConnection",
+    "DetachDownstream",
+    "DetachUpstream",
+    "Relay",
+    "RelayState",
+    "RelayTable",
+    "relayed_properties",
+    "upstream_name",
+]

@@ -1,0 +1,12 @@
+"""The wire format: what crosses an AMQP connection between seqrepair's parts and any peer.
+
+It owns the codec (:mod:`.codec`, :mod:`.framing`, :mod:`.rawamqp`), the technical messages
+(:mod:`.technical`), the errors and the AMQP conditions they carry (:mod:`.errors`), the
+response annotations (:mod:`.respann`), the attach vocabulary (:mod:`.vocabulary`), the
+message-size limits (:mod:`.sizelimit`, :mod:`.batchsize`), and the proton plumbing every part
+shares: the guarded container (:mod:`.reactor`, :mod:`.guard`) and reconnect back-off
+(:mod:`.backoff`).
+
+It may import :mod:`seqrepair.core` and proton, and none of the other AMQP parts
+(component, client, gateway), nor Redis.
+"""

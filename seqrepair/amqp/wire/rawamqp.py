@@ -1,0 +1,657 @@
+"""A small hand-written AMQP 1.0 encoder/decoder for the hot path (AMQP core §1.6, §3.2).
+
+proton's Python binding walks every value through several Python calls per element (about
+35-40 us per publication each way). The link frames of WIRE.md only need a handful of
+primitive types, so this module writes and reads those bytes directly:
+
+* :func:`encode_value` for ``None``, ``bool``, ``int`` (as ``long``; proton's ``ulong`` as
+  ``ulong``), ``float`` (``double``), ``str`` (``string``; proton's ``symbol`` as ``symbol``),
+  ``bytes`` (``binary``), ``uuid.UUID``, ``list``/``tuple`` and mappings. Anything else raises
+  :class:`Unsupported` and the caller falls back to proton's own codec.
+* :class:`PackedMessage`: a message whose sections are written here; it has the ``send``
+  method proton's ``Sender.send`` looks for, so it is a drop-in for :class:`proton.Message`.
+* :func:`read_message`: the sections of received bytes as a :class:`ReceivedMessage` (the
+  attributes :class:`~seqrepair.amqp.wire.codec.Decoder` and the component read), or ``None`` when
+  the bytes use something this reader does not know (the caller then asks proton).
+
+Decoded values are plain Python values (what ``codec._plain`` makes of proton's), so the
+decoder can skip that pass.
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from proton import Delivery, Endpoint, Link, Message, symbol, ulong
+from proton.handlers import IncomingMessageHandler
+
+__all__ = [
+    "PackedMessage",
+    "RawIncomingHandler",
+    "ReceivedMessage",
+    "Unsupported",
+    "decode_message",
+    "encode_value",
+    "malformed",
+    "read_message",
+    "read_raw",
+]
+
+
+class Unsupported(Exception):
+    """A value or section this module does not handle; use proton's codec instead."""
+
+
+_Q = struct.Struct(">Q").pack
+_q = struct.Struct(">q").pack
+_d = struct.Struct(">d").pack
+_I = struct.Struct(">I").pack
+_NULL, _TRUE, _FALSE = b"\x40", b"\x41", b"\x42"
+
+
+def _str(raw: bytes, small: int, large: int) -> bytes:
+    n = len(raw)
+    if n < 256:
+        return bytes((small, n)) + raw
+    return bytes((large,)) + _I(n) + raw
+
+
+def _compound(items: bytes, count: int, small: int, large: int) -> bytes:
+    size = len(items) + 1
+    if size < 256 and count < 256:
+        return bytes((small, size, count)) + items
+    return bytes((large,)) + _I(len(items) + 4) + _I(count) + items
+
+
+def encode_value(value: Any) -> bytes:
+    """The AMQP encoding of ``value`` (see the module docstring for the types handled)."""
+    cls = type(value)
+    if cls is str:
+        return _str(value.encode("utf-8"), 0xA1, 0xB1)
+    if cls is int:
+        if -128 <= value <= 127:
+            return b"\x55" + bytes((value & 0xFF,))
+        if -(1 << 63) <= value < (1 << 63):
+            return b"\x81" + _q(value)
+        raise Unsupported(f"integer {value} does not fit an AMQP long")
+    if value is None:
+        return _NULL
+    if cls is float:
+        return b"\x82" + _d(value)
+    if cls is bool:
+        return _TRUE if value else _FALSE
+    if cls is ulong:
+        if value == 0:
+            return b"\x44"
+        if value < 256:
+            return bytes((0x53, value))
+        return b"\x80" + _Q(value)
+    if cls is bytes:
+        return _str(value, 0xA0, 0xB0)
+    if cls is symbol:
+        return _str(value.encode("ascii"), 0xA3, 0xB3)
+    if cls is dict or isinstance(value, Mapping):
+        return encode_map(value)
+    if cls is list or cls is tuple:
+        return encode_list([encode_value(v) for v in value])
+    if cls is uuid.UUID:
+        return b"\x98" + bytes(value.bytes)
+    raise Unsupported(f"{cls.__name__} is left to proton's codec")
+
+
+def encode_list(encoded_items: list[bytes]) -> bytes:
+    """An AMQP list of already encoded items."""
+    if not encoded_items:
+        return b"\x45"
+    return _compound(b"".join(encoded_items), len(encoded_items), 0xC0, 0xD0)
+
+
+def encode_map(mapping: Mapping[Any, Any], *, symbol_keys: bool = False) -> bytes:
+    """An AMQP map; ``symbol_keys`` writes string keys as symbols (annotations)."""
+    parts = []
+    for key, val in mapping.items():
+        if symbol_keys and type(key) is str:
+            key = symbol(key)
+        parts.append(encode_value(key))
+        parts.append(encode_value(val))
+    return _compound(b"".join(parts), len(parts), 0xC1, 0xD1)
+
+
+# section descriptors (AMQP core §3.2): 0x00, smallulong code
+_DELIVERY_ANNOTATIONS = b"\x00\x53\x71"
+_PROPERTIES = b"\x00\x53\x73"
+_APPLICATION_PROPERTIES = b"\x00\x53\x74"
+_AMQP_VALUE = b"\x00\x53\x77"
+
+
+class PackedMessage:
+    """A message encoded by this module: application properties and an amqp-value body.
+
+    ``body`` is the AMQP encoding of the body value (see :func:`encode_value`). ``id``,
+    ``reply_to``, ``correlation_id`` (the properties section) and ``instructions`` (delivery
+    annotations) may be set afterwards, as on :class:`proton.Message`.
+    """
+
+    __slots__ = ("body", "correlation_id", "id", "instructions", "properties", "reply_to")
+
+    def __init__(self, properties: dict[str, Any], body: bytes) -> None:
+        self.properties = properties
+        self.body = body
+        self.id: Any = None
+        self.reply_to: str | None = None
+        self.correlation_id: Any = None
+        self.instructions: Mapping[Any, Any] | None = None
+
+    def encode(self) -> bytes:
+        """The message as bytes on the wire."""
+        parts = []
+        if self.instructions:
+            parts.append(_DELIVERY_ANNOTATIONS + encode_map(self.instructions, symbol_keys=True))
+        if self.id is not None or self.reply_to is not None or self.correlation_id is not None:
+            fields = [self.id, None, None, None, self.reply_to, self.correlation_id]
+            while fields[-1] is None:
+                fields.pop()
+            parts.append(_PROPERTIES + encode_list([_message_id(f) for f in fields]))
+        parts.append(_APPLICATION_PROPERTIES + encode_map(self.properties))
+        parts.append(_AMQP_VALUE + self.body)
+        return b"".join(parts)
+
+    def send(self, sender: Any, tag: str | None = None) -> Any:
+        """What :meth:`proton.Message.send` does, with these bytes."""
+        delivery = sender.delivery(tag or sender.delivery_tag())
+        sender.stream(self.encode())
+        sender.advance()
+        if sender.snd_settle_mode == Link.SND_SETTLED:
+            delivery.settle()
+        return delivery
+
+
+def _message_id(value: Any) -> bytes:
+    if type(value) is int:  # message ids are ulong, uuid, binary or string
+        return encode_value(ulong(value))
+    return encode_value(value)
+
+
+# --------------------------------------------------------------------------------------------
+# reading
+
+
+class ReceivedMessage:
+    """The sections of a received message that seqrepair reads (a :class:`proton.Message`
+    look-alike with plain Python values)."""
+
+    __slots__ = (
+        "address",
+        "body",
+        "correlation_id",
+        "id",
+        "instructions",
+        "items",
+        "malformed",
+        "plain",
+        "properties",
+        "reply_to",
+    )
+
+    def __init__(self) -> None:
+        self.properties: dict[str, Any] | None = None
+        self.body: Any = None
+        self.id: Any = None
+        self.address: str | None = None
+        self.reply_to: str | None = None
+        self.correlation_id: Any = None
+        self.instructions: dict[Any, Any] | None = None
+        self.items: list[bytes] | None = None
+        """When the body is a list: the encoded bytes of each item (a batch's entries)."""
+        self.plain = True
+        """Values are plain Python values already."""
+        self.malformed: str | None = None
+        """Why the bytes could not be read as an AMQP message (None: they could)."""
+
+
+_u32 = struct.Struct(">I").unpack_from
+_fixed = {
+    0x50: (1, struct.Struct(">B").unpack_from),  # ubyte
+    0x51: (1, struct.Struct(">b").unpack_from),  # byte
+    0x52: (1, struct.Struct(">B").unpack_from),  # smalluint
+    0x53: (1, struct.Struct(">B").unpack_from),  # smallulong
+    0x54: (1, struct.Struct(">b").unpack_from),  # smallint
+    0x55: (1, struct.Struct(">b").unpack_from),  # smalllong
+    0x60: (2, struct.Struct(">H").unpack_from),  # ushort
+    0x61: (2, struct.Struct(">h").unpack_from),  # short
+    0x70: (4, struct.Struct(">I").unpack_from),  # uint
+    0x71: (4, struct.Struct(">i").unpack_from),  # int
+    0x72: (4, struct.Struct(">f").unpack_from),  # float
+    0x80: (8, struct.Struct(">Q").unpack_from),  # ulong
+    0x81: (8, struct.Struct(">q").unpack_from),  # long
+    0x82: (8, struct.Struct(">d").unpack_from),  # double
+    0x83: (8, struct.Struct(">q").unpack_from),  # timestamp (ms)
+}
+_ulong_at = struct.Struct(">Q").unpack_from
+_long_at = struct.Struct(">q").unpack_from
+_double_at = struct.Struct(">d").unpack_from
+_byte_at = struct.Struct(">b").unpack_from
+_CONSTANTS: dict[int, Any] = {0x40: None, 0x41: True, 0x42: False, 0x43: 0, 0x44: 0, 0x45: []}
+
+
+def _read(buf: bytes, pos: int) -> tuple[Any, int]:
+    """One value at ``pos``: (value, position after it). Most frequent codes first."""
+    code = buf[pos]
+    pos += 1
+    if code == 0xA1 or code == 0xA3:  # str8, sym8
+        end = pos + 1 + buf[pos]
+        return buf[pos + 1 : end].decode("utf-8"), end
+    if code == 0x80:  # ulong
+        return _ulong_at(buf, pos)[0], pos + 8
+    if code == 0x82:  # double
+        return _double_at(buf, pos)[0], pos + 8
+    if code == 0x40:
+        return None, pos
+    if code == 0x55 or code == 0x54:  # smalllong, smallint
+        return _byte_at(buf, pos)[0], pos + 1
+    if code == 0x53 or code == 0x52:  # smallulong, smalluint
+        return buf[pos], pos + 1
+    if code == 0xC0 or code == 0xC1:  # list8, map8
+        end = pos + 1 + buf[pos]
+        count = buf[pos + 1]
+        pos += 2
+    elif code == 0xD0 or code == 0xD1:  # list32, map32
+        end = pos + 4 + _u32(buf, pos)[0]
+        count = _u32(buf, pos + 4)[0]
+        pos += 8
+    else:
+        fixed = _fixed.get(code)
+        if fixed is not None:
+            width, unpack = fixed
+            return unpack(buf, pos)[0], pos + width
+        return _read_other(buf, pos, code)
+    if code == 0xC0 or code == 0xD0:
+        items, pos = _read_items(buf, pos, count)
+        if pos != end:
+            raise Unsupported("compound size does not match its items")
+        return items, pos
+    if count % 2:
+        raise Unsupported("a map needs an even number of items")
+    mapping, pos = _read_pairs(buf, pos, count // 2)
+    if pos != end:
+        raise Unsupported("compound size does not match its items")
+    return mapping, pos
+
+
+def _read_scalar(buf: bytes, pos: int) -> tuple[Any, int]:
+    """:func:`_read` with the scalars of a publication read in line (the codes checked in the
+    order they are most frequent in frames)."""
+    code = buf[pos]
+    if code == 0xA1 or code == 0xA3:  # str8, sym8
+        end = pos + 2 + buf[pos + 1]
+        return buf[pos + 2 : end].decode("utf-8"), end
+    if code == 0x82:  # double
+        return _double_at(buf, pos + 1)[0], pos + 9
+    if code == 0x55 or code == 0x54:  # smalllong, smallint
+        value = buf[pos + 1]
+        return (value - 256 if value > 127 else value), pos + 2
+    if code == 0x81:  # long
+        return _long_at(buf, pos + 1)[0], pos + 9
+    if code == 0x40:
+        return None, pos + 1
+    return _read(buf, pos)
+
+
+def _read_pairs(buf: bytes, pos: int, pairs: int) -> tuple[dict[Any, Any], int]:
+    """The ``pairs`` key/value pairs of a map from ``pos`` (keys mostly str8, read in line)."""
+    mapping: dict[Any, Any] = {}
+    for _ in range(pairs):
+        code = buf[pos]
+        if code == 0xA1 or code == 0xA3:  # str8, sym8
+            end = pos + 2 + buf[pos + 1]
+            key: Any = buf[pos + 2 : end].decode("utf-8")
+            pos = end
+        else:
+            key, pos = _read(buf, pos)
+        value, pos = _read_scalar(buf, pos)
+        try:
+            mapping[key] = value
+        except TypeError:  # an unhashable key: let proton say what it makes of it
+            raise Unsupported("unhashable map key") from None
+    if len(mapping) != pairs:
+        raise Unsupported("a map key repeats")
+    return mapping, pos
+
+
+def _read_items(buf: bytes, pos: int, count: int) -> tuple[list[Any], int]:
+    """The ``count`` items of a list or map from ``pos``, the scalars of a publication entry
+    (strings, numbers, null) read in line rather than by a call to :func:`_read` each."""
+    items: list[Any] = []
+    append = items.append
+    for _ in range(count):
+        code = buf[pos]
+        if code == 0xA1 or code == 0xA3:  # str8, sym8
+            end = pos + 2 + buf[pos + 1]
+            append(buf[pos + 2 : end].decode("utf-8"))
+            pos = end
+        elif code == 0x82:  # double
+            append(_double_at(buf, pos + 1)[0])
+            pos += 9
+        elif code == 0x55 or code == 0x54:  # smalllong, smallint
+            value = buf[pos + 1]
+            append(value - 256 if value > 127 else value)
+            pos += 2
+        elif code == 0x53 or code == 0x52:  # smallulong, smalluint
+            append(buf[pos + 1])
+            pos += 2
+        elif code == 0x80:  # ulong
+            append(_ulong_at(buf, pos + 1)[0])
+            pos += 9
+        elif code == 0x81:  # long
+            append(_long_at(buf, pos + 1)[0])
+            pos += 9
+        elif code == 0x40:
+            append(None)
+            pos += 1
+        else:
+            value, pos = _read(buf, pos)
+            append(value)
+    return items, pos
+
+
+def _read_other(buf: bytes, pos: int, code: int) -> tuple[Any, int]:
+    if code in _CONSTANTS:
+        return ([] if code == 0x45 else _CONSTANTS[code]), pos
+    if code == 0xA0:
+        n = buf[pos]
+        return bytes(buf[pos + 1 : pos + 1 + n]), pos + 1 + n
+    if code == 0xB1 or code == 0xB3:
+        n = _u32(buf, pos)[0]
+        return buf[pos + 4 : pos + 4 + n].decode("utf-8"), pos + 4 + n
+    if code == 0xB0:
+        n = _u32(buf, pos)[0]
+        return bytes(buf[pos + 4 : pos + 4 + n]), pos + 4 + n
+    if code == 0x56:
+        return buf[pos] != 0, pos + 1
+    if code == 0x98:
+        return uuid.UUID(bytes=bytes(buf[pos : pos + 16])), pos + 16
+    if code == 0x73:
+        return chr(_u32(buf, pos)[0]), pos + 4
+    raise Unsupported(f"AMQP type code 0x{code:02x}")
+
+
+def read_message(data: bytes) -> ReceivedMessage | None:
+    """The sections of a message, or None when proton's codec should read it instead."""
+    try:
+        return _read_message(data)
+    except (Unsupported, IndexError, UnicodeDecodeError, struct.error, ValueError,
+            OverflowError, RecursionError):
+        # bad bytes (a char past U+10FFFF, values nested past Python's recursion limit...):
+        # proton_message checks them first (malformed(), depth-bounded) and says why
+        return None
+
+
+_LAZY_STRINGS = ("id", "correlation_id", "address", "reply_to", "subject", "content_type",
+                 "content_encoding", "group_id", "reply_to_group_id")
+"""The properties of a :class:`proton.Message` read from its C struct when asked for (a string
+that is not UTF-8 raises then, wherever the component happens to read it)."""
+
+
+def decode_message(data: bytes) -> ReceivedMessage | Message:
+    """What a receiver makes of ``data``: :func:`read_message`, else proton's codec when the
+    bytes are well-formed AMQP, else a :class:`ReceivedMessage` whose ``malformed`` says why
+    (the :class:`~seqrepair.amqp.wire.codec.Decoder` rejects it).
+
+    proton 0.40's ``Message.decode`` reports nothing for bytes it cannot read (garbage decodes
+    to an empty message, which a topic link would take for an empty publication) and raises
+    from deep inside for a string that is not UTF-8: neither may reach the caller unchecked.
+    """
+    message = read_message(data)
+    if message is not None:
+        return message
+    decoded = proton_message(data)
+    if isinstance(decoded, Message):
+        return decoded
+    bad = ReceivedMessage()
+    bad.malformed = decoded
+    return bad
+
+
+def proton_message(data: bytes) -> Message | str:
+    """``data`` read by proton's codec, checked first (:func:`malformed`) and then in every
+    string proton decodes lazily; or why it cannot be read (whatever proton would raise)."""
+    problem = malformed(data)
+    if problem is not None:
+        return problem
+    decoded = Message()
+    try:
+        decoded.decode(data)
+        for name in _LAZY_STRINGS:  # proton turns these into str only when they are read
+            getattr(decoded, name)
+    except Exception as exc:  # whatever proton raises: the bytes are bad
+        return f"undecodable: {exc!r}"[:200]
+    return decoded
+
+
+_WIDTHS = {0x4: 0, 0x5: 1, 0x6: 2, 0x7: 4, 0x8: 8, 0x9: 16}
+_TYPE_CODES = frozenset(
+    [*range(0x40, 0x46), *range(0x50, 0x57), 0x60, 0x61, *range(0x70, 0x75), *range(0x80, 0x85),
+     0x94, 0x98, 0xA0, 0xA1, 0xA3, 0xB0, 0xB1, 0xB3, 0xC0, 0xC1, 0xD0, 0xD1, 0xE0, 0xF0]
+)
+
+
+def malformed(data: bytes) -> str | None:
+    """Why ``data`` is not a well-formed AMQP message (a sequence of described sections whose
+    every value has a known type code and lies within the bytes), or None when it is one."""
+    if not data:
+        return None
+    pos = 0
+    try:
+        while pos < len(data):
+            if data[pos] != 0x00:
+                return f"byte {pos} does not start a section"
+            pos = _skip(data, pos, 0)
+    except (Unsupported, IndexError, struct.error) as exc:
+        return str(exc) or "a value runs past the end of the message"
+    return None if pos == len(data) else "a value runs past the end of the message"
+
+
+def _skip(buf: bytes, pos: int, depth: int) -> int:
+    """The position after the value at ``pos`` (checked, not decoded)."""
+    if depth > 64:
+        raise Unsupported("values nested too deep")
+    code = buf[pos]
+    if code == 0x00:  # described: the descriptor, then the value
+        return _skip(buf, _skip(buf, pos + 1, depth + 1), depth + 1)
+    return _skip_value(buf, pos + 1, code, depth)
+
+
+def _skip_value(buf: bytes, pos: int, code: int, depth: int) -> int:
+    """The position after a value of type ``code`` whose bytes start at ``pos``."""
+    if code not in _TYPE_CODES:
+        raise Unsupported(f"no AMQP type has code 0x{code:02x}")
+    high = code >> 4
+    width = _WIDTHS.get(high)
+    if width is not None:
+        end = pos + width
+    elif high == 0xA or high == 0xB:
+        end = pos + 1 + buf[pos] if high == 0xA else pos + 4 + _u32(buf, pos)[0]
+    else:
+        small = high == 0xC or high == 0xE
+        end = pos + 1 + buf[pos] if small else pos + 4 + _u32(buf, pos)[0]
+        count = buf[pos + 1] if small else _u32(buf, pos + 4)[0]
+        at = pos + 2 if small else pos + 8
+        if high == 0xC or high == 0xD:  # list, map: each item has its constructor
+            for _ in range(count):
+                at = _skip(buf, at, depth + 1)
+        elif count or at < end:  # array: one constructor (even when empty), the elements
+            element = buf[at]
+            at += 1
+            if element == 0x00:
+                at = _skip(buf, at, depth + 1)
+                element = buf[at]
+                at += 1
+            for _ in range(count):
+                at = _skip_value(buf, at, element, depth + 1)
+        if at != end:
+            raise Unsupported("a compound's size does not match its items")
+    if end > len(buf):
+        raise Unsupported("a value runs past the end of the message")
+    return end
+
+
+def _read_list_keeping_items(data: bytes, pos: int) -> tuple[list[Any], list[bytes], int]:
+    """The list at ``pos`` (list8 or list32), the encoded bytes of each item, the end."""
+    if data[pos] == 0xC0:
+        end = pos + 2 + data[pos + 1]
+        count, pos = data[pos + 2], pos + 3
+    else:
+        end = pos + 5 + _u32(data, pos + 1)[0]
+        count, pos = _u32(data, pos + 5)[0], pos + 9
+    values: list[Any] = []
+    items: list[bytes] = []
+    for _ in range(count):
+        if data[pos] == 0xC0 and data[pos + 2] == 8:
+            value, after = _read_entry(data, pos)
+        else:
+            value, after = _read(data, pos)
+        values.append(value)
+        items.append(data[pos:after])
+        pos = after
+    if pos != end:
+        raise Unsupported("compound size does not match its items")
+    return values, items, pos
+
+
+def _read_entry(buf: bytes, start: int) -> tuple[Any, int]:
+    """A list8 of 8 items at ``start`` shaped like a publication entry (WIRE.md: ptype,
+    timestamp, source, wire number, bits, topic, fields, permtoken), read in straight line;
+    anything shaped otherwise is read by :func:`_read`, which gives the same value."""
+    pos = start + 3
+    if buf[pos] != 0xA1:  # ptype
+        return _read(buf, start)
+    end = pos + 2 + buf[pos + 1]
+    ptype = buf[pos + 2 : end].decode("utf-8")
+    code = buf[end]  # timestamp
+    if code == 0x82:
+        stamp = _double_at(buf, end + 1)[0]
+        pos = end + 9
+    elif code == 0x40:
+        stamp, pos = None, end + 1
+    else:
+        return _read(buf, start)
+    if buf[pos] != 0xA1:  # source
+        return _read(buf, start)
+    end = pos + 2 + buf[pos + 1]
+    source = buf[pos + 2 : end].decode("utf-8")
+    code = buf[end]  # wire number
+    if code == 0x80:
+        wire = _ulong_at(buf, end + 1)[0]
+        pos = end + 9
+    elif code == 0x53:
+        wire, pos = buf[end + 1], end + 2
+    else:
+        return _read(buf, start)
+    if buf[pos] != 0x55:  # bits
+        return _read(buf, start)
+    bits = buf[pos + 1]
+    if bits > 127:
+        bits -= 256
+    pos += 2
+    if buf[pos] != 0xA1:  # topic
+        return _read(buf, start)
+    end = pos + 2 + buf[pos + 1]
+    topic = buf[pos + 2 : end].decode("utf-8")
+    code = buf[end]  # fields
+    if code == 0xC1:
+        count = buf[end + 2]
+        if count % 2:
+            raise Unsupported("a map needs an even number of items")
+        fields, pos = _read_pairs(buf, end + 3, count // 2)
+        if pos != end + 2 + buf[end + 1]:
+            raise Unsupported("compound size does not match its items")
+    else:
+        fields, pos = _read(buf, end)
+    code = buf[pos]  # permtoken
+    if code == 0x40:
+        token, pos = None, pos + 1
+    else:
+        token, pos = _read(buf, pos)
+    if pos != start + 2 + buf[start + 1]:
+        raise Unsupported("compound size does not match its items")
+    return [ptype, stamp, source, wire, bits, topic, fields, token], pos
+
+
+def _read_message(data: bytes) -> ReceivedMessage:
+    msg = ReceivedMessage()
+    pos, end = 0, len(data)
+    while pos < end:
+        if data[pos] != 0x00 or data[pos + 1] != 0x53:
+            raise Unsupported("not a section")
+        code = data[pos + 2]
+        start = pos + 3
+        if code == 0x77 and (data[start] == 0xC0 or data[start] == 0xD0):
+            msg.body, msg.items, pos = _read_list_keeping_items(data, start)
+            continue
+        value, pos = _read(data, start)
+        if code == 0x77:
+            msg.body = value
+        elif code == 0x74:
+            if not isinstance(value, dict):
+                raise Unsupported("application-properties is not a map")
+            msg.properties = value
+        elif code == 0x73:
+            fields = value if isinstance(value, list) else []
+            fields = fields + [None] * (6 - len(fields))
+            msg.id, msg.address, msg.reply_to, msg.correlation_id = (
+                fields[0], fields[2], fields[4], fields[5]
+            )
+        elif code == 0x71:
+            msg.instructions = value if isinstance(value, dict) else None
+        elif code in (0x70, 0x72, 0x78):
+            pass  # header, message annotations, footer: not read by seqrepair
+        else:
+            raise Unsupported("data or amqp-sequence body")
+    if pos != end:  # the last value claims bytes past the end
+        raise Unsupported("truncated message")
+    return msg
+
+
+class RawIncomingHandler(IncomingMessageHandler):
+    """proton's incoming-message handler, reading with :func:`read_message` first.
+
+    ``event.message`` is a :class:`ReceivedMessage` when this module could read the bytes and a
+    :class:`proton.Message` otherwise; the rest (accept, reject, settle) is proton's.
+    """
+
+    def on_delivery(self, event: Any) -> None:
+        dlv = event.delivery
+        link = dlv.link
+        if not link.is_receiver or dlv.aborted or not dlv.readable or dlv.partial:
+            super().on_delivery(event)
+            return
+        # a transfer without payload (a peer whose encoder failed after it began one) is no
+        # message: proton returns None for it, read here as empty bytes, which are malformed
+        data = link.recv(dlv.pending) or b""
+        link.advance()
+        try:
+            event.message = decode_message(data)
+        except Exception as exc:  # what a peer sends must never end the event loop
+            bad = ReceivedMessage()
+            bad.malformed = f"unreadable: {exc!r}"[:200]
+            event.message = bad
+        if event.link.state & Endpoint.LOCAL_CLOSED:
+            if self.auto_accept:
+                dlv.update(Delivery.RELEASED)
+                dlv.settle()
+            return
+        self.on_message(event)
+        if self.auto_accept:
+            dlv.update(Delivery.ACCEPTED)
+            dlv.settle()
+
+
+def read_raw(handler: Any) -> None:
+    """Make a :class:`~proton.handlers.MessagingHandler` read deliveries with this module."""
+    handler.handlers = [
+        RawIncomingHandler(h.auto_accept, h.delegate) if type(h) is IncomingMessageHandler else h
+        for h in handler.handlers
+    ]

@@ -1,0 +1,108 @@
+"""One proton :class:`~proton.reactor.Container` for every long-running part (component,
+gateway, clients), with the guard against a proton 0.40 teardown race.
+
+proton's :class:`~proton.handlers.IOHandler` selects the readable, writable and expired
+selectables of a round, then pushes one event per selectable and kind. When a connection's
+socket hits end-of-file (or its transport closes) in the *readable* event of a round in which
+its idle-timeout deadline also *expired*, the readable handler detaches the transport from the
+selectable (``s._transport = None``), and the expired event queued behind it then calls
+``IOHandler.update(None, ...)``: ``AttributeError: 'NoneType' object has no attribute
+'capacity'``, raised out of ``Container.run()``. Its readable and writable handlers already
+return early for a selectable without a transport; the expired one does not. A restarted
+component under load died of it (issue 22 §3); a client's runner once only survived it while
+stopping.
+
+:func:`make_container` builds a container whose I/O handler ignores the expiry of a selectable
+whose transport is already gone (nothing is left to tick: the connection's own end is reported
+by proton's transport-closed and disconnected events, as without the race). Use it instead of
+``Container(handler)`` everywhere.
+
+:class:`Injector` is proton's :class:`~proton.reactor.EventInjector` with a pipe that can be
+closed: proton never closes the pipe an injector opens, so each client run left two file
+descriptors behind, and once a process holds descriptors past 1023 proton's ``select()`` fails
+for every connection it has (a process running many clients in turn, a test suite, met it).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from proton.handlers import IOHandler
+from proton.reactor import Container, EventInjector
+
+__all__ = ["GuardedIOHandler", "Injector", "make_container"]
+
+
+class GuardedIOHandler(IOHandler):
+    """proton's I/O handler, but an expiry of a selectable without a transport is ignored
+    (see the module docstring); ``skipped`` counts them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.skipped = 0
+
+    def on_selectable_expired(self, event: Any) -> None:
+        if event.selectable._transport is None:
+            self.skipped += 1
+            return
+        super().on_selectable_expired(event)
+
+
+def make_container(*handlers: Any) -> Container:
+    """``Container(*handlers)`` with :class:`GuardedIOHandler` as its I/O handler."""
+    return Container(*handlers, global_handler=GuardedIOHandler())
+
+
+class Injector(EventInjector):
+    """An :class:`~proton.reactor.EventInjector` whose pipe :meth:`release` closes, once the
+    container that selected it has ended (see the module docstring). Triggers after that are
+    ignored: the descriptors may already belong to another file."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+        self._released = False
+
+    def trigger(self, event: Any) -> None:
+        with self._lock:
+            if not self._released:
+                super().trigger(event)
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._released:
+                super().close()
+
+    def release(self) -> None:
+        """Close the pipe (call it once the container has stopped running); idempotent."""
+        with self._lock:
+            if self._released:
+                return
+            self._released = True
+            for fd in self.pipe:
+                os.close(fd)
+
+
+class Call:
+    """A timer handler that calls a function."""
+
+    def __init__(self, fn: Callable[[], None]) -> None:
+        self.fn = fn
+
+    def on_timer_task(self, event: Any) -> None:
+        """Proton's timer fired: call the function."""
+        self.fn()
+
+
+def listening_address(acceptor: Any, configured: str) -> str:
+    """``host:port`` an acceptor is bound to: the port the system chose for a configured port
+    0. Proton's Python binding keeps the listening socket in its selectable (no public
+    accessor); where that differs, the configured address is all there is."""
+    try:
+        host, port = acceptor._selectable._delegate.getsockname()[:2]
+    except (AttributeError, OSError, TypeError, ValueError):
+        return configured
+    return f"{host}:{port}"

@@ -1,0 +1,58 @@
+"""The names a peer uses on the wire: the component's special addresses and the ``seqrepair-*``
+attach properties (WIRE.md, Attach), shared by the component, the clients and the gateway.
+
+Only names live here; what the component does with them is in :mod:`seqrepair.amqp.component`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from proton import Message, symbol
+
+from seqrepair.amqp.wire.technical import MESSAGE_TYPE, MessageType
+from seqrepair.core.subscriptions import QUEUE_PREFIX
+
+CONTROL_ADDRESS = "$seqrepair"
+"""The component's control node: capabilities, gap requests without a link of their own."""
+LINK_PREFIX = "$link/"
+"""A reply-only link's address prefix."""
+SUBSCRIPTION_PREFIX = QUEUE_PREFIX
+"""A subscription queue's address prefix (``/subscriptions/ID``)."""
+
+PROP_BATCH = symbol("seqrepair-batch")
+PROP_RESUME = symbol("seqrepair-resume")
+PROP_EPOCH = symbol("seqrepair-epoch")
+PROP_START = symbol("seqrepair-start-after")
+PROP_GRANTS = symbol("seqrepair-permtokens")
+PROP_LINK = "link"
+
+PROP_ACK = symbol("seqrepair-ack")
+"""Attach link property (bool true): this subscriber sends ACKs; its link gets a window."""
+PROP_DURABLE = symbol("seqrepair-durable")
+"""Attach link property (bool): keep (true) or decline (false) a durable position."""
+
+PROP_LINK_BITS = symbol("seqrepair-link-bits")
+"""Attach reply property (ubyte): the link's width in bits (2..64)."""
+PROP_HEARTBEAT = symbol("seqrepair-heartbeat")
+"""Attach reply property (double, seconds): the component's heartbeat interval."""
+PROP_MAX_GAP_RANGE = symbol("seqrepair-max-gap-range")
+"""Attach reply property (ulong): the most numbers one gap request may span."""
+PROP_WINDOW = symbol("seqrepair-window")
+"""Attach reply property (ulong), to a subscriber that set ``seqrepair-ack``: its window W,
+the most link numbers the component runs ahead of its ACKs."""
+
+
+def is_ack(message: Message) -> bool:
+    """Whether ``message`` says it is an ACK (it is decoded, and validated, afterwards)."""
+    props = message.properties
+    # a peer's bytes may hold any value there (a list...): the decoder says what is wrong
+    return isinstance(props, Mapping) and props.get(MESSAGE_TYPE) == MessageType.ACK.value
+
+
+def plain_properties(props: Any) -> dict[str, Any]:
+    """AMQP link properties as a dict keyed by plain strings (empty when there are none)."""
+    if not props:
+        return {}
+    return {str(k): v for k, v in dict(props).items()}
