@@ -202,8 +202,18 @@ def test_a_link_through_outside_the_link_space_is_refused(
 def test_capabilities_roundtrip(retention: float | None, count: int | None,
                                 most: int | None) -> None:
     caps = Capabilities(16, {"feed.a": 32}, 32, 1.0, 10_000, retention,
-                        ("update", "image"), 64, retention_count=count, max_publish_batch=most)
+                        ("update", "image"), 64, retention_count=count, max_publish_batch=most,
+                        limits={"max-pending": 20_000, "request-rate": 500.5})
     assert Decoder().decode(roundtrip(encode(caps))) == [caps]
+
+
+@pytest.mark.parametrize("limits", [["x"], {"max-pending": "many"}, {"max-pending": True},
+                                    {7: 1}])
+def test_capabilities_with_malformed_limits_are_refused(limits: object) -> None:
+    message = roundtrip(encode(Capabilities(16, {}, 32, 1.0, 10, None, (), 64)))
+    message.body["limits"] = limits
+    with pytest.raises(MalformedMessageError, match="limit"):
+        Decoder().decode(message)
 
 
 def test_a_batch_larger_than_the_receiver_takes_is_refused_before_decoding() -> None:

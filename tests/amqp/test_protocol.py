@@ -299,6 +299,8 @@ def test_capabilities_and_absurd_gap_range(server: ComponentProcess) -> None:
     assert caps["max_gap_range"] == 1000
     assert "image" in caps["publish_types"]
     assert caps["heartbeat_interval"] == 0.2
+    assert caps["limits"]["max-pending"] == 20_000
+    assert caps["limits"]["request-rate"] == 20.0
     err = answers["GAP-ERROR"]
     assert err.properties["reason"] == "refused"
     assert err.correlation_id == reqs[1].id

@@ -211,6 +211,7 @@ class Component(MessagingHandler):
             response_annotations=True,
             retention_count=self.config.journal_retention_count,
             max_publish_batch=self.config.max_publish_batch,
+            limits=self.config.limits(),
         )
 
     @staticmethod

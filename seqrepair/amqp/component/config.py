@@ -75,6 +75,16 @@ class ComponentConfig:
     """The operator's subscription queues, by id (``configured``; see :mod:`.subqueues`)."""
     grants: GrantTable = attrs.field(factory=GrantTable)
 
+    def limits(self) -> dict[str, float]:
+        """The resource limits CAPABILITIES reports (WIRE.md "Resource model"), by name."""
+        return {
+            "max-message-size": self.max_message_size,
+            "max-pending": self.max_pending,
+            "request-rate": self.request_rate,
+            "request-burst": self.request_burst,
+            "context-capacity": self.context_capacity,
+        }
+
 
 @attrs.define
 class Bucket:

@@ -97,6 +97,13 @@ def _opt_str(value: object, name: str) -> str | None:
     return None if value is None else _str(value, name)
 
 
+def _number(value: object, name: str) -> float:
+    """A finite number (long or double) named ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+        raise MalformedMessageError(f"{name} must be a number", expected="number", got=value)
+    return value
+
+
 def _timestamp(value: object) -> float | None:
     """A timestamp in seconds; SWIM writes it as a string of digits, we accept both."""
     if value is None:
@@ -276,6 +283,7 @@ def encode(obj: Decoded) -> Message:
                 "response_annotations": obj.response_annotations,
                 "retention_count": obj.retention_count,
                 "max_publish_batch": obj.max_publish_batch,
+                "limits": {str(name): float(value) for name, value in obj.limits.items()},
             },
             properties={MESSAGE_TYPE: MessageType.CAPABILITIES.value},
         )
@@ -705,6 +713,10 @@ class Decoder:
                                                     "retention_count"),
                     max_publish_batch=_optional_count(caps.get("max_publish_batch"),
                                                       "max_publish_batch"),
+                    limits={
+                        _str(k, "limit"): _number(v, "limit")
+                        for k, v in _map(caps.get("limits", {}), "limits").items()
+                    },
                 )
             if mtype is MessageType.SUBSCRIPTION:
                 state = _map(body, "subscription")

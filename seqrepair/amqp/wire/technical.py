@@ -56,6 +56,8 @@ class Capabilities:
     ``retention``: the age (s) past which the journal trims, ``retention_count``: how many
     publications per source it keeps; None when it does not trim that way.
     ``max_publish_batch``: most publications one incoming ``PUBLICATIONS`` message may carry.
+    ``limits``: the component's resource limits by name (WIRE.md "Resource model"): what one
+    connection, link or principal may cost it at most.
     """
 
     link_bits: int
@@ -69,6 +71,7 @@ class Capabilities:
     response_annotations: bool = True
     retention_count: int | None = None
     max_publish_batch: int | None = None
+    limits: Mapping[str, float] = attrs.field(factory=dict)
 
 
 @attrs.frozen
