@@ -42,7 +42,6 @@ from seqrepair.journal.errors import EmbeddedRedisError
 log = structlog.get_logger(__name__)
 
 AppendFsync = Literal["always", "everysec", "no"]
-DEFAULT_DATA_DIR = Path(".seqrepair") / "redis"
 _PR_SET_PDEATHSIG = 1
 
 
