@@ -37,6 +37,7 @@ from typing import Any, Literal
 
 import structlog
 
+from seqrepair.journal.datadir import DEFAULT_DATA_DIR as DEFAULT_DATA_DIR  # its old home
 from seqrepair.journal.errors import EmbeddedRedisError
 
 log = structlog.get_logger(__name__)

@@ -46,7 +46,7 @@ from seqrepair.core.config import check_positive_int
 from seqrepair.core.errors import InvalidConfigError
 from seqrepair.journal.errors import TrimmedRangeError, map_redis_errors
 from seqrepair.journal.journal import redis_client
-from seqrepair.spark.options import DEFAULT_PARTITION_SIZE
+from seqrepair.spark.options import DEFAULT_PARTITION_SIZE as DEFAULT_PARTITION_SIZE
 from seqrepair.spark.schema import JOURNAL_COLUMNS, JOURNAL_SCHEMA
 
 FORMAT_NAME = "seqrepair-journal"
