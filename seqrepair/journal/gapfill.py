@@ -41,7 +41,6 @@ from collections.abc import Iterator, Mapping
 from typing import cast
 
 import attrs
-import structlog
 
 from seqrepair.core.budget import RefusalPolicy, ResendBudget
 from seqrepair.core.context import LinkContext, LinkFrame, Resend
@@ -58,8 +57,9 @@ from seqrepair.core.permissions import Entitlement
 from seqrepair.journal.errors import TrimmedRangeError, UnknownLinkError
 from seqrepair.journal.format import can_name_journal
 from seqrepair.journal.journal import Journal
+from seqrepair.logs import get_logger
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 ReplayFrame = Publication | ReplayComplete | GapError
 

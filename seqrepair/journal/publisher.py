@@ -28,8 +28,6 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-import structlog
-
 from seqrepair.core.config import check_positive_int
 from seqrepair.core.errors import InvalidConfigError
 from seqrepair.core.messages import Publication, PublishType
@@ -46,6 +44,7 @@ from seqrepair.journal.errors import (
 from seqrepair.journal.format import journal_form, plainly_journaled
 from seqrepair.journal.journal import Journal
 from seqrepair.journal.pipelined import AppendPipeline, Batch
+from seqrepair.logs import get_logger
 
 Transport = Callable[[Publication], object]
 
@@ -79,7 +78,7 @@ class Publisher:
         self.bits = bits
         self.transport = transport
         self.clock = clock
-        self.log = structlog.get_logger(__name__).bind(source=source)
+        self.log = get_logger(__name__).bind(source=source)
         info = journal.register_source(source, bits)
         self.sequencer = SourceSequencer(source=source, bits=bits, start_after=info.high_water)
         self.published_through = info.high_water

@@ -16,15 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import structlog
 
 from seqrepair.core.config import optional, positive_int
 from seqrepair.core.errors import InvalidConfigError
 from seqrepair.journal.errors import ArchiveWriteError, JournalError
 from seqrepair.journal.format import archive_path, encode_archive_table
 from seqrepair.journal.journal import Journal
+from seqrepair.logs import get_logger
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 def _optional_positive(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:

@@ -34,7 +34,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
-import structlog
 from proton import Message
 
 from seqrepair.amqp.client.runner import DEFAULT_MAX_QUEUED, PublisherRunner, SubscriberRunner
@@ -58,8 +57,9 @@ from seqrepair.journal.errors import JournalError
 from seqrepair.journal.gapfill import GapFillService
 from seqrepair.journal.journal import Journal
 from seqrepair.journal.publisher import Publisher as JournalPublisher
+from seqrepair.logs import get_logger
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 EXCHANGE_PREFIX = "/exchange/"
 

@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import structlog
 from proton import symbol
 
 from seqrepair.amqp.client.runner import PublisherRunner
@@ -28,8 +27,9 @@ from seqrepair.core.sequencers import SourceSequencer
 from seqrepair.journal.errors import JournalError, PublicationQueuedError
 from seqrepair.journal.journal import Journal
 from seqrepair.journal.publisher import Publisher as JournalPublisher
+from seqrepair.logs import get_logger
 
-log = structlog.get_logger("seqrepair.amqp.client")  # the clients' logger, as before the split
+log = get_logger("seqrepair.amqp.client")  # the clients' logger, as before the split
 
 
 class Publisher(PublisherRunner[list[Publication]]):
