@@ -38,7 +38,7 @@ entitled to everything published since it subscribed, including sources it has n
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import attrs
 
@@ -56,8 +56,10 @@ from seqrepair.core.messages import (
 from seqrepair.core.permissions import Entitlement
 from seqrepair.journal.errors import TrimmedRangeError, UnknownLinkError
 from seqrepair.journal.format import can_name_journal
-from seqrepair.journal.journal import Journal
 from seqrepair.logs import get_logger
+
+if TYPE_CHECKING:
+    from seqrepair.journal.journal import Journal
 
 log = get_logger(__name__)
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from seqrepair.core.config import check_positive_int
 from seqrepair.core.errors import InvalidConfigError
@@ -42,9 +42,11 @@ from seqrepair.journal.errors import (
     SequenceConflictError,
 )
 from seqrepair.journal.format import journal_form, plainly_journaled
-from seqrepair.journal.journal import Journal
 from seqrepair.journal.pipelined import AppendPipeline, Batch
 from seqrepair.logs import get_logger
+
+if TYPE_CHECKING:
+    from seqrepair.journal.journal import Journal
 
 Transport = Callable[[Publication], object]
 

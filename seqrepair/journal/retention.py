@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -21,8 +21,10 @@ from seqrepair.core.config import optional, positive_int
 from seqrepair.core.errors import InvalidConfigError
 from seqrepair.journal.errors import ArchiveWriteError, JournalError
 from seqrepair.journal.format import archive_path, encode_archive_table
-from seqrepair.journal.journal import Journal
 from seqrepair.logs import get_logger
+
+if TYPE_CHECKING:
+    from seqrepair.journal.journal import Journal
 
 log = get_logger(__name__)
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 from proton import Message
@@ -55,9 +55,11 @@ from seqrepair.core.permissions import Entitlement
 from seqrepair.core.sourcegaps import SourceGapDetector, SourceGapStats
 from seqrepair.journal.errors import JournalError
 from seqrepair.journal.gapfill import GapFillService
-from seqrepair.journal.journal import Journal
 from seqrepair.journal.publisher import Publisher as JournalPublisher
 from seqrepair.logs import get_logger
+
+if TYPE_CHECKING:
+    from seqrepair.journal.journal import Journal
 
 log = get_logger(__name__)
 

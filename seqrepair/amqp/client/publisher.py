@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from proton import symbol
 
@@ -25,9 +25,11 @@ from seqrepair.core.errors import SeqRepairError
 from seqrepair.core.messages import Publication, PublishType
 from seqrepair.core.sequencers import SourceSequencer
 from seqrepair.journal.errors import JournalError, PublicationQueuedError
-from seqrepair.journal.journal import Journal
 from seqrepair.journal.publisher import Publisher as JournalPublisher
 from seqrepair.logs import get_logger
+
+if TYPE_CHECKING:
+    from seqrepair.journal.journal import Journal
 
 log = get_logger("seqrepair.amqp.client")  # the clients' logger, as before the split
 
