@@ -8,10 +8,8 @@
         pub = Publisher("feed.a", journal, bits=16, transport=send, batch_size=100)
         ...
 
-Importing this package imports nothing else: each name below loads its module on first use, so
-the Redis-free parts (errors, the record format, the gap-fill service and the publisher, which
-take a journal built elsewhere) work without redis-py installed; only building a
-:class:`Journal` (or a position, subscription or topic store) needs it (``seqrepair[redis]``).
+The names are imported on first use (PEP 562): importing the package (as the ``seqrepair``
+parser does for :mod:`seqrepair.journal.commands`) imports no redis.
 """
 
 from __future__ import annotations
@@ -47,43 +45,34 @@ if TYPE_CHECKING:
     from seqrepair.journal.server import EmbeddedRedis
     from seqrepair.journal.session import open_journal
 
-_HOMES = {
+_LAZY = {
     "ArchiveWriteError": "seqrepair.journal.errors",
     "BacklogFullError": "seqrepair.journal.errors",
     "BitsMismatchError": "seqrepair.journal.errors",
+    "EmbeddedRedis": "seqrepair.journal.server",
     "EmbeddedRedisError": "seqrepair.journal.errors",
+    "GapFillService": "seqrepair.journal.gapfill",
+    "Journal": "seqrepair.journal.journal",
     "JournalCorruptError": "seqrepair.journal.errors",
     "JournalError": "seqrepair.journal.errors",
     "JournalResponseError": "seqrepair.journal.errors",
     "JournalTimeoutError": "seqrepair.journal.errors",
     "JournalUnavailableError": "seqrepair.journal.errors",
     "PublicationQueuedError": "seqrepair.journal.errors",
+    "Publisher": "seqrepair.journal.publisher",
+    "Replay": "seqrepair.journal.gapfill",
+    "RetentionPolicy": "seqrepair.journal.retention",
     "SequenceConflictError": "seqrepair.journal.errors",
+    "SourceInfo": "seqrepair.journal.journal",
+    "SubscriberLink": "seqrepair.journal.gapfill",
+    "TrimReport": "seqrepair.journal.retention",
     "TrimmedRangeError": "seqrepair.journal.errors",
     "UnknownLinkError": "seqrepair.journal.errors",
-    "GapFillService": "seqrepair.journal.gapfill",
-    "Replay": "seqrepair.journal.gapfill",
-    "SubscriberLink": "seqrepair.journal.gapfill",
-    "Journal": "seqrepair.journal.journal",
-    "SourceInfo": "seqrepair.journal.journal",
-    "Publisher": "seqrepair.journal.publisher",
-    "RetentionPolicy": "seqrepair.journal.retention",
-    "TrimReport": "seqrepair.journal.retention",
     "apply_retention": "seqrepair.journal.retention",
     "export_range": "seqrepair.journal.retention",
-    "EmbeddedRedis": "seqrepair.journal.server",
     "open_journal": "seqrepair.journal.session",
 }
-
-
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value
-    return value
-
+"""Each public name and the module that defines it."""
 
 __all__ = [
     "ArchiveWriteError",
@@ -112,3 +101,16 @@ __all__ = [
     "export_range",
     "open_journal",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
