@@ -18,10 +18,13 @@ EXTRA_OF = {
     "proton": "amqp",
     "redis": "redis",
     "pyspark": "spark",
-    "pyarrow": "spark",
+    "pyarrow": "redis",  # journal export writes Parquet; spark has it through redis too
     "pandas": "spark",
 }
 """Each optional third-party module and the extra that installs it (pyproject.toml)."""
+
+INCLUDES = {"spark": frozenset({"redis"})}
+"""Extras that install another (pyproject.toml: ``spark`` reads the journal from Redis)."""
 
 
 class MissingExtraError(Exception):
@@ -29,7 +32,9 @@ class MissingExtraError(Exception):
 
     def __init__(self, command: str, extras: Sequence[str], module: str) -> None:
         self.command = command
-        self.extras = list(dict.fromkeys(extras))
+        wanted = list(dict.fromkeys(extras))
+        covered = set().union(*(INCLUDES.get(extra, frozenset()) for extra in wanted))
+        self.extras = [extra for extra in wanted if extra not in covered]
         self.module = module
         named = " and ".join(repr(extra) for extra in self.extras)
         plural = "s" if len(self.extras) > 1 else ""

@@ -11,19 +11,19 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-import structlog
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from seqrepair.core.errors import InvalidConfigError, SeqRepairError
+from seqrepair.logs import get_logger
 from seqrepair.spark.audit import TABLES as AUDIT_TABLES
 from seqrepair.spark.audit import audit
 from seqrepair.spark.reading import read_journals
 from seqrepair.spark.rebuild import rebuild_images, write_images
 from seqrepair.spark.session import spark_session
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 # What Spark writes into a Parquet output folder.

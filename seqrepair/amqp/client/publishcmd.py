@@ -30,8 +30,6 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-import structlog
-
 from seqrepair.amqp.wire.backoff import Backoff
 from seqrepair.core.errors import InvalidConfigError, InvalidMessageError, SeqRepairError
 from seqrepair.core.limits import check_deliverable
@@ -43,12 +41,13 @@ from seqrepair.journal.errors import (
     JournalUnavailableError,
     PublicationQueuedError,
 )
+from seqrepair.logs import get_logger
 
 if TYPE_CHECKING:
     from seqrepair.amqp.client.subscriber import Publisher
     from seqrepair.journal.journal import Journal
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 MAX_LINE_BYTES = 4 << 20
 """The longest ``--file`` line (4 MiB): a publication takes at most

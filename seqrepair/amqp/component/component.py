@@ -37,7 +37,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
-import structlog
 from proton import Condition, Data, Delivery, Endpoint, Message
 from proton.handlers import MessagingHandler
 
@@ -103,10 +102,11 @@ from seqrepair.core.topics import TopicPattern
 from seqrepair.core.window import window_size
 from seqrepair.journal.gapfill import GapFillService
 from seqrepair.journal.journal import Journal
+from seqrepair.logs import get_logger
 from seqrepair.rest.catalog import SharedCatalog
 from seqrepair.rest.manager import SubscriptionManager
 
-log = structlog.get_logger("seqrepair.amqp.component")
+log = get_logger("seqrepair.amqp.component")
 
 
 class Component(MessagingHandler):

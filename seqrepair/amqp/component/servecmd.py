@@ -12,12 +12,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-import structlog
-
 from seqrepair.core.errors import InvalidConfigError, SeqRepairError
 from seqrepair.core.topics import validate_topic
+from seqrepair.logs import get_logger
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 SUBSCRIPTIONS_WAIT = 30.0
