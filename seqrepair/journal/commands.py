@@ -5,7 +5,8 @@ each command starts the private embedded redis-server on the data
 folder (``--data-dir``, default ``.seqrepair/redis``) and stops it afterwards.
 
 Building the parser imports no redis: a command imports its body's modules when it runs
-(:mod:`seqrepair.extras`; ``export`` and ``--archive`` need pyarrow, which the ``redis`` extra installs).
+(:mod:`seqrepair.extras`; ``export`` and ``--archive`` need pyarrow, which the ``redis`` extra
+installs).
 """
 
 from __future__ import annotations
