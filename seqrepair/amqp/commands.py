@@ -67,6 +67,19 @@ def register(subparsers: Any) -> None:
     serve.add_argument("--request-rate", type=positive_float, default=500.0,
                        help="requests per second allowed per connection")
     serve.add_argument("--request-burst", type=positive_float, default=1_000.0)
+    serve.add_argument("--max-connections", type=positive_int, default=800, metavar="N",
+                       help="connections held at once, opened or not; one more is closed at "
+                            "once (amqp:resource-limit-exceeded)")
+    serve.add_argument("--max-connections-per-principal", type=positive_int, default=100,
+                       metavar="N", help="connections of one principal (--grant) at once")
+    serve.add_argument("--max-links-per-connection", type=positive_int, default=1_000,
+                       metavar="N", help="links one connection may hold attached (a gateway "
+                                         "carries all its subscribers' links on one)")
+    serve.add_argument("--max-links-per-principal", type=positive_int, default=4_000,
+                       metavar="N", help="links the connections of one principal may hold")
+    serve.add_argument("--open-timeout", type=positive_float, default=10.0, metavar="SECONDS",
+                       help="a connection that has not completed the AMQP open (and SASL) "
+                            "this long after it was accepted is closed")
     serve.add_argument("--subscription", action="append", default=[],
                        metavar="NAME=PATTERN[;TOKENS]",
                        help="a subscription queue /subscriptions/NAME (tokens comma-separated)")

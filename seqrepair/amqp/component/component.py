@@ -41,6 +41,7 @@ from proton import Condition, Data, Delivery, Endpoint, Message
 from proton.handlers import MessagingHandler
 
 from seqrepair.amqp.component.ackdispatch import receive_ack
+from seqrepair.amqp.component.admission import Admission, LimitExceededError
 from seqrepair.amqp.component.attach import open_subscriber
 from seqrepair.amqp.component.config import Bucket
 from seqrepair.amqp.component.config import ComponentConfig as ComponentConfig
@@ -142,6 +143,9 @@ class Component(MessagingHandler):
         self.stats = {"ingested": 0, "duplicates": 0, "rejected": 0, "released": 0, "requests": 0,
                       "trimmed_unsent": 0, "oversized": 0, "acks": 0, "acks_ignored": 0,
                       "window_peak": 0}
+        # connections and links held against the count limits (admission.py); its counters
+        # (refused, timed out, peaks) are among the stop counters
+        self.admission = Admission(config.count_limits(), self.stats)
         self.ingest = Ingest(
             RedisJournalPort(journal, bits_of=self.decoder.unwrapper.bits), self.decoder,
             self._fan_out, self.stats, clock=clock, topics=topics,
@@ -259,6 +263,12 @@ class Component(MessagingHandler):
             self.container.stop()  # run() returns once the events already due are handled
             return
         now = self.clock()
+        timeout = self.config.open_timeout
+        for conn in self.admission.expired(now):  # a silent peer never opens: no idle timeout
+            self.admission.forget(conn)
+            self._close_connection(conn, LimitExceededError(
+                f"no AMQP open within {timeout:g} s of the connection (--open-timeout)",
+                expected=timeout), "open timed out")
         self.ingest.poll(now)  # what the journal took unanswered goes out (backs off)
         self.durables.flush()  # positions taken since the last tick, one pipeline
         for name, link in list(self.links.items()):
@@ -280,10 +290,36 @@ class Component(MessagingHandler):
 
     def on_connection_bound(self, event: Any) -> None:
         event.transport.idle_timeout = self.config.idle_timeout
+        conn = event.connection
+        conn.seqrepair_id = next(self._conn_ids)
+        refusal = self.admission.accept(conn, self.clock())
+        if refusal is not None:  # before its descriptor is ever waited on
+            self._close_connection(conn, refusal, "connection refused")
+
+    def _close_connection(self, conn: Any, error: LimitExceededError, why: str) -> None:
+        """Close ``conn`` with ``error``'s condition, without waiting for its peer."""
+        log.warning(why, connection=conn.seqrepair_id, condition=error.condition,
+                    error=error.message)
+        if conn.state & Endpoint.LOCAL_CLOSED:
+            return
+        conn.condition = Condition(error.condition, error.message[:500])
+        if conn.state & Endpoint.LOCAL_UNINIT:
+            conn.open()  # an open then the close: a peer that reads them learns why
+        conn.close()
+        if conn.transport is not None:
+            conn.transport.close_tail()
+
+    def on_connection_opened(self, event: Any) -> None:
+        refusal = getattr(event.connection, "refusal", None)
+        if refusal is not None:
+            self._close_connection(event.connection, refusal, "connection refused")
 
     def on_connection_opening(self, event: Any) -> None:
         conn = event.connection
-        conn.seqrepair_id = next(self._conn_ids)
+        refusal = self.admission.open(conn, principal_of(conn))
+        if refusal is not None:  # opened by proton's handshaker next, then closed (above)
+            conn.refusal = refusal
+            return
         conn.offered_capabilities = [RESPONSE_ANNOTATIONS]
         conn.bucket = Bucket(
             self.config.request_rate, self.config.request_burst, self.config.request_burst,
@@ -294,6 +330,10 @@ class Component(MessagingHandler):
 
     def on_link_opening(self, event: Any) -> None:
         link = event.link
+        refusal = self.admission.attach(link.connection, link)
+        if refusal is not None:
+            self._refuse_link(link, refusal)
+            return
         try:
             if link.is_sender:
                 self._open_subscriber(link)
@@ -378,6 +418,7 @@ class Component(MessagingHandler):
         response routes; idempotent."""
         if conn is None:
             return
+        self.admission.forget(conn)
         for link in list(self.links.values()):
             if link.sender is not None and link.sender.connection == conn:
                 self._forget(link.sender)
@@ -390,6 +431,7 @@ class Component(MessagingHandler):
             link = link.next(0)
 
     def _forget(self, endpoint: Any) -> None:
+        self.admission.detach(endpoint.connection, endpoint)
         if endpoint.is_receiver:
             self.ingest.publisher_gone(endpoint)
             return

@@ -79,6 +79,11 @@ def serve(args: argparse.Namespace) -> int:
         request_burst=args.request_burst,
         subscriptions=subs,
         grants=grants,
+        max_connections=args.max_connections,
+        max_connections_per_principal=args.max_connections_per_principal,
+        max_links_per_connection=args.max_links_per_connection,
+        max_links_per_principal=args.max_links_per_principal,
+        open_timeout=args.open_timeout,
     )
 
     def ready(url: str) -> None:
