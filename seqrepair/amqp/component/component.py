@@ -66,7 +66,7 @@ from seqrepair.amqp.wire.errors import (
 from seqrepair.amqp.wire.framing import encode_entry
 from seqrepair.amqp.wire.guard import Guarded
 from seqrepair.amqp.wire.rawamqp import Unsupported, read_raw
-from seqrepair.amqp.wire.reactor import Call, listening_address, make_container
+from seqrepair.amqp.wire.reactor import Call, listening_address, make_container, widen_backlog
 from seqrepair.amqp.wire.respann import (
     RESPONSE_ADDRESS_SUPPORTED,
     RESPONSE_ANNOTATIONS,
@@ -146,6 +146,8 @@ class Component(MessagingHandler):
         # connections and links held against the count limits (admission.py); its counters
         # (refused, timed out, peaks) are among the stop counters
         self.admission = Admission(config.count_limits(), self.stats)
+        self._closing: list[Any] = []  # transports this component closed (_close_connection)
+        self._refusing: dict[Any, float] = {}  # refused at accept, to be told why: by when
         self.ingest = Ingest(
             RedisJournalPort(journal, bits_of=self.decoder.unwrapper.bits), self.decoder,
             self._fan_out, self.stats, clock=clock, topics=topics,
@@ -247,6 +249,7 @@ class Component(MessagingHandler):
     def on_start(self, event: Any) -> None:
         self.container = event.container
         self.acceptor = event.container.listen(self.config.url)
+        widen_backlog(self.acceptor)  # a burst of connects is taken, not left to retransmit
         self.listening = listening_address(self.acceptor, self.config.url)
         log.info("component listening", url=self.listening)
         self._changes.start(event.container)
@@ -263,6 +266,14 @@ class Component(MessagingHandler):
             self.container.stop()  # run() returns once the events already due are handled
             return
         now = self.clock()
+        closing, self._closing = self._closing, []
+        for transport in closing:
+            if not transport.closed:
+                transport.close_head()
+        for conn, deadline in list(self._refusing.items()):
+            if deadline <= now:
+                del self._refusing[conn]
+                self._close_connection(conn, conn.refusal, "connection refused")
         timeout = self.config.open_timeout
         for conn in self.admission.expired(now):  # a silent peer never opens: no idle timeout
             self.admission.forget(conn)
@@ -292,12 +303,21 @@ class Component(MessagingHandler):
         event.transport.idle_timeout = self.config.idle_timeout
         conn = event.connection
         conn.seqrepair_id = next(self._conn_ids)
-        refusal = self.admission.accept(conn, self.clock())
-        if refusal is not None:  # before its descriptor is ever waited on
-            self._close_connection(conn, refusal, "connection refused")
+        now = self.clock()
+        refusal = self.admission.accept(conn, now)
+        if refusal is None:
+            return
+        if len(self._refusing) < REFUSALS_EXPLAINED:
+            # told why in a close after its open (a client's SASL comes first), a second at most
+            conn.refusal = refusal
+            self._refusing[conn] = now + 1.0
+        else:  # before its descriptor is ever waited on: a bare close
+            self._close_connection(conn, refusal, "connection refused", unread=True)
 
-    def _close_connection(self, conn: Any, error: LimitExceededError, why: str) -> None:
-        """Close ``conn`` with ``error``'s condition, without waiting for its peer."""
+    def _close_connection(self, conn: Any, error: LimitExceededError, why: str,
+                          unread: bool = False) -> None:
+        """Close ``conn`` with ``error``'s condition, without waiting for its peer (``unread``:
+        at once, nothing written)."""
         log.warning(why, connection=conn.seqrepair_id, condition=error.condition,
                     error=error.message)
         if conn.state & Endpoint.LOCAL_CLOSED:
@@ -307,15 +327,27 @@ class Component(MessagingHandler):
             conn.open()  # an open then the close: a peer that reads them learns why
         conn.close()
         if conn.transport is not None:
+            # the close carries the transport's condition when it has one: ours, not the
+            # framing error proton would record for a tail closed before the peer's close
+            conn.transport.condition = Condition(error.condition, error.message[:500])
             conn.transport.close_tail()
+            if unread:
+                conn.transport.close_head()
+                return
+            # a peer that never sent the protocol header holds proton's output back: the
+            # socket is closed at the next tick whatever is still unsent
+            self._closing.append(conn.transport)
 
     def on_connection_opened(self, event: Any) -> None:
         refusal = getattr(event.connection, "refusal", None)
         if refusal is not None:
+            self._refusing.pop(event.connection, None)
             self._close_connection(event.connection, refusal, "connection refused")
 
     def on_connection_opening(self, event: Any) -> None:
         conn = event.connection
+        if getattr(conn, "refusal", None) is not None:  # refused at its accept
+            return
         refusal = self.admission.open(conn, principal_of(conn))
         if refusal is not None:  # opened by proton's handshaker next, then closed (above)
             conn.refusal = refusal
@@ -419,6 +451,7 @@ class Component(MessagingHandler):
         if conn is None:
             return
         self.admission.forget(conn)
+        self._refusing.pop(conn, None)
         for link in list(self.links.values()):
             if link.sender is not None and link.sender.connection == conn:
                 self._forget(link.sender)
@@ -688,6 +721,10 @@ class Component(MessagingHandler):
 
 
 _MISSING: Any = object()
+
+REFUSALS_EXPLAINED = 16
+"""Connections past ``--max-connections`` held at once (a second at most) to be told why in an
+AMQP close; past them a connection is closed unread: descriptors stay bounded."""
 
 
 def _link_name(reply_to: Any) -> str | None:
