@@ -4,6 +4,9 @@ open deadline, with time moved by hand."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -178,3 +181,12 @@ def test_counts_match_a_recount_and_never_pass_a_limit(steps: list[tuple[str, in
                 len(links) for p, links in model.values() if p == who) <= 4
         for key, (_, links) in model.items():
             assert adm.links_of(key) == len(links) <= 3
+
+
+def test_wire_md_lists_every_limit_capabilities_reports() -> None:
+    """The Resource model table of WIRE.md and ``ComponentConfig.limits()`` name the same
+    limits (a new limit needs its row)."""
+    wire = (Path(__file__).resolve().parents[2] / "seqrepair" / "amqp" / "WIRE.md").read_text()
+    section = wire.split("## Resource model", 1)[1].split("\n## ", 1)[0]
+    keys = set(re.findall(r"^\| `([a-z-]+)` \|", section, flags=re.MULTILINE))
+    assert keys == set(ComponentConfig().limits())
