@@ -41,11 +41,12 @@ from proton import Condition, Data, Delivery, Endpoint, Message
 from proton.handlers import MessagingHandler
 
 from seqrepair.amqp.component.ackdispatch import receive_ack
-from seqrepair.amqp.component.admission import Admission, LimitExceededError
+from seqrepair.amqp.component.admission import Admission
 from seqrepair.amqp.component.attach import open_subscriber
 from seqrepair.amqp.component.config import Bucket
 from seqrepair.amqp.component.config import ComponentConfig as ComponentConfig
 from seqrepair.amqp.component.durable import Durables
+from seqrepair.amqp.component.gate import Gate
 from seqrepair.amqp.component.grants import principal_of
 from seqrepair.amqp.component.ingest import Ingest, Released
 from seqrepair.amqp.component.journalport import RedisJournalPort
@@ -146,8 +147,7 @@ class Component(MessagingHandler):
         # connections and links held against the count limits (admission.py); its counters
         # (refused, timed out, peaks) are among the stop counters
         self.admission = Admission(config.count_limits(), self.stats)
-        self._closing: list[Any] = []  # transports this component closed (_close_connection)
-        self._refusing: dict[Any, float] = {}  # refused at accept, to be told why: by when
+        self.gate = Gate(self.admission, clock)
         self.ingest = Ingest(
             RedisJournalPort(journal, bits_of=self.decoder.unwrapper.bits), self.decoder,
             self._fan_out, self.stats, clock=clock, topics=topics,
@@ -266,20 +266,7 @@ class Component(MessagingHandler):
             self.container.stop()  # run() returns once the events already due are handled
             return
         now = self.clock()
-        closing, self._closing = self._closing, []
-        for transport in closing:
-            if not transport.closed:
-                transport.close_head()
-        for conn, deadline in list(self._refusing.items()):
-            if deadline <= now:
-                del self._refusing[conn]
-                self._close_connection(conn, conn.refusal, "connection refused")
-        timeout = self.config.open_timeout
-        for conn in self.admission.expired(now):  # a silent peer never opens: no idle timeout
-            self.admission.forget(conn)
-            self._close_connection(conn, LimitExceededError(
-                f"no AMQP open within {timeout:g} s of the connection (--open-timeout)",
-                expected=timeout), "open timed out")
+        self.gate.tick(now)  # the open deadline; sockets of connections closed by the gate
         self.ingest.poll(now)  # what the journal took unanswered goes out (backs off)
         self.durables.flush()  # positions taken since the last tick, one pipeline
         for name, link in list(self.links.items()):
@@ -303,54 +290,14 @@ class Component(MessagingHandler):
         event.transport.idle_timeout = self.config.idle_timeout
         conn = event.connection
         conn.seqrepair_id = next(self._conn_ids)
-        now = self.clock()
-        refusal = self.admission.accept(conn, now)
-        if refusal is None:
-            return
-        if len(self._refusing) < REFUSALS_EXPLAINED:
-            # told why in a close after its open (a client's SASL comes first), a second at most
-            conn.refusal = refusal
-            self._refusing[conn] = now + 1.0
-        else:  # before its descriptor is ever waited on: a bare close
-            self._close_connection(conn, refusal, "connection refused", unread=True)
-
-    def _close_connection(self, conn: Any, error: LimitExceededError, why: str,
-                          unread: bool = False) -> None:
-        """Close ``conn`` with ``error``'s condition, without waiting for its peer (``unread``:
-        at once, nothing written)."""
-        log.warning(why, connection=conn.seqrepair_id, condition=error.condition,
-                    error=error.message)
-        if conn.state & Endpoint.LOCAL_CLOSED:
-            return
-        conn.condition = Condition(error.condition, error.message[:500])
-        if conn.state & Endpoint.LOCAL_UNINIT:
-            conn.open()  # an open then the close: a peer that reads them learns why
-        conn.close()
-        if conn.transport is not None:
-            # the close carries the transport's condition when it has one: ours, not the
-            # framing error proton would record for a tail closed before the peer's close
-            conn.transport.condition = Condition(error.condition, error.message[:500])
-            conn.transport.close_tail()
-            if unread:
-                conn.transport.close_head()
-                return
-            # a peer that never sent the protocol header holds proton's output back: the
-            # socket is closed at the next tick whatever is still unsent
-            self._closing.append(conn.transport)
+        self.gate.bound(conn)  # counted, or refused (gate.py)
 
     def on_connection_opened(self, event: Any) -> None:
-        refusal = getattr(event.connection, "refusal", None)
-        if refusal is not None:
-            self._refusing.pop(event.connection, None)
-            self._close_connection(event.connection, refusal, "connection refused")
+        self.gate.opened(event.connection)  # closed now if it was refused
 
     def on_connection_opening(self, event: Any) -> None:
         conn = event.connection
-        if getattr(conn, "refusal", None) is not None:  # refused at its accept
-            return
-        refusal = self.admission.open(conn, principal_of(conn))
-        if refusal is not None:  # opened by proton's handshaker next, then closed (above)
-            conn.refusal = refusal
+        if not self.gate.opening(conn):  # refused: closed once proton has opened it
             return
         conn.offered_capabilities = [RESPONSE_ANNOTATIONS]
         conn.bucket = Bucket(
@@ -362,7 +309,7 @@ class Component(MessagingHandler):
 
     def on_link_opening(self, event: Any) -> None:
         link = event.link
-        refusal = self.admission.attach(link.connection, link)
+        refusal = self.gate.attach(link)
         if refusal is not None:
             self._refuse_link(link, refusal)
             return
@@ -450,8 +397,7 @@ class Component(MessagingHandler):
         response routes; idempotent."""
         if conn is None:
             return
-        self.admission.forget(conn)
-        self._refusing.pop(conn, None)
+        self.gate.forget(conn)
         for link in list(self.links.values()):
             if link.sender is not None and link.sender.connection == conn:
                 self._forget(link.sender)
@@ -464,7 +410,7 @@ class Component(MessagingHandler):
             link = link.next(0)
 
     def _forget(self, endpoint: Any) -> None:
-        self.admission.detach(endpoint.connection, endpoint)
+        self.gate.detach(endpoint)
         if endpoint.is_receiver:
             self.ingest.publisher_gone(endpoint)
             return
@@ -721,10 +667,6 @@ class Component(MessagingHandler):
 
 
 _MISSING: Any = object()
-
-REFUSALS_EXPLAINED = 16
-"""Connections past ``--max-connections`` held at once (a second at most) to be told why in an
-AMQP close; past them a connection is closed unread: descriptors stay bounded."""
 
 
 def _link_name(reply_to: Any) -> str | None:
