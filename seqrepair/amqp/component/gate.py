@@ -24,13 +24,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import structlog
 from proton import Condition, Endpoint
 
 from seqrepair.amqp.component.admission import Admission, LimitExceededError
 from seqrepair.amqp.component.grants import principal_of
+from seqrepair.logs import get_logger
 
-log = structlog.get_logger("seqrepair.amqp.component")
+log = get_logger("seqrepair.amqp.component")
 
 REFUSALS_EXPLAINED = 16
 """Connections past ``--max-connections`` held at once (a second at most) to be told why in an
