@@ -190,3 +190,14 @@ def test_wire_md_lists_every_limit_capabilities_reports() -> None:
     section = wire.split("## Resource model", 1)[1].split("\n## ", 1)[0]
     keys = set(re.findall(r"^\| `([a-z-]+)` \|", section, flags=re.MULTILINE))
     assert keys == set(ComponentConfig().limits())
+
+
+def test_serve_options_default_to_the_config_defaults() -> None:
+    """``seqrepair serve`` without limit options runs with ComponentConfig's defaults."""
+    from seqrepair.cli import build_parser
+
+    args = build_parser().parse_args(["serve", "--redis-url", "redis://127.0.0.1:1"])
+    defaults = ComponentConfig()
+    for name in ("max_connections", "max_connections_per_principal", "max_links_per_connection",
+                 "max_links_per_principal", "open_timeout"):
+        assert getattr(args, name) == getattr(defaults, name), name
