@@ -277,6 +277,7 @@ class Component(MessagingHandler):
                     del self.links[name]
                     self.gapfill.detach(name)
                     self.durables.forget_link(name)
+                    self.principals.pop(name, None)  # else one entry per name ever attached
                     link.log.info("link context expired")
                 continue
             link.heartbeat(now)
