@@ -270,3 +270,45 @@ def _served(url: str) -> bool:
     except Exception:
         return False
     return True
+
+
+def test_what_ends_is_released_however_it_ends(here: Any) -> None:
+    """Links detached, connections closed and connections lost (the peer's process gone, no
+    AMQP close) give back what they held: the principal attaches its full allowance again."""
+    comp = here(max_links_per_connection=3, max_links_per_principal=3,
+                max_connections_per_principal=1)
+
+    def counts() -> tuple[int, int, int]:
+        return comp.call(lambda: (comp.admission.connections, comp.admission.links,
+                                  comp.admission.connections_of("greedy")))
+
+    conn = BlockingConnection(comp.here_url, timeout=10, container_id="greedy")
+    links = [attach(conn, f"g{i}") for i in range(3)]
+    assert counts() == (1, 3, 1)
+    links[0].close()
+    assert wait_for(lambda: counts() == (1, 2, 1), 5)
+    conn.close()
+    assert wait_for(lambda: counts() == (0, 0, 0), 5)
+    # a peer process that dies holding three links: its socket goes, its open never closes
+    peer = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time\n"
+        "from proton.utils import BlockingConnection\n"
+        f"c = BlockingConnection({comp.here_url!r}, timeout=10, container_id='greedy')\n"
+        "[c.create_receiver('/honest/#', name=f'p{i}', credit=1) for i in range(3)]\n"
+        "print('attached', flush=True)\n"
+        "time.sleep(60)\n")], env=_env(), stdout=subprocess.PIPE, text=True)
+    try:
+        assert peer.stdout is not None
+        assert peer.stdout.readline().strip() == "attached"
+        assert counts() == (1, 3, 1)
+    finally:
+        peer.kill()
+        peer.wait(10)
+    assert wait_for(lambda: counts() == (0, 0, 0), 5)
+    again = BlockingConnection(comp.here_url, timeout=10, container_id="greedy")
+    try:
+        for i in range(3):
+            attach(again, f"again-{i}")
+        assert "--max-links-per-connection" in refused_link(again, "again-3")
+    finally:
+        again.close()
