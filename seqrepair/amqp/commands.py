@@ -80,6 +80,22 @@ def register(subparsers: Any) -> None:
     serve.add_argument("--open-timeout", type=positive_float, default=10.0, metavar="SECONDS",
                        help="a connection that has not completed the AMQP open (and SASL) "
                             "this long after it was accepted is closed")
+    serve.add_argument("--repair-turn", type=positive_float, default=0.01, metavar="SECONDS",
+                       help="event-loop time one repair turn may take (journal reads and "
+                            "encoding for replays and resends, round-robin by connection) "
+                            "before live delivery and other peers are served (default 0.01)")
+    serve.add_argument("--replay-page", type=positive_int, default=500, metavar="N",
+                       help="journal entries a replay reads per step, sent or skipped by the "
+                            "link's filters: one step of a repair turn (default 500)")
+    serve.add_argument("--max-replays-per-connection", type=positive_int, default=8,
+                       metavar="N",
+                       help="source replays one connection may have in progress; a "
+                            "SOURCE-GAP-REQUEST past it is rejected "
+                            "amqp:resource-limit-exceeded (default 8)")
+    serve.add_argument("--max-replays-per-principal", type=positive_int, default=32,
+                       metavar="N",
+                       help="source replays all connections of one principal may have in "
+                            "progress (default 32)")
     serve.add_argument("--subscription", action="append", default=[],
                        metavar="NAME=PATTERN[;TOKENS]",
                        help="a subscription queue /subscriptions/NAME (tokens comma-separated)")

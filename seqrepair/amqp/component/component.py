@@ -46,6 +46,7 @@ from seqrepair.amqp.component.attach import open_subscriber
 from seqrepair.amqp.component.config import Bucket
 from seqrepair.amqp.component.config import ComponentConfig as ComponentConfig
 from seqrepair.amqp.component.durable import Durables
+from seqrepair.amqp.component.fairness import FairRing, TurnBudget
 from seqrepair.amqp.component.gate import Gate
 from seqrepair.amqp.component.grants import principal_of
 from seqrepair.amqp.component.ingest import Ingest, Released
@@ -143,7 +144,8 @@ class Component(MessagingHandler):
         )
         self.stats = {"ingested": 0, "duplicates": 0, "rejected": 0, "released": 0, "requests": 0,
                       "trimmed_unsent": 0, "oversized": 0, "acks": 0, "acks_ignored": 0,
-                      "window_peak": 0}
+                      "window_peak": 0, "repair_turns": 0, "repair_steps": 0,
+                      "repair_turns_cut": 0, "replays_refused": 0}
         # connections and links held against the count limits (admission.py); its counters
         # (refused, timed out, peaks) are among the stop counters
         self.admission = Admission(config.count_limits(), self.stats)
@@ -158,12 +160,15 @@ class Component(MessagingHandler):
             policy=RefusalPolicy(max_range=config.max_gap_range),
             link_bits=config.link_bits,
             context_capacity=config.context_capacity,
+            page_size=config.replay_page,
         )
         self.links: dict[str, SubscriberLink] = {}
         self.principals: dict[str, str] = {}
         self.routes: dict[tuple[int, str], ResponseRoute] = {}
         self._conn_ids = itertools.count(1)
-        self._unfinished: set[ResponseRoute] = set()  # answers stopped at a pump's quota
+        # routes whose answers must be read, served a step each per repair turn (fairness.py)
+        self._unfinished: FairRing[ResponseRoute] = FairRing()
+        self._turn = TurnBudget(config.repair_turn, time.monotonic)
         self._continuing = False
         self._rng = random.Random(config.drop_seed)
         self.acceptor: Any = None
@@ -345,9 +350,11 @@ class Component(MessagingHandler):
         self._pump_sender(event.sender)
 
     def _pump_sender(self, sender: Any) -> None:
+        """Send what is ready on ``sender`` (a link's live frames, answers already read); what
+        must be read first waits for a repair turn."""
         route = getattr(sender, "route", None)
         if route is not None:
-            route.pump()
+            route.send_ready()
             self._pump_later(route)
             return
         name = getattr(sender, "subscriber", None)
@@ -360,21 +367,36 @@ class Component(MessagingHandler):
         self._pump_later(link.route)
 
     def _pump_later(self, route: ResponseRoute) -> None:
-        """Continue a pump that stopped at its quota of answers once the event loop has served
-        everything else that is ready (see ANSWERS_PER_TURN)."""
-        if not route.wants_turn():
+        """Give ``route`` a step in the repair turns if answers wait there that must be read
+        (and its peer gave credit for them): :mod:`.fairness`."""
+        if not route.wants_turn() or not route.needs_reading():
             return
-        self._unfinished.add(route)
+        conn = route.sender.connection
+        self._unfinished.add(getattr(conn, "seqrepair_id", None), route)
         if not self._continuing:
             self._continuing = True
-            self.container.schedule(0, Call(self._continue_pumps))
+            self.container.schedule(0, Call(self._repair_turn))
 
-    def _continue_pumps(self) -> None:
-        self._continuing = False
-        unfinished, self._unfinished = self._unfinished, set()
-        for route in unfinished:
-            if route.sender is not None:
-                self._pump_sender(route.sender)
+    def _repair_turn(self) -> None:
+        """One repair turn: the waiting routes a step each, round-robin by connection, until
+        ``--repair-turn`` seconds are spent; the rest after the event loop served the others
+        (live fan-out never waits for a turn)."""
+        ring = self._unfinished
+        self._turn.start()
+        self.stats["repair_turns"] += 1
+        while ring:
+            route = ring.pop()
+            if route is None or route.sender is None or route.sender.credit <= 0:
+                continue  # its peer's credit puts it back (on_sendable)
+            route.send_one(read=True)
+            self.stats["repair_steps"] += 1
+            self._pump_sender(route.sender)  # what the step made ready, live frames behind it
+            if self._turn.spent():
+                break
+        self._continuing = bool(ring)
+        if ring:
+            self.stats["repair_turns_cut"] += 1
+            self.container.schedule(0, Call(self._repair_turn))
 
     def on_link_closing(self, event: Any) -> None:
         self._forget(event.link)
@@ -403,7 +425,7 @@ class Component(MessagingHandler):
             if link.sender is not None and link.sender.connection == conn:
                 self._forget(link.sender)
         for key in [k for k in self.routes if k[0] == getattr(conn, "seqrepair_id", None)]:
-            del self.routes[key]
+            self._unfinished.discard(self.routes.pop(key))
         link = conn.link_head(0)
         while link is not None:  # publishing links end with their connection too
             if link.is_receiver:
@@ -626,6 +648,8 @@ class Component(MessagingHandler):
                 cookie,
             )
             return
+        if link.name not in route.replays:  # a new replay (one for the same link replaces it)
+            self._check_replay_room(route)
         # what the component fans out next goes to this link too: the replay stops there
         replay = self.gapfill.answer_source_gap(
             link.name, request, now, carried_after=self.ingest.ingested
@@ -636,7 +660,30 @@ class Component(MessagingHandler):
             route.respond(encode(replay), correlation, cookie)
             return
         self.ingest.owe(replay.owed_to_link)
-        route.start_replay(link.name, replay, correlation, cookie)
+        route.start_replay(link.name, replay.steps(self.config.replay_page), correlation, cookie)
+
+    def _check_replay_room(self, route: ResponseRoute) -> None:
+        """RequestFloodError when the connection (or the principal) of ``route`` runs as many
+        source replays as ``--max-replays-per-connection`` (``-per-principal``) allow: the
+        requester asks again later (a stub backs off and retries)."""
+        conn = route.sender.connection
+        principal = principal_of(conn)
+        by_conn = by_principal = 0
+        for other in self.routes.values():
+            if other.replays and other.sender is not None:
+                if other.sender.connection == conn:
+                    by_conn += len(other.replays)
+                if principal_of(other.sender.connection) == principal:
+                    by_principal += len(other.replays)
+        for count, limit, whose in (
+            (by_conn, self.config.max_replays_per_connection, "this connection"),
+            (by_principal, self.config.max_replays_per_principal, f"principal {principal!r}"),
+        ):
+            if count >= limit:
+                self.stats["replays_refused"] += 1
+                raise RequestFloodError(
+                    f"{count} source replays already run for {whose} (at most {limit}); "
+                    "ask again later", expected=limit, got=count)
 
     # --- running ------------------------------------------------------------------------
 

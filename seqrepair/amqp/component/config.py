@@ -70,6 +70,14 @@ class ComponentConfig:
     request_window: int = _positive(32)
     request_rate: float = _positive(500.0)
     request_burst: float = _positive(1_000.0)
+    repair_turn: float = _positive(0.01)
+    """Seconds of event-loop time one repair turn may take (:mod:`.fairness`)."""
+    replay_page: int = _positive(500)
+    """Journal entries a source replay reads per step (per page), sent or skipped."""
+    max_replays_per_connection: int = _positive(8)
+    """Source replays one connection may have in progress; past it requests are rejected."""
+    max_replays_per_principal: int = _positive(32)
+    """Source replays one principal's connections may have in progress together."""
     drop_rate: float = attrs.field(default=0.0, validator=_rate)
     drop_seed: int | None = None
     drop_reset_frames: bool = False
@@ -107,6 +115,10 @@ class ComponentConfig:
             "max-links-per-connection": self.max_links_per_connection,
             "max-links-per-principal": self.max_links_per_principal,
             "open-timeout": self.open_timeout,
+            "repair-turn": self.repair_turn,
+            "replay-page": self.replay_page,
+            "max-replays-per-connection": self.max_replays_per_connection,
+            "max-replays-per-principal": self.max_replays_per_principal,
         }
 
 

@@ -73,9 +73,10 @@ def _new_epoch() -> str:
 AnswerFrame = Publication | Heartbeat | ReplayComplete | GapError
 
 ANSWERS_PER_TURN = 16
-"""How many transfers of answers one pump makes before the event loop serves other links (the
-component continues it at once, see ``Component._pump_later``): a large resend or replay to a
-peer with much credit must not stall every other link while it is encoded."""
+"""How many transfers of answers one :meth:`ResponseRoute.pump` makes. The component does not
+read answers in a pump: it sends what is ready (:meth:`ResponseRoute.send_ready`) and reads the
+rest one step per repair turn (:mod:`.fairness`), so a large resend or replay never stalls the
+links of others while it is read and encoded."""
 
 MAX_WAITING_ANSWERS = 64
 """How many answers a route holds for a peer that gives no credit; requests beyond are refused
@@ -84,9 +85,13 @@ MAX_WAITING_ANSWERS = 64
 
 @attrs.define(eq=False)
 class _Stream:
-    """An answer read as it is sent: frames a chunk per transfer, a closing frame on its own."""
+    """An answer read as it is sent: frames a chunk per transfer, a closing frame on its own.
 
-    frames: Iterator[AnswerFrame]
+    A ``None`` among the frames ends a chunk early: the reader scanned a slice of the journal
+    (see :meth:`seqrepair.journal.gapfill.Replay.steps`) and lets others have the event loop.
+    """
+
+    frames: Iterator[AnswerFrame | None]
     correlation_id: Any
     cookie: bytes | None = None
     replay: bool = False
@@ -141,7 +146,7 @@ class ResponseRoute:
     def start_replay(
         self,
         requester: str,
-        replay: Iterable[ReplayFrame],
+        replay: Iterable[ReplayFrame | None],
         correlation_id: Any,
         cookie: bytes | None = None,
     ) -> None:
@@ -158,29 +163,56 @@ class ResponseRoute:
         """Whether answers are waiting."""
         return bool(self.responses) or bool(self.replays)
 
-    def send_one(self) -> bool:
-        """Send one waiting answer or answer chunk; False when there was nothing to send."""
+    def send_one(self, read: bool = True) -> bool:
+        """Send one waiting answer or answer chunk; False when there was nothing to send.
+
+        ``read`` False sends only what is ready (no chunk is read or encoded): False then also
+        when the next answer must be read first. A read that scans a journal slice without a
+        frame to show sends nothing (False) and leaves the rest for the next call.
+        """
         while True:
             if self.responses:
                 head = self.responses[0]
                 if not isinstance(head, _Stream):
                     self.sender.send(self.responses.popleft())
                     return True
-                message = self._next(head)
+                message = self._next(head, read)
                 if message is None:
+                    if not head.done:
+                        return False
                     self.responses.popleft()
                     continue
             elif self.replays:
                 requester, stream = next(iter(self.replays.items()))
-                message = self._next(stream)
-                if message is None:
+                reading = read and not stream.ready
+                message = self._next(stream, read)
+                if message is None and stream.done:
                     log.info("replay finished", link=requester, replayed=self.replayed)
                     del self.replays[requester]
                     continue
+                if reading and len(self.replays) > 1:  # the route's other replays go next
+                    self.replays[requester] = self.replays.pop(requester)
+                if message is None:
+                    return False
             else:
                 return False
             self.sender.send(message)
             return True
+
+    def send_ready(self) -> int:
+        """Send, while credit lasts, the answers that are ready (nothing read or encoded);
+        the number sent."""
+        sent = 0
+        while self.sender is not None and self.sender.credit > 0 and self.send_one(read=False):
+            sent += 1
+        return sent
+
+    def needs_reading(self) -> bool:
+        """Whether answers wait that must be read before they can be sent."""
+        if self.responses:
+            head = self.responses[0]
+            return isinstance(head, _Stream) and not head.ready and not head.done
+        return any(not stream.ready and not stream.done for stream in self.replays.values())
 
     def pump(self) -> int:
         """Send answers while credit lasts, at most :data:`ANSWERS_PER_TURN`."""
@@ -198,9 +230,10 @@ class ResponseRoute:
         """Whether answers wait that the sender has credit for (a pump stopped at its quota)."""
         return self.sender is not None and self.sender.credit > 0 and self.busy()
 
-    def _next(self, stream: _Stream) -> Outgoing | None:
-        """The stream's next message; None once it is over."""
-        if not stream.ready and not stream.done:
+    def _next(self, stream: _Stream, read: bool = True) -> Outgoing | None:
+        """The stream's next message; None once it is over (``stream.done``), or while it
+        must be read (``read`` False) or its last read found nothing to send yet."""
+        if not stream.ready and not stream.done and read:
             self._read_chunk(stream)
         return stream.ready.popleft() if stream.ready else None
 
@@ -208,6 +241,8 @@ class ResponseRoute:
         chunk: list[Publication | Heartbeat] = []
         closing: ReplayComplete | GapError | None = None
         for frame in stream.frames:
+            if frame is None:
+                break  # a journal slice read: the rest on the next step
             if isinstance(frame, Publication | Heartbeat):
                 chunk.append(frame)
                 if len(chunk) >= self.max_batch:
@@ -371,13 +406,13 @@ class SubscriberLink:
             and credit >= max(1, self.max_credit // 2)
         ):
             self._resume(now)
-        answers = 0
+        route = self.route
         while sender.credit > 0:
-            if self.route.busy() and answers >= ANSWERS_PER_TURN:
-                break  # the rest on the next turn: answers go out first, in order
-            if self.route.send_one():
-                answers += 1
-            elif self.reset_pending:
+            if route.send_one(read=False):
+                continue
+            if route.busy() and route.needs_reading():
+                break  # answers go out first, in order: read on the component's repair turn
+            if self.reset_pending:
                 self.reset_pending = False
                 self._send_frames([self.sequencer.heartbeat(now)])
             elif self.pending and not self.paused:
