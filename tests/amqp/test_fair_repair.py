@@ -17,6 +17,7 @@ Run as a script for the figures: ``python tests/amqp/test_fair_repair.py [CONNS]
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -31,6 +32,7 @@ from proton import Message, ulong
 from proton.handlers import MessagingHandler
 from proton.reactor import Container
 
+from seqrepair.amqp.client.query import query_capabilities
 from seqrepair.amqp.client.subscriber import Subscriber
 from seqrepair.core.messages import Publication
 from seqrepair.journal.journal import Journal
@@ -178,8 +180,13 @@ def run_attack(redis_url: str, tmp: Path, connections: int, requests: int,
                 thread.join(10)
         with Journal.from_url(redis_url) as journal:
             high_water = journal.high_water(SOURCE)
+        limits = query_capabilities(comp.url, timeout=10).limits
     finally:
         comp.stop()
+    stopped = re.search(r"component stopped.*", comp.log_text())
+    counters = {} if stopped is None else {
+        key: int(value) for key, value in re.findall(r"(\w+)=(\d+)", stopped.group(0))
+    }
     times = [t for t, _ in arrivals]
     during = [b - a for a, b in zip(times, times[1:], strict=False)
               if b >= attack_start and a <= attack_end]
@@ -193,6 +200,8 @@ def run_attack(redis_url: str, tmp: Path, connections: int, requests: int,
         "asked": asked,
         "answered": dict(hostile.answered),
         "log": comp.log_text(),
+        "limits": limits,
+        "counters": counters,
     }
 
 
@@ -206,6 +215,12 @@ def test_source_requests_do_not_stall_an_honest_subscriber(
     assert len(got["outcomes"]) == got["sent"]
     refused = [c for c in got["outcomes"] if c is not None]
     assert set(refused) <= {"amqp:resource-limit-exceeded"}, refused
+    assert got["limits"]["max-replays-per-connection"] == 8
+    assert got["limits"]["max-replays-per-principal"] == 32
+    assert got["limits"]["repair-turn"] == 0.01
+    counters = got["counters"]
+    assert counters["repair_steps"] > 0 and counters["repair_turns"] > 0, counters
+    assert counters["replays_refused"] == len(refused), counters
     if links > 8:  # past --max-replays-per-connection (8) new replays wait: refused
         assert refused
     assert got["asked"] and set(got["answered"]) >= got["asked"]

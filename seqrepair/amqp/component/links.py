@@ -177,23 +177,25 @@ class ResponseRoute:
                     self.sender.send(self.responses.popleft())
                     return True
                 message = self._next(head, read)
+                if head.done and not head.ready:
+                    self.responses.popleft()  # over: not busy for it any more
                 if message is None:
                     if not head.done:
                         return False
-                    self.responses.popleft()
                     continue
             elif self.replays:
                 requester, stream = next(iter(self.replays.items()))
                 reading = read and not stream.ready
                 message = self._next(stream, read)
-                if message is None and stream.done:
+                if stream.done and not stream.ready:
                     log.info("replay finished", link=requester, replayed=self.replayed)
                     del self.replays[requester]
-                    continue
-                if reading and len(self.replays) > 1:  # the route's other replays go next
+                elif reading and len(self.replays) > 1:  # the route's other replays go next
                     self.replays[requester] = self.replays.pop(requester)
                 if message is None:
-                    return False
+                    if not stream.done:
+                        return False
+                    continue
             else:
                 return False
             self.sender.send(message)

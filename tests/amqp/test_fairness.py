@@ -1,0 +1,134 @@
+"""The pieces of fair repair scheduling (issue 24) without a network: the round-robin ring,
+the turn budget, and a route that reads answers only when told to, a step at a time."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from seqrepair.amqp.component.fairness import FairRing, TurnBudget
+from seqrepair.amqp.component.links import ResponseRoute, SubscriberLink
+from seqrepair.core.context import LinkContext
+from seqrepair.core.messages import GapError, GapRequest, Publication, ReplayComplete
+from seqrepair.core.permissions import Entitlement
+from seqrepair.core.sequencers import LinkSequencer
+
+from .test_links import _pub, _received, _Sender
+
+
+def test_the_ring_serves_connections_in_turn_not_in_proportion_to_their_routes() -> None:
+    ring: FairRing[str] = FairRing()
+    for route in ("a1", "a2", "a3"):
+        ring.add("conn-a", route)
+    ring.add("conn-b", "b1")
+    ring.add("conn-a", "a1")  # queued already: no second place
+    assert len(ring) == 4 and "a2" in ring
+    order = [ring.pop() for _ in range(4)]
+    assert order == ["a1", "b1", "a2", "a3"]
+    assert ring.pop() is None and len(ring) == 0
+
+
+def test_a_route_served_goes_to_the_back_behind_the_other_connections() -> None:
+    ring: FairRing[str] = FairRing()
+    ring.add(1, "x")
+    ring.add(2, "y")
+    ring.add(3, "z")
+    served = []
+    for _ in range(7):  # each route asks again after its step, as a busy route does
+        route = ring.pop()
+        assert route is not None
+        served.append(route)
+        ring.add({"x": 1, "y": 2, "z": 3}[route], route)
+    assert served == ["x", "y", "z", "x", "y", "z", "x"]
+
+
+def test_discard_forgets_a_route_and_an_emptied_connection() -> None:
+    ring: FairRing[str] = FairRing()
+    ring.add(1, "x")
+    ring.add(2, "y")
+    ring.discard("x")
+    ring.discard("nothing")
+    assert ring.pop() == "y"
+    assert ring.pop() is None
+
+
+def test_the_turn_budget_is_spent_after_its_seconds() -> None:
+    now = [100.0]
+    budget = TurnBudget(0.01, lambda: now[0])
+    budget.start()
+    assert not budget.spent()
+    now[0] += 0.009
+    assert not budget.spent()
+    now[0] += 0.002
+    assert budget.spent()
+    budget.start()
+    assert not budget.spent()
+
+
+class _Counted:
+    """Frames of an answer with a count of how many were read; ``None`` where a replay pauses
+    after scanning a journal slice without anything to send."""
+
+    def __init__(self, frames: list[object]) -> None:
+        self.frames = frames
+        self.read = 0
+
+    def __iter__(self) -> Iterator[object]:
+        for frame in self.frames:
+            self.read += 1
+            yield frame
+
+
+def test_a_route_reads_nothing_unless_told_and_a_scan_pause_sends_nothing() -> None:
+    route = ResponseRoute(Entitlement.everything(), 8, lambda _s: 64)
+    route.sender = _Sender(credit=100)
+    pubs = [_pub(n) for n in (1, 2)]
+    done = ReplayComplete(through={"s": 2})
+    answer = _Counted([None, None, pubs[0], pubs[1], None, done])
+    route.start_replay("L", answer, "c")  # type: ignore[arg-type]
+    assert route.send_ready() == 0 and answer.read == 0  # a pump sends only what is ready
+    assert route.needs_reading() and route.wants_turn()
+    assert not route.send_one(read=True) and answer.read == 1  # a slice scanned: a step ends
+    assert not route.send_one(read=True) and answer.read == 2
+    assert route.send_one(read=True)  # the two publications, cut at the pause
+    assert answer.read == 5
+    assert route.send_one(read=True)  # the closing frame
+    assert not route.busy()
+    got = _received(route.sender.sent)
+    assert [(p.source_seq, p.retransmit) for p in got[:-1]] == [(1, False), (2, False)]  # type: ignore[attr-defined]
+    assert got[-1] == done
+
+
+def test_replays_of_one_route_take_turns_step_by_step() -> None:
+    route = ResponseRoute(Entitlement.everything(), 1, lambda _s: 64)
+    route.sender = _Sender(credit=100)
+    route.start_replay("A", iter([_pub(1), _pub(2), ReplayComplete(through={"s": 2})]), "a")
+    route.start_replay("B", iter([_pub(7), ReplayComplete(through={"s": 7})]), "b")
+    while route.busy():
+        route.send_one(read=True)
+    assert [m.correlation_id for m in route.sender.sent] == ["a", "b", "a", "b", "a"]  # type: ignore[attr-defined]
+
+
+def test_a_link_keeps_live_frames_behind_an_answer_still_to_read() -> None:
+    link = SubscriberLink(
+        name="l", address="/w/#", entitlement=Entitlement(topics=("/#",)),
+        sequencer=LinkSequencer(16, 1.0), context=LinkContext(16, 1000), batch=True,
+        max_batch=8, max_pending=100, source_bits=lambda _s: 32,
+    )
+    link.attach(_Sender(credit=100))
+    link.offer_many([(_pub(n), None) for n in range(1, 11)], 0.0)
+    link.pump(0.0)  # nothing waits: live frames go
+    resend = link.context.resend(GapRequest(1, 10))
+    assert not isinstance(resend, GapError)
+    link.route.start_resend(link.fresh(resend), "r")
+    link.offer_many([(_pub(n), None) for n in range(11, 14)], 0.0)
+    link.pump(0.0)
+    assert len(link.pending) == 3  # the answer is read on a repair turn; live waits behind it
+    sent_before = len(link.sender.sent)
+    while link.route.needs_reading():
+        assert link.route.send_one(read=True)
+        link.pump(0.0)
+    link.pump(0.0)
+    assert not link.pending
+    frames = _received(link.sender.sent[sent_before:])
+    kinds = [(f.link_seq, f.retransmit) for f in frames]  # type: ignore[attr-defined]
+    assert kinds == [(n, True) for n in range(1, 11)] + [(n, False) for n in range(11, 14)]
