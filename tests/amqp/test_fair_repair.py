@@ -16,6 +16,7 @@ Run as a script for the figures: ``python tests/amqp/test_fair_repair.py [CONNS]
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import subprocess
@@ -39,7 +40,7 @@ from seqrepair.journal.journal import Journal
 from seqrepair.journal.server import EmbeddedRedis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from amqp.conftest import ROOT, ComponentProcess, wait_for  # noqa: E402
+from amqp.conftest import ROOT, ComponentProcess, wait_for
 
 pytestmark = [pytest.mark.amqp, pytest.mark.redis, pytest.mark.slow]
 
@@ -188,7 +189,7 @@ def run_attack(redis_url: str, tmp: Path, connections: int, requests: int,
         key: int(value) for key, value in re.findall(r"(\w+)=(\d+)", stopped.group(0))
     }
     times = [t for t, _ in arrivals]
-    during = [b - a for a, b in zip(times, times[1:], strict=False)
+    during = [b - a for a, b in itertools.pairwise(times)
               if b >= attack_start and a <= attack_end]
     return {
         "max_gap": max(during),
@@ -219,11 +220,13 @@ def test_source_requests_do_not_stall_an_honest_subscriber(
     assert got["limits"]["max-replays-per-principal"] == 32
     assert got["limits"]["repair-turn"] == 0.01
     counters = got["counters"]
-    assert counters["repair_steps"] > 0 and counters["repair_turns"] > 0, counters
+    assert counters["repair_steps"] > 0
+    assert counters["repair_turns"] > 0, counters
     assert counters["replays_refused"] == len(refused), counters
     if links > 8:  # past --max-replays-per-connection (8) new replays wait: refused
         assert refused
-    assert got["asked"] and set(got["answered"]) >= got["asked"]
+    assert got["asked"]
+    assert set(got["answered"]) >= got["asked"]
     assert set(got["answered"].values()) == {"REPLAY-COMPLETE"}
 
 

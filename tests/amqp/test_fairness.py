@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from seqrepair.amqp.component.fairness import FairRing, TurnBudget
 from seqrepair.amqp.component.links import ResponseRoute, SubscriberLink
 from seqrepair.core.context import LinkContext
-from seqrepair.core.messages import GapError, GapRequest, Publication, ReplayComplete
+from seqrepair.core.messages import GapError, GapRequest, ReplayComplete
 from seqrepair.core.permissions import Entitlement
 from seqrepair.core.sequencers import LinkSequencer
 
@@ -21,10 +21,12 @@ def test_the_ring_serves_connections_in_turn_not_in_proportion_to_their_routes()
         ring.add("conn-a", route)
     ring.add("conn-b", "b1")
     ring.add("conn-a", "a1")  # queued already: no second place
-    assert len(ring) == 4 and "a2" in ring
+    assert len(ring) == 4
+    assert "a2" in ring
     order = [ring.pop() for _ in range(4)]
     assert order == ["a1", "b1", "a2", "a3"]
-    assert ring.pop() is None and len(ring) == 0
+    assert ring.pop() is None
+    assert len(ring) == 0
 
 
 def test_a_route_served_goes_to_the_back_behind_the_other_connections() -> None:
@@ -85,10 +87,14 @@ def test_a_route_reads_nothing_unless_told_and_a_scan_pause_sends_nothing() -> N
     done = ReplayComplete(through={"s": 2})
     answer = _Counted([None, None, pubs[0], pubs[1], None, done])
     route.start_replay("L", answer, "c")  # type: ignore[arg-type]
-    assert route.send_ready() == 0 and answer.read == 0  # a pump sends only what is ready
-    assert route.needs_reading() and route.wants_turn()
-    assert not route.send_one(read=True) and answer.read == 1  # a slice scanned: a step ends
-    assert not route.send_one(read=True) and answer.read == 2
+    assert route.send_ready() == 0  # a pump sends only what is ready
+    assert answer.read == 0
+    assert route.needs_reading()
+    assert route.wants_turn()
+    assert not route.send_one(read=True)  # a slice scanned: a step ends
+    assert answer.read == 1
+    assert not route.send_one(read=True)
+    assert answer.read == 2
     assert route.send_one(read=True)  # the two publications, cut at the pause
     assert answer.read == 5
     assert route.send_one(read=True)  # the closing frame
@@ -132,3 +138,26 @@ def test_a_link_keeps_live_frames_behind_an_answer_still_to_read() -> None:
     frames = _received(link.sender.sent[sent_before:])
     kinds = [(f.link_seq, f.retransmit) for f in frames]  # type: ignore[attr-defined]
     assert kinds == [(n, True) for n in range(1, 11)] + [(n, False) for n in range(11, 14)]
+
+
+def test_an_answer_whose_reading_fails_ends_there_and_the_route_goes_on() -> None:
+    def failing() -> Iterator[object]:
+        yield _pub(1)
+        raise ConnectionError("journal down")
+
+    route = ResponseRoute(Entitlement.everything(), 8, lambda _s: 64)
+    route.sender = _Sender(credit=100)
+    route.start_replay("A", failing(), "a")  # type: ignore[arg-type]
+    route.start_replay("B", iter([_pub(7), ReplayComplete(through={"s": 7})]), "b")
+    try:
+        route.send_one(read=True)
+    except ConnectionError:
+        pass
+    else:
+        raise AssertionError("the failure must reach the caller, which logs it")
+    while route.busy():
+        route.send_one(read=True)
+    got = [(m.correlation_id, f) for m in route.sender.sent for f in _received([m])]  # type: ignore[attr-defined]
+    # A's answer ended without a closing frame (its requester asks again); B's is whole
+    assert [c for c, _ in got] == ["b", "b"]
+    assert got[-1][1] == ReplayComplete(through={"s": 7})

@@ -3,6 +3,8 @@ reads, whether it sends them or skips them, so its reader can let others have th
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from seqrepair.core.messages import Publication, ReplayComplete, SourceGapRequest
@@ -33,8 +35,9 @@ def test_a_replay_of_entries_the_link_may_not_see_pauses_every_slice(journal: Jo
     steps = list(replay.steps(scan_slice=10))
     # 95 entries read and skipped: a pause after each 10, then the closing frame
     assert steps[:-1] == [None] * 9
-    assert isinstance(steps[-1], ReplayComplete) and steps[-1].through == {"feed.a": 95}
-    assert replay.scanned == 95 and replay.filtered == 95 and replay.sent == 0
+    assert isinstance(steps[-1], ReplayComplete)
+    assert steps[-1].through == {"feed.a": 95}
+    assert (replay.scanned, replay.filtered, replay.sent) == (95, 95, 0)
 
 
 def test_pauses_count_sent_entries_too_and_iterating_gives_the_frames_alone(
@@ -44,7 +47,7 @@ def test_pauses_count_sent_entries_too_and_iterating_gives_the_frames_alone(
     stepped = list(_replay(journal, Entitlement(topics=("/weather/#",))).steps(scan_slice=4))
     pauses = [i for i, frame in enumerate(stepped) if frame is None]
     assert len(pauses) == 30 // 4  # one per 4 entries read, sent or not
-    between = [pauses[0]] + [b - a - 1 for a, b in zip(pauses, pauses[1:], strict=False)]
+    between = [pauses[0]] + [b - a - 1 for a, b in itertools.pairwise(pauses)]
     assert all(n == 2 for n in between)  # of every 4 read, 2 sent: never more between pauses
     plain = list(_replay(journal, Entitlement(topics=("/weather/#",))))
     assert None not in plain

@@ -145,7 +145,7 @@ class Component(MessagingHandler):
         self.stats = {"ingested": 0, "duplicates": 0, "rejected": 0, "released": 0, "requests": 0,
                       "trimmed_unsent": 0, "oversized": 0, "acks": 0, "acks_ignored": 0,
                       "window_peak": 0, "repair_turns": 0, "repair_steps": 0,
-                      "repair_turns_cut": 0, "replays_refused": 0}
+                      "repair_turns_cut": 0, "repair_failures": 0, "replays_refused": 0}
         # connections and links held against the count limits (admission.py); its counters
         # (refused, timed out, peaks) are among the stop counters
         self.admission = Admission(config.count_limits(), self.stats)
@@ -388,8 +388,12 @@ class Component(MessagingHandler):
             route = ring.pop()
             if route is None or route.sender is None or route.sender.credit <= 0:
                 continue  # its peer's credit puts it back (on_sendable)
-            route.send_one(read=True)
             self.stats["repair_steps"] += 1
+            try:
+                route.send_one(read=True)
+            except Exception:  # a timer's handler is not Guarded: the loop must go on
+                self.stats["repair_failures"] += 1
+                log.exception("repair step failed: that answer ends unfinished")
             self._pump_sender(route.sender)  # what the step made ready, live frames behind it
             if self._turn.spent():
                 break

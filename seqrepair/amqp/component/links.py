@@ -236,7 +236,14 @@ class ResponseRoute:
         """The stream's next message; None once it is over (``stream.done``), or while it
         must be read (``read`` False) or its last read found nothing to send yet."""
         if not stream.ready and not stream.done and read:
-            self._read_chunk(stream)
+            try:
+                self._read_chunk(stream)
+            except Exception:
+                # the answer ends here (a journal that failed, say): no closing frame, so its
+                # requester asks again; the caller logs what was raised
+                stream.done = True
+                stream.ready.clear()
+                raise
         return stream.ready.popleft() if stream.ready else None
 
     def _read_chunk(self, stream: _Stream) -> None:
