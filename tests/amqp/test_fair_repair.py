@@ -230,6 +230,24 @@ def test_source_requests_do_not_stall_an_honest_subscriber(
     assert set(got["answered"].values()) == {"REPLAY-COMPLETE"}
 
 
+def test_replays_past_the_principal_limit_are_refused_and_the_rest_answered(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """Two connections of one principal (one container id), 4 links each: under
+    ``--max-replays-per-principal 3`` at most 3 replays run at once, whatever the connection."""
+    got = run_attack(redis_url, tmp_path, 2, 8, "--max-replays-per-principal", "3",
+                     links=4, attack_for=3.0)
+    assert got["max_gap"] < STALL_BOUND, (got["max_gap"], got["p99_gap"])
+    assert got["seqs"] == got["expected"]
+    assert got["limits"]["max-replays-per-principal"] == 3
+    refused = [c for c in got["outcomes"] if c is not None]
+    assert refused
+    assert set(refused) == {"amqp:resource-limit-exceeded"}
+    assert got["counters"]["replays_refused"] == len(refused)
+    assert got["asked"]
+    assert set(got["answered"]) >= got["asked"]
+
+
 if __name__ == "__main__":
     conns = int(sys.argv[1]) if len(sys.argv) > 1 else 1
     reqs = int(sys.argv[2]) if len(sys.argv) > 2 else 32

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import pytest
+
+from seqrepair.amqp.component.config import ComponentConfig
 from seqrepair.amqp.component.fairness import FairRing, TurnBudget
 from seqrepair.amqp.component.links import ResponseRoute, SubscriberLink
 from seqrepair.core.context import LinkContext
+from seqrepair.core.errors import InvalidConfigError
 from seqrepair.core.messages import GapError, GapRequest, ReplayComplete
 from seqrepair.core.permissions import Entitlement
 from seqrepair.core.sequencers import LinkSequencer
@@ -161,3 +165,15 @@ def test_an_answer_whose_reading_fails_ends_there_and_the_route_goes_on() -> Non
     # A's answer ended without a closing frame (its requester asks again); B's is whole
     assert [c for c, _ in got] == ["b", "b"]
     assert got[-1][1] == ReplayComplete(through={"s": 7})
+
+
+def test_the_repair_bounds_are_checked_settings_and_reported_as_limits() -> None:
+    limits = ComponentConfig().limits()
+    assert limits["repair-turn"] == 0.01
+    assert limits["replay-page"] == 500
+    assert limits["max-replays-per-connection"] == 8
+    assert limits["max-replays-per-principal"] == 32
+    for bad in ({"repair_turn": 0}, {"replay_page": 0}, {"max_replays_per_connection": 0},
+                {"max_replays_per_principal": -1}):
+        with pytest.raises(InvalidConfigError):
+            ComponentConfig(**bad)  # type: ignore[arg-type]
