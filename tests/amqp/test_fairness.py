@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from seqrepair.amqp.component.config import ComponentConfig
-from seqrepair.amqp.component.fairness import FairRing, TurnBudget
+from seqrepair.amqp.component.fairness import FairRing, RepairTurns, TurnBudget
 from seqrepair.amqp.component.links import ResponseRoute, SubscriberLink
 from seqrepair.core.context import LinkContext
 from seqrepair.core.errors import InvalidConfigError
@@ -177,3 +177,49 @@ def test_the_repair_bounds_are_checked_settings_and_reported_as_limits() -> None
                 {"max_replays_per_principal": -1}):
         with pytest.raises(InvalidConfigError):
             ComponentConfig(**bad)  # type: ignore[arg-type]
+
+
+class _ConnSender(_Sender):
+    def __init__(self, credit: int, conn_id: int) -> None:
+        super().__init__(credit)
+        self.connection = type("Conn", (), {"seqrepair_id": conn_id})()
+
+
+def test_repair_turns_serve_connections_in_turn_within_the_budget_and_continue_later() -> None:
+    now = [0.0]
+    stats: dict[str, int] = {}
+    scheduled: list[object] = []
+    steps: list[str] = []
+
+    def route_of(conn_id: int, name: str, chunks: int) -> ResponseRoute:
+        route = ResponseRoute(Entitlement.everything(), 1, lambda _s: 64)
+        route.sender = _ConnSender(100, conn_id)
+
+        def frames() -> Iterator[object]:
+            for n in range(1, chunks + 1):
+                steps.append(name)
+                now[0] += 0.004  # each step costs 4 ms of the event loop
+                yield _pub(n)
+            yield ReplayComplete(through={"s": chunks})
+
+        route.start_replay(name, frames(), name)  # type: ignore[arg-type]
+        return route
+
+    turns = RepairTurns(TurnBudget(0.01, lambda: now[0]), stats,
+                        schedule=scheduled.append, pump=lambda sender: turns.want(sender.route))
+    greedy = [route_of(1, f"g{k}", 4) for k in range(3)]  # one connection, three routes
+    modest = route_of(2, "m", 4)
+    for route in (*greedy, modest):
+        route.sender.route = route
+        turns.want(route)
+    assert scheduled == [turns.turn]  # one turn scheduled, however many routes wait
+    turns.turn()
+    assert steps == ["g0", "m", "g1"]  # 12 ms: the budget ends the turn
+    assert stats["repair_turns_cut"] == 1
+    assert len(scheduled) == 2  # the rest on the next turn
+    while turns.ring:
+        turns.turn()
+    # the modest connection got every other step until it was done, the greedy one no more
+    assert steps[:8] == ["g0", "m", "g1", "m", "g2", "m", "g0", "m"]
+    assert not any(route.busy() for route in (*greedy, modest))
+    assert stats["repair_failures"] == 0

@@ -46,7 +46,7 @@ from seqrepair.amqp.component.attach import open_subscriber
 from seqrepair.amqp.component.config import Bucket
 from seqrepair.amqp.component.config import ComponentConfig as ComponentConfig
 from seqrepair.amqp.component.durable import Durables
-from seqrepair.amqp.component.fairness import FairRing, TurnBudget
+from seqrepair.amqp.component.fairness import RepairTurns, TurnBudget, check_replay_room
 from seqrepair.amqp.component.gate import Gate
 from seqrepair.amqp.component.grants import principal_of
 from seqrepair.amqp.component.ingest import Ingest, Released
@@ -144,8 +144,7 @@ class Component(MessagingHandler):
         )
         self.stats = {"ingested": 0, "duplicates": 0, "rejected": 0, "released": 0, "requests": 0,
                       "trimmed_unsent": 0, "oversized": 0, "acks": 0, "acks_ignored": 0,
-                      "window_peak": 0, "repair_turns": 0, "repair_steps": 0,
-                      "repair_turns_cut": 0, "repair_failures": 0, "replays_refused": 0}
+                      "window_peak": 0, "replays_refused": 0}
         # connections and links held against the count limits (admission.py); its counters
         # (refused, timed out, peaks) are among the stop counters
         self.admission = Admission(config.count_limits(), self.stats)
@@ -167,9 +166,9 @@ class Component(MessagingHandler):
         self.routes: dict[tuple[int, str], ResponseRoute] = {}
         self._conn_ids = itertools.count(1)
         # routes whose answers must be read, served a step each per repair turn (fairness.py)
-        self._unfinished: FairRing[ResponseRoute] = FairRing()
-        self._turn = TurnBudget(config.repair_turn, time.monotonic)
-        self._continuing = False
+        self.repairs = RepairTurns(
+            TurnBudget(config.repair_turn, time.monotonic), self.stats,
+            schedule=lambda fn: self.container.schedule(0, Call(fn)), pump=self._pump_sender)
         self._rng = random.Random(config.drop_seed)
         self.acceptor: Any = None
         self.container: Any = None
@@ -368,39 +367,8 @@ class Component(MessagingHandler):
 
     def _pump_later(self, route: ResponseRoute) -> None:
         """Give ``route`` a step in the repair turns if answers wait there that must be read
-        (and its peer gave credit for them): :mod:`.fairness`."""
-        if not route.wants_turn() or not route.needs_reading():
-            return
-        conn = route.sender.connection
-        self._unfinished.add(getattr(conn, "seqrepair_id", None), route)
-        if not self._continuing:
-            self._continuing = True
-            self.container.schedule(0, Call(self._repair_turn))
-
-    def _repair_turn(self) -> None:
-        """One repair turn: the waiting routes a step each, round-robin by connection, until
-        ``--repair-turn`` seconds are spent; the rest after the event loop served the others
-        (live fan-out never waits for a turn)."""
-        ring = self._unfinished
-        self._turn.start()
-        self.stats["repair_turns"] += 1
-        while ring:
-            route = ring.pop()
-            if route is None or route.sender is None or route.sender.credit <= 0:
-                continue  # its peer's credit puts it back (on_sendable)
-            self.stats["repair_steps"] += 1
-            try:
-                route.send_one(read=True)
-            except Exception:  # a timer's handler is not Guarded: the loop must go on
-                self.stats["repair_failures"] += 1
-                log.exception("repair step failed: that answer ends unfinished")
-            self._pump_sender(route.sender)  # what the step made ready, live frames behind it
-            if self._turn.spent():
-                break
-        self._continuing = bool(ring)
-        if ring:
-            self.stats["repair_turns_cut"] += 1
-            self.container.schedule(0, Call(self._repair_turn))
+        (:mod:`.fairness`)."""
+        self.repairs.want(route)
 
     def on_link_closing(self, event: Any) -> None:
         self._forget(event.link)
@@ -429,7 +397,7 @@ class Component(MessagingHandler):
             if link.sender is not None and link.sender.connection == conn:
                 self._forget(link.sender)
         for key in [k for k in self.routes if k[0] == getattr(conn, "seqrepair_id", None)]:
-            self._unfinished.discard(self.routes.pop(key))
+            self.repairs.discard(self.routes.pop(key))
         link = conn.link_head(0)
         while link is not None:  # publishing links end with their connection too
             if link.is_receiver:
@@ -445,7 +413,7 @@ class Component(MessagingHandler):
         if route is not None and route.target is not None:  # the peer closed a response target
             conn_id: int = endpoint.connection.seqrepair_id
             self.routes.pop((conn_id, "\0" + route.target), None)
-            self._unfinished.discard(route)
+            self.repairs.discard(route)
             return
         name = getattr(endpoint, "subscriber", None)
         link = self.links.get(name) if name is not None else None
@@ -653,7 +621,7 @@ class Component(MessagingHandler):
             )
             return
         if link.name not in route.replays:  # a new replay (one for the same link replaces it)
-            self._check_replay_room(route)
+            check_replay_room(self.routes.values(), route, self.config, self.stats)
         # what the component fans out next goes to this link too: the replay stops there
         replay = self.gapfill.answer_source_gap(
             link.name, request, now, carried_after=self.ingest.ingested
@@ -665,29 +633,6 @@ class Component(MessagingHandler):
             return
         self.ingest.owe(replay.owed_to_link)
         route.start_replay(link.name, replay.steps(self.config.replay_page), correlation, cookie)
-
-    def _check_replay_room(self, route: ResponseRoute) -> None:
-        """RequestFloodError when the connection (or the principal) of ``route`` runs as many
-        source replays as ``--max-replays-per-connection`` (``-per-principal``) allow: the
-        requester asks again later (a stub backs off and retries)."""
-        conn = route.sender.connection
-        principal = principal_of(conn)
-        by_conn = by_principal = 0
-        for other in self.routes.values():
-            if other.replays and other.sender is not None:
-                if other.sender.connection == conn:
-                    by_conn += len(other.replays)
-                if principal_of(other.sender.connection) == principal:
-                    by_principal += len(other.replays)
-        for count, limit, whose in (
-            (by_conn, self.config.max_replays_per_connection, "this connection"),
-            (by_principal, self.config.max_replays_per_principal, f"principal {principal!r}"),
-        ):
-            if count >= limit:
-                self.stats["replays_refused"] += 1
-                raise RequestFloodError(
-                    f"{count} source replays already run for {whose} (at most {limit}); "
-                    "ask again later", expected=limit, got=count)
 
     # --- running ------------------------------------------------------------------------
 

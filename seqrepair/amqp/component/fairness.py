@@ -19,10 +19,18 @@ off and retries).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
-from typing import Generic, TypeVar
+from collections.abc import Callable, Hashable, Iterable
+from typing import Any, Generic, TypeVar
 
 import attrs
+import structlog
+
+from seqrepair.amqp.component.config import ComponentConfig
+from seqrepair.amqp.component.grants import principal_of
+from seqrepair.amqp.component.links import ResponseRoute
+from seqrepair.amqp.wire.errors import RequestFloodError
+
+log = structlog.get_logger(__name__)
 
 T = TypeVar("T", bound=Hashable)
 
@@ -91,3 +99,93 @@ class TurnBudget:
     def spent(self) -> bool:
         """Whether the turn has used its time."""
         return self.clock() - self._started >= self.seconds
+
+
+class RepairTurns:
+    """The component's repair turns: routes whose answers must be read wait in a
+    :class:`FairRing` (by connection); a turn gives them a step each in turn until its
+    :class:`TurnBudget` is spent, and the next turn is scheduled after the event loop has
+    served everything else that is ready.
+
+    ``schedule(fn)`` runs ``fn`` on the event loop as soon as it has served what is ready;
+    ``pump(sender)`` sends what a step made ready on ``sender`` (a link's live frames behind
+    it) and asks for the route's next step through :meth:`want`. ``stats`` gains
+    ``repair_turns``, ``repair_steps``, ``repair_turns_cut`` and ``repair_failures``.
+    """
+
+    def __init__(self, budget: TurnBudget, stats: dict[str, int], *,
+                 schedule: Callable[[Callable[[], None]], Any],
+                 pump: Callable[[Any], None]) -> None:
+        self.budget = budget
+        self.stats = stats
+        self.schedule = schedule
+        self.pump = pump
+        self.ring: FairRing[ResponseRoute] = FairRing()
+        self.scheduled = False
+        for key in ("repair_turns", "repair_steps", "repair_turns_cut", "repair_failures"):
+            stats.setdefault(key, 0)
+
+    def want(self, route: ResponseRoute) -> None:
+        """Queue ``route`` for a step if answers wait there that must be read and its peer
+        gave credit for them (credit coming back queues it again)."""
+        if not route.wants_turn() or not route.needs_reading():
+            return
+        self.ring.add(getattr(route.sender.connection, "seqrepair_id", None), route)
+        if not self.scheduled:
+            self.scheduled = True
+            self.schedule(self.turn)
+
+    def discard(self, route: ResponseRoute) -> None:
+        """Forget ``route`` (its connection or target went away)."""
+        self.ring.discard(route)
+
+    def turn(self) -> None:
+        """One repair turn (see the module's docstring)."""
+        ring = self.ring
+        self.budget.start()
+        self.stats["repair_turns"] += 1
+        while ring:
+            route = ring.pop()
+            if route is None or route.sender is None or route.sender.credit <= 0:
+                continue  # its peer's credit puts it back
+            self.stats["repair_steps"] += 1
+            try:
+                route.send_one(read=True)
+            except Exception:  # a timer's handler is not Guarded: the loop must go on
+                self.stats["repair_failures"] += 1
+                log.exception("repair step failed: that answer ends unfinished")
+            self.pump(route.sender)  # what the step made ready, live frames behind it
+            if self.budget.spent():
+                break
+        self.scheduled = bool(ring)
+        if ring:
+            self.stats["repair_turns_cut"] += 1
+            self.schedule(self.turn)
+
+
+def check_replay_room(
+    routes: Iterable[ResponseRoute], route: ResponseRoute, config: ComponentConfig,
+    stats: dict[str, int],
+) -> None:
+    """RequestFloodError (``amqp:resource-limit-exceeded``) when the connection, or the
+    principal, of ``route`` runs as many source replays as ``max_replays_per_connection``
+    (``max_replays_per_principal``) allow, counted over ``routes``; the requester asks again
+    later (a stub backs off and retries). Counted in ``stats["replays_refused"]``."""
+    conn = route.sender.connection
+    principal = principal_of(conn)
+    by_conn = by_principal = 0
+    for other in routes:
+        if other.replays and other.sender is not None:
+            if other.sender.connection == conn:
+                by_conn += len(other.replays)
+            if principal_of(other.sender.connection) == principal:
+                by_principal += len(other.replays)
+    for count, limit, whose in (
+        (by_conn, config.max_replays_per_connection, "this connection"),
+        (by_principal, config.max_replays_per_principal, f"principal {principal!r}"),
+    ):
+        if count >= limit:
+            stats["replays_refused"] = stats.get("replays_refused", 0) + 1
+            raise RequestFloodError(
+                f"{count} source replays already run for {whose} (at most {limit}); "
+                "ask again later", expected=limit, got=count)
