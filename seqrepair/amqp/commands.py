@@ -87,15 +87,16 @@ def register(subparsers: Any) -> None:
     serve.add_argument("--replay-page", type=positive_int, default=500, metavar="N",
                        help="journal entries a replay reads per step, sent or skipped by the "
                             "link's filters: one step of a repair turn (default 500)")
-    serve.add_argument("--max-replays-per-connection", type=positive_int, default=8,
+    serve.add_argument("--max-replays-per-connection", type=positive_int, default=16,
                        metavar="N",
                        help="source replays one connection may have in progress; a "
                             "SOURCE-GAP-REQUEST past it is rejected "
-                            "amqp:resource-limit-exceeded (default 8)")
-    serve.add_argument("--max-replays-per-principal", type=positive_int, default=32,
+                            "amqp:resource-limit-exceeded (default 16; a gateway's one "
+                            "connection carries all its subscribers' replays)")
+    serve.add_argument("--max-replays-per-principal", type=positive_int, default=64,
                        metavar="N",
                        help="source replays all connections of one principal may have in "
-                            "progress (default 32)")
+                            "progress (default 64)")
     serve.add_argument("--subscription", action="append", default=[],
                        metavar="NAME=PATTERN[;TOKENS]",
                        help="a subscription queue /subscriptions/NAME (tokens comma-separated)")

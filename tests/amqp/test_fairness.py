@@ -171,8 +171,8 @@ def test_the_repair_bounds_are_checked_settings_and_reported_as_limits() -> None
     limits = ComponentConfig().limits()
     assert limits["repair-turn"] == 0.01
     assert limits["replay-page"] == 500
-    assert limits["max-replays-per-connection"] == 8
-    assert limits["max-replays-per-principal"] == 32
+    assert limits["max-replays-per-connection"] == 16
+    assert limits["max-replays-per-principal"] == 64
     for bad in ({"repair_turn": 0}, {"replay_page": 0}, {"max_replays_per_connection": 0},
                 {"max_replays_per_principal": -1}):
         with pytest.raises(InvalidConfigError):

@@ -74,9 +74,9 @@ class ComponentConfig:
     """Seconds of event-loop time one repair turn may take (:mod:`.fairness`)."""
     replay_page: int = _positive(500)
     """Journal entries a source replay reads per step (per page), sent or skipped."""
-    max_replays_per_connection: int = _positive(8)
+    max_replays_per_connection: int = _positive(16)
     """Source replays one connection may have in progress; past it requests are rejected."""
-    max_replays_per_principal: int = _positive(32)
+    max_replays_per_principal: int = _positive(64)
     """Source replays one principal's connections may have in progress together."""
     drop_rate: float = attrs.field(default=0.0, validator=_rate)
     drop_seed: int | None = None
