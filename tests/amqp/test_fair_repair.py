@@ -189,11 +189,13 @@ def run_attack(redis_url: str, tmp: Path, connections: int, requests: int,
         key: int(value) for key, value in re.findall(r"(\w+)=(\d+)", stopped.group(0))
     }
     times = [t for t, _ in arrivals]
-    during = [b - a for a, b in itertools.pairwise(times)
+    during = [(b - a, a - attack_start) for a, b in itertools.pairwise(times)
               if b >= attack_start and a <= attack_end]
+    longest = max(during)
     return {
-        "max_gap": max(during),
-        "p99_gap": sorted(during)[int(len(during) * 0.99)],
+        "max_gap": longest[0],
+        "max_gap_at": longest[1],  # seconds after the attack began
+        "p99_gap": sorted(gap for gap, _ in during)[int(len(during) * 0.99)],
         "seqs": [(p.source, p.source_seq) for _, p in arrivals],
         "expected": [(SOURCE, n) for n in range(JOURNALED + 1, high_water + 1)],
         "sent": sent,
@@ -255,7 +257,8 @@ if __name__ == "__main__":
     extra = sys.argv[4:]
     with EmbeddedRedis() as redis, tempfile.TemporaryDirectory() as tmpdir:
         figures = run_attack(redis.url, Path(tmpdir), conns, reqs, *extra, links=nlinks)
-        print(f"connections={conns} requests={reqs}: longest gap {figures['max_gap']:.3f} s, "
+        print(f"connections={conns} requests={reqs} links={nlinks}: longest gap "
+              f"{figures['max_gap']:.3f} s ({figures['max_gap_at']:.2f} s into the attack), "
               f"p99 {figures['p99_gap']:.3f} s, in order and complete: "
               f"{figures['seqs'] == figures['expected']}, outcomes refused: "
               f"{sum(1 for c in figures['outcomes'] if c)}/{figures['sent']}, "
