@@ -23,14 +23,14 @@ from collections.abc import Callable, Hashable, Iterable
 from typing import Any, Generic, TypeVar
 
 import attrs
-import structlog
 
 from seqrepair.amqp.component.config import ComponentConfig
 from seqrepair.amqp.component.grants import principal_of
 from seqrepair.amqp.component.links import ResponseRoute
 from seqrepair.amqp.wire.errors import RequestFloodError
+from seqrepair.logs import get_logger
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 T = TypeVar("T", bound=Hashable)
 
