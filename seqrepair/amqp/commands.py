@@ -84,9 +84,9 @@ def register(subparsers: Any) -> None:
                        help="event-loop time one repair turn may take (journal reads and "
                             "encoding for replays and resends, round-robin by connection) "
                             "before live delivery and other peers are served (default 0.01)")
-    serve.add_argument("--replay-page", type=positive_int, default=500, metavar="N",
+    serve.add_argument("--replay-page", type=positive_int, default=1_000, metavar="N",
                        help="journal entries a replay reads per step, sent or skipped by the "
-                            "link's filters: one step of a repair turn (default 500)")
+                            "link's filters: one step of a repair turn (default 1000)")
     serve.add_argument("--max-replays-per-connection", type=positive_int, default=16,
                        metavar="N",
                        help="source replays one connection may have in progress; a "

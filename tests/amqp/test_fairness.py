@@ -170,7 +170,7 @@ def test_an_answer_whose_reading_fails_ends_there_and_the_route_goes_on() -> Non
 def test_the_repair_bounds_are_checked_settings_and_reported_as_limits() -> None:
     limits = ComponentConfig().limits()
     assert limits["repair-turn"] == 0.01
-    assert limits["replay-page"] == 500
+    assert limits["replay-page"] == 1000
     assert limits["max-replays-per-connection"] == 16
     assert limits["max-replays-per-principal"] == 64
     for bad in ({"repair_turn": 0}, {"replay_page": 0}, {"max_replays_per_connection": 0},

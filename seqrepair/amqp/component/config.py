@@ -72,7 +72,7 @@ class ComponentConfig:
     request_burst: float = _positive(1_000.0)
     repair_turn: float = _positive(0.01)
     """Seconds of event-loop time one repair turn may take (:mod:`.fairness`)."""
-    replay_page: int = _positive(500)
+    replay_page: int = _positive(1_000)
     """Journal entries a source replay reads per step (per page), sent or skipped."""
     max_replays_per_connection: int = _positive(16)
     """Source replays one connection may have in progress; past it requests are rejected."""
