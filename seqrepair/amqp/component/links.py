@@ -29,6 +29,7 @@ from typing import Any
 import attrs
 from proton import Condition
 
+from seqrepair.amqp.component.memory import Unsent
 from seqrepair.amqp.wire.codec import encode
 from seqrepair.amqp.wire.errors import InvalidLinkPropertyError, RequestFloodError
 from seqrepair.amqp.wire.framing import (
@@ -115,6 +116,8 @@ class ResponseRoute:
     responses: deque[Outgoing | _Stream] = attrs.field(factory=deque)
     replays: dict[str, _Stream] = attrs.field(factory=dict)
     replayed: int = 0
+    unsent: Unsent = attrs.field(factory=Unsent)
+    """The transfers sent on ``sender`` its peer has not yet taken (:mod:`.memory`)."""
 
     def respond(
         self, message: Outgoing, correlation_id: Any, cookie: bytes | None = None
@@ -164,7 +167,7 @@ class ResponseRoute:
             if self.responses:
                 head = self.responses[0]
                 if not isinstance(head, _Stream):
-                    self.sender.send(self.responses.popleft())
+                    self.unsent.sent(self.sender.send(self.responses.popleft()))
                     return True
                 message = self._next(head)
                 if message is None:
@@ -179,7 +182,7 @@ class ResponseRoute:
                     continue
             else:
                 return False
-            self.sender.send(message)
+            self.unsent.sent(self.sender.send(message))
             return True
 
     def pump(self) -> int:
@@ -265,6 +268,9 @@ class SubscriberLink:
     every link the publication goes to; None when only proton's codec can encode it)."""
     route: ResponseRoute = attrs.field(init=False)
     paused: bool = False
+    memory_paused: bool = False
+    """Paused for bytes its peer has not taken (:mod:`.memory`): it resumes only once the
+    peer has taken every transfer."""
     held: bool = False
     """Paused by its subscription (not for want of credit): it stays paused until released."""
     detached_at: float | None = None
@@ -277,7 +283,7 @@ class SubscriberLink:
     stats: dict[str, int] = attrs.field(
         factory=lambda: {"sent": 0, "dropped": 0, "transfers": 0, "paused": 0,
                          "window_full": 0, "window_peak": 0, "stale_resends": 0,
-                         "tail_probes": 0}
+                         "tail_probes": 0, "context_full": 0}
     )
     window: LinkWindow | None = None
     """The window discipline of a subscriber that acknowledges (``seqrepair-ack``): no link
@@ -296,12 +302,14 @@ class SubscriberLink:
         self.sender = sender
         self.route.sender = sender
         self.detached_at = None
+        self.route.unsent.clear()
 
     def detach(self, now: float) -> None:
         """The subscriber went away; the state is kept for resumption until it expires."""
         self.sender = None
         self.route.sender = None
         self.detached_at = now
+        self.route.unsent.clear()  # its transfers go with its connection
 
     @property
     def log(self) -> Any:
@@ -346,6 +354,12 @@ class SubscriberLink:
         self.log.warning("link paused", reason=reason)
         self.route.respond(encode(self._state("PAUSED", reason)), None)
 
+    def pause_for_memory(self, now: float, unsent: int) -> None:
+        """Pause (or keep paused) until the peer has taken what it was sent (:mod:`.memory`)."""
+        self.memory_paused = True
+        if not self.paused:
+            self.pause(now, f"{unsent} bytes sent and not yet taken by the peer")
+
     def _state(self, status: str, reason: str = "") -> SubscriptionState:
         return SubscriptionState(
             status=status,
@@ -369,6 +383,7 @@ class SubscriberLink:
         if (
             self.paused and not self.held and not self.route.busy()
             and credit >= max(1, self.max_credit // 2)
+            and (not self.memory_paused or self.route.unsent.update(sender.queued) == 0)
         ):
             self._resume(now)
         answers = 0
@@ -391,6 +406,15 @@ class SubscriberLink:
                     if room <= 0:
                         self.stats["window_full"] += 1
                         break  # until an ACK: what waits stays unnumbered (and may pause)
+                    context = self.context
+                    if (
+                        context.max_bytes is not None
+                        and context.newest_bytes(window.outstanding) >= context.max_bytes
+                    ):
+                        # the unacknowledged frames fill the context's bytes: a number
+                        # stamped now could push out one the subscriber may still ask for
+                        self.stats["context_full"] += 1
+                        break
                     most = min(most, room)
                 chunk = [pending.popleft() for _ in range(min(most, len(pending)))]
                 stamp = self.sequencer.stamp
@@ -476,6 +500,7 @@ class SubscriberLink:
 
     def _resume(self, now: float) -> None:
         self.paused = False
+        self.memory_paused = False
         self.reset()
         self.log.info("link resumed with a reset")
         self.route.respond(encode(self._state("ACTIVE", "resumed with a link reset")), None)
@@ -492,28 +517,31 @@ class SubscriberLink:
         self, frames: list[Publication | Heartbeat], entries: list[bytes | None] | None = None
     ) -> None:
         record = self.context.record
+        # the byte bound never evicts what the subscriber has not acknowledged (pump)
+        keep = self.window.outstanding if self.window is not None else 0
         for frame in frames:
-            record(frame)
+            record(frame, keep)
         drop = self.drop
-        keep = [i for i, frame in enumerate(frames) if not drop(frame)]
-        self.stats["dropped"] += len(frames) - len(keep)
+        kept = [i for i, frame in enumerate(frames) if not drop(frame)]
+        self.stats["dropped"] += len(frames) - len(kept)
         self.stats["sent"] += len(frames)
-        if not keep:
+        if not kept:
             return
-        wire = [frames[i] for i in keep]
+        wire = [frames[i] for i in kept]
         send = self.sender.send
+        sent = self.route.unsent.sent
         if not self.batch:
             for frame in wire:
-                send(pack_frame(frame, self.source_bits))
+                sent(send(pack_frame(frame, self.source_bits)))
             return
         cached: list[bytes | None] = (
-            [None] * len(keep) if entries is None else [entries[i] for i in keep]
+            [None] * len(kept) if entries is None else [entries[i] for i in kept]
         )
         for start, end in regular_runs(wire):
             if end - start == 1:
-                send(pack_frame(wire[start], self.source_bits))
+                sent(send(pack_frame(wire[start], self.source_bits)))
                 continue
-            send(self._batch(wire[start:end], cached[start:end]))
+            sent(send(self._batch(wire[start:end], cached[start:end])))
 
     def _batch(
         self, frames: list[Publication | Heartbeat], entries: list[bytes | None]
