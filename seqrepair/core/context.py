@@ -69,9 +69,10 @@ class LinkContext:
     def _space(self) -> SequenceSpace:
         return SequenceSpace(self.bits)
 
-    def record(self, frame: LinkFrame, keep: int = 0) -> None:
+    def record(self, frame: LinkFrame, keep: int = 0, size: int | None = None) -> None:
         """Remember a frame just sent. A frame numbered 0 starts a new context. ``keep``: how
-        many of the newest frames (this one included) the byte bound must not evict."""
+        many of the newest frames (this one included) the byte bound must not evict; ``size``:
+        what holding the frame costs, when the caller knows better than :func:`frame_size`."""
         if frame.link_seq is None:
             raise InvalidConfigError("only frames with a link number can be recorded")
         self.space.check(frame.link_seq, allow_reset=True)
@@ -86,7 +87,8 @@ class LinkContext:
         self._head += 1
         self._frames.append(frame)
         self._through.append(
-            (self._through[-1] if self._through else self._evicted) + frame_size(frame)
+            (self._through[-1] if self._through else self._evicted)
+            + (frame_size(frame) if size is None else size)
         )
         if len(self._frames) > self.capacity:
             self._evict()

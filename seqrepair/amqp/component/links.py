@@ -43,7 +43,7 @@ from seqrepair.amqp.wire.framing import (
 from seqrepair.amqp.wire.rawamqp import Unsupported
 from seqrepair.amqp.wire.respann import ADDRESS_COOKIE
 from seqrepair.amqp.wire.technical import SubscriptionState
-from seqrepair.core.context import LinkContext
+from seqrepair.core.context import FRAME_OVERHEAD, LinkContext
 from seqrepair.core.errors import SeqRepairError
 from seqrepair.core.messages import (
     GapError,
@@ -519,8 +519,12 @@ class SubscriberLink:
         record = self.context.record
         # the byte bound never evicts what the subscriber has not acknowledged (pump)
         keep = self.window.outstanding if self.window is not None else 0
-        for frame in frames:
-            record(frame, keep)
+        if entries is None:
+            for frame in frames:
+                record(frame, keep)
+        else:  # a publication's encoded entry, shared by every link, sizes it at once
+            for frame, entry in zip(frames, entries, strict=True):
+                record(frame, keep, None if entry is None else FRAME_OVERHEAD + len(entry))
         drop = self.drop
         kept = [i for i, frame in enumerate(frames) if not drop(frame)]
         self.stats["dropped"] += len(frames) - len(kept)
