@@ -63,8 +63,9 @@ def register(subparsers: Any) -> None:
     serve.add_argument("--principal-bytes", type=positive_int, default=256 << 20,
                        metavar="BYTES",
                        help="most bytes the links of one principal hold (default: 256 MiB)")
-    serve.add_argument("--component-bytes", type=positive_int, default=1 << 30, metavar="BYTES",
-                       help="most bytes all links together hold (default: 1 GiB)")
+    serve.add_argument("--component-bytes", type=positive_int, default=512 << 20,
+                       metavar="BYTES",
+                       help="most bytes all links together hold (default: 512 MiB)")
     serve.add_argument("--memory-grace", type=positive_float, default=10.0, metavar="SECONDS",
                        help="a link over its bytes this long is detached and its connection "
                             "closed with amqp:resource-limit-exceeded (default: 10)")

@@ -85,6 +85,10 @@ def test_a_windowed_link_stamps_nothing_past_what_its_context_can_keep_unacknowl
     held = link.context.answer(GapRequest(1, stamped))
     assert not isinstance(held, GapError)
     assert len(held) == stamped
+    link.probe_tail()  # a window its context's bytes hold full gets its tail probed too
+    link.probe_tail()
+    assert link.stats["tail_probes"] == 1
+    link.route.responses.clear()
     assert link.window.ack(250)  # it took 1..250
     link.pump(0.1)
     assert link.stats["sent"] == 512  # room again: the next transfer

@@ -68,7 +68,7 @@ class ComponentConfig:
     """Most bytes the links of one connection hold (unsent transfers and contexts)."""
     principal_bytes: int = _positive(256 << 20)
     """Most bytes the links of one principal hold, all its connections together."""
-    component_bytes: int = _positive(1 << 30)
+    component_bytes: int = _positive(512 << 20)
     """Most bytes every link together holds (detached links' kept contexts too)."""
     memory_grace: float = _positive(10.0)
     """Seconds a link may stay over its unsent bound before it is detached (and its

@@ -406,11 +406,7 @@ class SubscriberLink:
                     if room <= 0:
                         self.stats["window_full"] += 1
                         break  # until an ACK: what waits stays unnumbered (and may pause)
-                    context = self.context
-                    if (
-                        context.max_bytes is not None
-                        and context.newest_bytes(window.outstanding) >= context.max_bytes
-                    ):
+                    if self._context_full(window):
                         # the unacknowledged frames fill the context's bytes: a number
                         # stamped now could push out one the subscriber may still ask for
                         self.stats["context_full"] += 1
@@ -449,9 +445,13 @@ class SubscriberLink:
         since, gets its newest frame sent again (a tail loss probe). A full window sends no
         heartbeat, so a subscriber that lost the frames at its end would otherwise learn of it
         only from the silence (missed heartbeats); given the newest, it sees the gap before it
-        and asks for it. One frame per tick, whatever the cause (a slow subscriber too)."""
+        and asks for it. One frame per tick, whatever the cause (a slow subscriber too). A
+        window whose frames fill the context's byte bound is full too (:meth:`pump`)."""
         window = self.window
-        if window is None or self.sender is None or window.room() > 0 or self.paused:
+        if (
+            window is None or self.sender is None or self.paused
+            or (window.room() > 0 and not self._context_full(window))
+        ):
             self._stalled = None
             return
         mark = (self.epoch, window.acked_through)
@@ -463,6 +463,14 @@ class SubscriberLink:
         if not isinstance(resend, GapError) and len(resend):
             self.stats["tail_probes"] += 1
             self.route.start_resend(self.fresh(resend), None)
+
+    def _context_full(self, window: LinkWindow) -> bool:
+        """Whether the frames ``window`` has outstanding fill the context's byte bound."""
+        context = self.context
+        return (
+            context.max_bytes is not None
+            and context.newest_bytes(window.outstanding) >= context.max_bytes
+        )
 
     def _counted(self, window: LinkWindow, count: int) -> None:
         window.stamped(count)
