@@ -1,14 +1,11 @@
 """Memory bounded by configuration, in bytes (WIRE.md "Resource model").
 
-What a subscriber link costs the component is counted in three parts:
+What a subscriber link costs the component is counted in two parts:
 
 * *unsent*: the transfers it handed to proton that its peer has not yet taken (proton keeps a
   delivery queued on its link until the transport writes it; a peer that grants much credit
   and never reads its socket leaves them there). :class:`Unsent` counts them by size, in
   order, and drops the ones proton says left (``Link.queued``);
-* *pending*: the live publications queued for it, not yet numbered (at most ``max_pending``;
-  the publications are shared by every link, each link's queue entry is its own):
-  :data:`PENDING_ENTRY` bytes each, counted with the unsent bytes;
 * *context*: the frames its :class:`~seqrepair.core.context.LinkContext` keeps for gap fill,
   estimated by :func:`~seqrepair.core.context.frame_size`.
 
@@ -17,10 +14,10 @@ Every tick, :class:`MemoryGuard` shares the byte budgets out and enforces them:
 * each link's context keeps at most ``link_context_bytes``, and no more than half of an even
   share of its connection's, principal's and the component's bound (the other half is for
   unsent transfers): contexts shrink as links join (older gaps then repair by source);
-* a link with more than ``link_unsent_bytes`` unsent (pending included), or any when its
-  connection's, principal's or the component's unsent bytes pass half their bound, is
-  *paused* (SUBSCRIPTION PAUSED, as for ``max_pending``): nothing more is queued for it, and it
-  resumes (with a link reset, repaired by source) once its peer has taken everything;
+* a link with more than ``link_unsent_bytes`` unsent, or any unsent when its connection's,
+  principal's or the component's unsent bytes pass half their bound, is *paused* (SUBSCRIPTION
+  PAUSED, as for ``max_pending``): nothing more is queued for it, and it resumes (with a link
+  reset, repaired by source) once its peer has taken everything;
 * a link that stays over for ``memory_grace`` seconds is detached with
   ``amqp:resource-limit-exceeded``, and its connection, whose peer does not read (the detach
   would wait behind what it has not taken), closed with the same condition and dropped: proton
@@ -40,10 +37,6 @@ if TYPE_CHECKING:
 
 TRANSFER_OVERHEAD = 128
 """Bytes a queued transfer costs proton besides its payload (the delivery, its tag)."""
-
-PENDING_ENTRY = 64
-"""Bytes one entry of a link's queue of publications waiting for credit costs (a tuple and its
-slot; the publication and its encoded entry are shared by every link)."""
 
 MEMORY_STATS = ("memory_bytes", "memory_peak", "unsent_bytes", "context_bytes",
                 "paused_for_bytes", "detached_for_bytes", "link_states")
@@ -103,9 +96,7 @@ class MemoryGuard:
                 link.route.unsent.clear()
                 unsent[link.name] = 0
                 continue
-            unsent[link.name] = (
-                link.route.unsent.update(sender.queued) + len(link.pending) * PENDING_ENTRY
-            )
+            unsent[link.name] = link.route.unsent.update(sender.queued)
             by_conn[sender.connection.seqrepair_id].append(link)
             by_principal[principals.get(link.name, "")].append(link)
         total = max(1, len(links))
