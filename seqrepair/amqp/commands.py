@@ -49,6 +49,26 @@ def register(subparsers: Any) -> None:
                             "rejected as it arrives and its link detached with "
                             "amqp:link:message-size-exceeded (default: 1048576, 1 MiB)")
     serve.add_argument("--max-gap-range", type=positive_int, default=10_000)
+    serve.add_argument("--link-context-bytes", type=positive_int, default=16 << 20,
+                       metavar="BYTES",
+                       help="most bytes of frames one link's context keeps for gap fill (older "
+                            "gaps repair by source; default: 16 MiB)")
+    serve.add_argument("--link-unsent-bytes", type=positive_int, default=4 << 20, metavar="BYTES",
+                       help="most bytes sent on one link that its peer has not taken; past it "
+                            "the link is paused (default: 4 MiB)")
+    serve.add_argument("--connection-bytes", type=positive_int, default=64 << 20,
+                       metavar="BYTES",
+                       help="most bytes the links of one connection hold, unsent and in "
+                            "contexts (default: 64 MiB)")
+    serve.add_argument("--principal-bytes", type=positive_int, default=256 << 20,
+                       metavar="BYTES",
+                       help="most bytes the links of one principal hold (default: 256 MiB)")
+    serve.add_argument("--component-bytes", type=positive_int, default=512 << 20,
+                       metavar="BYTES",
+                       help="most bytes all links together hold (default: 512 MiB)")
+    serve.add_argument("--memory-grace", type=positive_float, default=10.0, metavar="SECONDS",
+                       help="a link over its bytes this long is detached and its connection "
+                            "closed with amqp:resource-limit-exceeded (default: 10)")
     serve.add_argument("--context-retention", type=non_negative_float, default=30.0)
     serve.add_argument("--retain-count", type=positive_int, default=None, metavar="N",
                        help="journal retention: keep the newest N publications per source")

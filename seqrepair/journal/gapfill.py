@@ -287,8 +287,9 @@ def _capped(
 class GapFillService:
     """Answers GapRequest from link context and SourceGapRequest from the journal.
 
-    ``link_bits`` and ``context_capacity`` size each link's context; ``policy`` bounds every
-    request (its ``max_range`` also bounds link requests).
+    ``link_bits``, ``context_capacity`` (frames) and ``context_bytes`` (None: no byte bound)
+    size each link's context; ``policy`` bounds every request (its ``max_range`` also bounds
+    link requests).
     """
 
     def __init__(
@@ -298,9 +299,11 @@ class GapFillService:
         policy: RefusalPolicy | None = None,
         link_bits: int = 16,
         context_capacity: int = 65_536,
+        context_bytes: int | None = None,
         page_size: int = 1000,
     ) -> None:
         self.journal = journal
+        self.context_bytes = context_bytes
         self.policy = policy if policy is not None else RefusalPolicy()
         self.link_bits = link_bits
         self.context_capacity = context_capacity
@@ -337,6 +340,7 @@ class GapFillService:
                 bits=self.link_bits,
                 capacity=self.context_capacity,
                 max_range=self.policy.max_range,
+                max_bytes=self.context_bytes,
             ),
             budget=self.policy.new_budget(),
             start_after=start,

@@ -52,6 +52,7 @@ from seqrepair.amqp.component.grants import principal_of
 from seqrepair.amqp.component.ingest import Ingest, Released
 from seqrepair.amqp.component.journalport import RedisJournalPort
 from seqrepair.amqp.component.links import ResponseRoute, SubscriberLink
+from seqrepair.amqp.component.memory import MemoryGuard
 from seqrepair.amqp.component.routing import MAX_RESPONSE_TARGETS as MAX_RESPONSE_TARGETS
 from seqrepair.amqp.component.routing import route_for
 from seqrepair.amqp.component.subqueues import SubscriptionChanges, apply_change
@@ -160,7 +161,9 @@ class Component(MessagingHandler):
             link_bits=config.link_bits,
             context_capacity=config.context_capacity,
             page_size=config.replay_page,
+            context_bytes=config.link_context_bytes,
         )
+        self.memory = MemoryGuard(config, self.stats)
         self.links: dict[str, SubscriberLink] = {}
         self.principals: dict[str, str] = {}
         self.routes: dict[tuple[int, str], ResponseRoute] = {}
@@ -289,7 +292,32 @@ class Component(MessagingHandler):
             self._pump_link(link, now)
             if link.stats["window_peak"] > self.stats["window_peak"]:
                 self.stats["window_peak"] = link.stats["window_peak"]
+        for link in self.memory.check(self.links, self.principals, now):
+            self._detach_for_memory(link)
         self._schedule_tick()
+
+    def _detach_for_memory(self, link: SubscriberLink) -> None:
+        """Detach a link over its byte bound for too long (:mod:`.memory`), and drop its
+        connection: its peer does not read, and proton frees what it queued only with the
+        transport."""
+        sender = link.sender
+        if sender is None:
+            return
+        text = (f"more than the bytes allowed sent and not taken by the peer for "
+                f"{self.config.memory_grace} s")
+        conn = sender.connection
+        link.log.warning("link detached: peer does not read", unsent=link.route.unsent.bytes,
+                         connection=getattr(conn, "seqrepair_id", None),
+                         container=conn.remote_container)
+        self._forget(sender)
+        sender.condition = Condition("amqp:resource-limit-exceeded", text)
+        sender.close()
+        conn.condition = Condition("amqp:resource-limit-exceeded", text)
+        conn.close()
+        transport = conn.transport
+        if transport is not None:
+            transport.close_tail()
+            transport.close_head()
 
     def on_connection_bound(self, event: Any) -> None:
         event.transport.idle_timeout = self.config.idle_timeout

@@ -57,6 +57,22 @@ class ComponentConfig:
     ``max-message-size`` of the links the component receives on and enforced as the bytes
     arrive (:mod:`seqrepair.amqp.wire.sizelimit`)."""
     context_capacity: int = _positive(65_536)
+    link_context_bytes: int = _positive(16 << 20)
+    """Most bytes (estimated, :func:`~seqrepair.core.context.frame_size`) one link's context
+    keeps for gap fill; less when a connection's, principal's or the component's share is
+    smaller (:mod:`.memory`)."""
+    link_unsent_bytes: int = _positive(4 << 20)
+    """Most bytes of transfers one link has sent that its peer has not yet taken: past it the
+    link is paused (:mod:`.memory`)."""
+    connection_bytes: int = _positive(64 << 20)
+    """Most bytes the links of one connection hold (unsent transfers and contexts)."""
+    principal_bytes: int = _positive(256 << 20)
+    """Most bytes the links of one principal hold, all its connections together."""
+    component_bytes: int = _positive(512 << 20)
+    """Most bytes every link together holds (detached links' kept contexts too)."""
+    memory_grace: float = _positive(10.0)
+    """Seconds a link may stay over its unsent bound before it is detached (and its
+    connection, whose peer does not read, closed) with ``amqp:resource-limit-exceeded``."""
     max_gap_range: int = _positive(10_000)
     max_request_sources: int = _positive(1_000)
     context_retention: float = attrs.field(default=30.0, validator=non_negative_number)
@@ -119,6 +135,12 @@ class ComponentConfig:
             "replay-page": self.replay_page,
             "max-replays-per-connection": self.max_replays_per_connection,
             "max-replays-per-principal": self.max_replays_per_principal,
+            "link-context-bytes": self.link_context_bytes,
+            "link-unsent-bytes": self.link_unsent_bytes,
+            "connection-bytes": self.connection_bytes,
+            "principal-bytes": self.principal_bytes,
+            "component-bytes": self.component_bytes,
+            "memory-grace": self.memory_grace,
         }
 
 

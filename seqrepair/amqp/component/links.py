@@ -29,6 +29,7 @@ from typing import Any
 import attrs
 from proton import Condition
 
+from seqrepair.amqp.component.memory import Unsent
 from seqrepair.amqp.wire.codec import encode
 from seqrepair.amqp.wire.errors import InvalidLinkPropertyError, RequestFloodError
 from seqrepair.amqp.wire.framing import (
@@ -42,7 +43,7 @@ from seqrepair.amqp.wire.framing import (
 from seqrepair.amqp.wire.rawamqp import Unsupported
 from seqrepair.amqp.wire.respann import ADDRESS_COOKIE
 from seqrepair.amqp.wire.technical import SubscriptionState
-from seqrepair.core.context import LinkContext
+from seqrepair.core.context import FRAME_OVERHEAD, LinkContext
 from seqrepair.core.errors import SeqRepairError
 from seqrepair.core.messages import (
     GapError,
@@ -120,6 +121,8 @@ class ResponseRoute:
     responses: deque[Outgoing | _Stream] = attrs.field(factory=deque)
     replays: dict[str, _Stream] = attrs.field(factory=dict)
     replayed: int = 0
+    unsent: Unsent = attrs.field(factory=Unsent)
+    """The transfers sent on ``sender`` its peer has not yet taken (:mod:`.memory`)."""
 
     def respond(
         self, message: Outgoing, correlation_id: Any, cookie: bytes | None = None
@@ -174,7 +177,7 @@ class ResponseRoute:
             if self.responses:
                 head = self.responses[0]
                 if not isinstance(head, _Stream):
-                    self.sender.send(self.responses.popleft())
+                    self.unsent.sent(self.sender.send(self.responses.popleft()))
                     return True
                 message = self._next(head, read)
                 if head.done and not head.ready:
@@ -198,7 +201,7 @@ class ResponseRoute:
                     continue
             else:
                 return False
-            self.sender.send(message)
+            self.unsent.sent(self.sender.send(message))
             return True
 
     def send_ready(self) -> int:
@@ -309,6 +312,9 @@ class SubscriberLink:
     every link the publication goes to; None when only proton's codec can encode it)."""
     route: ResponseRoute = attrs.field(init=False)
     paused: bool = False
+    memory_paused: bool = False
+    """Paused for bytes its peer has not taken (:mod:`.memory`): it resumes only once the
+    peer has taken every transfer."""
     held: bool = False
     """Paused by its subscription (not for want of credit): it stays paused until released."""
     detached_at: float | None = None
@@ -321,7 +327,7 @@ class SubscriberLink:
     stats: dict[str, int] = attrs.field(
         factory=lambda: {"sent": 0, "dropped": 0, "transfers": 0, "paused": 0,
                          "window_full": 0, "window_peak": 0, "stale_resends": 0,
-                         "tail_probes": 0}
+                         "tail_probes": 0, "context_full": 0}
     )
     window: LinkWindow | None = None
     """The window discipline of a subscriber that acknowledges (``seqrepair-ack``): no link
@@ -340,12 +346,14 @@ class SubscriberLink:
         self.sender = sender
         self.route.sender = sender
         self.detached_at = None
+        self.route.unsent.clear()
 
     def detach(self, now: float) -> None:
         """The subscriber went away; the state is kept for resumption until it expires."""
         self.sender = None
         self.route.sender = None
         self.detached_at = now
+        self.route.unsent.clear()  # its transfers go with its connection
 
     @property
     def log(self) -> Any:
@@ -390,6 +398,12 @@ class SubscriberLink:
         self.log.warning("link paused", reason=reason)
         self.route.respond(encode(self._state("PAUSED", reason)), None)
 
+    def pause_for_memory(self, now: float, unsent: int) -> None:
+        """Pause (or keep paused) until the peer has taken what it was sent (:mod:`.memory`)."""
+        self.memory_paused = True
+        if not self.paused:
+            self.pause(now, f"{unsent} bytes sent and not yet taken by the peer")
+
     def _state(self, status: str, reason: str = "") -> SubscriptionState:
         return SubscriptionState(
             status=status,
@@ -413,6 +427,7 @@ class SubscriberLink:
         if (
             self.paused and not self.held and not self.route.busy()
             and credit >= max(1, self.max_credit // 2)
+            and (not self.memory_paused or self.route.unsent.update(sender.queued) == 0)
         ):
             self._resume(now)
         route = self.route
@@ -435,6 +450,11 @@ class SubscriberLink:
                     if room <= 0:
                         self.stats["window_full"] += 1
                         break  # until an ACK: what waits stays unnumbered (and may pause)
+                    if self._context_full(window):
+                        # the unacknowledged frames fill the context's bytes: a number
+                        # stamped now could push out one the subscriber may still ask for
+                        self.stats["context_full"] += 1
+                        break
                     most = min(most, room)
                 chunk = [pending.popleft() for _ in range(min(most, len(pending)))]
                 stamp = self.sequencer.stamp
@@ -469,9 +489,13 @@ class SubscriberLink:
         since, gets its newest frame sent again (a tail loss probe). A full window sends no
         heartbeat, so a subscriber that lost the frames at its end would otherwise learn of it
         only from the silence (missed heartbeats); given the newest, it sees the gap before it
-        and asks for it. One frame per tick, whatever the cause (a slow subscriber too)."""
+        and asks for it. One frame per tick, whatever the cause (a slow subscriber too). A
+        window whose frames fill the context's byte bound is full too (:meth:`pump`)."""
         window = self.window
-        if window is None or self.sender is None or window.room() > 0 or self.paused:
+        if (
+            window is None or self.sender is None or self.paused
+            or (window.room() > 0 and not self._context_full(window))
+        ):
             self._stalled = None
             return
         mark = (self.epoch, window.acked_through)
@@ -483,6 +507,14 @@ class SubscriberLink:
         if not isinstance(resend, GapError) and len(resend):
             self.stats["tail_probes"] += 1
             self.route.start_resend(self.fresh(resend), None)
+
+    def _context_full(self, window: LinkWindow) -> bool:
+        """Whether the frames ``window`` has outstanding fill the context's byte bound."""
+        context = self.context
+        return (
+            context.max_bytes is not None
+            and context.newest_bytes(window.outstanding) >= context.max_bytes
+        )
 
     def _counted(self, window: LinkWindow, count: int) -> None:
         window.stamped(count)
@@ -520,6 +552,7 @@ class SubscriberLink:
 
     def _resume(self, now: float) -> None:
         self.paused = False
+        self.memory_paused = False
         self.reset()
         self.log.info("link resumed with a reset")
         self.route.respond(encode(self._state("ACTIVE", "resumed with a link reset")), None)
@@ -536,28 +569,35 @@ class SubscriberLink:
         self, frames: list[Publication | Heartbeat], entries: list[bytes | None] | None = None
     ) -> None:
         record = self.context.record
-        for frame in frames:
-            record(frame)
+        # the byte bound never evicts what the subscriber has not acknowledged (pump)
+        keep = self.window.outstanding if self.window is not None else 0
+        if entries is None:
+            for frame in frames:
+                record(frame, keep)
+        else:  # a publication's encoded entry, shared by every link, sizes it at once
+            for frame, entry in zip(frames, entries, strict=True):
+                record(frame, keep, None if entry is None else FRAME_OVERHEAD + len(entry))
         drop = self.drop
-        keep = [i for i, frame in enumerate(frames) if not drop(frame)]
-        self.stats["dropped"] += len(frames) - len(keep)
+        kept = [i for i, frame in enumerate(frames) if not drop(frame)]
+        self.stats["dropped"] += len(frames) - len(kept)
         self.stats["sent"] += len(frames)
-        if not keep:
+        if not kept:
             return
-        wire = [frames[i] for i in keep]
+        wire = [frames[i] for i in kept]
         send = self.sender.send
+        sent = self.route.unsent.sent
         if not self.batch:
             for frame in wire:
-                send(pack_frame(frame, self.source_bits))
+                sent(send(pack_frame(frame, self.source_bits)))
             return
         cached: list[bytes | None] = (
-            [None] * len(keep) if entries is None else [entries[i] for i in keep]
+            [None] * len(kept) if entries is None else [entries[i] for i in kept]
         )
         for start, end in regular_runs(wire):
             if end - start == 1:
-                send(pack_frame(wire[start], self.source_bits))
+                sent(send(pack_frame(wire[start], self.source_bits)))
                 continue
-            send(self._batch(wire[start:end], cached[start:end]))
+            sent(send(self._batch(wire[start:end], cached[start:end])))
 
     def _batch(
         self, frames: list[Publication | Heartbeat], entries: list[bytes | None]
