@@ -53,8 +53,9 @@ class Operation(enum.Enum):
     SUBSCRIBE = "subscribe"
     """Attach a subscriber link to a topic pattern (APEX ``pubsub:subscribe``)."""
     ATTACH_QUEUE = "attach-queue"
-    """Attach a subscriber link to a subscription queue ``/subscriptions/<id>`` (an API-made
-    one also needs to be the caller's own)."""
+    """Attach a subscriber link to (and read) an operator-configured subscription queue
+    ``/subscriptions/<id>``, named by the rule's ``queues``. An API-made queue is its owner's
+    (the one that created it, which took ``create-subscription`` and ``subscribe``)."""
     CREATE_SUBSCRIPTION = "create-subscription"
     CHANGE_SUBSCRIPTION = "change-subscription"
     """Replace a subscription (pause and resume included)."""
@@ -119,8 +120,8 @@ def _operations(value: object) -> frozenset[Operation]:
             ops.add(item if isinstance(item, Operation) else Operation(item))
         except ValueError:
             raise InvalidPolicyError(
-                f"unknown operation {item!r}", expected=sorted(o.value for o in Operation) + ["*"],
-                got=item) from None
+                f"unknown operation {item!r}",
+                expected=[*sorted(o.value for o in Operation), "*"], got=item) from None
     if not ops:
         raise InvalidPolicyError("operations is a non-empty list", expected="list", got=[])
     return frozenset(ops)
@@ -193,6 +194,10 @@ class Rule:
                    value.get("topics", ("/#",)), value.get("queues", ("*",)))
 
 
+def _rules(value: Iterable[Rule]) -> tuple[Rule, ...]:
+    return tuple(value)
+
+
 @attrs.frozen
 class Decision:
     """The answer of :meth:`Policy.decide`: whether the operation is allowed, and (for a
@@ -217,7 +222,7 @@ class Policy:
     every operation but ``admin`` (what a component without a policy always did).
     """
 
-    rules: tuple[Rule, ...] = attrs.field(default=(), converter=tuple)
+    rules: tuple[Rule, ...] = attrs.field(default=(), converter=_rules)
     permissive: bool = False
 
     @classmethod
@@ -244,7 +249,8 @@ class Policy:
         return cls(tuple(rules))
 
     def _rules(self, principal: str, operation: Operation) -> tuple[list[Rule], list[Rule]]:
-        allows, denies = [], []
+        allows: list[Rule] = []
+        denies: list[Rule] = []
         for rule in self.rules:
             if rule.applies_to(principal, operation) or (
                 rule.effect is Effect.ALLOW and rule.applies_to(principal, Operation.ADMIN)
@@ -304,7 +310,7 @@ def may_access(policy: Policy, principal: str, *, sub_id: str, owner: str | None
         return True
     if configured:
         return bool(policy.may_attach_queue(principal, sub_id))
-    return owner is None or owner == ANONYMOUS or owner == principal
+    return owner is None or owner in (ANONYMOUS, principal)
 
 
 def _refused(principal: str, operation: Operation, topic: TopicPattern | None) -> Decision:

@@ -24,10 +24,10 @@ The JSON form (what the REST API takes and returns)::
      "durable": true, "permtokens": null, "configured": false, "owner": "alice"}
 
 A proposal needs only ``topic``; every other member may be left out (the defaults above) and a
-read-only one (``sink``, ``queue``, ``configured``, ``owner``, ``id`` on update) is accepted when it agrees,
-so what a GET returned can be PUT back. A member the model does not know, a protocol other
-than AMQP, a ``config`` key, a qos other than exactly-once or a non-durable subscription is
-refused with :class:`~seqrepair.core.errors.InvalidSubscriptionError`.
+read-only one (``sink``, ``queue``, ``configured``, ``owner``, ``id`` on update) is accepted
+when it agrees, so what a GET returned can be PUT back. A member the model does not know, a
+protocol other than AMQP, a ``config`` key, a qos other than exactly-once or a non-durable
+subscription is refused with :class:`~seqrepair.core.errors.InvalidSubscriptionError`.
 
 This module performs no I/O: :class:`SubscriptionRegistry` validates and keeps the state, and
 :func:`link_action` tells an adapter what a change means for the links attached to it.

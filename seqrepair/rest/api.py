@@ -229,6 +229,11 @@ class SubscriptionApi:
         self.max_body = max_body
         self.unavailable = unavailable
         self._token = None if token is None else token.encode("ascii")
+        for secret in (principal_tokens or {}).values():
+            if not isinstance(secret, str) or not _B64TOKEN.fullmatch(secret):
+                raise InvalidConfigError(
+                    "a bearer token is letters, digits and - . _ ~ + / (then = padding)",
+                    expected=_B64TOKEN.pattern, got=type(secret).__name__)
         self._principal_tokens = {
             principal: secret.encode("ascii")
             for principal, secret in (principal_tokens or {}).items()}

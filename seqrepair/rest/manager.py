@@ -132,6 +132,7 @@ class SubscriptionManager:
             sub = self.registry.create(proposal, new_id=self.new_id(), owner=principal)
             try:
                 self._check(principal, Operation.CREATE_SUBSCRIPTION, sub.topic)
+                self._check(principal, Operation.SUBSCRIBE, sub.topic)  # what it stands for
             except AccessDeniedError:
                 self.registry.restore(sub.id, None)
                 raise
@@ -146,6 +147,7 @@ class SubscriptionManager:
             try:
                 self._check(principal, Operation.CHANGE_SUBSCRIPTION, before.topic)
                 self._check(principal, Operation.CHANGE_SUBSCRIPTION, current.topic)
+                self._check(principal, Operation.SUBSCRIBE, current.topic)
             except AccessDeniedError:
                 self.registry.restore(sub_id, previous)
                 raise

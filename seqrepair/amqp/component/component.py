@@ -43,6 +43,7 @@ from proton.handlers import MessagingHandler
 from seqrepair.amqp.component.ackdispatch import receive_ack
 from seqrepair.amqp.component.admission import Admission
 from seqrepair.amqp.component.attach import open_subscriber
+from seqrepair.amqp.component.authz import check_publish_link, learn_sources, visible_sources
 from seqrepair.amqp.component.config import Bucket
 from seqrepair.amqp.component.config import ComponentConfig as ComponentConfig
 from seqrepair.amqp.component.durable import Durables
@@ -166,6 +167,7 @@ class Component(MessagingHandler):
         self.memory = MemoryGuard(config, self.stats)
         self.links: dict[str, SubscriberLink] = {}
         self.principals: dict[str, str] = {}
+        self.source_topics: dict[str, set[str]] = {}  # who may learn of a source (authz.py)
         self.routes: dict[tuple[int, str], ResponseRoute] = {}
         self._conn_ids = itertools.count(1)
         # routes whose answers must be read, served a step each per repair turn (fairness.py)
@@ -210,11 +212,13 @@ class Component(MessagingHandler):
         link context keeps (a number the subscriber may still ask for is still held)."""
         return window_size(self.config.link_bits, self.config.context_capacity)
 
-    def capabilities(self) -> Capabilities:
-        """The answer to a source query (XEP-0040 §4)."""
+    def capabilities(self, principal: str | None = None) -> Capabilities:
+        """The answer to a source query (XEP-0040 §4); only the sources ``principal`` may
+        learn of (None: every source)."""
+        bits = dict(self.decoder.unwrapper.bits)
         return Capabilities(
             link_bits=self.config.link_bits,
-            source_bits=dict(self.decoder.unwrapper.bits),
+            source_bits=bits if principal is None else visible_sources(self, principal, bits),
             default_source_bits=DEFAULT_SOURCE_BITS,
             heartbeat_interval=self.config.heartbeat_interval,
             max_gap_range=self.config.max_gap_range,
@@ -282,6 +286,7 @@ class Component(MessagingHandler):
                     now - link.detached_at > self.config.context_retention
                 ):
                     del self.links[name]
+                    self.principals.pop(name, None)  # the name is free for anyone again
                     self.gapfill.detach(name)
                     self.durables.forget_link(name)
                     self.principals.pop(name, None)  # else one entry per name ever attached
@@ -476,12 +481,14 @@ class Component(MessagingHandler):
             receiver.kind = "publish"
             receiver.pattern = TopicPattern("/#")
             receiver.default_topic = None
+            check_publish_link(self, receiver, principal_of(receiver.connection))
             return
         if address.startswith("$") or address.startswith(SUBSCRIPTION_PREFIX):
             raise UnknownAddressError(f"cannot publish to {address!r}", got=address)
         receiver.kind = "publish"
         receiver.pattern = TopicPattern(address)
         receiver.default_topic = address if receiver.pattern.is_literal else None
+        check_publish_link(self, receiver, principal_of(receiver.connection))
 
     # --- messages -----------------------------------------------------------------------
 
@@ -545,6 +552,7 @@ class Component(MessagingHandler):
     ) -> None:
         now = self.clock()
         touched = []
+        learn_sources(self, pubs)
         if entries is None:
             entries = {}  # each publication encoded once for all links
         for link in self.links.values():
@@ -603,7 +611,7 @@ class Component(MessagingHandler):
         name = props.get(PROP_LINK) or _link_name(message.reply_to)
         for request in requests:
             if isinstance(request, CapabilitiesRequest):
-                route.respond(encode(self.capabilities()), correlation, cookie)
+                route.respond(encode(self.capabilities(principal_of(conn))), correlation, cookie)
             elif isinstance(request, GapRequest | SourceGapRequest):
                 link = self.links.get(str(name)) if name else None
                 if (
