@@ -12,8 +12,8 @@ Every check reads the policy in force (the subscription manager's ``policy``: a 
 * a subscription queue is attachable by who may access it (its owner, an administrator; an
   operator-configured one, whoever ``attach-queue`` names): anyone else is told
   ``amqp:not-found`` exactly as for a queue that does not exist, so ids do not leak;
-* a link name is its principal's: another principal's attach with it is refused
-  (``amqp:unauthorized-access``) and the owner keeps its link;
+* a link name is its principal's while attached: another principal's attach with it is
+  refused (``amqp:unauthorized-access``) and the owner keeps its link;
 * the attach reply's ``seqrepair-start-after`` and CAPABILITIES' ``source-bits`` name only the
   sources the caller may subscribe to a topic of (learned as publications are fanned out,
   when a policy restricts anything).
@@ -100,9 +100,14 @@ def queue_exclusions(component: Component, principal: str, address: str,
 
 
 def check_link_name(component: Component, name: str, principal: str) -> None:
-    """A link name held (attached or with its context kept) by another principal is refused:
-    it is never taken over."""
-    if name in component.links and component.principals.get(name, principal) != principal:
+    """A link name attached by another principal is refused: it is never taken over (the same
+    principal's attach takes it over: a reconnect). A context kept after its link detached
+    goes to whoever attaches next with that name: it is resumed only under an equal
+    entitlement, so it shows nothing the new principal may not see."""
+    link = component.links.get(name)
+    if link is not None and link.sender is not None and component.principals.get(
+        name, principal
+    ) != principal:
         raise UnauthorizedAccessError(
             f"link name {name!r} belongs to another principal", expected="a link name of "
             "one's own", got=name)
