@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -365,11 +366,27 @@ def test_a_policy_reload_on_sighup_takes_effect_and_a_bad_file_keeps_the_old_one
     os.kill(comp.proc.pid, signal.SIGHUP)
     assert wait_for(lambda: "access policy reloaded" in comp.log_text(), 10)
     assert refusal(comp.url, "/weather/#", "carol@example.org") is None
-    policy.write_text("[[allow]\nbroken")
-    os.kill(comp.proc.pid, signal.SIGHUP)
-    assert wait_for(lambda: "access policy not reloaded" in comp.log_text(), 10)
-    assert refusal(comp.url, "/weather/#", "carol@example.org") is None  # the old one stays
-    assert rest(port, ALICE)("GET", "/subscriptions")[0] == 200
+    carol = Subscriber(comp.url, "/weather/#", link_name="carol", heartbeat_interval=0.2,
+                       **amqp_identity("carol@example.org")).start()
+    try:
+        assert carol.connected.wait(20)
+        policy.write_text("[[allow]\nbroken")
+        os.kill(comp.proc.pid, signal.SIGHUP)
+        assert wait_for(lambda: "access policy not reloaded" in comp.log_text(), 10)
+        # the old one stays
+        assert refusal(comp.url, "/weather/#", "carol@example.org") is None
+        assert rest(port, ALICE)("GET", "/subscriptions")[0] == 200
+        time.sleep(0.5)
+        assert carol.error is None
+        policy.write_text(POLICY)  # carol's grant taken back: her attached link ends
+        os.kill(comp.proc.pid, signal.SIGHUP)
+        assert carol._thread is not None
+        carol._thread.join(20)
+        assert not carol._thread.is_alive()
+        assert str(carol.error).startswith("amqp:unauthorized-access"), carol.error
+    finally:
+        carol.stop()
+    assert refusal(comp.url, "/weather/#", "carol@example.org") == "amqp:unauthorized-access"
     assert comp.proc.poll() is None
 
 

@@ -14,6 +14,8 @@ Every check reads the policy in force (the subscription manager's ``policy``: a 
   ``amqp:not-found`` exactly as for a queue that does not exist, so ids do not leak;
 * a link name is its principal's while attached: another principal's attach with it is
   refused (``amqp:unauthorized-access``) and the owner keeps its link;
+* after a reload, the attached subscriber links the new policy takes something from are
+  detached (:func:`revoked`);
 * the attach reply's ``seqrepair-start-after`` and CAPABILITIES' ``source-bits`` name only the
   sources the caller may subscribe to a topic of (learned as publications are fanned out,
   when a policy restricts anything).
@@ -25,12 +27,14 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from seqrepair.amqp.wire.errors import UnauthorizedAccessError, UnknownAddressError
+from seqrepair.amqp.wire.vocabulary import SUBSCRIPTION_PREFIX
 from seqrepair.core.policy import Operation, Policy, may_access
 from seqrepair.core.subscriptions import Subscription
 from seqrepair.core.topics import TopicPattern
 
 if TYPE_CHECKING:
     from seqrepair.amqp.component.component import Component
+    from seqrepair.amqp.component.links import SubscriberLink
     from seqrepair.core.messages import Publication
 
 V = TypeVar("V")
@@ -139,3 +143,33 @@ def visible_sources(component: Component, principal: str,
         if any(policy.decide(principal, Operation.SUBSCRIBE, topic)
                for topic in known.get(source, ()))
     }
+
+
+def revoked(component: Component) -> list[tuple[SubscriberLink, str, str]]:
+    """The attached subscriber links the policy in force no longer gives what they were
+    given (after a reload), each with the condition and text to detach it with: a link whose
+    pattern or queue the principal may no longer use ends (``amqp:unauthorized-access``, or
+    ``amqp:not-found`` for a queue, as at attach); one whose exclusions changed is detached
+    with ``amqp:link:detach-forced`` (the subscriber attaches again, under the new policy)."""
+    policy = policy_of(component)
+    ended = []
+    for name, link in component.links.items():
+        principal = component.principals.get(name)
+        if link.sender is None or principal is None:
+            continue
+        if link.address.startswith(SUBSCRIPTION_PREFIX):
+            sub = component.subscriptions.find(link.address[len(SUBSCRIPTION_PREFIX):])
+            if sub is None or not may_access(policy, principal, sub_id=sub.id,
+                                             owner=sub.owner, configured=sub.configured):
+                ended.append((link, "amqp:not-found", "no subscription queue"))
+                continue
+            decision = policy.decide(principal, Operation.SUBSCRIBE, sub.topic)
+        else:
+            decision = policy.decide(principal, Operation.SUBSCRIBE, link.address)
+            if not decision:
+                ended.append((link, UnauthorizedAccessError.condition, decision.why))
+                continue
+        if frozenset(decision.exclude) != frozenset(link.entitlement.exclude):
+            ended.append((link, "amqp:link:detach-forced", "access policy changed: attach "
+                                                          "again"))
+    return ended

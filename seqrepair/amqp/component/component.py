@@ -43,7 +43,12 @@ from proton.handlers import MessagingHandler
 from seqrepair.amqp.component.ackdispatch import receive_ack
 from seqrepair.amqp.component.admission import Admission
 from seqrepair.amqp.component.attach import open_subscriber
-from seqrepair.amqp.component.authz import check_publish_link, learn_sources, visible_sources
+from seqrepair.amqp.component.authz import (
+    check_publish_link,
+    learn_sources,
+    revoked,
+    visible_sources,
+)
 from seqrepair.amqp.component.config import Bucket
 from seqrepair.amqp.component.config import ComponentConfig as ComponentConfig
 from seqrepair.amqp.component.durable import Durables
@@ -678,7 +683,30 @@ class Component(MessagingHandler):
         previous, current = event.subject
         if current is None and previous is not None:
             self.durables.forget_queue(previous.id)
-        for link in apply_change(self.links, previous, current, self.clock()):
+        self._end_links(apply_change(self.links, previous, current, self.clock()))
+
+    def policy_changed(self, policy: Any = None) -> None:
+        """The access policy was reloaded (any thread): re-check the attached links in the
+        event loop (:func:`.authz.revoked`)."""
+        self._changes.inject("seqrepair_policy")
+
+    def on_seqrepair_policy(self, event: Any) -> None:
+        now = self.clock()
+        ended = []
+        for link, condition, description in revoked(self):
+            sender = link.sender
+            link.detach(now)
+            if sender is not None:
+                sender.subscriber = None
+                sender.condition = Condition(condition, description[:500])
+                sender.close()
+            link.log.info("link ended by the access policy", condition=condition)
+            ended.append(link)
+        self._end_links(ended)
+
+    def _end_links(self, ended: Sequence[SubscriberLink]) -> None:
+        """Forget links that ended for good: their contexts, positions and routes."""
+        for link in ended:
             del self.links[link.name]
             self.gapfill.detach(link.name)
             self.durables.forget_link(link.name)

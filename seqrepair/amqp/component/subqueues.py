@@ -71,6 +71,12 @@ class SubscriptionChanges:
             self._injector.close()
             self._injector = None
 
+    def inject(self, name: str, subject: Any = None) -> None:
+        """Bring application event ``name`` into the event loop (from any thread)."""
+        injector = self._injector
+        if injector is not None:
+            injector.trigger(ApplicationEvent(name, subject=subject))
+
     def _heard(self, previous: Subscription | None, current: Subscription | None) -> None:
         injector = self._injector
         if injector is not None:
