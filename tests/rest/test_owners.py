@@ -79,7 +79,8 @@ def test_the_policy_refuses_with_403_and_changes_nothing(
 ) -> None:
     api, manager, store = setup
     assert call(api, "POST", "/subscriptions", {"topic": "/#"}, as_("alice")).status == 403
-    assert state(manager) == [] and store.saved == {}
+    assert state(manager) == []
+    assert store.saved == {}
     assert call(api, "POST", "/subscriptions", {"topic": "/weather/a"}, as_("alice")).status == 201
     refused = call(api, "PUT", "/subscriptions/sub-2", {"topic": "/sports/a"}, as_("alice"))
     assert refused.status == 403
@@ -128,12 +129,14 @@ def test_the_policy_file_loads_reloads_and_keeps_the_old_one_on_a_bad_file(
     access.on_change(heard.append)
     path.write_text("not = [toml")
     assert access.reload() is False
-    assert access() is first and heard == []
+    assert access() is first
+    assert heard == []
     (tmp_path / "p.json").write_text('{"allow": [{"actors": ["a"], "operations": ["admin"]}]}')
     assert load_policy(tmp_path / "p.json").is_admin("a")
     path.write_text('[[allow]]\nactors = ["a"]\noperations = ["admin"]\n')
     assert access.reload() is True
-    assert access().is_admin("a") and heard == [access()]
+    assert access().is_admin("a")
+    assert heard == [access()]
     with pytest.raises(InvalidPolicyError, match="nope.toml"):
         Access(tmp_path / "nope.toml")
     assert Access(None)().permissive
