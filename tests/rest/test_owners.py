@@ -137,7 +137,7 @@ def test_the_policy_file_loads_reloads_and_keeps_the_old_one_on_a_bad_file(
     assert access.reload() is True
     assert access().is_admin("a")
     assert heard == [access()]
-    with pytest.raises(InvalidPolicyError, match="nope.toml"):
+    with pytest.raises(InvalidPolicyError, match=r"nope\.toml"):
         Access(tmp_path / "nope.toml")
     assert Access(None)().permissive
     assert Access(None).reload() is False
