@@ -62,12 +62,15 @@ class Access:
         self.path = None if path is None else Path(path)
         self._lock = threading.Lock()
         self._listeners: list[Callable[[Policy], None]] = []
+        self.policy = Policy.allow_all() if self.path is None else load_policy(self.path)
+
+    def announce(self) -> None:
+        """Log the policy in force (a warning when there is none): once the command's other
+        options were taken, so that a refused option stays one line."""
         if self.path is None:
-            self.policy = Policy.allow_all()
             log.warning("no access policy (serve --policy): every principal may do every "
                         "operation but admin")
         else:
-            self.policy = load_policy(self.path)
             log.info("access policy loaded", path=str(self.path), rules=len(self.policy.rules))
 
     def __call__(self) -> Policy:

@@ -118,6 +118,7 @@ def serve(args: argparse.Namespace) -> int:
     component = Component(config, journal, on_ready=ready, subscriptions=manager,
                           topics=topics)
     access.on_change(component.policy_changed)  # a reload re-checks the attached links
+    access.announce()
     # from here SIGTERM stops the component at its next tick; before, it exits at once
     signal.signal(signal.SIGTERM, lambda *_: component.request_stop())
     with contextlib.ExitStack() as stack, contextlib.suppress(KeyboardInterrupt):
