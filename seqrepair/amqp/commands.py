@@ -119,7 +119,9 @@ def register(subparsers: Any) -> None:
                             "progress (default 64)")
     serve.add_argument("--subscription", action="append", default=[],
                        metavar="NAME=PATTERN[;TOKENS]",
-                       help="a subscription queue /subscriptions/NAME (tokens comma-separated)")
+                       help="a subscription queue /subscriptions/NAME (tokens comma-separated); "
+                            "who may attach to it: the --policy file's attach-queue rules "
+                            "(without a policy, anyone)")
     serve.add_argument("--rest", type=host_port, metavar="HOST:PORT",
                        help="serve the subscription REST API (/subscriptions, /topics) here; "
                             "subscriptions made through it are kept in Redis")
