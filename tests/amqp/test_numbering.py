@@ -45,6 +45,13 @@ class _Delivery:
         return None if self.local.condition is None else self.local.condition.name
 
 
+class StubEndpoint(SimpleNamespace):
+    """A proton link or connection stand-in: hashable by identity, as proton's are (the
+    component keeps them in sets)."""
+
+    __hash__ = object.__hash__
+
+
 class Harness:
     """A component on a fake journal, one plain publishing link and one subscriber."""
 
@@ -53,10 +60,10 @@ class Harness:
         self.component = Component(ComponentConfig(), self.journal)  # type: ignore[arg-type]
         self.subscriber = _link(Entitlement(topics=("/#",)), max_pending=1000)
         self.component.links["sub"] = self.subscriber
-        self.receiver = SimpleNamespace(
+        self.receiver = StubEndpoint(
             kind="publish", name="pub-link", default_topic="/plain/x", is_receiver=True,
             pattern=TopicPattern("/plain/x"), topics_checked=set(), held_back={}, own_sources=set(),
-            connection=SimpleNamespace(remote_container=PUBLISHER),
+            connection=StubEndpoint(remote_container=PUBLISHER),
             state=Endpoint.LOCAL_ACTIVE, credit=1_000, flow=lambda n: None,
         )
 
