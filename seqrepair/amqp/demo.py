@@ -56,7 +56,8 @@ def _start_component(url: str, rest: str, redis_url: str, work: Path, n: int,
     proc = subprocess.Popen(
         _cli("--log-level", "info", "serve", "--url", url, "--redis-url", redis_url,
              "--drop-rate", str(drop_rate), "--drop-seed", str(n), "--heartbeat", "0.25",
-             "--rest", rest, "--ready-file", str(ready)),
+             "--rest", rest, "--ready-file", str(ready),
+             "--allow-anonymous"),  # loopback only: the demo's clients are anonymous
         env=_env(), stdout=open(work / f"component-{n}.log", "wb"),  # noqa: SIM115
         stderr=subprocess.STDOUT,
     )

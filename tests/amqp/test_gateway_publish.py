@@ -41,7 +41,8 @@ def gateway_process(upstream: str, tmp_path: Path) -> Iterator[str]:
     log = open(tmp_path / "gateway.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen(
         [sys.executable, "-m", "seqrepair.cli", "gateway", "--listen", listen,
-         "--upstream", upstream, "--name", "edge", "--ready-file", str(ready)],
+         "--upstream", upstream, "--name", "edge", "--ready-file", str(ready),
+         "--allow-anonymous"],
         env=_env(), stdout=log, stderr=subprocess.STDOUT,
     )
     try:

@@ -27,6 +27,7 @@ from proton import Connection
 
 from seqrepair.amqp.client.subscriber import Publisher, Subscriber
 from seqrepair.amqp.gateway.gateway import Gateway
+from seqrepair.amqp.wire.security import ANONYMOUS_LISTENER
 from seqrepair.core.events import Event, LinkReset
 from seqrepair.journal.journal import Journal
 
@@ -130,7 +131,8 @@ def test_a_data_link_detached_through_the_gateway_is_resumed(
     # the component detaches the gateway's link; the gateway detaches the subscriber's with
     # the same condition (or none) and keeps the subscriber's connection
     comp = here()
-    gw = Gateway(f"127.0.0.1:{free_port()}", comp.here_url, name="edge").start()
+    gw = Gateway(f"127.0.0.1:{free_port()}", comp.here_url, security=ANONYMOUS_LISTENER,
+                 name="edge").start()
     try:
         assert gw.ready.wait(10)
         with subscribed(gw.listen_url, "gw-detached", redis_url, comp.here_url) as (

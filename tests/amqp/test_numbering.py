@@ -16,6 +16,7 @@ import pytest
 from proton import Delivery, Endpoint, Message
 
 from seqrepair.amqp.component.component import Component, ComponentConfig
+from seqrepair.amqp.wire.security import ANONYMOUS_LISTENER
 from seqrepair.core.messages import Publication
 from seqrepair.core.permissions import Entitlement
 from seqrepair.core.topics import TopicPattern
@@ -57,7 +58,8 @@ class Harness:
 
     def __init__(self, journal: FakeJournal | None = None) -> None:
         self.journal = journal or FakeJournal()
-        self.component = Component(ComponentConfig(), self.journal)  # type: ignore[arg-type]
+        self.component = Component(ComponentConfig(security=ANONYMOUS_LISTENER),
+                                   self.journal)  # type: ignore[arg-type]
         self.subscriber = _link(Entitlement(topics=("/#",)), max_pending=1000)
         self.component.links["sub"] = self.subscriber
         self.receiver = StubEndpoint(

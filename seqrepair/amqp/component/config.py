@@ -10,6 +10,7 @@ import attrs
 from seqrepair.amqp.component import admission
 from seqrepair.amqp.component.admission import CountLimits
 from seqrepair.amqp.component.grants import GrantTable
+from seqrepair.amqp.wire.security import ServerSecurity
 from seqrepair.amqp.wire.sizelimit import DEFAULT_MAX_MESSAGE_SIZE
 from seqrepair.core.config import non_negative_number, optional, positive_int, positive_number
 from seqrepair.core.errors import InvalidConfigError
@@ -117,6 +118,9 @@ class ComponentConfig:
             max_links_per_principal=self.max_links_per_principal,
             open_timeout=self.open_timeout,
         )
+    security: ServerSecurity = attrs.field(factory=ServerSecurity)
+    """How connections authenticate: by default nobody can (the component refuses to start);
+    ``ServerSecurity(allow_anonymous=True)`` lets everyone in as ``anonymous``."""
 
     def limits(self) -> dict[str, float]:
         """The resource limits CAPABILITIES reports (WIRE.md "Resource model"), by name."""

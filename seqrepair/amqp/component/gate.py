@@ -27,7 +27,7 @@ from typing import Any
 from proton import Condition, Endpoint
 
 from seqrepair.amqp.component.admission import Admission, LimitExceededError
-from seqrepair.amqp.component.grants import principal_of
+from seqrepair.amqp.wire.security import principal_of
 from seqrepair.logs import get_logger
 
 log = get_logger("seqrepair.amqp.component")

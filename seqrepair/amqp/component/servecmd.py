@@ -33,6 +33,7 @@ def serve(args: argparse.Namespace) -> int:
     from seqrepair.amqp.component.grants import GrantTable
     from seqrepair.amqp.wire.guard import Guarded
     from seqrepair.amqp.wire.reactor import make_container
+    from seqrepair.amqp.wire.security import ServerSecurity
     from seqrepair.core.subscriptions import Subscription
     from seqrepair.journal.journal import Journal
     from seqrepair.journal.retainer import RetentionWorker
@@ -59,7 +60,9 @@ def serve(args: argparse.Namespace) -> int:
                 raise InvalidConfigError(f"--subscription wants NAME=PATTERN, got {spec!r}")
             subs[name] = Subscription(name, pattern, permtokens=[t for t in tokens.split(",") if t],
                                       configured=True)
-    except SeqRepairError as exc:  # a bad grant, subscription, topic, policy or retention
+        security = ServerSecurity.from_args(args)
+        security.check(args.url)
+    except SeqRepairError as exc:  # a bad grant, subscription, topic, policy, retention or security
         print(f"seqrepair serve: {exc.message}", file=sys.stderr)
         return 2
     # SIGHUP: read the policy file again, off the signal handler (in its own thread)
@@ -102,6 +105,7 @@ def serve(args: argparse.Namespace) -> int:
         max_links_per_connection=args.max_links_per_connection,
         max_links_per_principal=args.max_links_per_principal,
         open_timeout=args.open_timeout,
+        security=security,
     )
 
     def ready(url: str) -> None:
