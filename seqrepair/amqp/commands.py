@@ -127,8 +127,17 @@ def register(subparsers: Any) -> None:
                             "subscriptions made through it are kept in Redis")
     serve.add_argument("--rest-token-file", metavar="PATH",
                        help="the REST API then wants 'Authorization: Bearer <token>': a line "
-                            "holding only a token authenticates the principal 'operator', a "
-                            "line 'PRINCIPAL TOKEN' that principal")
+                            "holding only a token authenticates the principal "
+                            "--rest-token-principal names (default 'operator'), a line "
+                            "'PRINCIPAL TOKEN' that principal (plaintext: prefer --rest-tokens)")
+    serve.add_argument("--rest-token-principal", default="operator", metavar="NAME",
+                       help="the principal of a --rest-token-file line holding only a token "
+                            "(default operator)")
+    serve.add_argument("--rest-tokens", metavar="PATH",
+                       help="bearer tokens per principal, hashed: 'PRINCIPAL SHA256-HEX' lines "
+                            "(seqrepair credentials token). The REST API also takes HTTP Basic "
+                            "against --credentials, serves HTTPS with --tls-cert/--tls-key, and "
+                            "anonymous requests only with --allow-anonymous")
     serve.add_argument("--policy", metavar="FILE",
                        help="the access policy (TOML, or JSON when FILE ends in .json): who may "
                             "publish, subscribe, attach to queues, manage subscriptions and "
