@@ -64,8 +64,12 @@ class Grant:
 
 
 def parse_grant(spec: str) -> tuple[str, Grant]:
-    """``PRINCIPAL=TOKENS[;deny=TOKENS]`` as ``(principal, Grant)``."""
-    principal, eq, rest = spec.partition("=")
+    """``PRINCIPAL=TOKENS[;deny=TOKENS]`` as ``(principal, Grant)``. A token holds no ``=``
+    and the deny part starts at the first ``;``, so a principal may hold ``=``: a certificate
+    subject such as ``O=Example,CN=alice``."""
+    head, semi, deny = spec.partition(";")
+    principal, eq, tokens = head.rpartition("=")
+    rest = tokens + semi + deny
     if not eq or not principal.strip():
         raise InvalidGrantError(
             f"expected PRINCIPAL=TOKENS[;deny=TOKENS], got {spec!r}",
