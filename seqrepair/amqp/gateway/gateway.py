@@ -223,6 +223,9 @@ class Gateway(MessagingHandler):
     routed by their cookie (``answers_held``: those whose credit waited for a slow subscriber),
     relayed messages and upstream connections; :attr:`error` says why
     the gateway gave up, when it did (then :attr:`stopped` is set, as after :meth:`close`).
+    ``security``: how its listener authenticates subscribers (by default nobody can, and the
+    constructor refuses; ``ANONYMOUS_LISTENER`` lets everyone in as ``anonymous``);
+    ``upstream_security``: how it proves itself to the component (WIRE.md "Authentication").
     """
 
     def __init__(

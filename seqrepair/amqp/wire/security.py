@@ -28,8 +28,10 @@ command line) go to SASL.
 
 from __future__ import annotations
 
+import atexit
 import ipaddress
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -189,7 +191,10 @@ class ServerSecurity:
         if self._sasl_folder is not None or not sasl_extended():
             return
         folder = tempfile.mkdtemp(prefix="seqrepair-sasl-")
-        lines = [f"mech_list: {' '.join(self.mechanisms())}"]
+        atexit.register(shutil.rmtree, folder, True)
+        # every mechanism seqrepair may offer: allowed_mechs narrows it per transport, and
+        # Cyrus reads one configuration per process (the first listener's: see configure)
+        lines = [f"mech_list: EXTERNAL {SCRAM} ANONYMOUS"]
         if self.credentials is not None:
             lines += ["pwcheck_method: auxprop", "auxprop_plugin: sasldb",
                       f"sasldb_path: {Path(self.credentials).resolve()}"]
@@ -197,7 +202,10 @@ class ServerSecurity:
         self._sasl_folder = folder
 
     def configure(self, transport: Any) -> None:
-        """Set a new server transport's SASL layer (from ``on_connection_bound``)."""
+        """Set a new server transport's SASL layer (from ``on_connection_bound``). proton
+        initialises Cyrus once per process, from the configuration the first server transport
+        names: listeners of one process share the first one's credentials file (the commands
+        run one listener per process)."""
         self.prepare()
         sasl = transport.sasl()
         if self._sasl_folder is not None:
@@ -254,10 +262,15 @@ class ClientSecurity:
         return domain
 
     def url(self, url: str) -> str:
-        """``url`` with the ``amqps`` scheme when TLS is on and it names none."""
-        if "://" not in url and (self.ca is not None or self.cert is not None):
-            return f"amqps://{url}"
-        return url
+        """``url`` with the ``amqps`` scheme when TLS is on and it names none
+        (InvalidConfigError for an ``amqp://`` URL with a CA or certificate: proton would
+        drop TLS for it without a word)."""
+        if self.ca is None and self.cert is None:
+            return url
+        if url.startswith("amqp://"):
+            raise InvalidConfigError(f"{url} is plaintext but a TLS CA or certificate is "
+                                     f"given: use amqps://", expected="amqps://", got=url)
+        return url if "://" in url else f"amqps://{url}"
 
     def connect_kwargs(self, url: str) -> dict[str, Any]:
         """The keyword arguments of ``Container.connect`` for ``url``."""
