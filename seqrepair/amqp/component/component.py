@@ -265,11 +265,10 @@ class Component(MessagingHandler):
 
     def on_start(self, event: Any) -> None:
         self.container = event.container
-        self.acceptor = event.container.listen(self.config.url)
-        widen_backlog(self.acceptor)  # a burst of connects is taken, not left to retransmit
         self.config.security.prepare()
         self.acceptor = event.container.listen(self.config.url,
                                                ssl_domain=self.config.security.ssl_domain())
+        widen_backlog(self.acceptor)  # a burst of connects is taken, not left to retransmit
         self.listening = listening_address(self.acceptor, self.config.url)
         log.info("component listening", url=self.listening)
         self._changes.start(event.container)
@@ -335,13 +334,14 @@ class Component(MessagingHandler):
 
     def on_connection_bound(self, event: Any) -> None:
         event.transport.idle_timeout = self.config.idle_timeout
+        self.config.security.configure(event.transport)
         conn = event.connection
         conn.seqrepair_id = next(self._conn_ids)
+        conn.seqrepair_tls = self.config.security.tls  # see Gate.close
         self.gate.bound(conn)  # counted, or refused (gate.py)
 
     def on_connection_opened(self, event: Any) -> None:
         self.gate.opened(event.connection)  # closed now if it was refused
-        self.config.security.configure(event.transport)
 
     def on_connection_opening(self, event: Any) -> None:
         conn = event.connection

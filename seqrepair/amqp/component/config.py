@@ -101,6 +101,9 @@ class ComponentConfig:
     subscriptions: dict[str, Subscription] = attrs.field(factory=dict)
     """The operator's subscription queues, by id (``configured``; see :mod:`.subqueues`)."""
     grants: GrantTable = attrs.field(factory=GrantTable)
+    security: ServerSecurity = attrs.field(factory=ServerSecurity)
+    """How connections authenticate: by default nobody can (the component refuses to start);
+    ``ServerSecurity(allow_anonymous=True)`` lets everyone in as ``anonymous``."""
     max_connections: int = _positive(admission.MAX_CONNECTIONS)
     """Connections held at once, opened or not (:mod:`.admission`)."""
     max_connections_per_principal: int = _positive(admission.MAX_CONNECTIONS_PER_PRINCIPAL)
@@ -118,9 +121,6 @@ class ComponentConfig:
             max_links_per_principal=self.max_links_per_principal,
             open_timeout=self.open_timeout,
         )
-    security: ServerSecurity = attrs.field(factory=ServerSecurity)
-    """How connections authenticate: by default nobody can (the component refuses to start);
-    ``ServerSecurity(allow_anonymous=True)`` lets everyone in as ``anonymous``."""
 
     def limits(self) -> dict[str, float]:
         """The resource limits CAPABILITIES reports (WIRE.md "Resource model"), by name."""

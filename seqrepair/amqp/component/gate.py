@@ -119,11 +119,15 @@ class Gate:
         if transport is None:
             return
         transport.condition = Condition(error.condition, error.message[:500])
-        transport.close_tail()
         if unread:
+            transport.close_tail()
             transport.close_head()
-        else:
-            self._closing.append(transport)
+            return
+        # over TLS, closing the input now makes the TLS layer end the session with an alert
+        # the peer reads before the AMQP close: it would learn "SSL failure", not why
+        if not getattr(conn, "seqrepair_tls", False):
+            transport.close_tail()
+        self._closing.append(transport)
 
     # --- links ----------------------------------------------------------------------------
 
