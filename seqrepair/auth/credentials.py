@@ -122,13 +122,22 @@ def _unescape(line: str) -> bytes:
     return bytes(out)
 
 
+def _name(key: bytes) -> str:
+    """The user name of a sasldb key ``user\\0realm\\0property``, as SASL and HTTP Basic
+    give it: Cyrus keeps ``alice@example.com`` as user ``alice`` of realm ``example.com``, and
+    a name without ``@`` under this host's name (its default realm)."""
+    user, realm = [*key.split(b"\0"), b"", b""][:2]
+    name, host = user.decode("utf-8", "replace"), realm.decode("utf-8", "replace")
+    return name if host in (socket.gethostname(), socket.getfqdn(), "") else f"{name}@{host}"
+
+
 @attrs.define
 class CredentialStore:
     """The credentials file at ``path`` (a sasldb): add, delete, list users and check a
     password. Reads are cached until the file changes."""
 
     path: Path = attrs.field(converter=Path)
-    _cache: tuple[tuple[int, int], dict[str, dict[str, ScramSecret]]] | None = attrs.field(
+    _cache: tuple[tuple[int, int], dict[str, ScramSecret]] | None = attrs.field(
         default=None, init=False, repr=False)
     _lock: threading.Lock = attrs.field(factory=threading.Lock, init=False, repr=False)
 
@@ -159,8 +168,7 @@ class CredentialStore:
         start = dump.index("HEADER=END") + 1
         end = dump.index("DATA=END")
         pairs = list(zip(dump[start:end:2], dump[start + 1 : end : 2], strict=True))
-        kept = [pair for pair in pairs
-                if _unescape(pair[0][1:]).split(b"\0")[0] != user.encode()]
+        kept = [pair for pair in pairs if _name(_unescape(pair[0][1:])) != user]
         if len(kept) == len(pairs):
             raise CredentialsError(f"no user {user!r} in {self.path}", got=user)
         text = "\n".join(dump[:start] + [line for pair in kept for line in pair]
@@ -199,13 +207,8 @@ class CredentialStore:
         return sorted(self._secrets())
 
     def secret(self, user: str) -> ScramSecret | None:
-        """``user``'s SCRAM secret (None when it has none). A user kept under several realms:
-        the one of this host, as Cyrus's server uses."""
-        realms = self._secrets().get(user)
-        if not realms:
-            return None
-        host = socket.gethostname()
-        return realms.get(host) or realms.get(socket.getfqdn()) or next(iter(realms.values()))
+        """``user``'s SCRAM secret (None when it has none)."""
+        return self._secrets().get(user)
 
     def verify(self, user: str, password: str) -> bool:
         """Whether ``password`` is ``user``'s (False for an unknown user)."""
@@ -215,7 +218,7 @@ class CredentialStore:
             return False
         return secret.verify(password)
 
-    def _secrets(self) -> dict[str, dict[str, ScramSecret]]:
+    def _secrets(self) -> dict[str, ScramSecret]:
         try:
             stat = self.path.stat()
         except OSError as exc:
@@ -238,20 +241,19 @@ class CredentialStore:
                 f"{done.stderr.decode(errors='replace').strip()}", got=str(self.path))
         return done.stdout.decode("latin-1")
 
-    def _read(self) -> dict[str, dict[str, ScramSecret]]:
+    def _read(self) -> dict[str, ScramSecret]:
         lines = self._dump().splitlines()
         try:
             body = lines[lines.index("HEADER=END") + 1 :]
         except ValueError:
             raise CredentialsError(f"{self.path} is not a sasldb", got=str(self.path)) from None
         body = [line[1:] for line in body if line.startswith(" ")]
-        secrets: dict[str, dict[str, ScramSecret]] = {}
+        secrets: dict[str, ScramSecret] = {}
         for key, value in zip(body[0::2], body[1::2], strict=False):
-            user, realm, prop = [*_unescape(key).split(b"\0"), b"", b""][:3]
-            if prop.decode("latin-1") != SCRAM_PROPERTY:
+            raw = _unescape(key)
+            if raw.split(b"\0")[2:3] != [SCRAM_PROPERTY.encode()]:
                 continue
             secret = ScramSecret.parse(_unescape(value).decode("latin-1"))
             if secret is not None:
-                secrets.setdefault(user.decode("utf-8", "replace"), {})[
-                    realm.decode("utf-8", "replace")] = secret
+                secrets[_name(raw)] = secret
         return secrets

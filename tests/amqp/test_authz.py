@@ -3,7 +3,8 @@
 One ``seqrepair serve`` process with a policy file, its REST API and a private redis-server;
 each operation is tried as the owner (alice), another principal (bob) and an anonymous client,
 and each answer is the exact one the policy and the owner-only rule give. Principals come from
-:mod:`tests.amqp.principals` (a stand-in for real authentication until it lands).
+:mod:`tests.amqp.principals`: SCRAM users on AMQP (the AMQP tests need proton built against
+Cyrus SASL), bearer tokens on REST.
 """
 
 from __future__ import annotations
@@ -28,13 +29,22 @@ from seqrepair.amqp.wire.technical import CapabilitiesRequest
 from seqrepair.core.messages import Publication
 
 from .conftest import ComponentProcess, free_port, wait_for
-from .principals import amqp_identity, rest_token, rest_token_file
+from .principals import (
+    MISSING,
+    amqp_identity,
+    client_security,
+    rest_token,
+    rest_token_file,
+    serve_args,
+)
 from .test_rest_serve import Rest
 
 pytestmark = [pytest.mark.amqp, pytest.mark.redis]
 
-ALICE, BOB, ANON, OPS, SPY = (
-    "alice@example.com", "bob@example.com", "anonymous", "ops@example.com", "spy@secret.org")
+ALICE, BOB, ANON, OPS, SPY, CAROL = (
+    "alice@example.com", "bob@example.com", "anonymous", "ops@example.com", "spy@secret.org",
+    "carol@example.org")
+needs_scram = pytest.mark.skipif(MISSING is not None, reason=f"AMQP principals: {MISSING}")
 
 POLICY = """
 # who may do what (seqrepair serve --policy)
@@ -73,7 +83,8 @@ def served(component: Callable[..., ComponentProcess],
     policy.write_text(POLICY)
     port = free_port()
     tokens = rest_token_file(tmp_path / "tokens", ALICE, BOB, OPS)
-    comp = component("--heartbeat", "0.2", "--policy", str(policy), "--rest",
+    comp = component("--heartbeat", "0.2", *serve_args(tmp_path, ALICE, BOB, OPS, SPY, CAROL),
+                     "--policy", str(policy), "--rest",
                      f"127.0.0.1:{port}", "--rest-token-file", tokens,
                      "--subscription", "public-wind=/weather/wind/#",
                      "--subscription", "private-rain=/weather/rain/#")
@@ -235,6 +246,7 @@ def test_the_rest_operations_per_principal(
     assert alice("GET", item)[0] == 404
 
 
+@needs_scram
 def test_the_amqp_operations_per_principal(
     served: tuple[ComponentProcess, int, Path],
 ) -> None:
@@ -277,6 +289,7 @@ def test_the_amqp_operations_per_principal(
         assert publish_outcome(url, target, topic, principal) == expected, (principal, topic)
 
 
+@needs_scram
 def test_another_principal_cannot_take_a_link_name_and_the_owner_keeps_its_link(
     served: tuple[ComponentProcess, int, Path], redis_url: str,
 ) -> None:
@@ -284,7 +297,7 @@ def test_another_principal_cannot_take_a_link_name_and_the_owner_keeps_its_link(
     got: list[int] = []
     owner = Subscriber(comp.url, "/weather/#", link_name="alice-link", heartbeat_interval=0.2,
                        on_publication=lambda p: got.append(p.source_seq),
-                       **amqp_identity(ALICE)).start()
+                       security=client_security(ALICE)).start()
     try:
         assert owner.connected.wait(20)
         assert refusal(comp.url, "/weather/#", BOB, "alice-link") == "amqp:unauthorized-access"
@@ -298,6 +311,7 @@ def test_another_principal_cannot_take_a_link_name_and_the_owner_keeps_its_link(
         owner.stop()
 
 
+@needs_scram
 def test_the_attach_reply_and_capabilities_name_only_sources_the_caller_may_see(
     served: tuple[ComponentProcess, int, Path], redis_url: str,
 ) -> None:
@@ -355,26 +369,27 @@ def _capabilities(url: str, principal: str) -> Any:
         conn.close()
 
 
+@needs_scram
 def test_a_policy_reload_on_sighup_takes_effect_and_a_bad_file_keeps_the_old_one(
     served: tuple[ComponentProcess, int, Path],
 ) -> None:
     comp, port, policy = served
     assert comp.proc is not None
-    assert refusal(comp.url, "/weather/#", "carol@example.org") == "amqp:unauthorized-access"
-    policy.write_text(POLICY + '\n[[allow]]\nactors = ["carol@example.org"]\n'
+    assert refusal(comp.url, "/weather/#", CAROL) == "amqp:unauthorized-access"
+    policy.write_text(POLICY + f'\n[[allow]]\nactors = ["{CAROL}"]\n'
                       'operations = ["subscribe", "list-topics"]\n')
     os.kill(comp.proc.pid, signal.SIGHUP)
     assert wait_for(lambda: "access policy reloaded" in comp.log_text(), 10)
-    assert refusal(comp.url, "/weather/#", "carol@example.org") is None
+    assert refusal(comp.url, "/weather/#", CAROL) is None
     carol = Subscriber(comp.url, "/weather/#", link_name="carol", heartbeat_interval=0.2,
-                       **amqp_identity("carol@example.org")).start()
+                       security=client_security(CAROL)).start()
     try:
         assert carol.connected.wait(20)
         policy.write_text("[[allow]\nbroken")
         os.kill(comp.proc.pid, signal.SIGHUP)
         assert wait_for(lambda: "access policy not reloaded" in comp.log_text(), 10)
         # the old one stays
-        assert refusal(comp.url, "/weather/#", "carol@example.org") is None
+        assert refusal(comp.url, "/weather/#", CAROL) is None
         assert rest(port, ALICE)("GET", "/subscriptions")[0] == 200
         time.sleep(0.5)
         assert carol.error is None
@@ -386,7 +401,7 @@ def test_a_policy_reload_on_sighup_takes_effect_and_a_bad_file_keeps_the_old_one
         assert str(carol.error).startswith("amqp:unauthorized-access"), carol.error
     finally:
         carol.stop()
-    assert refusal(comp.url, "/weather/#", "carol@example.org") == "amqp:unauthorized-access"
+    assert refusal(comp.url, "/weather/#", CAROL) == "amqp:unauthorized-access"
     assert comp.proc.poll() is None
 
 

@@ -194,9 +194,8 @@ def _declared_topic(text: str) -> str:
 
 def _rest_tokens(args: argparse.Namespace) -> tuple[str | None, dict[str, str]]:
     """The bearer tokens of ``--rest-token-file``: the operator's (a line holding only a
-    token; None without one) and, by principal, those of ``PRINCIPAL TOKEN`` lines.
-
-    STAND-IN until the authentication work lands (it brings per-principal credentials)."""
+    token, the principal ``--rest-token-principal``; None without one) and, by principal,
+    those of ``PRINCIPAL TOKEN`` lines (plaintext; ``--rest-tokens`` keeps only hashes)."""
     if not args.rest_token_file:
         return None, {}
     try:
