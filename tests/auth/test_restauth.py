@@ -36,18 +36,18 @@ def test_bearer_tokens_name_their_principals(tmp_path: Path) -> None:
     table = read_tokens(tokens)
     assert table == {token_hash(alice): "alice@example.com", token_hash(bob): "bob"}
     api = _api(RestAuth(tokens=table), token="0ld-s3cret")
-    assert api.principal(f"Bearer {alice}") == "alice@example.com"
-    assert api.principal(f"bearer  {bob} ") == "bob"
-    assert api.principal("Bearer 0ld-s3cret") == "ops"
+    assert api.request_principal(f"Bearer {alice}") == "alice@example.com"
+    assert api.request_principal(f"bearer  {bob} ") == "bob"
+    assert api.request_principal("Bearer 0ld-s3cret") == "ops"
     for refused in (None, "Bearer nope", f"Basic {alice}", "", f"Bearer{alice}"):
         assert _status(api, refused) == 401, refused
 
 
 def test_anonymous_only_where_allowed_and_a_failed_attempt_is_401_even_then() -> None:
-    assert _api().principal(None) == ANONYMOUS  # the library's default: no authentication
+    assert _api().request_principal(None) == ANONYMOUS  # the library's default: no authentication
     assert _status(_api(token="s3cret"), None) == 401  # a token: it is wanted (as before)
     open_api = _api(RestAuth(allow_anonymous=True))
-    assert open_api.principal(None) == ANONYMOUS
+    assert open_api.request_principal(None) == ANONYMOUS
     assert _status(open_api, "Bearer guessed") == 401
     closed = _api(RestAuth())
     response = closed.handle("GET", "/subscriptions", {}, b"")
@@ -95,14 +95,14 @@ def test_basic_checks_the_credentials_file_which_keeps_no_password(tmp_path: Pat
     def basic(user: str, password: str) -> str:
         return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
 
-    assert api.principal(basic("alice", "correct horse")) == "alice"
-    assert api.principal(basic("bob", "battery staple")) == "bob"
+    assert api.request_principal(basic("alice", "correct horse")) == "alice"
+    assert api.request_principal(basic("bob", "battery staple")) == "bob"
     for refused in (basic("alice", "battery staple"), basic("carol", "x"), "Basic !!",
                     "Basic " + base64.b64encode(b"no-colon").decode(), None):
         assert _status(api, refused) == 401, refused
     store.add("alice", "new password")  # a change is seen without a restart
     assert _status(api, basic("alice", "correct horse")) == 401
-    assert api.principal(basic("alice", "new password")) == "alice"
+    assert api.request_principal(basic("alice", "new password")) == "alice"
     store.delete("bob")
     assert store.users() == ["alice"]
     assert _status(api, basic("bob", "battery staple")) == 401
