@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from proton import Message
+from proton import Message, symbol
 from proton.handlers import MessagingHandler
-from proton.reactor import Container
+from proton.reactor import Container, LinkOption
 from proton.utils import BlockingConnection, LinkDetached
 
 from seqrepair.amqp.client.subscriber import Subscriber
@@ -96,12 +96,24 @@ def rest(port: int, principal: str) -> Rest:
     return Rest(port, None if principal == ANON else rest_token(principal))
 
 
-def attach(url: str, address: str, principal: str, name: str | None = None) -> Any:
+class _Properties(LinkOption):
+    """Attach link properties (``seqrepair-resume``...)."""
+
+    def __init__(self, properties: dict[Any, Any]) -> None:
+        self.properties = properties
+
+    def apply(self, link: Any) -> None:
+        link.properties = self.properties
+
+
+def attach(url: str, address: str, principal: str, name: str | None = None,
+           properties: dict[Any, Any] | None = None) -> Any:
     """A receiving link on ``address`` as ``principal``: the receiver (and its connection)
     or the condition that refused it."""
     conn = BlockingConnection(url, timeout=10, **amqp_identity(principal))
     try:
-        receiver = conn.create_receiver(address, name=name or uuid.uuid4().hex, credit=10)
+        receiver = conn.create_receiver(address, name=name or uuid.uuid4().hex, credit=10,
+                                        options=_Properties(properties) if properties else None)
     except LinkDetached as exc:
         conn.close()
         return exc.condition
@@ -309,6 +321,29 @@ def test_another_principal_cannot_take_a_link_name_and_the_owner_keeps_its_link(
         assert "amqp:link:stolen" not in comp.log_text()
     finally:
         owner.stop()
+
+
+@needs_scram
+def test_a_link_name_stays_its_principals_while_its_context_is_kept(
+    served: tuple[ComponentProcess, int, Path], redis_url: str,
+) -> None:
+    """After the owner's link detached, its kept context is not another principal's to take:
+    the owner reconnecting finds it (the same epoch), never bob's attach in its place."""
+    comp, _, _ = served
+    outcome = attach(comp.url, "/weather/#", ALICE, "alice-kept")
+    assert isinstance(outcome, tuple), outcome
+    receiver, conn = outcome
+    epoch = dict(receiver.link.remote_properties or {})[symbol("seqrepair-epoch")]
+    conn.close()  # detached: the component keeps the context (--context-retention)
+    assert refusal(comp.url, "/weather/#", BOB, "alice-kept") == "amqp:unauthorized-access"
+    outcome = attach(comp.url, "/weather/#", ALICE, "alice-kept",
+                     properties={symbol("seqrepair-resume"): True})
+    assert isinstance(outcome, tuple), outcome
+    receiver, conn = outcome
+    try:
+        assert dict(receiver.link.remote_properties or {})[symbol("seqrepair-epoch")] == epoch
+    finally:
+        conn.close()
 
 
 @needs_scram
