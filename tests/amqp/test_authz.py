@@ -251,7 +251,8 @@ def test_the_rest_operations_per_principal(
     # the lists: only the caller's own (and the configured queues it may attach to)
     assert [s["id"] for s in alice("GET", "/subscriptions")[1]] == ["alice-wind", "public-wind"]
     bobs = [s["id"] for s in bob("GET", "/subscriptions")[1] if s["id"] != "public-wind"]
-    assert len(bobs) == 1 and bobs[0] != "alice-wind"  # the one made under the server's id
+    assert len(bobs) == 1  # the one made under an id of the server's
+    assert bobs[0] != "alice-wind"
     assert {s["id"] for s in ops("GET", "/subscriptions")[1]} == {
         "alice-wind", "public-wind", "private-rain", bobs[0]}
     assert alice("GET", item)[1]["topic"] == "/weather/rain/#"  # bob's PUTs changed nothing
