@@ -14,9 +14,9 @@ Addresses (WIRE.md has the full table):
   carries response annotations, over a link to ``response-link-target-address`` with the
   ``address-cookie`` echoed (:mod:`.requests`).
 
-This module is the event loop: the proton events, the connection and link lifecycle (gate and
-admission, memory guard, detach and cleanup), the timer and the sending pumps; it dispatches a
-link's messages to :mod:`.publishing` or :mod:`.requests`.
+This module is the event loop: the proton events, connections and attaches (gate and
+admission), the timer (heartbeats, memory guard) and the sending pumps; it dispatches a link's
+messages to :mod:`.publishing` or :mod:`.requests`, and what ends to :mod:`.detach`.
 
 A subscriber's permission tokens are the component's decision
 (:mod:`seqrepair.amqp.component.grants`): the grant of the connection's principal, which the link
@@ -38,7 +38,7 @@ import functools
 import itertools
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -47,9 +47,16 @@ from proton.handlers import MessagingHandler
 
 from seqrepair.amqp.component.admission import Admission
 from seqrepair.amqp.component.attach import open_subscriber
-from seqrepair.amqp.component.authz import revoked
 from seqrepair.amqp.component.config import Bucket
 from seqrepair.amqp.component.config import ComponentConfig as ComponentConfig
+from seqrepair.amqp.component.detach import (
+    detach_for_memory,
+    end_links,
+    end_revoked,
+    expire_context,
+    forget,
+    forget_connection,
+)
 from seqrepair.amqp.component.durable import Durables
 from seqrepair.amqp.component.fairness import RepairTurns, TurnBudget
 from seqrepair.amqp.component.gate import Gate
@@ -241,15 +248,7 @@ class Component(MessagingHandler):
         self.durables.flush()  # positions taken since the last tick, one pipeline
         for name, link in list(self.links.items()):
             if link.sender is None:
-                if link.detached_at is not None and (
-                    now - link.detached_at > self.config.context_retention
-                ):
-                    del self.links[name]
-                    self.principals.pop(name, None)  # the name is free for anyone again
-                    self.gapfill.detach(name)
-                    self.durables.forget_link(name)
-                    self.principals.pop(name, None)  # else one entry per name ever attached
-                    link.log.info("link context expired")
+                expire_context(self, name, link, now)
                 continue
             link.heartbeat(now)
             link.probe_tail()
@@ -257,31 +256,8 @@ class Component(MessagingHandler):
             if link.stats["window_peak"] > self.stats["window_peak"]:
                 self.stats["window_peak"] = link.stats["window_peak"]
         for link in self.memory.check(self.links, self.principals, now):
-            self._detach_for_memory(link)
+            detach_for_memory(self, link)
         self._schedule_tick()
-
-    def _detach_for_memory(self, link: SubscriberLink) -> None:
-        """Detach a link over its byte bound for too long (:mod:`.memory`), and drop its
-        connection: its peer does not read, and proton frees what it queued only with the
-        transport."""
-        sender = link.sender
-        if sender is None:
-            return
-        text = (f"more than the bytes allowed sent and not taken by the peer for "
-                f"{self.config.memory_grace} s")
-        conn = sender.connection
-        link.log.warning("link detached: peer does not read", unsent=link.route.unsent.bytes,
-                         connection=getattr(conn, "seqrepair_id", None),
-                         container=conn.remote_container)
-        self._forget(sender)
-        sender.condition = Condition("amqp:resource-limit-exceeded", text)
-        sender.close()
-        conn.condition = Condition("amqp:resource-limit-exceeded", text)
-        conn.close()
-        transport = conn.transport
-        if transport is not None:
-            transport.close_tail()
-            transport.close_head()
 
     def on_connection_bound(self, event: Any) -> None:
         event.transport.idle_timeout = self.config.idle_timeout
@@ -365,57 +341,21 @@ class Component(MessagingHandler):
         self.repairs.want(route)
 
     def on_link_closing(self, event: Any) -> None:
-        self._forget(event.link)
+        forget(self, event.link)
 
     def on_link_closed(self, event: Any) -> None:
-        self._forget(event.link)
+        forget(self, event.link)
 
     # a connection ends: the peer closes it (proton says closing/closed, not disconnected) or
     # it is lost; on_transport_closed comes last whatever the path (on_disconnected a subset)
     def on_connection_closing(self, event: Any) -> None:
-        self._forget_connection(event.connection)
+        forget_connection(self, event.connection)
 
     def on_connection_closed(self, event: Any) -> None:
-        self._forget_connection(event.connection)
+        forget_connection(self, event.connection)
 
     def on_transport_closed(self, event: Any) -> None:
-        self._forget_connection(event.connection)
-
-    def _forget_connection(self, conn: Any) -> None:
-        """Detach every subscriber link of ``conn`` (contexts kept, then expired) and drop its
-        response routes; idempotent."""
-        if conn is None:
-            return
-        self.gate.forget(conn)
-        for link in list(self.links.values()):
-            if link.sender is not None and link.sender.connection == conn:
-                self._forget(link.sender)
-        for key in [k for k in self.routes if k[0] == getattr(conn, "seqrepair_id", None)]:
-            self.repairs.discard(self.routes.pop(key))
-        link = conn.link_head(0)
-        while link is not None:  # publishing links end with their connection too
-            if link.is_receiver:
-                self.ingest.publisher_gone(link)
-            link = link.next(0)
-
-    def _forget(self, endpoint: Any) -> None:
-        self.gate.detach(endpoint)
-        if endpoint.is_receiver:
-            self.ingest.publisher_gone(endpoint)
-            return
-        route = getattr(endpoint, "route", None)
-        if route is not None and route.target is not None:  # the peer closed a response target
-            conn_id: int = endpoint.connection.seqrepair_id
-            self.routes.pop((conn_id, "\0" + route.target), None)
-            self.repairs.discard(route)
-            return
-        name = getattr(endpoint, "subscriber", None)
-        link = self.links.get(name) if name is not None else None
-        if link is not None and link.sender == endpoint:
-            link.detach(self.clock())
-            self.durables.flush()
-            link.log.info("subscriber detached; context kept",
-                          retention=self.config.context_retention)
+        forget_connection(self, event.connection)
 
     # --- attaching ----------------------------------------------------------------------
 
@@ -492,7 +432,7 @@ class Component(MessagingHandler):
         previous, current = event.subject
         if current is None and previous is not None:
             self.durables.forget_queue(previous.id)
-        self._end_links(apply_change(self.links, previous, current, self.clock()))
+        end_links(self, apply_change(self.links, previous, current, self.clock()))
 
     def policy_changed(self, policy: Any = None) -> None:
         """The access policy was reloaded (any thread): re-check the attached links in the
@@ -500,28 +440,7 @@ class Component(MessagingHandler):
         self._changes.inject("seqrepair_policy")
 
     def on_seqrepair_policy(self, event: Any) -> None:
-        now = self.clock()
-        ended = []
-        for link, condition, description in revoked(self):
-            sender = link.sender
-            link.detach(now)
-            if sender is not None:
-                sender.subscriber = None
-                sender.condition = Condition(condition, description[:500])
-                sender.close()
-            link.log.info("link ended by the access policy", condition=condition)
-            ended.append(link)
-        self._end_links(ended)
-
-    def _end_links(self, ended: Sequence[SubscriberLink]) -> None:
-        """Forget links that ended for good: their contexts, positions and routes."""
-        for link in ended:
-            del self.links[link.name]
-            self.gapfill.detach(link.name)
-            self.durables.forget_link(link.name)
-            self.principals.pop(link.name, None)
-            for key in [k for k in self.routes if self.routes[k] is link.route]:
-                del self.routes[key]
+        end_revoked(self)
 
     def request_stop(self) -> None:
         """Stop at the next tick (at most 0.1 s away): close the listener and end the
