@@ -34,7 +34,8 @@ settled only with the component's outcome (:mod:`.publish`).
 The rewriting itself is pure (:mod:`.rewrite`: :func:`rewrite_request`,
 :func:`restore_response`, :class:`ReplyTable`), so is the relay bookkeeping
 (:class:`~seqrepair.amqp.gateway.relays.RelayTable`); :class:`Gateway` is the thin proton
-adapter around them: the connections, the relayed links' attaches, detaches and credit.
+adapter around them: the connections and the proton events, the relay table's actions done
+on proton's links by :mod:`.relaylinks`.
 """
 
 from __future__ import annotations
@@ -46,9 +47,9 @@ import weakref
 from collections.abc import Callable
 from typing import Any, cast
 
-from proton import Condition, Connection, Endpoint, symbol
+from proton import Connection, Endpoint
 from proton.handlers import EndpointStateHandler, MessagingHandler
-from proton.reactor import ApplicationEvent, AtMostOnce, LinkOption
+from proton.reactor import ApplicationEvent, AtMostOnce
 
 from seqrepair.amqp.gateway.publish import (
     PublishRelays,
@@ -56,13 +57,9 @@ from seqrepair.amqp.gateway.publish import (
     refuse_non_request,
     settle_with,
 )
+from seqrepair.amqp.gateway.relaylinks import HoldingEndpoints, perform, top_up
 from seqrepair.amqp.gateway.relays import (
-    Action,
-    AnswerDownstream,
-    AttachUpstream,
     CloseDownstreamConnection,
-    DetachDownstream,
-    DetachUpstream,
     Relay,
     RelayTable,
     upstream_name,
@@ -97,40 +94,14 @@ from seqrepair.logs import get_logger
 log = get_logger("seqrepair.amqp.gateway")
 
 CONTROL_ADDRESS = "$seqrepair"
-PROP_EPOCH = symbol("seqrepair-epoch")
 TICK = 0.5
 """Seconds between two looks for subscribers held too long (``hold_timeout``)."""
 STOP_GRACE = 1.0
 """Seconds :meth:`Gateway.stop` gives peers to answer its close before cutting them off."""
 
 
-
-
 # --------------------------------------------------------------------------------------------
 # the proton adapter
-
-
-class _Properties(LinkOption):
-    def __init__(self, props: Any) -> None:
-        self.props = props
-
-    def apply(self, link: Any) -> None:
-        if self.props:
-            link.properties = self.props
-
-
-class _HoldingEndpoints(EndpointStateHandler):
-    """Proton's endpoint handler, except that a link the gateway marks ``seqrepair_held`` in
-    ``on_link_opening`` is not attached at once: the gateway answers it later."""
-
-    def on_link_remote_open(self, event: Any) -> None:
-        link = event.link
-        if self.is_local_uninitialised(link):
-            self.on_link_opening(event)
-            if not getattr(link, "seqrepair_held", False):
-                link.open()
-            return
-        super().on_link_remote_open(event)
 
 
 def _upstream(endpoint: Any) -> bool:
@@ -190,7 +161,7 @@ class Gateway(MessagingHandler):
         self.upstream_security = upstream_security
         # MessagingHandler builds its handlers as a list; ours holds downstream attaches
         self.handlers = [
-            _HoldingEndpoints(False, weakref.proxy(self))
+            HoldingEndpoints(False, weakref.proxy(self))
             if isinstance(h, EndpointStateHandler) else h
             for h in cast(list[Any], self.handlers)
         ]
@@ -307,7 +278,7 @@ class Gateway(MessagingHandler):
         if self._stop_requested:
             self.stop()
             return
-        self._perform(self.relays.expire(time.monotonic()))
+        perform(self, self.relays.expire(time.monotonic()))
         self.requests.repay_gone()
         self._schedule("tick", TICK, self._tick)
 
@@ -339,7 +310,7 @@ class Gateway(MessagingHandler):
             self.log.warning("upstream connection lost", reason=why,
                              subscribers=sum(isinstance(a, CloseDownstreamConnection)
                                              for a in actions))
-        self._perform(actions)
+        perform(self, actions)
         if self._stopping:
             return
         delay = self.backoff.next_delay(self._rng)
@@ -369,7 +340,7 @@ class Gateway(MessagingHandler):
         self.stats["upstream_connections"] += 1
         self.log.info("upstream connected", connections=self.stats["upstream_connections"],
                       waiting=len(self.relays))
-        self._perform(self.relays.upstream_up())
+        perform(self, self.relays.upstream_up())
 
     def on_transport_error(self, event: Any) -> None:
         if event.connection is not None and getattr(event.connection, "seqrepair_forced", False):
@@ -406,7 +377,7 @@ class Gateway(MessagingHandler):
             self._downstream.remove(conn)
         for relay in self.relays:
             if relay.downstream.connection == conn:
-                self._perform(self.relays.downstream_detached(relay))
+                perform(self, self.relays.downstream_detached(relay))
 
     # --- attaching ----------------------------------------------------------------------
 
@@ -425,7 +396,7 @@ class Gateway(MessagingHandler):
             relay, actions = self.relays.attach(link.name, address, link.remote_properties,
                                                 link, time.monotonic())
             link.seqrepair_relay = relay
-            self._perform(actions)
+            perform(self, actions)
         elif link.remote_target.address != CONTROL_ADDRESS:  # a publisher's
             self.publishing.attach(link)
         else:  # the requests link
@@ -447,7 +418,7 @@ class Gateway(MessagingHandler):
             self.stats["refused"] += 1
             self.log.info("attach refused upstream", link=relay.name, condition=refused[0],
                           description=refused[1])
-        self._perform(self.relays.upstream_attached(relay, link.remote_properties, refused))
+        perform(self, self.relays.upstream_attached(relay, link.remote_properties, refused))
 
     def on_link_error(self, event: Any) -> None:
         link = event.link
@@ -463,56 +434,9 @@ class Gateway(MessagingHandler):
         if relay is None:
             return
         if _upstream(link):
-            self._perform(self.relays.upstream_detached(relay, _condition(link)))
+            perform(self, self.relays.upstream_detached(relay, _condition(link)))
         else:
-            self._perform(self.relays.downstream_detached(relay))
-
-    def _perform(self, actions: list[Action]) -> None:
-        for action in actions:
-            relay = action.relay
-            if isinstance(action, AttachUpstream):
-                receiver = self._container.create_receiver(
-                    self._upstream, relay.address, name=action.name,
-                    options=_Properties(action.properties),
-                )
-                receiver.seqrepair_relay = relay
-                relay.upstream = receiver
-                self._top_up(relay)
-            elif isinstance(action, AnswerDownstream):
-                link = relay.downstream
-                link.properties = action.properties
-                if relay.upstream is not None:  # frames go settled as the component sends them
-                    link.snd_settle_mode = relay.upstream.remote_snd_settle_mode
-                link.seqrepair_held = False
-                link.open()
-                self._top_up(relay)
-                self.log.info("link relayed", link=relay.name, address=relay.address,
-                              epoch=action.properties.get(PROP_EPOCH))
-            elif isinstance(action, DetachUpstream):
-                if relay.upstream is not None and not relay.upstream.state & Endpoint.LOCAL_CLOSED:
-                    relay.upstream.close()
-            elif isinstance(action, DetachDownstream):
-                link = relay.downstream
-                if link.state & Endpoint.LOCAL_CLOSED:
-                    continue
-                if link.state & Endpoint.LOCAL_UNINIT:
-                    link.open()  # a refusal: attach, then detach with the condition
-                if action.condition is not None:
-                    link.condition = Condition(action.condition, action.description[:500])
-                link.close()
-            else:
-                conn = relay.downstream.connection
-                if not conn.state & Endpoint.LOCAL_CLOSED:
-                    self.log.info("closing a subscriber's connection", link=relay.name,
-                                  condition=action.condition, reason=action.description)
-                    conn.condition = Condition(action.condition, action.description)
-                    conn.seqrepair_forced = True
-                    conn.close()
-                # proton's clients take amqp:connection:forced for a lost transport and do not
-                # answer the close: end the transport once the close is out, not at their
-                # idle timeout
-                if conn.transport is not None:
-                    conn.transport.close_tail()
+            perform(self, self.relays.downstream_detached(relay))
 
     # --- messages -----------------------------------------------------------------------
 
@@ -527,7 +451,7 @@ class Gateway(MessagingHandler):
                 self.accept(delivery)
             relay = getattr(receiver, "seqrepair_relay", None)
             if relay is not None and self.relays.is_current(relay):
-                self._top_up(relay)
+                top_up(relay)
         else:
             try:
                 refused = refuse_non_request(event.message)
@@ -549,20 +473,9 @@ class Gateway(MessagingHandler):
             return
         relay: Relay | None = getattr(event.sender, "seqrepair_relay", None)
         if relay is not None and not _upstream(event.sender) and self.relays.is_current(relay):
-            self._top_up(relay)
+            top_up(relay)
             if self.requests.owes(relay.name):
                 self.requests.repay(relay, relay.name)
-
-    def _top_up(self, relay: Relay) -> None:
-        """Give the component as much credit on the upstream link as the subscriber gives the
-        gateway, less what waits to go: the gateway holds no queue of its own, and the
-        component's flow control (pausing a slow link) works through it."""
-        up, down = relay.upstream, relay.downstream
-        if up is None or not up.state & Endpoint.LOCAL_ACTIVE:
-            return
-        missing = down.credit - down.queued - up.credit
-        if missing > 0:
-            up.flow(missing)
 
 
 __all__ = [
