@@ -2,12 +2,13 @@
 them, fans them out to subscriber links with link-level numbers and heartbeats, and answers gap
 requests from link context or the journal.
 
-It owns the event loop (:mod:`.component`), subscriber links and their contexts (:mod:`.links`,
-:mod:`.attach`, :mod:`.routing`), ingest and the journal port (:mod:`.ingest`,
-:mod:`.journalport`, :mod:`.holdback`), subscription queues (:mod:`.subqueues`), grants
-(:mod:`.grants`), windows and durable positions (:mod:`.ackdispatch`, :mod:`.positions`,
-:mod:`.durable`), its settings (:mod:`.config`) and
-``seqrepair serve``'s body (:mod:`.servecmd`).
+It owns the event loop (:mod:`.component`), publishing links and fan-out (:mod:`.publishing`), the
+control address's requests and answers (:mod:`.requests`), subscriber links and their contexts
+(:mod:`.links`, :mod:`.attach`, :mod:`.routing`, links ending: :mod:`.detach`), ingest and the
+journal port (:mod:`.ingest`, :mod:`.journalport`, :mod:`.holdback`), subscription queues
+(:mod:`.subqueues`), grants (:mod:`.grants`), windows and durable positions (:mod:`.ackdispatch`,
+:mod:`.positions`, :mod:`.durable`), its settings (:mod:`.config`) and ``seqrepair serve``'s body
+(:mod:`.servecmd`).
 
 It may import :mod:`seqrepair.amqp.wire`, the core, the journal and the REST manager; never the
 clients or the gateway.

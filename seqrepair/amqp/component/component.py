@@ -4,7 +4,7 @@ Addresses (WIRE.md has the full table):
 
 * a publisher attaches a *sending* link whose target is a topic (``/weather/wind/LEMD``) or a
   pattern it may publish under (``/weather/#``); or the anonymous target, with each message's
-  ``to`` naming its topic;
+  ``to`` naming its topic (:mod:`.publishing`);
 * a subscriber attaches a *receiving* link whose source is a topic pattern (``/weather/#``) or
   a subscription queue (``/subscriptions/ID``, :mod:`.subqueues`); the AMQP link name is the
   link's identity for resumption (the attach, resumed or a new link context: :mod:`.attach`);
@@ -12,7 +12,11 @@ Addresses (WIRE.md has the full table):
   ``response-address-supported``; answers go to ``reply-to`` (``$link/NAME``, a subscriber's
   own link) with the request's ``message-id`` as ``correlation-id``, or, when the request
   carries response annotations, over a link to ``response-link-target-address`` with the
-  ``address-cookie`` echoed.
+  ``address-cookie`` echoed (:mod:`.requests`).
+
+This module is the event loop: the proton events, connections and attaches (gate and
+admission), the timer (heartbeats, memory guard) and the sending pumps; it dispatches a link's
+messages to :mod:`.publishing` or :mod:`.requests`, and what ends to :mod:`.detach`.
 
 A subscriber's permission tokens are the component's decision
 (:mod:`seqrepair.amqp.component.grants`): the grant of the connection's principal, which the link
@@ -30,85 +34,64 @@ A message the journal could not take for now is released where a resend is safe
 
 from __future__ import annotations
 
+import functools
 import itertools
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import attrs
-from proton import Condition, Data, Delivery, Endpoint, Message
+from proton import Condition, Delivery, Endpoint
 from proton.handlers import MessagingHandler
 
-from seqrepair.amqp.component.ackdispatch import receive_ack
 from seqrepair.amqp.component.admission import Admission
 from seqrepair.amqp.component.attach import open_subscriber
-from seqrepair.amqp.component.authz import (
-    check_publish_link,
-    learn_sources,
-    revoked,
-    visible_sources,
-)
 from seqrepair.amqp.component.config import Bucket
 from seqrepair.amqp.component.config import ComponentConfig as ComponentConfig
+from seqrepair.amqp.component.detach import (
+    detach_for_memory,
+    end_links,
+    end_revoked,
+    expire_context,
+    forget,
+    forget_connection,
+)
 from seqrepair.amqp.component.durable import Durables
-from seqrepair.amqp.component.fairness import RepairTurns, TurnBudget, check_replay_room
+from seqrepair.amqp.component.fairness import RepairTurns, TurnBudget
 from seqrepair.amqp.component.gate import Gate
-from seqrepair.amqp.component.ingest import Ingest, Released
+from seqrepair.amqp.component.ingest import Ingest
 from seqrepair.amqp.component.journalport import RedisJournalPort
 from seqrepair.amqp.component.links import ResponseRoute, SubscriberLink
 from seqrepair.amqp.component.memory import MemoryGuard
+from seqrepair.amqp.component.publishing import fan_out, on_publish, open_publisher, oversized
+from seqrepair.amqp.component.requests import answer_gap, capabilities, on_request, open_control
 from seqrepair.amqp.component.routing import MAX_RESPONSE_TARGETS as MAX_RESPONSE_TARGETS
-from seqrepair.amqp.component.routing import route_for
 from seqrepair.amqp.component.subqueues import SubscriptionChanges, apply_change
-from seqrepair.amqp.wire.codec import Decoder, encode
+from seqrepair.amqp.wire.codec import Decoder
 from seqrepair.amqp.wire.errors import (
     AmqpAdapterError,
     NotImplementedAnnotationError,
-    RequestFloodError,
-    UnknownAddressError,
-    UnknownMessageTypeError,
     condition_info,
     link_refusal,
 )
-from seqrepair.amqp.wire.framing import encode_entry
 from seqrepair.amqp.wire.guard import Guarded
-from seqrepair.amqp.wire.rawamqp import Unsupported, read_raw
+from seqrepair.amqp.wire.rawamqp import read_raw
 from seqrepair.amqp.wire.reactor import Call, listening_address, make_container, widen_backlog
-from seqrepair.amqp.wire.respann import (
-    RESPONSE_ADDRESS_SUPPORTED,
-    RESPONSE_ANNOTATIONS,
-    RESPONSE_COOKIE,
-)
+from seqrepair.amqp.wire.respann import RESPONSE_ANNOTATIONS, RESPONSE_COOKIE
 from seqrepair.amqp.wire.security import principal_of
 from seqrepair.amqp.wire.sizelimit import limit_size
-from seqrepair.amqp.wire.technical import (
-    ABSOLUTE_SOURCE_BITS,
-    DEFAULT_SOURCE_BITS,
-    Ack,
-    Capabilities,
-    CapabilitiesRequest,
-)
-from seqrepair.amqp.wire.vocabulary import (
-    CONTROL_ADDRESS,
-    LINK_PREFIX,
-    PROP_LINK,
-    SUBSCRIPTION_PREFIX,
-    is_ack,
-)
+from seqrepair.amqp.wire.technical import ABSOLUTE_SOURCE_BITS, Capabilities
+from seqrepair.amqp.wire.vocabulary import CONTROL_ADDRESS
 from seqrepair.core.budget import RefusalPolicy
 from seqrepair.core.errors import SeqRepairError
 from seqrepair.core.messages import (
-    GapError,
     GapRequest,
     Heartbeat,
     Publication,
-    PublishType,
     SourceGapRequest,
 )
-from seqrepair.core.permissions import Entitlement
 from seqrepair.core.subscriptions import Subscription as Subscription
-from seqrepair.core.topics import TopicPattern
 from seqrepair.core.window import window_size
 from seqrepair.journal.gapfill import GapFillService
 from seqrepair.journal.journal import Journal
@@ -140,7 +123,7 @@ class Component(MessagingHandler):
     ) -> None:
         super().__init__(prefetch=0, auto_accept=False, auto_settle=True)
         read_raw(self)
-        limit_size(self, self._oversized)
+        limit_size(self, functools.partial(oversized, self))
         config.security.check(config.url)  # InvalidConfigError: it would let in whom it must not
         self.config = config
         self.listening = config.url  # host:port bound (the chosen port when url names port 0)
@@ -159,7 +142,7 @@ class Component(MessagingHandler):
         self.gate = Gate(self.admission, clock)
         self.ingest = Ingest(
             RedisJournalPort(journal, bits_of=self.decoder.unwrapper.bits), self.decoder,
-            self._fan_out, self.stats, clock=clock, topics=topics,
+            functools.partial(fan_out, self), self.stats, clock=clock, topics=topics,
         )
         self.topics = self.ingest.topics
         self.gapfill = GapFillService(
@@ -220,22 +203,8 @@ class Component(MessagingHandler):
 
     def capabilities(self, principal: str | None = None) -> Capabilities:
         """The answer to a source query (XEP-0040 §4); only the sources ``principal`` may
-        learn of (None: every source)."""
-        bits = dict(self.decoder.unwrapper.bits)
-        return Capabilities(
-            link_bits=self.config.link_bits,
-            source_bits=bits if principal is None else visible_sources(self, principal, bits),
-            default_source_bits=DEFAULT_SOURCE_BITS,
-            heartbeat_interval=self.config.heartbeat_interval,
-            max_gap_range=self.config.max_gap_range,
-            retention=self.config.journal_retention,
-            publish_types=tuple(t.value for t in PublishType),
-            max_batch=self.config.max_batch,
-            response_annotations=True,
-            retention_count=self.config.journal_retention_count,
-            max_publish_batch=self.config.max_publish_batch,
-            limits=self.config.limits(),
-        )
+        learn of (None: every source). :func:`.requests.capabilities`."""
+        return capabilities(self, principal)
 
     @staticmethod
     def _reject(delivery: Delivery, error: SeqRepairError) -> None:
@@ -244,17 +213,6 @@ class Component(MessagingHandler):
         delivery.local.condition = Condition(condition, error.message[:500], info)
         delivery.update(Delivery.REJECTED)
         delivery.settle()
-
-    def _oversized(self, receiver: Any, size: int, limit: int) -> None:
-        """A delivery past ``max_message_size`` was rejected and its link detached
-        (:mod:`.sizelimit`); the connection's other links go on."""
-        self.stats["rejected"] += 1
-        self.stats["oversized"] += 1
-        conn = receiver.connection
-        log.warning("message too large: rejected, link detached", link=receiver.name,
-                    kind=getattr(receiver, "kind", None), received=size, limit=limit,
-                    connection=getattr(conn, "seqrepair_id", None),
-                    container=conn.remote_container)
 
     @staticmethod
     def _refuse_link(link: Any, error: AmqpAdapterError) -> None:
@@ -290,15 +248,7 @@ class Component(MessagingHandler):
         self.durables.flush()  # positions taken since the last tick, one pipeline
         for name, link in list(self.links.items()):
             if link.sender is None:
-                if link.detached_at is not None and (
-                    now - link.detached_at > self.config.context_retention
-                ):
-                    del self.links[name]
-                    self.principals.pop(name, None)  # the name is free for anyone again
-                    self.gapfill.detach(name)
-                    self.durables.forget_link(name)
-                    self.principals.pop(name, None)  # else one entry per name ever attached
-                    link.log.info("link context expired")
+                expire_context(self, name, link, now)
                 continue
             link.heartbeat(now)
             link.probe_tail()
@@ -306,31 +256,8 @@ class Component(MessagingHandler):
             if link.stats["window_peak"] > self.stats["window_peak"]:
                 self.stats["window_peak"] = link.stats["window_peak"]
         for link in self.memory.check(self.links, self.principals, now):
-            self._detach_for_memory(link)
+            detach_for_memory(self, link)
         self._schedule_tick()
-
-    def _detach_for_memory(self, link: SubscriberLink) -> None:
-        """Detach a link over its byte bound for too long (:mod:`.memory`), and drop its
-        connection: its peer does not read, and proton frees what it queued only with the
-        transport."""
-        sender = link.sender
-        if sender is None:
-            return
-        text = (f"more than the bytes allowed sent and not taken by the peer for "
-                f"{self.config.memory_grace} s")
-        conn = sender.connection
-        link.log.warning("link detached: peer does not read", unsent=link.route.unsent.bytes,
-                         connection=getattr(conn, "seqrepair_id", None),
-                         container=conn.remote_container)
-        self._forget(sender)
-        sender.condition = Condition("amqp:resource-limit-exceeded", text)
-        sender.close()
-        conn.condition = Condition("amqp:resource-limit-exceeded", text)
-        conn.close()
-        transport = conn.transport
-        if transport is not None:
-            transport.close_tail()
-            transport.close_head()
 
     def on_connection_bound(self, event: Any) -> None:
         event.transport.idle_timeout = self.config.idle_timeout
@@ -414,57 +341,21 @@ class Component(MessagingHandler):
         self.repairs.want(route)
 
     def on_link_closing(self, event: Any) -> None:
-        self._forget(event.link)
+        forget(self, event.link)
 
     def on_link_closed(self, event: Any) -> None:
-        self._forget(event.link)
+        forget(self, event.link)
 
     # a connection ends: the peer closes it (proton says closing/closed, not disconnected) or
     # it is lost; on_transport_closed comes last whatever the path (on_disconnected a subset)
     def on_connection_closing(self, event: Any) -> None:
-        self._forget_connection(event.connection)
+        forget_connection(self, event.connection)
 
     def on_connection_closed(self, event: Any) -> None:
-        self._forget_connection(event.connection)
+        forget_connection(self, event.connection)
 
     def on_transport_closed(self, event: Any) -> None:
-        self._forget_connection(event.connection)
-
-    def _forget_connection(self, conn: Any) -> None:
-        """Detach every subscriber link of ``conn`` (contexts kept, then expired) and drop its
-        response routes; idempotent."""
-        if conn is None:
-            return
-        self.gate.forget(conn)
-        for link in list(self.links.values()):
-            if link.sender is not None and link.sender.connection == conn:
-                self._forget(link.sender)
-        for key in [k for k in self.routes if k[0] == getattr(conn, "seqrepair_id", None)]:
-            self.repairs.discard(self.routes.pop(key))
-        link = conn.link_head(0)
-        while link is not None:  # publishing links end with their connection too
-            if link.is_receiver:
-                self.ingest.publisher_gone(link)
-            link = link.next(0)
-
-    def _forget(self, endpoint: Any) -> None:
-        self.gate.detach(endpoint)
-        if endpoint.is_receiver:
-            self.ingest.publisher_gone(endpoint)
-            return
-        route = getattr(endpoint, "route", None)
-        if route is not None and route.target is not None:  # the peer closed a response target
-            conn_id: int = endpoint.connection.seqrepair_id
-            self.routes.pop((conn_id, "\0" + route.target), None)
-            self.repairs.discard(route)
-            return
-        name = getattr(endpoint, "subscriber", None)
-        link = self.links.get(name) if name is not None else None
-        if link is not None and link.sender == endpoint:
-            link.detach(self.clock())
-            self.durables.flush()
-            link.log.info("subscriber detached; context kept",
-                          retention=self.config.context_retention)
+        forget_connection(self, event.connection)
 
     # --- attaching ----------------------------------------------------------------------
 
@@ -476,29 +367,9 @@ class Component(MessagingHandler):
         receiver.target.address = address
         receiver.max_message_size = self.config.max_message_size  # advertised and enforced
         if address == CONTROL_ADDRESS:
-            receiver.kind = "control"
-            caps = receiver.target.capabilities
-            caps.put_array(False, Data.SYMBOL)
-            caps.enter()
-            caps.put_symbol(RESPONSE_ADDRESS_SUPPORTED)
-            caps.exit()
-            return
-        # the topics this link has already seen valid and inside its address (bounded)
-        receiver.topics_checked = set()
-        receiver.held_back = {}  # per source, what it must send again first (holdback)
-        receiver.own_sources = set()  # the sources it sent numbered publications of
-        if address is None:
-            receiver.kind = "publish"
-            receiver.pattern = TopicPattern("/#")
-            receiver.default_topic = None
-            check_publish_link(self, receiver, principal_of(receiver.connection))
-            return
-        if address.startswith("$") or address.startswith(SUBSCRIPTION_PREFIX):
-            raise UnknownAddressError(f"cannot publish to {address!r}", got=address)
-        receiver.kind = "publish"
-        receiver.pattern = TopicPattern(address)
-        receiver.default_topic = address if receiver.pattern.is_literal else None
-        check_publish_link(self, receiver, principal_of(receiver.connection))
+            open_control(receiver)
+        else:
+            open_publisher(self, receiver, address)
 
     # --- messages -----------------------------------------------------------------------
 
@@ -520,9 +391,9 @@ class Component(MessagingHandler):
                 receiver.close()
                 return
             if receiver.kind == "control":
-                self._on_request(receiver, delivery, message)
+                on_request(self, receiver, delivery, message)
             else:
-                self._on_publish(receiver, delivery, message)
+                on_publish(self, receiver, delivery, message)
         except SeqRepairError as exc:
             self.stats["rejected"] += 1
             log.warning("message rejected", link=receiver.name,
@@ -543,103 +414,6 @@ class Component(MessagingHandler):
                 if receiver.credit < window // 2:
                     receiver.flow(window - receiver.credit)
 
-    def _on_publish(self, receiver: Any, delivery: Delivery, message: Message) -> None:
-        released = self.ingest.publish(receiver, message)
-        if released is None:
-            self.accept(delivery)
-        else:
-            self._release(receiver, delivery, released)
-
-    def _release(self, receiver: Any, delivery: Delivery, released: Released) -> None:
-        """RELEASED: not processed, send again."""
-        self.stats["released"] += 1
-        log.warning("message released: publish again", link=receiver.name,
-                    error=released.reason)
-        self.release(delivery, delivered=False)
-
-    def _fan_out(
-        self, pubs: Sequence[Publication], entries: dict[int, bytes | None] | None = None
-    ) -> None:
-        now = self.clock()
-        touched = []
-        learn_sources(self, pubs)
-        if entries is None:
-            entries = {}  # each publication encoded once for all links
-        for link in self.links.values():
-            allows = link.allows
-            if link.batch:
-                offers = []
-                for i, pub in enumerate(pubs):
-                    if allows(pub):
-                        entry = entries.get(i, _MISSING)
-                        if entry is _MISSING:
-                            entry = entries[i] = self._entry(pub)
-                        offers.append((pub, entry))
-            else:
-                offers = [(pub, None) for pub in pubs if allows(pub)]
-            if offers:
-                link.offer_many(offers, now)
-                touched.append(link)
-        for link in touched:
-            self._pump_link(link, now)
-
-    def _entry(self, pub: Publication) -> bytes | None:
-        try:
-            return encode_entry(pub, self.outgoing_bits)
-        except Unsupported:
-            return None
-
-    def _on_ack(self, receiver: Any, delivery: Delivery, message: Message) -> None:
-        """An ACK (ackdispatch.py): not charged to the request allowance, never answered."""
-        for ack in self.decoder.decode(message):
-            if not isinstance(ack, Ack):
-                raise UnknownMessageTypeError("an ACK message holds one ACK", got=ack)
-            link = receive_ack(ack, receiver.connection, self.links, self.positions, self.stats)
-            if link is not None:
-                self._pump_link(link, self.clock())
-                self.stats["window_peak"] = max(self.stats["window_peak"],
-                                                link.stats["window_peak"])
-        self.accept(delivery)
-
-    def _on_request(self, receiver: Any, delivery: Delivery, message: Message) -> None:
-        if is_ack(message):
-            self._on_ack(receiver, delivery, message)
-            return
-        conn = receiver.connection
-        now = self.clock()
-        if not conn.bucket.take(now):
-            raise RequestFloodError("request rate exceeded; slow down", got=self.stats["requests"])
-        self.stats["requests"] += 1
-        requests = self.decoder.decode_request(message)  # never a publication: no source state
-        route, cookie = route_for(  # where the answers go (respann §2.3)
-            self.routes, conn, message, self.container,
-            lambda sender, target: ResponseRoute(Entitlement.everything(), self.config.max_batch,
-                                                 self.outgoing_bits, sender=sender, target=target))
-        route.check_room()
-        correlation = message.id
-        props: dict[Any, Any] = dict(message.properties or {})
-        name = props.get(PROP_LINK) or _link_name(message.reply_to)
-        for request in requests:
-            if isinstance(request, CapabilitiesRequest):
-                route.respond(encode(self.capabilities(principal_of(conn))), correlation, cookie)
-            elif isinstance(request, GapRequest | SourceGapRequest):
-                link = self.links.get(str(name)) if name else None
-                if (
-                    link is None
-                    or (route.target is None and link.route is not route)
-                    # answers routed elsewhere only for the principal that attached the link
-                    or self.principals.get(link.name) != principal_of(conn)
-                ):
-                    raise UnknownAddressError(f"no link {name!r} on this connection", got=name)
-                self._answer_gap(link, route, request, correlation, cookie)
-            else:
-                raise UnknownMessageTypeError(
-                    f"{type(request).__name__} is not a request", got=type(request).__name__
-                )
-        self.accept(delivery)
-        if route.sender is not None:
-            self._pump_sender(route.sender)
-
     def _answer_gap(
         self,
         link: SubscriberLink,
@@ -648,37 +422,7 @@ class Component(MessagingHandler):
         correlation: Any,
         cookie: bytes | None,
     ) -> None:
-        now = self.clock()
-        if isinstance(request, GapRequest):
-            resend = self.gapfill.resend_gap(link.name, request, now)
-            if isinstance(resend, GapError):
-                link.log.info("gap request not answered", reason=resend.reason,
-                              detail=resend.detail)
-                route.respond(encode(resend), correlation, cookie)
-            elif len(resend):
-                route.start_resend(link.fresh(resend), correlation, cookie)
-            return
-        if len(request.after) > self.config.max_request_sources:
-            route.respond(
-                encode(GapError("refused", request,
-                                f"more than {self.config.max_request_sources} sources")),
-                correlation,
-                cookie,
-            )
-            return
-        if link.name not in route.replays:  # a new replay (one for the same link replaces it)
-            check_replay_room(self.routes.values(), route, self.config, self.stats)
-        # what the component fans out next goes to this link too: the replay stops there
-        replay = self.gapfill.answer_source_gap(
-            link.name, request, now, carried_after=self.ingest.ingested
-        )
-        if isinstance(replay, GapError):
-            link.log.info("source request not answered", reason=replay.reason,
-                          detail=replay.detail)
-            route.respond(encode(replay), correlation, cookie)
-            return
-        self.ingest.owe(replay.owed_to_link)
-        route.start_replay(link.name, replay.steps(self.config.replay_page), correlation, cookie)
+        answer_gap(self, link, route, request, correlation, cookie)
 
     # --- running ------------------------------------------------------------------------
 
@@ -688,7 +432,7 @@ class Component(MessagingHandler):
         previous, current = event.subject
         if current is None and previous is not None:
             self.durables.forget_queue(previous.id)
-        self._end_links(apply_change(self.links, previous, current, self.clock()))
+        end_links(self, apply_change(self.links, previous, current, self.clock()))
 
     def policy_changed(self, policy: Any = None) -> None:
         """The access policy was reloaded (any thread): re-check the attached links in the
@@ -696,28 +440,7 @@ class Component(MessagingHandler):
         self._changes.inject("seqrepair_policy")
 
     def on_seqrepair_policy(self, event: Any) -> None:
-        now = self.clock()
-        ended = []
-        for link, condition, description in revoked(self):
-            sender = link.sender
-            link.detach(now)
-            if sender is not None:
-                sender.subscriber = None
-                sender.condition = Condition(condition, description[:500])
-                sender.close()
-            link.log.info("link ended by the access policy", condition=condition)
-            ended.append(link)
-        self._end_links(ended)
-
-    def _end_links(self, ended: Sequence[SubscriberLink]) -> None:
-        """Forget links that ended for good: their contexts, positions and routes."""
-        for link in ended:
-            del self.links[link.name]
-            self.gapfill.detach(link.name)
-            self.durables.forget_link(link.name)
-            self.principals.pop(link.name, None)
-            for key in [k for k in self.routes if self.routes[k] is link.route]:
-                del self.routes[key]
+        end_revoked(self)
 
     def request_stop(self) -> None:
         """Stop at the next tick (at most 0.1 s away): close the listener and end the
@@ -730,15 +453,6 @@ class Component(MessagingHandler):
         self._changes.stop()
         if self.acceptor is not None:
             self.acceptor.close()
-
-
-_MISSING: Any = object()
-
-
-def _link_name(reply_to: Any) -> str | None:
-    if isinstance(reply_to, str) and reply_to.startswith(LINK_PREFIX):
-        return reply_to[len(LINK_PREFIX) :]
-    return None
 
 
 def serve(config: ComponentConfig, journal: Journal,

@@ -3,27 +3,8 @@
 Subscribers in one address scope attach to the gateway; the gateway attaches the same sources
 upstream, at the component, under names of the component's scope (``<gateway>.<link name>``)
 and relays the frames. A subscriber's request (GAP-REQUEST, SOURCE-GAP-REQUEST, CAPABILITIES)
-names addresses of the subscriber's scope: its ``reply-to`` (``$link/NAME``) and its ``link``
-property mean nothing at the component. The gateway therefore forwards a *new* message: the
-same bare message except a distinct ``message-id`` and the response addresses rewritten to the
-upstream link (:func:`rewrite_request`). Answers come back on that upstream link with the new
-id as ``correlation-id``; the gateway applies the inverse (:func:`restore_response`): the
-original ``message-id`` as ``correlation-id``, delivered to the original ``reply-to``.
-
-This is what a transiting container does when the next hop does not take response annotations
-(respann §2.1, §3 item 3). When the component does take them (its connection offers
-``RESPONSE_ANNOTATIONS_V1_0`` and its control link ``response-address-supported``), the gateway
-forwards with annotations instead (§2.3, §3 item 2; :func:`annotate_request`): the request keeps
-its ``message-id``, only its ``link`` property names the upstream link, and it carries
-``response-link-target-address`` (:data:`RESPONSES_ADDRESS`, a link the component attaches to
-the gateway) and ``response-address-cookie`` (the subscriber's link name). The answers come
-back on that link with the cookie as ``address-cookie`` and the original id as
-``correlation-id``: the gateway routes them by the cookie (:func:`answer_route`) and keeps no
-table of requests. They share that one link (:data:`RESPONSE_WINDOW` credit): the credit an
-answer used is given back at once while its subscriber has fewer than that many messages
-waiting at the gateway, and otherwise only once it has taken them, so at most twice the window
-waits for one subscriber: a slow subscriber slows answers, never grows the gateway's memory.
-``Gateway(annotations=False)`` (``seqrepair gateway --rewrite``) always rewrites.
+names addresses of the subscriber's scope; the gateway forwards it rewritten, or with response
+annotations when the component takes them, and routes the answers back (:mod:`.requests`).
 
 Attaches cross the gateway both ways. The upstream link is attached with the subscriber's link
 properties (``seqrepair-epoch``, ``seqrepair-start-after``...: they name contexts and sources,
@@ -48,28 +29,27 @@ lost: what did not reach a subscriber is repaired from the resumed context or, i
 from the journal, as for any subscriber.
 
 Publishers attached to the gateway are carried to the component link by link, each delivery
-settled only with the component's outcome (:mod:`.gateway_publish`).
+settled only with the component's outcome (:mod:`.publish`).
 
-The rewriting itself is pure (:mod:`.gateway_rewrite`: :func:`rewrite_request`,
+The rewriting itself is pure (:mod:`.rewrite`: :func:`rewrite_request`,
 :func:`restore_response`, :class:`ReplyTable`), so is the relay bookkeeping
 (:class:`~seqrepair.amqp.gateway.relays.RelayTable`); :class:`Gateway` is the thin proton
-adapter around them.
+adapter around them: the connections and the proton events, the relay table's actions done
+on proton's links by :mod:`.relaylinks`.
 """
 
 from __future__ import annotations
 
-import itertools
 import random
 import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, cast
 
-import attrs
-from proton import Condition, Connection, Endpoint, Message, symbol
+from proton import Connection, Endpoint
 from proton.handlers import EndpointStateHandler, MessagingHandler
-from proton.reactor import ApplicationEvent, AtMostOnce, LinkOption
+from proton.reactor import ApplicationEvent, AtMostOnce
 
 from seqrepair.amqp.gateway.publish import (
     PublishRelays,
@@ -77,18 +57,15 @@ from seqrepair.amqp.gateway.publish import (
     refuse_non_request,
     settle_with,
 )
+from seqrepair.amqp.gateway.relaylinks import HoldingEndpoints, perform, top_up
 from seqrepair.amqp.gateway.relays import (
-    Action,
-    AnswerDownstream,
-    AttachUpstream,
     CloseDownstreamConnection,
-    DetachDownstream,
-    DetachUpstream,
     Relay,
-    RelayState,
     RelayTable,
     upstream_name,
 )
+from seqrepair.amqp.gateway.requests import RESPONSE_WINDOW as RESPONSE_WINDOW
+from seqrepair.amqp.gateway.requests import Requests
 from seqrepair.amqp.gateway.rewrite import (
     RESPONSES_ADDRESS,
     Addressing,
@@ -106,98 +83,31 @@ from seqrepair.amqp.wire.guard import Guarded
 from seqrepair.amqp.wire.reactor import Call, Injector, listening_address, make_container
 from seqrepair.amqp.wire.respann import (
     ADDRESS_COOKIE,
-    RESPONSE_ADDRESS_SUPPORTED,
     RESPONSE_ANNOTATIONS,
     RESPONSE_COOKIE,
     RESPONSE_TARGET,
 )
 from seqrepair.amqp.wire.security import NO_CLIENT_SECURITY, ClientSecurity, ServerSecurity
-from seqrepair.amqp.wire.vocabulary import LINK_PREFIX, is_ack
+from seqrepair.amqp.wire.vocabulary import LINK_PREFIX
 from seqrepair.logs import get_logger
 
 log = get_logger("seqrepair.amqp.gateway")
 
 CONTROL_ADDRESS = "$seqrepair"
-RESPONSE_WINDOW = 64
-"""Credit on the responses link, and how many messages waiting for one subscriber make the
-gateway hold back the credit of its answers."""
-PROP_LINK = "link"
-PROP_EPOCH = symbol("seqrepair-epoch")
 TICK = 0.5
 """Seconds between two looks for subscribers held too long (``hold_timeout``)."""
 STOP_GRACE = 1.0
 """Seconds :meth:`Gateway.stop` gives peers to answer its close before cutting them off."""
 
 
-
-
 # --------------------------------------------------------------------------------------------
 # the proton adapter
-
-
-class _Properties(LinkOption):
-    def __init__(self, props: Any) -> None:
-        self.props = props
-
-    def apply(self, link: Any) -> None:
-        if self.props:
-            link.properties = self.props
-
-
-class _HoldingEndpoints(EndpointStateHandler):
-    """Proton's endpoint handler, except that a link the gateway marks ``seqrepair_held`` in
-    ``on_link_opening`` is not attached at once: the gateway answers it later."""
-
-    def on_link_remote_open(self, event: Any) -> None:
-        link = event.link
-        if self.is_local_uninitialised(link):
-            self.on_link_opening(event)
-            if not getattr(link, "seqrepair_held", False):
-                link.open()
-            return
-        super().on_link_remote_open(event)
-
-
-def _addressing(message: Message) -> Addressing:
-    props: Mapping[Any, Any] = message.properties or {}
-    link = props.get(PROP_LINK)
-    return Addressing(message.id, message.reply_to, message.correlation_id,
-                      None if link is None else str(link))
-
-
-def _upstream_message(
-    message: Message, addressing: Addressing, annotations: dict[symbol, Any] | None = None
-) -> Message:
-    """``message``'s bare content with ``addressing`` (and ``annotations``) in place of its own."""
-    out = Message(body=message.body, properties=dict(message.properties or {}),
-                  id=addressing.message_id, reply_to=addressing.reply_to,
-                  correlation_id=addressing.correlation_id)
-    if addressing.link is not None:
-        out.properties[PROP_LINK] = addressing.link  # type: ignore[index]
-    if annotations:
-        out.instructions = annotations  # type: ignore[assignment]  # symbol keys, as AMQP wants
-    return out
 
 
 def _upstream(endpoint: Any) -> bool:
     """Whether a link or connection belongs to the gateway's side at the component."""
     conn = endpoint if isinstance(endpoint, Connection) else endpoint.connection
     return bool(getattr(conn, "seqrepair_upstream", False))
-
-
-def _symbols(capabilities: Any) -> set[str]:
-    """The symbols of a capabilities field: one symbol or an array of them, as proton gives it
-    (a ``Data`` for a terminus, an object for a connection; None when absent)."""
-    found = capabilities
-    if hasattr(capabilities, "rewind"):
-        capabilities.rewind()
-        found = capabilities.get_object() if capabilities.next() is not None else None
-    if found is None:
-        return set()
-    items = getattr(found, "elements", None)
-    if items is None:
-        items = found if isinstance(found, list | tuple) else [found]
-    return {str(item) for item in items}
 
 
 def _condition(endpoint: Any) -> tuple[str, str] | None:
@@ -216,7 +126,7 @@ class Gateway(MessagingHandler):
     come meanwhile wait for it, at most ``hold_timeout`` seconds.
 
     Requests go upstream with response annotations when the component takes them and
-    ``annotations`` is true, rewritten otherwise (see the module's documentation).
+    ``annotations`` is true, rewritten otherwise (:mod:`.requests`).
 
     :meth:`run` in this thread or :meth:`start` in a background one, :meth:`close` from any;
     :attr:`stats` counts rewritten requests and restored answers, annotated requests and answers
@@ -251,7 +161,7 @@ class Gateway(MessagingHandler):
         self.upstream_security = upstream_security
         # MessagingHandler builds its handlers as a list; ours holds downstream attaches
         self.handlers = [
-            _HoldingEndpoints(False, weakref.proxy(self))
+            HoldingEndpoints(False, weakref.proxy(self))
             if isinstance(h, EndpointStateHandler) else h
             for h in cast(list[Any], self.handlers)
         ]
@@ -263,28 +173,24 @@ class Gateway(MessagingHandler):
         self.on_ready = on_ready
         self.idle_timeout = idle_timeout
         self.backoff = backoff or Backoff()
-        self.replies = ReplyTable(capacity)
         self.relays = RelayTable(name, hold_timeout=hold_timeout)
-        self.annotations = annotations
         self.stats = {"rewritten": 0, "restored": 0, "annotated": 0, "routed": 0,
                       "answers_held": 0, "relayed": 0, "unroutable": 0,
                       "dropped_requests": 0, "upstream_connections": 0, "upstream_losses": 0,
                       "refused": 0}
+        # requests forwarded upstream, answers routed back
+        self.requests = Requests(self, capacity, annotations)
+        self.replies = self.requests.replies
         self.publishing = PublishRelays(self)  # publishers' links, carried to the component
         self.error: str | None = None
         self.ready = threading.Event()
         self.stopped = threading.Event()
         """Set when the gateway has stopped (closed, or given up: see :attr:`error`)."""
         self.log = log.bind(gateway=name, upstream=upstream)
-        self._ids = itertools.count(1)
         self._rng = random.Random(seed)
         self._container: Any = None
         self._acceptor: Any = None
         self._upstream: Any = None
-        self._control: Any = None
-        self._annotating = False  # the component takes response annotations on this connection
-        self._responses: Any = None  # the link it sends their answers on
-        self._owed: dict[str, int] = {}  # responses credit held back per subscriber behind
         self._downstream: list[Any] = []  # the subscribers' connections
         self._tasks: dict[str, Any] = {}
         self._stopping = False
@@ -372,11 +278,8 @@ class Gateway(MessagingHandler):
         if self._stop_requested:
             self.stop()
             return
-        self._perform(self.relays.expire(time.monotonic()))
-        for name in list(self._owed):  # a subscriber gone while behind owes nothing
-            relay = self.relays.get(name)
-            if relay is None or not self.relays.is_current(relay):
-                self._repay(None, name)
+        perform(self, self.relays.expire(time.monotonic()))
+        self.requests.repay_gone()
         self._schedule("tick", TICK, self._tick)
 
     # --- the upstream connection ----------------------------------------------------------
@@ -388,7 +291,8 @@ class Gateway(MessagingHandler):
                                        **self.upstream_security.connect_kwargs(self.upstream_url))
         conn.seqrepair_upstream = True
         self._upstream = conn
-        self._control = self._container.create_sender(conn, CONTROL_ADDRESS, options=AtMostOnce())
+        self.requests.control = self._container.create_sender(conn, CONTROL_ADDRESS,
+                                                              options=AtMostOnce())
 
     def _reconnect(self) -> None:
         if not self._stopping and self._upstream is None:
@@ -398,16 +302,15 @@ class Gateway(MessagingHandler):
         if conn != self._upstream or self._stopping:
             return  # an earlier connection, already given up; or the gateway closing it
         was_open = self.relays.upstream_ready
-        self._upstream = self._control = self._responses = None
-        self._annotating = False
-        self._owed.clear()
+        self._upstream = None
+        self.requests.upstream_lost()
         actions = self.relays.upstream_down()
         if was_open:
             self.stats["upstream_losses"] += 1
             self.log.warning("upstream connection lost", reason=why,
                              subscribers=sum(isinstance(a, CloseDownstreamConnection)
                                              for a in actions))
-        self._perform(actions)
+        perform(self, actions)
         if self._stopping:
             return
         delay = self.backoff.next_delay(self._rng)
@@ -437,7 +340,7 @@ class Gateway(MessagingHandler):
         self.stats["upstream_connections"] += 1
         self.log.info("upstream connected", connections=self.stats["upstream_connections"],
                       waiting=len(self.relays))
-        self._perform(self.relays.upstream_up())
+        perform(self, self.relays.upstream_up())
 
     def on_transport_error(self, event: Any) -> None:
         if event.connection is not None and getattr(event.connection, "seqrepair_forced", False):
@@ -474,7 +377,7 @@ class Gateway(MessagingHandler):
             self._downstream.remove(conn)
         for relay in self.relays:
             if relay.downstream.connection == conn:
-                self._perform(self.relays.downstream_detached(relay))
+                perform(self, self.relays.downstream_detached(relay))
 
     # --- attaching ----------------------------------------------------------------------
 
@@ -484,10 +387,7 @@ class Gateway(MessagingHandler):
             if link.is_receiver and link.remote_target.address == RESPONSES_ADDRESS:
                 # the component attaches it to answer annotated requests (respann §2.3)
                 link.target.address = RESPONSES_ADDRESS
-                link.seqrepair_responses = True
-                self._responses = link
-                self._owed.clear()
-                link.flow(RESPONSE_WINDOW)
+                self.requests.responses_attached(link)
             return
         if link.is_sender:  # a subscriber's data link: held until the component answers
             link.seqrepair_held = True
@@ -496,7 +396,7 @@ class Gateway(MessagingHandler):
             relay, actions = self.relays.attach(link.name, address, link.remote_properties,
                                                 link, time.monotonic())
             link.seqrepair_relay = relay
-            self._perform(actions)
+            perform(self, actions)
         elif link.remote_target.address != CONTROL_ADDRESS:  # a publisher's
             self.publishing.attach(link)
         else:  # the requests link
@@ -507,16 +407,8 @@ class Gateway(MessagingHandler):
         link = event.link
         if self.publishing.upstream_opened(link):
             return
-        if link == self._control and link is not None:
-            offered = _symbols(link.connection.remote_offered_capabilities)
-            supported = _symbols(link.remote_target.capabilities)
-            self._annotating = (
-                self.annotations
-                and str(RESPONSE_ANNOTATIONS) in offered
-                and str(RESPONSE_ADDRESS_SUPPORTED) in supported
-            )
-            self.log.info("control link attached",
-                          requests="annotated" if self._annotating else "rewritten")
+        if self.requests.control_opened(link):
+            return
         relay: Relay | None = getattr(link, "seqrepair_relay", None)
         if relay is None or not _upstream(link):
             return
@@ -526,7 +418,7 @@ class Gateway(MessagingHandler):
             self.stats["refused"] += 1
             self.log.info("attach refused upstream", link=relay.name, condition=refused[0],
                           description=refused[1])
-        self._perform(self.relays.upstream_attached(relay, link.remote_properties, refused))
+        perform(self, self.relays.upstream_attached(relay, link.remote_properties, refused))
 
     def on_link_error(self, event: Any) -> None:
         link = event.link
@@ -542,63 +434,16 @@ class Gateway(MessagingHandler):
         if relay is None:
             return
         if _upstream(link):
-            self._perform(self.relays.upstream_detached(relay, _condition(link)))
+            perform(self, self.relays.upstream_detached(relay, _condition(link)))
         else:
-            self._perform(self.relays.downstream_detached(relay))
-
-    def _perform(self, actions: list[Action]) -> None:
-        for action in actions:
-            relay = action.relay
-            if isinstance(action, AttachUpstream):
-                receiver = self._container.create_receiver(
-                    self._upstream, relay.address, name=action.name,
-                    options=_Properties(action.properties),
-                )
-                receiver.seqrepair_relay = relay
-                relay.upstream = receiver
-                self._top_up(relay)
-            elif isinstance(action, AnswerDownstream):
-                link = relay.downstream
-                link.properties = action.properties
-                if relay.upstream is not None:  # frames go settled as the component sends them
-                    link.snd_settle_mode = relay.upstream.remote_snd_settle_mode
-                link.seqrepair_held = False
-                link.open()
-                self._top_up(relay)
-                self.log.info("link relayed", link=relay.name, address=relay.address,
-                              epoch=action.properties.get(PROP_EPOCH))
-            elif isinstance(action, DetachUpstream):
-                if relay.upstream is not None and not relay.upstream.state & Endpoint.LOCAL_CLOSED:
-                    relay.upstream.close()
-            elif isinstance(action, DetachDownstream):
-                link = relay.downstream
-                if link.state & Endpoint.LOCAL_CLOSED:
-                    continue
-                if link.state & Endpoint.LOCAL_UNINIT:
-                    link.open()  # a refusal: attach, then detach with the condition
-                if action.condition is not None:
-                    link.condition = Condition(action.condition, action.description[:500])
-                link.close()
-            else:
-                conn = relay.downstream.connection
-                if not conn.state & Endpoint.LOCAL_CLOSED:
-                    self.log.info("closing a subscriber's connection", link=relay.name,
-                                  condition=action.condition, reason=action.description)
-                    conn.condition = Condition(action.condition, action.description)
-                    conn.seqrepair_forced = True
-                    conn.close()
-                # proton's clients take amqp:connection:forced for a lost transport and do not
-                # answer the close: end the transport once the close is out, not at their
-                # idle timeout
-                if conn.transport is not None:
-                    conn.transport.close_tail()
+            perform(self, self.relays.downstream_detached(relay))
 
     # --- messages -----------------------------------------------------------------------
 
     def on_message(self, event: Any) -> None:
         receiver = event.receiver
         if _upstream(receiver):
-            self._from_upstream(receiver, event.message)
+            self.requests.from_upstream(receiver, event.message)
             delivery = event.delivery
             if delivery.settled:  # sent pre-settled (the component's frames): only free it
                 delivery.settle()
@@ -606,12 +451,12 @@ class Gateway(MessagingHandler):
                 self.accept(delivery)
             relay = getattr(receiver, "seqrepair_relay", None)
             if relay is not None and self.relays.is_current(relay):
-                self._top_up(relay)
+                top_up(relay)
         else:
             try:
                 refused = refuse_non_request(event.message)
                 if refused is None:
-                    self._request(event.message)
+                    self.requests.forward(event.message)
                     self.accept(event.delivery)
             except Exception as exc:  # one peer's message must not end the gateway for all
                 self.log.exception("request failed", link=receiver.name)
@@ -628,91 +473,9 @@ class Gateway(MessagingHandler):
             return
         relay: Relay | None = getattr(event.sender, "seqrepair_relay", None)
         if relay is not None and not _upstream(event.sender) and self.relays.is_current(relay):
-            self._top_up(relay)
-            if relay.name in self._owed:
-                self._repay(relay, relay.name)
-
-    def _repay(self, relay: Relay | None, name: str) -> None:
-        """Give back the responses credit held while subscriber ``name`` was behind, once it
-        has fewer than :data:`RESPONSE_WINDOW` waiting (or is gone). The link's credit is
-        shared; held per subscriber, answers waiting for one are at most twice the window."""
-        if relay is not None and relay.state is RelayState.OPEN and (
-            relay.downstream.queued >= RESPONSE_WINDOW
-        ):
-            return
-        owed = self._owed.pop(name, 0)
-        if owed and self._responses is not None:
-            self._responses.flow(owed)
-
-    def _top_up(self, relay: Relay) -> None:
-        """Give the component as much credit on the upstream link as the subscriber gives the
-        gateway, less what waits to go: the gateway holds no queue of its own, and the
-        component's flow control (pausing a slow link) works through it."""
-        up, down = relay.upstream, relay.downstream
-        if up is None or not up.state & Endpoint.LOCAL_ACTIVE:
-            return
-        missing = down.credit - down.queued - up.credit
-        if missing > 0:
-            up.flow(missing)
-
-    def _request(self, message: Message) -> None:
-        if not self.relays.upstream_ready or self._control is None:
-            # the component is out of reach: the subscriber's stub asks again
-            self.stats["dropped_requests"] += 1
-            return
-        addressing = _addressing(message)
-        if is_ack(message):  # no answer comes: renamed like a request, nothing remembered
-            link = downstream_link(addressing)
-            if link:
-                self._control.send(_upstream_message(
-                    message, attrs.evolve(addressing, link=upstream_name(self.name, link))))
-            return
-        if self._annotating:
-            annotated = annotate_request(_addressing(message), gateway=self.name)
-            if annotated is not None:
-                self._control.send(_upstream_message(message, *annotated))
-                self.stats["annotated"] += 1
-                return
-        new_id = f"{self.name}:{next(self._ids)}"
-        rewritten, pending = rewrite_request(_addressing(message), new_id=new_id,
-                                             gateway=self.name)
-        self.replies.remember(new_id, pending)
-        self._control.send(_upstream_message(message, rewritten))
-        self.stats["rewritten"] += 1
-
-    def _from_upstream(self, receiver: Any, message: Message) -> None:
-        relay: Relay | None = getattr(receiver, "seqrepair_relay", None)
-        answers = getattr(receiver, "seqrepair_responses", False)
-        if answers:
-            name = answer_route(message.instructions)
-            relay = None if name is None else self.relays.get(name)
-            if relay is not None:
-                self.stats["routed"] += 1
-        else:
-            restored = restore_response(_addressing(message), self.replies)
-            if restored is not None:
-                addressing, reply_to = restored
-                message.correlation_id = addressing.correlation_id
-                if reply_to and reply_to.startswith(LINK_PREFIX):
-                    relay = self.relays.get(reply_to[len(LINK_PREFIX) :])
-                self.stats["restored"] += 1
-        message.instructions = None
-        if relay is None or not self.relays.is_current(relay) or relay.state is not RelayState.OPEN:
-            self.stats["unroutable"] += 1  # its subscriber went away: the context repairs it
-            self.log.info("message unroutable", link=None if relay is None else relay.name,
-                          via="responses" if answers else receiver.name,
-                          state=None if relay is None else relay.state.name)
-            if answers:
-                receiver.flow(1)
-            return
-        relay.downstream.send(message)
-        self.stats["relayed"] += 1
-        if answers:
-            if relay.downstream.queued < RESPONSE_WINDOW:
-                receiver.flow(1)
-            else:  # given back once that subscriber takes what waits for it
-                self._owed[relay.name] = self._owed.get(relay.name, 0) + 1
-                self.stats["answers_held"] += 1
+            top_up(relay)
+            if self.requests.owes(relay.name):
+                self.requests.repay(relay, relay.name)
 
 
 __all__ = [

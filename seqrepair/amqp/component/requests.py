@@ -1,0 +1,183 @@
+"""The control address ``$seqrepair``: what the component answers there.
+
+A requests link attaches with target :data:`~seqrepair.amqp.wire.vocabulary.CONTROL_ADDRESS`
+and is offered ``response-address-supported`` (:func:`open_control`). On it come ACKs
+(:mod:`.ackdispatch`: never charged to the request allowance, never answered) and requests
+(:func:`on_request`): CAPABILITIES (:func:`capabilities`, only the sources the asking principal
+may learn of), GAP-REQUEST (answered from the link context) and SOURCE-GAP-REQUEST (a replay
+from the journal, :func:`answer_gap`). Answers go where the request says (:mod:`.routing`:
+``reply-to`` or the response annotations, respann §2.3), served in repair turns
+(:mod:`.fairness`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from proton import Data, Delivery, Message
+
+from seqrepair.amqp.component.ackdispatch import receive_ack
+from seqrepair.amqp.component.authz import visible_sources
+from seqrepair.amqp.component.fairness import check_replay_room
+from seqrepair.amqp.component.links import ResponseRoute, SubscriberLink
+from seqrepair.amqp.component.routing import route_for
+from seqrepair.amqp.wire.codec import encode
+from seqrepair.amqp.wire.errors import (
+    RequestFloodError,
+    UnknownAddressError,
+    UnknownMessageTypeError,
+)
+from seqrepair.amqp.wire.respann import RESPONSE_ADDRESS_SUPPORTED
+from seqrepair.amqp.wire.security import principal_of
+from seqrepair.amqp.wire.technical import (
+    DEFAULT_SOURCE_BITS,
+    Ack,
+    Capabilities,
+    CapabilitiesRequest,
+)
+from seqrepair.amqp.wire.vocabulary import LINK_PREFIX, PROP_LINK, is_ack
+from seqrepair.core.messages import GapError, GapRequest, PublishType, SourceGapRequest
+from seqrepair.core.permissions import Entitlement
+
+if TYPE_CHECKING:
+    from seqrepair.amqp.component.component import Component
+
+
+def open_control(receiver: Any) -> None:
+    """Attach a requests link: it takes response annotations (``response-address-supported``)."""
+    receiver.kind = "control"
+    caps = receiver.target.capabilities
+    caps.put_array(False, Data.SYMBOL)
+    caps.enter()
+    caps.put_symbol(RESPONSE_ADDRESS_SUPPORTED)
+    caps.exit()
+
+
+def capabilities(component: Component, principal: str | None = None) -> Capabilities:
+    """The answer to a source query (XEP-0040 §4); only the sources ``principal`` may learn
+    of (None: every source)."""
+    config = component.config
+    bits = dict(component.decoder.unwrapper.bits)
+    return Capabilities(
+        link_bits=config.link_bits,
+        source_bits=bits if principal is None else visible_sources(component, principal, bits),
+        default_source_bits=DEFAULT_SOURCE_BITS,
+        heartbeat_interval=config.heartbeat_interval,
+        max_gap_range=config.max_gap_range,
+        retention=config.journal_retention,
+        publish_types=tuple(t.value for t in PublishType),
+        max_batch=config.max_batch,
+        response_annotations=True,
+        retention_count=config.journal_retention_count,
+        max_publish_batch=config.max_publish_batch,
+        limits=config.limits(),
+    )
+
+
+def on_ack(component: Component, receiver: Any, delivery: Delivery, message: Message) -> None:
+    """An ACK (:mod:`.ackdispatch`): not charged to the request allowance, never answered."""
+    stats = component.stats
+    for ack in component.decoder.decode(message):
+        if not isinstance(ack, Ack):
+            raise UnknownMessageTypeError("an ACK message holds one ACK", got=ack)
+        link = receive_ack(ack, receiver.connection, component.links, component.positions, stats)
+        if link is not None:
+            component._pump_link(link, component.clock())
+            stats["window_peak"] = max(stats["window_peak"], link.stats["window_peak"])
+    component.accept(delivery)
+
+
+def on_request(
+    component: Component, receiver: Any, delivery: Delivery, message: Message
+) -> None:
+    """A message on a requests link: an ACK, or requests answered over their route."""
+    if is_ack(message):
+        on_ack(component, receiver, delivery, message)
+        return
+    conn = receiver.connection
+    now = component.clock()
+    if not conn.bucket.take(now):
+        raise RequestFloodError("request rate exceeded; slow down",
+                                got=component.stats["requests"])
+    component.stats["requests"] += 1
+    requests = component.decoder.decode_request(message)  # never a publication: no source state
+    route, cookie = route_for(  # where the answers go (respann §2.3)
+        component.routes, conn, message, component.container,
+        lambda sender, target: ResponseRoute(
+            Entitlement.everything(), component.config.max_batch, component.outgoing_bits,
+            sender=sender, target=target))
+    route.check_room()
+    correlation = message.id
+    props: dict[Any, Any] = dict(message.properties or {})
+    name = props.get(PROP_LINK) or _link_name(message.reply_to)
+    for request in requests:
+        if isinstance(request, CapabilitiesRequest):
+            route.respond(encode(component.capabilities(principal_of(conn))), correlation,
+                          cookie)
+        elif isinstance(request, GapRequest | SourceGapRequest):
+            link = component.links.get(str(name)) if name else None
+            if (
+                link is None
+                or (route.target is None and link.route is not route)
+                # answers routed elsewhere only for the principal that attached the link
+                or component.principals.get(link.name) != principal_of(conn)
+            ):
+                raise UnknownAddressError(f"no link {name!r} on this connection", got=name)
+            component._answer_gap(link, route, request, correlation, cookie)
+        else:
+            raise UnknownMessageTypeError(
+                f"{type(request).__name__} is not a request", got=type(request).__name__
+            )
+    component.accept(delivery)
+    if route.sender is not None:
+        component._pump_sender(route.sender)
+
+
+def answer_gap(
+    component: Component,
+    link: SubscriberLink,
+    route: ResponseRoute,
+    request: GapRequest | SourceGapRequest,
+    correlation: Any,
+    cookie: bytes | None,
+) -> None:
+    """Answer one gap request of ``link`` over ``route``: a resend from its context, a replay
+    from the journal, or a GAP-ERROR saying why not."""
+    config = component.config
+    now = component.clock()
+    if isinstance(request, GapRequest):
+        resend = component.gapfill.resend_gap(link.name, request, now)
+        if isinstance(resend, GapError):
+            link.log.info("gap request not answered", reason=resend.reason,
+                          detail=resend.detail)
+            route.respond(encode(resend), correlation, cookie)
+        elif len(resend):
+            route.start_resend(link.fresh(resend), correlation, cookie)
+        return
+    if len(request.after) > config.max_request_sources:
+        route.respond(
+            encode(GapError("refused", request,
+                            f"more than {config.max_request_sources} sources")),
+            correlation,
+            cookie,
+        )
+        return
+    if link.name not in route.replays:  # a new replay (one for the same link replaces it)
+        check_replay_room(component.routes.values(), route, config, component.stats)
+    # what the component fans out next goes to this link too: the replay stops there
+    replay = component.gapfill.answer_source_gap(
+        link.name, request, now, carried_after=component.ingest.ingested
+    )
+    if isinstance(replay, GapError):
+        link.log.info("source request not answered", reason=replay.reason,
+                      detail=replay.detail)
+        route.respond(encode(replay), correlation, cookie)
+        return
+    component.ingest.owe(replay.owed_to_link)
+    route.start_replay(link.name, replay.steps(config.replay_page), correlation, cookie)
+
+
+def _link_name(reply_to: Any) -> str | None:
+    if isinstance(reply_to, str) and reply_to.startswith(LINK_PREFIX):
+        return reply_to[len(LINK_PREFIX) :]
+    return None

@@ -1,0 +1,111 @@
+"""The relayed subscriber links on proton's side: what :class:`~.relays.RelayTable` decides,
+done (:func:`perform`: attach upstream, answer or detach downstream, close a subscriber's
+connection), the credit that crosses (:func:`top_up`) and the attaches held until the component
+answers (:class:`HoldingEndpoints`).
+
+Settlement and credit cross as the component gives them: the relayed link sends as the
+component does (pre-settled), and the component gets on the upstream link the credit the
+subscriber gives the gateway, so the gateway keeps no queue.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from proton import Condition, Endpoint
+from proton.handlers import EndpointStateHandler
+from proton.reactor import LinkOption
+
+from seqrepair.amqp.gateway.relays import (
+    Action,
+    AnswerDownstream,
+    AttachUpstream,
+    DetachDownstream,
+    DetachUpstream,
+    Relay,
+)
+from seqrepair.amqp.wire.vocabulary import PROP_EPOCH
+
+
+class _Properties(LinkOption):
+    def __init__(self, props: Any) -> None:
+        self.props = props
+
+    def apply(self, link: Any) -> None:
+        if self.props:
+            link.properties = self.props
+
+
+class HoldingEndpoints(EndpointStateHandler):
+    """Proton's endpoint handler, except that a link the gateway marks ``seqrepair_held`` in
+    ``on_link_opening`` is not attached at once: the gateway answers it later."""
+
+    def on_link_remote_open(self, event: Any) -> None:
+        link = event.link
+        if self.is_local_uninitialised(link):
+            self.on_link_opening(event)
+            if not getattr(link, "seqrepair_held", False):
+                link.open()
+            return
+        super().on_link_remote_open(event)
+
+
+def perform(gateway: Any, actions: list[Action]) -> None:
+    """Do what the relay table decided, on the proton links and connections."""
+    for action in actions:
+        relay = action.relay
+        if isinstance(action, AttachUpstream):
+            receiver = gateway._container.create_receiver(
+                gateway._upstream, relay.address, name=action.name,
+                options=_Properties(action.properties),
+            )
+            receiver.seqrepair_relay = relay
+            relay.upstream = receiver
+            top_up(relay)
+        elif isinstance(action, AnswerDownstream):
+            link = relay.downstream
+            link.properties = action.properties
+            if relay.upstream is not None:  # frames go settled as the component sends them
+                link.snd_settle_mode = relay.upstream.remote_snd_settle_mode
+            link.seqrepair_held = False
+            link.open()
+            top_up(relay)
+            gateway.log.info("link relayed", link=relay.name, address=relay.address,
+                          epoch=action.properties.get(PROP_EPOCH))
+        elif isinstance(action, DetachUpstream):
+            if relay.upstream is not None and not relay.upstream.state & Endpoint.LOCAL_CLOSED:
+                relay.upstream.close()
+        elif isinstance(action, DetachDownstream):
+            link = relay.downstream
+            if link.state & Endpoint.LOCAL_CLOSED:
+                continue
+            if link.state & Endpoint.LOCAL_UNINIT:
+                link.open()  # a refusal: attach, then detach with the condition
+            if action.condition is not None:
+                link.condition = Condition(action.condition, action.description[:500])
+            link.close()
+        else:
+            conn = relay.downstream.connection
+            if not conn.state & Endpoint.LOCAL_CLOSED:
+                gateway.log.info("closing a subscriber's connection", link=relay.name,
+                              condition=action.condition, reason=action.description)
+                conn.condition = Condition(action.condition, action.description)
+                conn.seqrepair_forced = True
+                conn.close()
+            # proton's clients take amqp:connection:forced for a lost transport and do not
+            # answer the close: end the transport once the close is out, not at their
+            # idle timeout
+            if conn.transport is not None:
+                conn.transport.close_tail()
+
+
+def top_up(relay: Relay) -> None:
+    """Give the component as much credit on the upstream link as the subscriber gives the
+    gateway, less what waits to go: the gateway holds no queue of its own, and the
+    component's flow control (pausing a slow link) works through it."""
+    up, down = relay.upstream, relay.downstream
+    if up is None or not up.state & Endpoint.LOCAL_ACTIVE:
+        return
+    missing = down.credit - down.queued - up.credit
+    if missing > 0:
+        up.flow(missing)

@@ -1,0 +1,232 @@
+"""Requests and their answers across the gateway (respann §2.1, §2.3, §2.5).
+
+A subscriber's request (GAP-REQUEST, SOURCE-GAP-REQUEST, CAPABILITIES) names addresses of the
+subscriber's scope: its ``reply-to`` (``$link/NAME``) and its ``link`` property mean nothing at
+the component. When the component does not take response annotations, the gateway forwards a
+*new* message: the same bare message except a distinct ``message-id`` and the response
+addresses rewritten to the upstream link (:func:`.rewrite.rewrite_request`). Answers come back
+on that upstream link with the new id as ``correlation-id``; the gateway applies the inverse
+(:func:`.rewrite.restore_response`): the original ``message-id`` as ``correlation-id``,
+delivered to the original ``reply-to``. This is what a transiting container does when the next
+hop does not take response annotations (respann §2.1, §3 item 3).
+
+When the component does take them (its connection offers ``RESPONSE_ANNOTATIONS_V1_0`` and its
+control link ``response-address-supported``), the gateway forwards with annotations instead
+(§2.3, §3 item 2; :func:`.rewrite.annotate_request`): the request keeps its ``message-id``, only
+its ``link`` property names the upstream link, and it carries ``response-link-target-address``
+(:data:`.rewrite.RESPONSES_ADDRESS`, a link the component attaches to the gateway) and
+``response-address-cookie`` (the subscriber's link name). The answers come back on that link
+with the cookie as ``address-cookie`` and the original id as ``correlation-id``: the gateway
+routes them by the cookie (:func:`.rewrite.answer_route`) and keeps no table of requests. They
+share that one link (:data:`RESPONSE_WINDOW` credit): the credit an answer used is given back
+at once while its subscriber has fewer than that many messages waiting at the gateway, and
+otherwise only once it has taken them, so at most twice the window waits for one subscriber: a
+slow subscriber slows answers, never grows the gateway's memory. ``Gateway(annotations=False)``
+(``seqrepair gateway --rewrite``) always rewrites.
+
+An ACK crosses renamed like a request; no answer comes, nothing is remembered.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+from proton import Message, symbol
+
+from seqrepair.amqp.gateway.relays import Relay, RelayState, upstream_name
+from seqrepair.amqp.gateway.rewrite import (
+    Addressing,
+    ReplyTable,
+    annotate_request,
+    answer_route,
+    downstream_link,
+    restore_response,
+    rewrite_request,
+)
+from seqrepair.amqp.wire.respann import RESPONSE_ADDRESS_SUPPORTED, RESPONSE_ANNOTATIONS
+from seqrepair.amqp.wire.vocabulary import LINK_PREFIX, is_ack
+
+RESPONSE_WINDOW = 64
+"""Credit on the responses link, and how many messages waiting for one subscriber make the
+gateway hold back the credit of its answers."""
+PROP_LINK = "link"
+
+
+class Requests:
+    """The requests a :class:`~seqrepair.amqp.gateway.gateway.Gateway` forwards upstream on
+    its control link, and the answers it routes back to its subscribers.
+
+    The gateway sets :attr:`control` when it connects and calls :meth:`control_opened`,
+    :meth:`responses_attached` as the component answers, :meth:`forward` for each request,
+    :meth:`from_upstream` for each message from the component, :meth:`repay` when a subscriber
+    took messages (and :meth:`repay_gone` on its tick), :meth:`upstream_lost` when the
+    component's connection ends.
+    """
+
+    def __init__(self, gateway: Any, capacity: int, annotations: bool) -> None:
+        self.gateway = gateway
+        self.stats: dict[str, int] = gateway.stats
+        self.replies = ReplyTable(capacity)
+        self.annotations = annotations
+        self.control: Any = None  # the requests link to the component
+        self.annotating = False  # the component takes response annotations on this connection
+        self._responses: Any = None  # the link it sends their answers on
+        self._owed: dict[str, int] = {}  # responses credit held back per subscriber behind
+        self._ids = itertools.count(1)
+
+    def upstream_lost(self) -> None:
+        """The component's connection ended: its links with it."""
+        self.control = self._responses = None
+        self.annotating = False
+        self._owed.clear()
+
+    def control_opened(self, link: Any) -> bool:
+        """Whether ``link`` is the control link the component answered; then learn whether
+        requests go annotated."""
+        if link is None or link != self.control:
+            return False
+        offered = _symbols(link.connection.remote_offered_capabilities)
+        supported = _symbols(link.remote_target.capabilities)
+        self.annotating = (
+            self.annotations
+            and str(RESPONSE_ANNOTATIONS) in offered
+            and str(RESPONSE_ADDRESS_SUPPORTED) in supported
+        )
+        self.gateway.log.info("control link attached",
+                              requests="annotated" if self.annotating else "rewritten")
+        return True
+
+    def responses_attached(self, link: Any) -> None:
+        """The component attaches the responses link to answer annotated requests."""
+        link.seqrepair_responses = True
+        self._responses = link
+        self._owed.clear()
+        link.flow(RESPONSE_WINDOW)
+
+    def owes(self, name: str) -> bool:
+        """Whether responses credit is held back for subscriber ``name``."""
+        return name in self._owed
+
+    def repay(self, relay: Relay | None, name: str) -> None:
+        """Give back the responses credit held while subscriber ``name`` was behind, once it
+        has fewer than :data:`RESPONSE_WINDOW` waiting (or is gone). The link's credit is
+        shared; held per subscriber, answers waiting for one are at most twice the window."""
+        if relay is not None and relay.state is RelayState.OPEN and (
+            relay.downstream.queued >= RESPONSE_WINDOW
+        ):
+            return
+        owed = self._owed.pop(name, 0)
+        if owed and self._responses is not None:
+            self._responses.flow(owed)
+
+    def repay_gone(self) -> None:
+        """A subscriber gone while behind owes nothing."""
+        relays = self.gateway.relays
+        for name in list(self._owed):
+            relay = relays.get(name)
+            if relay is None or not relays.is_current(relay):
+                self.repay(None, name)
+
+    def forward(self, message: Message) -> None:
+        """Send a subscriber's request (or ACK) to the component, in its scope."""
+        gateway = self.gateway
+        if not gateway.relays.upstream_ready or self.control is None:
+            # the component is out of reach: the subscriber's stub asks again
+            self.stats["dropped_requests"] += 1
+            return
+        addressing = _addressing(message)
+        if is_ack(message):  # no answer comes: renamed like a request, nothing remembered
+            link = downstream_link(addressing)
+            if link:
+                self.control.send(_upstream_message(
+                    message, attrs.evolve(addressing, link=upstream_name(gateway.name, link))))
+            return
+        if self.annotating:
+            annotated = annotate_request(_addressing(message), gateway=gateway.name)
+            if annotated is not None:
+                self.control.send(_upstream_message(message, *annotated))
+                self.stats["annotated"] += 1
+                return
+        new_id = f"{gateway.name}:{next(self._ids)}"
+        rewritten, pending = rewrite_request(_addressing(message), new_id=new_id,
+                                             gateway=gateway.name)
+        self.replies.remember(new_id, pending)
+        self.control.send(_upstream_message(message, rewritten))
+        self.stats["rewritten"] += 1
+
+    def from_upstream(self, receiver: Any, message: Message) -> None:
+        """A message from the component: a relayed link's frame, or an answer (on the
+        subscriber's upstream link, or on the responses link by its cookie)."""
+        relays = self.gateway.relays
+        relay: Relay | None = getattr(receiver, "seqrepair_relay", None)
+        answers = getattr(receiver, "seqrepair_responses", False)
+        if answers:
+            name = answer_route(message.instructions)
+            relay = None if name is None else relays.get(name)
+            if relay is not None:
+                self.stats["routed"] += 1
+        else:
+            restored = restore_response(_addressing(message), self.replies)
+            if restored is not None:
+                addressing, reply_to = restored
+                message.correlation_id = addressing.correlation_id
+                if reply_to and reply_to.startswith(LINK_PREFIX):
+                    relay = relays.get(reply_to[len(LINK_PREFIX) :])
+                self.stats["restored"] += 1
+        message.instructions = None
+        if relay is None or not relays.is_current(relay) or relay.state is not RelayState.OPEN:
+            self.stats["unroutable"] += 1  # its subscriber went away: the context repairs it
+            self.gateway.log.info("message unroutable",
+                                  link=None if relay is None else relay.name,
+                                  via="responses" if answers else receiver.name,
+                                  state=None if relay is None else relay.state.name)
+            if answers:
+                receiver.flow(1)
+            return
+        relay.downstream.send(message)
+        self.stats["relayed"] += 1
+        if answers:
+            if relay.downstream.queued < RESPONSE_WINDOW:
+                receiver.flow(1)
+            else:  # given back once that subscriber takes what waits for it
+                self._owed[relay.name] = self._owed.get(relay.name, 0) + 1
+                self.stats["answers_held"] += 1
+
+
+def _addressing(message: Message) -> Addressing:
+    props: Mapping[Any, Any] = message.properties or {}
+    link = props.get(PROP_LINK)
+    return Addressing(message.id, message.reply_to, message.correlation_id,
+                      None if link is None else str(link))
+
+
+def _upstream_message(
+    message: Message, addressing: Addressing, annotations: dict[symbol, Any] | None = None
+) -> Message:
+    """``message``'s bare content with ``addressing`` (and ``annotations``) in place of its own."""
+    out = Message(body=message.body, properties=dict(message.properties or {}),
+                  id=addressing.message_id, reply_to=addressing.reply_to,
+                  correlation_id=addressing.correlation_id)
+    if addressing.link is not None:
+        out.properties[PROP_LINK] = addressing.link  # type: ignore[index]
+    if annotations:
+        out.instructions = annotations  # type: ignore[assignment]  # symbol keys, as AMQP wants
+    return out
+
+
+def _symbols(capabilities: Any) -> set[str]:
+    """The symbols of a capabilities field: one symbol or an array of them, as proton gives it
+    (a ``Data`` for a terminus, an object for a connection; None when absent)."""
+    found = capabilities
+    if hasattr(capabilities, "rewind"):
+        capabilities.rewind()
+        found = capabilities.get_object() if capabilities.next() is not None else None
+    if found is None:
+        return set()
+    items = getattr(found, "elements", None)
+    if items is None:
+        items = found if isinstance(found, list | tuple) else [found]
+    return {str(item) for item in items}
