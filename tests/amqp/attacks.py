@@ -355,20 +355,29 @@ class NeverOpen(Attack):
 
     name = "never-open"
 
-    def __init__(self, url: str, connections: int) -> None:
+    def __init__(self, url: str, connections: int, rate: float) -> None:
         super().__init__()
+        self.address = split_url(url)
+        self.to_open, self.rate, self.started = connections, rate, time.monotonic()
+        self.made = 0
         self.pending: dict[socket.socket, tuple[float, bool]] = {}  # not yet connected
         self.open: dict[socket.socket, float] = {}
         self.closed_after: list[float] = []
         self.failed = 0
-        address = split_url(url)
-        for n in range(connections):
+
+    def _connect(self, now: float) -> None:
+        """Open the connections due by now at ``rate``/s: a burst past the component's listen
+        backlog only has the kernel drop SYNs (the peer retries seconds later)."""
+        due = min(self.to_open, int((now - self.started) * self.rate) + 1)
+        while self.made < due:
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             sock.setblocking(False)
-            sock.connect_ex(address)
-            self.pending[sock] = (time.monotonic(), bool(n % 2))
+            sock.connect_ex(self.address)
+            self.pending[sock] = (time.monotonic(), bool(self.made % 2))
+            self.made += 1
 
     def poll(self, now: float) -> None:
+        self._connect(now)
         if self.pending:
             _, writable, _ = select.select([], list(self.pending), [], 0)
             for sock in writable:
@@ -397,7 +406,7 @@ class NeverOpen(Attack):
         after = sorted(self.closed_after)
         return {
             "attack": self.name,
-            "connections": len(self.pending) + len(self.open) + len(after) + self.failed,
+            "connections": self.made,
             "connected": len(self.open) + len(after),
             "connect_failed": self.failed,
             "never_connected": len(self.pending),
@@ -453,13 +462,13 @@ def build(args: argparse.Namespace) -> list[Attack]:
                           args.requests, args.links, args.credit, args.every))
     if args.attack in ("dead", "all"):
         made.append(Dead(args.url, args.connections if args.attack == "dead" else 4,
-                         args.links if args.attack == "dead" else 1, args.address))
+                         args.links if args.attack == "dead" else 2, args.address))
     if args.attack in ("hoard", "all"):
         made.append(Hoard(args.url, args.hoard_connections, args.idle_links, args.busy_links,
                           args.address))
     if args.attack in ("never-open", "all"):
         made.append(NeverOpen(args.url, args.connections if args.attack == "never-open"
-                              else args.never_open))
+                              else args.never_open, args.open_rate))
     return made
 
 
@@ -480,6 +489,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--idle-links", type=int, default=300)
     parser.add_argument("--busy-links", type=int, default=30)
     parser.add_argument("--never-open", type=int, default=300, help="all: how many")
+    parser.add_argument("--open-rate", type=float, default=100.0,
+                        help="never-open: connections opened per second")
     args = parser.parse_args(argv)
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))

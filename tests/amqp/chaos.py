@@ -30,7 +30,7 @@ import attrs
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-ATTACKS = HERE / "attacks.py"
+ATTACKER = HERE / "attacks.py"
 
 HONEST_SOURCE = "feed.honest"
 FILL_SOURCE = "feed.history"
@@ -42,15 +42,16 @@ SERVE_ARGS: list[str] = []
 SOURCES = f"{FILL_SOURCE},{HONEST_SOURCE}"
 ATTACKS: dict[str, tuple[list[str], int]] = {  # attack: (attacker's arguments, journal fill)
     "flood": (["--connections", "4", "--requests", "32", "--sources", SOURCES], 20_000),
-    "dead": (["--connections", "4"], 0),
+    "dead": (["--connections", "8", "--links", "2"], 0),
     "hoard": (["--idle-links", "300", "--busy-links", "30"], 0),
     "never-open": (["--connections", "500"], 0),
     "all": (["--requests", "32", "--sources", SOURCES, "--idle-links", "300",
              "--busy-links", "30", "--never-open", "300"], 20_000),
 }
 """What the chaos test and the benchmark run: the issue's flood (4 x 32 "after 0" on a
-20,000-entry journal), 4 dead subscribers, 300 idle + 30 busy links on one connection, 500
-never-open connections, and all at once (4 flooding, 4 dead, the hoarder, 300 never-open)."""
+20,000-entry journal), 16 dead subscriber links on 8 connections, 300 idle + 30 busy links on
+one connection, 500 never-open connections (100 a second), and all at once (4 flooding, 4 x 2
+dead links, the hoarder, 300 never-open)."""
 
 
 def env() -> dict[str, str]:
@@ -220,7 +221,7 @@ class Scenario:
             attack_started = time.monotonic()
             if self.attack is not None:
                 attacker = subprocess.Popen(
-                    [sys.executable, str(ATTACKS), self.attack, "--url", comp.url,
+                    [sys.executable, str(ATTACKER), self.attack, "--url", comp.url,
                      "--duration", str(self.attack_s), *self.attack_args],
                     env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                 )
