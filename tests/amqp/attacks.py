@@ -339,10 +339,11 @@ class Hoard(Attack):
         super().__init__()
         for n in range(connections):
             peer = EnginePeer(url, f"hoard-{n}-{uuid.uuid4().hex[:6]}")
-            for k in range(idle_links):
-                peer.receiver(f"hoard-idle-{n}-{k}-{uuid.uuid4().hex[:6]}", address, 0)
+            # the busy ones first: a limit on links per connection leaves the idle ones out
             for k in range(busy_links):
                 peer.receiver(f"hoard-busy-{n}-{k}-{uuid.uuid4().hex[:6]}", address, 1_000_000)
+            for k in range(idle_links):
+                peer.receiver(f"hoard-idle-{n}-{k}-{uuid.uuid4().hex[:6]}", address, 0)
             self.peers.append(peer)
 
 
@@ -455,26 +456,35 @@ def run(attacks: list[Attack], duration: float, tick: float = 0.05) -> list[dict
 
 
 def build(args: argparse.Namespace) -> list[Attack]:
+    """The attacks asked for: one, ``all`` four, or a ``mix`` of some sized as in ``all``."""
     sources = [s for s in args.sources.split(",") if s]
+    together = args.attack in ("all", "mix")
+    if args.attack == "mix":
+        wanted = [p for p in args.parts.split(",") if p]
+    elif args.attack == "all":
+        wanted = ["flood", "dead", "hoard", "never-open"]
+    else:
+        wanted = [args.attack]
     made: list[Attack] = []
-    if args.attack in ("flood", "all"):
-        made.append(Flood(args.url, sources, args.connections if args.attack == "flood" else 4,
+    if "flood" in wanted:
+        made.append(Flood(args.url, sources, 4 if together else args.connections,
                           args.requests, args.links, args.credit, args.every))
-    if args.attack in ("dead", "all"):
-        made.append(Dead(args.url, args.connections if args.attack == "dead" else 4,
-                         args.links if args.attack == "dead" else 2, args.address))
-    if args.attack in ("hoard", "all"):
+    if "dead" in wanted:
+        made.append(Dead(args.url, 4 if together else args.connections,
+                         2 if together else args.links, args.address))
+    if "hoard" in wanted:
         made.append(Hoard(args.url, args.hoard_connections, args.idle_links, args.busy_links,
                           args.address))
-    if args.attack in ("never-open", "all"):
-        made.append(NeverOpen(args.url, args.connections if args.attack == "never-open"
-                              else args.never_open, args.open_rate))
+    if "never-open" in wanted:
+        made.append(NeverOpen(args.url, args.never_open if together else args.connections,
+                              args.open_rate))
     return made
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("attack", choices=["flood", "dead", "hoard", "never-open", "all"])
+    parser.add_argument("attack", choices=["flood", "dead", "hoard", "never-open", "all", "mix"])
+    parser.add_argument("--parts", default="", help="mix: the attacks to run at once")
     parser.add_argument("--url", required=True)
     parser.add_argument("--duration", type=float, default=15.0)
     parser.add_argument("--connections", type=int, default=4)

@@ -1,27 +1,31 @@
 """One hostile connection cannot stop the component serving everyone else (issue 24).
 
-Real processes: a private redis-server, ``seqrepair serve`` with explicit resource limits, an
-honest journaling publisher at 500 publications/s (1 KiB each, its own process) and an honest
-library ``Subscriber`` timing every delivery; after 3 s of honest traffic an attacker process
-(:mod:`attacks`) runs one attack for 12 s, then 3 s more of honest traffic. For each attack
-and for all of them at once:
+Real processes: a private redis-server, ``seqrepair serve`` with the resource options of
+:data:`chaos.SERVE_ARGS`, an honest journaling publisher at 500 publications/s (1 KiB each, its
+own process) and an honest library ``Subscriber`` timing every delivery; after 3 s of honest
+traffic an attacker process (:mod:`attacks`, at nice 10) runs one attack for 12 s, then 3 s
+more of honest traffic. For each attack (:data:`chaos.ATTACKS`) and for all of them at once:
 
 * the honest stream never stalls: inter-delivery gaps p99 <= 1 s and max <= 3 s, and
-  publish -> delivery delay p99 <= 1 s (undisturbed, the gaps are ~20 ms at p99 and ~0.1 s at
-  most, the delay ~0.05 s at p99: the bounds leave 10-40x for a shared 2-core machine);
+  publish -> delivery delay p99 <= 2 s;
 * nothing honest is lost: the honest source arrives exactly once, in order, and is exactly
   what the journal holds;
-* the component's RSS (``/proc``, every 0.5 s) stays under the ceiling :func:`ceiling_mib`
-  derives from the limits the component reports in CAPABILITIES;
-* a fresh client is still served during the attack (a CAPABILITIES query);
-* and what the attack itself got is bounded: never-open connections are closed after the open
-  deadline, a hoarder's links beyond the per-connection limit are refused.
+* the component's RSS (``/proc``, every 0.5 s) stays under :func:`ceiling_mib`: the baseline
+  before the attack + the ``component-bytes`` it reports in CAPABILITIES + 48 MiB;
+* a fresh client is served within 5 s during the attack (a CAPABILITIES query);
+* what the attack itself got is bounded: never-open connections are all closed within the 12
+  s (``--open-timeout 2``), a hoarder gets at most ``max-links-per-connection`` links.
 
-Before the fixes (today's main, defaults) this reproduced the issue: a flood of 4 x 32
-``SOURCE-GAP-REQUEST``s froze the honest stream ~57 s (RSS 55 -> 1,235 MB), 4 dead
-subscribers grew RSS 55 -> 88 MB in 10 s and never gave it back, 330 links on one connection
-took RSS to 302 MB and the honest delay p99 to 1.5 s, and 500 never-open connections were all
-still open 10 s later.
+Bounds, measured first (2 cores shared with other test runs, load 3-8): undisturbed, gaps are
+~0.02 s at p99 and <= 0.1 s at most, the delay 0.01-0.07 s at p99 and RSS grows ~3 MiB in the
+18 s. With the fixes (a local merge of fair, memory and limits) the single attacks measured:
+delay p99 at most 0.79 s (the flood), gap max at most 0.43 s, RSS growth at most +83 MiB (the
+flood; the allowance is 64 + 48 MiB). The bounds leave >= 2.5x on the delay, >= 7x on gaps.
+
+Before the fixes (main at b0ccc9f, defaults) every attack broke a bound: the flood froze the
+honest stream 47-57 s (RSS 55 -> 1,237 MiB, a fresh client not answered in 10 s), 16 dead
+links grew RSS 55 -> 208 MiB and kept it, 330 links on one connection took it to 352 MiB,
+and 500 never-open connections held 511 descriptors, none closed (benchmarks/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -38,13 +42,13 @@ pytestmark = [pytest.mark.amqp, pytest.mark.redis, pytest.mark.slow]
 
 GAP_P99_S = 1.0
 GAP_MAX_S = 3.0
-DELAY_P99_S = 1.0
+DELAY_P99_S = 2.0
 FRESH_CLIENT_S = 5.0
 
 BASE_HEADROOM_MIB = 48.0
-"""RSS the component may add over its pre-attack baseline on top of its byte budgets: Python's
-allocator, proton's buffers and the honest traffic's own growth (undisturbed, a run adds ~12
-MiB in 18 s)."""
+"""RSS the component may add over its pre-attack baseline on top of its byte budget: Python's
+allocator, proton's buffers, replay pages in flight and the honest traffic's own growth."""
+
 
 def ceiling_mib(outcome: Outcome) -> float:
     """The RSS the component must stay under: its baseline, plus the whole-component byte
@@ -57,6 +61,8 @@ def check(outcome: Outcome) -> list[str]:
     """Every bound the outcome breaks, in words (empty: all hold)."""
     figures = outcome.figures()
     broken = []
+    if not outcome.component_alive:
+        broken.append("the component exited")
     if not outcome.exactly_once_in_order:
         broken.append(f"honest stream not exactly once in order: delivered "
                       f"{len(outcome.delivered)} of {len(outcome.journaled)} journaled")
@@ -90,10 +96,10 @@ def attack_bounds(outcome: Outcome) -> list[str]:
                 broken.append(f"{part['still_open']} of {part['connected']} never-open "
                               f"connections still open after 12 s (open-timeout {deadline} s)")
         if part["attack"] == "hoard":
-            most = limits.get("links-per-connection")
+            most = limits.get("max-links-per-connection")
             if most is None or part["links_attached"] > most:
                 broken.append(f"one connection attached {part['links_attached']} links "
-                              f"(links-per-connection {most})")
+                              f"(max-links-per-connection {most})")
     if "error" in outcome.attacker:
         broken.append(f"the attacker failed: {outcome.attacker['error']}")
     return broken
@@ -108,4 +114,4 @@ def test_the_honest_subscriber_is_served_on_and_memory_stays_bounded(
                        fill=fill).run()
     figures: dict[str, Any] = {**outcome.figures(), "ceiling_mib": round(ceiling_mib(outcome))}
     broken = check(outcome)
-    assert not broken, "\n".join(broken) + "\n" + json.dumps(figures, indent=1)
+    assert not broken, "\n".join([*broken, json.dumps(figures, indent=1), *outcome.log_tail])
