@@ -3,6 +3,9 @@
 The public API is re-exported here; see DESIGN.md for the contract.
 """
 
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _version
+
 from seqrepair.core.context import LinkContext
 from seqrepair.core.errors import (
     InvalidConfigError,
@@ -41,6 +44,12 @@ from seqrepair.core.sequencers import LinkSequencer, SourceSequencer
 from seqrepair.core.stub import SubscriberStub
 from seqrepair.core.stubstats import StubStats
 from seqrepair.core.topics import TopicPattern
+
+try:
+    __version__ = _version("seqrepair")
+    """The installed distribution's version (``seqrepair --version``)."""
+except PackageNotFoundError:  # a source tree on sys.path, never installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "BufferOverflow",

@@ -3,6 +3,10 @@
 Each adapter package contributes its subcommands through a ``commands`` module exposing
 ``register(subparsers)``; every subcommand sets ``func(args) -> int``. Only the CLI configures
 logging output.
+
+Building the parser needs only the base install: ``seqrepair --help`` and every subcommand's
+``--help`` import no proton, redis, pyspark or pyarrow. A command whose extra is missing says
+which to install in one line on stderr and exits 2 (:mod:`seqrepair.extras`).
 """
 
 from __future__ import annotations
@@ -16,7 +20,9 @@ from collections.abc import Sequence
 
 import structlog
 
+import seqrepair
 from seqrepair.core.errors import BAD_INPUT_ERRORS, SeqRepairError
+from seqrepair.extras import MissingExtraError
 
 COMMAND_MODULES = (
     "seqrepair.demo",
@@ -59,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["debug", "info", "warning", "error"],
         help="debug, info, warning or error (default warning)",
     )
+    parser.add_argument("--version", action="version", version=f"seqrepair {seqrepair.__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMAND_MODULES:
         if _exists(name):
@@ -80,6 +87,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(args.log_level)
     try:
         result: int = args.func(args)
+    except MissingExtraError as exc:  # like a usage error: nothing was attempted
+        print(exc, file=sys.stderr)
+        return 2
     except (SeqRepairError, OSError) as exc:
         # bad input exits 2, like a usage error; any other failure (an unreachable Redis, a
         # port in use) exits 1

@@ -42,6 +42,7 @@ from seqrepair.argtypes import (
 )
 from seqrepair.core.image import ImageCache
 from seqrepair.core.messages import Publication, PublishType
+from seqrepair.extras import run_body
 from seqrepair.simulation import ComponentBackend, LinkConditions, Simulation, SimulationReport
 
 Plan = list[tuple[str, str, dict[str, Any], PublishType]]
@@ -326,6 +327,12 @@ def run(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _run(args: argparse.Namespace) -> int:
+    # --no-redis runs the in-process stage alone, on the core: the base install runs it
+    needs = () if args.no_redis else ("proton", "redis", "pyspark", "pyarrow", "pandas")
+    return run_body(args, "seqrepair.demo:run", *needs, extras=["all"])
+
+
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "demo", help="run the end-to-end demo on embedded defaults",
@@ -349,4 +356,4 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--redis-url", help="journal to this Redis instead of a private one")
     parser.add_argument("--no-redis", action="store_true",
                         help="keep the journal in memory (no Redis stages)")
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=_run)

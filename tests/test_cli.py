@@ -52,12 +52,12 @@ def test_subscribe_idle_exit_counts_only_time_connected(tmp_path):
     import argparse
     import time
 
-    from seqrepair.amqp.commands import _Sink
+    from seqrepair.amqp.client.subscribecmd import Sink
     from seqrepair.core.messages import Publication
 
     args = argparse.Namespace(count=0, duration=0.0, idle_exit=0.2,
                               output=str(tmp_path / "out.jsonl"))
-    sink = _Sink(args, line_buffered=True)
+    sink = Sink(args, line_buffered=True)
     sink.write(Publication("/t", "feed.a", 1, "update", {}))
     time.sleep(0.3)
     assert not sink.stop_when(connected=False)  # reconnecting: the idle clock starts again

@@ -1,23 +1,17 @@
-"""``seqrepair serve``, ``seqrepair publish``, ``seqrepair subscribe`` and
-``seqrepair capabilities``."""
+"""``seqrepair serve``, ``gateway``, ``publish``, ``subscribe`` and ``capabilities``: their
+options, and one-line dispatchers to their bodies in the AMQP parts
+(:mod:`~seqrepair.amqp.component.servecmd`, :mod:`~seqrepair.amqp.gateway.gatewaycmd`,
+:mod:`~seqrepair.amqp.client.publishcmd`, :mod:`~seqrepair.amqp.client.subscribecmd`).
+
+Building the parser imports no AMQP part and no proton or redis: a body is imported when its
+command runs, and a missing extra is then one line (:mod:`seqrepair.extras`).
+"""
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import itertools
-import json
-import signal
-import sys
-import threading
-import time
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
-import structlog
-
-from seqrepair.amqp.client.publishcmd import file_items, generated_items, pace, publish
 from seqrepair.argtypes import (
     bit_width,
     fraction,
@@ -27,16 +21,7 @@ from seqrepair.argtypes import (
     positive_float,
     positive_int,
 )
-from seqrepair.core.errors import InvalidConfigError, SeqRepairError
-from seqrepair.core.messages import Publication
-from seqrepair.core.topics import validate_topic
-
-log = structlog.get_logger(__name__)
-
-
-SUBSCRIPTIONS_WAIT = 30.0
-"""Seconds ``serve`` waits for Redis to give it the stored subscriptions and topics before it
-gives up."""
+from seqrepair.extras import run_body
 
 
 def register(subparsers: Any) -> None:
@@ -82,6 +67,19 @@ def register(subparsers: Any) -> None:
     serve.add_argument("--request-rate", type=positive_float, default=500.0,
                        help="requests per second allowed per connection")
     serve.add_argument("--request-burst", type=positive_float, default=1_000.0)
+    serve.add_argument("--max-connections", type=positive_int, default=800, metavar="N",
+                       help="connections held at once, opened or not; one more is closed at "
+                            "once (amqp:resource-limit-exceeded)")
+    serve.add_argument("--max-connections-per-principal", type=positive_int, default=100,
+                       metavar="N", help="connections of one principal (--grant) at once")
+    serve.add_argument("--max-links-per-connection", type=positive_int, default=1_000,
+                       metavar="N", help="links one connection may hold attached (a gateway "
+                                         "carries all its subscribers' links on one)")
+    serve.add_argument("--max-links-per-principal", type=positive_int, default=4_000,
+                       metavar="N", help="links the connections of one principal may hold")
+    serve.add_argument("--open-timeout", type=positive_float, default=10.0, metavar="SECONDS",
+                       help="a connection that has not completed the AMQP open (and SASL) "
+                            "this long after it was accepted is closed")
     serve.add_argument("--subscription", action="append", default=[],
                        metavar="NAME=PATTERN[;TOKENS]",
                        help="a subscription queue /subscriptions/NAME (tokens comma-separated)")
@@ -226,7 +224,34 @@ def register(subparsers: Any) -> None:
     caps.set_defaults(func=_capabilities)
 
 
+def _serve(args: argparse.Namespace) -> int:
+    archive = ("pyarrow",) if args.archive else ()
+    return run_body(args, "seqrepair.amqp.component.servecmd:serve", "proton", "redis", *archive)
+
+
+def _gateway(args: argparse.Namespace) -> int:
+    return run_body(args, "seqrepair.amqp.gateway.gatewaycmd:gateway_command", "proton")
+
+
+def _publish(args: argparse.Namespace) -> int:
+    journal = ("redis",) if args.redis_url or args.broker else ()
+    return run_body(args, "seqrepair.amqp.client.publishcmd:publish_command", "proton", *journal)
+
+
+def _subscribe(args: argparse.Namespace) -> int:
+    journal = ("redis",) if args.broker else ()  # only brokered mode reads the journal
+    return run_body(args, "seqrepair.amqp.client.subscribecmd:subscribe_command", "proton",
+                    *journal)
+
+
 def _capabilities(args: argparse.Namespace) -> int:
+    return run_body(args, "seqrepair.amqp.commands:capabilities", "proton")
+
+
+def capabilities(args: argparse.Namespace) -> int:
+    """``seqrepair capabilities``: the component's answer as one JSON object."""
+    import json
+
     import attrs
 
     from seqrepair.amqp.client.query import query_capabilities
@@ -234,411 +259,3 @@ def _capabilities(args: argparse.Namespace) -> int:
     caps = query_capabilities(args.url, timeout=args.timeout)
     print(json.dumps(attrs.asdict(caps), sort_keys=True))
     return 0
-
-
-def _serve(args: argparse.Namespace) -> int:
-    from seqrepair.amqp.component.component import Component, ComponentConfig
-    from seqrepair.amqp.component.grants import GrantTable
-    from seqrepair.amqp.wire.guard import Guarded
-    from seqrepair.amqp.wire.reactor import make_container
-    from seqrepair.core.subscriptions import Subscription
-    from seqrepair.journal.journal import Journal
-    from seqrepair.journal.retainer import RetentionWorker
-    from seqrepair.journal.retention import RetentionPolicy
-
-    try:
-        token = _rest_token(args)
-        grants = GrantTable.parse(args.grant, args.default_grant)
-        policy = RetentionPolicy(
-            max_count=args.retain_count, max_age=args.retain_age, archive_root=args.archive
-        )
-        retention = (
-            RetentionWorker(Journal.from_url(args.redis_url), policy, args.retention_interval)
-            if args.retain_count is not None or args.retain_age is not None
-            else None
-        )
-        declared = [_declared_topic(topic) for topic in args.topic]
-        subs = {}
-        for spec in args.subscription:
-            name, _, rest = spec.partition("=")
-            pattern, _, tokens = rest.partition(";")
-            if not name or not rest:
-                raise InvalidConfigError(f"--subscription wants NAME=PATTERN, got {spec!r}")
-            subs[name] = Subscription(name, pattern, permtokens=[t for t in tokens.split(",") if t],
-                                      configured=True)
-    except SeqRepairError as exc:  # a bad grant, subscription, topic or retention setting
-        print(f"seqrepair serve: {exc.message}", file=sys.stderr)
-        return 2
-    config = ComponentConfig(
-        url=args.url,
-        link_bits=args.link_bits,
-        heartbeat_interval=args.heartbeat,
-        idle_timeout=args.idle_timeout,
-        max_batch=args.max_batch,
-        max_pending=args.max_pending,
-        max_publish_batch=args.max_publish_batch,
-        max_message_size=args.max_message_size,
-        max_gap_range=args.max_gap_range,
-        context_retention=args.context_retention,
-        journal_retention=args.retain_age,
-        journal_retention_count=args.retain_count,
-        drop_rate=args.drop_rate,
-        drop_seed=args.drop_seed,
-        drop_reset_frames=args.drop_reset_frames,
-        request_rate=args.request_rate,
-        request_burst=args.request_burst,
-        subscriptions=subs,
-        grants=grants,
-    )
-
-    def ready(url: str) -> None:
-        if args.ready_file:
-            Path(args.ready_file).write_text(url)
-
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    journal = Journal.from_url(args.redis_url, socket_timeout=args.redis_timeout,
-                               socket_connect_timeout=min(args.redis_timeout, 5.0))
-    stored = _stored_state(args, subs.values(), declared)
-    if stored is None:
-        return 1
-    manager, topics = stored
-    component = Component(config, journal, on_ready=ready, subscriptions=manager,
-                          topics=topics)
-    # from here SIGTERM stops the component at its next tick; before, it exits at once
-    signal.signal(signal.SIGTERM, lambda *_: component.request_stop())
-    with contextlib.ExitStack() as stack, contextlib.suppress(KeyboardInterrupt):
-        stack.enter_context(topics)  # on the way out: store what is still unsaved
-        if args.rest is not None:
-            try:
-                stack.enter_context(_rest_server(args, manager, token, topics))
-            except (SeqRepairError, OSError) as exc:
-                print(f"seqrepair serve: --rest: {getattr(exc, 'message', exc)}",
-                      file=sys.stderr)
-                return 2 if isinstance(exc, SeqRepairError) else 1
-        if retention is not None:
-            stack.enter_context(retention)
-        stack.callback(lambda: log.info("component stopped", **component.stats))
-        make_container(Guarded(component, component.stats)).run()  # a bad peer ends its own
-    return 0
-
-
-def _stored_state(args: argparse.Namespace, configured: Any, declared: list[str]) -> Any:
-    """The subscription manager (the operator's subscriptions and those kept in Redis) and the
-    topic catalog (the declared topics and those kept in Redis); None (after saying why) when
-    Redis did not answer for ``SUBSCRIPTIONS_WAIT`` seconds: without the subscriptions an
-    attach to a subscription queue would be refused for good."""
-    import redis
-
-    from seqrepair.core.catalog import TopicCatalog
-    from seqrepair.journal.substore import RedisSubscriptionStore
-    from seqrepair.journal.topicstore import RedisTopicStore
-    from seqrepair.rest.catalog import SharedCatalog
-    from seqrepair.rest.manager import SubscriptionManager
-
-    store = RedisSubscriptionStore.from_url(args.redis_url, socket_timeout=args.redis_timeout)
-    topic_store = RedisTopicStore.from_url(args.redis_url, socket_timeout=args.redis_timeout)
-    deadline = time.monotonic() + SUBSCRIPTIONS_WAIT
-    while True:
-        try:
-            manager = SubscriptionManager(configured=configured, store=store)
-            topics = SharedCatalog(TopicCatalog(max_topics=args.max_topics),
-                                   declared=declared, store=topic_store)
-            return manager, topics
-        except redis.RedisError as exc:
-            if time.monotonic() >= deadline:
-                print(f"seqrepair serve: cannot read the subscriptions and topics from Redis: "
-                      f"{exc}", file=sys.stderr)
-                return None
-            log.warning("subscriptions and topics not read from Redis yet; trying again",
-                        error=str(exc))
-            time.sleep(1.0)
-
-
-def _declared_topic(text: str) -> str:
-    """A ``--topic`` value, checked (InvalidConfigError naming the option)."""
-    try:
-        return validate_topic(text)
-    except SeqRepairError as exc:
-        raise InvalidConfigError(f"--topic: {exc.message}", expected=exc.expected,
-                                 got=text) from None
-
-
-def _rest_token(args: argparse.Namespace) -> str | None:
-    """The bearer token of ``--rest-token-file`` (None without one)."""
-    if not args.rest_token_file:
-        return None
-    try:
-        token = Path(args.rest_token_file).read_text().strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidConfigError(f"--rest-token-file: {exc}", got=args.rest_token_file) from None
-    if not token:
-        raise InvalidConfigError("--rest-token-file is empty", got=args.rest_token_file)
-    return token
-
-
-def _rest_server(args: argparse.Namespace, manager: Any, token: str | None,
-                 topics: Any) -> Any:
-    """The REST API's server, listening (SeqRepairError: a bad token; OSError: no bind)."""
-    import redis
-
-    from seqrepair.rest.api import SubscriptionApi
-    from seqrepair.rest.server import RestServer
-
-    api = SubscriptionApi(manager, token=token, unavailable=(OSError, redis.RedisError),
-                          topics=topics)
-    host, port = args.rest
-    limits = {"request_timeout": args.rest_timeout, "max_connections": args.rest_max_connections}
-    server = RestServer(api, host=host, port=port,
-                        **{name: value for name, value in limits.items() if value is not None})
-    server.start()
-    log.info("subscription REST API listening", url=server.url, authenticated=bool(token))
-    return server
-
-
-def _gateway(args: argparse.Namespace) -> int:
-    from seqrepair.amqp.gateway.gateway import Gateway
-    from seqrepair.amqp.gateway.relays import Backoff
-
-    def ready(url: str) -> None:
-        if args.ready_file:
-            Path(args.ready_file).write_text(url)
-
-    gateway = Gateway(args.listen, args.upstream, name=args.name, on_ready=ready,
-                      idle_timeout=args.idle_timeout, hold_timeout=args.hold_timeout,
-                      backoff=Backoff(max_attempts=args.max_attempts),
-                      annotations=not args.rewrite)
-    signal.signal(signal.SIGTERM, lambda *_: gateway.request_stop())
-    with contextlib.suppress(KeyboardInterrupt):
-        gateway.run()
-    if gateway.error is not None:
-        print(f"seqrepair gateway: {gateway.error}", file=sys.stderr)
-        return 1
-    return 0
-
-
-def _publish(args: argparse.Namespace) -> int:
-    if not args.file and not args.count:
-        print("seqrepair publish: give --file PATH or --count N", file=sys.stderr)
-        return 2
-    if args.start_after and (args.redis_url or args.broker):
-        print("seqrepair publish: --start-after is for a publisher without a journal; with "
-              "--redis-url numbering resumes after the journal's high-water", file=sys.stderr)
-        return 2
-    if args.broker:
-        return _publish_brokered(args)
-    return publish(args)
-
-
-def _report_error(command: str, error: SeqRepairError | None) -> None:
-    """A client stopped by a condition a reconnect cannot cure: say which, on stderr."""
-    if error is not None:
-        print(f"seqrepair {command}: {error.message}", file=sys.stderr)
-
-
-def publication_record(pub: Publication) -> dict[str, Any]:
-    """A delivered publication as one JSON line."""
-    return {
-        "source": pub.source,
-        "source_seq": pub.source_seq,
-        "topic": pub.topic,
-        "ptype": pub.ptype.value,
-        "fields": {k: (v.hex() if isinstance(v, bytes) else v) for k, v in pub.fields.items()},
-        "permtoken": pub.permtoken,
-        "retransmit": pub.retransmit,
-    }
-
-
-def _subscribe(args: argparse.Namespace) -> int:
-    if args.broker:
-        return _subscribe_brokered(args)
-    from seqrepair.amqp.client.subscriber import Subscriber
-    from seqrepair.amqp.wire.errors import AmqpAdapterError
-
-    sink = _Sink(args, line_buffered=False)
-    subscriber = Subscriber(
-        args.url, args.address, link_name=args.link_name, on_publication=sink.write,
-        bits=args.bits, heartbeat_interval=args.heartbeat,
-        permtokens=[t for t in args.permtokens.split(",") if t], batch=not args.no_batch,
-        acknowledge=False,  # taken once flushed to --output (see _Sink.flush)
-        durable=False if args.no_durable else None,
-    )
-    sink.taken = subscriber.acknowledge if subscriber.durable else None
-    if args.resume and args.output and Path(args.output).exists():
-        sink.written = resume_after(Path(args.output))  # the output is the position file
-    if args.ready_file:
-        ready_file = Path(args.ready_file)
-
-        def announce() -> None:
-            with contextlib.suppress(AmqpAdapterError):  # reported when the subscriber returns
-                if subscriber.wait_connected():
-                    ready_file.write_text(args.address)
-
-        threading.Thread(target=announce, name="ready-file", daemon=True).start()
-    _run_subscriber(subscriber, sink, args)
-    _report_error("subscribe", subscriber.error)
-    if subscriber.error is None and not subscriber.report.connections:
-        print(f"seqrepair subscribe: never connected to {args.url}", file=sys.stderr)
-        return 1
-    return 1 if subscriber.error is not None else 0
-
-
-class _Sink:
-    """Where ``seqrepair subscribe`` writes deliveries (JSON lines), and when it stops."""
-
-    def __init__(self, args: argparse.Namespace, *, line_buffered: bool) -> None:
-        self.args = args
-        self.out: TextIO = (
-            open(args.output, "a", encoding="utf-8",  # noqa: SIM115
-                 buffering=1 if line_buffered else -1)
-            if args.output else sys.stdout
-        )
-        self.n = 0
-        self.last = time.monotonic()
-        self.started = time.monotonic()
-        self.taken: Callable[[dict[str, int]], None] | None = None
-        """Told, after each flush, the last number per source the output now holds (the
-        subscriber's acknowledgement: a kill -9 after it loses none of those lines)."""
-        self._unflushed: dict[str, int] = {}
-        self.written: dict[str, int] = {}
-        self.already_written = 0
-        """Per source, the last number the output held when it started (``--resume``):
-        deliveries at or below it are in the file already (a restart's repeats)."""
-
-    def write(self, pub: Publication) -> None:
-        """One delivery as one JSON line (none for one the output holds already)."""
-        if pub.source_seq <= self.written.get(pub.source, 0):
-            self._unflushed[pub.source] = pub.source_seq  # taken: acknowledged with the rest
-            self.already_written += 1
-            return
-        self.out.write(json.dumps(publication_record(pub)) + "\n")
-        self._unflushed[pub.source] = pub.source_seq
-        self.n += 1
-        self.last = time.monotonic()
-
-    def flush(self) -> None:
-        """Hand what was written to the operating system, then acknowledge it."""
-        if not self._unflushed:
-            return
-        self.out.flush()
-        written, self._unflushed = self._unflushed, {}
-        if self.taken is not None:
-            self.taken(written)
-
-    def stop_when(self, connected: bool = True) -> bool:
-        """``--count``, ``--duration`` or ``--idle-exit`` reached. Idle time counts only while
-        ``connected``: a subscriber waiting out a component's restart is not at the end of
-        its stream."""
-        args = self.args
-        now = time.monotonic()
-        if not connected:
-            self.last = now
-        if args.count and self.n >= args.count:
-            return True
-        if args.duration and now - self.started >= args.duration:
-            return True
-        return bool(args.idle_exit and self.n and now - self.last >= args.idle_exit)
-
-
-def _run_subscriber(subscriber: Any, sink: _Sink, args: argparse.Namespace) -> None:
-    """Run until the sink says stop (or SIGTERM / ^C), then report the statistics."""
-    # the handler only sets a flag: the subscriber's tick (stop_when) acts on it, in proton's
-    # thread, not in the middle of whatever the signal interrupted
-    terminated = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: terminated.set())
-    with contextlib.suppress(KeyboardInterrupt):
-        connected = getattr(subscriber, "connected", None)
-
-        def stop() -> bool:
-            sink.flush()  # every tick: what the output holds is acknowledged
-            return terminated.is_set() or sink.stop_when(connected is None or connected.is_set())
-
-        subscriber.run(stop_when=stop)
-    sink.out.flush()
-    stats: dict[str, Any] = dict(subscriber.stats().as_dict())
-    stats["unrecoverable_events"] = [str(u) for u in subscriber.unrecoverable]
-    if args.resume:
-        stats["already_written"] = sink.already_written  # repeats --output held already
-    if args.stats_file:
-        Path(args.stats_file).write_text(json.dumps(stats))
-    print(json.dumps(stats), file=sys.stderr)
-    if sink.out is not sys.stdout:
-        sink.out.close()
-
-
-# ------------------------------------------------------------------------------ brokered mode
-
-
-def _publish_brokered(args: argparse.Namespace) -> int:
-    import random
-
-    from seqrepair.amqp.client.brokered import BrokerPublisher
-    from seqrepair.journal.journal import Journal
-
-    if not args.redis_url:
-        print("seqrepair publish --broker needs --redis-url (the journal repairs losses)",
-              file=sys.stderr)
-        return 2
-    rng = random.Random(args.drop_seed)
-    drop = (lambda _pub: rng.random() < args.drop_rate) if args.drop_rate > 0 else None
-    publisher = BrokerPublisher(args.broker, args.source, Journal.from_url(args.redis_url),
-                                address=args.address, bits=args.bits, batch_size=args.batch,
-                                drop=drop).start()
-    count = 0
-    start = time.monotonic()
-    try:
-        for batch in itertools.chain(file_items(args), generated_items(args)):
-            publisher.publish_many(batch)
-            count += len(batch)
-            pace(start, count, args.rate)
-    except BaseException:  # as in component mode
-        publisher.close(timeout=5)
-        raise
-    ok = publisher.close(timeout=args.timeout)
-    print(json.dumps({"published": count, "sent": publisher.sent, "dropped": publisher.dropped,
-                      "accepted": publisher.accepted, "rejected": publisher.rejected,
-                      "flushed": ok}))
-    _report_error("publish", publisher.error)
-    return 0 if ok else 1
-
-
-def resume_after(path: Path) -> dict[str, int]:
-    """The last ``source_seq`` per source in a JSON-lines output (a torn last line is cut off)."""
-    after: dict[str, int] = {}
-    data = path.read_bytes()
-    end = data.rfind(b"\n") + 1
-    if end < len(data):  # killed mid-write: drop the partial line so appends stay well-formed
-        with open(path, "r+b") as fh:
-            fh.truncate(end)
-    for line in data[:end].splitlines():
-        if line.strip():
-            record = json.loads(line)
-            after[record["source"]] = max(after.get(record["source"], 0), record["source_seq"])
-    return after
-
-
-def _subscribe_brokered(args: argparse.Namespace) -> int:
-    from seqrepair.amqp.client.brokered import BrokerSubscriber
-    from seqrepair.journal.journal import Journal
-
-    if not args.redis_url:
-        print("seqrepair subscribe --broker needs --redis-url (the repair authority)",
-              file=sys.stderr)
-        return 2
-    start_after = None
-    if args.resume and args.output and Path(args.output).exists():
-        start_after = resume_after(Path(args.output))
-    # line-buffered: what a crash leaves in the file is whole lines, and --resume reads them
-    sink = _Sink(args, line_buffered=True)
-    subscriber = BrokerSubscriber(
-        args.broker, args.address, Journal.from_url(args.redis_url), start_after=start_after,
-        topics=[t for t in args.entitled.split(",") if t],
-        permtokens=[t for t in args.permtokens.split(",") if t],
-        on_publication=sink.write, probe_interval=args.heartbeat or 1.0,
-        link_name=args.link_name,
-    )
-    _run_subscriber(subscriber, sink, args)
-    _report_error("subscribe", subscriber.error)
-    if subscriber.error is None and not subscriber.report.connections:
-        print(f"seqrepair subscribe: never connected to {args.url}", file=sys.stderr)
-        return 1
-    return 1 if subscriber.error is not None else 0

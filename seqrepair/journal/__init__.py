@@ -7,29 +7,72 @@
     with EmbeddedRedis(data_dir=".seqrepair/redis") as srv, Journal.from_url(srv.url) as journal:
         pub = Publisher("feed.a", journal, bits=16, transport=send, batch_size=100)
         ...
+
+The names are imported on first use (PEP 562): importing the package (as the ``seqrepair``
+parser does for :mod:`seqrepair.journal.commands`) imports no redis.
 """
 
-from seqrepair.journal.errors import (
-    ArchiveWriteError,
-    BacklogFullError,
-    BitsMismatchError,
-    EmbeddedRedisError,
-    JournalCorruptError,
-    JournalError,
-    JournalResponseError,
-    JournalTimeoutError,
-    JournalUnavailableError,
-    PublicationQueuedError,
-    SequenceConflictError,
-    TrimmedRangeError,
-    UnknownLinkError,
-)
-from seqrepair.journal.gapfill import GapFillService, Replay, SubscriberLink
-from seqrepair.journal.journal import Journal, SourceInfo
-from seqrepair.journal.publisher import Publisher
-from seqrepair.journal.retention import RetentionPolicy, TrimReport, apply_retention, export_range
-from seqrepair.journal.server import EmbeddedRedis
-from seqrepair.journal.session import open_journal
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from seqrepair.journal.errors import (
+        ArchiveWriteError,
+        BacklogFullError,
+        BitsMismatchError,
+        EmbeddedRedisError,
+        JournalCorruptError,
+        JournalError,
+        JournalResponseError,
+        JournalTimeoutError,
+        JournalUnavailableError,
+        PublicationQueuedError,
+        SequenceConflictError,
+        TrimmedRangeError,
+        UnknownLinkError,
+    )
+    from seqrepair.journal.gapfill import GapFillService, Replay, SubscriberLink
+    from seqrepair.journal.journal import Journal, SourceInfo
+    from seqrepair.journal.publisher import Publisher
+    from seqrepair.journal.retention import (
+        RetentionPolicy,
+        TrimReport,
+        apply_retention,
+        export_range,
+    )
+    from seqrepair.journal.server import EmbeddedRedis
+    from seqrepair.journal.session import open_journal
+
+_LAZY = {
+    "ArchiveWriteError": "seqrepair.journal.errors",
+    "BacklogFullError": "seqrepair.journal.errors",
+    "BitsMismatchError": "seqrepair.journal.errors",
+    "EmbeddedRedis": "seqrepair.journal.server",
+    "EmbeddedRedisError": "seqrepair.journal.errors",
+    "GapFillService": "seqrepair.journal.gapfill",
+    "Journal": "seqrepair.journal.journal",
+    "JournalCorruptError": "seqrepair.journal.errors",
+    "JournalError": "seqrepair.journal.errors",
+    "JournalResponseError": "seqrepair.journal.errors",
+    "JournalTimeoutError": "seqrepair.journal.errors",
+    "JournalUnavailableError": "seqrepair.journal.errors",
+    "PublicationQueuedError": "seqrepair.journal.errors",
+    "Publisher": "seqrepair.journal.publisher",
+    "Replay": "seqrepair.journal.gapfill",
+    "RetentionPolicy": "seqrepair.journal.retention",
+    "SequenceConflictError": "seqrepair.journal.errors",
+    "SourceInfo": "seqrepair.journal.journal",
+    "SubscriberLink": "seqrepair.journal.gapfill",
+    "TrimReport": "seqrepair.journal.retention",
+    "TrimmedRangeError": "seqrepair.journal.errors",
+    "UnknownLinkError": "seqrepair.journal.errors",
+    "apply_retention": "seqrepair.journal.retention",
+    "export_range": "seqrepair.journal.retention",
+    "open_journal": "seqrepair.journal.session",
+}
+"""Each public name and the module that defines it."""
 
 __all__ = [
     "ArchiveWriteError",
@@ -58,3 +101,16 @@ __all__ = [
     "export_range",
     "open_journal",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -3,6 +3,10 @@
 Errors are reported by :func:`seqrepair.cli.main` (one line on stderr). Without ``--redis-url``
 each command starts the private embedded redis-server on the data
 folder (``--data-dir``, default ``.seqrepair/redis``) and stops it afterwards.
+
+Building the parser imports no redis: a command imports its body's modules when it runs
+(:mod:`seqrepair.extras`; ``export`` and ``--archive`` need pyarrow, which the ``redis`` extra
+installs).
 """
 
 from __future__ import annotations
@@ -15,10 +19,8 @@ import urllib.parse
 from typing import Any
 
 from seqrepair.argtypes import positive_float, positive_int
-from seqrepair.journal.errors import JournalError
-from seqrepair.journal.retention import RetentionPolicy, apply_retention, export_range
-from seqrepair.journal.server import DEFAULT_DATA_DIR
-from seqrepair.journal.session import open_journal
+from seqrepair.extras import run_body
+from seqrepair.journal.datadir import DEFAULT_DATA_DIR
 
 
 def register(subparsers: Any) -> None:
@@ -38,7 +40,7 @@ def register(subparsers: Any) -> None:
     common(info)
     info.add_argument("sources", nargs="*", help="sources to show (default all)")
     info.add_argument("--json", action="store_true", help="print JSON")
-    info.set_defaults(func=cmd_info)
+    info.set_defaults(func=_info)
 
     trim = sub.add_parser("trim", help="apply retention by count and/or age")
     common(trim)
@@ -50,7 +52,7 @@ def register(subparsers: Any) -> None:
         "--max-age", type=positive_float, help="drop publications older than SECONDS"
     )
     trim.add_argument("--archive", help="export to Parquet under this folder before trimming")
-    trim.set_defaults(func=cmd_trim)
+    trim.set_defaults(func=_trim)
 
     export = sub.add_parser("export", help="write a range of a source to Parquet")
     common(export)
@@ -62,11 +64,26 @@ def register(subparsers: Any) -> None:
         "--last", type=positive_int, default=None, help="last number (default newest)"
     )
     export.add_argument("--archive", required=True, help="archive root folder")
-    export.set_defaults(func=cmd_export)
+    export.set_defaults(func=_export)
+
+
+def _info(args: argparse.Namespace) -> int:
+    return run_body(args, f"{__name__}:cmd_info", "redis")
+
+
+def _trim(args: argparse.Namespace) -> int:
+    archive = ("pyarrow",) if args.archive else ()
+    return run_body(args, f"{__name__}:cmd_trim", "redis", *archive)
+
+
+def _export(args: argparse.Namespace) -> int:
+    return run_body(args, f"{__name__}:cmd_export", "redis", "pyarrow")
 
 
 def _journaled(journal: Any, names: list[str]) -> list[str]:
     """``names`` when each is a journaled source; JournalError naming those that are not."""
+    from seqrepair.journal.errors import JournalError
+
     known = set(journal.sources())
     unknown = [name for name in names if name not in known]
     if unknown:
@@ -76,6 +93,8 @@ def _journaled(journal: Any, names: list[str]) -> list[str]:
 
 def cmd_info(args: argparse.Namespace) -> int:
     """Print what the journal holds per source."""
+    from seqrepair.journal.session import open_journal
+
     with open_journal(args.redis_url, data_dir=args.data_dir) as journal:
         names = _journaled(journal, args.sources) if args.sources else journal.sources()
         infos = [journal.info(name) for name in names]
@@ -106,6 +125,9 @@ def _as_dict(info: Any) -> dict[str, Any]:
 
 def cmd_trim(args: argparse.Namespace) -> int:
     """Apply a retention policy now."""
+    from seqrepair.journal.retention import RetentionPolicy, apply_retention
+    from seqrepair.journal.session import open_journal
+
     if args.max_count is None and args.max_age is None:
         print("seqrepair journal trim: give --max-count and/or --max-age", file=sys.stderr)
         return 2
@@ -125,6 +147,9 @@ def cmd_trim(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     """Export a range of one source to Parquet."""
+    from seqrepair.journal.retention import export_range
+    from seqrepair.journal.session import open_journal
+
     with open_journal(args.redis_url, data_dir=args.data_dir) as journal:
         info = journal.info(args.source)
         first = args.first if args.first is not None else info.trimmed_through + 1

@@ -11,8 +11,6 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-import redis.exceptions as rx
-
 from seqrepair.core.errors import SeqRepairError
 
 
@@ -117,6 +115,10 @@ class UnknownLinkError(SeqRepairError):
 @contextmanager
 def map_redis_errors(operation: str, source: str | None = None) -> Iterator[None]:
     """Re-raise redis-py errors raised inside the block as :class:`JournalError` subclasses."""
+    # Imported here, not at the top: the errors are needed without redis-py (the AMQP clients
+    # without a journal); a block that talks to Redis has it, and a repeat import is a dict read.
+    import redis.exceptions as rx
+
     try:
         yield
     except rx.TimeoutError as exc:

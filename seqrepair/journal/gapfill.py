@@ -38,10 +38,9 @@ entitled to everything published since it subscribed, including sources it has n
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import attrs
-import structlog
 
 from seqrepair.core.budget import RefusalPolicy, ResendBudget
 from seqrepair.core.context import LinkContext, LinkFrame, Resend
@@ -57,9 +56,12 @@ from seqrepair.core.messages import (
 from seqrepair.core.permissions import Entitlement
 from seqrepair.journal.errors import TrimmedRangeError, UnknownLinkError
 from seqrepair.journal.format import can_name_journal
-from seqrepair.journal.journal import Journal
+from seqrepair.logs import get_logger
 
-log = structlog.get_logger(__name__)
+if TYPE_CHECKING:
+    from seqrepair.journal.journal import Journal
+
+log = get_logger(__name__)
 
 ReplayFrame = Publication | ReplayComplete | GapError
 

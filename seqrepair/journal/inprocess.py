@@ -8,7 +8,7 @@ by source, from the journal.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from seqrepair.core.budget import RefusalPolicy
 from seqrepair.core.messages import (
@@ -20,9 +20,11 @@ from seqrepair.core.messages import (
 )
 from seqrepair.core.permissions import Entitlement
 from seqrepair.journal.gapfill import GapFillService
-from seqrepair.journal.journal import Journal
 from seqrepair.journal.publisher import Publisher
 from seqrepair.simulation import ToSubscriber
+
+if TYPE_CHECKING:
+    from seqrepair.journal.journal import Journal
 
 LINK_ID = "in-process"
 

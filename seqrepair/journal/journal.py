@@ -14,7 +14,6 @@ from typing import Any, cast
 
 import attrs
 import redis
-import structlog
 from redis.cluster import RedisCluster
 
 from seqrepair.core.errors import InvalidConfigError, InvalidMessageError
@@ -47,8 +46,9 @@ from seqrepair.journal.format import (
     space,
     stream_key,
 )
+from seqrepair.logs import get_logger
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 _decode_page = json.loads
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from seqrepair.core.errors import InvalidConfigError
 from seqrepair.core.messages import Publication
@@ -28,7 +28,9 @@ from seqrepair.journal.errors import (
     map_redis_errors,
 )
 from seqrepair.journal.format import meta_key, stream_key
-from seqrepair.journal.journal import Journal
+
+if TYPE_CHECKING:
+    from seqrepair.journal.journal import Journal
 
 Batch = Sequence[Publication]
 

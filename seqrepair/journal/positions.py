@@ -26,7 +26,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import redis
-import structlog
 
 from seqrepair.core.errors import InvalidMessageError
 from seqrepair.journal.errors import JournalError, map_redis_errors
@@ -38,8 +37,9 @@ from seqrepair.journal.format import (
     can_name_journal,
     meta_key,
 )
+from seqrepair.logs import get_logger
 
-log = structlog.get_logger("seqrepair.journal.positions")
+log = get_logger("seqrepair.journal.positions")
 
 POSITION_PREFIX = f"{KEY_PREFIX}:position:"
 CREATED_FIELD = "{created}"

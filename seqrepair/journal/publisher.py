@@ -26,9 +26,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
-
-import structlog
+from typing import TYPE_CHECKING, Any
 
 from seqrepair.core.config import check_positive_int
 from seqrepair.core.errors import InvalidConfigError
@@ -44,8 +42,11 @@ from seqrepair.journal.errors import (
     SequenceConflictError,
 )
 from seqrepair.journal.format import journal_form, plainly_journaled
-from seqrepair.journal.journal import Journal
 from seqrepair.journal.pipelined import AppendPipeline, Batch
+from seqrepair.logs import get_logger
+
+if TYPE_CHECKING:
+    from seqrepair.journal.journal import Journal
 
 Transport = Callable[[Publication], object]
 
@@ -79,7 +80,7 @@ class Publisher:
         self.bits = bits
         self.transport = transport
         self.clock = clock
-        self.log = structlog.get_logger(__name__).bind(source=source)
+        self.log = get_logger(__name__).bind(source=source)
         info = journal.register_source(source, bits)
         self.sequencer = SourceSequencer(source=source, bits=bits, start_after=info.high_water)
         self.published_through = info.high_water

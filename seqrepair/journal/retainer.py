@@ -16,14 +16,14 @@ import time
 from collections.abc import Callable
 
 import attrs
-import structlog
 
 from seqrepair.core.config import positive_number
 from seqrepair.core.errors import SeqRepairError
 from seqrepair.journal.journal import Journal
 from seqrepair.journal.retention import RetentionPolicy, TrimReport, apply_retention
+from seqrepair.logs import get_logger
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 @attrs.define

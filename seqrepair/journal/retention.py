@@ -13,18 +13,20 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
-import structlog
 
 from seqrepair.core.config import optional, positive_int
 from seqrepair.core.errors import InvalidConfigError
 from seqrepair.journal.errors import ArchiveWriteError, JournalError
 from seqrepair.journal.format import archive_path, encode_archive_table
-from seqrepair.journal.journal import Journal
+from seqrepair.logs import get_logger
 
-log = structlog.get_logger(__name__)
+if TYPE_CHECKING:
+    from seqrepair.journal.journal import Journal
+
+log = get_logger(__name__)
 
 
 def _optional_positive(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:

@@ -35,14 +35,13 @@ import weakref
 from pathlib import Path
 from typing import Any, Literal
 
-import structlog
-
+from seqrepair.journal.datadir import DEFAULT_DATA_DIR as DEFAULT_DATA_DIR  # its old home
 from seqrepair.journal.errors import EmbeddedRedisError
+from seqrepair.logs import get_logger
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 AppendFsync = Literal["always", "everysec", "no"]
-DEFAULT_DATA_DIR = Path(".seqrepair") / "redis"
 _PR_SET_PDEATHSIG = 1
 
 

@@ -6,8 +6,9 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from seqrepair.journal.datadir import DEFAULT_DATA_DIR
 from seqrepair.journal.journal import Journal
-from seqrepair.journal.server import DEFAULT_DATA_DIR, AppendFsync, EmbeddedRedis
+from seqrepair.journal.server import AppendFsync, EmbeddedRedis
 
 
 @contextmanager

@@ -15,16 +15,16 @@ import json
 from typing import Any
 
 import redis
-import structlog
 
 from seqrepair.core.errors import SeqRepairError
 from seqrepair.core.subscriptions import Subscription
 from seqrepair.journal.journal import bounded_client
 from seqrepair.journal.positions import create_at_high_water, queue_durable, remove_position
+from seqrepair.logs import get_logger
 
 SUBSCRIPTIONS_KEY = "seqrepair:subscriptions"
 
-log = structlog.get_logger("seqrepair.journal.substore")
+log = get_logger("seqrepair.journal.substore")
 
 
 class RedisSubscriptionStore:

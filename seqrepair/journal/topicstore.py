@@ -12,17 +12,17 @@ from collections.abc import Iterable
 from typing import Any
 
 import redis
-import structlog
 
 from seqrepair.core.errors import SeqRepairError
 from seqrepair.core.topics import validate_topic
 from seqrepair.journal.journal import bounded_client
+from seqrepair.logs import get_logger
 
 TOPICS_KEY = "seqrepair:topics"
 SAVE_CHUNK = 1000
 """Most topics one SADD carries (a first store after a long outage may hold many)."""
 
-log = structlog.get_logger("seqrepair.journal.topicstore")
+log = get_logger("seqrepair.journal.topicstore")
 
 
 class RedisTopicStore:

@@ -75,7 +75,6 @@ from typing import Any, Protocol
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 import attrs
-import structlog
 
 from seqrepair.core.errors import (
     BAD_INPUT_ERRORS,
@@ -86,10 +85,11 @@ from seqrepair.core.errors import (
     TopicNotFoundError,
 )
 from seqrepair.core.subscriptions import check_id
+from seqrepair.logs import get_logger
 from seqrepair.rest.catalog import SharedCatalog
 from seqrepair.rest.manager import SubscriptionManager
 
-log = structlog.get_logger("seqrepair.rest")
+log = get_logger("seqrepair.rest")
 
 COLLECTION = "/subscriptions"
 TOPICS = "/topics"

@@ -20,13 +20,12 @@ from collections.abc import Iterable, Set
 from types import TracebackType
 from typing import Any, Protocol
 
-import structlog
-
 from seqrepair.core.catalog import TopicCatalog, TopicInfo
 from seqrepair.core.errors import InvalidConfigError
 from seqrepair.core.topics import TopicPattern
+from seqrepair.logs import get_logger
 
-log = structlog.get_logger("seqrepair.rest.catalog")
+log = get_logger("seqrepair.rest.catalog")
 
 
 class TopicStore(Protocol):

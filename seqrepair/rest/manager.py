@@ -15,11 +15,10 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
-import structlog
-
 from seqrepair.core.subscriptions import Subscription, SubscriptionRegistry
+from seqrepair.logs import get_logger
 
-log = structlog.get_logger("seqrepair.rest.manager")
+log = get_logger("seqrepair.rest.manager")
 
 Listener = Callable[[Subscription | None, Subscription | None], None]
 

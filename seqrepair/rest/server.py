@@ -59,15 +59,14 @@ from http import HTTPStatus
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-import structlog
-
 from seqrepair.core.errors import InvalidConfigError
+from seqrepair.logs import get_logger
 from seqrepair.rest.api import Response, SubscriptionApi, error_response
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
 
-log = structlog.get_logger("seqrepair.rest")
+log = get_logger("seqrepair.rest")
 
 REQUEST_TIMEOUT = 30.0
 """Default seconds for a request to arrive whole, and for a connection to wait for one."""

@@ -12,27 +12,61 @@
 ``journal`` is a snapshot of the numbers held when it was built, each (source, seq) once.
 Publications are ordered per source by absolute sequence and across sources by effective time
 (see :mod:`seqrepair.spark.rebuild`).
+
+The names are imported on first use (PEP 562): importing the package (as the ``seqrepair``
+parser does for :mod:`seqrepair.spark.commands`) imports no pyspark.
 """
 
-from seqrepair.spark.audit import AuditReport, audit
-from seqrepair.spark.datasource import FORMAT_NAME, JournalDataSource, SnapshotTrimmedError
-from seqrepair.spark.reading import (
-    read_archive,
-    read_journal,
-    read_journals,
-    register_journal_source,
-)
-from seqrepair.spark.rebuild import (
-    IMAGE_COLUMNS,
-    as_of,
-    collect_images,
-    event_keys,
-    event_order,
-    rebuild_images,
-    write_images,
-)
-from seqrepair.spark.schema import JOURNAL_SCHEMA, trim_record
-from seqrepair.spark.session import spark_session
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from seqrepair.spark.audit import AuditReport, audit
+    from seqrepair.spark.datasource import FORMAT_NAME, JournalDataSource, SnapshotTrimmedError
+    from seqrepair.spark.reading import (
+        read_archive,
+        read_journal,
+        read_journals,
+        register_journal_source,
+    )
+    from seqrepair.spark.rebuild import (
+        IMAGE_COLUMNS,
+        as_of,
+        collect_images,
+        event_keys,
+        event_order,
+        rebuild_images,
+        write_images,
+    )
+    from seqrepair.spark.schema import JOURNAL_SCHEMA, trim_record
+    from seqrepair.spark.session import spark_session
+
+_LAZY = {
+    "AuditReport": "seqrepair.spark.audit",
+    "FORMAT_NAME": "seqrepair.spark.datasource",
+    "IMAGE_COLUMNS": "seqrepair.spark.rebuild",
+    "JOURNAL_SCHEMA": "seqrepair.spark.schema",
+    "JournalDataSource": "seqrepair.spark.datasource",
+    "SnapshotTrimmedError": "seqrepair.spark.datasource",
+    "as_of": "seqrepair.spark.rebuild",
+    "audit": "seqrepair.spark.audit",
+    "collect_images": "seqrepair.spark.rebuild",
+    "event_keys": "seqrepair.spark.rebuild",
+    "event_order": "seqrepair.spark.rebuild",
+    "read_archive": "seqrepair.spark.reading",
+    "read_journal": "seqrepair.spark.reading",
+    "read_journals": "seqrepair.spark.reading",
+    "rebuild_images": "seqrepair.spark.rebuild",
+    "register_journal_source": "seqrepair.spark.reading",
+    "spark_session": "seqrepair.spark.session",
+    "trim_record": "seqrepair.spark.schema",
+    "write_images": "seqrepair.spark.rebuild",
+}
+"""Each public name and the module that defines it."""
 
 __all__ = [
     "FORMAT_NAME",
@@ -55,3 +89,29 @@ __all__ = [
     "trim_record",
     "write_images",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+class _Package(types.ModuleType):
+    """The package: importing its submodule ``audit`` binds the module here, over the name
+    ``audit`` the package exports (the function), unless told otherwise."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "audit" and isinstance(value, types.ModuleType):
+            value = value.audit
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

@@ -51,13 +51,13 @@ from collections.abc import Mapping
 from typing import Any
 
 import attrs
-import structlog
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
+from seqrepair.logs import get_logger
 from seqrepair.spark.schema import PUBLISH_TYPES, trim_record
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 SUMMARY_GAP_LIMIT = 20
 """Gap ranges listed per report in the human summary and in summary.json."""

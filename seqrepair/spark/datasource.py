@@ -46,10 +46,10 @@ from seqrepair.core.config import check_positive_int
 from seqrepair.core.errors import InvalidConfigError
 from seqrepair.journal.errors import TrimmedRangeError, map_redis_errors
 from seqrepair.journal.journal import redis_client
+from seqrepair.spark.options import DEFAULT_PARTITION_SIZE as DEFAULT_PARTITION_SIZE
 from seqrepair.spark.schema import JOURNAL_COLUMNS, JOURNAL_SCHEMA
 
 FORMAT_NAME = "seqrepair-journal"
-DEFAULT_PARTITION_SIZE = 50_000
 DEFAULT_PAGE_SIZE = 2_000
 
 

@@ -11,70 +11,19 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-import structlog
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from seqrepair.argtypes import finite_float, non_negative_int, positive_int, spark_master
 from seqrepair.core.errors import InvalidConfigError, SeqRepairError
+from seqrepair.logs import get_logger
 from seqrepair.spark.audit import TABLES as AUDIT_TABLES
 from seqrepair.spark.audit import audit
-from seqrepair.spark.datasource import DEFAULT_PARTITION_SIZE
 from seqrepair.spark.reading import read_journals
 from seqrepair.spark.rebuild import rebuild_images, write_images
 from seqrepair.spark.session import spark_session
 
-log = structlog.get_logger(__name__)
-
-
-def add_input_arguments(parser: argparse.ArgumentParser, *, master: bool = True) -> None:
-    """The options shared by ``rebuild`` and ``audit``."""
-    if master:
-        parser.add_argument(
-            "--master",
-            default="local[*]",
-            type=spark_master,
-            help="Spark master URL: local, local[N], local[*], spark://HOST:PORT, yarn, "
-            "k8s://URL",
-        )
-    parser.add_argument("--journal", metavar="REDIS_URL", help="read the Redis journal at URL")
-    parser.add_argument("--archive", metavar="PATH", help="read the Parquet archive under PATH")
-    parser.add_argument(
-        "--output",
-        metavar="PATH",
-        help="write results (Parquet) under PATH: a new or empty folder, or one this command "
-        "wrote before (replaced); anything else there is refused, never deleted",
-    )
-    parser.add_argument(
-        "--partition-size",
-        type=positive_int,
-        default=DEFAULT_PARTITION_SIZE,
-        help="journal numbers per Spark partition when reading Redis",
-    )
-    parser.add_argument(
-        "--no-progress", action="store_true", help="hide Spark's console progress bar"
-    )
-
-
-def add_rebuild_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of ``rebuild`` beyond the shared ones."""
-    parser.add_argument(
-        "--as-of-seq",
-        action="append",
-        default=[],
-        metavar="SOURCE=SEQ",
-        help="rebuild as of this absolute number of SOURCE (repeatable)",
-    )
-    parser.add_argument(
-        "--as-of-time",
-        type=finite_float,
-        help="rebuild as of this timestamp (seconds): each source up to its first publication "
-        "stamped later (publications are cut on their effective time)",
-    )
-    parser.add_argument(
-        "--show", type=non_negative_int, default=10, help="print this many images"
-    )
+log = get_logger(__name__)
 
 
 # What Spark writes into a Parquet output folder.

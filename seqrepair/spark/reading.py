@@ -25,12 +25,12 @@ import os
 import urllib.parse
 from collections.abc import Sequence
 
-import structlog
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from seqrepair.core.config import check_positive_int
 from seqrepair.core.errors import InvalidConfigError
+from seqrepair.logs import get_logger
 from seqrepair.spark.datasource import (
     DEFAULT_PAGE_SIZE,
     DEFAULT_PARTITION_SIZE,
@@ -43,7 +43,7 @@ from seqrepair.spark.datasource import (
 )
 from seqrepair.spark.schema import JOURNAL_COLUMNS, JOURNAL_SCHEMA, with_trim_record
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 def register_journal_source(spark: SparkSession) -> None:

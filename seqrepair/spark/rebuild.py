@@ -72,15 +72,15 @@ from collections.abc import Iterable, Mapping
 from math import isfinite
 from typing import Any, TypeVar
 
-import structlog
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from seqrepair.core.config import check_positive_int
 from seqrepair.core.errors import InvalidConfigError
+from seqrepair.logs import get_logger
 from seqrepair.spark.schema import JOURNAL_COLUMNS
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 _NO_TIME = float("-inf")
 _RESETS = ("image", "drop")

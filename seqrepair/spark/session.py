@@ -7,10 +7,11 @@ import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-import structlog
 from pyspark.sql import SparkSession
 
-log = structlog.get_logger(__name__)
+from seqrepair.logs import get_logger
+
+log = get_logger(__name__)
 
 LOCAL_DEFAULTS: Mapping[str, str] = {
     "spark.ui.enabled": "false",

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 if __package__ in (None, ""):  # run as a file by spark-submit: make the package importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from seqrepair.spark import jobs
+from seqrepair.spark import jobs, options
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,11 +27,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", default="info")
     sub = parser.add_subparsers(dest="command", required=True)
     rebuild = sub.add_parser("rebuild")
-    jobs.add_input_arguments(rebuild, master=False)
-    jobs.add_rebuild_arguments(rebuild)
+    options.add_input_arguments(rebuild, master=False)
+    options.add_rebuild_arguments(rebuild)
     rebuild.set_defaults(func=jobs.rebuild_main)
     audit = sub.add_parser("audit")
-    jobs.add_input_arguments(audit, master=False)
+    options.add_input_arguments(audit, master=False)
     audit.set_defaults(func=jobs.audit_main)
     return parser
 

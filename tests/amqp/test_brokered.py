@@ -22,7 +22,7 @@ from proton import Message, ulong
 from proton.utils import BlockingConnection
 
 from seqrepair.amqp.client.brokered import BrokerPublisher, BrokerSubscriber, routing_key
-from seqrepair.amqp.commands import resume_after
+from seqrepair.amqp.client.subscribecmd import resume_after
 from seqrepair.amqp.wire.codec import Decoder
 from seqrepair.amqp.wire.framing import encode_frame
 from seqrepair.core.messages import Publication, PublishType

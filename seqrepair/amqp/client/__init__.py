@@ -1,7 +1,7 @@
 """The clients: :class:`Subscriber` (a stub over a proton receiver: reorders, repairs, hands
 the application an exact stream), :class:`Publisher` (stamps, journals, sends), the brokered
 variants for a plain AMQP broker (:mod:`.brokered`), a capabilities query (:mod:`.query`) and
-the ``publish`` command's body (:mod:`.publishcmd`).
+the ``publish`` and ``subscribe`` commands' bodies (:mod:`.publishcmd`, :mod:`.subscribecmd`).
 
 It may import :mod:`seqrepair.amqp.wire`, the core and the journal; never the component or the
 gateway.

@@ -31,10 +31,9 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
-import structlog
 from proton import Message
 
 from seqrepair.amqp.client.runner import DEFAULT_MAX_QUEUED, PublisherRunner, SubscriberRunner
@@ -56,10 +55,13 @@ from seqrepair.core.permissions import Entitlement
 from seqrepair.core.sourcegaps import SourceGapDetector, SourceGapStats
 from seqrepair.journal.errors import JournalError
 from seqrepair.journal.gapfill import GapFillService
-from seqrepair.journal.journal import Journal
 from seqrepair.journal.publisher import Publisher as JournalPublisher
+from seqrepair.logs import get_logger
 
-log = structlog.get_logger(__name__)
+if TYPE_CHECKING:
+    from seqrepair.journal.journal import Journal
+
+log = get_logger(__name__)
 
 EXCHANGE_PREFIX = "/exchange/"
 

@@ -1,5 +1,5 @@
 """``seqrepair publish`` (component mode) and what it publishes: ``--file`` lines and the
-generated ``--count`` load (brokered mode, in :mod:`seqrepair.amqp.commands`, reads the same).
+generated ``--count`` load, and brokered mode (``--broker``), which reads the same.
 
 **A journal outage is ridden out.** With ``--redis-url`` every publication is journaled before
 it is sent. When Redis does not answer, what was stamped stays queued in the publisher (its
@@ -22,14 +22,13 @@ is sent).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import random
 import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
-
-import structlog
 
 from seqrepair.amqp.wire.backoff import Backoff
 from seqrepair.core.errors import InvalidConfigError, InvalidMessageError, SeqRepairError
@@ -42,12 +41,13 @@ from seqrepair.journal.errors import (
     JournalUnavailableError,
     PublicationQueuedError,
 )
+from seqrepair.logs import get_logger
 
 if TYPE_CHECKING:
     from seqrepair.amqp.client.subscriber import Publisher
     from seqrepair.journal.journal import Journal
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 MAX_LINE_BYTES = 4 << 20
 """The longest ``--file`` line (4 MiB): a publication takes at most
@@ -55,6 +55,60 @@ MAX_LINE_BYTES = 4 << 20
 take several times that (escapes)."""
 
 Item = tuple[str, dict[str, Any], str, str | None]
+
+
+def publish_command(args: argparse.Namespace) -> int:
+    """``seqrepair publish``: to a component, or through a broker with ``--broker``."""
+    if not args.file and not args.count:
+        print("seqrepair publish: give --file PATH or --count N", file=sys.stderr)
+        return 2
+    if args.start_after and (args.redis_url or args.broker):
+        print("seqrepair publish: --start-after is for a publisher without a journal; with "
+              "--redis-url numbering resumes after the journal's high-water", file=sys.stderr)
+        return 2
+    if args.broker:
+        return publish_brokered(args)
+    return publish(args)
+
+
+def report_error(command: str, error: SeqRepairError | None) -> None:
+    """A client stopped by a condition a reconnect cannot cure: say which, on stderr."""
+    if error is not None:
+        print(f"seqrepair {command}: {error.message}", file=sys.stderr)
+
+
+def publish_brokered(args: argparse.Namespace) -> int:
+    """``seqrepair publish --broker``: journal first, then send through the broker."""
+    import random
+
+    from seqrepair.amqp.client.brokered import BrokerPublisher
+    from seqrepair.journal.journal import Journal
+
+    if not args.redis_url:
+        print("seqrepair publish --broker needs --redis-url (the journal repairs losses)",
+              file=sys.stderr)
+        return 2
+    rng = random.Random(args.drop_seed)
+    drop = (lambda _pub: rng.random() < args.drop_rate) if args.drop_rate > 0 else None
+    publisher = BrokerPublisher(args.broker, args.source, Journal.from_url(args.redis_url),
+                                address=args.address, bits=args.bits, batch_size=args.batch,
+                                drop=drop).start()
+    count = 0
+    start = time.monotonic()
+    try:
+        for batch in itertools.chain(file_items(args), generated_items(args)):
+            publisher.publish_many(batch)
+            count += len(batch)
+            pace(start, count, args.rate)
+    except BaseException:  # as in component mode
+        publisher.close(timeout=5)
+        raise
+    ok = publisher.close(timeout=args.timeout)
+    print(json.dumps({"published": count, "sent": publisher.sent, "dropped": publisher.dropped,
+                      "accepted": publisher.accepted, "rejected": publisher.rejected,
+                      "flushed": ok}))
+    report_error("publish", publisher.error)
+    return 0 if ok else 1
 
 
 def publish(args: argparse.Namespace) -> int:

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import structlog
 from proton import symbol
 
 from seqrepair.amqp.client.runner import PublisherRunner
@@ -26,10 +25,13 @@ from seqrepair.core.errors import SeqRepairError
 from seqrepair.core.messages import Publication, PublishType
 from seqrepair.core.sequencers import SourceSequencer
 from seqrepair.journal.errors import JournalError, PublicationQueuedError
-from seqrepair.journal.journal import Journal
 from seqrepair.journal.publisher import Publisher as JournalPublisher
+from seqrepair.logs import get_logger
 
-log = structlog.get_logger("seqrepair.amqp.client")  # the clients' logger, as before the split
+if TYPE_CHECKING:
+    from seqrepair.journal.journal import Journal
+
+log = get_logger("seqrepair.amqp.client")  # the clients' logger, as before the split
 
 
 class Publisher(PublisherRunner[list[Publication]]):

@@ -27,7 +27,6 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import structlog
 from proton import Endpoint, symbol, ulong
 from proton.reactor import ApplicationEvent, AtMostOnce
 
@@ -83,8 +82,9 @@ from seqrepair.core.messages import (
     ReplayComplete,
 )
 from seqrepair.core.stub import SubscriberStub
+from seqrepair.logs import get_logger
 
-log = structlog.get_logger("seqrepair.amqp.client")
+log = get_logger("seqrepair.amqp.client")
 
 def is_durable(durable: bool | None, link_name: str | None, address: str) -> bool:
     """Whether a client ``Subscriber`` asks to be durable: as told, else when it named its

@@ -6,7 +6,8 @@ It owns the event loop (:mod:`.component`), subscriber links and their contexts 
 :mod:`.attach`, :mod:`.routing`), ingest and the journal port (:mod:`.ingest`,
 :mod:`.journalport`, :mod:`.holdback`), subscription queues (:mod:`.subqueues`), grants
 (:mod:`.grants`), windows and durable positions (:mod:`.ackdispatch`, :mod:`.positions`,
-:mod:`.durable`) and its settings (:mod:`.config`).
+:mod:`.durable`), its settings (:mod:`.config`) and
+``seqrepair serve``'s body (:mod:`.servecmd`).
 
 It may import :mod:`seqrepair.amqp.wire`, the core, the journal and the REST manager; never the
 clients or the gateway.

@@ -37,15 +37,16 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
-import structlog
 from proton import Condition, Data, Delivery, Endpoint, Message
 from proton.handlers import MessagingHandler
 
 from seqrepair.amqp.component.ackdispatch import receive_ack
+from seqrepair.amqp.component.admission import Admission
 from seqrepair.amqp.component.attach import open_subscriber
 from seqrepair.amqp.component.config import Bucket
 from seqrepair.amqp.component.config import ComponentConfig as ComponentConfig
 from seqrepair.amqp.component.durable import Durables
+from seqrepair.amqp.component.gate import Gate
 from seqrepair.amqp.component.grants import principal_of
 from seqrepair.amqp.component.ingest import Ingest, Released
 from seqrepair.amqp.component.journalport import RedisJournalPort
@@ -66,7 +67,7 @@ from seqrepair.amqp.wire.errors import (
 from seqrepair.amqp.wire.framing import encode_entry
 from seqrepair.amqp.wire.guard import Guarded
 from seqrepair.amqp.wire.rawamqp import Unsupported, read_raw
-from seqrepair.amqp.wire.reactor import Call, listening_address, make_container
+from seqrepair.amqp.wire.reactor import Call, listening_address, make_container, widen_backlog
 from seqrepair.amqp.wire.respann import (
     RESPONSE_ADDRESS_SUPPORTED,
     RESPONSE_ANNOTATIONS,
@@ -103,10 +104,11 @@ from seqrepair.core.topics import TopicPattern
 from seqrepair.core.window import window_size
 from seqrepair.journal.gapfill import GapFillService
 from seqrepair.journal.journal import Journal
+from seqrepair.logs import get_logger
 from seqrepair.rest.catalog import SharedCatalog
 from seqrepair.rest.manager import SubscriptionManager
 
-log = structlog.get_logger("seqrepair.amqp.component")
+log = get_logger("seqrepair.amqp.component")
 
 
 class Component(MessagingHandler):
@@ -142,6 +144,10 @@ class Component(MessagingHandler):
         self.stats = {"ingested": 0, "duplicates": 0, "rejected": 0, "released": 0, "requests": 0,
                       "trimmed_unsent": 0, "oversized": 0, "acks": 0, "acks_ignored": 0,
                       "window_peak": 0}
+        # connections and links held against the count limits (admission.py); its counters
+        # (refused, timed out, peaks) are among the stop counters
+        self.admission = Admission(config.count_limits(), self.stats)
+        self.gate = Gate(self.admission, clock)
         self.ingest = Ingest(
             RedisJournalPort(journal, bits_of=self.decoder.unwrapper.bits), self.decoder,
             self._fan_out, self.stats, clock=clock, topics=topics,
@@ -243,6 +249,7 @@ class Component(MessagingHandler):
     def on_start(self, event: Any) -> None:
         self.container = event.container
         self.acceptor = event.container.listen(self.config.url)
+        widen_backlog(self.acceptor)  # a burst of connects is taken, not left to retransmit
         self.listening = listening_address(self.acceptor, self.config.url)
         log.info("component listening", url=self.listening)
         self._changes.start(event.container)
@@ -259,6 +266,7 @@ class Component(MessagingHandler):
             self.container.stop()  # run() returns once the events already due are handled
             return
         now = self.clock()
+        self.gate.tick(now)  # the open deadline; sockets of connections closed by the gate
         self.ingest.poll(now)  # what the journal took unanswered goes out (backs off)
         self.durables.flush()  # positions taken since the last tick, one pipeline
         for name, link in list(self.links.items()):
@@ -269,6 +277,7 @@ class Component(MessagingHandler):
                     del self.links[name]
                     self.gapfill.detach(name)
                     self.durables.forget_link(name)
+                    self.principals.pop(name, None)  # else one entry per name ever attached
                     link.log.info("link context expired")
                 continue
             link.heartbeat(now)
@@ -280,10 +289,17 @@ class Component(MessagingHandler):
 
     def on_connection_bound(self, event: Any) -> None:
         event.transport.idle_timeout = self.config.idle_timeout
+        conn = event.connection
+        conn.seqrepair_id = next(self._conn_ids)
+        self.gate.bound(conn)  # counted, or refused (gate.py)
+
+    def on_connection_opened(self, event: Any) -> None:
+        self.gate.opened(event.connection)  # closed now if it was refused
 
     def on_connection_opening(self, event: Any) -> None:
         conn = event.connection
-        conn.seqrepair_id = next(self._conn_ids)
+        if not self.gate.opening(conn):  # refused: closed once proton has opened it
+            return
         conn.offered_capabilities = [RESPONSE_ANNOTATIONS]
         conn.bucket = Bucket(
             self.config.request_rate, self.config.request_burst, self.config.request_burst,
@@ -294,6 +310,10 @@ class Component(MessagingHandler):
 
     def on_link_opening(self, event: Any) -> None:
         link = event.link
+        refusal = self.gate.attach(link)
+        if refusal is not None:
+            self._refuse_link(link, refusal)
+            return
         try:
             if link.is_sender:
                 self._open_subscriber(link)
@@ -378,6 +398,7 @@ class Component(MessagingHandler):
         response routes; idempotent."""
         if conn is None:
             return
+        self.gate.forget(conn)
         for link in list(self.links.values()):
             if link.sender is not None and link.sender.connection == conn:
                 self._forget(link.sender)
@@ -390,6 +411,7 @@ class Component(MessagingHandler):
             link = link.next(0)
 
     def _forget(self, endpoint: Any) -> None:
+        self.gate.detach(endpoint)
         if endpoint.is_receiver:
             self.ingest.publisher_gone(endpoint)
             return

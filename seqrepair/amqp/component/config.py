@@ -7,6 +7,8 @@ from typing import Any
 
 import attrs
 
+from seqrepair.amqp.component import admission
+from seqrepair.amqp.component.admission import CountLimits
 from seqrepair.amqp.component.grants import GrantTable
 from seqrepair.amqp.wire.sizelimit import DEFAULT_MAX_MESSAGE_SIZE
 from seqrepair.core.config import non_negative_number, optional, positive_int, positive_number
@@ -74,6 +76,23 @@ class ComponentConfig:
     subscriptions: dict[str, Subscription] = attrs.field(factory=dict)
     """The operator's subscription queues, by id (``configured``; see :mod:`.subqueues`)."""
     grants: GrantTable = attrs.field(factory=GrantTable)
+    max_connections: int = _positive(admission.MAX_CONNECTIONS)
+    """Connections held at once, opened or not (:mod:`.admission`)."""
+    max_connections_per_principal: int = _positive(admission.MAX_CONNECTIONS_PER_PRINCIPAL)
+    max_links_per_connection: int = _positive(admission.MAX_LINKS_PER_CONNECTION)
+    max_links_per_principal: int = _positive(admission.MAX_LINKS_PER_PRINCIPAL)
+    open_timeout: float = _positive(admission.OPEN_TIMEOUT)
+    """Seconds a connection has from its accept to complete the AMQP open (SASL included)."""
+
+    def count_limits(self) -> CountLimits:
+        """The count limits (:mod:`.admission`) of this configuration."""
+        return CountLimits(
+            max_connections=self.max_connections,
+            max_connections_per_principal=self.max_connections_per_principal,
+            max_links_per_connection=self.max_links_per_connection,
+            max_links_per_principal=self.max_links_per_principal,
+            open_timeout=self.open_timeout,
+        )
 
     def limits(self) -> dict[str, float]:
         """The resource limits CAPABILITIES reports (WIRE.md "Resource model"), by name."""
@@ -83,6 +102,11 @@ class ComponentConfig:
             "request-rate": self.request_rate,
             "request-burst": self.request_burst,
             "context-capacity": self.context_capacity,
+            "max-connections": self.max_connections,
+            "max-connections-per-principal": self.max_connections_per_principal,
+            "max-links-per-connection": self.max_links_per_connection,
+            "max-links-per-principal": self.max_links_per_principal,
+            "open-timeout": self.open_timeout,
         }
 
 

@@ -26,7 +26,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import redis
-import structlog
 
 from seqrepair.amqp.component.grants import ANONYMOUS_USERS
 from seqrepair.amqp.wire.errors import AmqpAdapterError
@@ -34,8 +33,9 @@ from seqrepair.amqp.wire.vocabulary import PROP_ACK, PROP_DURABLE
 from seqrepair.core.errors import InvalidMessageError
 from seqrepair.journal.errors import JournalError
 from seqrepair.journal.positions import PositionStore, link_durable, queue_durable
+from seqrepair.logs import get_logger
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 def authenticated_user(connection: Any) -> str | None:
     """The user a connection authenticated as (SASL, TLS), None for an anonymous one (whose

@@ -34,7 +34,6 @@ from collections.abc import Callable, Collection
 from typing import Any, cast
 
 import attrs
-import structlog
 from proton import Message
 
 from seqrepair.amqp.component import holdback
@@ -58,9 +57,10 @@ from seqrepair.core.messages import Publication
 from seqrepair.core.sequencers import SourceSequencer
 from seqrepair.journal.format import as_journaled
 from seqrepair.journal.gapfill import undeliverable
+from seqrepair.logs import get_logger
 from seqrepair.rest.catalog import SharedCatalog
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 FanOut = Callable[[list[Publication], dict[int, bytes | None]], None]
 """Offers journaled publications to the subscriber links (with, by index, the entries as

@@ -27,7 +27,6 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import attrs
-import structlog
 from proton import Condition
 
 from seqrepair.amqp.wire.codec import encode
@@ -56,6 +55,7 @@ from seqrepair.core.messages import (
 from seqrepair.core.permissions import Entitlement
 from seqrepair.core.sequencers import LinkSequencer
 from seqrepair.core.window import LinkWindow
+from seqrepair.logs import get_logger
 
 ReplayFrame = Publication | ReplayComplete | GapError
 
@@ -63,7 +63,7 @@ ReplayFrame = Publication | ReplayComplete | GapError
 ALLOWS_CACHE = 4096
 """How many (topic, permission token) answers of its entitlement a link remembers."""
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 def _new_epoch() -> str:
     """A fresh name for a link context (48 random bits: unique across component restarts)."""

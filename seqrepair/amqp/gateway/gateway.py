@@ -67,7 +67,6 @@ from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 import attrs
-import structlog
 from proton import Condition, Connection, Endpoint, Message, symbol
 from proton.handlers import EndpointStateHandler, MessagingHandler
 from proton.reactor import ApplicationEvent, AtMostOnce, LinkOption
@@ -113,8 +112,9 @@ from seqrepair.amqp.wire.respann import (
     RESPONSE_TARGET,
 )
 from seqrepair.amqp.wire.vocabulary import LINK_PREFIX, is_ack
+from seqrepair.logs import get_logger
 
-log = structlog.get_logger("seqrepair.amqp.gateway")
+log = get_logger("seqrepair.amqp.gateway")
 
 CONTROL_ADDRESS = "$seqrepair"
 RESPONSE_WINDOW = 64

@@ -32,7 +32,6 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-import structlog
 from proton import Condition, Delivery, Endpoint, Message
 from proton.handlers import IncomingMessageHandler
 
@@ -46,8 +45,9 @@ from seqrepair.amqp.wire.errors import (
 from seqrepair.amqp.wire.rawamqp import proton_message
 from seqrepair.amqp.wire.sizelimit import refuse
 from seqrepair.amqp.wire.technical import MESSAGE_TYPE
+from seqrepair.logs import get_logger
 
-log = structlog.get_logger("seqrepair.amqp.gateway")
+log = get_logger("seqrepair.amqp.gateway")
 
 CONTROL_ADDRESS = "$seqrepair"
 FORCED = "amqp:connection:forced"

@@ -15,6 +15,7 @@ from typing import Any
 from proton import symbol, ulong
 
 from seqrepair.core.errors import SeqRepairError
+from seqrepair.logs import get_logger
 
 INFO_TEXT_LIMIT = 200
 """The most characters (or bytes) of one string (or binary) in a condition's ``info``."""
@@ -164,7 +165,6 @@ def link_refusal(exc: Exception, link: str) -> AmqpAdapterError:
         return exc
     if isinstance(exc, SeqRepairError):
         return UnknownAddressError(exc.message, got=exc.got)
-    import structlog
 
-    structlog.get_logger("seqrepair.amqp.component").exception("attach failed", link=link)
+    get_logger("seqrepair.amqp.component").exception("attach failed", link=link)
     return AmqpAdapterError(f"internal error: {exc!r}"[:500])

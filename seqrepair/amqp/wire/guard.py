@@ -16,10 +16,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import structlog
 from proton import Condition, Endpoint
 
-log = structlog.get_logger(__name__)
+from seqrepair.logs import get_logger
+
+log = get_logger(__name__)
 
 
 class Guarded:

@@ -97,6 +97,22 @@ class Call:
         self.fn()
 
 
+LISTEN_BACKLOG = 1024
+"""Connections the kernel completes for a listener before it accepts them (proton listens
+with 10: past it, the handshakes of a burst of connects wait on retransmits, a second and more
+each; connecting peers, honest ones included, wait)."""
+
+
+def widen_backlog(acceptor: Any, backlog: int = LISTEN_BACKLOG) -> bool:
+    """Listen again with ``backlog`` (Linux takes a second ``listen`` as a new backlog).
+    Proton's Python binding keeps the socket in its selectable; False where it does not."""
+    try:
+        acceptor._selectable._delegate.listen(backlog)
+    except (AttributeError, OSError):
+        return False
+    return True
+
+
 def listening_address(acceptor: Any, configured: str) -> str:
     """``host:port`` an acceptor is bound to: the port the system chose for a configured port
     0. Proton's Python binding keeps the listening socket in its selectable (no public

@@ -1,0 +1,198 @@
+"""``seqrepair subscribe``'s body, component mode and brokered mode (the options are defined in
+:mod:`seqrepair.amqp.commands`): deliveries as JSON lines on stdout or ``--output``, the
+repair statistics on stderr at the end. With ``--resume`` the output is the position file."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TextIO
+
+from seqrepair.amqp.client.publishcmd import report_error
+from seqrepair.core.messages import Publication
+
+
+def publication_record(pub: Publication) -> dict[str, Any]:
+    """A delivered publication as one JSON line."""
+    return {
+        "source": pub.source,
+        "source_seq": pub.source_seq,
+        "topic": pub.topic,
+        "ptype": pub.ptype.value,
+        "fields": {k: (v.hex() if isinstance(v, bytes) else v) for k, v in pub.fields.items()},
+        "permtoken": pub.permtoken,
+        "retransmit": pub.retransmit,
+    }
+
+
+def subscribe_command(args: argparse.Namespace) -> int:
+    """``seqrepair subscribe``: 0 once it stops as told, 1 when it never connected or a
+    condition stopped it."""
+    if args.broker:
+        return subscribe_brokered(args)
+    from seqrepair.amqp.client.subscriber import Subscriber
+    from seqrepair.amqp.wire.errors import AmqpAdapterError
+
+    sink = Sink(args, line_buffered=False)
+    subscriber = Subscriber(
+        args.url, args.address, link_name=args.link_name, on_publication=sink.write,
+        bits=args.bits, heartbeat_interval=args.heartbeat,
+        permtokens=[t for t in args.permtokens.split(",") if t], batch=not args.no_batch,
+        acknowledge=False,  # taken once flushed to --output (see Sink.flush)
+        durable=False if args.no_durable else None,
+    )
+    sink.taken = subscriber.acknowledge if subscriber.durable else None
+    if args.resume and args.output and Path(args.output).exists():
+        sink.written = resume_after(Path(args.output))  # the output is the position file
+    if args.ready_file:
+        ready_file = Path(args.ready_file)
+
+        def announce() -> None:
+            with contextlib.suppress(AmqpAdapterError):  # reported when the subscriber returns
+                if subscriber.wait_connected():
+                    ready_file.write_text(args.address)
+
+        threading.Thread(target=announce, name="ready-file", daemon=True).start()
+    run_subscriber(subscriber, sink, args)
+    report_error("subscribe", subscriber.error)
+    if subscriber.error is None and not subscriber.report.connections:
+        print(f"seqrepair subscribe: never connected to {args.url}", file=sys.stderr)
+        return 1
+    return 1 if subscriber.error is not None else 0
+
+
+class Sink:
+    """Where ``seqrepair subscribe`` writes deliveries (JSON lines), and when it stops."""
+
+    def __init__(self, args: argparse.Namespace, *, line_buffered: bool) -> None:
+        self.args = args
+        self.out: TextIO = (
+            open(args.output, "a", encoding="utf-8",  # noqa: SIM115
+                 buffering=1 if line_buffered else -1)
+            if args.output else sys.stdout
+        )
+        self.n = 0
+        self.last = time.monotonic()
+        self.started = time.monotonic()
+        self.taken: Callable[[dict[str, int]], None] | None = None
+        """Told, after each flush, the last number per source the output now holds (the
+        subscriber's acknowledgement: a kill -9 after it loses none of those lines)."""
+        self._unflushed: dict[str, int] = {}
+        self.written: dict[str, int] = {}
+        self.already_written = 0
+        """Per source, the last number the output held when it started (``--resume``):
+        deliveries at or below it are in the file already (a restart's repeats)."""
+
+    def write(self, pub: Publication) -> None:
+        """One delivery as one JSON line (none for one the output holds already)."""
+        if pub.source_seq <= self.written.get(pub.source, 0):
+            self._unflushed[pub.source] = pub.source_seq  # taken: acknowledged with the rest
+            self.already_written += 1
+            return
+        self.out.write(json.dumps(publication_record(pub)) + "\n")
+        self._unflushed[pub.source] = pub.source_seq
+        self.n += 1
+        self.last = time.monotonic()
+
+    def flush(self) -> None:
+        """Hand what was written to the operating system, then acknowledge it."""
+        if not self._unflushed:
+            return
+        self.out.flush()
+        written, self._unflushed = self._unflushed, {}
+        if self.taken is not None:
+            self.taken(written)
+
+    def stop_when(self, connected: bool = True) -> bool:
+        """``--count``, ``--duration`` or ``--idle-exit`` reached. Idle time counts only while
+        ``connected``: a subscriber waiting out a component's restart is not at the end of
+        its stream."""
+        args = self.args
+        now = time.monotonic()
+        if not connected:
+            self.last = now
+        if args.count and self.n >= args.count:
+            return True
+        if args.duration and now - self.started >= args.duration:
+            return True
+        return bool(args.idle_exit and self.n and now - self.last >= args.idle_exit)
+
+
+def run_subscriber(subscriber: Any, sink: Sink, args: argparse.Namespace) -> None:
+    """Run until the sink says stop (or SIGTERM / ^C), then report the statistics."""
+    # the handler only sets a flag: the subscriber's tick (stop_when) acts on it, in proton's
+    # thread, not in the middle of whatever the signal interrupted
+    terminated = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: terminated.set())
+    with contextlib.suppress(KeyboardInterrupt):
+        connected = getattr(subscriber, "connected", None)
+
+        def stop() -> bool:
+            sink.flush()  # every tick: what the output holds is acknowledged
+            return terminated.is_set() or sink.stop_when(connected is None or connected.is_set())
+
+        subscriber.run(stop_when=stop)
+    sink.out.flush()
+    stats: dict[str, Any] = dict(subscriber.stats().as_dict())
+    stats["unrecoverable_events"] = [str(u) for u in subscriber.unrecoverable]
+    if args.resume:
+        stats["already_written"] = sink.already_written  # repeats --output held already
+    if args.stats_file:
+        Path(args.stats_file).write_text(json.dumps(stats))
+    print(json.dumps(stats), file=sys.stderr)
+    if sink.out is not sys.stdout:
+        sink.out.close()
+
+
+# ------------------------------------------------------------------------------ brokered mode
+
+
+def resume_after(path: Path) -> dict[str, int]:
+    """The last ``source_seq`` per source in a JSON-lines output (a torn last line is cut off)."""
+    after: dict[str, int] = {}
+    data = path.read_bytes()
+    end = data.rfind(b"\n") + 1
+    if end < len(data):  # killed mid-write: drop the partial line so appends stay well-formed
+        with open(path, "r+b") as fh:
+            fh.truncate(end)
+    for line in data[:end].splitlines():
+        if line.strip():
+            record = json.loads(line)
+            after[record["source"]] = max(after.get(record["source"], 0), record["source_seq"])
+    return after
+
+
+def subscribe_brokered(args: argparse.Namespace) -> int:
+    """``seqrepair subscribe --broker``: repair per source from the journal at --redis-url."""
+    from seqrepair.amqp.client.brokered import BrokerSubscriber
+    from seqrepair.journal.journal import Journal
+
+    if not args.redis_url:
+        print("seqrepair subscribe --broker needs --redis-url (the repair authority)",
+              file=sys.stderr)
+        return 2
+    start_after = None
+    if args.resume and args.output and Path(args.output).exists():
+        start_after = resume_after(Path(args.output))
+    # line-buffered: what a crash leaves in the file is whole lines, and --resume reads them
+    sink = Sink(args, line_buffered=True)
+    subscriber = BrokerSubscriber(
+        args.broker, args.address, Journal.from_url(args.redis_url), start_after=start_after,
+        topics=[t for t in args.entitled.split(",") if t],
+        permtokens=[t for t in args.permtokens.split(",") if t],
+        on_publication=sink.write, probe_interval=args.heartbeat or 1.0,
+        link_name=args.link_name,
+    )
+    run_subscriber(subscriber, sink, args)
+    report_error("subscribe", subscriber.error)
+    if subscriber.error is None and not subscriber.report.connections:
+        print(f"seqrepair subscribe: never connected to {args.url}", file=sys.stderr)
+        return 1
+    return 1 if subscriber.error is not None else 0

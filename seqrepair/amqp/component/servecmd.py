@@ -1,0 +1,190 @@
+"""``seqrepair serve``'s body: read the options into a :class:`ComponentConfig`, load the stored
+subscriptions and topics from Redis, start the REST API and retention beside it, and run the
+component until SIGTERM or ^C (the options are defined in :mod:`seqrepair.amqp.commands`)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from seqrepair.core.errors import InvalidConfigError, SeqRepairError
+from seqrepair.core.topics import validate_topic
+from seqrepair.logs import get_logger
+
+log = get_logger(__name__)
+
+
+SUBSCRIPTIONS_WAIT = 30.0
+"""Seconds ``serve`` waits for Redis to give it the stored subscriptions and topics before it
+gives up."""
+
+
+def serve(args: argparse.Namespace) -> int:
+    """``seqrepair serve``: 0 once stopped, 2 on a bad option, 1 when Redis or the REST port
+    fails it."""
+    from seqrepair.amqp.component.component import Component, ComponentConfig
+    from seqrepair.amqp.component.grants import GrantTable
+    from seqrepair.amqp.wire.guard import Guarded
+    from seqrepair.amqp.wire.reactor import make_container
+    from seqrepair.core.subscriptions import Subscription
+    from seqrepair.journal.journal import Journal
+    from seqrepair.journal.retainer import RetentionWorker
+    from seqrepair.journal.retention import RetentionPolicy
+
+    try:
+        token = _rest_token(args)
+        grants = GrantTable.parse(args.grant, args.default_grant)
+        policy = RetentionPolicy(
+            max_count=args.retain_count, max_age=args.retain_age, archive_root=args.archive
+        )
+        retention = (
+            RetentionWorker(Journal.from_url(args.redis_url), policy, args.retention_interval)
+            if args.retain_count is not None or args.retain_age is not None
+            else None
+        )
+        declared = [_declared_topic(topic) for topic in args.topic]
+        subs = {}
+        for spec in args.subscription:
+            name, _, rest = spec.partition("=")
+            pattern, _, tokens = rest.partition(";")
+            if not name or not rest:
+                raise InvalidConfigError(f"--subscription wants NAME=PATTERN, got {spec!r}")
+            subs[name] = Subscription(name, pattern, permtokens=[t for t in tokens.split(",") if t],
+                                      configured=True)
+    except SeqRepairError as exc:  # a bad grant, subscription, topic or retention setting
+        print(f"seqrepair serve: {exc.message}", file=sys.stderr)
+        return 2
+    config = ComponentConfig(
+        url=args.url,
+        link_bits=args.link_bits,
+        heartbeat_interval=args.heartbeat,
+        idle_timeout=args.idle_timeout,
+        max_batch=args.max_batch,
+        max_pending=args.max_pending,
+        max_publish_batch=args.max_publish_batch,
+        max_message_size=args.max_message_size,
+        max_gap_range=args.max_gap_range,
+        context_retention=args.context_retention,
+        journal_retention=args.retain_age,
+        journal_retention_count=args.retain_count,
+        drop_rate=args.drop_rate,
+        drop_seed=args.drop_seed,
+        drop_reset_frames=args.drop_reset_frames,
+        request_rate=args.request_rate,
+        request_burst=args.request_burst,
+        subscriptions=subs,
+        grants=grants,
+        max_connections=args.max_connections,
+        max_connections_per_principal=args.max_connections_per_principal,
+        max_links_per_connection=args.max_links_per_connection,
+        max_links_per_principal=args.max_links_per_principal,
+        open_timeout=args.open_timeout,
+    )
+
+    def ready(url: str) -> None:
+        if args.ready_file:
+            Path(args.ready_file).write_text(url)
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    journal = Journal.from_url(args.redis_url, socket_timeout=args.redis_timeout,
+                               socket_connect_timeout=min(args.redis_timeout, 5.0))
+    stored = _stored_state(args, subs.values(), declared)
+    if stored is None:
+        return 1
+    manager, topics = stored
+    component = Component(config, journal, on_ready=ready, subscriptions=manager,
+                          topics=topics)
+    # from here SIGTERM stops the component at its next tick; before, it exits at once
+    signal.signal(signal.SIGTERM, lambda *_: component.request_stop())
+    with contextlib.ExitStack() as stack, contextlib.suppress(KeyboardInterrupt):
+        stack.enter_context(topics)  # on the way out: store what is still unsaved
+        if args.rest is not None:
+            try:
+                stack.enter_context(_rest_server(args, manager, token, topics))
+            except (SeqRepairError, OSError) as exc:
+                print(f"seqrepair serve: --rest: {getattr(exc, 'message', exc)}",
+                      file=sys.stderr)
+                return 2 if isinstance(exc, SeqRepairError) else 1
+        if retention is not None:
+            stack.enter_context(retention)
+        stack.callback(lambda: log.info("component stopped", **component.stats))
+        make_container(Guarded(component, component.stats)).run()  # a bad peer ends its own
+    return 0
+
+
+def _stored_state(args: argparse.Namespace, configured: Any, declared: list[str]) -> Any:
+    """The subscription manager (the operator's subscriptions and those kept in Redis) and the
+    topic catalog (the declared topics and those kept in Redis); None (after saying why) when
+    Redis did not answer for ``SUBSCRIPTIONS_WAIT`` seconds: without the subscriptions an
+    attach to a subscription queue would be refused for good."""
+    import redis
+
+    from seqrepair.core.catalog import TopicCatalog
+    from seqrepair.journal.substore import RedisSubscriptionStore
+    from seqrepair.journal.topicstore import RedisTopicStore
+    from seqrepair.rest.catalog import SharedCatalog
+    from seqrepair.rest.manager import SubscriptionManager
+
+    store = RedisSubscriptionStore.from_url(args.redis_url, socket_timeout=args.redis_timeout)
+    topic_store = RedisTopicStore.from_url(args.redis_url, socket_timeout=args.redis_timeout)
+    deadline = time.monotonic() + SUBSCRIPTIONS_WAIT
+    while True:
+        try:
+            manager = SubscriptionManager(configured=configured, store=store)
+            topics = SharedCatalog(TopicCatalog(max_topics=args.max_topics),
+                                   declared=declared, store=topic_store)
+            return manager, topics
+        except redis.RedisError as exc:
+            if time.monotonic() >= deadline:
+                print(f"seqrepair serve: cannot read the subscriptions and topics from Redis: "
+                      f"{exc}", file=sys.stderr)
+                return None
+            log.warning("subscriptions and topics not read from Redis yet; trying again",
+                        error=str(exc))
+            time.sleep(1.0)
+
+
+def _declared_topic(text: str) -> str:
+    """A ``--topic`` value, checked (InvalidConfigError naming the option)."""
+    try:
+        return validate_topic(text)
+    except SeqRepairError as exc:
+        raise InvalidConfigError(f"--topic: {exc.message}", expected=exc.expected,
+                                 got=text) from None
+
+
+def _rest_token(args: argparse.Namespace) -> str | None:
+    """The bearer token of ``--rest-token-file`` (None without one)."""
+    if not args.rest_token_file:
+        return None
+    try:
+        token = Path(args.rest_token_file).read_text().strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidConfigError(f"--rest-token-file: {exc}", got=args.rest_token_file) from None
+    if not token:
+        raise InvalidConfigError("--rest-token-file is empty", got=args.rest_token_file)
+    return token
+
+
+def _rest_server(args: argparse.Namespace, manager: Any, token: str | None,
+                 topics: Any) -> Any:
+    """The REST API's server, listening (SeqRepairError: a bad token; OSError: no bind)."""
+    import redis
+
+    from seqrepair.rest.api import SubscriptionApi
+    from seqrepair.rest.server import RestServer
+
+    api = SubscriptionApi(manager, token=token, unavailable=(OSError, redis.RedisError),
+                          topics=topics)
+    host, port = args.rest
+    limits = {"request_timeout": args.rest_timeout, "max_connections": args.rest_max_connections}
+    server = RestServer(api, host=host, port=port,
+                        **{name: value for name, value in limits.items() if value is not None})
+    server.start()
+    log.info("subscription REST API listening", url=server.url, authenticated=bool(token))
+    return server

@@ -1,0 +1,31 @@
+"""``seqrepair gateway``'s body (the options are defined in :mod:`seqrepair.amqp.commands`)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import signal
+import sys
+from pathlib import Path
+
+
+def gateway_command(args: argparse.Namespace) -> int:
+    """``seqrepair gateway``: relay until SIGTERM or ^C; 1 when it gave up."""
+    from seqrepair.amqp.gateway.gateway import Gateway
+    from seqrepair.amqp.gateway.relays import Backoff
+
+    def ready(url: str) -> None:
+        if args.ready_file:
+            Path(args.ready_file).write_text(url)
+
+    gateway = Gateway(args.listen, args.upstream, name=args.name, on_ready=ready,
+                      idle_timeout=args.idle_timeout, hold_timeout=args.hold_timeout,
+                      backoff=Backoff(max_attempts=args.max_attempts),
+                      annotations=not args.rewrite)
+    signal.signal(signal.SIGTERM, lambda *_: gateway.request_stop())
+    with contextlib.suppress(KeyboardInterrupt):
+        gateway.run()
+    if gateway.error is not None:
+        print(f"seqrepair gateway: {gateway.error}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,314 @@
+"""The component's count limits over real processes (issue 24): a redis-server, ``seqrepair
+serve`` with small limits, an honest ``seqrepair publish`` / ``seqrepair subscribe`` pair, and
+raw sockets or proton connections that ask for more.
+
+* Connections that never complete the AMQP open (silent, or the protocol header only) are
+  closed ``--open-timeout`` after their accept, and the component's descriptors drop back.
+* The link past ``--max-links-per-connection`` (``--max-links-per-principal``) is refused with
+  ``amqp:resource-limit-exceeded`` naming the limit, while the links already held and another
+  connection's go on receiving; the connection past ``--max-connections-per-principal`` or
+  ``--max-connections`` is closed with that condition.
+* The honest subscriber gets every publication exactly once, in order, throughout, and the
+  stop counters say what was refused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import select
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from proton import ConnectionException, Message
+from proton.utils import BlockingConnection, LinkDetached
+
+from seqrepair.amqp.client.query import query_capabilities
+from seqrepair.journal.server import EmbeddedRedis
+
+from .conftest import ROOT, ComponentProcess, wait_for
+
+pytestmark = [pytest.mark.amqp, pytest.mark.redis]
+
+HONEST = "feed.honest"
+COUNT = 600
+LIMIT = "amqp:resource-limit-exceeded"
+AMQP_HEADER = b"AMQP\x00\x01\x00\x00"
+
+
+def _env() -> dict[str, str]:
+    return dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+
+def cli(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "seqrepair.cli", *args], env=_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def fds(proc: ComponentProcess) -> int:
+    assert proc.proc is not None
+    return len(os.listdir(f"/proc/{proc.proc.pid}/fd"))
+
+
+@contextlib.contextmanager
+def honest_pair(comp: ComponentProcess, redis_url: str, tmp: Path) -> Iterator[
+        subprocess.Popen[str]]:
+    """A subscriber of ``/honest/#`` (ready when this yields) and a publisher of COUNT
+    publications at 100/s; on exit, checks the subscriber got them all once, in order."""
+    out, ready = tmp / "honest.jsonl", tmp / "honest-ready"
+    sub = cli("subscribe", "--url", comp.url, "--address", "/honest/#", "--heartbeat", "0.2",
+              "--output", str(out), "--ready-file", str(ready), "--count", str(COUNT))
+    pub: subprocess.Popen[str] | None = None
+    try:
+        assert wait_for(lambda: ready.exists() or sub.poll() is not None, 20)
+        pub = cli("publish", "--url", comp.url, "--source", HONEST, "--redis-url", redis_url,
+                  "--count", str(COUNT), "--rate", "100", "--batch", "8",
+                  "--topics", "/honest/a,/honest/b", "--timeout", "60")
+        yield pub
+        assert pub.wait(60) == 0, pub.communicate()
+        assert sub.wait(60) == 0, sub.communicate()
+        numbers = [json.loads(line)["source_seq"] for line in out.read_text().splitlines()
+                   if line.strip()]
+        assert numbers == list(range(1, COUNT + 1))
+    finally:
+        for proc in (pub, sub):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+
+
+def stop_counters(comp: ComponentProcess) -> dict[str, int]:
+    """The counters of the component's ``component stopped`` log line (after :meth:`stop`)."""
+    line = next(line for line in comp.log_text().splitlines() if "component stopped" in line)
+    return {key: int(value) for key, value in re.findall(r"(\w+)=(\d+)\b", line)}
+
+
+def test_connections_that_never_open_are_closed_after_the_open_timeout(tmp_path: Path) -> None:
+    """40 silent sockets and 10 that send only the protocol header: held (one descriptor each)
+    until ``--open-timeout`` (1.5 s), then closed; the honest pair never notices."""
+    with EmbeddedRedis(appendfsync="always") as redis:
+        comp = ComponentProcess(redis.url, tmp_path, "--heartbeat", "0.2",
+                                "--open-timeout", "1.5").start()
+        try:
+            host, port = comp.url.split(":")
+            with honest_pair(comp, redis.url, tmp_path):
+                time.sleep(0.5)
+                baseline = fds(comp)
+                socks = connect_all(host, int(port), 50)
+                for sock, _ in socks[40:]:
+                    sock.sendall(AMQP_HEADER)
+                # accepted from the listen backlog within moments, each one descriptor
+                assert wait_for(lambda: fds(comp) >= baseline + 45, 1.2), (fds(comp), baseline)
+                assert query_capabilities(comp.url, timeout=5).link_bits == 16  # still served
+                held_for = []
+                for i, (sock, connected) in enumerate(socks):
+                    sock.settimeout(10)
+                    received = b""
+                    while chunk := sock.recv(4096):
+                        received += chunk
+                    held_for.append(time.monotonic() - connected)
+                    if i < 40:  # silent: its socket is closed, nothing written
+                        assert received == b""
+                    else:  # the header-only peers are told why, in an AMQP close
+                        assert received.startswith(AMQP_HEADER)
+                        assert LIMIT.encode() in received
+                        assert b"--open-timeout" in received
+                    sock.close()
+                assert min(held_for) >= 1.4, held_for
+                assert max(held_for) < 6, held_for
+                assert wait_for(lambda: fds(comp) <= baseline + 2, 5), (fds(comp), baseline)
+        finally:
+            comp.stop()
+        counters = stop_counters(comp)
+        assert counters["opens_timed_out"] == 50
+        assert counters["connections_peak"] >= 52
+
+
+def connect_all(host: str, port: int, n: int) -> list[tuple[socket.socket, float]]:
+    """``n`` sockets connected at once (a sequence of connects waits on the listen backlog),
+    each with the time its connect completed."""
+    pending = []
+    for _ in range(n):
+        sock = socket.socket()
+        sock.setblocking(False)
+        sock.connect_ex((host, port))
+        pending.append(sock)
+    done: dict[socket.socket, float] = {}
+    deadline = time.monotonic() + 20
+    while len(done) < n and time.monotonic() < deadline:
+        _, writable, _ = select.select([], [s for s in pending if s not in done], [], 0.5)
+        for sock in writable:
+            assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0
+            done[sock] = time.monotonic()
+    assert len(done) == n, f"{len(done)} of {n} connected"
+    for sock in pending:
+        sock.setblocking(True)
+    return [(sock, done[sock]) for sock in pending]
+
+
+def attach(conn: BlockingConnection, name: str, credit: int = 10) -> Any:
+    return conn.create_receiver("/honest/#", name=name, credit=credit)
+
+
+def refused_link(conn: BlockingConnection, name: str) -> str:
+    """The description of the refusal of a link ``name`` (asserting it is refused)."""
+    with pytest.raises(LinkDetached) as caught:
+        attach(conn, name)
+    condition = caught.value.link.remote_condition
+    assert condition is not None
+    assert condition.name == LIMIT
+    return str(condition.description)
+
+
+def refused_connection(url: str, container_id: str | None = None) -> str:
+    """The description of the close of a connection that is refused."""
+    try:
+        conn = BlockingConnection(url, timeout=10, container_id=container_id)
+        attach(conn, f"after-refusal-{time.monotonic()}")  # waits for the close if still open
+    except (ConnectionException, LinkDetached) as exc:
+        endpoint = getattr(exc, "link", None) or getattr(exc, "connection", None)
+        condition = endpoint.connection.remote_condition if endpoint is not None else None
+        text = str(exc) if condition is None else f"{condition.name} {condition.description}"
+        assert LIMIT in text, text
+        return text
+    raise AssertionError("the connection was not refused")
+
+
+def publication_in(receiver: Any) -> bool:
+    """Whether ``receiver`` gets a publication (not only heartbeats) within 10 s."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        message: Message = receiver.receive(timeout=deadline - time.monotonic())  # settled
+        if str((message.properties or {}).get("message-type", "")).startswith("PUBLICATION"):
+            return True
+    return False
+
+
+def test_links_and_connections_past_their_limits_are_refused_alone(tmp_path: Path) -> None:
+    with EmbeddedRedis(appendfsync="always") as redis:
+        comp = ComponentProcess(
+            redis.url, tmp_path, "--heartbeat", "0.2", "--max-links-per-connection", "4",
+            "--max-links-per-principal", "6", "--max-connections-per-principal", "2").start()
+        conns: list[BlockingConnection] = []
+        try:
+            with honest_pair(comp, redis.url, tmp_path):
+                first = BlockingConnection(comp.url, timeout=10, container_id="greedy")
+                conns.append(first)
+                held = [attach(first, f"greedy-{i}") for i in range(4)]
+                assert "--max-links-per-connection" in refused_link(first, "greedy-4")
+                second = BlockingConnection(comp.url, timeout=10, container_id="greedy")
+                conns.append(second)
+                held += [attach(second, f"greedy-b{i}") for i in range(2)]
+                assert "--max-links-per-principal" in refused_link(second, "greedy-b2")
+                assert "--max-connections-per-principal" in refused_connection(
+                    comp.url, "greedy")
+                other = BlockingConnection(comp.url, timeout=10, container_id="modest")
+                conns.append(other)
+                held += [attach(other, f"modest-{i}") for i in range(4)]
+                for receiver in held:  # every link held keeps being served
+                    assert publication_in(receiver)
+                held.pop(0).close()  # one ends: room for one more on that connection
+                held.append(attach(first, "greedy-4"))
+                assert publication_in(held[-1])
+        finally:
+            for conn in conns:
+                with contextlib.suppress(Exception):
+                    conn.close()
+            comp.stop()
+        counters = stop_counters(comp)
+        assert counters["links_refused"] == 2
+        assert counters["connections_refused"] == 1
+
+
+def test_the_connection_past_max_connections_is_closed_at_once(tmp_path: Path) -> None:
+    with EmbeddedRedis(appendfsync="always") as redis:
+        comp = ComponentProcess(redis.url, tmp_path, "--max-connections", "3").start()
+        conns: list[BlockingConnection] = []
+        try:
+            conns += [BlockingConnection(comp.url, timeout=10) for _ in range(3)]
+            started = time.monotonic()
+            assert "--max-connections" in refused_connection(comp.url)
+            assert time.monotonic() - started < 5
+            # a flood past the limit: a few are held a second to be told why, the rest closed
+            # unread; the descriptors held stay bounded
+            baseline = fds(comp)
+            host, port = comp.url.split(":")
+            flood = connect_all(host, int(port), 60)
+            peak = baseline
+            deadline = time.monotonic() + 1.5
+            while time.monotonic() < deadline:
+                peak = max(peak, fds(comp))
+            assert peak <= baseline + 16 + 2, (peak, baseline)
+            for sock, connected in flood:
+                sock.settimeout(5)
+                while sock.recv(4096):
+                    pass
+                assert time.monotonic() - connected < 4
+                sock.close()
+            conns.pop().close()
+            assert wait_for(lambda: _served(comp.url), 10)  # room again
+            assert query_capabilities(comp.url, timeout=5).limits["max-connections"] == 3
+        finally:
+            for conn in conns:
+                with contextlib.suppress(Exception):
+                    conn.close()
+            comp.stop()
+        assert stop_counters(comp)["connections_refused"] >= 1
+
+
+def _served(url: str) -> bool:
+    try:
+        query_capabilities(url, timeout=5)
+    except Exception:
+        return False
+    return True
+
+
+def test_what_ends_is_released_however_it_ends(here: Any) -> None:
+    """Links detached, connections closed and connections lost (the peer's process gone, no
+    AMQP close) give back what they held: the principal attaches its full allowance again."""
+    comp = here(max_links_per_connection=3, max_links_per_principal=3,
+                max_connections_per_principal=1)
+
+    def counts() -> tuple[int, int, int]:
+        return comp.call(lambda: (comp.admission.connections, comp.admission.links,
+                                  comp.admission.connections_of("greedy")))
+
+    conn = BlockingConnection(comp.here_url, timeout=10, container_id="greedy")
+    links = [attach(conn, f"g{i}") for i in range(3)]
+    assert counts() == (1, 3, 1)
+    links[0].close()
+    assert wait_for(lambda: counts() == (1, 2, 1), 5)
+    conn.close()
+    assert wait_for(lambda: counts() == (0, 0, 0), 5)
+    # a peer process that dies holding three links: its socket goes, its open never closes
+    peer = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time\n"
+        "from proton.utils import BlockingConnection\n"
+        f"c = BlockingConnection({comp.here_url!r}, timeout=10, container_id='greedy')\n"
+        "[c.create_receiver('/honest/#', name=f'p{i}', credit=1) for i in range(3)]\n"
+        "print('attached', flush=True)\n"
+        "time.sleep(60)\n")], env=_env(), stdout=subprocess.PIPE, text=True)
+    try:
+        assert peer.stdout is not None
+        assert peer.stdout.readline().strip() == "attached"
+        assert counts() == (1, 3, 1)
+    finally:
+        peer.kill()
+        peer.wait(10)
+    assert wait_for(lambda: counts() == (0, 0, 0), 5)
+    again = BlockingConnection(comp.here_url, timeout=10, container_id="greedy")
+    try:
+        for i in range(3):
+            attach(again, f"again-{i}")
+        assert "--max-links-per-connection" in refused_link(again, "again-3")
+    finally:
+        again.close()
