@@ -10,6 +10,7 @@ component, not the process that measures the honest subscriber)::
     python tests/amqp/attacks.py hoard --url HOST:PORT --idle-links 300 --busy-links 30
     python tests/amqp/attacks.py never-open --url HOST:PORT --connections 500
     python tests/amqp/attacks.py all --url HOST:PORT --sources a,b
+    python tests/amqp/attacks.py mix --parts flood,hoard --url HOST:PORT --sources a,b
 
 Every attack runs ``--duration`` seconds (or until SIGTERM), then prints one JSON line of what
 it saw (requests accepted/rejected, links attached/refused, connections the component closed
@@ -28,7 +29,8 @@ imported: the file runs as a script from anywhere.
   without credit and ``--busy-links`` links with credit, read and discarded.
 * ``never-open``: N TCP connections, half sending nothing, half only the AMQP protocol
   header; none ever sends an ``open``.
-* ``all``: the four at once.
+* ``all``: the four at once (4 flooding connections, 4 x 2 dead links, the hoarder,
+  ``--never-open`` connections); ``mix --parts a,b``: some of them, sized as in ``all``.
 """
 
 from __future__ import annotations
