@@ -49,6 +49,26 @@ def register(subparsers: Any) -> None:
                             "rejected as it arrives and its link detached with "
                             "amqp:link:message-size-exceeded (default: 1048576, 1 MiB)")
     serve.add_argument("--max-gap-range", type=positive_int, default=10_000)
+    serve.add_argument("--link-context-bytes", type=positive_int, default=16 << 20,
+                       metavar="BYTES",
+                       help="most bytes of frames one link's context keeps for gap fill (older "
+                            "gaps repair by source; default: 16 MiB)")
+    serve.add_argument("--link-unsent-bytes", type=positive_int, default=4 << 20, metavar="BYTES",
+                       help="most bytes sent on one link that its peer has not taken; past it "
+                            "the link is paused (default: 4 MiB)")
+    serve.add_argument("--connection-bytes", type=positive_int, default=64 << 20,
+                       metavar="BYTES",
+                       help="most bytes the links of one connection hold, unsent and in "
+                            "contexts (default: 64 MiB)")
+    serve.add_argument("--principal-bytes", type=positive_int, default=256 << 20,
+                       metavar="BYTES",
+                       help="most bytes the links of one principal hold (default: 256 MiB)")
+    serve.add_argument("--component-bytes", type=positive_int, default=512 << 20,
+                       metavar="BYTES",
+                       help="most bytes all links together hold (default: 512 MiB)")
+    serve.add_argument("--memory-grace", type=positive_float, default=10.0, metavar="SECONDS",
+                       help="a link over its bytes this long is detached and its connection "
+                            "closed with amqp:resource-limit-exceeded (default: 10)")
     serve.add_argument("--context-retention", type=non_negative_float, default=30.0)
     serve.add_argument("--retain-count", type=positive_int, default=None, metavar="N",
                        help="journal retention: keep the newest N publications per source")
@@ -80,6 +100,23 @@ def register(subparsers: Any) -> None:
     serve.add_argument("--open-timeout", type=positive_float, default=10.0, metavar="SECONDS",
                        help="a connection that has not completed the AMQP open (and SASL) "
                             "this long after it was accepted is closed")
+    serve.add_argument("--repair-turn", type=positive_float, default=0.01, metavar="SECONDS",
+                       help="event-loop time one repair turn may take (journal reads and "
+                            "encoding for replays and resends, round-robin by connection) "
+                            "before live delivery and other peers are served (default 0.01)")
+    serve.add_argument("--replay-page", type=positive_int, default=1_000, metavar="N",
+                       help="journal entries a replay reads per step, sent or skipped by the "
+                            "link's filters: one step of a repair turn (default 1000)")
+    serve.add_argument("--max-replays-per-connection", type=positive_int, default=16,
+                       metavar="N",
+                       help="source replays one connection may have in progress; a "
+                            "SOURCE-GAP-REQUEST past it is rejected "
+                            "amqp:resource-limit-exceeded (default 16; a gateway's one "
+                            "connection carries all its subscribers' replays)")
+    serve.add_argument("--max-replays-per-principal", type=positive_int, default=64,
+                       metavar="N",
+                       help="source replays all connections of one principal may have in "
+                            "progress (default 64)")
     serve.add_argument("--subscription", action="append", default=[],
                        metavar="NAME=PATTERN[;TOKENS]",
                        help="a subscription queue /subscriptions/NAME (tokens comma-separated)")

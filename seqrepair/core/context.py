@@ -20,22 +20,46 @@ from seqrepair.core.sequence import RESET, SequenceSpace
 
 LinkFrame = Publication | Heartbeat
 
+FRAME_OVERHEAD = 256
+"""Bytes a held frame costs besides its values (the frame object, its slot in the context)."""
 
+
+def frame_size(frame: LinkFrame) -> int:
+    """What holding ``frame`` costs, estimated in bytes: :data:`FRAME_OVERHEAD` plus its
+    strings and field values (a string or bytes value by its length, any other 32)."""
+    if not isinstance(frame, Publication):
+        return FRAME_OVERHEAD
+    size = FRAME_OVERHEAD + len(frame.topic) + len(frame.source)
+    if frame.permtoken:
+        size += len(frame.permtoken)
+    for key, value in frame.fields.items():
+        size += 32 + len(key) + (len(value) if isinstance(value, str | bytes) else 32)
+    return size
 
 
 @attrs.define(on_setattr=attrs.setters.NO_OP)
 class LinkContext:
-    """The last ``capacity`` frames sent on one link, addressable by link number.
+    """The last ``capacity`` frames sent on one link, addressable by link number, and no more
+    than ``max_bytes`` of them (estimated by :func:`frame_size`; None: no byte bound).
 
     ``max_range`` bounds how many numbers one request may ask for; a larger request is refused,
     so a hostile or confused subscriber cannot make the component resend its whole history.
+    The byte bound evicts the oldest frames first, never one of the newest ``keep`` a
+    :meth:`record` or :meth:`trim` names (the frames a windowed subscriber has not
+    acknowledged, which it may still ask for: the link stamps no new number while they fill
+    the bound, see :meth:`newest_bytes`). ``max_bytes`` may change (the component shares a
+    budget among links); :meth:`trim` applies a smaller one at once.
     """
 
     bits: int = 16
     capacity: int = attrs.field(default=65_536, validator=positive_int)
     max_range: int = attrs.field(default=10_000, validator=positive_int)
+    max_bytes: int | None = None
     space: SequenceSpace = attrs.field(init=False)
     _frames: deque[LinkFrame] = attrs.field(init=False, factory=deque)
+    # bytes recorded in this context through each held frame, and through the last one evicted
+    _through: deque[int] = attrs.field(init=False, factory=deque)
+    _evicted: int = attrs.field(init=False, default=0)
     _head: int = attrs.field(init=False, default=0)
     # absolute link number = position + _base; after a reset position 1 is the 0 frame.
     _base: int = attrs.field(init=False, default=0)
@@ -45,8 +69,10 @@ class LinkContext:
     def _space(self) -> SequenceSpace:
         return SequenceSpace(self.bits)
 
-    def record(self, frame: LinkFrame) -> None:
-        """Remember a frame just sent. A frame numbered 0 starts a new context."""
+    def record(self, frame: LinkFrame, keep: int = 0, size: int | None = None) -> None:
+        """Remember a frame just sent. A frame numbered 0 starts a new context. ``keep``: how
+        many of the newest frames (this one included) the byte bound must not evict; ``size``:
+        what holding the frame costs, when the caller knows better than :func:`frame_size`."""
         if frame.link_seq is None:
             raise InvalidConfigError("only frames with a link number can be recorded")
         self.space.check(frame.link_seq, allow_reset=True)
@@ -54,12 +80,44 @@ class LinkContext:
             if self._head:  # what was sent is void; a context that sent nothing just starts at 0
                 self._generation += 1
             self._frames.clear()
+            self._through.clear()
+            self._evicted = 0
             self._head = 0
             self._base = -1
         self._head += 1
         self._frames.append(frame)
+        self._through.append(
+            (self._through[-1] if self._through else self._evicted)
+            + (frame_size(frame) if size is None else size)
+        )
         if len(self._frames) > self.capacity:
-            self._frames.popleft()
+            self._evict()
+        if self.max_bytes is not None:
+            self.trim(keep)
+
+    @property
+    def bytes(self) -> int:
+        """The estimated bytes of the frames held."""
+        return self._through[-1] - self._evicted if self._through else 0
+
+    def newest_bytes(self, count: int) -> int:
+        """The estimated bytes of the newest ``count`` frames held."""
+        held = len(self._through)
+        if count <= 0 or not held:
+            return 0
+        older = self._evicted if count >= held else self._through[held - count - 1]
+        return self._through[-1] - older
+
+    def trim(self, keep: int = 0) -> None:
+        """Evict the oldest frames while over ``max_bytes``, keeping the newest ``keep``."""
+        if self.max_bytes is None:
+            return
+        while len(self._frames) > keep and self.bytes > self.max_bytes:
+            self._evict()
+
+    def _evict(self) -> None:
+        self._frames.popleft()
+        self._evicted = self._through.popleft()
 
     def answer(self, request: GapRequest) -> list[LinkFrame] | GapError:
         """The frames of the requested range, marked as retransmissions, or a GapError.

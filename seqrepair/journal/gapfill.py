@@ -111,6 +111,7 @@ class Replay:
         self.page_size = page_size
         self.sent = 0
         self.filtered = 0
+        self.scanned = 0  # journal entries read, sent or not
         self.left_to_link = 0  # numbers not read because the link itself carries them
         self.cover = (
             None if request.link_through is None else link.context.cover(request.link_through)
@@ -164,6 +165,16 @@ class Replay:
         return True
 
     def __iter__(self) -> Iterator[ReplayFrame]:
+        return (frame for frame in self.steps() if frame is not None)
+
+    def steps(self, scan_slice: int | None = None) -> Iterator[ReplayFrame | None]:
+        """The frames of the replay, and a ``None`` after every ``scan_slice`` journal entries
+        read, sent or skipped (None: no pauses).
+
+        A ``None`` says "a slice read": the caller may serve others before reading on. A replay
+        whose entries the link is not entitled to reads and skips them; without these pauses
+        one step of it could scan the whole range (thousands of entries, many journal pages).
+        """
         allows = self.link.entitlement.allows
         for seg in self.segments:
             if self._cut(seg, seg.first):
@@ -174,22 +185,26 @@ class Replay:
                 ):
                     if self.cover is not None and self._cut(seg, pub.source_seq):
                         break
-                    if not allows(pub):
+                    self.scanned += 1
+                    if allows(pub):
+                        poison = undeliverable(pub)
+                        if poison is not None:
+                            log.error("gapfill.undeliverable_entry", link=self.link.link_id,
+                                      source=seg.source, seq=pub.source_seq,
+                                      error=poison.message)
+                            yield GapError(
+                                "trimmed", self.request,
+                                f"{seg.source} {pub.source_seq}: the journal entry cannot be "
+                                f"delivered: {poison.message}",
+                                {seg.source: pub.source_seq},
+                            )
+                            return
+                        self.sent += 1
+                        yield attrs.evolve(pub, retransmit=True, link_seq=None)
+                    else:
                         self.filtered += 1
-                        continue
-                    poison = undeliverable(pub)
-                    if poison is not None:
-                        log.error("gapfill.undeliverable_entry", link=self.link.link_id,
-                                  source=seg.source, seq=pub.source_seq, error=poison.message)
-                        yield GapError(
-                            "trimmed", self.request,
-                            f"{seg.source} {pub.source_seq}: the journal entry cannot be "
-                            f"delivered: {poison.message}",
-                            {seg.source: pub.source_seq},
-                        )
-                        return
-                    self.sent += 1
-                    yield attrs.evolve(pub, retransmit=True, link_seq=None)
+                    if scan_slice is not None and self.scanned % scan_slice == 0:
+                        yield None
             except TrimmedRangeError as exc:
                 log.warning(
                     "gapfill.trimmed_during_replay", link=self.link.link_id, source=seg.source
@@ -272,8 +287,9 @@ def _capped(
 class GapFillService:
     """Answers GapRequest from link context and SourceGapRequest from the journal.
 
-    ``link_bits`` and ``context_capacity`` size each link's context; ``policy`` bounds every
-    request (its ``max_range`` also bounds link requests).
+    ``link_bits``, ``context_capacity`` (frames) and ``context_bytes`` (None: no byte bound)
+    size each link's context; ``policy`` bounds every request (its ``max_range`` also bounds
+    link requests).
     """
 
     def __init__(
@@ -283,9 +299,11 @@ class GapFillService:
         policy: RefusalPolicy | None = None,
         link_bits: int = 16,
         context_capacity: int = 65_536,
+        context_bytes: int | None = None,
         page_size: int = 1000,
     ) -> None:
         self.journal = journal
+        self.context_bytes = context_bytes
         self.policy = policy if policy is not None else RefusalPolicy()
         self.link_bits = link_bits
         self.context_capacity = context_capacity
@@ -322,6 +340,7 @@ class GapFillService:
                 bits=self.link_bits,
                 capacity=self.context_capacity,
                 max_range=self.policy.max_range,
+                max_bytes=self.context_bytes,
             ),
             budget=self.policy.new_budget(),
             start_after=start,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -116,9 +117,10 @@ class _Sender:
         self.credit = credit
         self.sent: list[object] = []
 
-    def send(self, message: object) -> None:
+    def send(self, message: object) -> SimpleNamespace:
         self.sent.append(message)
         self.credit -= 1
+        return SimpleNamespace(pending=100)  # a delivery: the bytes proton holds of it
 
 
 def test_a_link_without_batches_numbers_no_more_publications_than_its_credit() -> None:

@@ -4,6 +4,7 @@ ACK, and the subscriber's side (when it acks, and how it follows the attach repl
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -43,9 +44,10 @@ class _Sender:
         self.connection = connection
         self.sent: list[Any] = []
 
-    def send(self, message: object) -> None:
+    def send(self, message: object) -> SimpleNamespace:
         self.sent.append(message)
         self.credit -= 1
+        return SimpleNamespace(pending=100)  # a delivery: the bytes proton holds of it
 
 
 def _pub(seq: int) -> Publication:

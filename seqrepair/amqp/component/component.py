@@ -46,11 +46,13 @@ from seqrepair.amqp.component.attach import open_subscriber
 from seqrepair.amqp.component.config import Bucket
 from seqrepair.amqp.component.config import ComponentConfig as ComponentConfig
 from seqrepair.amqp.component.durable import Durables
+from seqrepair.amqp.component.fairness import RepairTurns, TurnBudget, check_replay_room
 from seqrepair.amqp.component.gate import Gate
 from seqrepair.amqp.component.grants import principal_of
 from seqrepair.amqp.component.ingest import Ingest, Released
 from seqrepair.amqp.component.journalport import RedisJournalPort
 from seqrepair.amqp.component.links import ResponseRoute, SubscriberLink
+from seqrepair.amqp.component.memory import MemoryGuard
 from seqrepair.amqp.component.routing import MAX_RESPONSE_TARGETS as MAX_RESPONSE_TARGETS
 from seqrepair.amqp.component.routing import route_for
 from seqrepair.amqp.component.subqueues import SubscriptionChanges, apply_change
@@ -143,7 +145,7 @@ class Component(MessagingHandler):
         )
         self.stats = {"ingested": 0, "duplicates": 0, "rejected": 0, "released": 0, "requests": 0,
                       "trimmed_unsent": 0, "oversized": 0, "acks": 0, "acks_ignored": 0,
-                      "window_peak": 0}
+                      "window_peak": 0, "replays_refused": 0}
         # connections and links held against the count limits (admission.py); its counters
         # (refused, timed out, peaks) are among the stop counters
         self.admission = Admission(config.count_limits(), self.stats)
@@ -158,13 +160,18 @@ class Component(MessagingHandler):
             policy=RefusalPolicy(max_range=config.max_gap_range),
             link_bits=config.link_bits,
             context_capacity=config.context_capacity,
+            page_size=config.replay_page,
+            context_bytes=config.link_context_bytes,
         )
+        self.memory = MemoryGuard(config, self.stats)
         self.links: dict[str, SubscriberLink] = {}
         self.principals: dict[str, str] = {}
         self.routes: dict[tuple[int, str], ResponseRoute] = {}
         self._conn_ids = itertools.count(1)
-        self._unfinished: set[ResponseRoute] = set()  # answers stopped at a pump's quota
-        self._continuing = False
+        # routes whose answers must be read, served a step each per repair turn (fairness.py)
+        self.repairs = RepairTurns(
+            TurnBudget(config.repair_turn, time.monotonic), self.stats,
+            schedule=lambda fn: self.container.schedule(0, Call(fn)), pump=self._pump_sender)
         self._rng = random.Random(config.drop_seed)
         self.acceptor: Any = None
         self.container: Any = None
@@ -285,7 +292,32 @@ class Component(MessagingHandler):
             self._pump_link(link, now)
             if link.stats["window_peak"] > self.stats["window_peak"]:
                 self.stats["window_peak"] = link.stats["window_peak"]
+        for link in self.memory.check(self.links, self.principals, now):
+            self._detach_for_memory(link)
         self._schedule_tick()
+
+    def _detach_for_memory(self, link: SubscriberLink) -> None:
+        """Detach a link over its byte bound for too long (:mod:`.memory`), and drop its
+        connection: its peer does not read, and proton frees what it queued only with the
+        transport."""
+        sender = link.sender
+        if sender is None:
+            return
+        text = (f"more than the bytes allowed sent and not taken by the peer for "
+                f"{self.config.memory_grace} s")
+        conn = sender.connection
+        link.log.warning("link detached: peer does not read", unsent=link.route.unsent.bytes,
+                         connection=getattr(conn, "seqrepair_id", None),
+                         container=conn.remote_container)
+        self._forget(sender)
+        sender.condition = Condition("amqp:resource-limit-exceeded", text)
+        sender.close()
+        conn.condition = Condition("amqp:resource-limit-exceeded", text)
+        conn.close()
+        transport = conn.transport
+        if transport is not None:
+            transport.close_tail()
+            transport.close_head()
 
     def on_connection_bound(self, event: Any) -> None:
         event.transport.idle_timeout = self.config.idle_timeout
@@ -345,9 +377,11 @@ class Component(MessagingHandler):
         self._pump_sender(event.sender)
 
     def _pump_sender(self, sender: Any) -> None:
+        """Send what is ready on ``sender`` (a link's live frames, answers already read); what
+        must be read first waits for a repair turn."""
         route = getattr(sender, "route", None)
         if route is not None:
-            route.pump()
+            route.send_ready()
             self._pump_later(route)
             return
         name = getattr(sender, "subscriber", None)
@@ -360,21 +394,9 @@ class Component(MessagingHandler):
         self._pump_later(link.route)
 
     def _pump_later(self, route: ResponseRoute) -> None:
-        """Continue a pump that stopped at its quota of answers once the event loop has served
-        everything else that is ready (see ANSWERS_PER_TURN)."""
-        if not route.wants_turn():
-            return
-        self._unfinished.add(route)
-        if not self._continuing:
-            self._continuing = True
-            self.container.schedule(0, Call(self._continue_pumps))
-
-    def _continue_pumps(self) -> None:
-        self._continuing = False
-        unfinished, self._unfinished = self._unfinished, set()
-        for route in unfinished:
-            if route.sender is not None:
-                self._pump_sender(route.sender)
+        """Give ``route`` a step in the repair turns if answers wait there that must be read
+        (:mod:`.fairness`)."""
+        self.repairs.want(route)
 
     def on_link_closing(self, event: Any) -> None:
         self._forget(event.link)
@@ -403,7 +425,7 @@ class Component(MessagingHandler):
             if link.sender is not None and link.sender.connection == conn:
                 self._forget(link.sender)
         for key in [k for k in self.routes if k[0] == getattr(conn, "seqrepair_id", None)]:
-            del self.routes[key]
+            self.repairs.discard(self.routes.pop(key))
         link = conn.link_head(0)
         while link is not None:  # publishing links end with their connection too
             if link.is_receiver:
@@ -419,7 +441,7 @@ class Component(MessagingHandler):
         if route is not None and route.target is not None:  # the peer closed a response target
             conn_id: int = endpoint.connection.seqrepair_id
             self.routes.pop((conn_id, "\0" + route.target), None)
-            self._unfinished.discard(route)
+            self.repairs.discard(route)
             return
         name = getattr(endpoint, "subscriber", None)
         link = self.links.get(name) if name is not None else None
@@ -626,6 +648,8 @@ class Component(MessagingHandler):
                 cookie,
             )
             return
+        if link.name not in route.replays:  # a new replay (one for the same link replaces it)
+            check_replay_room(self.routes.values(), route, self.config, self.stats)
         # what the component fans out next goes to this link too: the replay stops there
         replay = self.gapfill.answer_source_gap(
             link.name, request, now, carried_after=self.ingest.ingested
@@ -636,7 +660,7 @@ class Component(MessagingHandler):
             route.respond(encode(replay), correlation, cookie)
             return
         self.ingest.owe(replay.owed_to_link)
-        route.start_replay(link.name, replay, correlation, cookie)
+        route.start_replay(link.name, replay.steps(self.config.replay_page), correlation, cookie)
 
     # --- running ------------------------------------------------------------------------
 

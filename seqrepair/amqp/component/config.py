@@ -57,6 +57,22 @@ class ComponentConfig:
     ``max-message-size`` of the links the component receives on and enforced as the bytes
     arrive (:mod:`seqrepair.amqp.wire.sizelimit`)."""
     context_capacity: int = _positive(65_536)
+    link_context_bytes: int = _positive(16 << 20)
+    """Most bytes (estimated, :func:`~seqrepair.core.context.frame_size`) one link's context
+    keeps for gap fill; less when a connection's, principal's or the component's share is
+    smaller (:mod:`.memory`)."""
+    link_unsent_bytes: int = _positive(4 << 20)
+    """Most bytes of transfers one link has sent that its peer has not yet taken: past it the
+    link is paused (:mod:`.memory`)."""
+    connection_bytes: int = _positive(64 << 20)
+    """Most bytes the links of one connection hold (unsent transfers and contexts)."""
+    principal_bytes: int = _positive(256 << 20)
+    """Most bytes the links of one principal hold, all its connections together."""
+    component_bytes: int = _positive(512 << 20)
+    """Most bytes every link together holds (detached links' kept contexts too)."""
+    memory_grace: float = _positive(10.0)
+    """Seconds a link may stay over its unsent bound before it is detached (and its
+    connection, whose peer does not read, closed) with ``amqp:resource-limit-exceeded``."""
     max_gap_range: int = _positive(10_000)
     max_request_sources: int = _positive(1_000)
     context_retention: float = attrs.field(default=30.0, validator=non_negative_number)
@@ -70,6 +86,14 @@ class ComponentConfig:
     request_window: int = _positive(32)
     request_rate: float = _positive(500.0)
     request_burst: float = _positive(1_000.0)
+    repair_turn: float = _positive(0.01)
+    """Seconds of event-loop time one repair turn may take (:mod:`.fairness`)."""
+    replay_page: int = _positive(1_000)
+    """Journal entries a source replay reads per step (per page), sent or skipped."""
+    max_replays_per_connection: int = _positive(16)
+    """Source replays one connection may have in progress; past it requests are rejected."""
+    max_replays_per_principal: int = _positive(64)
+    """Source replays one principal's connections may have in progress together."""
     drop_rate: float = attrs.field(default=0.0, validator=_rate)
     drop_seed: int | None = None
     drop_reset_frames: bool = False
@@ -107,6 +131,16 @@ class ComponentConfig:
             "max-links-per-connection": self.max_links_per_connection,
             "max-links-per-principal": self.max_links_per_principal,
             "open-timeout": self.open_timeout,
+            "repair-turn": self.repair_turn,
+            "replay-page": self.replay_page,
+            "max-replays-per-connection": self.max_replays_per_connection,
+            "max-replays-per-principal": self.max_replays_per_principal,
+            "link-context-bytes": self.link_context_bytes,
+            "link-unsent-bytes": self.link_unsent_bytes,
+            "connection-bytes": self.connection_bytes,
+            "principal-bytes": self.principal_bytes,
+            "component-bytes": self.component_bytes,
+            "memory-grace": self.memory_grace,
         }
 
 

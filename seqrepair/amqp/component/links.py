@@ -29,6 +29,7 @@ from typing import Any
 import attrs
 from proton import Condition
 
+from seqrepair.amqp.component.memory import Unsent
 from seqrepair.amqp.wire.codec import encode
 from seqrepair.amqp.wire.errors import InvalidLinkPropertyError, RequestFloodError
 from seqrepair.amqp.wire.framing import (
@@ -42,7 +43,7 @@ from seqrepair.amqp.wire.framing import (
 from seqrepair.amqp.wire.rawamqp import Unsupported
 from seqrepair.amqp.wire.respann import ADDRESS_COOKIE
 from seqrepair.amqp.wire.technical import SubscriptionState
-from seqrepair.core.context import LinkContext
+from seqrepair.core.context import FRAME_OVERHEAD, LinkContext
 from seqrepair.core.errors import SeqRepairError
 from seqrepair.core.messages import (
     GapError,
@@ -73,9 +74,10 @@ def _new_epoch() -> str:
 AnswerFrame = Publication | Heartbeat | ReplayComplete | GapError
 
 ANSWERS_PER_TURN = 16
-"""How many transfers of answers one pump makes before the event loop serves other links (the
-component continues it at once, see ``Component._pump_later``): a large resend or replay to a
-peer with much credit must not stall every other link while it is encoded."""
+"""How many transfers of answers one :meth:`ResponseRoute.pump` makes. The component does not
+read answers in a pump: it sends what is ready (:meth:`ResponseRoute.send_ready`) and reads the
+rest one step per repair turn (:mod:`.fairness`), so a large resend or replay never stalls the
+links of others while it is read and encoded."""
 
 MAX_WAITING_ANSWERS = 64
 """How many answers a route holds for a peer that gives no credit; requests beyond are refused
@@ -84,9 +86,13 @@ MAX_WAITING_ANSWERS = 64
 
 @attrs.define(eq=False)
 class _Stream:
-    """An answer read as it is sent: frames a chunk per transfer, a closing frame on its own."""
+    """An answer read as it is sent: frames a chunk per transfer, a closing frame on its own.
 
-    frames: Iterator[AnswerFrame]
+    A ``None`` among the frames ends a chunk early: the reader scanned a slice of the journal
+    (see :meth:`seqrepair.journal.gapfill.Replay.steps`) and lets others have the event loop.
+    """
+
+    frames: Iterator[AnswerFrame | None]
     correlation_id: Any
     cookie: bytes | None = None
     replay: bool = False
@@ -115,6 +121,8 @@ class ResponseRoute:
     responses: deque[Outgoing | _Stream] = attrs.field(factory=deque)
     replays: dict[str, _Stream] = attrs.field(factory=dict)
     replayed: int = 0
+    unsent: Unsent = attrs.field(factory=Unsent)
+    """The transfers sent on ``sender`` its peer has not yet taken (:mod:`.memory`)."""
 
     def respond(
         self, message: Outgoing, correlation_id: Any, cookie: bytes | None = None
@@ -141,7 +149,7 @@ class ResponseRoute:
     def start_replay(
         self,
         requester: str,
-        replay: Iterable[ReplayFrame],
+        replay: Iterable[ReplayFrame | None],
         correlation_id: Any,
         cookie: bytes | None = None,
     ) -> None:
@@ -158,29 +166,58 @@ class ResponseRoute:
         """Whether answers are waiting."""
         return bool(self.responses) or bool(self.replays)
 
-    def send_one(self) -> bool:
-        """Send one waiting answer or answer chunk; False when there was nothing to send."""
+    def send_one(self, read: bool = True) -> bool:
+        """Send one waiting answer or answer chunk; False when there was nothing to send.
+
+        ``read`` False sends only what is ready (no chunk is read or encoded): False then also
+        when the next answer must be read first. A read that scans a journal slice without a
+        frame to show sends nothing (False) and leaves the rest for the next call.
+        """
         while True:
             if self.responses:
                 head = self.responses[0]
                 if not isinstance(head, _Stream):
-                    self.sender.send(self.responses.popleft())
+                    self.unsent.sent(self.sender.send(self.responses.popleft()))
                     return True
-                message = self._next(head)
+                message = self._next(head, read)
+                if head.done and not head.ready:
+                    self.responses.popleft()  # over: not busy for it any more
                 if message is None:
-                    self.responses.popleft()
+                    if not head.done:
+                        return False
                     continue
             elif self.replays:
                 requester, stream = next(iter(self.replays.items()))
-                message = self._next(stream)
-                if message is None:
+                reading = read and not stream.ready
+                message = self._next(stream, read)
+                if stream.done and not stream.ready:
                     log.info("replay finished", link=requester, replayed=self.replayed)
                     del self.replays[requester]
+                elif reading and len(self.replays) > 1:  # the route's other replays go next
+                    self.replays[requester] = self.replays.pop(requester)
+                if message is None:
+                    if not stream.done:
+                        return False
                     continue
             else:
                 return False
-            self.sender.send(message)
+            self.unsent.sent(self.sender.send(message))
             return True
+
+    def send_ready(self) -> int:
+        """Send, while credit lasts, the answers that are ready (nothing read or encoded);
+        the number sent."""
+        sent = 0
+        while self.sender is not None and self.sender.credit > 0 and self.send_one(read=False):
+            sent += 1
+        return sent
+
+    def needs_reading(self) -> bool:
+        """Whether answers wait that must be read before they can be sent."""
+        if self.responses:
+            head = self.responses[0]
+            return isinstance(head, _Stream) and not head.ready and not head.done
+        return any(not stream.ready and not stream.done for stream in self.replays.values())
 
     def pump(self) -> int:
         """Send answers while credit lasts, at most :data:`ANSWERS_PER_TURN`."""
@@ -198,16 +235,26 @@ class ResponseRoute:
         """Whether answers wait that the sender has credit for (a pump stopped at its quota)."""
         return self.sender is not None and self.sender.credit > 0 and self.busy()
 
-    def _next(self, stream: _Stream) -> Outgoing | None:
-        """The stream's next message; None once it is over."""
-        if not stream.ready and not stream.done:
-            self._read_chunk(stream)
+    def _next(self, stream: _Stream, read: bool = True) -> Outgoing | None:
+        """The stream's next message; None once it is over (``stream.done``), or while it
+        must be read (``read`` False) or its last read found nothing to send yet."""
+        if not stream.ready and not stream.done and read:
+            try:
+                self._read_chunk(stream)
+            except Exception:
+                # the answer ends here (a journal that failed, say): no closing frame, so its
+                # requester asks again; the caller logs what was raised
+                stream.done = True
+                stream.ready.clear()
+                raise
         return stream.ready.popleft() if stream.ready else None
 
     def _read_chunk(self, stream: _Stream) -> None:
         chunk: list[Publication | Heartbeat] = []
         closing: ReplayComplete | GapError | None = None
         for frame in stream.frames:
+            if frame is None:
+                break  # a journal slice read: the rest on the next step
             if isinstance(frame, Publication | Heartbeat):
                 chunk.append(frame)
                 if len(chunk) >= self.max_batch:
@@ -265,6 +312,9 @@ class SubscriberLink:
     every link the publication goes to; None when only proton's codec can encode it)."""
     route: ResponseRoute = attrs.field(init=False)
     paused: bool = False
+    memory_paused: bool = False
+    """Paused for bytes its peer has not taken (:mod:`.memory`): it resumes only once the
+    peer has taken every transfer."""
     held: bool = False
     """Paused by its subscription (not for want of credit): it stays paused until released."""
     detached_at: float | None = None
@@ -277,7 +327,7 @@ class SubscriberLink:
     stats: dict[str, int] = attrs.field(
         factory=lambda: {"sent": 0, "dropped": 0, "transfers": 0, "paused": 0,
                          "window_full": 0, "window_peak": 0, "stale_resends": 0,
-                         "tail_probes": 0}
+                         "tail_probes": 0, "context_full": 0}
     )
     window: LinkWindow | None = None
     """The window discipline of a subscriber that acknowledges (``seqrepair-ack``): no link
@@ -296,12 +346,14 @@ class SubscriberLink:
         self.sender = sender
         self.route.sender = sender
         self.detached_at = None
+        self.route.unsent.clear()
 
     def detach(self, now: float) -> None:
         """The subscriber went away; the state is kept for resumption until it expires."""
         self.sender = None
         self.route.sender = None
         self.detached_at = now
+        self.route.unsent.clear()  # its transfers go with its connection
 
     @property
     def log(self) -> Any:
@@ -346,6 +398,12 @@ class SubscriberLink:
         self.log.warning("link paused", reason=reason)
         self.route.respond(encode(self._state("PAUSED", reason)), None)
 
+    def pause_for_memory(self, now: float, unsent: int) -> None:
+        """Pause (or keep paused) until the peer has taken what it was sent (:mod:`.memory`)."""
+        self.memory_paused = True
+        if not self.paused:
+            self.pause(now, f"{unsent} bytes sent and not yet taken by the peer")
+
     def _state(self, status: str, reason: str = "") -> SubscriptionState:
         return SubscriptionState(
             status=status,
@@ -369,15 +427,16 @@ class SubscriberLink:
         if (
             self.paused and not self.held and not self.route.busy()
             and credit >= max(1, self.max_credit // 2)
+            and (not self.memory_paused or self.route.unsent.update(sender.queued) == 0)
         ):
             self._resume(now)
-        answers = 0
+        route = self.route
         while sender.credit > 0:
-            if self.route.busy() and answers >= ANSWERS_PER_TURN:
-                break  # the rest on the next turn: answers go out first, in order
-            if self.route.send_one():
-                answers += 1
-            elif self.reset_pending:
+            if route.send_one(read=False):
+                continue
+            if route.busy() and route.needs_reading():
+                break  # answers go out first, in order: read on the component's repair turn
+            if self.reset_pending:
                 self.reset_pending = False
                 self._send_frames([self.sequencer.heartbeat(now)])
             elif self.pending and not self.paused:
@@ -391,6 +450,11 @@ class SubscriberLink:
                     if room <= 0:
                         self.stats["window_full"] += 1
                         break  # until an ACK: what waits stays unnumbered (and may pause)
+                    if self._context_full(window):
+                        # the unacknowledged frames fill the context's bytes: a number
+                        # stamped now could push out one the subscriber may still ask for
+                        self.stats["context_full"] += 1
+                        break
                     most = min(most, room)
                 chunk = [pending.popleft() for _ in range(min(most, len(pending)))]
                 stamp = self.sequencer.stamp
@@ -425,9 +489,13 @@ class SubscriberLink:
         since, gets its newest frame sent again (a tail loss probe). A full window sends no
         heartbeat, so a subscriber that lost the frames at its end would otherwise learn of it
         only from the silence (missed heartbeats); given the newest, it sees the gap before it
-        and asks for it. One frame per tick, whatever the cause (a slow subscriber too)."""
+        and asks for it. One frame per tick, whatever the cause (a slow subscriber too). A
+        window whose frames fill the context's byte bound is full too (:meth:`pump`)."""
         window = self.window
-        if window is None or self.sender is None or window.room() > 0 or self.paused:
+        if (
+            window is None or self.sender is None or self.paused
+            or (window.room() > 0 and not self._context_full(window))
+        ):
             self._stalled = None
             return
         mark = (self.epoch, window.acked_through)
@@ -439,6 +507,14 @@ class SubscriberLink:
         if not isinstance(resend, GapError) and len(resend):
             self.stats["tail_probes"] += 1
             self.route.start_resend(self.fresh(resend), None)
+
+    def _context_full(self, window: LinkWindow) -> bool:
+        """Whether the frames ``window`` has outstanding fill the context's byte bound."""
+        context = self.context
+        return (
+            context.max_bytes is not None
+            and context.newest_bytes(window.outstanding) >= context.max_bytes
+        )
 
     def _counted(self, window: LinkWindow, count: int) -> None:
         window.stamped(count)
@@ -476,6 +552,7 @@ class SubscriberLink:
 
     def _resume(self, now: float) -> None:
         self.paused = False
+        self.memory_paused = False
         self.reset()
         self.log.info("link resumed with a reset")
         self.route.respond(encode(self._state("ACTIVE", "resumed with a link reset")), None)
@@ -492,28 +569,35 @@ class SubscriberLink:
         self, frames: list[Publication | Heartbeat], entries: list[bytes | None] | None = None
     ) -> None:
         record = self.context.record
-        for frame in frames:
-            record(frame)
+        # the byte bound never evicts what the subscriber has not acknowledged (pump)
+        keep = self.window.outstanding if self.window is not None else 0
+        if entries is None:
+            for frame in frames:
+                record(frame, keep)
+        else:  # a publication's encoded entry, shared by every link, sizes it at once
+            for frame, entry in zip(frames, entries, strict=True):
+                record(frame, keep, None if entry is None else FRAME_OVERHEAD + len(entry))
         drop = self.drop
-        keep = [i for i, frame in enumerate(frames) if not drop(frame)]
-        self.stats["dropped"] += len(frames) - len(keep)
+        kept = [i for i, frame in enumerate(frames) if not drop(frame)]
+        self.stats["dropped"] += len(frames) - len(kept)
         self.stats["sent"] += len(frames)
-        if not keep:
+        if not kept:
             return
-        wire = [frames[i] for i in keep]
+        wire = [frames[i] for i in kept]
         send = self.sender.send
+        sent = self.route.unsent.sent
         if not self.batch:
             for frame in wire:
-                send(pack_frame(frame, self.source_bits))
+                sent(send(pack_frame(frame, self.source_bits)))
             return
         cached: list[bytes | None] = (
-            [None] * len(keep) if entries is None else [entries[i] for i in keep]
+            [None] * len(kept) if entries is None else [entries[i] for i in kept]
         )
         for start, end in regular_runs(wire):
             if end - start == 1:
-                send(pack_frame(wire[start], self.source_bits))
+                sent(send(pack_frame(wire[start], self.source_bits)))
                 continue
-            send(self._batch(wire[start:end], cached[start:end]))
+            sent(send(self._batch(wire[start:end], cached[start:end])))
 
     def _batch(
         self, frames: list[Publication | Heartbeat], entries: list[bytes | None]

@@ -1,0 +1,191 @@
+"""How live delivery and repair share the component's one event loop (issue 24).
+
+Live fan-out runs as publications arrive and is never made to wait for anybody's repair.
+Repair work (reading the journal for a source replay, reading a link context for a range
+resend, encoding the chunks) runs only in *repair turns*: a turn serves the routes that have
+such work, one step each in turn (:class:`FairRing`: round-robin across connections, and within
+a connection across its routes, so a connection's share does not grow with its requests or
+links), until its time budget is spent (:class:`TurnBudget`, ``--repair-turn``); the rest
+waits for the next turn, which comes after the event loop has served every other connection's
+I/O. One step sends at most one chunk of answers, or reads at most one journal page of entries
+the link is not entitled to (a replay that scans and skips yields too).
+
+How much repair may be in flight is bounded too: source replays
+per connection and per principal (``--max-replays-per-connection``,
+``--max-replays-per-principal``); a request past either is rejected
+``amqp:resource-limit-exceeded`` and its requester asks again later (a subscriber stub backs
+off and retries).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterable
+from typing import Any, Generic, TypeVar
+
+import attrs
+
+from seqrepair.amqp.component.config import ComponentConfig
+from seqrepair.amqp.component.grants import principal_of
+from seqrepair.amqp.component.links import ResponseRoute
+from seqrepair.amqp.wire.errors import RequestFloodError
+from seqrepair.logs import get_logger
+
+log = get_logger(__name__)
+
+T = TypeVar("T", bound=Hashable)
+
+
+@attrs.define
+class FairRing(Generic[T]):
+    """Items waiting for a turn, served round-robin across groups, then within a group.
+
+    ``add(group, item)`` queues an item (again: no effect while it waits); ``pop()`` takes the
+    next one: the first item of the group whose turn it is, after which that group goes to the
+    back of the ring. An item is in at most one group.
+    """
+
+    _groups: dict[Hashable, dict[T, None]] = attrs.field(factory=dict, init=False)
+    _group_of: dict[T, Hashable] = attrs.field(factory=dict, init=False)
+
+    def add(self, group: Hashable, item: T) -> None:
+        """Queue ``item`` of ``group`` at the back of its group (if not queued already)."""
+        if item in self._group_of:
+            return
+        self._group_of[item] = group
+        self._groups.setdefault(group, {})[item] = None
+
+    def pop(self) -> T | None:
+        """The item whose turn it is (None: nothing waits)."""
+        if not self._groups:
+            return None
+        group = next(iter(self._groups))
+        members = self._groups.pop(group)
+        item = next(iter(members))
+        del members[item]
+        del self._group_of[item]
+        if members:
+            self._groups[group] = members  # the group's next item waits a round
+        return item
+
+    def discard(self, item: T) -> None:
+        """Forget ``item`` (its route went away)."""
+        group = self._group_of.pop(item, None)
+        if group is None:
+            return
+        members = self._groups[group]
+        del members[item]
+        if not members:
+            del self._groups[group]
+
+    def __len__(self) -> int:
+        return len(self._group_of)
+
+    def __contains__(self, item: object) -> bool:
+        return item in self._group_of
+
+
+@attrs.define
+class TurnBudget:
+    """The event-loop time one repair turn may take: ``seconds`` from :meth:`start`."""
+
+    seconds: float
+    clock: Callable[[], float]
+    _started: float = attrs.field(default=0.0, init=False)
+
+    def start(self) -> None:
+        """A new turn begins now."""
+        self._started = self.clock()
+
+    def spent(self) -> bool:
+        """Whether the turn has used its time."""
+        return self.clock() - self._started >= self.seconds
+
+
+class RepairTurns:
+    """The component's repair turns: routes whose answers must be read wait in a
+    :class:`FairRing` (by connection); a turn gives them a step each in turn until its
+    :class:`TurnBudget` is spent, and the next turn is scheduled after the event loop has
+    served everything else that is ready.
+
+    ``schedule(fn)`` runs ``fn`` on the event loop as soon as it has served what is ready;
+    ``pump(sender)`` sends what a step made ready on ``sender`` (a link's live frames behind
+    it) and asks for the route's next step through :meth:`want`. ``stats`` gains
+    ``repair_turns``, ``repair_steps``, ``repair_turns_cut`` and ``repair_failures``.
+    """
+
+    def __init__(self, budget: TurnBudget, stats: dict[str, int], *,
+                 schedule: Callable[[Callable[[], None]], Any],
+                 pump: Callable[[Any], None]) -> None:
+        self.budget = budget
+        self.stats = stats
+        self.schedule = schedule
+        self.pump = pump
+        self.ring: FairRing[ResponseRoute] = FairRing()
+        self.scheduled = False
+        for key in ("repair_turns", "repair_steps", "repair_turns_cut", "repair_failures"):
+            stats.setdefault(key, 0)
+
+    def want(self, route: ResponseRoute) -> None:
+        """Queue ``route`` for a step if answers wait there that must be read and its peer
+        gave credit for them (credit coming back queues it again)."""
+        if not route.wants_turn() or not route.needs_reading():
+            return
+        self.ring.add(getattr(route.sender.connection, "seqrepair_id", None), route)
+        if not self.scheduled:
+            self.scheduled = True
+            self.schedule(self.turn)
+
+    def discard(self, route: ResponseRoute) -> None:
+        """Forget ``route`` (its connection or target went away)."""
+        self.ring.discard(route)
+
+    def turn(self) -> None:
+        """One repair turn (see the module's docstring)."""
+        ring = self.ring
+        self.budget.start()
+        self.stats["repair_turns"] += 1
+        while ring:
+            route = ring.pop()
+            if route is None or route.sender is None or route.sender.credit <= 0:
+                continue  # its peer's credit puts it back
+            self.stats["repair_steps"] += 1
+            try:
+                route.send_one(read=True)
+            except Exception:  # a timer's handler is not Guarded: the loop must go on
+                self.stats["repair_failures"] += 1
+                log.exception("repair step failed: that answer ends unfinished")
+            self.pump(route.sender)  # what the step made ready, live frames behind it
+            if self.budget.spent():
+                break
+        self.scheduled = bool(ring)
+        if ring:
+            self.stats["repair_turns_cut"] += 1
+            self.schedule(self.turn)
+
+
+def check_replay_room(
+    routes: Iterable[ResponseRoute], route: ResponseRoute, config: ComponentConfig,
+    stats: dict[str, int],
+) -> None:
+    """RequestFloodError (``amqp:resource-limit-exceeded``) when the connection, or the
+    principal, of ``route`` runs as many source replays as ``max_replays_per_connection``
+    (``max_replays_per_principal``) allow, counted over ``routes``; the requester asks again
+    later (a stub backs off and retries). Counted in ``stats["replays_refused"]``."""
+    conn = route.sender.connection
+    principal = principal_of(conn)
+    by_conn = by_principal = 0
+    for other in routes:
+        if other.replays and other.sender is not None:
+            if other.sender.connection == conn:
+                by_conn += len(other.replays)
+            if principal_of(other.sender.connection) == principal:
+                by_principal += len(other.replays)
+    for count, limit, whose in (
+        (by_conn, config.max_replays_per_connection, "this connection"),
+        (by_principal, config.max_replays_per_principal, f"principal {principal!r}"),
+    ):
+        if count >= limit:
+            stats["replays_refused"] = stats.get("replays_refused", 0) + 1
+            raise RequestFloodError(
+                f"{count} source replays already run for {whose} (at most {limit}); "
+                "ask again later", expected=limit, got=count)
