@@ -119,12 +119,21 @@ def register(subparsers: Any) -> None:
                             "progress (default 64)")
     serve.add_argument("--subscription", action="append", default=[],
                        metavar="NAME=PATTERN[;TOKENS]",
-                       help="a subscription queue /subscriptions/NAME (tokens comma-separated)")
+                       help="a subscription queue /subscriptions/NAME (tokens comma-separated); "
+                            "who may attach to it: the --policy file's attach-queue rules "
+                            "(without a policy, anyone)")
     serve.add_argument("--rest", type=host_port, metavar="HOST:PORT",
                        help="serve the subscription REST API (/subscriptions, /topics) here; "
                             "subscriptions made through it are kept in Redis")
     serve.add_argument("--rest-token-file", metavar="PATH",
-                       help="the REST API then wants 'Authorization: Bearer <the file's text>'")
+                       help="the REST API then wants 'Authorization: Bearer <token>': a line "
+                            "holding only a token authenticates the principal 'operator', a "
+                            "line 'PRINCIPAL TOKEN' that principal")
+    serve.add_argument("--policy", metavar="FILE",
+                       help="the access policy (TOML, or JSON when FILE ends in .json): who may "
+                            "publish, subscribe, attach to queues, manage subscriptions and "
+                            "list topics; reloaded on SIGHUP (a bad file keeps the policy in "
+                            "force). Without one every principal may do everything but admin")
     # no default here: RestServer's apply (not imported here, to keep the command line quick)
     serve.add_argument("--rest-max-connections", type=positive_int, metavar="N",
                        help="REST connections served at once; one more is answered 503 "

@@ -49,6 +49,10 @@ def _patterns(value: object) -> tuple[TopicPattern, ...]:
     return tuple(topic_pattern(item) for item in value)
 
 
+def _excluded(value: object) -> tuple[TopicPattern, ...]:
+    return _patterns(value) if value else ()
+
+
 def _tokens(value: object) -> frozenset[str]:
     if isinstance(value, str) or not isinstance(value, Iterable):
         raise InvalidConfigError(
@@ -82,6 +86,9 @@ class Entitlement:
     filters: tuple[BasicFilter, ...] = attrs.field(
         default=(), converter=parse_filters, eq=frozenset
     )
+    exclude: tuple[TopicPattern, ...] = attrs.field(default=(), converter=_excluded)
+    """Topic patterns inside ``topics`` the subscriber must not see (the access policy's deny
+    exceptions, :mod:`seqrepair.core.policy`)."""
 
     @classmethod
     def everything(cls) -> Entitlement:
@@ -91,7 +98,8 @@ class Entitlement:
     def allows_topic(self, topic: str) -> bool:
         """Whether ``topic`` matches one of the patterns (False for an invalid topic)."""
         try:
-            return any(pattern.matches(topic) for pattern in self.topics)
+            return any(pattern.matches(topic) for pattern in self.topics) and not (
+                self.exclude and any(pattern.matches(topic) for pattern in self.exclude))
         except InvalidTopicPatternError:
             return False
 

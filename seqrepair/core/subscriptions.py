@@ -21,13 +21,13 @@ The JSON form (what the REST API takes and returns)::
      "filters": [{"dialect": "basic", "type": "suffix", "property": "subject",
                   "value": "/LEMD"}],
      "config": {}, "subscription_status": "ACTIVE", "qos": "EXACTLY_ONCE",
-     "durable": true, "permtokens": null, "configured": false}
+     "durable": true, "permtokens": null, "configured": false, "owner": "alice"}
 
 A proposal needs only ``topic``; every other member may be left out (the defaults above) and a
-read-only one (``sink``, ``queue``, ``configured``, ``id`` on update) is accepted when it agrees,
-so what a GET returned can be PUT back. A member the model does not know, a protocol other
-than AMQP, a ``config`` key, a qos other than exactly-once or a non-durable subscription is
-refused with :class:`~seqrepair.core.errors.InvalidSubscriptionError`.
+read-only one (``sink``, ``queue``, ``configured``, ``owner``, ``id`` on update) is accepted
+when it agrees, so what a GET returned can be PUT back. A member the model does not know, a
+protocol other than AMQP, a ``config`` key, a qos other than exactly-once or a non-durable
+subscription is refused with :class:`~seqrepair.core.errors.InvalidSubscriptionError`.
 
 This module performs no I/O: :class:`SubscriptionRegistry` validates and keeps the state, and
 :func:`link_action` tells an adapter what a change means for the links attached to it.
@@ -67,7 +67,7 @@ _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._~-]{0,127}")
 
 _MEMBERS = frozenset({
     "id", "topic", "protocol", "protocolsettings", "sink", "queue", "filters", "config",
-    "subscription_status", "qos", "durable", "permtokens", "configured",
+    "subscription_status", "qos", "durable", "permtokens", "configured", "owner",
 })
 
 
@@ -144,6 +144,9 @@ class Subscription:
         factory=lambda: MappingProxyType({}), converter=_settings, hash=False
     )
     configured: bool = False
+    owner: str | None = None
+    """The principal that created it (the API sets it; a proposal cannot choose it). None:
+    the operator's (configured), or stored before subscriptions had owners."""
 
     @property
     def queue(self) -> str:
@@ -178,6 +181,7 @@ class Subscription:
             "durable": True,
             "permtokens": None if self.permtokens is None else sorted(self.permtokens),
             "configured": self.configured,
+            "owner": self.owner,
         }
 
     @classmethod
@@ -207,6 +211,9 @@ class Subscription:
         if config is not None and (not isinstance(config, Mapping) or config):
             raise _invalid("no config keys are defined", expected={}, got=config)
         settings = proposal.get("protocolsettings")
+        owner = proposal.get("owner")
+        if owner is not None and not isinstance(owner, str):
+            raise _invalid("owner is a principal's name", expected="string", got=owner)
         return cls(
             id=sub_id,
             topic=proposal["topic"],
@@ -214,6 +221,7 @@ class Subscription:
             status=proposal.get("subscription_status", SubscriptionStatus.ACTIVE),
             permtokens=proposal.get("permtokens"),
             protocolsettings={} if settings is None else settings,
+            owner=owner,
         )
 
 
@@ -294,12 +302,15 @@ class SubscriptionRegistry:
                 continue
             self._subs[sub.id] = sub
 
-    def create(self, proposal: object, *, new_id: str) -> Subscription:
-        """Create a subscription from a proposal; it gets ``new_id`` unless it names its own.
+    def create(self, proposal: object, *, new_id: str, owner: str | None = None) -> Subscription:
+        """Create a subscription from a proposal; it gets ``new_id`` unless it names its own,
+        and ``owner`` (a proposal naming another owner is refused).
 
         Raises InvalidSubscriptionError, or SubscriptionConflictError when the id is taken or
         the registry is full."""
         sub = Subscription.from_json(proposal, id=None if _names_id(proposal) else new_id)
+        _same_owner(proposal, owner)
+        sub = attrs.evolve(sub, owner=owner)
         if sub.id in self._subs:
             raise SubscriptionConflictError(f"subscription {sub.id!r} exists", got=sub.id)
         if len(self._subs) >= self.max_subscriptions:
@@ -330,7 +341,8 @@ class SubscriptionRegistry:
         defaults); return ``(previous, current)``. A configured subscription cannot be
         changed (SubscriptionConflictError)."""
         previous = self._changeable(sub_id)
-        current = Subscription.from_json(proposal, id=sub_id)
+        _same_owner(proposal, previous.owner)
+        current = attrs.evolve(Subscription.from_json(proposal, id=sub_id), owner=previous.owner)
         self._subs[sub_id] = current
         return previous, current
 
@@ -354,6 +366,13 @@ class SubscriptionRegistry:
                 got=sub_id,
             )
         return sub
+
+
+def _same_owner(proposal: object, owner: str | None) -> None:
+    """A proposal may repeat its owner (what a GET returned can be PUT back), not change it."""
+    if isinstance(proposal, Mapping) and proposal.get("owner") not in (None, owner):
+        raise _invalid("owner is the principal that created the subscription",
+                       expected=owner, got=proposal.get("owner"))
 
 
 def _names_id(proposal: object) -> bool:

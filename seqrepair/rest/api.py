@@ -11,7 +11,7 @@ and :mod:`seqrepair.core.catalog`'s:
 =========================  =======  ================================================  ======
 resource                   method   meaning                                           status
 =========================  =======  ================================================  ======
-``/subscriptions``         GET      every subscription, by id (``[]`` when none)      200
+``/subscriptions``         GET      the caller's subscriptions, by id (``[]``: none)  200
 ``/subscriptions``         POST     create one; ``Location: /subscriptions/<id>``     201
 ``/subscriptions/<id>``    GET      the subscription                                  200
 ``/subscriptions/<id>``    PUT      replace it; pause and resume are a PUT that sets  200
@@ -45,8 +45,13 @@ status  ``error``                   when
 ======  ==========================  =============================================================
 401     ``unauthorized``            a token is configured and ``Authorization: Bearer <token>``
                                     is missing or wrong (with ``WWW-Authenticate``)
-404     ``notfound``                an unknown path; no subscription has the id; the catalog
-                                    does not list the topic
+404     ``notfound``                an unknown path; no subscription has the id, or the
+                                    caller may not access it (not its own: ids do not leak);
+                                    the catalog does not list the topic, or the caller may
+                                    not list it
+403     ``forbidden``               the access policy refuses the operation (creating,
+                                    changing, deleting or reading subscriptions on a topic
+                                    pattern, listing topics: :mod:`seqrepair.core.policy`)
 405     ``method-not-allowed``      a method the resource does not offer (with ``Allow``)
 406     ``not-acceptable``          ``Accept`` admits no JSON (``application/json;q=0`` refuses
                                     it, even after ``*/*``: the more specific range wins)
@@ -70,7 +75,7 @@ from __future__ import annotations
 import hmac
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
@@ -78,12 +83,14 @@ import attrs
 
 from seqrepair.core.errors import (
     BAD_INPUT_ERRORS,
+    AccessDeniedError,
     InvalidConfigError,
     SeqRepairError,
     SubscriptionConflictError,
     SubscriptionNotFoundError,
     TopicNotFoundError,
 )
+from seqrepair.core.policy import ANONYMOUS, Operation
 from seqrepair.core.subscriptions import check_id
 from seqrepair.logs import get_logger
 from seqrepair.rest.catalog import SharedCatalog
@@ -203,7 +210,8 @@ class SubscriptionApi:
     def __init__(self, manager: SubscriptionManager, *, token: str | None = None,
                  max_body: int = MAX_BODY,
                  unavailable: tuple[type[BaseException], ...] = (OSError,),
-                 topics: SharedCatalog | None = None) -> None:
+                 topics: SharedCatalog | None = None,
+                 principal_tokens: Mapping[str, str] | None = None) -> None:
         if token is not None and (not isinstance(token, str) or not _B64TOKEN.fullmatch(token)):
             raise InvalidConfigError(
                 "a bearer token is letters, digits and - . _ ~ + / (then = padding)",
@@ -221,6 +229,14 @@ class SubscriptionApi:
         self.max_body = max_body
         self.unavailable = unavailable
         self._token = None if token is None else token.encode("ascii")
+        for secret in (principal_tokens or {}).values():
+            if not isinstance(secret, str) or not _B64TOKEN.fullmatch(secret):
+                raise InvalidConfigError(
+                    "a bearer token is letters, digits and - . _ ~ + / (then = padding)",
+                    expected=_B64TOKEN.pattern, got=type(secret).__name__)
+        self._principal_tokens = {
+            principal: secret.encode("ascii")
+            for principal, secret in (principal_tokens or {}).items()}
 
     def handle(self, method: str, path: str, headers: Headers, body: bytes) -> Response:
         """The response to one request. ``path`` is the request target as sent (path and
@@ -241,7 +257,8 @@ class SubscriptionApi:
 
     def _handle(self, method: str, target: str, raw_headers: Headers, body: bytes) -> Response:
         headers = _lowered(raw_headers)
-        if not self._authorized(headers.get("authorization")):
+        principal = self.request_principal(headers.get("authorization"))
+        if principal is None:
             raise _Refusal(error_response(
                 401, "unauthorized", "this API needs 'Authorization: Bearer <token>'",
                 headers=(("WWW-Authenticate", REALM),)))
@@ -271,24 +288,41 @@ class SubscriptionApi:
                     expected="application/json", got=content_type))
             proposal = _read_json(body)
         if route.resource == TOPICS:
-            return self._topics(route)
-        return self._call(method, route.key, proposal)
+            return self._topics(route, principal)
+        return self._call(method, route.key, proposal, principal)
 
-    def _authorized(self, authorization: str | None) -> bool:
-        if self._token is None:
-            return True
+    def request_principal(self, authorization: str | None) -> str | None:
+        """Who a request is: the principal its bearer token authenticates, or None (401).
+
+        STAND-IN until the authentication work lands (it replaces this function): the one
+        ``token`` authenticates the principal ``operator``; each of ``principal_tokens``
+        (principal -> token) its principal; with neither configured every request is
+        :data:`~seqrepair.core.policy.ANONYMOUS`."""
+        if self._token is None and not self._principal_tokens:
+            return ANONYMOUS
         if authorization is None:
-            return False
+            return None
         scheme, _, credentials = authorization.strip().partition(" ")
-        return scheme.lower() == "bearer" and hmac.compare_digest(
-            credentials.strip().encode("utf-8", "surrogatepass"), self._token)
+        if scheme.lower() != "bearer":
+            return None
+        given = credentials.strip().encode("utf-8", "surrogatepass")
+        found = None
+        candidates = list(self._principal_tokens.items())
+        if self._token is not None:
+            candidates.append(("operator", self._token))
+        for principal, secret in candidates:  # every one compared: no timing hint of which
+            if hmac.compare_digest(given, secret) and found is None:
+                found = principal
+        return found
 
-    def _call(self, method: str, sub_id: str | None, proposal: Any) -> Response:
+    def _call(self, method: str, sub_id: str | None, proposal: Any,
+              principal: str) -> Response:
         try:
             if sub_id is None:
                 if method == "GET":
-                    return json_response(200, [sub.to_json() for sub in self.manager.query()])
-                sub = self.manager.create(proposal)
+                    return json_response(200, [sub.to_json()
+                                               for sub in self.manager.query(principal)])
+                sub = self.manager.create(proposal, principal)
                 location = f"{COLLECTION}/{quote(sub.id, safe='')}"
                 return json_response(201, sub.to_json(), (("Location", location),))
             try:
@@ -298,11 +332,11 @@ class SubscriptionApi:
                                                 "(not a subscription id)",
                                                 expected=exc.expected, got=exc.got) from None
             if method == "GET":
-                sub = self.manager.get(sub_id)
+                sub = self.manager.get(sub_id, principal)
             elif method == "PUT":
-                sub = self.manager.update(sub_id, proposal)
+                sub = self.manager.update(sub_id, proposal, principal)
             else:
-                sub = self.manager.delete(sub_id)
+                sub = self.manager.delete(sub_id, principal)
             return json_response(200, sub.to_json())
         except self.unavailable as exc:
             log.warning("subscription store unavailable", method=method, subscription=sub_id,
@@ -311,22 +345,39 @@ class SubscriptionApi:
                                   "the subscription store is unavailable; nothing was changed")
         except SubscriptionNotFoundError as exc:
             return _refused(404, "notfound", exc)
+        except AccessDeniedError as exc:
+            return _refused(403, "forbidden", exc)
         except SubscriptionConflictError as exc:
             return _refused(409, "conflict", exc)
         except BAD_INPUT_ERRORS as exc:
             return _refused(400, "invalid", exc)
 
-    def _topics(self, route: _Route) -> Response:
-        """GET ``/topics`` (the tree) or ``/topics/<topic>`` (one topic and who wants it)."""
+    def _topics(self, route: _Route, principal: str) -> Response:
+        """GET ``/topics`` (the tree) or ``/topics/<topic>`` (one topic and who wants it):
+        only the topics ``principal`` may list, and only its own subscriptions."""
         assert self.topics is not None
+        policy = self.manager.policy()
         try:
             if route.key is None:
-                return json_response(200, self.topics.tree(_pattern(route.query)))
+                if not policy.decide(principal, Operation.LIST_TOPICS):
+                    raise AccessDeniedError(f"list-topics not granted to {principal!r}",
+                                            expected="list-topics", got=principal)
+                tree = self.topics.tree(_pattern(route.query))
+                if not policy.permissive:
+                    tree["topics"] = [t for t in tree["topics"]
+                                      if policy.decide(principal, Operation.LIST_TOPICS, t)]
+                return json_response(200, tree)
             info = self.topics.get(route.key)
-            wanted = [sub.id for sub in self.manager.query() if sub.may_select(info.topic)]
+            if not policy.decide(principal, Operation.LIST_TOPICS, info.topic):
+                raise TopicNotFoundError(f"no topic {route.key[:200]!r} in the catalog",
+                                         got=route.key)
+            wanted = [sub.id for sub in self.manager.query(principal)
+                      if sub.may_select(info.topic)]
             return json_response(200, {**info.to_json(), "subscriptions": wanted})
         except TopicNotFoundError as exc:
             return _refused(404, "notfound", exc)
+        except AccessDeniedError as exc:
+            return _refused(403, "forbidden", exc)
         except BAD_INPUT_ERRORS as exc:
             return _refused(400, "invalid", exc)
 

@@ -15,6 +15,8 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
+from seqrepair.core.errors import AccessDeniedError, SubscriptionNotFoundError
+from seqrepair.core.policy import Operation, Policy, may_access
 from seqrepair.core.subscriptions import Subscription, SubscriptionRegistry
 from seqrepair.logs import get_logger
 
@@ -44,6 +46,13 @@ class SubscriptionManager:
     ``configured`` subscriptions (the operator's) are loaded first and cannot be changed;
     a ``store``'s subscriptions are loaded next. Errors are the registry's
     (:class:`~seqrepair.core.errors.SeqRepairError` subclasses) or the store's own.
+
+    ``policy`` gives the access policy in force (read at each call: a reload takes effect at
+    once). A method given a ``principal`` acts for it: a subscription it may not access
+    (:func:`~seqrepair.core.policy.may_access`) is not there for it
+    (SubscriptionNotFoundError, so ids do not leak), an operation the policy refuses raises
+    AccessDeniedError, and what it creates is its own. Without one the caller is trusted
+    (the component, the operator's tools).
     """
 
     def __init__(
@@ -53,7 +62,9 @@ class SubscriptionManager:
         store: SubscriptionStore | None = None,
         registry: SubscriptionRegistry | None = None,
         new_id: Callable[[], str] = lambda: str(uuid.uuid4()),
+        policy: Callable[[], Policy] = Policy.allow_all,
     ) -> None:
+        self.policy = policy
         self.registry = registry if registry is not None else SubscriptionRegistry()
         self.store = store
         self.new_id = new_id
@@ -82,33 +93,72 @@ class SubscriptionManager:
         stored right now is not seen until it is stored."""
         return self._committed.get(sub_id)
 
-    def get(self, sub_id: str) -> Subscription:
+    def may_access(self, sub: Subscription, principal: str | None) -> bool:
+        """Whether ``principal`` (None: a trusted caller) may see ``sub`` at all."""
+        return principal is None or may_access(
+            self.policy(), principal, sub_id=sub.id, owner=sub.owner, configured=sub.configured)
+
+    def _check(self, principal: str | None, operation: Operation, topic: Any = None) -> None:
+        if principal is None:
+            return
+        decision = self.policy().decide(principal, operation, topic)
+        if not decision:
+            raise AccessDeniedError(decision.why, expected=operation.value, got=principal)
+
+    def _visible(self, sub_id: str, principal: str | None) -> Subscription:
+        sub = self.registry.get(sub_id)
+        if not self.may_access(sub, principal):
+            raise SubscriptionNotFoundError(f"no subscription {sub_id!r}", got=sub_id)
+        return sub
+
+    def get(self, sub_id: str, principal: str | None = None) -> Subscription:
         """The subscription ``sub_id`` (SubscriptionNotFoundError when there is none)."""
         with self._lock:
-            return self.registry.get(sub_id)
+            sub = self._visible(sub_id, principal)
+            self._check(principal, Operation.READ_SUBSCRIPTION, sub.topic)
+            return sub
 
-    def query(self) -> list[Subscription]:
-        """Every subscription, by id."""
+    def query(self, principal: str | None = None) -> list[Subscription]:
+        """Every subscription (``principal``'s only, when given), by id."""
+        self._check(principal, Operation.READ_SUBSCRIPTION)
         with self._lock:
-            return self.registry.query()
+            subs = self.registry.query()
+        return [sub for sub in subs if self.may_access(sub, principal)]
 
-    def create(self, proposal: Any) -> Subscription:
-        """Create a subscription from a proposed JSON object; return it as realized."""
+    def create(self, proposal: Any, principal: str | None = None) -> Subscription:
+        """Create a subscription from a proposed JSON object; return it as realized (owned by
+        ``principal``)."""
         with self._lock:
-            sub = self.registry.create(proposal, new_id=self.new_id())
+            sub = self.registry.create(proposal, new_id=self.new_id(), owner=principal)
+            try:
+                self._check(principal, Operation.CREATE_SUBSCRIPTION, sub.topic)
+                self._check(principal, Operation.SUBSCRIBE, sub.topic)  # what it stands for
+            except AccessDeniedError:
+                self.registry.restore(sub.id, None)
+                raise
             self._commit(sub.id, None, sub)
             return sub
 
-    def update(self, sub_id: str, proposal: Any) -> Subscription:
+    def update(self, sub_id: str, proposal: Any, principal: str | None = None) -> Subscription:
         """Replace subscription ``sub_id`` by a proposed JSON object; return it as realized."""
         with self._lock:
+            before = self._visible(sub_id, principal)
             previous, current = self.registry.update(sub_id, proposal)
+            try:
+                self._check(principal, Operation.CHANGE_SUBSCRIPTION, before.topic)
+                self._check(principal, Operation.CHANGE_SUBSCRIPTION, current.topic)
+                self._check(principal, Operation.SUBSCRIBE, current.topic)
+            except AccessDeniedError:
+                self.registry.restore(sub_id, previous)
+                raise
             self._commit(sub_id, previous, current)
             return current
 
-    def delete(self, sub_id: str) -> Subscription:
+    def delete(self, sub_id: str, principal: str | None = None) -> Subscription:
         """Delete subscription ``sub_id``; return what it was."""
         with self._lock:
+            sub = self._visible(sub_id, principal)
+            self._check(principal, Operation.DELETE_SUBSCRIPTION, sub.topic)
             previous = self.registry.delete(sub_id)
             self._commit(sub_id, previous, None)
             return previous

@@ -32,6 +32,7 @@ from seqrepair.journal.journal import Journal
 
 from .conftest import ComponentProcess, _env, free_port, wait_for
 from .inthread import HereComponent
+from .principals import amqp_identity
 from .test_gateway_links import relayed
 from .test_link_contexts import Feed
 
@@ -199,16 +200,19 @@ def test_seqrepair_subscribe_exits_1_naming_the_condition_that_stopped_it(
 def test_a_stolen_link_stops_the_first_subscriber_and_the_second_keeps_it(
     component: Callable[..., ComponentProcess], redis_url: str
 ) -> None:
-    # two subscribers of one link name: taking the name back would start a tug of war
+    # two subscribers of one link name: taking the name back would start a tug of war (one
+    # principal: another principal's attach with the name is refused, test_authz.py)
     comp = component("--heartbeat", "0.2")
     got: list[int] = []
-    first = Subscriber(comp.url, "/weather/#", link_name="twice", heartbeat_interval=0.2).start()
+    first = Subscriber(comp.url, "/weather/#", link_name="twice", heartbeat_interval=0.2,
+                       **amqp_identity("tug")).start()
     try:
         assert first.connected.wait(20)
         with contextlib.ExitStack() as running:
             second = running.enter_context(
                 Subscriber(comp.url, "/weather/#", link_name="twice", heartbeat_interval=0.2,
-                           on_publication=lambda p: got.append(p.source_seq))
+                           on_publication=lambda p: got.append(p.source_seq),
+                           **amqp_identity("tug"))
             )
             assert second.connected.wait(20)
             assert first._thread is not None

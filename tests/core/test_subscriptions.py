@@ -60,6 +60,7 @@ def test_a_proposal_needs_only_a_topic_and_gets_every_default() -> None:
         "durable": True,
         "permtokens": None,
         "configured": False,
+        "owner": None,
     }
     assert sub == Subscription("wind", "/weather/wind/*")
     assert sub.queue == "/subscriptions/wind"
@@ -71,7 +72,7 @@ def test_the_documented_example_reads_and_writes_back_unchanged() -> None:
                "protocolsettings": {}, "sink": "/subscriptions/wind-lemd",
                "queue": "/subscriptions/wind-lemd", "filters": [SUFFIX_LEMD], "config": {},
                "subscription_status": "ACTIVE", "qos": "EXACTLY_ONCE", "durable": True,
-               "permtokens": None, "configured": False}
+               "permtokens": None, "configured": False, "owner": "alice"}
     sub = Subscription.from_json(example)
     assert sub.id == "wind-lemd"
     assert sub.topic == TopicPattern("/weather/wind/*")

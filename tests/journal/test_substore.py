@@ -57,7 +57,7 @@ def test_the_hash_holds_the_compact_json_form_in_utf8(redis_client: redis.Redis)
         '"protocolsettings":{"linkname":"v\u00eda"},"sink":"/subscriptions/wind-lemd",'
         '"queue":"/subscriptions/wind-lemd","filters":[{"dialect":"basic","type":"suffix",'
         '"property":"subject","value":"/LEMD"}],"config":{},"subscription_status":"PAUSED",'
-        '"qos":"EXACTLY_ONCE","durable":true,"permtokens":["6747"],"configured":false}'
+        '"qos":"EXACTLY_ONCE","durable":true,"permtokens":["6747"],"configured":false,"owner":null}'
     ).encode()
 
 

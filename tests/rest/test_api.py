@@ -53,7 +53,7 @@ def test_post_creates_and_answers_the_realized_object_with_its_location(
         "id": "sub-1", "topic": "/weather/wind/*", "protocol": "AMQP", "protocolsettings": {},
         "sink": "/subscriptions/sub-1", "queue": "/subscriptions/sub-1", "filters": [],
         "config": {}, "subscription_status": "ACTIVE", "qos": "EXACTLY_ONCE",
-        "durable": True, "permtokens": None, "configured": False,
+        "durable": True, "permtokens": None, "configured": False, "owner": "anonymous",
     }
     assert store.saved["sub-1"] == response.json()
 

@@ -17,6 +17,12 @@ from typing import TYPE_CHECKING, Any
 from proton import Link, ulong
 
 from seqrepair.amqp.component.ackdispatch import attach_reply
+from seqrepair.amqp.component.authz import (
+    check_link_name,
+    queue_exclusions,
+    subscribe_exclusions,
+    visible_sources,
+)
 from seqrepair.amqp.component.durable import authenticated_user
 from seqrepair.amqp.component.grants import principal_of
 from seqrepair.amqp.component.links import (
@@ -76,17 +82,21 @@ def open_subscriber(component: Component, sender: Any) -> None:
     sub = None
     if address.startswith(SUBSCRIPTION_PREFIX):
         sub = component.subscriptions.find(address[len(SUBSCRIPTION_PREFIX) :])
-        if sub is None:
-            raise UnknownAddressError(f"no subscription queue {address!r}", got=address)
-        entitlement = entitlement_for(sub, component.config.grants, principal)
+        # the same refusal whether it does not exist or is not the principal's (authz.py)
+        exclude = queue_exclusions(component, principal, address, sub)
+        assert sub is not None
+        entitlement = entitlement_for(sub, component.config.grants, principal, exclude)
     else:
+        TopicPattern(address)  # a bad pattern is invalid-field before any access decision
+        exclude = subscribe_exclusions(component, principal, address)
         # the server's grant for this principal; the link property may only narrow it
         claimed = props.get(str(PROP_GRANTS))
         entitlement = component.config.grants.entitlement(
             principal, (TopicPattern(address),),
-            None if claimed is None else tokens(claimed),
+            None if claimed is None else tokens(claimed), exclude=exclude,
         )
     name = sender.name
+    check_link_name(component, name, principal)  # a link name is never taken over
     resume = bool(props.get(str(PROP_RESUME), False))
     epoch = props.get(str(PROP_EPOCH))
     acks = props.get(str(PROP_ACK)) is True
@@ -145,7 +155,8 @@ def open_subscriber(component: Component, sender: Any) -> None:
     # reset frame is lost
     sender.properties = {
         PROP_EPOCH: link.epoch,
-        PROP_START: {k: ulong(v) for k, v in component.gapfill.link(name).start_after.items()},
+        PROP_START: {k: ulong(v) for k, v in visible_sources(
+            component, principal, component.gapfill.link(name).start_after).items()},
         PROP_DURABLE: restarted,
         **attach_reply(component.config, link.window),
     }

@@ -43,6 +43,12 @@ from proton.handlers import MessagingHandler
 from seqrepair.amqp.component.ackdispatch import receive_ack
 from seqrepair.amqp.component.admission import Admission
 from seqrepair.amqp.component.attach import open_subscriber
+from seqrepair.amqp.component.authz import (
+    check_publish_link,
+    learn_sources,
+    revoked,
+    visible_sources,
+)
 from seqrepair.amqp.component.config import Bucket
 from seqrepair.amqp.component.config import ComponentConfig as ComponentConfig
 from seqrepair.amqp.component.durable import Durables
@@ -166,6 +172,7 @@ class Component(MessagingHandler):
         self.memory = MemoryGuard(config, self.stats)
         self.links: dict[str, SubscriberLink] = {}
         self.principals: dict[str, str] = {}
+        self.source_topics: dict[str, set[str]] = {}  # who may learn of a source (authz.py)
         self.routes: dict[tuple[int, str], ResponseRoute] = {}
         self._conn_ids = itertools.count(1)
         # routes whose answers must be read, served a step each per repair turn (fairness.py)
@@ -210,11 +217,13 @@ class Component(MessagingHandler):
         link context keeps (a number the subscriber may still ask for is still held)."""
         return window_size(self.config.link_bits, self.config.context_capacity)
 
-    def capabilities(self) -> Capabilities:
-        """The answer to a source query (XEP-0040 §4)."""
+    def capabilities(self, principal: str | None = None) -> Capabilities:
+        """The answer to a source query (XEP-0040 §4); only the sources ``principal`` may
+        learn of (None: every source)."""
+        bits = dict(self.decoder.unwrapper.bits)
         return Capabilities(
             link_bits=self.config.link_bits,
-            source_bits=dict(self.decoder.unwrapper.bits),
+            source_bits=bits if principal is None else visible_sources(self, principal, bits),
             default_source_bits=DEFAULT_SOURCE_BITS,
             heartbeat_interval=self.config.heartbeat_interval,
             max_gap_range=self.config.max_gap_range,
@@ -282,6 +291,7 @@ class Component(MessagingHandler):
                     now - link.detached_at > self.config.context_retention
                 ):
                     del self.links[name]
+                    self.principals.pop(name, None)  # the name is free for anyone again
                     self.gapfill.detach(name)
                     self.durables.forget_link(name)
                     self.principals.pop(name, None)  # else one entry per name ever attached
@@ -476,12 +486,14 @@ class Component(MessagingHandler):
             receiver.kind = "publish"
             receiver.pattern = TopicPattern("/#")
             receiver.default_topic = None
+            check_publish_link(self, receiver, principal_of(receiver.connection))
             return
         if address.startswith("$") or address.startswith(SUBSCRIPTION_PREFIX):
             raise UnknownAddressError(f"cannot publish to {address!r}", got=address)
         receiver.kind = "publish"
         receiver.pattern = TopicPattern(address)
         receiver.default_topic = address if receiver.pattern.is_literal else None
+        check_publish_link(self, receiver, principal_of(receiver.connection))
 
     # --- messages -----------------------------------------------------------------------
 
@@ -545,6 +557,7 @@ class Component(MessagingHandler):
     ) -> None:
         now = self.clock()
         touched = []
+        learn_sources(self, pubs)
         if entries is None:
             entries = {}  # each publication encoded once for all links
         for link in self.links.values():
@@ -603,7 +616,7 @@ class Component(MessagingHandler):
         name = props.get(PROP_LINK) or _link_name(message.reply_to)
         for request in requests:
             if isinstance(request, CapabilitiesRequest):
-                route.respond(encode(self.capabilities()), correlation, cookie)
+                route.respond(encode(self.capabilities(principal_of(conn))), correlation, cookie)
             elif isinstance(request, GapRequest | SourceGapRequest):
                 link = self.links.get(str(name)) if name else None
                 if (
@@ -670,7 +683,30 @@ class Component(MessagingHandler):
         previous, current = event.subject
         if current is None and previous is not None:
             self.durables.forget_queue(previous.id)
-        for link in apply_change(self.links, previous, current, self.clock()):
+        self._end_links(apply_change(self.links, previous, current, self.clock()))
+
+    def policy_changed(self, policy: Any = None) -> None:
+        """The access policy was reloaded (any thread): re-check the attached links in the
+        event loop (:func:`.authz.revoked`)."""
+        self._changes.inject("seqrepair_policy")
+
+    def on_seqrepair_policy(self, event: Any) -> None:
+        now = self.clock()
+        ended = []
+        for link, condition, description in revoked(self):
+            sender = link.sender
+            link.detach(now)
+            if sender is not None:
+                sender.subscriber = None
+                sender.condition = Condition(condition, description[:500])
+                sender.close()
+            link.log.info("link ended by the access policy", condition=condition)
+            ended.append(link)
+        self._end_links(ended)
+
+    def _end_links(self, ended: Sequence[SubscriberLink]) -> None:
+        """Forget links that ended for good: their contexts, positions and routes."""
+        for link in ended:
             del self.links[link.name]
             self.gapfill.detach(link.name)
             self.durables.forget_link(link.name)

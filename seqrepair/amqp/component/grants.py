@@ -118,13 +118,13 @@ class GrantTable:
 
     def entitlement(
         self, principal: str, topics: Iterable[TopicPattern], claimed: Iterable[str] | None,
-        filters: Sequence[BasicFilter] = (),
+        filters: Sequence[BasicFilter] = (), exclude: Sequence[TopicPattern] = (),
     ) -> Entitlement:
-        """The entitlement of a subscriber link: the principal's grant, narrowed by ``claimed``,
-        with the subscription's ``filters``."""
+        r"""The entitlement of a subscriber link: the principal's grant, narrowed by ``claimed``,
+        with the subscription's ``filters`` and the topics the access policy ``exclude``\ s."""
         grant = self.grant_for(principal)
         return Entitlement(topics=tuple(topics), grant=narrow(grant.tokens, claimed),
-                           deny=grant.deny, filters=filters)
+                           deny=grant.deny, filters=filters, exclude=exclude)
 
 
 def principal_of(connection: Any) -> str:

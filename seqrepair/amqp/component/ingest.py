@@ -37,6 +37,7 @@ import attrs
 from proton import Message
 
 from seqrepair.amqp.component import holdback
+from seqrepair.amqp.component.authz import check_publish_topic, topics_cache
 from seqrepair.amqp.component.journalport import (
     NotJournaledError,
     RedisJournalPort,
@@ -281,7 +282,7 @@ class Ingest:
 
         frames = self.decoder.decode(message, default_source=default_source,
                                      default_topic=default_topic, assign=count)
-        checked: set[str] = receiver.topics_checked
+        checked = topics_cache(receiver)  # emptied by a policy reload
         for frame in frames:
             if not isinstance(frame, Publication):
                 raise UnknownMessageTypeError(
@@ -453,8 +454,9 @@ class Ingest:
 
 def check_topic(receiver: Any, topic: str) -> None:
     """``topic`` (a publication's, so a valid topic) is inside the publishing link's address,
-    else raise; the topics that passed are remembered per link (bounded)."""
-    checked: set[str] = receiver.topics_checked
+    and the access policy lets the link's principal publish to it, else raise; the topics
+    that passed are remembered per link (bounded, emptied by a policy reload)."""
+    checked = topics_cache(receiver)
     if topic in checked:
         return
     if not receiver.pattern.matches(topic):
@@ -462,6 +464,7 @@ def check_topic(receiver: Any, topic: str) -> None:
             f"topic {topic!r} is outside this link's address {receiver.pattern}",
             expected=str(receiver.pattern), got=topic,
         )
+    check_publish_topic(receiver, topic)
     if len(checked) >= TOPIC_CACHE:
         checked.clear()
     checked.add(topic)

@@ -8,6 +8,7 @@ import argparse
 import contextlib
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ gives up."""
 def serve(args: argparse.Namespace) -> int:
     """``seqrepair serve``: 0 once stopped, 2 on a bad option, 1 when Redis or the REST port
     fails it."""
+    from seqrepair.access import Access
     from seqrepair.amqp.component.component import Component, ComponentConfig
     from seqrepair.amqp.component.grants import GrantTable
     from seqrepair.amqp.wire.guard import Guarded
@@ -37,7 +39,8 @@ def serve(args: argparse.Namespace) -> int:
     from seqrepair.journal.retention import RetentionPolicy
 
     try:
-        token = _rest_token(args)
+        token, principal_tokens = _rest_tokens(args)
+        access = Access(args.policy)
         grants = GrantTable.parse(args.grant, args.default_grant)
         policy = RetentionPolicy(
             max_count=args.retain_count, max_age=args.retain_age, archive_root=args.archive
@@ -56,9 +59,14 @@ def serve(args: argparse.Namespace) -> int:
                 raise InvalidConfigError(f"--subscription wants NAME=PATTERN, got {spec!r}")
             subs[name] = Subscription(name, pattern, permtokens=[t for t in tokens.split(",") if t],
                                       configured=True)
-    except SeqRepairError as exc:  # a bad grant, subscription, topic or retention setting
+    except SeqRepairError as exc:  # a bad grant, subscription, topic, policy or retention
         print(f"seqrepair serve: {exc.message}", file=sys.stderr)
         return 2
+    # SIGHUP: read the policy file again, off the signal handler (in its own thread)
+    hangups = threading.Event()
+    signal.signal(signal.SIGHUP, lambda *_: hangups.set())
+    threading.Thread(target=_reloader, args=(access, hangups), name="policy-reload",
+                     daemon=True).start()
     config = ComponentConfig(
         url=args.url,
         link_bits=args.link_bits,
@@ -103,19 +111,22 @@ def serve(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     journal = Journal.from_url(args.redis_url, socket_timeout=args.redis_timeout,
                                socket_connect_timeout=min(args.redis_timeout, 5.0))
-    stored = _stored_state(args, subs.values(), declared)
+    stored = _stored_state(args, subs.values(), declared, access)
     if stored is None:
         return 1
     manager, topics = stored
     component = Component(config, journal, on_ready=ready, subscriptions=manager,
                           topics=topics)
+    access.on_change(component.policy_changed)  # a reload re-checks the attached links
+    access.announce()
     # from here SIGTERM stops the component at its next tick; before, it exits at once
     signal.signal(signal.SIGTERM, lambda *_: component.request_stop())
     with contextlib.ExitStack() as stack, contextlib.suppress(KeyboardInterrupt):
         stack.enter_context(topics)  # on the way out: store what is still unsaved
         if args.rest is not None:
             try:
-                stack.enter_context(_rest_server(args, manager, token, topics))
+                stack.enter_context(_rest_server(args, manager, token, topics,
+                                                 principal_tokens))
             except (SeqRepairError, OSError) as exc:
                 print(f"seqrepair serve: --rest: {getattr(exc, 'message', exc)}",
                       file=sys.stderr)
@@ -127,7 +138,16 @@ def serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _stored_state(args: argparse.Namespace, configured: Any, declared: list[str]) -> Any:
+def _reloader(access: Any, hangups: threading.Event) -> None:
+    """Reload the access policy at each SIGHUP (forever: a daemon thread)."""
+    while True:
+        hangups.wait()
+        hangups.clear()
+        access.reload()
+
+
+def _stored_state(args: argparse.Namespace, configured: Any, declared: list[str],
+                  access: Any) -> Any:
     """The subscription manager (the operator's subscriptions and those kept in Redis) and the
     topic catalog (the declared topics and those kept in Redis); None (after saying why) when
     Redis did not answer for ``SUBSCRIPTIONS_WAIT`` seconds: without the subscriptions an
@@ -145,7 +165,7 @@ def _stored_state(args: argparse.Namespace, configured: Any, declared: list[str]
     deadline = time.monotonic() + SUBSCRIPTIONS_WAIT
     while True:
         try:
-            manager = SubscriptionManager(configured=configured, store=store)
+            manager = SubscriptionManager(configured=configured, store=store, policy=access)
             topics = SharedCatalog(TopicCatalog(max_topics=args.max_topics),
                                    declared=declared, store=topic_store)
             return manager, topics
@@ -168,21 +188,35 @@ def _declared_topic(text: str) -> str:
                                  got=text) from None
 
 
-def _rest_token(args: argparse.Namespace) -> str | None:
-    """The bearer token of ``--rest-token-file`` (None without one)."""
+def _rest_tokens(args: argparse.Namespace) -> tuple[str | None, dict[str, str]]:
+    """The bearer tokens of ``--rest-token-file``: the operator's (a line holding only a
+    token; None without one) and, by principal, those of ``PRINCIPAL TOKEN`` lines.
+
+    STAND-IN until the authentication work lands (it brings per-principal credentials)."""
     if not args.rest_token_file:
-        return None
+        return None, {}
     try:
-        token = Path(args.rest_token_file).read_text().strip()
+        lines = Path(args.rest_token_file).read_text().splitlines()
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidConfigError(f"--rest-token-file: {exc}", got=args.rest_token_file) from None
-    if not token:
+    token = None
+    principals = {}
+    for line in filter(None, (line.strip() for line in lines)):
+        principal, _, secret = line.rpartition(" ")
+        if principal.strip():
+            principals[principal.strip()] = secret
+        elif token is None:
+            token = secret
+        else:
+            raise InvalidConfigError("--rest-token-file: two operator tokens",
+                                     got=args.rest_token_file)
+    if token is None and not principals:
         raise InvalidConfigError("--rest-token-file is empty", got=args.rest_token_file)
-    return token
+    return token, principals
 
 
 def _rest_server(args: argparse.Namespace, manager: Any, token: str | None,
-                 topics: Any) -> Any:
+                 topics: Any, principal_tokens: dict[str, str]) -> Any:
     """The REST API's server, listening (SeqRepairError: a bad token; OSError: no bind)."""
     import redis
 
@@ -190,11 +224,12 @@ def _rest_server(args: argparse.Namespace, manager: Any, token: str | None,
     from seqrepair.rest.server import RestServer
 
     api = SubscriptionApi(manager, token=token, unavailable=(OSError, redis.RedisError),
-                          topics=topics)
+                          topics=topics, principal_tokens=principal_tokens)
     host, port = args.rest
     limits = {"request_timeout": args.rest_timeout, "max_connections": args.rest_max_connections}
     server = RestServer(api, host=host, port=port,
                         **{name: value for name, value in limits.items() if value is not None})
     server.start()
-    log.info("subscription REST API listening", url=server.url, authenticated=bool(token))
+    log.info("subscription REST API listening", url=server.url,
+             authenticated=bool(token or principal_tokens))
     return server

@@ -17,6 +17,7 @@ entitlement), and a deletion closes them with ``amqp:not-found`` (the subscriber
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from proton import Condition
@@ -26,6 +27,7 @@ from seqrepair.amqp.component.grants import GrantTable
 from seqrepair.amqp.component.links import SubscriberLink
 from seqrepair.core.permissions import Entitlement
 from seqrepair.core.subscriptions import LinkAction, Subscription, link_action
+from seqrepair.core.topics import TopicPattern
 from seqrepair.rest.manager import SubscriptionManager
 
 CHANGE_EVENT = "seqrepair_subscription"
@@ -38,12 +40,14 @@ ENDINGS = {
 """The condition a link is detached with, per action that ends it."""
 
 
-def entitlement_for(sub: Subscription, grants: GrantTable, principal: str) -> Entitlement:
-    """What a link attached to ``sub``'s queue by ``principal`` may see."""
+def entitlement_for(sub: Subscription, grants: GrantTable, principal: str,
+                    exclude: Sequence[TopicPattern] = ()) -> Entitlement:
+    r"""What a link attached to ``sub``'s queue by ``principal`` may see (never the topics
+    the access policy ``exclude``\ s for it)."""
     if sub.configured:
         return Entitlement(topics=(sub.topic,), grant=sub.permtokens or frozenset(),
-                           filters=sub.filters)
-    return grants.entitlement(principal, (sub.topic,), sub.permtokens, sub.filters)
+                           filters=sub.filters, exclude=exclude)
+    return grants.entitlement(principal, (sub.topic,), sub.permtokens, sub.filters, exclude)
 
 
 class SubscriptionChanges:
@@ -66,6 +70,12 @@ class SubscriptionChanges:
         if self._injector is not None:
             self._injector.close()
             self._injector = None
+
+    def inject(self, name: str, subject: Any = None) -> None:
+        """Bring application event ``name`` into the event loop (from any thread)."""
+        injector = self._injector
+        if injector is not None:
+            injector.trigger(ApplicationEvent(name, subject=subject))
 
     def _heard(self, previous: Subscription | None, current: Subscription | None) -> None:
         injector = self._injector

@@ -105,6 +105,13 @@ class UnknownAddressError(AmqpAdapterError):
     condition = "amqp:not-found"
 
 
+class UnauthorizedAccessError(AmqpAdapterError):
+    """The access policy refuses the operation (a publish, a subscriber's topic pattern, a
+    subscription queue it may not attach to) or the link name is another principal's."""
+
+    condition = "amqp:unauthorized-access"
+
+
 class InvalidLinkPropertyError(AmqpAdapterError):
     """A link property the component reads holds a value it cannot take."""
 

@@ -1,0 +1,175 @@
+"""The access policy at the component's doors (:mod:`seqrepair.core.policy`, WIRE.md
+"Authorization").
+
+Every check reads the policy in force (the subscription manager's ``policy``: a reload of
+``serve --policy`` takes effect at the next attach, publication or request):
+
+* a publishing link's address needs ``publish`` on a pattern that overlaps it, and each
+  publication's topic ``publish`` on that topic (the delivery is rejected with
+  ``amqp:unauthorized-access``; nothing of it is journaled);
+* a subscriber link on a topic pattern needs ``subscribe`` covering it; the denied patterns
+  inside it are excluded from what it sees, live and in repair;
+* a subscription queue is attachable by who may access it (its owner, an administrator; an
+  operator-configured one, whoever ``attach-queue`` names): anyone else is told
+  ``amqp:not-found`` exactly as for a queue that does not exist, so ids do not leak;
+* a link name is its principal's while attached: another principal's attach with it is
+  refused (``amqp:unauthorized-access``) and the owner keeps its link;
+* after a reload, the attached subscriber links the new policy takes something from are
+  detached (:func:`revoked`);
+* the attach reply's ``seqrepair-start-after`` and CAPABILITIES' ``source-bits`` name only the
+  sources the caller may subscribe to a topic of (learned as publications are fanned out,
+  when a policy restricts anything).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from seqrepair.amqp.wire.errors import UnauthorizedAccessError, UnknownAddressError
+from seqrepair.amqp.wire.vocabulary import SUBSCRIPTION_PREFIX
+from seqrepair.core.policy import Operation, Policy, may_access
+from seqrepair.core.subscriptions import Subscription
+from seqrepair.core.topics import TopicPattern
+
+if TYPE_CHECKING:
+    from seqrepair.amqp.component.component import Component
+    from seqrepair.amqp.component.links import SubscriberLink
+    from seqrepair.core.messages import Publication
+
+V = TypeVar("V")
+
+MAX_TOPICS_PER_SOURCE = 256
+"""Topics remembered per source to decide who may learn of it (bounded memory)."""
+
+
+def policy_of(component: Component) -> Policy:
+    """The policy in force."""
+    return component.subscriptions.policy()
+
+
+def check_publish_link(component: Component, receiver: Any, principal: str) -> None:
+    """A publishing link on ``receiver.pattern``: refuse it when ``principal`` may publish
+    nowhere under it; remember who publishes, for each publication's check."""
+    receiver.principal = principal
+    receiver.policy_of = component.subscriptions.policy
+    decision = policy_of(component).decide(principal, Operation.PUBLISH, receiver.pattern)
+    if not decision:
+        raise UnauthorizedAccessError(decision.why, expected="publish",
+                                      got=str(receiver.pattern))
+
+
+def check_publish_topic(receiver: Any, topic: str) -> None:
+    """One publication's topic (the caller caches the topics that passed, per policy)."""
+    policy_fn = getattr(receiver, "policy_of", None)
+    if policy_fn is None:
+        return
+    decision = policy_fn().decide(receiver.principal, Operation.PUBLISH, topic)
+    if not decision:
+        raise UnauthorizedAccessError(decision.why, expected="publish", got=topic)
+
+
+def topics_cache(receiver: Any) -> set[str]:
+    """The topics ``receiver`` already saw pass, emptied when the policy was reloaded."""
+    checked: set[str] = receiver.topics_checked
+    policy_fn = getattr(receiver, "policy_of", None)
+    if policy_fn is not None:
+        policy = policy_fn()
+        if getattr(receiver, "policy_seen", None) is not policy:
+            checked.clear()
+            receiver.policy_seen = policy
+    return checked
+
+
+def subscribe_exclusions(component: Component, principal: str,
+                         address: str) -> tuple[TopicPattern, ...]:
+    """A subscriber link on topic pattern ``address``: refuse it unless ``principal`` may
+    subscribe to it; the patterns it must not see."""
+    decision = policy_of(component).decide(principal, Operation.SUBSCRIBE, address)
+    if not decision:
+        raise UnauthorizedAccessError(decision.why, expected="subscribe", got=address)
+    return decision.exclude
+
+
+def queue_exclusions(component: Component, principal: str, address: str,
+                     sub: Subscription | None) -> tuple[TopicPattern, ...]:
+    """A subscriber link on queue ``address`` (``sub``: the subscription, None when there is
+    none): refuse it as not found unless ``principal`` may access it; the patterns of its
+    topic the principal must not see."""
+    policy = policy_of(component)
+    if sub is None or not may_access(policy, principal, sub_id=sub.id, owner=sub.owner,
+                                     configured=sub.configured):
+        raise UnknownAddressError(f"no subscription queue {address!r}", got=address)
+    return policy.decide(principal, Operation.SUBSCRIBE, sub.topic).exclude
+
+
+def check_link_name(component: Component, name: str, principal: str) -> None:
+    """A link name attached by another principal is refused: it is never taken over (the same
+    principal's attach takes it over: a reconnect). A context kept after its link detached
+    goes to whoever attaches next with that name: it is resumed only under an equal
+    entitlement, so it shows nothing the new principal may not see."""
+    link = component.links.get(name)
+    if link is not None and link.sender is not None and component.principals.get(
+        name, principal
+    ) != principal:
+        raise UnauthorizedAccessError(
+            f"link name {name!r} belongs to another principal", expected="a link name of "
+            "one's own", got=name)
+
+
+def learn_sources(component: Component, pubs: Iterable[Publication]) -> None:
+    """Remember the topics each source published (only when the policy restricts anyone)."""
+    if policy_of(component).permissive:
+        return
+    known = component.source_topics
+    for pub in pubs:
+        topics = known.get(pub.source)
+        if topics is None:
+            topics = known[pub.source] = set()
+        if len(topics) < MAX_TOPICS_PER_SOURCE:
+            topics.add(pub.topic)
+
+
+def visible_sources(component: Component, principal: str,
+                    by_source: Mapping[str, V]) -> dict[str, V]:
+    """``by_source`` without the sources ``principal`` may not learn of: those none of whose
+    known topics it may subscribe to."""
+    policy = policy_of(component)
+    if policy.permissive:
+        return dict(by_source)
+    known = component.source_topics
+    return {
+        source: value for source, value in by_source.items()
+        if any(policy.decide(principal, Operation.SUBSCRIBE, topic)
+               for topic in known.get(source, ()))
+    }
+
+
+def revoked(component: Component) -> list[tuple[SubscriberLink, str, str]]:
+    """The attached subscriber links the policy in force no longer gives what they were
+    given (after a reload), each with the condition and text to detach it with: a link whose
+    pattern or queue the principal may no longer use ends (``amqp:unauthorized-access``, or
+    ``amqp:not-found`` for a queue, as at attach); one whose exclusions changed is detached
+    with ``amqp:link:detach-forced`` (the subscriber attaches again, under the new policy)."""
+    policy = policy_of(component)
+    ended = []
+    for name, link in component.links.items():
+        principal = component.principals.get(name)
+        if link.sender is None or principal is None:
+            continue
+        if link.address.startswith(SUBSCRIPTION_PREFIX):
+            sub = component.subscriptions.find(link.address[len(SUBSCRIPTION_PREFIX):])
+            if sub is None or not may_access(policy, principal, sub_id=sub.id,
+                                             owner=sub.owner, configured=sub.configured):
+                ended.append((link, "amqp:not-found", "no subscription queue"))
+                continue
+            decision = policy.decide(principal, Operation.SUBSCRIBE, sub.topic)
+        else:
+            decision = policy.decide(principal, Operation.SUBSCRIBE, link.address)
+            if not decision:
+                ended.append((link, UnauthorizedAccessError.condition, decision.why))
+                continue
+        if frozenset(decision.exclude) != frozenset(link.entitlement.exclude):
+            ended.append((link, "amqp:link:detach-forced", "access policy changed: attach "
+                                                          "again"))
+    return ended
