@@ -140,7 +140,7 @@ def component_rate(n: int, rate: float = 0.0, batch: int = 256,
         comp = subprocess.Popen(
             [sys.executable, "-m", "seqrepair.cli", "serve", "--url", url, "--redis-url",
              redis.url, "--drop-rate", "0.01", "--drop-seed", "1", "--ready-file", str(ready),
-             "--max-pending", "200000", "--max-batch", str(max_batch)],
+             "--max-pending", "200000", "--max-batch", str(max_batch), "--allow-anonymous"],
             env=env,
         )
         try:

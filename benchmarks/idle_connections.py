@@ -66,7 +66,7 @@ def main(mode: str, n: int, serve_args: list[str]) -> None:
         with open(Path(tmp) / "component.log", "wb") as log:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "seqrepair.cli", "serve", "--url", url, "--redis-url",
-                 redis.url, "--ready-file", str(ready), *serve_args],
+                 redis.url, "--ready-file", str(ready), "--allow-anonymous", *serve_args],
                 stdout=log, stderr=subprocess.STDOUT)
         try:
             while not ready.exists():

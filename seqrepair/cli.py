@@ -27,6 +27,7 @@ from seqrepair.extras import MissingExtraError
 COMMAND_MODULES = (
     "seqrepair.demo",
     "seqrepair.journal.commands",
+    "seqrepair.auth.commands",
     "seqrepair.amqp.commands",
     "seqrepair.spark.commands",
 )

@@ -212,6 +212,7 @@ def network_stage(run: DemoRun) -> bool:
           "REST API, topics ending in /LFPG)", file=run.out)
     print(f"  published {report['published']}, component restarts "
           f"{report['component_restarts']}, {time.perf_counter() - started:.1f} s", file=run.out)
+    print(f"  authentication: {report['authentication']}", file=run.out)
     header = ("subscriber", "pattern", "entitled", "delivered", "gaps", "repairs",
               "duplicates", "resets", "unrecoverable", "exactly once")
     rows = [header]

@@ -69,7 +69,19 @@ def test_an_option_out_of_range_is_a_usage_error(argv, capsys):
 @pytest.mark.parametrize(
     ("argv", "status", "says"),
     [
-        (["serve", "--redis-url", "notaurl"], 2, "not a Redis URL"),
+        (["serve", "--redis-url", "notaurl", "--allow-anonymous"], 2, "not a Redis URL"),
+        (["serve", "--redis-url", UNREACHABLE], 2, "nobody could authenticate"),
+        (["serve", "--redis-url", UNREACHABLE, "--url", "0.0.0.0:5672", "--allow-anonymous"],
+         2, "refused unless --insecure"),
+        (["serve", "--redis-url", UNREACHABLE, "--url", "192.0.2.1:5672", "--credentials",
+          "/no/such/sasldb"], 2, "--credentials: cannot read"),
+        (["serve", "--redis-url", UNREACHABLE, "--tls-cert", "/no/such.pem"], 2,
+         "--tls-cert and --tls-key go together"),
+        (["serve", "--redis-url", UNREACHABLE, "--client-cert", "required"], 2,
+         "--client-cert required needs"),
+        (["gateway", "--upstream", UNREACHABLE, "--listen", "0.0.0.0:5673",
+          "--allow-anonymous"], 2, "refused unless --insecure"),
+        (["subscribe", "--address", "/#", "--user", "alice"], 2, "--user needs a password"),
         (["serve", "--redis-url", UNREACHABLE, "--subscription", "bogus"], 2, "NAME=PATTERN"),
         (["serve", "--redis-url", UNREACHABLE, "--subscription", "no spaces=/#"], 2,
          "subscription id"),
@@ -160,7 +172,7 @@ def test_serve_on_port_zero_writes_the_port_it_listens_on(tmp_path):
     with EmbeddedRedis() as redis_server:
         proc = subprocess.Popen(
             [sys.executable, "-m", "seqrepair.cli", "serve", "--url", "127.0.0.1:0",
-             "--redis-url", redis_server.url, "--ready-file", str(ready)],
+             "--redis-url", redis_server.url, "--ready-file", str(ready), "--allow-anonymous"],
             env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
         )
         try:

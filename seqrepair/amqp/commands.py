@@ -127,8 +127,17 @@ def register(subparsers: Any) -> None:
                             "subscriptions made through it are kept in Redis")
     serve.add_argument("--rest-token-file", metavar="PATH",
                        help="the REST API then wants 'Authorization: Bearer <token>': a line "
-                            "holding only a token authenticates the principal 'operator', a "
-                            "line 'PRINCIPAL TOKEN' that principal")
+                            "holding only a token authenticates the principal "
+                            "--rest-token-principal names (default 'operator'), a line "
+                            "'PRINCIPAL TOKEN' that principal (plaintext: prefer --rest-tokens)")
+    serve.add_argument("--rest-token-principal", default="operator", metavar="NAME",
+                       help="the principal of a --rest-token-file line holding only a token "
+                            "(default operator)")
+    serve.add_argument("--rest-tokens", metavar="PATH",
+                       help="bearer tokens per principal, hashed: 'PRINCIPAL SHA256-HEX' lines "
+                            "(seqrepair credentials token). The REST API also takes HTTP Basic "
+                            "against --credentials, serves HTTPS with --tls-cert/--tls-key, and "
+                            "anonymous requests only with --allow-anonymous")
     serve.add_argument("--policy", metavar="FILE",
                        help="the access policy (TOML, or JSON when FILE ends in .json): who may "
                             "publish, subscribe, attach to queues, manage subscriptions and "
@@ -153,15 +162,17 @@ def register(subparsers: Any) -> None:
                        metavar="PRINCIPAL=TOKENS[;deny=TOKENS]",
                        help="permission tokens of one principal on topic-pattern links "
                             "(repeatable; tokens comma-separated, '*' = every token; deny "
-                            "exceptions win). PRINCIPAL is the user the transport authenticated "
-                            "when it authenticated one, else the client's AMQP container id "
-                            "(self-declared: it identifies, it does not authenticate). A "
+                            "exceptions win). PRINCIPAL is the identity the connection proved "
+                            "(the SCRAM user, or the client certificate's subject with "
+                            "EXTERNAL; 'anonymous' with --allow-anonymous), never the client's "
+                            "container id. A "
                             "subscriber's seqrepair-permtokens link property may only narrow "
                             "its grant, never widen it")
     serve.add_argument("--default-grant", default="", metavar="TOKENS[;deny=TOKENS]",
                        help="the grant of every principal without a --grant (default: none, "
                             "only publications without a permission token are visible)")
     serve.add_argument("--ready-file", help="write the listen address here once listening")
+    add_server_security(serve)
     serve.set_defaults(func=_serve)
 
     gateway = subparsers.add_parser(
@@ -181,6 +192,8 @@ def register(subparsers: Any) -> None:
                               "component takes response annotations (default: forward with "
                               "annotations then, rewrite only where the next hop lacks them)")
     gateway.add_argument("--ready-file", help="write the listen address here once listening")
+    add_server_security(gateway)
+    add_client_security(gateway, "upstream-")
     gateway.set_defaults(func=_gateway)
 
     pub = subparsers.add_parser("publish", help="publish through the embedded sequencer")
@@ -213,6 +226,7 @@ def register(subparsers: Any) -> None:
                           "last publication was handed over, e.g. while the component cannot "
                           "be reached, or when the journal (--redis-url) stays out this long: "
                           "shorter outages are ridden out (default: 60)")
+    add_client_security(pub)
     pub.set_defaults(func=_publish)
 
     sub = subparsers.add_parser("subscribe", help="subscribe and print the ordered stream")
@@ -259,6 +273,7 @@ def register(subparsers: Any) -> None:
                           "there (sources it lacks from their first number); a durable "
                           "subscriber drops what the file already has, so a restart after a "
                           "kill -9 writes each publication once")
+    add_client_security(sub)
     sub.set_defaults(func=_subscribe)
 
     caps = subparsers.add_parser(
@@ -267,7 +282,47 @@ def register(subparsers: Any) -> None:
     )
     caps.add_argument("--url", default="127.0.0.1:5672", help="the component, host:port")
     caps.add_argument("--timeout", type=positive_float, default=10.0, metavar="SECONDS")
+    add_client_security(caps)
     caps.set_defaults(func=_capabilities)
+
+
+def add_server_security(parser: argparse.ArgumentParser) -> None:
+    """A listener's authentication options (:class:`~seqrepair.amqp.wire.security.ServerSecurity`,
+    WIRE.md "Authentication")."""
+    group = parser.add_argument_group("authentication")
+    group.add_argument("--tls-cert", metavar="PEM", help="TLS: this listener's certificate")
+    group.add_argument("--tls-key", metavar="PEM", help="TLS: its private key")
+    group.add_argument("--tls-ca", metavar="PEM",
+                       help="TLS: the CA that signs client certificates")
+    group.add_argument("--client-cert", choices=("none", "required"), default="none",
+                       help="required: every client presents a certificate --tls-ca signed and "
+                            "SASL EXTERNAL names it by the certificate's subject (default none)")
+    group.add_argument("--credentials", metavar="SASLDB",
+                       help="SCRAM-SHA-256 against this credentials file (seqrepair "
+                            "credentials add; salted secrets only)")
+    group.add_argument("--allow-anonymous", action="store_true",
+                       help="let clients in without authentication, as principal 'anonymous'")
+    group.add_argument("--insecure", action="store_true",
+                       help="allow a non-loopback listener without TLS or with anonymous "
+                            "access (refused otherwise)")
+
+
+def add_client_security(parser: argparse.ArgumentParser, prefix: str = "") -> None:
+    """A client's authentication options (:class:`~seqrepair.amqp.wire.security.ClientSecurity`);
+    ``prefix`` (``"upstream-"``) for a gateway's connection to its component."""
+    group = parser.add_argument_group(f"{prefix}authentication")
+    group.add_argument(f"--{prefix}tls-ca", metavar="PEM",
+                       help="TLS: the CA that signed the server's certificate (turns TLS on, as "
+                            "an amqps:// URL does)")
+    group.add_argument(f"--{prefix}tls-cert", metavar="PEM",
+                       help="TLS: a client certificate (SASL EXTERNAL)")
+    group.add_argument(f"--{prefix}tls-key", metavar="PEM", help="its private key")
+    group.add_argument(f"--{prefix}user", help="SASL user (SCRAM-SHA-256)")
+    group.add_argument(f"--{prefix}password-file", metavar="PATH",
+                       help="the user's password (default: $SEQREPAIR_PASSWORD)")
+    group.add_argument(f"--{prefix}sasl-mechs", metavar="MECHS",
+                       help="SASL mechanisms to allow, space-separated (default: what the "
+                            "options above call for)")
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -301,7 +356,9 @@ def capabilities(args: argparse.Namespace) -> int:
     import attrs
 
     from seqrepair.amqp.client.query import query_capabilities
+    from seqrepair.amqp.wire.security import ClientSecurity
 
-    caps = query_capabilities(args.url, timeout=args.timeout)
+    caps = query_capabilities(args.url, timeout=args.timeout,
+                              security=ClientSecurity.from_args(args))
     print(json.dumps(attrs.asdict(caps), sort_keys=True))
     return 0

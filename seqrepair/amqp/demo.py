@@ -7,6 +7,12 @@ SIGKILLs the component and restarts it (a forced reset: every link comes back at
 by source from the journal; the subscription comes back from Redis). It then checks each
 subscriber's output against the journal: exactly the publications it is entitled to, in
 order, once.
+
+Authentication is on (issue 25): the demo makes its own certificate authority, a server
+certificate for ``localhost`` and a client certificate ``CN=demo`` with ``openssl``, and a REST
+bearer token of the same principal; the component requires client certificates (SASL
+EXTERNAL) and serves its REST API over HTTPS. Without ``openssl`` it says so and runs with
+``--allow-anonymous`` on loopback instead.
 """
 
 from __future__ import annotations
@@ -14,8 +20,10 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -50,13 +58,86 @@ def _env() -> dict[str, str]:
     return env
 
 
+PRINCIPAL = "CN=demo"
+"""Who the demo's clients are: their certificate's subject, and their REST token's principal."""
+
+
+class Credentials:
+    """The demo's own certificates and REST token (:meth:`make`), or none (anonymous)."""
+
+    def __init__(self, folder: Path | None, token: str | None) -> None:
+        self.folder = folder
+        self.token = token
+
+    @classmethod
+    def make(cls, work: Path) -> Credentials:
+        """A CA, a server certificate for localhost and 127.0.0.1, a client certificate of
+        :data:`PRINCIPAL`, a REST token of it; no credentials without ``openssl``."""
+        if shutil.which("openssl") is None:
+            return cls(None, None)
+        from seqrepair.auth.restauth import new_token
+
+        folder = work / "pki"
+        folder.mkdir(exist_ok=True)
+
+        def openssl(*args: str) -> None:
+            subprocess.run(["openssl", *args], cwd=folder, check=True, capture_output=True,
+                           timeout=60)
+
+        openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out",
+                "ca.pem", "-days", "2", "-subj", "/CN=seqrepair demo CA")
+        (folder / "san.ext").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
+        for name, subject, extra in (("server", "/CN=localhost", ["-extfile", "san.ext"]),
+                                     ("client", f"/{PRINCIPAL}", [])):
+            openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out",
+                    f"{name}.csr", "-subj", subject)
+            openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+                    "-CAcreateserial", "-out", f"{name}.pem", "-days", "2", *extra)
+        return cls(folder, new_token(folder / "rest.tokens", PRINCIPAL))
+
+    def describe(self) -> str:
+        if self.folder is None:
+            return "anonymous on loopback (no openssl to make certificates)"
+        return (f"TLS with client certificates (SASL EXTERNAL) as {PRINCIPAL}; REST over "
+                f"HTTPS with a bearer token of {PRINCIPAL}")
+
+    def host(self, address: str) -> str:
+        """``address`` by the name the server certificate carries (clients check it)."""
+        return address if self.folder is None else address.replace("127.0.0.1", "localhost")
+
+    def serve_args(self) -> tuple[str, ...]:
+        if self.folder is None:
+            return ("--allow-anonymous",)  # loopback only
+        f = self.folder
+        return ("--tls-cert", str(f / "server.pem"), "--tls-key", str(f / "server.key"),
+                "--tls-ca", str(f / "ca.pem"), "--client-cert", "required",
+                "--rest-tokens", str(f / "rest.tokens"))
+
+    def client_args(self) -> tuple[str, ...]:
+        if self.folder is None:
+            return ()
+        f = self.folder
+        return ("--tls-ca", str(f / "ca.pem"), "--tls-cert", str(f / "client.pem"),
+                "--tls-key", str(f / "client.key"))
+
+    def http(self, rest: str) -> tuple[http.client.HTTPConnection, dict[str, str]]:
+        """A connection to the REST API and the headers that authenticate on it."""
+        host, _, port = rest.rpartition(":")
+        if self.folder is None:
+            return http.client.HTTPConnection(host, int(port), timeout=10), {}
+        context = ssl.create_default_context(cafile=str(self.folder / "ca.pem"))
+        return (http.client.HTTPSConnection(self.host(host), int(port), timeout=10,
+                                            context=context),
+                {"Authorization": f"Bearer {self.token}"})
+
+
 def _start_component(url: str, rest: str, redis_url: str, work: Path, n: int,
-                     drop_rate: float) -> subprocess.Popen[bytes]:
+                     drop_rate: float, creds: Credentials) -> subprocess.Popen[bytes]:
     ready = work / f"ready-{n}"
     proc = subprocess.Popen(
         _cli("--log-level", "info", "serve", "--url", url, "--redis-url", redis_url,
              "--drop-rate", str(drop_rate), "--drop-seed", str(n), "--heartbeat", "0.25",
-             "--rest", rest, "--ready-file", str(ready)),
+             "--rest", rest, "--ready-file", str(ready), *creds.serve_args()),
         env=_env(), stdout=open(work / f"component-{n}.log", "wb"),  # noqa: SIM115
         stderr=subprocess.STDOUT,
     )
@@ -68,15 +149,15 @@ def _start_component(url: str, rest: str, redis_url: str, work: Path, n: int,
     return proc
 
 
-def _subscribe_over_rest(rest: str, proposal: dict[str, Any]) -> dict[str, Any]:
+def _subscribe_over_rest(rest: str, proposal: dict[str, Any],
+                         creds: Credentials) -> dict[str, Any]:
     """Make (or, from an earlier run on the same Redis, make again) a subscription."""
-    host, _, port = rest.rpartition(":")
-    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    conn, auth = creds.http(rest)
     try:
-        conn.request("DELETE", f"/subscriptions/{proposal['id']}")
+        conn.request("DELETE", f"/subscriptions/{proposal['id']}", headers=auth)
         conn.getresponse().read()
         conn.request("POST", "/subscriptions", body=json.dumps(proposal),
-                     headers={"Content-Type": "application/json"})
+                     headers={"Content-Type": "application/json", **auth})
         response = conn.getresponse()
         made: dict[str, Any] = json.loads(response.read())
     finally:
@@ -86,10 +167,12 @@ def _subscribe_over_rest(rest: str, proposal: dict[str, Any]) -> dict[str, Any]:
     return made
 
 
-def _publish(url: str, redis_url: str, count: int, source: str) -> dict[str, Any]:
+def _publish(url: str, redis_url: str, count: int, source: str,
+             creds: Credentials) -> dict[str, Any]:
     out = subprocess.run(
-        _cli("publish", "--url", url, "--redis-url", redis_url, "--source", source,
-             "--count", str(count), "--topics", TOPICS),  # the CLI defaults, as shipped
+        _cli("publish", "--url", creds.host(url), "--redis-url", redis_url, "--source", source,
+             "--count", str(count), "--topics", TOPICS,  # the CLI defaults, as shipped
+             *creds.client_args()),
         env=_env(), capture_output=True, timeout=300, check=False,
     )
     if out.returncode != 0:
@@ -132,13 +215,15 @@ def run_network_demo(
     rest = f"127.0.0.1:{_free_port()}"
     journal = Journal.from_url(redis_url)
     first_hw = journal.high_water(source)
-    component = _start_component(url, rest, redis_url, work, 1, drop_rate)
+    creds = Credentials.make(work)
+    component = _start_component(url, rest, redis_url, work, 1, drop_rate, creds)
     subs: dict[str, subprocess.Popen[bytes]] = {}
     try:
-        lfpg = _subscribe_over_rest(rest, LFPG)
+        lfpg = _subscribe_over_rest(rest, LFPG, creds)
         for name, pattern in SUBSCRIBERS.items():
             subs[name] = subprocess.Popen(
-                _cli("--log-level", "info", "subscribe", "--url", url, "--address", pattern,
+                _cli("--log-level", "info", "subscribe", "--url", creds.host(url),
+                     "--address", pattern, *creds.client_args(),
                      "--link-name", f"demo-{name}", "--heartbeat", "0.25",
                      "--output", str(work / f"{name}.jsonl"),
                      "--stats-file", str(work / f"{name}.stats.json"),
@@ -155,10 +240,10 @@ def run_network_demo(
                 raise RuntimeError("subscribers did not attach within 60 s; see their logs")
             time.sleep(0.05)
         half = n_publications // 2
-        _publish(url, redis_url, half, source)
+        _publish(url, redis_url, half, source, creds)
         _kill(component)  # forced reset: the component loses every link context
-        component = _start_component(url, rest, redis_url, work, 2, drop_rate)
-        _publish(url, redis_url, n_publications - half, source)
+        component = _start_component(url, rest, redis_url, work, 2, drop_rate, creds)
+        _publish(url, redis_url, n_publications - half, source, creds)
         for proc in subs.values():
             proc.wait(timeout=240)
     finally:
@@ -170,6 +255,7 @@ def run_network_demo(
         "published": len(journaled),
         "component_restarts": 1,
         "drop_rate": drop_rate,
+        "authentication": creds.describe(),
         "workdir": str(work),
         "subscribers": {},
     }

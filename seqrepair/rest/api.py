@@ -43,8 +43,10 @@ run in this order, the first that fails answers:
 ======  ==========================  =============================================================
 status  ``error``                   when
 ======  ==========================  =============================================================
-401     ``unauthorized``            a token is configured and ``Authorization: Bearer <token>``
-                                    is missing or wrong (with ``WWW-Authenticate``)
+401     ``unauthorized``            the request names no principal: no ``Authorization`` where
+                                    anonymous access is not allowed, or a wrong password,
+                                    unknown user or token (with a ``WWW-Authenticate`` per
+                                    scheme offered; :mod:`seqrepair.auth.restauth`)
 404     ``notfound``                an unknown path; no subscription has the id, or the
                                     caller may not access it (not its own: ids do not leak);
                                     the catalog does not list the topic, or the caller may
@@ -72,7 +74,6 @@ status  ``error``                   when
 
 from __future__ import annotations
 
-import hmac
 import json
 import re
 from collections.abc import Iterable, Mapping
@@ -81,6 +82,7 @@ from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 import attrs
 
+from seqrepair.auth.restauth import LEGACY_TOKEN_PRINCIPAL, RestAuth, token_hash
 from seqrepair.core.errors import (
     BAD_INPUT_ERRORS,
     AccessDeniedError,
@@ -90,7 +92,7 @@ from seqrepair.core.errors import (
     SubscriptionNotFoundError,
     TopicNotFoundError,
 )
-from seqrepair.core.policy import ANONYMOUS, Operation
+from seqrepair.core.policy import Operation
 from seqrepair.core.subscriptions import check_id
 from seqrepair.logs import get_logger
 from seqrepair.rest.catalog import SharedCatalog
@@ -108,7 +110,7 @@ MAX_DEPTH = 32
 stored and then fail to serialise on every later GET)."""
 MAX_DETAIL = 512
 """Longest ``message``, and longest JSON text of ``expected`` or ``got``, in an error body."""
-REALM = 'Bearer realm="seqrepair"'
+REALM = 'Bearer realm="seqrepair"'  # the challenge of a 401 that offers only bearer tokens
 
 _COLLECTION_ALLOW = ("GET", "HEAD", "POST", "OPTIONS")
 _ITEM_ALLOW = ("GET", "HEAD", "PUT", "DELETE", "OPTIONS")
@@ -199,7 +201,10 @@ class _Route:
 class SubscriptionApi:
     """The subscription interface over HTTP: ``api.handle("GET", "/subscriptions", {}, b"")``.
 
-    ``token``: when given, every request needs ``Authorization: Bearer <token>``.
+    ``auth``: how a request's principal is established (:class:`~seqrepair.auth.restauth.
+    RestAuth`: HTTP Basic against the credentials file, bearer tokens per principal, anonymous
+    where allowed); by default everyone is ``anonymous``. ``token``: one more bearer token,
+    of the principal ``token_principal`` (without ``auth``: the only way in).
     ``max_body``: the largest request body taken, in bytes. ``unavailable``: the exceptions of
     the manager's store that mean "try again later" (503); the component adds redis-py's
     ``RedisError`` to the default ``OSError``. ``topics``: the catalog ``/topics`` lists
@@ -208,6 +213,8 @@ class SubscriptionApi:
     """
 
     def __init__(self, manager: SubscriptionManager, *, token: str | None = None,
+                 auth: RestAuth | None = None,
+                 token_principal: str = LEGACY_TOKEN_PRINCIPAL,
                  max_body: int = MAX_BODY,
                  unavailable: tuple[type[BaseException], ...] = (OSError,),
                  topics: SharedCatalog | None = None,
@@ -228,15 +235,18 @@ class SubscriptionApi:
         self.topics = topics
         self.max_body = max_body
         self.unavailable = unavailable
-        self._token = None if token is None else token.encode("ascii")
-        for secret in (principal_tokens or {}).values():
+        if auth is None:
+            auth = RestAuth(allow_anonymous=token is None and not principal_tokens)
+        tokens = dict(auth.tokens)
+        for principal, secret in (principal_tokens or {}).items():
             if not isinstance(secret, str) or not _B64TOKEN.fullmatch(secret):
                 raise InvalidConfigError(
                     "a bearer token is letters, digits and - . _ ~ + / (then = padding)",
                     expected=_B64TOKEN.pattern, got=type(secret).__name__)
-        self._principal_tokens = {
-            principal: secret.encode("ascii")
-            for principal, secret in (principal_tokens or {}).items()}
+            tokens[token_hash(secret)] = principal
+        if token is not None:
+            tokens[token_hash(token)] = token_principal
+        self.auth = attrs.evolve(auth, tokens=tokens)
 
     def handle(self, method: str, path: str, headers: Headers, body: bytes) -> Response:
         """The response to one request. ``path`` is the request target as sent (path and
@@ -260,8 +270,9 @@ class SubscriptionApi:
         principal = self.request_principal(headers.get("authorization"))
         if principal is None:
             raise _Refusal(error_response(
-                401, "unauthorized", "this API needs 'Authorization: Bearer <token>'",
-                headers=(("WWW-Authenticate", REALM),)))
+                401, "unauthorized", "this API needs 'Authorization: Bearer <token>' or "
+                "'Authorization: Basic <user:password>' naming a principal",
+                headers=self.auth.challenges()))
         route = _route(target, with_topics=self.topics is not None)
         allow = ("Allow", ", ".join(route.allow))
         if method == "OPTIONS":
@@ -292,28 +303,10 @@ class SubscriptionApi:
         return self._call(method, route.key, proposal, principal)
 
     def request_principal(self, authorization: str | None) -> str | None:
-        """Who a request is: the principal its bearer token authenticates, or None (401).
-
-        STAND-IN until the authentication work lands (it replaces this function): the one
-        ``token`` authenticates the principal ``operator``; each of ``principal_tokens``
-        (principal -> token) its principal; with neither configured every request is
-        :data:`~seqrepair.core.policy.ANONYMOUS`."""
-        if self._token is None and not self._principal_tokens:
-            return ANONYMOUS
-        if authorization is None:
-            return None
-        scheme, _, credentials = authorization.strip().partition(" ")
-        if scheme.lower() != "bearer":
-            return None
-        given = credentials.strip().encode("utf-8", "surrogatepass")
-        found = None
-        candidates = list(self._principal_tokens.items())
-        if self._token is not None:
-            candidates.append(("operator", self._token))
-        for principal, secret in candidates:  # every one compared: no timing hint of which
-            if hmac.compare_digest(given, secret) and found is None:
-                found = principal
-        return found
+        """Who sends a request with this ``Authorization`` header: the user of HTTP Basic
+        (checked against the credentials file), a bearer token's principal, ``anonymous``
+        where allowed (:mod:`seqrepair.auth.restauth`); None when it names nobody (401)."""
+        return self.auth.principal(authorization)
 
     def _call(self, method: str, sub_id: str | None, proposal: Any,
               principal: str) -> Response:

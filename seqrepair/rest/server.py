@@ -52,6 +52,7 @@ import math
 import re
 import socket
 import socketserver
+import ssl
 import sys
 import threading
 import time
@@ -249,8 +250,10 @@ class _Server(http.server.ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(self, address: tuple[str, int], api: SubscriptionApi,
-                 request_timeout: float, max_connections: int) -> None:
+                 request_timeout: float, max_connections: int,
+                 tls: ssl.SSLContext | None = None) -> None:
         self.api = api
+        self.tls = tls
         self.request_timeout = request_timeout
         self.max_connections = max_connections
         self.slots = threading.BoundedSemaphore(max_connections)
@@ -290,11 +293,34 @@ class _Server(http.server.ThreadingHTTPServer):
             self.refuse(request, client_address, "no thread to serve the connection")
 
     def serve_connection(self, request: Any, client_address: Any) -> None:
-        """A connection's thread: serve it, close it, give its slot back."""
+        """A connection's thread: (TLS: the handshake, within ``request_timeout``) serve it,
+        close it, give its slot back."""
         try:
+            if self.tls is not None:
+                request = self.handshake(request, client_address)
+                if request is None:
+                    return
             self.process_request_thread(request, client_address)
         finally:
             self.slots.release()
+
+    def handshake(self, request: socket.socket, client_address: Any) -> ssl.SSLSocket | None:
+        """``request`` wrapped in TLS (None, closed, when the handshake fails or takes longer
+        than ``request_timeout``)."""
+        assert self.tls is not None
+        request.settimeout(self.request_timeout)
+        try:
+            wrapped = self.tls.wrap_socket(request, server_side=True)
+        except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+            log.info("tls handshake failed", client=client_address[0], error=str(exc)[:200])
+            with self.lock:
+                self.connections.discard(request)
+            request.close()
+            return None
+        with self.lock:  # the wrapped socket took over the descriptor
+            self.connections.discard(request)
+            self.connections.add(wrapped)
+        return wrapped
 
     def refuse(self, request: socket.socket, client_address: Any, why: str) -> None:
         """Answer 503 (with ``Retry-After``) and close, without blocking the accepting
@@ -349,19 +375,30 @@ def _wire(response: Response) -> bytes:
     return "\r\n".join([*head, "", ""]).encode("latin-1") + response.body
 
 
+def tls_context(cert: str, key: str) -> ssl.SSLContext:
+    """A server-side TLS context (TLS 1.2 at least) with this certificate and key."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(cert, key)
+    return context
+
+
 class RestServer:
     """Serves a :class:`~seqrepair.rest.api.SubscriptionApi` on ``host:port`` (port 0: any free
     port) from a daemon thread, one more thread per connection.
 
     ``request_timeout``: seconds a request may take to arrive whole from its first byte, and
-    a connection may wait for a request (a finite number > 0). ``max_connections``: how many
+    a connection may wait for a request (a finite number > 0). ``tls``: serve HTTPS with this
+    server-side context (:func:`tls_context`); the handshake runs on the connection's thread,
+    within ``request_timeout``. ``max_connections``: how many
     connections are served at once; one more is answered 503 and closed (an integer >= 1).
     Either out of range is an InvalidConfigError.
     """
 
     def __init__(self, api: SubscriptionApi, host: str = "127.0.0.1", port: int = 0, *,
                  request_timeout: float = REQUEST_TIMEOUT,
-                 max_connections: int = MAX_CONNECTIONS) -> None:
+                 max_connections: int = MAX_CONNECTIONS,
+                 tls: ssl.SSLContext | None = None) -> None:
         if (isinstance(request_timeout, bool) or not isinstance(request_timeout, int | float)
                 or not 0 < request_timeout < math.inf):  # NaN fails too
             raise InvalidConfigError("request_timeout must be a finite number of seconds > 0",
@@ -375,6 +412,7 @@ class RestServer:
         self.port = port
         self.request_timeout = float(request_timeout)
         self.max_connections = max_connections
+        self.tls = tls
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
         self._address: tuple[str, int] | None = None
@@ -389,7 +427,7 @@ class RestServer:
                 raise RuntimeError("a stopped RestServer does not start again")
             if self._server is None:
                 self._server = _Server((self.host, self.port), self.api, self.request_timeout,
-                                       self.max_connections)
+                                       self.max_connections, self.tls)
                 host, port = self._server.server_address[:2]
                 self._address = (str(host), int(port))
                 self._thread = threading.Thread(
@@ -408,9 +446,10 @@ class RestServer:
 
     @property
     def url(self) -> str:
-        """``http://host:port`` (brackets around an IPv6 host)."""
+        """``http[s]://host:port`` (brackets around an IPv6 host)."""
         host, port = self.address
-        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+        scheme = "https" if self.tls is not None else "http"
+        return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
 
     def stop(self) -> None:
         """Stop accepting, end open connections and wait for every thread (idempotent)."""

@@ -38,14 +38,19 @@ def _env() -> dict[str, str]:
     return env
 
 
+AUTH_OPTIONS = frozenset({"--credentials", "--client-cert", "--tls-cert", "--allow-anonymous"})
+
+
 class ComponentProcess:
     """``seqrepair serve`` in a child process; :meth:`kill` is SIGKILL, :meth:`start` again
-    restarts it on the same port."""
+    restarts it on the same port. Anonymous (``--allow-anonymous``) unless ``args`` name an
+    authentication option."""
 
     def __init__(self, redis_url: str, tmp: Path, *args: str) -> None:
         self.redis_url = redis_url
         self.url = f"127.0.0.1:{free_port()}"
         self.args = args
+        self.secured = bool(AUTH_OPTIONS.intersection(args))
         self.tmp = tmp
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
@@ -57,7 +62,7 @@ class ComponentProcess:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "seqrepair.cli", "--log-level", "info", "serve",
              "--url", self.url, "--redis-url", self.redis_url, "--ready-file", str(ready),
-             *self.args],
+             *(() if self.secured else ("--allow-anonymous",)), *self.args],
             env=_env(), stdout=log, stderr=subprocess.STDOUT,
         )
         deadline = time.monotonic() + 20

@@ -13,6 +13,7 @@ from proton.reactor import ApplicationEvent
 
 from seqrepair.amqp.component.component import Component, ComponentConfig
 from seqrepair.amqp.wire.reactor import Injector, make_container
+from seqrepair.amqp.wire.security import ANONYMOUS_LISTENER
 from seqrepair.core.messages import GapRequest
 from seqrepair.journal.journal import Journal
 from seqrepair.rest.manager import SubscriptionManager
@@ -30,6 +31,7 @@ class HereComponent(Component):
     ) -> None:
         self.here_url = f"127.0.0.1:{free_port()}"
         self.here_ready = threading.Event()
+        settings.setdefault("security", ANONYMOUS_LISTENER)
         config = ComponentConfig(url=self.here_url, heartbeat_interval=0.2, **settings)
         super().__init__(config, Journal.from_url(redis_url),
                          on_ready=lambda _url: self.here_ready.set(), subscriptions=subscriptions)

@@ -1,21 +1,57 @@
 """How a test connects as a given principal (AMQP) or calls the REST API as one.
 
-STAND-IN until authentication lands: on main a connection's principal is its AMQP container
-id when the transport authenticated nobody, and the REST API tells principals apart by
-per-principal bearer tokens (``serve --rest-token-file`` lines ``PRINCIPAL TOKEN``). When real
-authentication (SASL users or TLS client certificates) replaces those, only this module
-changes: every principal-dependent test asks it for "a connection as P".
+AMQP: a principal is a SCRAM-SHA-256 user of a credentials file the test makes
+(:func:`serve_args`: ``seqrepair serve --credentials FILE --allow-anonymous``), the client
+proving it with its password; ``anonymous`` is a client that authenticates nobody. A claimed
+container id names no principal. SCRAM needs proton built against Cyrus SASL (``bin/setup``):
+:data:`MISSING` says why a principal-dependent AMQP test cannot run here.
+
+REST: per-principal bearer tokens (``serve --rest-token-file`` lines ``PRINCIPAL TOKEN``).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+from seqrepair.amqp.wire.security import ANONYMOUS, ClientSecurity
+from seqrepair.auth.credentials import CredentialStore
+
+from .pki import scram_missing
+
+MISSING = scram_missing()
+"""Why SCRAM principals cannot be used here (None: they can)."""
+
+
+def password(principal: str) -> str:
+    """The test password of ``principal``."""
+    return "pw-" + principal
+
+
+def serve_args(folder: Path, *principals: str) -> tuple[str, ...]:
+    """``serve`` options authenticating ``principals`` by SCRAM (a credentials file made in
+    ``folder``), everyone else as ``anonymous``; anonymous only without Cyrus SASL."""
+    if MISSING is not None:
+        return ("--allow-anonymous",)
+    store = CredentialStore(folder / "principals.sasldb")
+    for principal in principals:
+        store.add(principal, password(principal))
+    return ("--credentials", str(store.path), "--allow-anonymous")
 
 
 def amqp_identity(principal: str) -> dict[str, Any]:
-    """Keyword arguments that make a ``Subscriber``, ``Publisher`` or proton
-    ``BlockingConnection`` connect as ``principal``."""
-    return {"container_id": principal}
+    """Keyword arguments that make a proton ``BlockingConnection`` or ``Container.connect``
+    connect as ``principal``."""
+    if principal == ANONYMOUS:
+        return {"allowed_mechs": "ANONYMOUS"}
+    return {"user": principal, "password": password(principal), "allowed_mechs": "SCRAM-SHA-256"}
+
+
+def client_security(principal: str) -> ClientSecurity:
+    """What makes a library ``Subscriber`` or ``Publisher`` connect as ``principal``."""
+    if principal == ANONYMOUS:
+        return ClientSecurity(mechs="ANONYMOUS")
+    return ClientSecurity(user=principal, password=password(principal), mechs="SCRAM-SHA-256")
 
 
 def rest_token(principal: str) -> str:

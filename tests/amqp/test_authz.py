@@ -3,7 +3,8 @@
 One ``seqrepair serve`` process with a policy file, its REST API and a private redis-server;
 each operation is tried as the owner (alice), another principal (bob) and an anonymous client,
 and each answer is the exact one the policy and the owner-only rule give. Principals come from
-:mod:`tests.amqp.principals` (a stand-in for real authentication until it lands).
+:mod:`tests.amqp.principals`: SCRAM users on AMQP (the AMQP tests need proton built against
+Cyrus SASL), bearer tokens on REST.
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from proton import Message
+from proton import Message, symbol
 from proton.handlers import MessagingHandler
-from proton.reactor import Container
+from proton.reactor import Container, LinkOption
 from proton.utils import BlockingConnection, LinkDetached
 
 from seqrepair.amqp.client.subscriber import Subscriber
@@ -28,13 +29,22 @@ from seqrepair.amqp.wire.technical import CapabilitiesRequest
 from seqrepair.core.messages import Publication
 
 from .conftest import ComponentProcess, free_port, wait_for
-from .principals import amqp_identity, rest_token, rest_token_file
+from .principals import (
+    MISSING,
+    amqp_identity,
+    client_security,
+    rest_token,
+    rest_token_file,
+    serve_args,
+)
 from .test_rest_serve import Rest
 
 pytestmark = [pytest.mark.amqp, pytest.mark.redis]
 
-ALICE, BOB, ANON, OPS, SPY = (
-    "alice@example.com", "bob@example.com", "anonymous", "ops@example.com", "spy@secret.org")
+ALICE, BOB, ANON, OPS, SPY, CAROL = (
+    "alice@example.com", "bob@example.com", "anonymous", "ops@example.com", "spy@secret.org",
+    "carol@example.org")
+needs_scram = pytest.mark.skipif(MISSING is not None, reason=f"AMQP principals: {MISSING}")
 
 POLICY = """
 # who may do what (seqrepair serve --policy)
@@ -73,7 +83,8 @@ def served(component: Callable[..., ComponentProcess],
     policy.write_text(POLICY)
     port = free_port()
     tokens = rest_token_file(tmp_path / "tokens", ALICE, BOB, OPS)
-    comp = component("--heartbeat", "0.2", "--policy", str(policy), "--rest",
+    comp = component("--heartbeat", "0.2", *serve_args(tmp_path, ALICE, BOB, OPS, SPY, CAROL),
+                     "--policy", str(policy), "--rest",
                      f"127.0.0.1:{port}", "--rest-token-file", tokens,
                      "--subscription", "public-wind=/weather/wind/#",
                      "--subscription", "private-rain=/weather/rain/#")
@@ -85,12 +96,24 @@ def rest(port: int, principal: str) -> Rest:
     return Rest(port, None if principal == ANON else rest_token(principal))
 
 
-def attach(url: str, address: str, principal: str, name: str | None = None) -> Any:
+class _Properties(LinkOption):
+    """Attach link properties (``seqrepair-resume``...)."""
+
+    def __init__(self, properties: dict[Any, Any]) -> None:
+        self.properties = properties
+
+    def apply(self, link: Any) -> None:
+        link.properties = self.properties
+
+
+def attach(url: str, address: str, principal: str, name: str | None = None,
+           properties: dict[Any, Any] | None = None) -> Any:
     """A receiving link on ``address`` as ``principal``: the receiver (and its connection)
     or the condition that refused it."""
     conn = BlockingConnection(url, timeout=10, **amqp_identity(principal))
     try:
-        receiver = conn.create_receiver(address, name=name or uuid.uuid4().hex, credit=10)
+        receiver = conn.create_receiver(address, name=name or uuid.uuid4().hex, credit=10,
+                                        options=_Properties(properties) if properties else None)
     except LinkDetached as exc:
         conn.close()
         return exc.condition
@@ -235,6 +258,7 @@ def test_the_rest_operations_per_principal(
     assert alice("GET", item)[0] == 404
 
 
+@needs_scram
 def test_the_amqp_operations_per_principal(
     served: tuple[ComponentProcess, int, Path],
 ) -> None:
@@ -277,6 +301,7 @@ def test_the_amqp_operations_per_principal(
         assert publish_outcome(url, target, topic, principal) == expected, (principal, topic)
 
 
+@needs_scram
 def test_another_principal_cannot_take_a_link_name_and_the_owner_keeps_its_link(
     served: tuple[ComponentProcess, int, Path], redis_url: str,
 ) -> None:
@@ -284,7 +309,7 @@ def test_another_principal_cannot_take_a_link_name_and_the_owner_keeps_its_link(
     got: list[int] = []
     owner = Subscriber(comp.url, "/weather/#", link_name="alice-link", heartbeat_interval=0.2,
                        on_publication=lambda p: got.append(p.source_seq),
-                       **amqp_identity(ALICE)).start()
+                       security=client_security(ALICE)).start()
     try:
         assert owner.connected.wait(20)
         assert refusal(comp.url, "/weather/#", BOB, "alice-link") == "amqp:unauthorized-access"
@@ -298,6 +323,30 @@ def test_another_principal_cannot_take_a_link_name_and_the_owner_keeps_its_link(
         owner.stop()
 
 
+@needs_scram
+def test_a_link_name_stays_its_principals_while_its_context_is_kept(
+    served: tuple[ComponentProcess, int, Path], redis_url: str,
+) -> None:
+    """After the owner's link detached, its kept context is not another principal's to take:
+    the owner reconnecting finds it (the same epoch), never bob's attach in its place."""
+    comp, _, _ = served
+    outcome = attach(comp.url, "/weather/#", ALICE, "alice-kept")
+    assert isinstance(outcome, tuple), outcome
+    receiver, conn = outcome
+    epoch = dict(receiver.link.remote_properties or {})[symbol("seqrepair-epoch")]
+    conn.close()  # detached: the component keeps the context (--context-retention)
+    assert refusal(comp.url, "/weather/#", BOB, "alice-kept") == "amqp:unauthorized-access"
+    outcome = attach(comp.url, "/weather/#", ALICE, "alice-kept",
+                     properties={symbol("seqrepair-resume"): True})
+    assert isinstance(outcome, tuple), outcome
+    receiver, conn = outcome
+    try:
+        assert dict(receiver.link.remote_properties or {})[symbol("seqrepair-epoch")] == epoch
+    finally:
+        conn.close()
+
+
+@needs_scram
 def test_the_attach_reply_and_capabilities_name_only_sources_the_caller_may_see(
     served: tuple[ComponentProcess, int, Path], redis_url: str,
 ) -> None:
@@ -355,26 +404,27 @@ def _capabilities(url: str, principal: str) -> Any:
         conn.close()
 
 
+@needs_scram
 def test_a_policy_reload_on_sighup_takes_effect_and_a_bad_file_keeps_the_old_one(
     served: tuple[ComponentProcess, int, Path],
 ) -> None:
     comp, port, policy = served
     assert comp.proc is not None
-    assert refusal(comp.url, "/weather/#", "carol@example.org") == "amqp:unauthorized-access"
-    policy.write_text(POLICY + '\n[[allow]]\nactors = ["carol@example.org"]\n'
+    assert refusal(comp.url, "/weather/#", CAROL) == "amqp:unauthorized-access"
+    policy.write_text(POLICY + f'\n[[allow]]\nactors = ["{CAROL}"]\n'
                       'operations = ["subscribe", "list-topics"]\n')
     os.kill(comp.proc.pid, signal.SIGHUP)
     assert wait_for(lambda: "access policy reloaded" in comp.log_text(), 10)
-    assert refusal(comp.url, "/weather/#", "carol@example.org") is None
+    assert refusal(comp.url, "/weather/#", CAROL) is None
     carol = Subscriber(comp.url, "/weather/#", link_name="carol", heartbeat_interval=0.2,
-                       **amqp_identity("carol@example.org")).start()
+                       security=client_security(CAROL)).start()
     try:
         assert carol.connected.wait(20)
         policy.write_text("[[allow]\nbroken")
         os.kill(comp.proc.pid, signal.SIGHUP)
         assert wait_for(lambda: "access policy not reloaded" in comp.log_text(), 10)
         # the old one stays
-        assert refusal(comp.url, "/weather/#", "carol@example.org") is None
+        assert refusal(comp.url, "/weather/#", CAROL) is None
         assert rest(port, ALICE)("GET", "/subscriptions")[0] == 200
         time.sleep(0.5)
         assert carol.error is None
@@ -386,7 +436,7 @@ def test_a_policy_reload_on_sighup_takes_effect_and_a_bad_file_keeps_the_old_one
         assert str(carol.error).startswith("amqp:unauthorized-access"), carol.error
     finally:
         carol.stop()
-    assert refusal(comp.url, "/weather/#", "carol@example.org") == "amqp:unauthorized-access"
+    assert refusal(comp.url, "/weather/#", CAROL) == "amqp:unauthorized-access"
     assert comp.proc.poll() is None
 
 

@@ -32,9 +32,11 @@ from proton import ConnectionException, Message
 from proton.utils import BlockingConnection, LinkDetached
 
 from seqrepair.amqp.client.query import query_capabilities
+from seqrepair.amqp.wire.security import NO_CLIENT_SECURITY, ClientSecurity
 from seqrepair.journal.server import EmbeddedRedis
 
 from .conftest import ROOT, ComponentProcess, wait_for
+from .pki import Pki, tls_url
 
 pytestmark = [pytest.mark.amqp, pytest.mark.redis]
 
@@ -59,17 +61,22 @@ def fds(proc: ComponentProcess) -> int:
 
 
 @contextlib.contextmanager
-def honest_pair(comp: ComponentProcess, redis_url: str, tmp: Path) -> Iterator[
-        subprocess.Popen[str]]:
+def honest_pair(comp: ComponentProcess, redis_url: str, tmp: Path,
+                pki: Pki | None = None) -> Iterator[subprocess.Popen[str]]:
     """A subscriber of ``/honest/#`` (ready when this yields) and a publisher of COUNT
-    publications at 100/s; on exit, checks the subscriber got them all once, in order."""
+    publications at 100/s; on exit, checks the subscriber got them all once, in order. With
+    ``pki``, both prove themselves with the certificate ``honest`` (principal ``CN=honest``)."""
     out, ready = tmp / "honest.jsonl", tmp / "honest-ready"
-    sub = cli("subscribe", "--url", comp.url, "--address", "/honest/#", "--heartbeat", "0.2",
+    url, tls = comp.url, ()
+    if pki is not None:
+        url, tls = tls_url(comp.url), ("--tls-ca", pki.pem("ca"), "--tls-cert",
+                                       pki.pem("honest"), "--tls-key", pki.key("honest"))
+    sub = cli("subscribe", "--url", url, "--address", "/honest/#", "--heartbeat", "0.2", *tls,
               "--output", str(out), "--ready-file", str(ready), "--count", str(COUNT))
     pub: subprocess.Popen[str] | None = None
     try:
         assert wait_for(lambda: ready.exists() or sub.poll() is not None, 20)
-        pub = cli("publish", "--url", comp.url, "--source", HONEST, "--redis-url", redis_url,
+        pub = cli("publish", "--url", url, "--source", HONEST, "--redis-url", redis_url, *tls,
                   "--count", str(COUNT), "--rate", "100", "--batch", "8",
                   "--topics", "/honest/a,/honest/b", "--timeout", "60")
         yield pub
@@ -168,10 +175,15 @@ def refused_link(conn: BlockingConnection, name: str) -> str:
     return str(condition.description)
 
 
-def refused_connection(url: str, container_id: str | None = None) -> str:
+def connect(url: str, security: ClientSecurity) -> BlockingConnection:
+    """A blocking connection to ``url`` proving itself as ``security`` says."""
+    return BlockingConnection(security.url(url), timeout=10, **security.connect_kwargs(url))
+
+
+def refused_connection(url: str, security: ClientSecurity = NO_CLIENT_SECURITY) -> str:
     """The description of the close of a connection that is refused."""
     try:
-        conn = BlockingConnection(url, timeout=10, container_id=container_id)
+        conn = connect(url, security)
         attach(conn, f"after-refusal-{time.monotonic()}")  # waits for the close if still open
     except (ConnectionException, LinkDetached) as exc:
         endpoint = getattr(exc, "link", None) or getattr(exc, "connection", None)
@@ -193,24 +205,31 @@ def publication_in(receiver: Any) -> bool:
 
 
 def test_links_and_connections_past_their_limits_are_refused_alone(tmp_path: Path) -> None:
+    # principals are proven by client certificates (CN=greedy, CN=modest, CN=honest): a
+    # claimed container id names no principal
+    pki = Pki.make(tmp_path / "pki", with_credentials=False)
+    greedy, modest = pki.person("greedy"), pki.person("modest")
+    pki.person("honest")
     with EmbeddedRedis(appendfsync="always") as redis:
         comp = ComponentProcess(
             redis.url, tmp_path, "--heartbeat", "0.2", "--max-links-per-connection", "4",
-            "--max-links-per-principal", "6", "--max-connections-per-principal", "2").start()
+            "--max-links-per-principal", "6", "--max-connections-per-principal", "2",
+            *pki.server_args()).start()
+        url = tls_url(comp.url)
         conns: list[BlockingConnection] = []
         try:
-            with honest_pair(comp, redis.url, tmp_path):
-                first = BlockingConnection(comp.url, timeout=10, container_id="greedy")
+            with honest_pair(comp, redis.url, tmp_path, pki):
+                first = connect(url, pki.client("greedy"))
                 conns.append(first)
                 held = [attach(first, f"greedy-{i}") for i in range(4)]
                 assert "--max-links-per-connection" in refused_link(first, "greedy-4")
-                second = BlockingConnection(comp.url, timeout=10, container_id="greedy")
+                second = connect(url, pki.client("greedy"))
                 conns.append(second)
                 held += [attach(second, f"greedy-b{i}") for i in range(2)]
                 assert "--max-links-per-principal" in refused_link(second, "greedy-b2")
                 assert "--max-connections-per-principal" in refused_connection(
-                    comp.url, "greedy")
-                other = BlockingConnection(comp.url, timeout=10, container_id="modest")
+                    url, pki.client("greedy"))
+                other = connect(url, pki.client("modest"))
                 conns.append(other)
                 held += [attach(other, f"modest-{i}") for i in range(4)]
                 for receiver in held:  # every link held keeps being served
@@ -226,6 +245,8 @@ def test_links_and_connections_past_their_limits_are_refused_alone(tmp_path: Pat
         counters = stop_counters(comp)
         assert counters["links_refused"] == 2
         assert counters["connections_refused"] == 1
+        assert f"principal='{greedy}'" in comp.log_text()
+        assert f"principal='{modest}'" in comp.log_text()
 
 
 def test_the_connection_past_max_connections_is_closed_at_once(tmp_path: Path) -> None:
@@ -274,13 +295,14 @@ def _served(url: str) -> bool:
 
 def test_what_ends_is_released_however_it_ends(here: Any) -> None:
     """Links detached, connections closed and connections lost (the peer's process gone, no
-    AMQP close) give back what they held: the principal attaches its full allowance again."""
+    AMQP close) give back what they held: the principal attaches its full allowance again.
+    The component lets everyone in as ``anonymous`` (the container ids name no one)."""
     comp = here(max_links_per_connection=3, max_links_per_principal=3,
                 max_connections_per_principal=1)
 
     def counts() -> tuple[int, int, int]:
         return comp.call(lambda: (comp.admission.connections, comp.admission.links,
-                                  comp.admission.connections_of("greedy")))
+                                  comp.admission.connections_of("anonymous")))
 
     conn = BlockingConnection(comp.here_url, timeout=10, container_id="greedy")
     links = [attach(conn, f"g{i}") for i in range(3)]

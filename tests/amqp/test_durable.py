@@ -286,7 +286,7 @@ def test_a_durable_subscriber_behind_a_gateway_resumes_after_what_it_took(
     listen = f"127.0.0.1:{free_port()}"
     gateway = subprocess.Popen(
         _cli("gateway", "--listen", listen, "--upstream", comp.url, "--name", "edge",
-             "--ready-file", str(ready_file)),
+             "--ready-file", str(ready_file), "--allow-anonymous"),
         env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )
     client = redis.Redis.from_url(redis_url)

@@ -33,6 +33,7 @@ from seqrepair.amqp.gateway.gateway import (
     rewrite_request,
     upstream_name,
 )
+from seqrepair.amqp.wire.security import ANONYMOUS_LISTENER
 from seqrepair.core.messages import Publication
 
 from .conftest import ComponentProcess, free_port, wait_for
@@ -133,7 +134,8 @@ def test_gap_fills_find_their_way_back_through_a_gateway(
     routes the answers by their cookie; told not to, it rewrites requests and restores answers
     (what it does for a next hop without the capability)."""
     comp = component("--drop-rate", "0.03", "--drop-seed", "3", "--heartbeat", "0.2")
-    gateway = Gateway(f"127.0.0.1:{free_port()}", comp.url, name="edge",
+    gateway = Gateway(f"127.0.0.1:{free_port()}", comp.url,
+                      security=ANONYMOUS_LISTENER, name="edge",
                       annotations=annotations).start()
     assert gateway.ready.wait(10)
     got: list[Publication] = []
@@ -178,9 +180,11 @@ def test_a_gateway_behind_a_gateway_rewrites_where_its_next_hop_lacks_annotation
     response annotations, so the outer one rewrites; the inner one, before a component that
     takes them, annotates. Every gap fill still finds its way back, twice transited."""
     comp = component("--drop-rate", "0.03", "--drop-seed", "5", "--heartbeat", "0.2")
-    inner = Gateway(f"127.0.0.1:{free_port()}", comp.url, name="inner").start()
+    inner = Gateway(f"127.0.0.1:{free_port()}", comp.url,
+                    security=ANONYMOUS_LISTENER, name="inner").start()
     assert inner.ready.wait(10)
-    outer = Gateway(f"127.0.0.1:{free_port()}", inner.listen_url, name="outer").start()
+    outer = Gateway(f"127.0.0.1:{free_port()}", inner.listen_url,
+                    security=ANONYMOUS_LISTENER, name="outer").start()
     assert outer.ready.wait(10)
     got: list[Publication] = []
     sub = Subscriber(outer.listen_url, "/gw/#", on_publication=got.append,

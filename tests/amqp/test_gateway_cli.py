@@ -29,7 +29,8 @@ def test_a_subscriber_through_the_gateway_command_gets_the_stream(
     listen = f"127.0.0.1:{free_port()}"
     gateway = subprocess.Popen(
         [sys.executable, "-m", "seqrepair.cli", "gateway", "--listen", listen,
-         "--upstream", comp.url, "--name", "edge", "--ready-file", str(ready)],
+         "--upstream", comp.url, "--name", "edge", "--ready-file", str(ready),
+         "--allow-anonymous"],
         env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )
     got: list[Publication] = []

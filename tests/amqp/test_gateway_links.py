@@ -22,6 +22,7 @@ from proton.utils import LinkDetached
 from seqrepair.amqp.client.subscriber import Publisher, Subscriber
 from seqrepair.amqp.gateway.gateway import Gateway
 from seqrepair.amqp.gateway.relays import RelayState
+from seqrepair.amqp.wire.security import ANONYMOUS_LISTENER
 from seqrepair.core.events import Event, HeartbeatOverdue, LinkReset
 from seqrepair.core.messages import Publication
 from seqrepair.journal.journal import Journal
@@ -44,7 +45,8 @@ def gateway() -> Iterator[Callable[[str], Gateway]]:
     started: list[Gateway] = []
 
     def make(upstream: str) -> Gateway:
-        gw = Gateway(f"127.0.0.1:{free_port()}", upstream, name="edge").start()
+        gw = Gateway(f"127.0.0.1:{free_port()}", upstream,
+                     security=ANONYMOUS_LISTENER, name="edge").start()
         started.append(gw)
         assert gw.ready.wait(10)
         assert wait_for(lambda: gw.stats["upstream_connections"] >= 1, 20)
@@ -175,7 +177,8 @@ def test_a_subscriber_attaching_before_the_component_is_up_is_held_then_served(
     redis_url: str, tmp_path: Path
 ) -> None:
     comp = ComponentProcess(redis_url, tmp_path, "--heartbeat", "0.2")  # not started yet
-    gw = Gateway(f"127.0.0.1:{free_port()}", comp.url, name="edge").start()
+    gw = Gateway(f"127.0.0.1:{free_port()}", comp.url,
+                 security=ANONYMOUS_LISTENER, name="edge").start()
     got: list[int] = []
     try:
         assert gw.ready.wait(10)

@@ -34,14 +34,17 @@ pytestmark = [pytest.mark.amqp, pytest.mark.redis]
 
 
 @contextlib.contextmanager
-def gateway_process(upstream: str, tmp_path: Path) -> Iterator[str]:
-    """``seqrepair gateway`` in front of ``upstream``; yields its listen address."""
+def gateway_process(upstream: str, tmp_path: Path,
+                    security: tuple[str, ...] = ("--allow-anonymous",)) -> Iterator[str]:
+    """``seqrepair gateway`` in front of ``upstream`` (``security``: its authentication
+    options, by default anonymous on loopback); yields its listen address."""
     ready = tmp_path / "gateway-ready"
     listen = f"127.0.0.1:{free_port()}"
     log = open(tmp_path / "gateway.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen(
-        [sys.executable, "-m", "seqrepair.cli", "gateway", "--listen", listen,
-         "--upstream", upstream, "--name", "edge", "--ready-file", str(ready)],
+        [sys.executable, "-m", "seqrepair.cli", "--log-level", "info", "gateway", "--listen",
+         listen, "--upstream", upstream, "--name", "edge", "--ready-file", str(ready),
+         *security],
         env=_env(), stdout=log, stderr=subprocess.STDOUT,
     )
     try:

@@ -25,12 +25,14 @@ from seqrepair.amqp.component.grants import (
     principal_of,
 )
 from seqrepair.amqp.wire.codec import encode
+from seqrepair.amqp.wire.security import ClientSecurity
 from seqrepair.core.messages import Publication, SourceGapRequest
 from seqrepair.core.permissions import Entitlement
 from seqrepair.core.topics import TopicPattern
 from seqrepair.journal.journal import Journal
 
 from .conftest import ComponentProcess, wait_for
+from .pki import Pki, tls_url
 from .test_protocol import Session
 
 pytestmark = [pytest.mark.amqp]
@@ -98,11 +100,17 @@ class _Connection:
         self.remote_container = container
 
 
-def test_the_principal_is_the_authenticated_user_else_the_container_id() -> None:
+def test_the_principal_is_the_proven_identity_never_the_container_id() -> None:
     assert principal_of(_Connection("alice", "c-1")) == "alice"
-    assert principal_of(_Connection("anonymous", "c-1")) == "c-1"
-    assert principal_of(_Connection(None, "c-1")) == "c-1"
-    assert principal_of(_Connection(None, None)) == ""
+    assert principal_of(_Connection("O=Example,CN=alice", "c-1")) == "O=Example,CN=alice"
+    assert principal_of(_Connection("anonymous", "alice")) == "anonymous"
+    assert principal_of(_Connection(None, "alice")) == "anonymous"
+    assert principal_of(_Connection("", None)) == "anonymous"
+
+
+def test_a_grant_may_name_a_certificate_subject() -> None:
+    assert parse_grant("O=Example,CN=alice=gold;deny=x") == (
+        "O=Example,CN=alice", Grant(frozenset({"gold"}), frozenset({"x"})))
 
 
 # --- a real component -----------------------------------------------------------------------
@@ -118,13 +126,23 @@ def workload(first: int, n: int) -> list[tuple[str, dict[str, int], str, str | N
     return [(TOPICS[i % 2], {"n": i}, "update", token(i)) for i in range(first, first + n)]
 
 
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    made = Pki.make(tmp_path_factory.mktemp("pki"), with_credentials=False)
+    for name in ("alice", "mallory", "carol", "publisher"):
+        made.person(name)
+    return made
+
+
 def test_the_component_decides_grants_for_live_delivery_gap_fills_and_replays(
-    component: Callable[..., ComponentProcess], redis_url: str
+    component: Callable[..., ComponentProcess], redis_url: str, pki: Pki
 ) -> None:
+    # principals are proven by client certificates (SASL EXTERNAL): CN=<name>
     comp = component("--heartbeat", "0.2", "--drop-rate", "0.05", "--drop-seed", "11",
-                     "--grant", "alice=gold,silver", "--grant", "carol=*;deny=silver")
+                     *pki.server_args(),
+                     "--grant", "CN=alice=gold,silver", "--grant", "CN=carol=*;deny=silver")
     claims: dict[str, tuple[str, list[str]]] = {
-        # principal (container id), claimed tokens
+        # whose certificate, claimed tokens
         "mallory": ("mallory", ["gold", "silver"]),  # granted nothing: claims are ignored
         "alice": ("alice", []),  # no claim: the whole grant
         "alice-narrow": ("alice", ["silver", "platinum"]),  # narrows to silver
@@ -138,15 +156,17 @@ def test_the_component_decides_grants_for_live_delivery_gap_fills_and_replays(
     }
     got: dict[str, list[Publication]] = {k: [] for k in claims}
     subs = {
-        k: Subscriber(comp.url, "/weather/#", link_name=f"grants-{k}", container_id=who,
-                      permtokens=tokens, on_publication=got[k].append,
-                      heartbeat_interval=0.2).start()
+        k: Subscriber(tls_url(comp.url), "/weather/#", link_name=f"grants-{k}",
+                      container_id="alice",  # claimed by all: it decides nothing
+                      security=pki.client(who), permtokens=tokens,
+                      on_publication=got[k].append, heartbeat_interval=0.2).start()
         for k, (who, tokens) in claims.items()
     }
     for sub in subs.values():
         assert sub.connected.wait(10)
     time.sleep(0.3)
-    publisher = Publisher(comp.url, "feed.g", journal=Journal.from_url(redis_url)).start()
+    publisher = Publisher(tls_url(comp.url), "feed.g", journal=Journal.from_url(redis_url),
+                          security=pki.client("publisher")).start()
     items: list[tuple[str, dict[str, int], str, str | None]] = []
 
     def publish(n: int) -> None:
@@ -187,29 +207,32 @@ def test_the_component_decides_grants_for_live_delivery_gap_fills_and_replays(
 
 
 class _Asker(Session):
-    """Sends one request to ``$seqrepair`` from a connection with a chosen container id."""
+    """Sends one request to ``$seqrepair`` from a connection that proves who it is with a
+    client certificate (and claims the container id ``alice``, which decides nothing)."""
 
-    def __init__(self, url: str, message: Message, container_id: str) -> None:
+    def __init__(self, url: str, message: Message, security: ClientSecurity) -> None:
         super().__init__(url, send="$seqrepair", messages=[message])
-        self.container_id = container_id
+        self.security = security
 
     def on_start(self, event: Any) -> None:
         self.timer = event.container.schedule(15, self)
-        self.conn = event.container.connect(self.url, reconnect=False,
-                                            container_id=self.container_id)
+        self.conn = event.container.connect(self.security.url(self.url), reconnect=False,
+                                            container_id="alice",
+                                            **self.security.connect_kwargs(self.url))
         event.container.create_sender(self.conn, "$seqrepair")
 
 
 def test_a_routed_request_is_answered_only_for_a_link_of_the_same_principal(
-    component: Callable[..., ComponentProcess],
+    component: Callable[..., ComponentProcess], pki: Pki
 ) -> None:
-    comp = component("--grant", "alice=gold")
-    victim = Subscriber(comp.url, "/weather/#", link_name="grants-victim",
-                        container_id="alice").start()
+    comp = component(*pki.server_args(), "--grant", "CN=alice=gold")
+    url = tls_url(comp.url)
+    victim = Subscriber(url, "/weather/#", link_name="grants-victim",
+                        security=pki.client("alice")).start()
     try:
         assert victim.connected.wait(10)
 
-        def ask(container_id: str) -> list[tuple[Any, Any]]:
+        def ask(who: str) -> list[tuple[Any, Any]]:
             message = encode(SourceGapRequest(after={"feed.g": 0}))
             message.id = uuid.uuid4().hex
             message.properties = {**(message.properties or {}), "link": "grants-victim"}
@@ -217,7 +240,7 @@ def test_a_routed_request_is_answered_only_for_a_link_of_the_same_principal(
                 symbol("response-link-target-address"): "gw/responses",
                 symbol("response-address-cookie"): b"\x01cookie",
             }
-            return _Asker(comp.url, message, container_id).run().outcomes
+            return _Asker(url, message, pki.client(who)).run().outcomes
 
         # another principal naming alice's link, answers routed to its own target: refused
         assert ask("mallory") == [(Delivery.REJECTED, "amqp:not-found")]

@@ -26,7 +26,6 @@ from seqrepair.core.sequencers import SourceSequencer
 from seqrepair.journal.journal import Journal
 
 from .conftest import ComponentProcess, wait_for
-from .principals import amqp_identity
 
 pytestmark = [pytest.mark.amqp, pytest.mark.redis]
 
@@ -46,7 +45,7 @@ class _Props(LinkOption):
 def attach(url: str, name: str, props: dict[symbol, Any],
            identity: dict[str, Any] | None = None) -> tuple[Any, Any, str]:
     """A plain proton receiver on ``/weather/#`` (connected with ``identity``'s keywords,
-    :mod:`tests.amqp.principals`); returns it, its connection and its epoch."""
+    :func:`tests.amqp.principals.amqp_identity`); returns it, its connection and its epoch."""
     conn = BlockingConnection(url, timeout=10, **(identity or {}))
     receiver = conn.create_receiver("/weather/#", name=name, credit=10, options=_Props(props))
     epoch = {str(k): v for k, v in dict(receiver.link.remote_properties or {}).items()}
@@ -281,13 +280,12 @@ def test_a_malformed_start_after_is_refused_and_the_component_keeps_serving(
 def test_a_link_name_attached_on_another_connection_detaches_the_first(
     component: Callable[..., ComponentProcess], epoch: str
 ) -> None:
-    # one principal on both connections: another's attach would be refused (test_authz.py)
+    # one principal (anonymous) on both connections: another's attach would be refused
+    # (test_authz.py)
     comp = component("--heartbeat", "0.2")
-    first, first_conn, own = attach(comp.url, "twice", {}, amqp_identity("p"))
+    first, first_conn, own = attach(comp.url, "twice", {})
     second, second_conn, _ = attach(
-        comp.url, "twice", {RESUME: True, EPOCH: own if epoch == "own" else "stale"},
-        amqp_identity("p"),
-    )
+        comp.url, "twice", {RESUME: True, EPOCH: own if epoch == "own" else "stale"})
     with pytest.raises(LinkDetached, match="amqp:link:stolen"):
         drain(first)
     assert isinstance(first_frame(second), Publication | Heartbeat)  # the second one is served

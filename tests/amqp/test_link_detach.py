@@ -27,12 +27,12 @@ from proton import Connection
 
 from seqrepair.amqp.client.subscriber import Publisher, Subscriber
 from seqrepair.amqp.gateway.gateway import Gateway
+from seqrepair.amqp.wire.security import ANONYMOUS_LISTENER
 from seqrepair.core.events import Event, LinkReset
 from seqrepair.journal.journal import Journal
 
 from .conftest import ComponentProcess, _env, free_port, wait_for
 from .inthread import HereComponent
-from .principals import amqp_identity
 from .test_gateway_links import relayed
 from .test_link_contexts import Feed
 
@@ -130,7 +130,8 @@ def test_a_data_link_detached_through_the_gateway_is_resumed(
     # the component detaches the gateway's link; the gateway detaches the subscriber's with
     # the same condition (or none) and keeps the subscriber's connection
     comp = here()
-    gw = Gateway(f"127.0.0.1:{free_port()}", comp.here_url, name="edge").start()
+    gw = Gateway(f"127.0.0.1:{free_port()}", comp.here_url, security=ANONYMOUS_LISTENER,
+                 name="edge").start()
     try:
         assert gw.ready.wait(10)
         with subscribed(gw.listen_url, "gw-detached", redis_url, comp.here_url) as (
@@ -201,18 +202,16 @@ def test_a_stolen_link_stops_the_first_subscriber_and_the_second_keeps_it(
     component: Callable[..., ComponentProcess], redis_url: str
 ) -> None:
     # two subscribers of one link name: taking the name back would start a tug of war (one
-    # principal: another principal's attach with the name is refused, test_authz.py)
+    # principal, anonymous: another principal's attach with the name is refused, test_authz.py)
     comp = component("--heartbeat", "0.2")
     got: list[int] = []
-    first = Subscriber(comp.url, "/weather/#", link_name="twice", heartbeat_interval=0.2,
-                       **amqp_identity("tug")).start()
+    first = Subscriber(comp.url, "/weather/#", link_name="twice", heartbeat_interval=0.2).start()
     try:
         assert first.connected.wait(20)
         with contextlib.ExitStack() as running:
             second = running.enter_context(
                 Subscriber(comp.url, "/weather/#", link_name="twice", heartbeat_interval=0.2,
-                           on_publication=lambda p: got.append(p.source_seq),
-                           **amqp_identity("tug"))
+                           on_publication=lambda p: got.append(p.source_seq))
             )
             assert second.connected.wait(20)
             assert first._thread is not None

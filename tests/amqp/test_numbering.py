@@ -16,6 +16,7 @@ import pytest
 from proton import Delivery, Endpoint, Message
 
 from seqrepair.amqp.component.component import Component, ComponentConfig
+from seqrepair.amqp.wire.security import ANONYMOUS_LISTENER
 from seqrepair.core.messages import Publication
 from seqrepair.core.permissions import Entitlement
 from seqrepair.core.topics import TopicPattern
@@ -45,18 +46,26 @@ class _Delivery:
         return None if self.local.condition is None else self.local.condition.name
 
 
+class StubEndpoint(SimpleNamespace):
+    """A proton link or connection stand-in: hashable by identity, as proton's are (the
+    component keeps them in sets)."""
+
+    __hash__ = object.__hash__
+
+
 class Harness:
     """A component on a fake journal, one plain publishing link and one subscriber."""
 
     def __init__(self, journal: FakeJournal | None = None) -> None:
         self.journal = journal or FakeJournal()
-        self.component = Component(ComponentConfig(), self.journal)  # type: ignore[arg-type]
+        self.component = Component(ComponentConfig(security=ANONYMOUS_LISTENER),
+                                   self.journal)  # type: ignore[arg-type]
         self.subscriber = _link(Entitlement(topics=("/#",)), max_pending=1000)
         self.component.links["sub"] = self.subscriber
-        self.receiver = SimpleNamespace(
+        self.receiver = StubEndpoint(
             kind="publish", name="pub-link", default_topic="/plain/x", is_receiver=True,
             pattern=TopicPattern("/plain/x"), topics_checked=set(), held_back={}, own_sources=set(),
-            connection=SimpleNamespace(remote_container=PUBLISHER),
+            connection=StubEndpoint(remote_container=PUBLISHER),
             state=Endpoint.LOCAL_ACTIVE, credit=1_000, flow=lambda n: None,
         )
 

@@ -184,7 +184,7 @@ def test_a_rest_port_taken_by_another_process_is_a_clear_error(redis_url: str) -
         port = taken.getsockname()[1]
         done = subprocess.run(
             [sys.executable, "-m", "seqrepair.cli", "serve", "--url", f"127.0.0.1:{free_port()}",
-             "--redis-url", redis_url, "--rest", f"127.0.0.1:{port}"],
+             "--redis-url", redis_url, "--rest", f"127.0.0.1:{port}", "--allow-anonymous"],
             env=_env(), capture_output=True, timeout=60, check=False,
         )
     assert done.returncode == 1

@@ -27,6 +27,7 @@ from seqrepair.amqp.client.subscriber import Subscriber
 from seqrepair.amqp.gateway.gateway import Gateway
 from seqrepair.amqp.wire.codec import encode
 from seqrepair.amqp.wire.errors import SettingsMismatchError
+from seqrepair.amqp.wire.security import ANONYMOUS_LISTENER
 from seqrepair.amqp.wire.technical import Ack
 from seqrepair.amqp.wire.vocabulary import CONTROL_ADDRESS
 from seqrepair.core.events import Event, HeartbeatOverdue
@@ -157,7 +158,8 @@ def test_a_subscriber_behind_a_gateway_follows_and_acknowledges(
     component: Callable[..., ComponentProcess]
 ) -> None:
     comp = component("--link-bits", "5", "--drop-rate", "0.2", "--heartbeat", "0.2")
-    gw = Gateway(f"127.0.0.1:{free_port()}", comp.url, name="edge").start()
+    gw = Gateway(f"127.0.0.1:{free_port()}", comp.url, security=ANONYMOUS_LISTENER,
+                 name="edge").start()
     try:
         assert gw.ready.wait(10)
         assert wait_for(lambda: gw.stats["upstream_connections"] >= 1, 20)

@@ -2,6 +2,8 @@
 the application an exact stream), :class:`Publisher` (stamps, journals, sends), the brokered
 variants for a plain AMQP broker (:mod:`.brokered`), a capabilities query (:mod:`.query`) and
 the ``publish`` and ``subscribe`` commands' bodies (:mod:`.publishcmd`, :mod:`.subscribecmd`).
+Each takes a :class:`ClientSecurity` (``security=``): TLS, a client certificate, a SASL user and
+password (WIRE.md "Authentication").
 
 It may import :mod:`seqrepair.amqp.wire`, the core and the journal; never the component or the
 gateway.
@@ -10,5 +12,7 @@ gateway.
 from seqrepair.amqp.client.publisher import Publisher
 from seqrepair.amqp.client.query import query_capabilities
 from seqrepair.amqp.client.subscriber import FATAL_CONDITIONS, Subscriber, SubscriberReport
+from seqrepair.amqp.wire.security import ClientSecurity
 
-__all__ = ["FATAL_CONDITIONS", "Publisher", "Subscriber", "SubscriberReport", "query_capabilities"]
+__all__ = ["FATAL_CONDITIONS", "ClientSecurity", "Publisher", "Subscriber", "SubscriberReport",
+           "query_capabilities"]

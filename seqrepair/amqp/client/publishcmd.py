@@ -115,12 +115,14 @@ def publish(args: argparse.Namespace) -> int:
     """``seqrepair publish`` to a component (see the module docstring)."""
     from seqrepair.amqp.client.subscriber import Publisher
     from seqrepair.amqp.wire.errors import PublishRejectedError
+    from seqrepair.amqp.wire.security import ClientSecurity
     from seqrepair.journal.journal import Journal
 
     journal = Journal.from_url(args.redis_url) if args.redis_url else None
     publisher = Publisher(args.url, args.source, bits=args.bits, address=args.address,
                           journal=journal, max_batch=args.batch,
-                          start_after=args.start_after).start()
+                          start_after=args.start_after,
+                          security=ClientSecurity.from_args(args)).start()
     first = publisher.embedded.published_through if publisher.embedded is not None else 0
     count = 0
     bad: InvalidMessageError | None = None

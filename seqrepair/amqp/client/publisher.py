@@ -21,6 +21,7 @@ from seqrepair.amqp.wire.backoff import Backoff
 from seqrepair.amqp.wire.batchsize import fitting
 from seqrepair.amqp.wire.codec import plain_value
 from seqrepair.amqp.wire.errors import OversizedMessageError, PublishRejectedError
+from seqrepair.amqp.wire.security import NO_CLIENT_SECURITY, ClientSecurity
 from seqrepair.core.errors import SeqRepairError
 from seqrepair.core.messages import Publication, PublishType
 from seqrepair.core.sequencers import SourceSequencer
@@ -87,9 +88,11 @@ class Publisher(PublisherRunner[list[Publication]]):
         on_sent: Callable[[Sequence[Publication]], None] | None = None,
         max_backoff: float = 5.0,
         start_after: int = 0,
+        security: ClientSecurity = NO_CLIENT_SECURITY,
     ) -> None:
         super().__init__(reconnect_delay=reconnect_delay, max_reconnect_delay=max_reconnect_delay)
         self.url = url
+        self.security = security
         self.address = address
         self.sequencer = SourceSequencer(source, bits, start_after)
         self.embedded: JournalPublisher | None = None

@@ -14,22 +14,26 @@ from proton.utils import BlockingConnection
 
 from seqrepair.amqp.wire.codec import Decoder, encode
 from seqrepair.amqp.wire.errors import ConnectionFailedError, MalformedMessageError
+from seqrepair.amqp.wire.security import NO_CLIENT_SECURITY, ClientSecurity
 from seqrepair.amqp.wire.technical import Capabilities, CapabilitiesRequest
 from seqrepair.amqp.wire.vocabulary import CONTROL_ADDRESS, LINK_PREFIX
 from seqrepair.core.errors import SeqRepairError
 
 
-def query_capabilities(url: str, *, timeout: float = 10.0) -> Capabilities:
+def query_capabilities(url: str, *, timeout: float = 10.0,
+                       security: ClientSecurity = NO_CLIENT_SECURITY) -> Capabilities:
     """Ask the component at ``url`` (``host:port`` or ``amqp://...``) for its capabilities.
 
     Opens a connection of its own and closes it before returning. Raises
     :class:`ConnectionFailedError` when the component cannot be reached, refuses the query or
     does not answer within ``timeout`` seconds, and :class:`MalformedMessageError` when the
-    answer is not a CAPABILITIES message.
+    answer is not a CAPABILITIES message. ``security``: TLS and SASL (WIRE.md
+    "Authentication").
     """
     name = "caps-" + uuid.uuid4().hex[:12]
     try:
-        conn = BlockingConnection(url, timeout=timeout, reconnect=False)
+        conn = BlockingConnection(security.url(url), timeout=timeout, reconnect=False,
+                                  **security.connect_kwargs(url))
     except (ProtonException, OSError) as exc:
         raise ConnectionFailedError(f"cannot reach {url}: {exc}", got=url) from exc
     try:

@@ -47,6 +47,7 @@ from seqrepair.amqp.client.taken import TakenPositions
 from seqrepair.amqp.wire.backoff import Backoff
 from seqrepair.amqp.wire.errors import AmqpAdapterError
 from seqrepair.amqp.wire.reactor import Call, Injector, make_container
+from seqrepair.amqp.wire.security import NO_CLIENT_SECURITY, ClientSecurity
 from seqrepair.core.errors import InvalidConfigError
 from seqrepair.core.messages import Publication
 
@@ -137,6 +138,8 @@ class _Reconnecting(MessagingHandler, abc.ABC):
     _thread: threading.Thread | None
     log: Any
     url: str
+    security: ClientSecurity = NO_CLIENT_SECURITY
+    """How the connection authenticates (TLS, SASL): see :mod:`seqrepair.amqp.wire.security`."""
     address: str
     error: AmqpAdapterError | None
     refusal_error: type[AmqpAdapterError] = AmqpAdapterError
@@ -659,8 +662,9 @@ class PublisherRunner(_Reconnecting, Generic[Unsettled]):
         self._open()
 
     def _connect(self) -> None:
-        self._conn = self._container.connect(self.url, reconnect=False,
-                                             heartbeat=self.idle_timeout)
+        self._conn = self._container.connect(self.security.url(self.url), reconnect=False,
+                                             heartbeat=self.idle_timeout,
+                                             **self.security.connect_kwargs(self.url))
         self._sender = self._container.create_sender(self._conn, self.address)
 
     def on_link_opened(self, event: Any) -> None:

@@ -39,6 +39,7 @@ def subscribe_command(args: argparse.Namespace) -> int:
         return subscribe_brokered(args)
     from seqrepair.amqp.client.subscriber import Subscriber
     from seqrepair.amqp.wire.errors import AmqpAdapterError
+    from seqrepair.amqp.wire.security import ClientSecurity
 
     sink = Sink(args, line_buffered=False)
     subscriber = Subscriber(
@@ -47,6 +48,7 @@ def subscribe_command(args: argparse.Namespace) -> int:
         permtokens=[t for t in args.permtokens.split(",") if t], batch=not args.no_batch,
         acknowledge=False,  # taken once flushed to --output (see Sink.flush)
         durable=False if args.no_durable else None,
+        security=ClientSecurity.from_args(args),
     )
     sink.taken = subscriber.acknowledge if subscriber.durable else None
     if args.resume and args.output and Path(args.output).exists():

@@ -45,6 +45,7 @@ from seqrepair.amqp.wire.errors import (
 )
 from seqrepair.amqp.wire.framing import Outgoing
 from seqrepair.amqp.wire.rawamqp import read_raw
+from seqrepair.amqp.wire.security import NO_CLIENT_SECURITY, ClientSecurity
 from seqrepair.amqp.wire.sizelimit import DEFAULT_MAX_RECEIVED as DEFAULT_MAX_RECEIVED
 from seqrepair.amqp.wire.sizelimit import LinkProperties, limit_size
 from seqrepair.amqp.wire.technical import Capabilities, CapabilitiesRequest, SubscriptionState
@@ -157,6 +158,7 @@ class Subscriber(SubscriberRunner):
         clock: Callable[[], float] = time.time,
         max_message_size: int = DEFAULT_MAX_RECEIVED,
         ack: bool = True, durable: bool | None = None, acknowledge: bool = True,
+        security: ClientSecurity = NO_CLIENT_SECURITY,
     ) -> None:
         super().__init__(credit=credit, reconnect_delay=reconnect_delay,
                          max_reconnect_delay=max_reconnect_delay, max_queued=max_queued)
@@ -169,6 +171,7 @@ class Subscriber(SubscriberRunner):
         read_raw(self)
         limit_size(self, self._oversized)
         self.url = url
+        self.security = security
         self.address = address
         self.link_name = link_name or f"sub-{uuid.uuid4()}"
         self.durable = ack and is_durable(durable, link_name, address)  # ACKs carry taken
@@ -214,8 +217,9 @@ class Subscriber(SubscriberRunner):
     def _connect(self) -> None:
         identity = {} if self.container_id is None else {"container_id": self.container_id}
         self._conn = self._container.connect(
-            self.url, reconnect=False, heartbeat=self.idle_timeout,
+            self.security.url(self.url), reconnect=False, heartbeat=self.idle_timeout,
             desired_capabilities=["RESPONSE_ANNOTATIONS_V1_0"], **identity,
+            **self.security.connect_kwargs(self.url),
         )
         props: dict[symbol, Any] = {PROP_BATCH: self.batch, PROP_RESUME: self._attached_once,
                                     PROP_ACK: self.ack, PROP_DURABLE: self.durable}

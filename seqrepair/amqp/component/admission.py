@@ -13,7 +13,8 @@ ended; it answers with a :class:`LimitExceededError` to refuse with, or None.
   (:meth:`Admission.expired`). Before the open no idle timeout applies: a silent peer would
   otherwise hold its descriptor for ever.
 * ``max_connections_per_principal``: connections of one principal
-  (:func:`~seqrepair.amqp.component.grants.principal_of`), checked when its ``open`` arrives.
+  (:func:`~seqrepair.amqp.wire.security.principal_of`: anonymous connections share one), checked
+  when its ``open`` arrives.
 * ``max_links_per_connection`` and ``max_links_per_principal``: links the peer attached and the
   component took (publishing, subscribing, ``$seqrepair``), counted until they detach. Links the
   component attaches itself (response targets, bounded on their own) are not counted.

@@ -24,7 +24,6 @@ from seqrepair.amqp.component.authz import (
     visible_sources,
 )
 from seqrepair.amqp.component.durable import authenticated_user
-from seqrepair.amqp.component.grants import principal_of
 from seqrepair.amqp.component.links import (
     ResponseRoute,
     SubscriberLink,
@@ -34,6 +33,7 @@ from seqrepair.amqp.component.links import (
 )
 from seqrepair.amqp.component.subqueues import entitlement_for
 from seqrepair.amqp.wire.errors import UnknownAddressError
+from seqrepair.amqp.wire.security import principal_of
 from seqrepair.amqp.wire.vocabulary import (
     LINK_PREFIX,
     PROP_ACK,

@@ -104,14 +104,12 @@ def queue_exclusions(component: Component, principal: str, address: str,
 
 
 def check_link_name(component: Component, name: str, principal: str) -> None:
-    """A link name attached by another principal is refused: it is never taken over (the same
-    principal's attach takes it over: a reconnect). A context kept after its link detached
-    goes to whoever attaches next with that name: it is resumed only under an equal
-    entitlement, so it shows nothing the new principal may not see."""
+    """A link name held by another principal is refused: it is never taken over (the same
+    principal's attach takes it over: a reconnect). It is held while its link is attached and
+    while the component keeps its context after a detach (``--context-retention``), so a
+    principal that reconnects finds its context, never another's attach in its place."""
     link = component.links.get(name)
-    if link is not None and link.sender is not None and component.principals.get(
-        name, principal
-    ) != principal:
+    if link is not None and component.principals.get(name, principal) != principal:
         raise UnauthorizedAccessError(
             f"link name {name!r} belongs to another principal", expected="a link name of "
             "one's own", got=name)

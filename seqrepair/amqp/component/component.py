@@ -54,7 +54,6 @@ from seqrepair.amqp.component.config import ComponentConfig as ComponentConfig
 from seqrepair.amqp.component.durable import Durables
 from seqrepair.amqp.component.fairness import RepairTurns, TurnBudget, check_replay_room
 from seqrepair.amqp.component.gate import Gate
-from seqrepair.amqp.component.grants import principal_of
 from seqrepair.amqp.component.ingest import Ingest, Released
 from seqrepair.amqp.component.journalport import RedisJournalPort
 from seqrepair.amqp.component.links import ResponseRoute, SubscriberLink
@@ -81,6 +80,7 @@ from seqrepair.amqp.wire.respann import (
     RESPONSE_ANNOTATIONS,
     RESPONSE_COOKIE,
 )
+from seqrepair.amqp.wire.security import principal_of
 from seqrepair.amqp.wire.sizelimit import limit_size
 from seqrepair.amqp.wire.technical import (
     ABSOLUTE_SOURCE_BITS,
@@ -141,6 +141,7 @@ class Component(MessagingHandler):
         super().__init__(prefetch=0, auto_accept=False, auto_settle=True)
         read_raw(self)
         limit_size(self, self._oversized)
+        config.security.check(config.url)  # InvalidConfigError: it would let in whom it must not
         self.config = config
         self.listening = config.url  # host:port bound (the chosen port when url names port 0)
         self.clock = clock
@@ -264,7 +265,9 @@ class Component(MessagingHandler):
 
     def on_start(self, event: Any) -> None:
         self.container = event.container
-        self.acceptor = event.container.listen(self.config.url)
+        self.config.security.prepare()
+        self.acceptor = event.container.listen(self.config.url,
+                                               ssl_domain=self.config.security.ssl_domain())
         widen_backlog(self.acceptor)  # a burst of connects is taken, not left to retransmit
         self.listening = listening_address(self.acceptor, self.config.url)
         log.info("component listening", url=self.listening)
@@ -331,8 +334,10 @@ class Component(MessagingHandler):
 
     def on_connection_bound(self, event: Any) -> None:
         event.transport.idle_timeout = self.config.idle_timeout
+        self.config.security.configure(event.transport)
         conn = event.connection
         conn.seqrepair_id = next(self._conn_ids)
+        conn.seqrepair_tls = self.config.security.tls  # see Gate.close
         self.gate.bound(conn)  # counted, or refused (gate.py)
 
     def on_connection_opened(self, event: Any) -> None:
@@ -348,7 +353,7 @@ class Component(MessagingHandler):
             self.clock(),
         )
         log.info("connection opened", connection=conn.seqrepair_id,
-                 container=conn.remote_container)
+                 container=conn.remote_container, principal=principal_of(conn))
 
     def on_link_opening(self, event: Any) -> None:
         link = event.link

@@ -10,6 +10,7 @@ import attrs
 from seqrepair.amqp.component import admission
 from seqrepair.amqp.component.admission import CountLimits
 from seqrepair.amqp.component.grants import GrantTable
+from seqrepair.amqp.wire.security import ServerSecurity
 from seqrepair.amqp.wire.sizelimit import DEFAULT_MAX_MESSAGE_SIZE
 from seqrepair.core.config import non_negative_number, optional, positive_int, positive_number
 from seqrepair.core.errors import InvalidConfigError
@@ -100,6 +101,9 @@ class ComponentConfig:
     subscriptions: dict[str, Subscription] = attrs.field(factory=dict)
     """The operator's subscription queues, by id (``configured``; see :mod:`.subqueues`)."""
     grants: GrantTable = attrs.field(factory=GrantTable)
+    security: ServerSecurity = attrs.field(factory=ServerSecurity)
+    """How connections authenticate: by default nobody can (the component refuses to start);
+    ``ServerSecurity(allow_anonymous=True)`` lets everyone in as ``anonymous``."""
     max_connections: int = _positive(admission.MAX_CONNECTIONS)
     """Connections held at once, opened or not (:mod:`.admission`)."""
     max_connections_per_principal: int = _positive(admission.MAX_CONNECTIONS_PER_PRINCIPAL)

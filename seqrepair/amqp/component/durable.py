@@ -27,8 +27,8 @@ from typing import Any
 
 import redis
 
-from seqrepair.amqp.component.grants import ANONYMOUS_USERS
 from seqrepair.amqp.wire.errors import AmqpAdapterError
+from seqrepair.amqp.wire.security import ANONYMOUS, principal_of
 from seqrepair.amqp.wire.vocabulary import PROP_ACK, PROP_DURABLE
 from seqrepair.core.errors import InvalidMessageError
 from seqrepair.journal.errors import JournalError
@@ -38,13 +38,10 @@ from seqrepair.logs import get_logger
 log = get_logger(__name__)
 
 def authenticated_user(connection: Any) -> str | None:
-    """The user a connection authenticated as (SASL, TLS), None for an anonymous one (whose
-    container id is claimed, not proven: it names nothing a durable could be kept for)."""
-    transport = getattr(connection, "transport", None)
-    user = getattr(transport, "user", None) if transport is not None else None
-    if isinstance(user, str) and user.lower() not in ANONYMOUS_USERS:
-        return user
-    return None
+    """The identity a connection proved (SASL, TLS certificate), None for an anonymous one
+    (it names nothing a durable could be kept for)."""
+    principal = principal_of(connection)
+    return None if principal == ANONYMOUS else principal
 
 
 class PositionUnavailableError(AmqpAdapterError):

@@ -27,7 +27,7 @@ from typing import Any
 from proton import Condition, Endpoint
 
 from seqrepair.amqp.component.admission import Admission, LimitExceededError
-from seqrepair.amqp.component.grants import principal_of
+from seqrepair.amqp.wire.security import principal_of
 from seqrepair.logs import get_logger
 
 log = get_logger("seqrepair.amqp.component")
@@ -119,11 +119,15 @@ class Gate:
         if transport is None:
             return
         transport.condition = Condition(error.condition, error.message[:500])
-        transport.close_tail()
         if unread:
+            transport.close_tail()
             transport.close_head()
-        else:
-            self._closing.append(transport)
+            return
+        # over TLS, closing the input now makes the TLS layer end the session with an alert
+        # the peer reads before the AMQP close: it would learn "SSL failure", not why
+        if not getattr(conn, "seqrepair_tls", False):
+            transport.close_tail()
+        self._closing.append(transport)
 
     # --- links ----------------------------------------------------------------------------
 

@@ -6,10 +6,10 @@ principal its tokens (comma-separated; ``*`` grants every token) and deny except
 ``--default-grant TOKENS[;deny=TOKENS]`` is what every other principal gets (by default no
 tokens: only publications without a permission token are visible).
 
-The principal of a connection is the user its transport authenticated (SASL, when the
-listener authenticates one) or else the connection's AMQP container id. A container id is
-what the client says it is: it identifies, it does not authenticate; deployments that need
-more put the component behind authentication (WIRE.md, "Permission grants").
+The principal of a connection is the identity its transport proved (SASL SCRAM's user, or
+the client certificate's subject with EXTERNAL), ``anonymous`` when the listener let it in
+without one (:func:`~seqrepair.amqp.wire.security.principal_of`); never the container id the
+client claims (WIRE.md, "Authentication").
 
 The link property ``seqrepair-permtokens`` may only *narrow* the grant (a subscriber that
 wants less than it may see); a token it names that the grant lacks is ignored. Deny exceptions
@@ -20,17 +20,14 @@ always come from the server. Live delivery and repair (gap fills, source replays
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
 
 import attrs
 
 from seqrepair.amqp.wire.errors import AmqpAdapterError
+from seqrepair.amqp.wire.security import principal_of as principal_of  # re-exported
 from seqrepair.core.filters import BasicFilter
 from seqrepair.core.permissions import ANY_TOKEN, Entitlement
 from seqrepair.core.topics import TopicPattern
-
-ANONYMOUS_USERS = frozenset({"", "anonymous"})
-"""What proton reports as the user of a transport that authenticated nobody."""
 
 
 class InvalidGrantError(AmqpAdapterError):
@@ -67,8 +64,12 @@ class Grant:
 
 
 def parse_grant(spec: str) -> tuple[str, Grant]:
-    """``PRINCIPAL=TOKENS[;deny=TOKENS]`` as ``(principal, Grant)``."""
-    principal, eq, rest = spec.partition("=")
+    """``PRINCIPAL=TOKENS[;deny=TOKENS]`` as ``(principal, Grant)``. A token holds no ``=``
+    and the deny part starts at the first ``;``, so a principal may hold ``=``: a certificate
+    subject such as ``O=Example,CN=alice``."""
+    head, semi, deny = spec.partition(";")
+    principal, eq, tokens = head.rpartition("=")
+    rest = tokens + semi + deny
     if not eq or not principal.strip():
         raise InvalidGrantError(
             f"expected PRINCIPAL=TOKENS[;deny=TOKENS], got {spec!r}",
@@ -125,12 +126,3 @@ class GrantTable:
         grant = self.grant_for(principal)
         return Entitlement(topics=tuple(topics), grant=narrow(grant.tokens, claimed),
                            deny=grant.deny, filters=filters, exclude=exclude)
-
-
-def principal_of(connection: Any) -> str:
-    """Who a connection is: its authenticated user, else its container id ("" if neither)."""
-    transport = getattr(connection, "transport", None)
-    user = getattr(transport, "user", None) if transport is not None else None
-    if isinstance(user, str) and user.lower() not in ANONYMOUS_USERS:
-        return user
-    return str(getattr(connection, "remote_container", None) or "")

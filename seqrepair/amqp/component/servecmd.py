@@ -33,6 +33,7 @@ def serve(args: argparse.Namespace) -> int:
     from seqrepair.amqp.component.grants import GrantTable
     from seqrepair.amqp.wire.guard import Guarded
     from seqrepair.amqp.wire.reactor import make_container
+    from seqrepair.amqp.wire.security import ServerSecurity
     from seqrepair.core.subscriptions import Subscription
     from seqrepair.journal.journal import Journal
     from seqrepair.journal.retainer import RetentionWorker
@@ -59,7 +60,9 @@ def serve(args: argparse.Namespace) -> int:
                 raise InvalidConfigError(f"--subscription wants NAME=PATTERN, got {spec!r}")
             subs[name] = Subscription(name, pattern, permtokens=[t for t in tokens.split(",") if t],
                                       configured=True)
-    except SeqRepairError as exc:  # a bad grant, subscription, topic, policy or retention
+        security = ServerSecurity.from_args(args)
+        security.check(args.url)
+    except SeqRepairError as exc:  # a bad grant, subscription, topic, policy, retention or security
         print(f"seqrepair serve: {exc.message}", file=sys.stderr)
         return 2
     # SIGHUP: read the policy file again, off the signal handler (in its own thread)
@@ -102,6 +105,7 @@ def serve(args: argparse.Namespace) -> int:
         max_links_per_connection=args.max_links_per_connection,
         max_links_per_principal=args.max_links_per_principal,
         open_timeout=args.open_timeout,
+        security=security,
     )
 
     def ready(url: str) -> None:
@@ -190,9 +194,8 @@ def _declared_topic(text: str) -> str:
 
 def _rest_tokens(args: argparse.Namespace) -> tuple[str | None, dict[str, str]]:
     """The bearer tokens of ``--rest-token-file``: the operator's (a line holding only a
-    token; None without one) and, by principal, those of ``PRINCIPAL TOKEN`` lines.
-
-    STAND-IN until the authentication work lands (it brings per-principal credentials)."""
+    token, the principal ``--rest-token-principal``; None without one) and, by principal,
+    those of ``PRINCIPAL TOKEN`` lines (plaintext; ``--rest-tokens`` keeps only hashes)."""
     if not args.rest_token_file:
         return None, {}
     try:
@@ -221,15 +224,47 @@ def _rest_server(args: argparse.Namespace, manager: Any, token: str | None,
     import redis
 
     from seqrepair.rest.api import SubscriptionApi
-    from seqrepair.rest.server import RestServer
+    from seqrepair.rest.server import RestServer, tls_context
 
-    api = SubscriptionApi(manager, token=token, unavailable=(OSError, redis.RedisError),
-                          topics=topics, principal_tokens=principal_tokens)
     host, port = args.rest
+    auth = _rest_auth(args, token, principal_tokens, host)
+    api = SubscriptionApi(manager, auth=auth, token=token,
+                          token_principal=args.rest_token_principal,
+                          unavailable=(OSError, redis.RedisError), topics=topics)
     limits = {"request_timeout": args.rest_timeout, "max_connections": args.rest_max_connections}
-    server = RestServer(api, host=host, port=port,
+    tls = tls_context(args.tls_cert, args.tls_key) if args.tls_cert else None
+    server = RestServer(api, host=host, port=port, tls=tls,
                         **{name: value for name, value in limits.items() if value is not None})
     server.start()
     log.info("subscription REST API listening", url=server.url,
-             authenticated=bool(token or principal_tokens))
+             anonymous=auth.allow_anonymous, tokens=len(api.auth.tokens),
+             basic=auth.credentials is not None)
     return server
+
+
+def _rest_auth(args: argparse.Namespace, token: str | None, principal_tokens: dict[str, str],
+               host: str) -> Any:
+    """How the REST API establishes principals (InvalidConfigError when nobody could, or when
+    a non-loopback API would go without TLS or let anyone in, unless --insecure)."""
+    from seqrepair.amqp.wire.security import is_loopback
+    from seqrepair.auth.credentials import CredentialStore
+    from seqrepair.auth.restauth import RestAuth, read_tokens, token_hash
+
+    tokens = read_tokens(args.rest_tokens) if args.rest_tokens else {}
+    tokens.update({token_hash(secret): who for who, secret in principal_tokens.items()})
+    # --allow-anonymous covers the REST API too, unless bearer tokens are configured: an API
+    # with tokens wants one (or Basic), as --rest-token-file always did
+    auth = RestAuth(
+        tokens=tokens,
+        credentials=CredentialStore(args.credentials) if args.credentials else None,
+        allow_anonymous=args.allow_anonymous and not tokens and token is None,
+    )
+    if not auth.anyone_can_authenticate and token is None:
+        raise InvalidConfigError("--rest: nobody could authenticate: give --rest-tokens, "
+                                 "--rest-token-file, --credentials or --allow-anonymous")
+    if not is_loopback(host) and (auth.allow_anonymous or not args.tls_cert) and not args.insecure:
+        raise InvalidConfigError(
+            f"--rest {host} is not a loopback address and the API "
+            + ("allows anonymous access" if auth.allow_anonymous else "has no TLS")
+            + ": refused unless --insecure", got=host)
+    return auth

@@ -111,6 +111,7 @@ from seqrepair.amqp.wire.respann import (
     RESPONSE_COOKIE,
     RESPONSE_TARGET,
 )
+from seqrepair.amqp.wire.security import NO_CLIENT_SECURITY, ClientSecurity, ServerSecurity
 from seqrepair.amqp.wire.vocabulary import LINK_PREFIX, is_ack
 from seqrepair.logs import get_logger
 
@@ -222,6 +223,9 @@ class Gateway(MessagingHandler):
     routed by their cookie (``answers_held``: those whose credit waited for a slow subscriber),
     relayed messages and upstream connections; :attr:`error` says why
     the gateway gave up, when it did (then :attr:`stopped` is set, as after :meth:`close`).
+    ``security``: how its listener authenticates subscribers (by default nobody can, and the
+    constructor refuses; ``ANONYMOUS_LISTENER`` lets everyone in as ``anonymous``);
+    ``upstream_security``: how it proves itself to the component (WIRE.md "Authentication").
     """
 
     def __init__(
@@ -237,8 +241,14 @@ class Gateway(MessagingHandler):
         backoff: Backoff | None = None,
         seed: int | None = None,
         annotations: bool = True,
+        security: ServerSecurity | None = None,
+        upstream_security: ClientSecurity = NO_CLIENT_SECURITY,
     ) -> None:
         super().__init__(prefetch=0, auto_accept=False)
+        self.security = security if security is not None else ServerSecurity()
+        # InvalidConfigError: a listener that would let in whom it must not
+        self.security.check(listen, option="--listen")
+        self.upstream_security = upstream_security
         # MessagingHandler builds its handlers as a list; ours holds downstream attaches
         self.handlers = [
             _HoldingEndpoints(False, weakref.proxy(self))
@@ -342,7 +352,9 @@ class Gateway(MessagingHandler):
 
     def on_start(self, event: Any) -> None:
         self._container = event.container
-        self._acceptor = event.container.listen(self.listen_url)
+        self.security.prepare()
+        self._acceptor = event.container.listen(self.listen_url,
+                                                ssl_domain=self.security.ssl_domain())
         self.listening = listening_address(self._acceptor, self.listen_url)
         self._connect()
         self._schedule("tick", TICK, self._tick)
@@ -370,9 +382,10 @@ class Gateway(MessagingHandler):
     # --- the upstream connection ----------------------------------------------------------
 
     def _connect(self) -> None:
-        conn = self._container.connect(self.upstream_url, reconnect=False,
-                                       heartbeat=self.idle_timeout,
-                                       desired_capabilities=[str(RESPONSE_ANNOTATIONS)])
+        conn = self._container.connect(self.upstream_security.url(self.upstream_url),
+                                       reconnect=False, heartbeat=self.idle_timeout,
+                                       desired_capabilities=[str(RESPONSE_ANNOTATIONS)],
+                                       **self.upstream_security.connect_kwargs(self.upstream_url))
         conn.seqrepair_upstream = True
         self._upstream = conn
         self._control = self._container.create_sender(conn, CONTROL_ADDRESS, options=AtMostOnce())
@@ -411,6 +424,7 @@ class Gateway(MessagingHandler):
     def on_connection_bound(self, event: Any) -> None:
         if not _upstream(event.connection):
             event.transport.idle_timeout = self.idle_timeout
+            self.security.configure(event.transport)
 
     def on_connection_opening(self, event: Any) -> None:
         self._downstream.append(event.connection)

@@ -13,6 +13,7 @@ def gateway_command(args: argparse.Namespace) -> int:
     """``seqrepair gateway``: relay until SIGTERM or ^C; 1 when it gave up."""
     from seqrepair.amqp.gateway.gateway import Gateway
     from seqrepair.amqp.gateway.relays import Backoff
+    from seqrepair.amqp.wire.security import ClientSecurity, ServerSecurity
 
     def ready(url: str) -> None:
         if args.ready_file:
@@ -21,7 +22,9 @@ def gateway_command(args: argparse.Namespace) -> int:
     gateway = Gateway(args.listen, args.upstream, name=args.name, on_ready=ready,
                       idle_timeout=args.idle_timeout, hold_timeout=args.hold_timeout,
                       backoff=Backoff(max_attempts=args.max_attempts),
-                      annotations=not args.rewrite)
+                      annotations=not args.rewrite,
+                      security=ServerSecurity.from_args(args),
+                      upstream_security=ClientSecurity.from_args(args, "upstream-"))
     signal.signal(signal.SIGTERM, lambda *_: gateway.request_stop())
     with contextlib.suppress(KeyboardInterrupt):
         gateway.run()

@@ -1,0 +1,103 @@
+"""The REST API's principals (issue 25): HTTPS, HTTP Basic against the credentials file,
+bearer tokens per principal, the old single token as one principal's, 401 with a challenge
+per scheme.
+
+Real parts only: ``seqrepair serve --rest`` as a process with TLS (certificates by
+``openssl``), credentials by ``seqrepair credentials`` (Cyrus ``saslpasswd2``), tokens by
+``seqrepair credentials token``, requests through ``http.client`` over TLS.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import ssl
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from .conftest import ComponentProcess, _env, free_port
+from .pki import PASSWORDS, Pki, scram_missing
+
+MISSING = scram_missing()
+pytestmark = [pytest.mark.amqp, pytest.mark.skipif(MISSING is not None, reason=MISSING or "")]
+
+
+def _basic(user: str, password: str) -> str:
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
+def _token(tokens: Path, principal: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "seqrepair.cli", "credentials", "token",
+                           principal, "--tokens", str(tokens)], env=_env(),
+                          capture_output=True, text=True, timeout=60, check=True)
+    return done.stdout.strip()
+
+
+def _get(port: int, ca: str | None, authorization: str | None) -> tuple[int, list[str]]:
+    """GET /subscriptions over HTTPS: the status and the WWW-Authenticate challenges."""
+    context = ssl.create_default_context(cafile=ca)
+    conn = http.client.HTTPSConnection("localhost", port, timeout=10, context=context)
+    headers = {"Accept": "application/json"}
+    if authorization is not None:
+        headers["Authorization"] = authorization
+    try:
+        conn.request("GET", "/subscriptions", headers=headers)
+        response = conn.getresponse()
+        response.read()
+    finally:
+        conn.close()
+    return response.status, response.headers.get_all("WWW-Authenticate") or []
+
+
+@pytest.fixture
+def secured(component: Callable[..., ComponentProcess], tmp_path: Path
+            ) -> tuple[int, Pki, dict[str, str]]:
+    pki = Pki.make(tmp_path / "pki", with_credentials=True)
+    tokens = tmp_path / "tokens"
+    issued = {who: _token(tokens, who) for who in ("alice", "bob")}
+    (tmp_path / "legacy").write_text("0ld-s3cret\n")
+    port = free_port()
+    component("--tls-cert", pki.pem("server"), "--tls-key", pki.key("server"),
+              "--credentials", pki.credentials, "--rest", f"127.0.0.1:{port}",
+              "--rest-tokens", str(tokens), "--rest-token-file", str(tmp_path / "legacy"),
+              "--rest-token-principal", "ops")
+    return port, pki, issued
+
+
+def test_https_basic_and_bearer_tokens_name_principals_and_anything_else_is_401(
+        secured: tuple[int, Pki, dict[str, str]]) -> None:
+    port, pki, issued = secured
+    ca = pki.pem("ca")
+    challenges = ['Bearer realm="seqrepair"', 'Basic realm="seqrepair", charset="UTF-8"']
+    assert _get(port, ca, None) == (401, challenges)
+    assert _get(port, ca, _basic("alice", PASSWORDS["alice"]))[0] == 200
+    assert _get(port, ca, _basic("bob", PASSWORDS["bob"]))[0] == 200
+    assert _get(port, ca, _basic("alice", PASSWORDS["bob"])) == (401, challenges)
+    assert _get(port, ca, _basic("carol", "whatever-1")) == (401, challenges)
+    assert _get(port, ca, "Basic not-base64!")[0] == 401
+    assert _get(port, ca, f"Bearer {issued['alice']}")[0] == 200
+    assert _get(port, ca, f"Bearer {issued['bob']}")[0] == 200
+    assert _get(port, ca, "Bearer 0ld-s3cret")[0] == 200  # --rest-token-file: principal ops
+    assert _get(port, ca, "Bearer " + issued["alice"][:-1] + "x")[0] == 401
+    assert _get(port, ca, "Negotiate abc")[0] == 401
+    tokens_file = (Path(pki.folder).parent / "tokens").read_text()
+    assert issued["alice"] not in tokens_file  # only its hash is kept
+    assert (Path(pki.folder).parent / "tokens").stat().st_mode & 0o077 == 0
+
+
+def test_the_api_speaks_only_tls_to_clients_that_trust_its_certificate(
+        secured: tuple[int, Pki, dict[str, str]]) -> None:
+    port, pki, _ = secured
+    with pytest.raises(ssl.SSLCertVerificationError):
+        _get(port, pki.pem("other-ca"), _basic("alice", PASSWORDS["alice"]))
+    plain = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        plain.request("GET", "/subscriptions")
+        with pytest.raises((http.client.HTTPException, ConnectionError)):
+            plain.getresponse()  # a TLS server: no HTTP answer to plaintext
+    finally:
+        plain.close()
