@@ -229,7 +229,9 @@ def test_the_rest_operations_per_principal(
         (bob, "PUT", item, retopic, 404),
         (bob, "PUT", item, pause, 404),
         (bob, "DELETE", item, None, 404),
-        (bob, "POST", "/subscriptions", {"id": "alice-wind", "topic": "/weather/#"}, 409),
+        # a conflict would tell bob the id exists: it is created under an id of the server's
+        (bob, "POST", "/subscriptions", {"id": "alice-wind", "topic": "/weather/#"}, 201),
+        (alice, "POST", "/subscriptions", {"id": "alice-wind", "topic": "/weather/#"}, 409),
         (bob, "POST", "/subscriptions", {"topic": "/#"}, 403),  # wider than its grant
         (bob, "POST", "/subscriptions", {"topic": "/weather/secret/#"}, 403),
         (alice, "PUT", item, {"topic": "/sports/#"}, 403),
@@ -248,9 +250,11 @@ def test_the_rest_operations_per_principal(
             assert answer["error"] == "forbidden"
     # the lists: only the caller's own (and the configured queues it may attach to)
     assert [s["id"] for s in alice("GET", "/subscriptions")[1]] == ["alice-wind", "public-wind"]
-    assert [s["id"] for s in bob("GET", "/subscriptions")[1]] == ["public-wind"]
+    bobs = [s["id"] for s in bob("GET", "/subscriptions")[1] if s["id"] != "public-wind"]
+    assert len(bobs) == 1  # the one made under an id of the server's
+    assert bobs[0] != "alice-wind"
     assert {s["id"] for s in ops("GET", "/subscriptions")[1]} == {
-        "alice-wind", "public-wind", "private-rain"}
+        "alice-wind", "public-wind", "private-rain", bobs[0]}
     assert alice("GET", item)[1]["topic"] == "/weather/rain/#"  # bob's PUTs changed nothing
     assert alice("GET", item)[1]["subscription_status"] == "ACTIVE"
     assert bob("DELETE", item)[0] == 404
