@@ -12,9 +12,12 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from proton import Connection, Endpoint, Transport
 from proton.handlers import IOHandler
 
 from seqrepair.amqp.client.subscriber import Publisher, Subscriber
+from seqrepair.amqp.component.admission import Admission, CountLimits, LimitExceededError
+from seqrepair.amqp.component.gate import Gate
 from seqrepair.amqp.wire.reactor import GuardedIOHandler, make_container
 from seqrepair.core.messages import Publication
 
@@ -39,6 +42,31 @@ def test_the_guarded_handler_skips_the_expiry_of_a_selectable_without_transport(
     handler = GuardedIOHandler()
     handler.on_selectable_expired(_expired_without_transport())
     assert handler.skipped == 1
+
+
+def test_proton_trips_over_a_transport_it_never_selected() -> None:
+    # a transport bound to a connection whose socket was gone (the chaos test met it once)
+    with pytest.raises(AttributeError, match="_selectable"):
+        IOHandler().on_transport(SimpleNamespace(transport=Transport()))
+
+
+def test_the_guarded_handler_skips_the_events_of_a_transport_it_never_selected() -> None:
+    handler = GuardedIOHandler()
+    transport = Transport()
+    connection = Connection()
+    transport.bind(connection)
+    handler.on_transport(SimpleNamespace(transport=transport))
+    handler.on_transport_closed(SimpleNamespace(transport=transport))
+    assert handler.skipped == 2
+    assert connection.transport is None  # unbound, as proton's own handler ends
+
+
+def test_a_limit_closing_a_connection_whose_transport_is_gone_leaves_it_alone() -> None:
+    # opening it would have proton bind it to a transport without a socket
+    gate = Gate(Admission(CountLimits()), clock=lambda: 0.0)
+    connection = Connection()
+    gate.close(connection, LimitExceededError("over", expected=1, got=2), "refused")
+    assert connection.state & Endpoint.LOCAL_UNINIT
 
 
 def test_make_container_dispatches_io_events_to_the_guarded_handler() -> None:

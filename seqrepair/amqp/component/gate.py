@@ -109,15 +109,15 @@ class Gate:
         at once, nothing written)."""
         log.warning(why, connection=getattr(conn, "seqrepair_id", None),
                     condition=error.condition, error=error.message)
-        if conn.state & Endpoint.LOCAL_CLOSED:
+        transport = conn.transport
+        if conn.state & Endpoint.LOCAL_CLOSED or transport is None:
+            # no transport: its socket is gone and there is nobody to tell; opening the
+            # connection now would have proton bind it to a transport without a socket
             return
         conn.condition = Condition(error.condition, error.message[:500])
         if conn.state & Endpoint.LOCAL_UNINIT:
             conn.open()  # an open then the close: a peer that reads them learns why
         conn.close()
-        transport = conn.transport
-        if transport is None:
-            return
         transport.condition = Condition(error.condition, error.message[:500])
         if unread:
             transport.close_tail()
