@@ -24,6 +24,12 @@ from its first number). A restarted subscriber passes the last numbers it delive
 :meth:`BrokerSubscriber.resume_point`, or what its output already holds) and continues
 exactly once. Broker deliveries are accepted once handed to the detector: what a crash loses
 in flight the journal repairs.
+
+Both take ``security=`` as the direct clients do (:class:`ClientSecurity`): an ``amqps://``
+broker URL or a CA turns TLS on and checks the broker's certificate and host name, a client
+certificate goes to SASL ``EXTERNAL``, a user and password to whichever of ``PLAIN`` or
+``SCRAM-SHA-*`` the broker offers (RabbitMQ offers ``PLAIN`` and ``AMQPLAIN``; proton never
+sends ``PLAIN`` in the clear, so it needs TLS).
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from seqrepair.amqp.client.runner import DEFAULT_MAX_QUEUED, PublisherRunner, Su
 from seqrepair.amqp.wire.codec import Decoder
 from seqrepair.amqp.wire.errors import AmqpAdapterError
 from seqrepair.amqp.wire.framing import encode_frame
+from seqrepair.amqp.wire.security import NO_CLIENT_SECURITY, ClientSecurity
 from seqrepair.amqp.wire.technical import DEFAULT_LINK_BITS
 from seqrepair.core.budget import RefusalPolicy
 from seqrepair.core.errors import SeqRepairError
@@ -125,9 +132,11 @@ class BrokerPublisher(PublisherRunner[Publication]):
         reconnect_delay: float = 0.2,
         max_reconnect_delay: float = 5.0,
         idle_timeout: float = 10.0,
+        security: ClientSecurity = NO_CLIENT_SECURITY,
     ) -> None:
         super().__init__(reconnect_delay=reconnect_delay, max_reconnect_delay=max_reconnect_delay)
         self.url = url
+        self.security = security
         self.address = address
         self.bits = bits
         self.max_unsettled = max_unsettled
@@ -329,10 +338,12 @@ class BrokerSubscriber(SubscriberRunner):
         tick: float = 0.02,
         link_name: str | None = None,
         clock: Callable[[], float] = time.time,
+        security: ClientSecurity = NO_CLIENT_SECURITY,
     ) -> None:
         super().__init__(credit=credit, reconnect_delay=reconnect_delay,
                          max_reconnect_delay=max_reconnect_delay, max_queued=max_queued)
         self.url = url
+        self.security = security
         self.address = address
         self.journal = journal
         self.link_name = link_name or f"brokered-{uuid.uuid4()}"
@@ -381,8 +392,9 @@ class BrokerSubscriber(SubscriberRunner):
     # --- proton events ------------------------------------------------------------------
 
     def _connect(self) -> None:
-        self._conn = self._container.connect(self.url, reconnect=False,
-                                             heartbeat=self.idle_timeout)
+        self._conn = self._container.connect(self.security.url(self.url), reconnect=False,
+                                             heartbeat=self.idle_timeout,
+                                             **self.security.connect_kwargs(self.url))
         self._receiver = self._container.create_receiver(self._conn, self.address,
                                                          name=self.link_name)
 

@@ -82,6 +82,7 @@ def publish_brokered(args: argparse.Namespace) -> int:
     import random
 
     from seqrepair.amqp.client.brokered import BrokerPublisher
+    from seqrepair.amqp.wire.security import ClientSecurity
     from seqrepair.journal.journal import Journal
 
     if not args.redis_url:
@@ -92,7 +93,7 @@ def publish_brokered(args: argparse.Namespace) -> int:
     drop = (lambda _pub: rng.random() < args.drop_rate) if args.drop_rate > 0 else None
     publisher = BrokerPublisher(args.broker, args.source, Journal.from_url(args.redis_url),
                                 address=args.address, bits=args.bits, batch_size=args.batch,
-                                drop=drop).start()
+                                drop=drop, security=ClientSecurity.from_args(args)).start()
     count = 0
     start = time.monotonic()
     try:
@@ -108,6 +109,12 @@ def publish_brokered(args: argparse.Namespace) -> int:
                       "accepted": publisher.accepted, "rejected": publisher.rejected,
                       "flushed": ok}))
     report_error("publish", publisher.error)
+    if not ok and publisher.error is None:
+        reach = (f"cannot reach the broker at {args.broker} ({publisher.last_failure})"
+                 if publisher.last_failure is not None
+                 else f"is a broker listening at {args.broker}?")
+        print(f"seqrepair publish: not every publication was accepted in {args.timeout:g} s: "
+              f"{reach}", file=sys.stderr)
     return 0 if ok else 1
 
 

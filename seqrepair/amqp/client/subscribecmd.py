@@ -174,6 +174,7 @@ def resume_after(path: Path) -> dict[str, int]:
 def subscribe_brokered(args: argparse.Namespace) -> int:
     """``seqrepair subscribe --broker``: repair per source from the journal at --redis-url."""
     from seqrepair.amqp.client.brokered import BrokerSubscriber
+    from seqrepair.amqp.wire.security import ClientSecurity
     from seqrepair.journal.journal import Journal
 
     if not args.redis_url:
@@ -190,11 +191,13 @@ def subscribe_brokered(args: argparse.Namespace) -> int:
         topics=[t for t in args.entitled.split(",") if t],
         permtokens=[t for t in args.permtokens.split(",") if t],
         on_publication=sink.write, probe_interval=args.heartbeat or 1.0,
-        link_name=args.link_name,
+        link_name=args.link_name, security=ClientSecurity.from_args(args),
     )
     run_subscriber(subscriber, sink, args)
     report_error("subscribe", subscriber.error)
     if subscriber.error is None and not subscriber.report.connections:
-        print(f"seqrepair subscribe: never connected to {args.url}", file=sys.stderr)
+        why = f" ({subscriber.last_failure})" if subscriber.last_failure is not None else ""
+        print(f"seqrepair subscribe: never connected to the broker at {args.broker}{why}",
+              file=sys.stderr)
         return 1
     return 1 if subscriber.error is not None else 0
