@@ -151,9 +151,10 @@ class RabbitBroker:
     """RabbitMQ with ``rabbitmq_amqp1_0`` on private ports, node name, epmd and directories.
 
     ``url`` is ``amqp://127.0.0.1:PORT`` (AMQP 1.0 on the AMQP port, anonymous login as guest).
+    ``conf`` adds lines to its ``rabbitmq.conf`` (a TLS listener, users: ``test_brokered_tls``).
     """
 
-    def __init__(self, base: Path) -> None:
+    def __init__(self, base: Path, conf: str = "") -> None:
         self.base = base
         self.port = free_port()
         self.epmd_port = free_port()
@@ -161,12 +162,12 @@ class RabbitBroker:
         self.proc: subprocess.Popen[bytes] | None = None
         (base / "enabled_plugins").write_text("[rabbitmq_amqp1_0].\n")
         (base / "rabbitmq.conf").write_text(
-            f"loopback_users = none\nlisteners.tcp.default = 127.0.0.1:{self.port}\n"
+            f"loopback_users = none\nlisteners.tcp.default = 127.0.0.1:{self.port}\n{conf}"
         )
         self.env = dict(
             os.environ,
             HOME=str(base),  # the Erlang cookie lives here, for the server and rabbitmqctl
-            RABBITMQ_NODENAME=f"seqrepair-test-{os.getpid()}@localhost",
+            RABBITMQ_NODENAME=f"seqrepair-test-{os.getpid()}-{base.name}@localhost",
             RABBITMQ_NODE_IP_ADDRESS="127.0.0.1",
             RABBITMQ_NODE_PORT=str(self.port),
             RABBITMQ_DIST_PORT=str(free_port()),
