@@ -47,11 +47,17 @@ def tls_broker(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[s
             f"ssl_options.cacertfile = {pki.pem('ca')}\n"
             f"ssl_options.certfile = {pki.pem('server')}\n"
             f"ssl_options.keyfile = {pki.key('server')}\n"
-            "ssl_options.verify = verify_none\n"
+            "ssl_options.verify = verify_peer\n"
             "ssl_options.fail_if_no_peer_cert = false\n"
             f"default_user = {USER}\ndefault_pass = {PASSWORD}\n"
-            "amqp1_0.default_user = none\n")
-    broker = RabbitBroker(tmp_path_factory.mktemp("rabbitmq-tls"), conf).start()
+            "amqp1_0.default_user = none\n"
+            # a client certificate logs in as the user its common name names (EXTERNAL)
+            "auth_mechanisms.1 = PLAIN\nauth_mechanisms.2 = EXTERNAL\n"
+            "ssl_cert_login_from = common_name\n")
+    broker = RabbitBroker(tmp_path_factory.mktemp("rabbitmq-tls"), conf)
+    (broker.base / "enabled_plugins").write_text(
+        "[rabbitmq_amqp1_0,rabbitmq_auth_mechanism_ssl].\n")
+    broker.start()
     try:
         yield f"amqps://localhost:{tls_port}"  # the name the server certificate carries
     finally:
@@ -156,3 +162,18 @@ def test_an_untrusted_ca_fails_with_one_line(
     [line] = _errors(sub.stderr)
     assert f"never connected to the broker at {url} (" in line, line
     assert "certificate verify failed" in line, line
+
+
+def test_a_client_certificate_logs_in_with_external(
+    tls_broker: str, pki: Pki, redis_url: str, tmp_path: Path
+) -> None:
+    """No password: the certificate (``CN=feeder``, the test CA's) is the login."""
+    pki.person(USER)
+    address = f"/queue/seqrepair-tls-{uuid.uuid4().hex[:12]}"
+    security = ("--tls-ca", pki.pem("ca"), "--tls-cert", pki.pem(USER),
+                "--tls-key", pki.key(USER))
+    pub = _cli("publish", "--broker", tls_broker, "--address", address, "--redis-url",
+               redis_url, "--source", "feed.cert", "--count", "5", "--timeout", str(PATIENCE),
+               *security)
+    assert pub.returncode == 0, pub.stderr
+    assert json.loads(pub.stdout.strip().splitlines()[-1])["accepted"] == 5

@@ -59,6 +59,10 @@ SCRAM = "SCRAM-SHA-256"
 
 CLIENT_CERT_MODES = ("none", "required")
 
+PASSWORD_MECHS = "SCRAM-SHA-512 SCRAM-SHA-256 SCRAM-SHA-1 PLAIN"
+"""What a client with a user and password (and no certificate) allows, of what the server
+offers: SCRAM where offered, else PLAIN (which proton sends only inside TLS)."""
+
 PASSWORD_ENV = "SEQREPAIR_PASSWORD"
 """The environment variable a client reads its SASL password from (else ``--password-file``)."""
 
@@ -285,6 +289,10 @@ class ClientSecurity:
             kwargs["allowed_mechs"] = self.mechs
         elif self.user is None and self.cert is not None:
             kwargs["allowed_mechs"] = "EXTERNAL"
+        elif self.user is not None and self.cert is None:
+            # proton would pick EXTERNAL when a server offers it (RabbitMQ with its
+            # auth_mechanism_ssl plugin), and fail without a certificate to show
+            kwargs["allowed_mechs"] = PASSWORD_MECHS
         return kwargs
 
     @classmethod
