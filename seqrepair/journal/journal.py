@@ -322,18 +322,19 @@ class Journal:
 
     @staticmethod
     def _decode_rows(source: str, rows: list[Any]) -> list[Publication]:
-        out = []
-        for row in rows:
-            try:
-                ident, flat = row
-                seq = int(ident[:-2]) if ident.endswith("-0") else -1
-                values = dict(zip(flat[::2], flat[1::2], strict=True))
-            except (TypeError, ValueError) as exc:
-                raise JournalCorruptError(f"malformed entry in {source!r}", source=source) from exc
-            if seq < 1:
-                raise JournalCorruptError(f"entry ID {ident!r} is not <seq>-0", source=source)
-            out.append(decode_values(seq, values, source=source))
-        return out
+        return [Journal._decode_row(source, row) for row in rows]
+
+    @staticmethod
+    def _decode_row(source: str, row: Any) -> Publication:
+        try:
+            ident, flat = row
+            seq = int(ident[:-2]) if ident.endswith("-0") else -1
+            values = dict(zip(flat[::2], flat[1::2], strict=True))
+        except (TypeError, ValueError) as exc:
+            raise JournalCorruptError(f"malformed entry in {source!r}", source=source) from exc
+        if seq < 1:
+            raise JournalCorruptError(f"entry ID {ident!r} is not <seq>-0", source=source)
+        return decode_values(seq, values, source=source)
 
     def iter_range(
         self, source: str, first: int, last: int | None = None, *, page_size: int | None = None
@@ -364,8 +365,12 @@ class Journal:
                 last = hw
                 if position > last:
                     return
-            pubs = self._decode_rows(source, rows)
-            for pub in pubs:
+            page_rows = len(rows)
+            # Decoded one by one, each row dropped once decoded: a reader that pauses between
+            # publications (a source replay waiting for credit) holds one page, not two.
+            rows.reverse()
+            while rows:
+                pub = self._decode_row(source, rows.pop())
                 if pub.source_seq != position:
                     raise JournalCorruptError(
                         f"{source!r} lacks entry {position} below its high-water",
@@ -376,8 +381,9 @@ class Journal:
                 if position > last:
                     return
                 yield pub
+                del pub
                 position += 1
-            if len(rows) < count:
+            if page_rows < count:
                 if position <= min(last, hw):
                     raise JournalCorruptError(
                         f"{source!r} lacks entries {position}..{min(last, hw)}",
