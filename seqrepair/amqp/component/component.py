@@ -162,7 +162,9 @@ class Component(MessagingHandler):
         # routes whose answers must be read, served a step each per repair turn (fairness.py)
         self.repairs = RepairTurns(
             TurnBudget(config.repair_turn, time.monotonic), self.stats,
-            schedule=lambda fn: self.container.schedule(0, Call(fn)), pump=self._pump_sender)
+            schedule=lambda fn: self.container.schedule(0, Call(fn)), pump=self._pump_sender,
+            ahead=max(1, config.link_unsent_bytes // 4),
+            later=lambda delay, fn: self.container.schedule(delay, Call(fn)))
         self._rng = random.Random(config.drop_seed)
         self.acceptor: Any = None
         self.container: Any = None
@@ -255,6 +257,8 @@ class Component(MessagingHandler):
             self._pump_link(link, now)
             if link.stats["window_peak"] > self.stats["window_peak"]:
                 self.stats["window_peak"] = link.stats["window_peak"]
+        for route in list(self.routes.values()):  # those that waited for their peer (fairness)
+            self.repairs.want(route)
         for link in self.memory.check(self.links, self.principals, now):
             detach_for_memory(self, link)
         self._schedule_tick()
