@@ -223,3 +223,61 @@ def test_repair_turns_serve_connections_in_turn_within_the_budget_and_continue_l
     assert steps[:8] == ["g0", "m", "g1", "m", "g2", "m", "g0", "m"]
     assert not any(route.busy() for route in (*greedy, modest))
     assert stats["repair_failures"] == 0
+
+
+class _BackedUpSender(_ConnSender):
+    """A sender whose connection's transport has ``backlog`` bytes its socket has not taken,
+    and ``queued`` transfers proton has not yet written."""
+
+    def __init__(self, credit: int, conn_id: int) -> None:
+        super().__init__(credit, conn_id)
+        self.backlog = 0
+        self.queued = 0
+        sender = self
+        self.connection.transport = type(
+            "Transport", (), {"pending": lambda _self: sender.backlog})()
+
+
+def test_a_route_whose_socket_is_behind_gets_no_step_until_it_catches_up() -> None:
+    stats: dict[str, int] = {}
+    scheduled: list[object] = []
+    later: list[tuple[float, object]] = []
+    read: list[int] = []
+    route = ResponseRoute(Entitlement.everything(), 1, lambda _s: 64)
+    sender = _BackedUpSender(100, 1)
+    route.sender = sender
+
+    def frames() -> Iterator[object]:
+        for n in range(1, 4):
+            read.append(n)
+            yield _pub(n)
+        yield ReplayComplete(through={"s": 3})
+
+    route.start_replay("L", frames(), "c")  # type: ignore[arg-type]
+    turns = RepairTurns(TurnBudget(1.0, lambda: 0.0), stats, schedule=scheduled.append,
+                        pump=lambda _sender: turns.want(route), ahead=1000,
+                        later=lambda delay, fn: later.append((delay, fn)))
+    sender.backlog = 64 << 10  # the socket is behind: nothing is read for it
+    turns.want(route)
+    assert (scheduled, read, stats["repair_waits_ahead"]) == ([], [], 1)
+    sender.backlog = 0
+    turns.want(route)
+    assert scheduled == [turns.turn]
+    sender.backlog = 64 << 10
+    turns.turn()  # queued before the socket fell behind: still no step
+    assert read == []
+    assert len(later) == 1  # tried again a moment later
+    sender.backlog = 0
+    sender.queued = 11  # 11 transfers of 100 B not yet written: over ``ahead``
+    for _ in range(11):
+        route.unsent.sizes.append(100)
+    route.unsent.bytes = 1100
+    later.pop()[1]()  # type: ignore[operator]
+    assert read == []
+    assert len(later) == 1
+    sender.queued = 0  # proton wrote them, the socket took them
+    later.pop()[1]()  # type: ignore[operator]
+    while turns.ring:
+        turns.turn()
+    assert read == [1, 2, 3]
+    assert not route.busy()
