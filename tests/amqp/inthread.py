@@ -12,6 +12,7 @@ from proton import Condition, Endpoint
 from proton.reactor import ApplicationEvent
 
 from seqrepair.amqp.component.component import Component, ComponentConfig
+from seqrepair.amqp.component.requests import answer_gap
 from seqrepair.amqp.wire.reactor import Injector, make_container
 from seqrepair.amqp.wire.security import ANONYMOUS_LISTENER
 from seqrepair.core.messages import GapRequest
@@ -124,7 +125,7 @@ class HereComponent(Component):
             link = self.links[name]
             link.route.check_room()
             for request in requests:
-                self._answer_gap(link, link.route, request, None, None)
+                answer_gap(self, link, link.route, request, None, None)
             self._pump_sender(link.sender)
 
         self.call(answer)

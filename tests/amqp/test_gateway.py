@@ -17,23 +17,21 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from seqrepair.amqp.client.subscriber import Publisher, Subscriber
-from seqrepair.amqp.gateway.gateway import (
-    ADDRESS_COOKIE,
-    LINK_PREFIX,
-    RESPONSE_COOKIE,
-    RESPONSE_TARGET,
+from seqrepair.amqp.gateway.gateway import Gateway
+from seqrepair.amqp.gateway.relays import upstream_name
+from seqrepair.amqp.gateway.rewrite import (
     RESPONSES_ADDRESS,
     Addressing,
-    Gateway,
     PendingReply,
     ReplyTable,
     annotate_request,
     answer_route,
     restore_response,
     rewrite_request,
-    upstream_name,
 )
+from seqrepair.amqp.wire.respann import ADDRESS_COOKIE, RESPONSE_COOKIE, RESPONSE_TARGET
 from seqrepair.amqp.wire.security import ANONYMOUS_LISTENER
+from seqrepair.amqp.wire.vocabulary import LINK_PREFIX
 from seqrepair.core.messages import Publication
 
 from .conftest import ComponentProcess, free_port, wait_for

@@ -65,7 +65,7 @@ from seqrepair.amqp.component.journalport import RedisJournalPort
 from seqrepair.amqp.component.links import ResponseRoute, SubscriberLink
 from seqrepair.amqp.component.memory import MemoryGuard
 from seqrepair.amqp.component.publishing import fan_out, on_publish, open_publisher, oversized
-from seqrepair.amqp.component.requests import answer_gap, capabilities, on_request, open_control
+from seqrepair.amqp.component.requests import capabilities, on_request, open_control
 from seqrepair.amqp.component.routing import MAX_RESPONSE_TARGETS as MAX_RESPONSE_TARGETS
 from seqrepair.amqp.component.subqueues import SubscriptionChanges, apply_change
 from seqrepair.amqp.wire.codec import Decoder
@@ -86,10 +86,8 @@ from seqrepair.amqp.wire.vocabulary import CONTROL_ADDRESS
 from seqrepair.core.budget import RefusalPolicy
 from seqrepair.core.errors import SeqRepairError
 from seqrepair.core.messages import (
-    GapRequest,
     Heartbeat,
     Publication,
-    SourceGapRequest,
 )
 from seqrepair.core.subscriptions import Subscription as Subscription
 from seqrepair.core.window import window_size
@@ -417,16 +415,6 @@ class Component(MessagingHandler):
                 )
                 if receiver.credit < window // 2:
                     receiver.flow(window - receiver.credit)
-
-    def _answer_gap(
-        self,
-        link: SubscriberLink,
-        route: ResponseRoute,
-        request: GapRequest | SourceGapRequest,
-        correlation: Any,
-        cookie: bytes | None,
-    ) -> None:
-        answer_gap(self, link, route, request, correlation, cookie)
 
     # --- running ------------------------------------------------------------------------
 

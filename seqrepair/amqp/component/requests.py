@@ -123,7 +123,7 @@ def on_request(
                 or component.principals.get(link.name) != principal_of(conn)
             ):
                 raise UnknownAddressError(f"no link {name!r} on this connection", got=name)
-            component._answer_gap(link, route, request, correlation, cookie)
+            answer_gap(component, link, route, request, correlation, cookie)
         else:
             raise UnknownMessageTypeError(
                 f"{type(request).__name__} is not a request", got=type(request).__name__

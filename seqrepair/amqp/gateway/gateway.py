@@ -58,37 +58,15 @@ from seqrepair.amqp.gateway.publish import (
     settle_with,
 )
 from seqrepair.amqp.gateway.relaylinks import HoldingEndpoints, perform, top_up
-from seqrepair.amqp.gateway.relays import (
-    CloseDownstreamConnection,
-    Relay,
-    RelayTable,
-    upstream_name,
-)
-from seqrepair.amqp.gateway.requests import RESPONSE_WINDOW as RESPONSE_WINDOW
+from seqrepair.amqp.gateway.relays import CloseDownstreamConnection, Relay, RelayTable
 from seqrepair.amqp.gateway.requests import Requests
-from seqrepair.amqp.gateway.rewrite import (
-    RESPONSES_ADDRESS,
-    Addressing,
-    PendingReply,
-    ReplyTable,
-    annotate_request,
-    answer_route,
-    downstream_link,
-    restore_response,
-    rewrite_request,
-)
+from seqrepair.amqp.gateway.rewrite import RESPONSES_ADDRESS
 from seqrepair.amqp.wire.backoff import Backoff
 from seqrepair.amqp.wire.errors import AmqpAdapterError
 from seqrepair.amqp.wire.guard import Guarded
 from seqrepair.amqp.wire.reactor import Call, Injector, listening_address, make_container
-from seqrepair.amqp.wire.respann import (
-    ADDRESS_COOKIE,
-    RESPONSE_ANNOTATIONS,
-    RESPONSE_COOKIE,
-    RESPONSE_TARGET,
-)
+from seqrepair.amqp.wire.respann import RESPONSE_ANNOTATIONS
 from seqrepair.amqp.wire.security import NO_CLIENT_SECURITY, ClientSecurity, ServerSecurity
-from seqrepair.amqp.wire.vocabulary import LINK_PREFIX
 from seqrepair.logs import get_logger
 
 log = get_logger("seqrepair.amqp.gateway")
@@ -476,23 +454,3 @@ class Gateway(MessagingHandler):
             top_up(relay)
             if self.requests.owes(relay.name):
                 self.requests.repay(relay, relay.name)
-
-
-__all__ = [
-    "ADDRESS_COOKIE",
-    "LINK_PREFIX",
-    "RESPONSES_ADDRESS",
-    "RESPONSE_COOKIE",
-    "RESPONSE_TARGET",
-    "Addressing",
-    "Backoff",
-    "Gateway",
-    "PendingReply",
-    "ReplyTable",
-    "annotate_request",
-    "answer_route",
-    "downstream_link",
-    "restore_response",
-    "rewrite_request",
-    "upstream_name",
-]
