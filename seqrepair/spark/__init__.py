@@ -19,10 +19,11 @@ parser does for :mod:`seqrepair.spark.commands`) imports no pyspark.
 
 from __future__ import annotations
 
-import importlib
 import sys
 import types
 from typing import TYPE_CHECKING, Any
+
+from seqrepair.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from seqrepair.spark.audit import AuditReport, audit
@@ -91,17 +92,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, __all__)
 
 
 class _Package(types.ModuleType):
