@@ -191,6 +191,10 @@ def register(subparsers: Any) -> None:
                          help="always rewrite requests and their answers, even when the "
                               "component takes response annotations (default: forward with "
                               "annotations then, rewrite only where the next hop lacks them)")
+    gateway.add_argument("--forward-principals", action="store_true",
+                         help="attach and ask upstream on behalf of the principal each client "
+                              "proved (the component's policy must grant this gateway's "
+                              "principal act-for on them)")
     gateway.add_argument("--ready-file", help="write the listen address here once listening")
     add_server_security(gateway)
     add_client_security(gateway, "upstream-")

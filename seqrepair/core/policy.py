@@ -73,11 +73,17 @@ class Operation(enum.Enum):
     the caller may list, ``GET /topics/<t>`` answers 404 for another."""
     ADMIN = "admin"
     """Every operation on everything, and every principal's subscriptions."""
+    ACT_FOR = "act-for"
+    """Attach links and send requests on behalf of the principals the rule's ``principals``
+    name (a gateway forwarding the identities its own clients proved: RabbitMQ's
+    *impersonator*). Only ever named: neither ``*`` nor ``admin`` grants it."""
 
 
-TOPIC_OPERATIONS = frozenset(Operation) - {Operation.ATTACH_QUEUE, Operation.ADMIN}
-ALL_OPERATIONS = frozenset(Operation) - {Operation.ADMIN}
-"""What ``operations = ["*"]`` means: everything but ``admin``, which is only ever named."""
+TOPIC_OPERATIONS = frozenset(Operation) - {Operation.ATTACH_QUEUE, Operation.ADMIN,
+                                           Operation.ACT_FOR}
+ALL_OPERATIONS = frozenset(Operation) - {Operation.ADMIN, Operation.ACT_FOR}
+"""What ``operations = ["*"]`` means: everything but ``admin`` and ``act-for``, which are only
+ever named."""
 
 EVERY_TOPIC = TopicPattern("/#")
 
@@ -141,15 +147,23 @@ def _topics(value: object) -> tuple[TopicPattern, ...]:
     return items
 
 
-def _queues(value: object) -> tuple[str, ...]:
+def _names(value: object, key: str, what: str) -> tuple[str, ...]:
     if isinstance(value, str) or not isinstance(value, Iterable):
-        raise InvalidPolicyError("queues is a list of subscription ids ('*' = any characters)",
+        raise InvalidPolicyError(f"{key} is a list of {what} ('*' = any characters)",
                                  expected="list of strings", got=value)
     items = tuple(value)
     if not items or not all(isinstance(q, str) and q for q in items):
-        raise InvalidPolicyError("queues is a non-empty list of non-empty strings",
+        raise InvalidPolicyError(f"{key} is a non-empty list of non-empty strings",
                                  expected="list of strings", got=list(items))
     return items
+
+
+def _queues(value: object) -> tuple[str, ...]:
+    return _names(value, "queues", "subscription ids")
+
+
+def _principals(value: object) -> tuple[str, ...]:
+    return _names(value, "principals", "principals")
 
 
 @attrs.frozen
@@ -161,37 +175,50 @@ class Rule:
     operations: frozenset[Operation] = attrs.field(converter=_operations)
     topics: tuple[TopicPattern, ...] = attrs.field(default=(EVERY_TOPIC,), converter=_topics)
     queues: tuple[str, ...] = attrs.field(default=("*",), converter=_queues)
+    principals: tuple[str, ...] = attrs.field(default=("*",), converter=_principals)
     _actor_res: tuple[re.Pattern[str], ...] = attrs.field(init=False, eq=False, repr=False)
     _queue_res: tuple[re.Pattern[str], ...] = attrs.field(init=False, eq=False, repr=False)
+    _principal_res: tuple[re.Pattern[str], ...] = attrs.field(init=False, eq=False,
+                                                              repr=False)
 
     def __attrs_post_init__(self) -> None:
         object.__setattr__(self, "_actor_res", tuple(_actor_regex(a) for a in self.actors))
         object.__setattr__(self, "_queue_res", tuple(_actor_regex(q) for q in self.queues))
+        object.__setattr__(self, "_principal_res",
+                           tuple(_actor_regex(p) for p in self.principals))
 
     def applies_to(self, principal: str, operation: Operation) -> bool:
         """Whether this rule speaks of ``operation`` by ``principal``."""
-        return operation in self.operations and any(
-            r.fullmatch(principal) for r in self._actor_res)
+        return operation in self.operations and self.names_actor(principal)
+
+    def names_actor(self, principal: str) -> bool:
+        """Whether ``principal`` is one of this rule's actors."""
+        return any(r.fullmatch(principal) for r in self._actor_res)
 
     def names_queue(self, queue: str) -> bool:
         """Whether ``queue`` (a subscription id) is one of this rule's queues."""
         return any(r.fullmatch(queue) for r in self._queue_res)
+
+    def names_principal(self, principal: str) -> bool:
+        """Whether ``principal`` is one of those this rule's ``act-for`` speaks of."""
+        return any(r.fullmatch(principal) for r in self._principal_res)
 
     @classmethod
     def from_json(cls, effect: str, value: object) -> Rule:
         """One ``[[allow]]`` / ``[[deny]]`` table of a policy file."""
         if not isinstance(value, Mapping):
             raise InvalidPolicyError(f"an {effect} rule is a table", expected="table", got=value)
-        unknown = sorted(set(value) - {"actors", "operations", "topics", "queues"})
+        keys = ["actors", "operations", "topics", "queues", "principals"]
+        unknown = sorted(set(value) - set(keys))
         if unknown:
             raise InvalidPolicyError(f"unknown {effect} rule keys: {', '.join(unknown)}",
-                                     expected=["actors", "operations", "topics", "queues"],
-                                     got=unknown)
+                                     expected=keys, got=unknown)
         for key in ("actors", "operations"):
             if key not in value:
                 raise InvalidPolicyError(f"an {effect} rule needs {key}", expected=key, got=None)
         return cls(effect, value["actors"], value["operations"],
-                   value.get("topics", ("/#",)), value.get("queues", ("*",)))
+                   value.get("topics", ("/#",)), value.get("queues", ("*",)),
+                   value.get("principals", ("*",)))
 
 
 def _rules(value: Iterable[Rule]) -> tuple[Rule, ...]:
@@ -297,6 +324,23 @@ class Policy:
         if any(r.names_queue(queue) or Operation.ADMIN in r.operations for r in allows):
             return ALLOWED
         return Decision(False, why=f"attach-queue {queue!r} not granted to {principal!r}")
+
+
+def may_act_for(policy: Policy, actor: str, principal: str) -> Decision:
+    """May ``actor`` (a connection's proven principal) act on behalf of ``principal``? Only an
+    ``act-for`` rule naming ``principal`` grants it (not ``admin``, not ``*``), a deny naming
+    it wins, and nobody acts for :data:`ANONYMOUS` or for an administrator it is not."""
+    if principal == ANONYMOUS:
+        return Decision(False, why="nobody acts on behalf of the anonymous principal")
+    rules = [r for r in policy.rules if Operation.ACT_FOR in r.operations
+             and r.names_actor(actor) and r.names_principal(principal)]
+    if any(r.effect is Effect.DENY for r in rules):
+        return Decision(False, why=f"act-for {principal!r} denied to {actor!r}")
+    if not any(r.effect is Effect.ALLOW for r in rules):
+        return Decision(False, why=f"act-for {principal!r} not granted to {actor!r}")
+    if policy.is_admin(principal) and not policy.is_admin(actor):
+        return Decision(False, why=f"{actor!r} may not act for administrator {principal!r}")
+    return ALLOWED
 
 
 def may_access(policy: Policy, principal: str, *, sub_id: str, owner: str | None,

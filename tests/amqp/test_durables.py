@@ -9,7 +9,8 @@ from types import SimpleNamespace
 import pytest
 import redis
 
-from seqrepair.amqp.component.durable import Durables, PositionUnavailableError, authenticated_user
+from seqrepair.amqp.component.durable import Durables, PositionUnavailableError, durable_user
+from seqrepair.amqp.wire.security import principal_of
 from seqrepair.journal import EmbeddedRedis
 from seqrepair.journal.positions import PositionStore
 
@@ -128,7 +129,10 @@ def test_only_a_proven_user_names_a_durable() -> None:
     def conn(user: object) -> SimpleNamespace:
         return SimpleNamespace(transport=SimpleNamespace(user=user))
 
-    assert authenticated_user(conn("alice")) == "alice"
-    assert authenticated_user(conn("anonymous")) is None
-    assert authenticated_user(conn(None)) is None
-    assert authenticated_user(SimpleNamespace(transport=None)) is None
+    def user(connection: object) -> str | None:
+        return durable_user(principal_of(connection))
+
+    assert user(conn("alice")) == "alice"
+    assert user(conn("anonymous")) is None
+    assert user(conn(None)) is None
+    assert user(SimpleNamespace(transport=None)) is None

@@ -19,11 +19,12 @@ from proton import Link, ulong
 from seqrepair.amqp.component.ackdispatch import attach_reply
 from seqrepair.amqp.component.authz import (
     check_link_name,
+    effective_principal,
     queue_exclusions,
     subscribe_exclusions,
     visible_sources,
 )
-from seqrepair.amqp.component.durable import authenticated_user
+from seqrepair.amqp.component.durable import durable_user
 from seqrepair.amqp.component.links import (
     ResponseRoute,
     SubscriberLink,
@@ -33,7 +34,6 @@ from seqrepair.amqp.component.links import (
 )
 from seqrepair.amqp.component.subqueues import entitlement_for
 from seqrepair.amqp.wire.errors import UnknownAddressError
-from seqrepair.amqp.wire.security import principal_of
 from seqrepair.amqp.wire.vocabulary import (
     LINK_PREFIX,
     PROP_ACK,
@@ -78,7 +78,7 @@ def open_subscriber(component: Component, sender: Any) -> None:
         )
         return
     props = plain_properties(sender.remote_properties)
-    principal = principal_of(sender.connection)
+    principal = effective_principal(component, sender.connection, props)
     sub = None
     if address.startswith(SUBSCRIPTION_PREFIX):
         sub = component.subscriptions.find(address[len(SUBSCRIPTION_PREFIX) :])
@@ -101,7 +101,7 @@ def open_subscriber(component: Component, sender: Any) -> None:
     epoch = props.get(str(PROP_EPOCH))
     acks = props.get(str(PROP_ACK)) is True
     durable = component.durables.durable_for(props, name, None if sub is None else sub.id,
-                                        authenticated_user(sender.connection))
+                                        durable_user(principal))
     position = None if durable is None else component.durables.start(durable)
     link = component.links.get(name)
     restarted = False  # a new context of a durable, after its stored position

@@ -16,6 +16,9 @@ Every check reads the policy in force (the subscription manager's ``policy``: a 
   refused (``amqp:unauthorized-access``) and the owner keeps its link;
 * after a reload, the attached subscriber links the new policy takes something from are
   detached (:func:`revoked`);
+* a link or request that names ``seqrepair-on-behalf-of`` acts as that principal, when the
+  connection's principal has ``act-for`` on it (a gateway forwarding the identity its client
+  proved, :func:`effective_principal`); else it is refused (``amqp:unauthorized-access``);
 * the attach reply's ``seqrepair-start-after`` and CAPABILITIES' ``source-bits`` name only the
   sources the caller may subscribe to a topic of (learned as publications are fanned out,
   when a policy restricts anything).
@@ -26,9 +29,18 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from seqrepair.amqp.wire.errors import UnauthorizedAccessError, UnknownAddressError
-from seqrepair.amqp.wire.vocabulary import SUBSCRIPTION_PREFIX
-from seqrepair.core.policy import Operation, Policy, may_access
+from seqrepair.amqp.wire.errors import (
+    InvalidLinkPropertyError,
+    UnauthorizedAccessError,
+    UnknownAddressError,
+)
+from seqrepair.amqp.wire.security import principal_of
+from seqrepair.amqp.wire.vocabulary import (
+    MAX_PRINCIPAL_LENGTH,
+    PROP_ON_BEHALF_OF,
+    SUBSCRIPTION_PREFIX,
+)
+from seqrepair.core.policy import Operation, Policy, may_access, may_act_for
 from seqrepair.core.subscriptions import Subscription
 from seqrepair.core.topics import TopicPattern
 
@@ -46,6 +58,25 @@ MAX_TOPICS_PER_SOURCE = 256
 def policy_of(component: Component) -> Policy:
     """The policy in force."""
     return component.subscriptions.policy()
+
+
+def effective_principal(component: Component, connection: Any,
+                        properties: Mapping[str, Any] | None) -> str:
+    """Who a link or request acts as: its connection's principal, or the one its
+    ``seqrepair-on-behalf-of`` names when the connection's principal may act for it."""
+    actor = principal_of(connection)
+    claimed = (properties or {}).get(str(PROP_ON_BEHALF_OF))
+    if claimed is None:
+        return actor
+    if not isinstance(claimed, str) or not claimed or len(claimed) > MAX_PRINCIPAL_LENGTH:
+        raise InvalidLinkPropertyError(
+            f"{PROP_ON_BEHALF_OF} names a principal",
+            expected=f"a string of 1..{MAX_PRINCIPAL_LENGTH} characters",
+            got=claimed if not isinstance(claimed, str) else claimed[:64])
+    decision = may_act_for(policy_of(component), actor, claimed)
+    if not decision:
+        raise UnauthorizedAccessError(decision.why, expected="act-for", got=claimed)
+    return claimed
 
 
 def check_publish_link(component: Component, receiver: Any, principal: str) -> None:

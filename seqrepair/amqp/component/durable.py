@@ -28,7 +28,7 @@ from typing import Any
 import redis
 
 from seqrepair.amqp.wire.errors import AmqpAdapterError
-from seqrepair.amqp.wire.security import ANONYMOUS, principal_of
+from seqrepair.amqp.wire.security import ANONYMOUS
 from seqrepair.amqp.wire.vocabulary import PROP_ACK, PROP_DURABLE
 from seqrepair.core.errors import InvalidMessageError
 from seqrepair.journal.errors import JournalError
@@ -37,10 +37,10 @@ from seqrepair.logs import get_logger
 
 log = get_logger(__name__)
 
-def authenticated_user(connection: Any) -> str | None:
-    """The identity a connection proved (SASL, TLS certificate), None for an anonymous one
+def durable_user(principal: str) -> str | None:
+    """Whom a link's durable is kept for: the principal it acts as (proven by SASL or a TLS
+    certificate, or forwarded by a gateway allowed to act for it), None for an anonymous one
     (it names nothing a durable could be kept for)."""
-    principal = principal_of(connection)
     return None if principal == ANONYMOUS else principal
 
 
@@ -93,7 +93,7 @@ class Durables:
         id when it attaches to a subscription queue), or None when it is not durable.
 
         A named link's durable is its user's when the connection authenticated one (``user``,
-        see :func:`authenticated_user`): another user attaching under the same link name gets
+        see :func:`durable_user`): another user attaching under the same link name gets
         a durable of its own, and can neither read nor move this one."""
         wants = props.get(str(PROP_DURABLE))
         if self.store is None or props.get(str(PROP_ACK)) is not True or wants is False:

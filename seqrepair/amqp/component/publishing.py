@@ -17,13 +17,16 @@ from typing import TYPE_CHECKING, Any
 
 from proton import Delivery, Message
 
-from seqrepair.amqp.component.authz import check_publish_link, learn_sources
+from seqrepair.amqp.component.authz import (
+    check_publish_link,
+    effective_principal,
+    learn_sources,
+)
 from seqrepair.amqp.component.ingest import Released
 from seqrepair.amqp.wire.errors import UnknownAddressError
 from seqrepair.amqp.wire.framing import encode_entry
 from seqrepair.amqp.wire.rawamqp import Unsupported
-from seqrepair.amqp.wire.security import principal_of
-from seqrepair.amqp.wire.vocabulary import SUBSCRIPTION_PREFIX
+from seqrepair.amqp.wire.vocabulary import SUBSCRIPTION_PREFIX, plain_properties
 from seqrepair.core.messages import Publication
 from seqrepair.core.topics import TopicPattern
 from seqrepair.logs import get_logger
@@ -41,18 +44,20 @@ def open_publisher(component: Component, receiver: Any, address: str | None) -> 
     receiver.topics_checked = set()
     receiver.held_back = {}  # per source, what it must send again first (holdback)
     receiver.own_sources = set()  # the sources it sent numbered publications of
+    principal = effective_principal(component, receiver.connection,
+                                    plain_properties(receiver.remote_properties))
     if address is None:
         receiver.kind = "publish"
         receiver.pattern = TopicPattern("/#")
         receiver.default_topic = None
-        check_publish_link(component, receiver, principal_of(receiver.connection))
+        check_publish_link(component, receiver, principal)
         return
     if address.startswith("$") or address.startswith(SUBSCRIPTION_PREFIX):
         raise UnknownAddressError(f"cannot publish to {address!r}", got=address)
     receiver.kind = "publish"
     receiver.pattern = TopicPattern(address)
     receiver.default_topic = address if receiver.pattern.is_literal else None
-    check_publish_link(component, receiver, principal_of(receiver.connection))
+    check_publish_link(component, receiver, principal)
 
 
 def on_publish(component: Component, receiver: Any, delivery: Delivery, message: Message) -> None:

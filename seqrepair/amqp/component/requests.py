@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from proton import Data, Delivery, Message
 
 from seqrepair.amqp.component.ackdispatch import receive_ack
-from seqrepair.amqp.component.authz import visible_sources
+from seqrepair.amqp.component.authz import effective_principal, visible_sources
 from seqrepair.amqp.component.fairness import check_replay_room
 from seqrepair.amqp.component.links import ResponseRoute, SubscriberLink
 from seqrepair.amqp.component.routing import route_for
@@ -28,14 +28,13 @@ from seqrepair.amqp.wire.errors import (
     UnknownMessageTypeError,
 )
 from seqrepair.amqp.wire.respann import RESPONSE_ADDRESS_SUPPORTED
-from seqrepair.amqp.wire.security import principal_of
 from seqrepair.amqp.wire.technical import (
     DEFAULT_SOURCE_BITS,
     Ack,
     Capabilities,
     CapabilitiesRequest,
 )
-from seqrepair.amqp.wire.vocabulary import LINK_PREFIX, PROP_LINK, is_ack
+from seqrepair.amqp.wire.vocabulary import LINK_PREFIX, PROP_LINK, is_ack, plain_properties
 from seqrepair.core.messages import GapError, GapRequest, PublishType, SourceGapRequest
 from seqrepair.core.permissions import Entitlement
 
@@ -110,17 +109,17 @@ def on_request(
     correlation = message.id
     props: dict[Any, Any] = dict(message.properties or {})
     name = props.get(PROP_LINK) or _link_name(message.reply_to)
+    principal = effective_principal(component, conn, plain_properties(props))
     for request in requests:
         if isinstance(request, CapabilitiesRequest):
-            route.respond(encode(component.capabilities(principal_of(conn))), correlation,
-                          cookie)
+            route.respond(encode(component.capabilities(principal)), correlation, cookie)
         elif isinstance(request, GapRequest | SourceGapRequest):
             link = component.links.get(str(name)) if name else None
             if (
                 link is None
                 or (route.target is None and link.route is not route)
                 # answers routed elsewhere only for the principal that attached the link
-                or component.principals.get(link.name) != principal_of(conn)
+                or component.principals.get(link.name) != principal
             ):
                 raise UnknownAddressError(f"no link {name!r} on this connection", got=name)
             answer_gap(component, link, route, request, correlation, cookie)

@@ -66,7 +66,12 @@ from seqrepair.amqp.wire.errors import AmqpAdapterError
 from seqrepair.amqp.wire.guard import Guarded
 from seqrepair.amqp.wire.reactor import Call, Injector, listening_address, make_container
 from seqrepair.amqp.wire.respann import RESPONSE_ANNOTATIONS
-from seqrepair.amqp.wire.security import NO_CLIENT_SECURITY, ClientSecurity, ServerSecurity
+from seqrepair.amqp.wire.security import (
+    NO_CLIENT_SECURITY,
+    ClientSecurity,
+    ServerSecurity,
+    principal_of,
+)
 from seqrepair.logs import get_logger
 
 log = get_logger("seqrepair.amqp.gateway")
@@ -114,6 +119,9 @@ class Gateway(MessagingHandler):
     ``security``: how its listener authenticates subscribers (by default nobody can, and the
     constructor refuses; ``ANONYMOUS_LISTENER`` lets everyone in as ``anonymous``);
     ``upstream_security``: how it proves itself to the component (WIRE.md "Authentication").
+    ``forward_principals``: attach and ask upstream on behalf of the principal each client
+    proved (``seqrepair-on-behalf-of``; the component must grant the gateway ``act-for``), so
+    the component's policy, ownership and link names apply to the client, not the gateway.
     """
 
     def __init__(
@@ -131,12 +139,14 @@ class Gateway(MessagingHandler):
         annotations: bool = True,
         security: ServerSecurity | None = None,
         upstream_security: ClientSecurity = NO_CLIENT_SECURITY,
+        forward_principals: bool = False,
     ) -> None:
         super().__init__(prefetch=0, auto_accept=False)
         self.security = security if security is not None else ServerSecurity()
         # InvalidConfigError: a listener that would let in whom it must not
         self.security.check(listen, option="--listen")
         self.upstream_security = upstream_security
+        self.forward_principals = forward_principals
         # MessagingHandler builds its handlers as a list; ours holds downstream attaches
         self.handlers = [
             HoldingEndpoints(False, weakref.proxy(self))
@@ -371,8 +381,10 @@ class Gateway(MessagingHandler):
             link.seqrepair_held = True
             address = link.remote_source.address
             link.source.address = address
-            relay, actions = self.relays.attach(link.name, address, link.remote_properties,
-                                                link, time.monotonic())
+            principal = principal_of(link.connection)
+            relay, actions = self.relays.attach(
+                link.name, address, link.remote_properties, link, time.monotonic(),
+                principal=principal, on_behalf_of=self._on_behalf_of(principal))
             link.seqrepair_relay = relay
             perform(self, actions)
         elif link.remote_target.address != CONTROL_ADDRESS:  # a publisher's
@@ -380,6 +392,11 @@ class Gateway(MessagingHandler):
         else:  # the requests link
             link.target.address = link.remote_target.address
             link.flow(64)
+
+    def _on_behalf_of(self, principal: str) -> str | None:
+        """The principal to name upstream for a client that proved ``principal``: itself
+        when the gateway forwards principals, else None (the component sees the gateway)."""
+        return principal if self.forward_principals else None
 
     def on_link_opened(self, event: Any) -> None:
         link = event.link
@@ -434,7 +451,8 @@ class Gateway(MessagingHandler):
             try:
                 refused = refuse_non_request(event.message)
                 if refused is None:
-                    self.requests.forward(event.message)
+                    self.requests.forward(event.message, self._on_behalf_of(
+                        principal_of(receiver.connection)))
                     self.accept(event.delivery)
             except Exception as exc:  # one peer's message must not end the gateway for all
                 self.log.exception("request failed", link=receiver.name)

@@ -24,7 +24,8 @@ def gateway_command(args: argparse.Namespace) -> int:
                       backoff=Backoff(max_attempts=args.max_attempts),
                       annotations=not args.rewrite,
                       security=ServerSecurity.from_args(args),
-                      upstream_security=ClientSecurity.from_args(args, "upstream-"))
+                      upstream_security=ClientSecurity.from_args(args, "upstream-"),
+                      forward_principals=args.forward_principals)
     signal.signal(signal.SIGTERM, lambda *_: gateway.request_stop())
     with contextlib.suppress(KeyboardInterrupt):
         gateway.run()

@@ -35,7 +35,8 @@ from typing import Any
 from proton import Condition, Delivery, Endpoint, Message
 from proton.handlers import IncomingMessageHandler
 
-from seqrepair.amqp.gateway.relays import upstream_name
+from seqrepair.amqp.gateway.relaylinks import LinkProperties
+from seqrepair.amqp.gateway.relays import upstream_name, upstream_properties
 from seqrepair.amqp.wire.codec import NOT_REQUESTS
 from seqrepair.amqp.wire.errors import (
     AmqpAdapterError,
@@ -43,6 +44,7 @@ from seqrepair.amqp.wire.errors import (
     UnknownMessageTypeError,
 )
 from seqrepair.amqp.wire.rawamqp import proton_message
+from seqrepair.amqp.wire.security import principal_of
 from seqrepair.amqp.wire.sizelimit import refuse
 from seqrepair.amqp.wire.technical import MESSAGE_TYPE
 from seqrepair.logs import get_logger
@@ -148,9 +150,11 @@ class PublishRelays:
         link.seqrepair_held = True
         address = link.remote_target.address
         link.target.address = address
+        on_behalf_of = self.gateway._on_behalf_of(principal_of(link.connection))
         sender = self.gateway._container.create_sender(
             self._upstream_for(link.connection), target=address,
             name=upstream_name(self.gateway.name, link.name),
+            options=LinkProperties(upstream_properties(None, on_behalf_of)),
         )
         sender.seqrepair_downstream = link
         link.seqrepair_upstream_link = sender

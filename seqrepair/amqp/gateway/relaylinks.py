@@ -27,7 +27,9 @@ from seqrepair.amqp.gateway.relays import (
 from seqrepair.amqp.wire.vocabulary import PROP_EPOCH
 
 
-class _Properties(LinkOption):
+class LinkProperties(LinkOption):
+    """Attach a link with these link properties (none when empty)."""
+
     def __init__(self, props: Any) -> None:
         self.props = props
 
@@ -57,7 +59,7 @@ def perform(gateway: Any, actions: list[Action]) -> None:
         if isinstance(action, AttachUpstream):
             receiver = gateway._container.create_receiver(
                 gateway._upstream, relay.address, name=action.name,
-                options=_Properties(action.properties),
+                options=LinkProperties(action.properties),
             )
             receiver.seqrepair_relay = relay
             relay.upstream = receiver

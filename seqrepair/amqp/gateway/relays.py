@@ -35,6 +35,9 @@ import attrs
 from proton import symbol
 
 from seqrepair.amqp.wire.backoff import Backoff  # re-exported: it lived here first
+from seqrepair.amqp.wire.errors import UnauthorizedAccessError
+from seqrepair.amqp.wire.security import ANONYMOUS
+from seqrepair.amqp.wire.vocabulary import PROP_ON_BEHALF_OF
 
 FORCED = "amqp:connection:forced"
 """The condition a subscriber's connection is closed with when its relay is lost: the AMQP
@@ -42,6 +45,8 @@ condition for "closed by the other side; try again later"."""
 
 STOLEN = "amqp:link:stolen"
 """The condition of a relay whose link name was attached again (the component's own)."""
+UNAUTHORIZED = UnauthorizedAccessError.condition
+"""The condition of an attach whose link name another principal holds (refused)."""
 
 
 def upstream_name(gateway: str, link: str) -> str:
@@ -62,6 +67,18 @@ def relayed_properties(props: Mapping[Any, Any] | None) -> dict[symbol, Any]:
     if not props:
         return {}
     return {k if isinstance(k, symbol) else symbol(str(k)): v for k, v in dict(props).items()}
+
+
+def upstream_properties(props: Mapping[Any, Any] | None,
+                        on_behalf_of: str | None) -> dict[symbol, Any]:
+    """A downstream attach's properties as the gateway attaches upstream: relayed, except
+    ``seqrepair-on-behalf-of``, which only the gateway sets (``on_behalf_of``: the principal
+    its client proved, when the gateway forwards principals; a client never names its own)."""
+    out = relayed_properties(props)
+    out.pop(PROP_ON_BEHALF_OF, None)
+    if on_behalf_of is not None and on_behalf_of != ANONYMOUS:
+        out[PROP_ON_BEHALF_OF] = on_behalf_of
+    return out
 
 
 class RelayState(enum.Enum):
@@ -86,6 +103,8 @@ class Relay:
     """The adapter's handle of the downstream link."""
     since: float
     """When its attach came (the adapter's clock)."""
+    principal: str = ANONYMOUS
+    """Who attached it downstream (the principal its connection proved)."""
     state: RelayState = RelayState.HELD
     upstream: Any = None
     """The adapter's handle of the upstream link, set when it performs :class:`AttachUpstream`."""
@@ -176,17 +195,27 @@ class RelayTable:
         properties: Mapping[Any, Any] | None,
         downstream: Any,
         now: float,
+        *,
+        principal: str = ANONYMOUS,
+        on_behalf_of: str | None = None,
     ) -> tuple[Relay, list[Action]]:
-        """A subscriber attached ``name``: its relay, held until the component answers.
+        """A subscriber (``principal``) attached ``name``: its relay, held until the component
+        answers (attached upstream on behalf of ``on_behalf_of`` when the gateway forwards
+        principals).
 
         A relay of the same name still current ends (``amqp:link:stolen``, as at the component):
-        a link name has one subscriber.
+        a link name has one subscriber. Another principal's attach with a name in use is
+        refused (``amqp:unauthorized-access``) and the owner keeps its link.
         """
         actions: list[Action] = []
+        relay = Relay(name, address, upstream_properties(properties, on_behalf_of), downstream,
+                      now, principal)
         old = self._relays.get(name)
+        if old is not None and old.principal != principal:
+            return relay, [DetachDownstream(relay, UNAUTHORIZED,
+                                            f"link name {name!r} belongs to another principal")]
         if old is not None:
             actions += self._end(old, DetachDownstream(old, STOLEN, "attached again"))
-        relay = Relay(name, address, relayed_properties(properties), downstream, now)
         self._relays[name] = relay
         actions += self._try_attach(relay)
         return relay, actions
@@ -307,4 +336,5 @@ __all__ = [
     "RelayTable",
     "relayed_properties",
     "upstream_name",
+    "upstream_properties",
 ]

@@ -47,7 +47,8 @@ from seqrepair.amqp.gateway.rewrite import (
     rewrite_request,
 )
 from seqrepair.amqp.wire.respann import RESPONSE_ADDRESS_SUPPORTED, RESPONSE_ANNOTATIONS
-from seqrepair.amqp.wire.vocabulary import LINK_PREFIX, is_ack
+from seqrepair.amqp.wire.security import ANONYMOUS
+from seqrepair.amqp.wire.vocabulary import LINK_PREFIX, PROP_ON_BEHALF_OF, is_ack
 
 RESPONSE_WINDOW = 64
 """Credit on the responses link, and how many messages waiting for one subscriber make the
@@ -130,8 +131,10 @@ class Requests:
             if relay is None or not relays.is_current(relay):
                 self.repay(None, name)
 
-    def forward(self, message: Message) -> None:
-        """Send a subscriber's request (or ACK) to the component, in its scope."""
+    def forward(self, message: Message, on_behalf_of: str | None = None) -> None:
+        """Send a subscriber's request (or ACK) to the component, in its scope (on behalf of
+        ``on_behalf_of``, the principal the subscriber proved, when the gateway forwards
+        principals)."""
         gateway = self.gateway
         if not gateway.relays.upstream_ready or self.control is None:
             # the component is out of reach: the subscriber's stub asks again
@@ -142,19 +145,21 @@ class Requests:
             link = downstream_link(addressing)
             if link:
                 self.control.send(_upstream_message(
-                    message, attrs.evolve(addressing, link=upstream_name(gateway.name, link))))
+                    message, attrs.evolve(addressing, link=upstream_name(gateway.name, link)),
+                    on_behalf_of=on_behalf_of))
             return
         if self.annotating:
             annotated = annotate_request(_addressing(message), gateway=gateway.name)
             if annotated is not None:
-                self.control.send(_upstream_message(message, *annotated))
+                self.control.send(_upstream_message(message, *annotated,
+                                                    on_behalf_of=on_behalf_of))
                 self.stats["annotated"] += 1
                 return
         new_id = f"{gateway.name}:{next(self._ids)}"
         rewritten, pending = rewrite_request(_addressing(message), new_id=new_id,
                                              gateway=gateway.name)
         self.replies.remember(new_id, pending)
-        self.control.send(_upstream_message(message, rewritten))
+        self.control.send(_upstream_message(message, rewritten, on_behalf_of=on_behalf_of))
         self.stats["rewritten"] += 1
 
     def from_upstream(self, receiver: Any, message: Message) -> None:
@@ -204,10 +209,16 @@ def _addressing(message: Message) -> Addressing:
 
 
 def _upstream_message(
-    message: Message, addressing: Addressing, annotations: dict[symbol, Any] | None = None
+    message: Message, addressing: Addressing, annotations: dict[symbol, Any] | None = None,
+    *, on_behalf_of: str | None = None,
 ) -> Message:
-    """``message``'s bare content with ``addressing`` (and ``annotations``) in place of its own."""
-    out = Message(body=message.body, properties=dict(message.properties or {}),
+    """``message``'s bare content with ``addressing`` (and ``annotations``) in place of its own;
+    ``seqrepair-on-behalf-of`` is the gateway's to set (``on_behalf_of``), never the client's."""
+    given: dict[Any, Any] = dict(message.properties or {})
+    properties = {k: v for k, v in given.items() if str(k) != str(PROP_ON_BEHALF_OF)}
+    if on_behalf_of is not None and on_behalf_of != ANONYMOUS:
+        properties[str(PROP_ON_BEHALF_OF)] = on_behalf_of
+    out = Message(body=message.body, properties=properties,
                   id=addressing.message_id, reply_to=addressing.reply_to,
                   correlation_id=addressing.correlation_id)
     if addressing.link is not None:

@@ -28,6 +28,13 @@ PROP_START = symbol("seqrepair-start-after")
 PROP_GRANTS = symbol("seqrepair-permtokens")
 PROP_LINK = "link"
 
+PROP_ON_BEHALF_OF = symbol("seqrepair-on-behalf-of")
+"""Attach link property, and request application property (string): the principal a
+forwarding gateway acts for (honoured only when the connection's principal has ``act-for``
+on it, else refused with ``amqp:unauthorized-access``)."""
+MAX_PRINCIPAL_LENGTH = 256
+"""Longest principal a peer may name on behalf of whom it acts (characters)."""
+
 PROP_ACK = symbol("seqrepair-ack")
 """Attach link property (bool true): this subscriber sends ACKs; its link gets a window."""
 PROP_DURABLE = symbol("seqrepair-durable")
