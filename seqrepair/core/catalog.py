@@ -1,7 +1,11 @@
 """The topic catalog: the concrete topics a service offers for subscription (SWIM ``getTopics``).
 
 A topic enters the catalog when it is seen in a publication (:meth:`TopicCatalog.add`) or when
-the operator declares it ahead of any publication (:meth:`TopicCatalog.declare`). The catalog
+it is declared ahead of any publication (:meth:`TopicCatalog.declare`): by the operator on the
+command line (``configured``) or through the REST API (``PUT /topics/<topic>``). It leaves
+only when removed (:meth:`TopicCatalog.remove`, ``DELETE /topics/<topic>``; a configured topic
+cannot be: the command line is its home); a removed topic seen in a publication again is
+learned again (removal lists nothing less than what is published from then on). The catalog
 is bounded: past ``max_topics`` topics, or for a topic longer than ``max_length`` characters,
 a new topic is not added and :attr:`TopicCatalog.refused` counts it (a publication never fails
 for it: the catalog only lists).
@@ -29,7 +33,7 @@ from typing import Any
 import attrs
 
 from seqrepair.core.config import check_positive_int
-from seqrepair.core.errors import TopicNotFoundError
+from seqrepair.core.errors import TopicConflictError, TopicNotFoundError
 from seqrepair.core.topics import (
     ANY_WORDS,
     ONE_WORD,
@@ -54,16 +58,20 @@ PATTERN_MATCHING = {
 
 @attrs.frozen
 class TopicInfo:
-    """What the catalog knows of one topic: ``declared`` by the operator, ``published`` (seen
-    in a publication, now or before a restart when the adapter keeps the catalog)."""
+    """What the catalog knows of one topic: ``declared`` ahead of any publication (by the
+    operator or a REST client), ``configured`` (declared on the command line: it cannot be
+    removed), ``published`` (seen in a publication, now or before a restart when the adapter
+    keeps the catalog)."""
 
     topic: str
     declared: bool = False
     published: bool = False
+    configured: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        """``{"topic": ..., "declared": ..., "published": ...}``."""
-        return {"topic": self.topic, "declared": self.declared, "published": self.published}
+        """``{"topic": ..., "declared": ..., "configured": ..., "published": ...}``."""
+        return {"topic": self.topic, "declared": self.declared, "configured": self.configured,
+                "published": self.published}
 
 
 class TopicCatalog:
@@ -113,15 +121,40 @@ class TopicCatalog:
             pass
         return self._put(validate_topic(topic), published=True)
 
-    def declare(self, topic: str) -> bool:
-        """Record ``topic`` as the operator's; True when it was not declared before."""
+    def declare(self, topic: str, *, configured: bool = False) -> bool:
+        """Record ``topic`` as declared (and ``configured``: the operator's command line);
+        True when that is news (it was not declared, or not configured and now is), False
+        when it was or is refused (:attr:`refused`)."""
         info = self._info.get(validate_topic(topic))
-        if info is not None and info.declared:
+        if info is not None and info.declared and (info.configured or not configured):
             return False
-        return self._put(topic, published=False)
+        return self._put(topic, published=False, configured=configured)
 
-    def _put(self, topic: str, *, published: bool) -> bool:
-        """Mark ``topic`` (valid) published, or else declared; False when it is refused."""
+    def has_room(self, topic: str) -> bool:
+        """Whether ``topic`` (valid) is listed or could be: the catalog is not full and the
+        topic not longer than ``max_length``."""
+        return topic in self._info or (
+            len(self._info) < self.max_topics and len(topic) <= self.max_length)
+
+    def remove(self, topic: str) -> TopicInfo:
+        """Take ``topic`` out of the catalog and return what it was; :class:`~seqrepair.core.
+        errors.TopicNotFoundError` when the catalog does not hold it, :class:`~seqrepair.core.
+        errors.TopicConflictError` when it is configured (the catalog is then unchanged).
+        Seen in a publication again, it is news again (:meth:`add`)."""
+        info = self.get(topic)
+        if info.configured:
+            raise TopicConflictError(
+                f"topic {topic[:200]!r} is declared on the command line (serve --topic): "
+                "remove it there", expected="a topic not declared on the command line",
+                got=topic)
+        del self._info[topic]
+        self._published.discard(topic)
+        self._sorted = None
+        return info
+
+    def _put(self, topic: str, *, published: bool, configured: bool = False) -> bool:
+        """Mark ``topic`` (valid) published, or else declared (and maybe configured); False
+        when it is refused."""
         info = self._info.get(topic)
         if info is None:
             if len(self._info) >= self.max_topics or len(topic) > self.max_length:
@@ -133,7 +166,8 @@ class TopicCatalog:
             self._info[topic] = attrs.evolve(info, published=True)
             self._published.add(topic)
         else:
-            self._info[topic] = attrs.evolve(info, declared=True)
+            self._info[topic] = attrs.evolve(info, declared=True,
+                                             configured=info.configured or configured)
         return True
 
     def topics(self, pattern: TopicPattern | str | None = None) -> list[str]:
@@ -160,11 +194,14 @@ class TopicCatalog:
         return {"type": "Tree", "patternMatching": dict(PATTERN_MATCHING),
                 "topics": self.topics(pattern)}
 
-    def load(self, topics: Iterable[str]) -> None:
-        """Record ``topics`` as published (what an adapter kept from an earlier run), as
-        :meth:`add` would; all are checked first, so a refused load changes nothing."""
-        topics = list(topics)
-        for topic in topics:
+    def load(self, topics: Iterable[str], declared: Iterable[str] = ()) -> None:
+        """Record ``topics`` as published and ``declared`` as declared (what an adapter kept
+        from an earlier run), as :meth:`add` and :meth:`declare` would; all are checked
+        first, so a refused load changes nothing."""
+        topics, declared = list(topics), list(declared)
+        for topic in (*topics, *declared):
             validate_topic(topic)
         for topic in topics:
             self.add(topic)
+        for topic in declared:
+            self.declare(topic)

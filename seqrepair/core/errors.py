@@ -71,6 +71,11 @@ class TopicNotFoundError(SeqRepairError, LookupError):
     """No topic of the catalog is the one asked for (a valid topic nobody published)."""
 
 
+class TopicConflictError(SeqRepairError):
+    """The topic may not be changed this way: the catalog is full, or the topic is the
+    operator's (declared on the command line) (``conflict``)."""
+
+
 class AccessDeniedError(SeqRepairError):
     """The access policy does not let the caller's principal do this operation
     (:mod:`seqrepair.core.policy`; REST ``403 forbidden``, AMQP ``amqp:unauthorized-access``)."""

@@ -20,10 +20,17 @@ resource                   method   meaning                                     
 ``/topics``                GET      the topic catalog in the SWIM guidance's "Topic   200
                                     Tree" form; ``?pattern=<pattern>`` (percent-
                                     encoded) lists only the topics it matches
-``/topics/<topic>``        GET      ``{"topic", "declared", "published",              200
-                                    "subscriptions"}``: the ids of the subscriptions
-                                    that may select it (their topic pattern and their
-                                    filters on the topic pass it)
+``/topics/<topic>``        GET      ``{"topic", "declared", "configured",             200
+                                    "published", "subscriptions"}``: the ids of the
+                                    caller's subscriptions that may select it (their
+                                    topic pattern and their filters on the topic pass
+                                    it)
+``/topics/<topic>``        PUT      declare it (listed before anything is published   201
+                                    on it, kept in Redis); the body is empty or
+                                    ``{}``; 200 when it was listed already
+``/topics/<topic>``        DELETE   delete it (the journal keeps its publications;    200
+                                    published again, it is listed again); the body is
+                                    what it was
 any of them                OPTIONS  ``Allow`` names the methods (no body)             204
 any of them                HEAD     the GET's status and headers, without the body
 =========================  =======  ================================================  ======
@@ -34,7 +41,8 @@ answered 404 like any id that is not there (no subscription can have it, and PUT
 create). The topic is everything after ``/topics/``, percent-decoded: encoded whole
 (``/topics/%2Fweather%2Fwind%2FLEMD``) or as it is (``/topics//weather/wind/LEMD``; a topic
 holding ``?`` or ``%`` must be encoded). The ``/topics`` routes are served only when the API
-has a topic catalog; without one they are unknown paths (404).
+has a topic catalog; without one they are unknown paths (404). What the access policy lets a
+caller see and do there is :mod:`seqrepair.rest.topicsapi`'s.
 
 Every error has a JSON body ``{"error": code, "message": ..., "expected": ..., "got": ...}``
 (``expected`` and ``got`` made JSON-safe and cut to :data:`MAX_DETAIL` characters). The checks
@@ -50,24 +58,29 @@ status  ``error``                   when
 404     ``notfound``                an unknown path; no subscription has the id, or the
                                     caller may not access it (not its own: ids do not leak);
                                     the catalog does not list the topic, or the caller may
-                                    not list it
+                                    not list it (GET, DELETE)
 403     ``forbidden``               the access policy refuses the operation (creating,
                                     changing, deleting or reading subscriptions on a topic
-                                    pattern, listing topics: :mod:`seqrepair.core.policy`)
+                                    pattern, listing, declaring or deleting topics:
+                                    :mod:`seqrepair.core.policy`)
 405     ``method-not-allowed``      a method the resource does not offer (with ``Allow``)
 406     ``not-acceptable``          ``Accept`` admits no JSON (``application/json;q=0`` refuses
                                     it, even after ``*/*``: the more specific range wins)
 413     ``payload-too-large``       ``Content-Length`` or the body is over ``max_body``
 415     ``unsupported-media-type``  a POST or PUT whose Content-Type is not application/json
-                                    (a charset other than UTF-8 included)
+                                    (a charset other than UTF-8 included), but a PUT of a
+                                    topic with an empty body
 400     ``invalid``                 a body that is not UTF-8 JSON (NaN, lone surrogates and
                                     nesting deeper than :data:`MAX_DEPTH` included), or a
                                     proposal the subscription model refuses, or a topic
-                                    or ``pattern`` that breaks the topic-tree syntax
+                                    or ``pattern`` that breaks the topic-tree syntax (a
+                                    wildcard in a topic included), or a topic's PUT body
+                                    that is not empty nor ``{}``
 409     ``conflict``                the id is taken, the registry is full, or the subscription
-                                    is the operator's (configured)
-503     ``unavailable``             the manager's store failed (one of ``unavailable``); the
-                                    change was undone
+                                    is the operator's (configured); the topic catalog is
+                                    full, or the topic is the operator's (``serve --topic``)
+503     ``unavailable``             the manager's or the catalog's store failed (one of
+                                    ``unavailable``); the change was undone
 500     ``internal``                anything else (logged; the body says nothing more)
 ======  ==========================  =============================================================
 """
@@ -90,13 +103,14 @@ from seqrepair.core.errors import (
     SeqRepairError,
     SubscriptionConflictError,
     SubscriptionNotFoundError,
+    TopicConflictError,
     TopicNotFoundError,
 )
-from seqrepair.core.policy import Operation
 from seqrepair.core.subscriptions import check_id
 from seqrepair.logs import get_logger
 from seqrepair.rest.catalog import SharedCatalog
 from seqrepair.rest.manager import SubscriptionManager
+from seqrepair.rest.topicsapi import declare_topic, delete_topic, read_topic, topic_tree
 
 log = get_logger("seqrepair.rest")
 
@@ -115,6 +129,7 @@ REALM = 'Bearer realm="seqrepair"'  # the challenge of a 401 that offers only be
 _COLLECTION_ALLOW = ("GET", "HEAD", "POST", "OPTIONS")
 _ITEM_ALLOW = ("GET", "HEAD", "PUT", "DELETE", "OPTIONS")
 _TOPICS_ALLOW = ("GET", "HEAD", "OPTIONS")
+_TOPIC_ALLOW = ("GET", "HEAD", "PUT", "DELETE", "OPTIONS")
 _B64TOKEN = re.compile(r"[A-Za-z0-9._~+/-]+=*")
 """RFC 6750's token68: what a bearer token may be, so it travels in a header unchanged."""
 _QVALUE = re.compile(r"0(?:\.[0-9]{0,3})?|1(?:\.0{0,3})?")
@@ -291,7 +306,8 @@ class SubscriptionApi:
                 413, "payload-too-large", f"a request body is at most {self.max_body} bytes",
                 expected=self.max_body, got=size))
         proposal = None
-        if method in ("POST", "PUT"):
+        empty_topic_put = route.resource == TOPICS and method == "PUT" and size == 0
+        if method in ("POST", "PUT") and not empty_topic_put:
             content_type = headers.get("content-type")
             if not _is_json_media_type(content_type):
                 raise _Refusal(error_response(
@@ -299,7 +315,7 @@ class SubscriptionApi:
                     expected="application/json", got=content_type))
             proposal = _read_json(body)
         if route.resource == TOPICS:
-            return self._topics(route, principal)
+            return self._topics(method, route, proposal, principal)
         return self._call(method, route.key, proposal, principal)
 
     def request_principal(self, authorization: str | None) -> str | None:
@@ -345,32 +361,44 @@ class SubscriptionApi:
         except BAD_INPUT_ERRORS as exc:
             return _refused(400, "invalid", exc)
 
-    def _topics(self, route: _Route, principal: str) -> Response:
-        """GET ``/topics`` (the tree) or ``/topics/<topic>`` (one topic and who wants it):
-        only the topics ``principal`` may list, and only its own subscriptions."""
-        assert self.topics is not None
+    def _topics(self, method: str, route: _Route, proposal: Any, principal: str) -> Response:
+        """``/topics`` (GET: the tree) or ``/topics/<topic>`` (GET: one topic and who wants
+        it, PUT: declare it, DELETE: delete it), as :mod:`seqrepair.rest.topicsapi` decides
+        for ``principal``."""
+        catalog = self.topics
+        assert catalog is not None
         policy = self.manager.policy()
+        topic = route.key
         try:
-            if route.key is None:
-                if not policy.decide(principal, Operation.LIST_TOPICS):
-                    raise AccessDeniedError(f"list-topics not granted to {principal!r}",
-                                            expected="list-topics", got=principal)
-                tree = self.topics.tree(_pattern(route.query))
-                if not policy.permissive:
-                    tree["topics"] = [t for t in tree["topics"]
-                                      if policy.decide(principal, Operation.LIST_TOPICS, t)]
-                return json_response(200, tree)
-            info = self.topics.get(route.key)
-            if not policy.decide(principal, Operation.LIST_TOPICS, info.topic):
-                raise TopicNotFoundError(f"no topic {route.key[:200]!r} in the catalog",
-                                         got=route.key)
-            wanted = [sub.id for sub in self.manager.query(principal)
-                      if sub.may_select(info.topic)]
-            return json_response(200, {**info.to_json(), "subscriptions": wanted})
+            if topic is None:
+                return json_response(200, topic_tree(catalog, policy, principal,
+                                                     _pattern(route.query)))
+            if method == "GET":
+                return json_response(200, read_topic(catalog, self.manager, policy, principal,
+                                                     topic))
+            if method == "DELETE":
+                return json_response(200, delete_topic(catalog, self.manager, policy,
+                                                       principal, topic))
+            if proposal is not None and proposal != {}:
+                raise _Refusal(error_response(
+                    400, "invalid", "a topic is declared with an empty body or {}",
+                    expected={}, got=proposal))
+            new, info = declare_topic(catalog, self.manager, policy, principal, topic)
+            if not new:
+                return json_response(200, info)
+            location = f"{TOPICS}/{quote(topic, safe='')}"
+            return json_response(201, info, (("Location", location),))
+        except self.unavailable as exc:
+            log.warning("topic store unavailable", method=method, topic=(topic or "")[:200],
+                        error=repr(exc)[:MAX_DETAIL])
+            return error_response(503, "unavailable",
+                                  "the topic store is unavailable; nothing was changed")
         except TopicNotFoundError as exc:
             return _refused(404, "notfound", exc)
         except AccessDeniedError as exc:
             return _refused(403, "forbidden", exc)
+        except TopicConflictError as exc:
+            return _refused(409, "conflict", exc)
         except BAD_INPUT_ERRORS as exc:
             return _refused(400, "invalid", exc)
 
@@ -413,7 +441,7 @@ def _route(target: str, *, with_topics: bool) -> _Route:
         if len(topic) > 1 and topic.endswith("/"):  # a raw trailing '/': the optional one
             topic = topic[:-1]
         key = unquote(topic, errors="surrogateescape") if topic else None
-        return _Route(_TOPICS_ALLOW, TOPICS, key, query)
+        return _Route(_TOPICS_ALLOW if key is None else _TOPIC_ALLOW, TOPICS, key, query)
     known = [COLLECTION, COLLECTION + "/<id>"]
     if with_topics:
         known += [TOPICS, TOPICS + "/<topic>"]

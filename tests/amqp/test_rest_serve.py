@@ -126,11 +126,11 @@ def test_get_topics_lists_the_published_topics_and_still_does_after_a_crash(
     assert rest("GET", "/topics?pattern=%2Fweather%2Frain%2F%2A") == (200, dict(
         listed, topics=["/weather/rain/LEMD", "/weather/rain/LFPG"]))
     assert rest("GET", "/topics/%2Fweather%2Fwind%2FLEMD") == (200, {
-        "topic": "/weather/wind/LEMD", "declared": False, "published": True,
-        "subscriptions": ["ops"]})
+        "topic": "/weather/wind/LEMD", "declared": False, "configured": False,
+        "published": True, "subscriptions": ["ops"]})
     assert rest("GET", "/topics//weather/rain/LFPG") == (200, {
-        "topic": "/weather/rain/LFPG", "declared": False, "published": True,
-        "subscriptions": [made["id"]]})
+        "topic": "/weather/rain/LFPG", "declared": False, "configured": False,
+        "published": True, "subscriptions": [made["id"]]})
     status, error = rest("GET", "/topics//weather/wind/LFPG")
     assert (status, error["error"]) == (404, "notfound")
     status, error = rest("GET", "/topics?pattern=weather")

@@ -84,7 +84,8 @@ def test_get_tells_what_the_catalog_knows_of_a_topic() -> None:
     catalog = catalog_of("/weather/wind/LEMD")
     assert catalog.get("/weather/wind/LEMD") == TopicInfo("/weather/wind/LEMD", published=True)
     assert catalog.get("/weather/wind/LEMD").to_json() == {
-        "topic": "/weather/wind/LEMD", "declared": False, "published": True}
+        "topic": "/weather/wind/LEMD", "declared": False, "configured": False,
+        "published": True}
 
 
 def test_a_declared_topic_is_listed_and_its_first_publication_is_still_news() -> None:

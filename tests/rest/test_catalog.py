@@ -21,11 +21,13 @@ from seqrepair.rest.catalog import SharedCatalog
 
 
 class MemoryTopicStore:
-    """A TopicStore in a set; while ``failure`` is set, save raises it; while ``gate`` is
-    clear, save waits for it (a Redis that hangs)."""
+    """A TopicStore in two sets (``stored``: published, ``declared``); while ``failure`` is
+    set, every call raises it; while ``gate`` is clear, save waits for it (a Redis that
+    hangs)."""
 
     def __init__(self, *topics: str) -> None:
         self.stored = set(topics)
+        self.declared: set[str] = set()
         self.saves: list[list[str]] = []
         self.failure: BaseException | None = None
         self.gate = threading.Event()
@@ -35,6 +37,22 @@ class MemoryTopicStore:
         if self.failure is not None:
             raise self.failure
         return sorted(self.stored)
+
+    def load_declared(self) -> list[str]:
+        if self.failure is not None:
+            raise self.failure
+        return sorted(self.declared)
+
+    def declare(self, topic: str) -> None:
+        if self.failure is not None:
+            raise self.failure
+        self.declared.add(topic)
+
+    def remove(self, topic: str) -> None:
+        if self.failure is not None:
+            raise self.failure
+        self.stored.discard(topic)
+        self.declared.discard(topic)
 
     def save(self, topics: list[str]) -> None:
         self.gate.wait(10)
@@ -142,12 +160,14 @@ def test_declared_topics_are_listed_but_stored_only_once_published(
 ) -> None:
     with SharedCatalog(store=store, declared=["/weather/wind/LEMD", "/flight/LEMD"]) as catalog:
         assert catalog.topics() == ["/flight/LEMD", "/weather/wind/LEMD"]
-        assert catalog.get("/flight/LEMD") == TopicInfo("/flight/LEMD", declared=True)
+        assert catalog.get("/flight/LEMD") == TopicInfo("/flight/LEMD", declared=True,
+                                                        configured=True)
         assert "/flight/LEMD" not in catalog.known
         assert catalog.learn("/flight/LEMD")
         assert wait_for(lambda: store.stored == {"/flight/LEMD"})
         assert catalog.get("/flight/LEMD") == TopicInfo("/flight/LEMD", declared=True,
-                                                        published=True)
+                                                        published=True, configured=True)
+    assert store.declared == set()  # the command line is their home
 
 
 def test_without_a_store_topics_are_listed_in_memory() -> None:

@@ -3,8 +3,10 @@ driven without sockets (SubscriptionApi with a topic catalog).
 
 ``/topics`` answers the catalog in the guidance's "Topic Tree" form, optionally filtered by a
 ``pattern``; ``/topics/<topic>`` (encoded whole, or as it is after the prefix) answers what the
-catalog knows of the topic and which subscriptions' topic patterns match it. Both are read-only
-and follow the subscription routes' rules for auth, Accept, HEAD, OPTIONS and 405.
+catalog knows of the topic and which subscriptions' topic patterns match it. ``/topics`` is
+read-only; ``/topics/<topic>`` also takes PUT and DELETE (declaring and deleting a topic:
+``test_topic_changes``). Both follow the subscription routes' rules for auth, Accept, HEAD,
+OPTIONS and 405.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ TOPICS = ["/weather/wind/LFPG", "/weather/precipitation/LEMD", "/weather/wind/LE
           "/weather/precipitation/LFPG", "/flight/LEMD"]
 TREE_SYNTAX = {"wordSeparator": "/", "singleWordWildcard": "*", "multiWordWildcard": "#"}
 READ_ONLY = "GET, HEAD, OPTIONS"
+ONE_TOPIC = "GET, HEAD, PUT, DELETE, OPTIONS"
 
 
 def error_of(response: Any) -> str:
@@ -128,7 +131,8 @@ def test_get_topic_answers_the_topic_and_the_subscriptions_that_match_it(
     response = call(api, "GET", path)
     assert response.status == 200
     assert response.json() == {"topic": "/weather/wind/LEMD", "declared": False,
-                               "published": True, "subscriptions": ["lemd", "wind"]}
+                               "configured": False, "published": True,
+                               "subscriptions": ["lemd", "wind"]}
 
 
 def test_a_subscription_whose_topic_filters_refuse_the_topic_is_not_listed(
@@ -144,7 +148,7 @@ def test_a_declared_topic_says_so_and_a_topic_nobody_wants_has_no_subscriptions(
     api: SubscriptionApi, catalog: SharedCatalog, manager: SubscriptionManager
 ) -> None:
     assert call(api, "GET", "/topics//flight/LEMD").json() == {
-        "topic": "/flight/LEMD", "declared": True, "published": True,
+        "topic": "/flight/LEMD", "declared": True, "configured": True, "published": True,
         "subscriptions": ["lemd"]}
     manager.delete("lemd")
     assert call(api, "GET", "/topics//weather/precipitation/LEMD").json()["subscriptions"] == []
@@ -186,11 +190,13 @@ def test_a_value_that_is_no_topic_is_400_invalid(api: SubscriptionApi, path: str
 # --- the rules every route follows ------------------------------------------------------------
 
 
-@pytest.mark.parametrize("path", ["/topics", "/topics//weather/wind/LEMD"])
-def test_options_names_the_read_only_methods(api: SubscriptionApi, path: str) -> None:
+@pytest.mark.parametrize(("path", "allow"), [("/topics", READ_ONLY),
+                                            ("/topics//weather/wind/LEMD", ONE_TOPIC),
+                                            ("/topics//not/listed", ONE_TOPIC)])
+def test_options_names_the_methods(api: SubscriptionApi, path: str, allow: str) -> None:
     response = call(api, "OPTIONS", path)
     assert (response.status, response.body, response.headers) == (
-        204, b"", (("Allow", READ_ONLY),))
+        204, b"", (("Allow", allow),))
 
 
 @pytest.mark.parametrize("path", ["/topics", "/topics//weather/wind/LEMD",
@@ -200,14 +206,16 @@ def test_head_is_a_get_without_the_body(api: SubscriptionApi, path: str) -> None
     assert (head.status, head.headers, head.body) == (get.status, get.headers, b"")
 
 
-@pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "PATCH", "get"])
-@pytest.mark.parametrize("path", ["/topics", "/topics//weather/wind/LEMD"])
-def test_a_change_is_405_with_allow_and_changes_nothing(
-    api: SubscriptionApi, catalog: SharedCatalog, method: str, path: str
+@pytest.mark.parametrize(("method", "path", "allow"), [
+    *((method, "/topics", READ_ONLY) for method in ("POST", "PUT", "DELETE", "PATCH", "get")),
+    *((method, "/topics//weather/wind/LEMD", ONE_TOPIC) for method in ("POST", "PATCH", "put")),
+])
+def test_a_method_not_offered_is_405_with_allow_and_changes_nothing(
+    api: SubscriptionApi, catalog: SharedCatalog, method: str, path: str, allow: str
 ) -> None:
     response = call(api, method, path, {"topic": "/x"})
     assert (response.status, error_of(response)) == (405, "method-not-allowed")
-    assert response.header("Allow") == READ_ONLY
+    assert response.header("Allow") == allow
     assert catalog.topics() == sorted(TOPICS)
 
 
