@@ -1,7 +1,8 @@
 """The topic catalog: the concrete topics a service lists for subscription (SWIM ``getTopics``).
 
-A topic enters when it is published (``add``) or declared by the operator (``declare``); the
-catalog is bounded by a count and a topic length, past which new topics are refused and
+A topic enters when it is published (``add``) or declared (``declare``: by the operator,
+``configured``, or a REST client) and leaves when removed (``remove``; never a configured one);
+the catalog is bounded by a count and a topic length, past which new topics are refused and
 counted, never raised; listing is sorted and may be filtered by a topic pattern; bad input
 raises InvalidTopicPatternError and changes nothing.
 """
@@ -19,6 +20,7 @@ from seqrepair.core.errors import (
     InvalidConfigError,
     InvalidTopicPatternError,
     SeqRepairError,
+    TopicConflictError,
     TopicNotFoundError,
 )
 from seqrepair.core.topics import ANY_WORDS, ONE_WORD, SEPARATOR, TopicPattern
@@ -107,6 +109,73 @@ def test_declaring_a_published_topic_marks_it_declared_too() -> None:
     assert catalog.declare("/a")
     assert catalog.get("/a") == TopicInfo("/a", declared=True, published=True)
     assert len(catalog) == 1
+
+
+def test_a_configured_topic_is_declared_and_configured_and_stays_so() -> None:
+    catalog = catalog_of("/a")
+    assert catalog.declare("/a", configured=True)
+    assert catalog.get("/a") == TopicInfo("/a", declared=True, published=True, configured=True)
+    assert not catalog.declare("/a")  # declaring it again does not unconfigure it
+    assert not catalog.declare("/a", configured=True)
+    assert catalog.declare("/b")
+    assert catalog.declare("/b", configured=True)  # news: now the operator's
+    assert catalog.get("/b") == TopicInfo("/b", declared=True, configured=True)
+    assert catalog.get("/b").to_json() == {"topic": "/b", "declared": True, "configured": True,
+                                           "published": False}
+
+
+def test_a_removed_topic_is_no_longer_listed_and_its_next_publication_is_news() -> None:
+    catalog = catalog_of("/a", "/b")
+    catalog.declare("/c")
+    published = catalog.published
+    assert catalog.remove("/a") == TopicInfo("/a", published=True)
+    assert catalog.remove("/c") == TopicInfo("/c", declared=True)
+    assert catalog.topics() == ["/b"]
+    assert "/a" not in published  # the live set the component reads
+    assert published == {"/b"}
+    with pytest.raises(TopicNotFoundError):
+        catalog.get("/a")
+    with pytest.raises(TopicNotFoundError) as raised:
+        catalog.remove("/a")
+    assert raised.value.got == "/a"
+    assert catalog.add("/a")  # learned again
+    assert catalog.topics() == ["/a", "/b"]
+    assert catalog.get("/a") == TopicInfo("/a", published=True)
+
+
+def test_a_configured_topic_cannot_be_removed() -> None:
+    catalog = catalog_of("/a")
+    catalog.declare("/a", configured=True)
+    with pytest.raises(TopicConflictError) as raised:
+        catalog.remove("/a")
+    assert raised.value.got == "/a"
+    assert "serve --topic" in raised.value.message
+    assert catalog.get("/a") == TopicInfo("/a", declared=True, published=True, configured=True)
+    assert catalog.published == {"/a"}
+
+
+def test_removing_makes_room_in_a_full_catalog() -> None:
+    catalog = TopicCatalog(max_topics=2, max_length=8)
+    assert catalog.add("/a") and catalog.add("/b")
+    assert not catalog.has_room("/c")
+    assert catalog.has_room("/a")  # listed: no room needed
+    catalog.remove("/a")
+    assert catalog.has_room("/c")
+    assert not catalog.has_room("/12345678")  # longer than max_length
+    assert catalog.declare("/c")
+    assert catalog.full
+
+
+def test_load_takes_published_and_declared_topics_or_none_of_them() -> None:
+    catalog = TopicCatalog()
+    catalog.load(["/b", "/a"], ["/c", "/a"])
+    assert catalog.topics() == ["/a", "/b", "/c"]
+    assert catalog.published == {"/a", "/b"}
+    assert catalog.get("/a") == TopicInfo("/a", declared=True, published=True)
+    assert catalog.get("/c") == TopicInfo("/c", declared=True)
+    with pytest.raises(InvalidTopicPatternError):
+        catalog.load(["/d"], ["/e/#"])
+    assert catalog.topics() == ["/a", "/b", "/c"]
 
 
 def test_load_takes_every_topic_as_published_or_none_of_them() -> None:
@@ -201,7 +270,7 @@ NOT_TOPICS: list[Any] = ["", "/", "weather", "/weather/", "/weather//wind", "/we
 @pytest.mark.parametrize("value", NOT_TOPICS)
 def test_a_value_that_is_not_a_topic_is_refused_and_changes_nothing(value: Any) -> None:
     catalog = catalog_of("/a")
-    for method in (catalog.add, catalog.declare, catalog.get):
+    for method in (catalog.add, catalog.declare, catalog.get, catalog.remove):
         with pytest.raises(InvalidTopicPatternError) as raised:
             method(value)
         assert raised.value.got == value
@@ -247,3 +316,35 @@ def test_any_sequence_of_adds_and_declares_agrees_with_a_bounded_set(
     for topic in published | declared:
         assert catalog.get(topic) == TopicInfo(topic, declared=topic in declared,
                                                published=topic in published)
+
+
+@settings(deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["add", "declare", "remove"]), topics), max_size=40),
+       st.integers(1, 12))
+def test_any_sequence_of_adds_declares_and_removals_agrees_with_a_bounded_set(
+    steps: list[tuple[str, str]], bound: int
+) -> None:
+    catalog = TopicCatalog(max_topics=bound)
+    published: set[str] = set()
+    declared: set[str] = set()
+    for step, topic in steps:
+        listed = published | declared
+        if step == "remove":
+            if topic in listed:
+                assert catalog.remove(topic) == TopicInfo(
+                    topic, declared=topic in declared, published=topic in published)
+                published.discard(topic)
+                declared.discard(topic)
+            else:
+                with pytest.raises(TopicNotFoundError):
+                    catalog.remove(topic)
+            continue
+        room = topic in listed or len(listed) < bound
+        seen = published if step == "add" else declared
+        news = room and topic not in seen
+        assert (catalog.add(topic) if step == "add" else catalog.declare(topic)) is news
+        if news:
+            seen.add(topic)
+    assert catalog.topics() == sorted(published | declared)
+    assert catalog.published == published
+    assert len(catalog) == len(published | declared)

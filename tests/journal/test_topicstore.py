@@ -1,9 +1,10 @@
-"""Published topics, kept in one Redis set so ``GET /topics`` lists them after a restart, against
-a real redis-server.
+"""Published and declared topics, kept in two Redis sets so ``GET /topics`` lists them after a
+restart, against a real redis-server.
 
-``seqrepair:topics``: a set of topics, UTF-8, only ever added to. The shared catalog stores a
-new topic in the background; while Redis is away the topic stays listed and is stored once
-Redis is back.
+``seqrepair:topics``: a set of published topics, UTF-8; ``seqrepair:topics:declared``: the
+topics declared through the API; a deleted topic leaves both. The shared catalog stores a new
+published topic in the background; while Redis is away the topic stays listed and is stored
+once Redis is back.
 """
 
 from __future__ import annotations
@@ -14,7 +15,12 @@ import structlog
 from polling import wait_for
 
 from seqrepair.journal import EmbeddedRedis
-from seqrepair.journal.topicstore import SAVE_CHUNK, TOPICS_KEY, RedisTopicStore
+from seqrepair.journal.topicstore import (
+    DECLARED_SUFFIX,
+    SAVE_CHUNK,
+    TOPICS_KEY,
+    RedisTopicStore,
+)
 from seqrepair.rest.catalog import SharedCatalog
 
 pytestmark = pytest.mark.redis
@@ -99,5 +105,46 @@ def test_while_redis_is_away_a_new_topic_is_listed_and_stored_once_redis_is_back
             assert wait_for(lambda: catalog.unsaved == [], 30)
         assert store.load() == [RAIN, WIND]
         assert SharedCatalog(store=store).topics() == [RAIN, WIND]
+    finally:
+        store.close()
+
+
+def test_declared_topics_are_a_set_of_their_own_and_removal_takes_a_topic_from_both(
+    redis_client: redis.Redis,
+) -> None:
+    store = RedisTopicStore(redis_client)
+    assert store.load_declared() == []
+    store.save([WIND, RAIN])
+    store.declare(WIND)
+    store.declare(METEO)
+    store.declare(METEO)
+    assert (store.load(), store.load_declared()) == ([RAIN, WIND], sorted([METEO, WIND]))
+    assert redis_client.smembers(TOPICS_KEY + DECLARED_SUFFIX) == {
+        t.encode() for t in (WIND, METEO)}
+    store.remove(WIND)
+    store.remove("/never/stored")
+    assert (store.load(), store.load_declared()) == ([RAIN], [METEO])
+    other = RedisTopicStore(redis_client, key="tenant-b:topics")
+    other.declare(WIND)
+    assert (store.load_declared(), other.load_declared()) == ([METEO], [WIND])
+
+
+def test_a_declared_topic_is_listed_after_a_restart_and_a_deleted_one_is_not(
+    redis_client: redis.Redis, redis_server: EmbeddedRedis
+) -> None:
+    with SharedCatalog(store=RedisTopicStore(redis_client), declared=["/flight/LEMD"]) as first:
+        first.learn(WIND)
+        first.learn(RAIN)
+        first.declare(METEO)
+        first.declare("/declared/then/deleted")
+        assert wait_for(lambda: first.unsaved == [])
+        first.remove(RAIN)
+        first.remove("/declared/then/deleted")
+    store = RedisTopicStore.from_url(redis_server.url)  # a new process: a new client
+    try:
+        with SharedCatalog(store=store) as again:
+            assert again.topics() == sorted([METEO, WIND])  # not the command line's
+            assert again.get(METEO).declared
+            assert again.known == {WIND}
     finally:
         store.close()

@@ -3,7 +3,9 @@ API's threads, which list them.
 
 A new topic is listed at once and stored by a thread of the catalog's own: the event loop
 never waits for the store, and a store that fails leaves the topic listed and is tried again
-until it takes it. Declared topics are listed, not stored.
+until it takes it. Topics declared on the command line are listed, not stored; topics declared
+or deleted through the API are stored or taken out of the store at once, before the list
+changes, and a deletion never races the writer's save of the same topic.
 """
 
 from __future__ import annotations
@@ -16,7 +18,12 @@ import structlog
 from polling import wait_for
 
 from seqrepair.core.catalog import TopicCatalog, TopicInfo
-from seqrepair.core.errors import InvalidConfigError, InvalidTopicPatternError
+from seqrepair.core.errors import (
+    InvalidConfigError,
+    InvalidTopicPatternError,
+    TopicConflictError,
+    TopicNotFoundError,
+)
 from seqrepair.rest.catalog import SharedCatalog
 
 
@@ -32,6 +39,8 @@ class MemoryTopicStore:
         self.failure: BaseException | None = None
         self.gate = threading.Event()
         self.gate.set()
+        self.saving = threading.Event()
+        """Set once a save has begun."""
 
     def load(self) -> list[str]:
         if self.failure is not None:
@@ -55,6 +64,7 @@ class MemoryTopicStore:
         self.declared.discard(topic)
 
     def save(self, topics: list[str]) -> None:
+        self.saving.set()
         self.gate.wait(10)
         self.saves.append(list(topics))
         if self.failure is not None:
@@ -247,3 +257,149 @@ def test_readers_in_other_threads_see_a_consistent_listing_while_topics_are_lear
         assert errors == []
         assert len(catalog.topics()) == 5000
         assert wait_for(lambda: len(store.stored) == 5000)
+
+
+# --- declared and deleted through the API ----------------------------------------------------
+
+
+def test_a_declared_topic_is_stored_then_listed_and_declaring_it_again_changes_nothing(
+    store: MemoryTopicStore,
+) -> None:
+    with SharedCatalog(store=store) as catalog:
+        assert catalog.declare("/weather/wind/LEMD") == (
+            TopicInfo("/weather/wind/LEMD", declared=True), True)
+        assert store.declared == {"/weather/wind/LEMD"}
+        assert catalog.topics() == ["/weather/wind/LEMD"]
+        assert "/weather/wind/LEMD" not in catalog.known  # its first publication is news
+        store.declared.clear()
+        assert catalog.declare("/weather/wind/LEMD") == (
+            TopicInfo("/weather/wind/LEMD", declared=True), False)
+        assert store.declared == set()  # declared already: not stored again
+        catalog.learn("/a")
+        assert catalog.declare("/a") == (TopicInfo("/a", declared=True, published=True), False)
+        assert store.declared == {"/a"}
+
+
+def test_a_configured_topic_declared_again_is_not_stored(store: MemoryTopicStore) -> None:
+    with SharedCatalog(store=store, declared=["/flight/LEMD"]) as catalog:
+        assert catalog.declare("/flight/LEMD") == (
+            TopicInfo("/flight/LEMD", declared=True, configured=True), False)
+    assert store.declared == set()
+
+
+def test_declared_topics_are_loaded_from_the_store(store: MemoryTopicStore) -> None:
+    store.stored = {"/a"}
+    store.declared = {"/a", "/b"}
+    with SharedCatalog(store=store) as catalog:
+        assert catalog.topics() == ["/a", "/b"]
+        assert catalog.get("/a") == TopicInfo("/a", declared=True, published=True)
+        assert catalog.get("/b") == TopicInfo("/b", declared=True)
+        assert catalog.known == {"/a"}
+
+
+def test_a_declaration_the_store_refuses_changes_nothing(store: MemoryTopicStore) -> None:
+    with SharedCatalog(store=store) as catalog:
+        store.failure = ConnectionError("Redis is down")
+        with pytest.raises(ConnectionError):
+            catalog.declare("/a")
+        assert catalog.topics() == []
+        store.failure = None
+        assert catalog.declare("/a")[1]
+
+
+def test_a_full_catalog_or_a_long_topic_refuses_a_declaration_and_stores_nothing(
+    store: MemoryTopicStore,
+) -> None:
+    with SharedCatalog(TopicCatalog(max_topics=1, max_length=8), store=store) as catalog:
+        with pytest.raises(InvalidTopicPatternError) as long:
+            catalog.declare("/12345678")
+        assert long.value.expected == "at most 8 characters"
+        catalog.learn("/a")
+        with pytest.raises(TopicConflictError) as full:
+            catalog.declare("/b")
+        assert "full" in full.value.message
+        with pytest.raises(InvalidTopicPatternError):
+            catalog.declare("/b/#")
+        assert catalog.declare("/a")[1] is False  # listed: no room needed
+        assert store.declared == {"/a"}
+        assert catalog.topics() == ["/a"]
+
+
+def test_a_removed_topic_leaves_the_store_the_list_and_known_and_is_learned_again(
+    store: MemoryTopicStore,
+) -> None:
+    store.stored = {"/a", "/b"}
+    store.declared = {"/a", "/c"}
+    with SharedCatalog(store=store) as catalog:
+        known = catalog.known
+        assert catalog.remove("/a") == TopicInfo("/a", declared=True, published=True)
+        assert catalog.remove("/c") == TopicInfo("/c", declared=True)
+        assert (store.stored, store.declared) == ({"/b"}, set())
+        assert catalog.topics() == ["/b"]
+        assert "/a" not in known  # the event loop's lookup sees it gone
+        with pytest.raises(TopicNotFoundError):
+            catalog.remove("/a")
+        assert catalog.learn("/a")  # published again: listed and stored again
+        assert wait_for(lambda: store.stored == {"/a", "/b"})
+        assert catalog.get("/a") == TopicInfo("/a", published=True)
+
+
+def test_a_removal_the_store_refuses_changes_nothing(store: MemoryTopicStore) -> None:
+    store.stored = {"/a"}
+    with SharedCatalog(store=store) as catalog:
+        store.failure = ConnectionError("Redis is down")
+        with pytest.raises(ConnectionError):
+            catalog.remove("/a")
+        assert catalog.topics() == ["/a"]
+        assert "/a" in catalog.known
+        store.failure = None
+    assert store.stored == {"/a"}
+
+
+def test_a_configured_topic_cannot_be_removed_and_stays_stored(
+    store: MemoryTopicStore,
+) -> None:
+    store.stored = {"/flight/LEMD"}
+    with SharedCatalog(store=store, declared=["/flight/LEMD"]) as catalog:
+        with pytest.raises(TopicConflictError):
+            catalog.remove("/flight/LEMD")
+        assert catalog.get("/flight/LEMD") == TopicInfo("/flight/LEMD", declared=True,
+                                                        published=True, configured=True)
+    assert store.stored == {"/flight/LEMD"}
+
+
+def test_a_removed_topic_is_dropped_from_what_the_writer_has_still_to_store(
+    store: MemoryTopicStore,
+) -> None:
+    catalog = SharedCatalog(store=store, retry=30.0, retry_max=30.0)
+    store.failure = ConnectionError("Redis is down")
+    catalog.learn("/a")
+    catalog.learn("/b")
+    assert wait_for(lambda: len(store.saves) == 1)  # failed; the next try is 30 s away
+    assert catalog.unsaved == ["/a", "/b"]
+    store.failure = None
+    catalog.remove("/a")
+    assert catalog.unsaved == ["/b"]
+    catalog.close()  # the last try stores what is left
+    assert store.stored == {"/b"}
+    assert store.saves[1:] == [["/b"]]
+
+
+def test_a_topic_removed_while_the_writer_stores_it_does_not_come_back(
+    store: MemoryTopicStore,
+) -> None:
+    store.gate.clear()  # the writer's save hangs, the topic in its batch
+    with SharedCatalog(store=store) as catalog:
+        catalog.learn("/a")
+        assert store.saving.wait(10)  # the writer is in save(), waiting for the gate
+        removal = threading.Thread(target=catalog.remove, args=("/a",))
+        removal.start()
+        removal.join(0.2)
+        assert removal.is_alive()  # it waits for the save in flight
+        store.gate.set()
+        removal.join(10)
+        assert not removal.is_alive()
+        assert catalog.topics() == []
+        assert catalog.unsaved == []
+    assert store.saves == [["/a"]]
+    assert store.stored == set()  # removed after the save, not before it
