@@ -156,7 +156,8 @@ def test_a_configured_topic_cannot_be_removed() -> None:
 
 def test_removing_makes_room_in_a_full_catalog() -> None:
     catalog = TopicCatalog(max_topics=2, max_length=8)
-    assert catalog.add("/a") and catalog.add("/b")
+    assert catalog.add("/a")
+    assert catalog.add("/b")
     assert not catalog.has_room("/c")
     assert catalog.has_room("/a")  # listed: no room needed
     catalog.remove("/a")
