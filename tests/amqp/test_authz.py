@@ -44,6 +44,7 @@ pytestmark = [pytest.mark.amqp, pytest.mark.redis]
 ALICE, BOB, ANON, OPS, SPY, CAROL = (
     "alice@example.com", "bob@example.com", "anonymous", "ops@example.com", "spy@secret.org",
     "carol@example.org")
+CONFIGURED_TOPIC = "/weather/configured/LEMD"
 needs_scram = pytest.mark.skipif(MISSING is not None, reason=f"AMQP principals: {MISSING}")
 
 POLICY = """
@@ -53,6 +54,11 @@ actors = ["*@example.com"]
 operations = ["publish", "subscribe", "read-subscription",
               "create-subscription", "change-subscription", "delete-subscription",
               "list-topics"]
+topics = ["/weather/#"]
+
+[[allow]]
+actors = ["alice@example.com"]
+operations = ["create-topic", "delete-topic"]
 topics = ["/weather/#"]
 
 [[allow]]
@@ -87,7 +93,8 @@ def served(component: Callable[..., ComponentProcess],
                      "--policy", str(policy), "--rest",
                      f"127.0.0.1:{port}", "--rest-token-file", tokens,
                      "--subscription", "public-wind=/weather/wind/#",
-                     "--subscription", "private-rain=/weather/rain/#")
+                     "--subscription", "private-rain=/weather/rain/#",
+                     "--topic", CONFIGURED_TOPIC)
     return comp, port, policy
 
 
@@ -217,6 +224,8 @@ def test_the_rest_operations_per_principal(
     item = "/subscriptions/alice-wind"
     retopic = {"topic": "/weather/rain/#"}
     pause = {**created, "subscription_status": "PAUSED"}
+    station, secret = "/topics/%2Fweather%2Fstation%2FA", "/topics/%2Fweather%2Fsecret%2Fknown"
+    assert ops("PUT", secret, {})[0] == 201  # a topic alice may not list, that exists
     table: list[tuple[Rest, str, str, Any, int]] = [
         # caller, method, path, body, status
         (anon, "GET", "/subscriptions", None, 401),
@@ -239,15 +248,46 @@ def test_the_rest_operations_per_principal(
         (alice, "PUT", item, pause, 200),
         (alice, "PUT", item, retopic, 200),
         (ops, "GET", item, None, 200),  # an administrator sees every subscription
+        # declaring and deleting topics (create-topic, delete-topic: alice on /weather/#)
+        (anon, "PUT", station, {}, 401),
+        (anon, "DELETE", station, None, 401),
+        (bob, "PUT", station, {}, 403),  # may list it, may not create it
+        (alice, "PUT", station, {}, 201),
+        (alice, "PUT", station, {}, 200),  # listed already
+        (bob, "PUT", station, {}, 403),
+        (alice, "PUT", "/topics/%2Fsports%2FA", {}, 403),  # outside its grant
+        (alice, "PUT", "/topics/%2Fweather%2F%23", {}, 400),  # a wildcard
+        (alice, "PUT", "/topics/weather", {}, 400),
+        (alice, "PUT", secret, {}, 403),  # may not list it: as for one nobody has
+        (alice, "PUT", "/topics/%2Fweather%2Fsecret%2Fnone", {}, 403),
+        (bob, "DELETE", station, None, 403),  # may list it, may not delete it
+        (alice, "DELETE", secret, None, 404),  # may not list it
+        (alice, "DELETE", "/topics/%2Fweather%2Fnone", None, 404),
+        (alice, "DELETE", "/topics/%2Fweather%2Fconfigured%2FLEMD", None, 409),  # serve --topic
+        (alice, "GET", station, None, 200),
+        (alice, "DELETE", station, None, 200),
+        (alice, "GET", station, None, 404),
+        (alice, "DELETE", station, None, 404),
+        (ops, "PUT", "/topics/%2Fsports%2FA", {}, 201),  # an administrator: anything
+        (ops, "DELETE", "/topics/%2Fsports%2FA", None, 200),
+        (ops, "DELETE", secret, None, 200),
     ]
     for caller, method, path, body, expected in table:
         status, answer = caller(method, path, body)
         assert status == expected, (caller.token, method, path, body, answer)
-        if status == 404:  # the same answer as for an id nobody has
+        if status == 404:  # the same answer as for an id (a topic) nobody has
             assert answer["error"] == "notfound"
-            assert caller(method, "/subscriptions/none-such", body)[0] == 404
+            nobodys = ("/topics/%2Fweather%2Fnone-such" if path.startswith("/topics")
+                       else "/subscriptions/none-such")
+            assert caller(method, nobodys, body)[0] == 404
         if status == 403:
             assert answer["error"] == "forbidden"
+        if status in (400, 409):
+            assert answer["error"] == ("invalid" if status == 400 else "conflict")
+    # a PUT alice may not list: the same text whether the topic exists or not
+    known = alice("PUT", "/topics/%2Fweather%2Fsecret%2Fagain", {})[1]
+    ops("PUT", "/topics/%2Fweather%2Fsecret%2Fagain", {})
+    assert alice("PUT", "/topics/%2Fweather%2Fsecret%2Fagain", {})[1] == known
     # the lists: only the caller's own (and the configured queues it may attach to)
     assert [s["id"] for s in alice("GET", "/subscriptions")[1]] == ["alice-wind", "public-wind"]
     bobs = [s["id"] for s in bob("GET", "/subscriptions")[1] if s["id"] != "public-wind"]
