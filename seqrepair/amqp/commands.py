@@ -153,8 +153,9 @@ def register(subparsers: Any) -> None:
                             "(default 30)")
     serve.add_argument("--topic", action="append", default=[], metavar="TOPIC",
                        help="a topic the REST API lists under /topics before anything is "
-                            "published on it (repeatable); published topics are listed "
-                            "anyway, and kept in Redis")
+                            "published on it (repeatable; not kept in Redis, and DELETE "
+                            "/topics refuses it: the command line is its home); published "
+                            "topics are listed anyway, and kept in Redis")
     serve.add_argument("--max-topics", type=positive_int, default=100_000, metavar="N",
                        help="most topics /topics lists; past it new topics are not listed "
                             "(publishing is not affected; default: 100000)")

@@ -15,8 +15,8 @@ operations) or subscription queues (``attach-queue``):
 How the topic of a request is compared with a rule's topic patterns depends on the
 operation (:meth:`Policy.decide`):
 
-* a concrete topic (each publication's, ``GET /topics/<t>``): some allowed pattern matches it
-  and no denied pattern does;
+* a concrete topic (each publication's, ``GET``, ``PUT``, ``DELETE /topics/<t>``): some
+  allowed pattern matches it and no denied pattern does;
 * a pattern a subscriber or a subscription names (``subscribe``, ``create-subscription``,
   ...): some allowed pattern *covers* it (matches every topic it matches) and no denied
   pattern covers it; the denied patterns that only overlap it are *exclusions*: the
@@ -64,10 +64,12 @@ class Operation(enum.Enum):
     READ_SUBSCRIPTION = "read-subscription"
     """Read one's subscriptions (``GET /subscriptions``, ``GET /subscriptions/<id>``)."""
     CREATE_TOPIC = "create-topic"
-    """APEX ``pubsub:createtopic``. Topics come into being by being published (or declared
-    by the operator, ``serve --topic``): no request creates one, so nothing checks it yet."""
+    """APEX ``pubsub:createtopic``: declare a topic in the catalog ahead of any publication
+    (``PUT /topics/<t>``, which also needs ``list-topics`` on it). Publishing a topic never
+    needs it: a published topic is listed by being published (``publish`` alone)."""
     DELETE_TOPIC = "delete-topic"
-    """APEX ``pubsub:deletetopic``: no request deletes a topic, so nothing checks it yet."""
+    """APEX ``pubsub:deletetopic``: take a topic out of the catalog (``DELETE /topics/<t>``;
+    the journal keeps its publications, and a topic published again is listed again)."""
     LIST_TOPICS = "list-topics"
     """Read the topic list (APEX ``pubsub:listtopics``): ``GET /topics`` shows only the topics
     the caller may list, ``GET /topics/<t>`` answers 404 for another."""
