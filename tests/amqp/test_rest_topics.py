@@ -50,7 +50,7 @@ def test_a_declared_topic_survives_a_restart_and_a_deleted_one_comes_back_only_i
                                             "configured": False, "published": False,
                                             "subscriptions": []})
         assert rest("PUT", path(DECLARED), {}) == (200, declared)
-        assert rest("PUT", path(GONE), {})[0] == 201
+        assert rest("PUT", path(GONE))[0] == 201  # no body: Content-Length: 0
         assert rest("GET", "/topics")[1]["topics"] == ["/flight/LEMD", DECLARED, GONE]
 
         with Publisher(comp.url, "feed.t", journal=journal) as publisher:
