@@ -174,6 +174,7 @@ def register(subparsers: Any) -> None:
                             "only publications without a permission token are visible)")
     serve.add_argument("--ready-file", help="write the listen address here once listening")
     add_server_security(serve)
+    add_hop_options(serve, "serve")
     serve.set_defaults(func=_serve)
 
     gateway = subparsers.add_parser(
@@ -197,6 +198,7 @@ def register(subparsers: Any) -> None:
                               "proved (the component's policy must grant this gateway's "
                               "principal act-for on them)")
     gateway.add_argument("--ready-file", help="write the listen address here once listening")
+    add_hop_options(gateway, "gateway")
     add_server_security(gateway)
     add_client_security(gateway, "upstream-")
     gateway.set_defaults(func=_gateway)
@@ -333,6 +335,31 @@ def add_client_security(parser: argparse.ArgumentParser, prefix: str = "") -> No
 def _serve(args: argparse.Namespace) -> int:
     archive = ("pyarrow",) if args.archive else ()
     return run_body(args, "seqrepair.amqp.component.servecmd:serve", "proton", "redis", *archive)
+
+
+MAX_HOPS_LIMIT = 255
+"""The highest ``--max-hops`` (:data:`seqrepair.amqp.wire.hops.MAX_HOPS_LIMIT`, not imported:
+building the parser imports no AMQP part)."""
+
+
+def _max_hops(text: str) -> int:
+    value = positive_int(text)
+    if value > MAX_HOPS_LIMIT:
+        raise argparse.ArgumentTypeError(f"at most {MAX_HOPS_LIMIT}, got {value}")
+    return value
+
+
+def add_hop_options(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--hop-id`` and ``--max-hops`` (WIRE.md "Hops, paths and loops")."""
+    parser.add_argument("--hop-id", metavar="ID",
+                        help=f"this {what}'s identity on the seqrepair-path of attaches, "
+                             "named in loop and hop-limit errors; unique among the "
+                             "components, gateways and relays that may forward to each other "
+                             "(default: NAME@HOST:PORT~random, new each start)")
+    parser.add_argument("--max-hops", type=_max_hops, default=8, metavar="N",
+                        help="most gateways and relays an attach may cross (1..255); a longer "
+                             "path is refused seqrepair:hop-limit-exceeded, a path holding "
+                             "this process twice seqrepair:relay-loop (default 8)")
 
 
 def _gateway(args: argparse.Namespace) -> int:

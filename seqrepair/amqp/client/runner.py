@@ -46,6 +46,7 @@ from seqrepair.amqp.client.handoff import Handoff
 from seqrepair.amqp.client.taken import TakenPositions
 from seqrepair.amqp.wire.backoff import Backoff
 from seqrepair.amqp.wire.errors import AmqpAdapterError
+from seqrepair.amqp.wire.hops import HOP_CONDITIONS, hop_refusal
 from seqrepair.amqp.wire.reactor import Call, Injector, make_container
 from seqrepair.amqp.wire.security import NO_CLIENT_SECURITY, ClientSecurity
 from seqrepair.core.errors import InvalidConfigError
@@ -62,10 +63,14 @@ DEFAULT_MAX_QUEUED = 10_000
 
 FATAL_CONDITIONS = frozenset(
     {"amqp:not-found", "amqp:unauthorized-access", "amqp:decode-error", "amqp:invalid-field",
-     "amqp:link:stolen"}
+     "amqp:link:stolen", *HOP_CONDITIONS}
 )
 """Error conditions (of a link of a client, or of the session or connection it lives in) that a
 reconnect cannot cure: the client stops and reports them (its ``error``).
+``seqrepair:relay-loop`` and ``seqrepair:hop-limit-exceeded`` (:mod:`~seqrepair.amqp.wire.hops`:
+gateways or relays forwarding in a loop, a chain longer than a hop's limit) are reported as a
+:class:`~seqrepair.amqp.wire.hops.RelayLoopError` or
+:class:`~seqrepair.amqp.wire.hops.HopLimitError`: attaching again would go the same way.
 ``amqp:link:stolen`` is one for a subscriber: another subscriber attached the same link name,
 and taking it back would only start a tug of war. Any other detach of one of its links by the
 peer, or end of its session or connection (another condition, or none), is recovered by
@@ -315,7 +320,9 @@ class _Reconnecting(MessagingHandler, abc.ABC):
         if name in FATAL_CONDITIONS:
             self.log.error("link refused", link_kind=kind, endpoint=endpoint, condition=name,
                            description=description)
-            self._fail(self.refusal_error(f"{name}: {description or ''}", got=self.address))
+            text = f"{name}: {description or ''}"
+            self._fail(hop_refusal(name, text, self.address)
+                       or self.refusal_error(text, got=self.address))
             return
         self.log.warning("link detached by the peer; reconnecting", link_kind=kind,
                          endpoint=endpoint, condition=name, description=description)

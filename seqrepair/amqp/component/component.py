@@ -76,6 +76,7 @@ from seqrepair.amqp.wire.errors import (
     link_refusal,
 )
 from seqrepair.amqp.wire.guard import Guarded
+from seqrepair.amqp.wire.hops import Hops, default_hop_id
 from seqrepair.amqp.wire.rawamqp import read_raw
 from seqrepair.amqp.wire.reactor import Call, listening_address, make_container, widen_backlog
 from seqrepair.amqp.wire.respann import RESPONSE_ANNOTATIONS, RESPONSE_COOKIE
@@ -152,6 +153,8 @@ class Component(MessagingHandler):
             context_bytes=config.link_context_bytes,
         )
         self.memory = MemoryGuard(config, self.stats)
+        # the attach paths it takes: no loop through it, no chain over max_hops (hops.py)
+        self.hops = Hops(config.hop_id or default_hop_id("serve", config.url), config.max_hops)
         self.links: dict[str, SubscriberLink] = {}
         self.principals: dict[str, str] = {}
         self.source_topics: dict[str, set[str]] = {}  # who may learn of a source (authz.py)
@@ -228,6 +231,8 @@ class Component(MessagingHandler):
                                                ssl_domain=self.config.security.ssl_domain())
         widen_backlog(self.acceptor)  # a burst of connects is taken, not left to retransmit
         self.listening = listening_address(self.acceptor, self.config.url)
+        if self.config.hop_id is None:  # the address bound (a port 0 chosen) says more
+            self.hops = Hops(default_hop_id("serve", self.listening), self.config.max_hops)
         log.info("component listening", url=self.listening)
         self._changes.start(event.container)
         self._schedule_tick()
@@ -291,6 +296,7 @@ class Component(MessagingHandler):
             self._refuse_link(link, refusal)
             return
         try:
+            self.hops.check(link.remote_properties)  # a loop or too many hops: refused
             if link.is_sender:
                 self._open_subscriber(link)
             else:

@@ -10,6 +10,7 @@ import attrs
 from seqrepair.amqp.component import admission
 from seqrepair.amqp.component.admission import CountLimits
 from seqrepair.amqp.component.grants import GrantTable
+from seqrepair.amqp.wire import hops
 from seqrepair.amqp.wire.security import ServerSecurity
 from seqrepair.amqp.wire.sizelimit import DEFAULT_MAX_MESSAGE_SIZE
 from seqrepair.core.config import non_negative_number, optional, positive_int, positive_number
@@ -30,6 +31,14 @@ def _rate(instance: object, attribute: attrs.Attribute[Any], value: object) -> N
         raise InvalidConfigError(
             f"{attribute.name} must be a fraction in [0, 1), got {value!r}", got=value
         )
+
+
+def _hop_id(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    hops.check_hop_id(value, option=attribute.name)
+
+
+def _max_hops(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    hops.check_max_hops(value, option=attribute.name)
 
 
 def _positive(default: float) -> Any:
@@ -111,6 +120,11 @@ class ComponentConfig:
     max_links_per_principal: int = _positive(admission.MAX_LINKS_PER_PRINCIPAL)
     open_timeout: float = _positive(admission.OPEN_TIMEOUT)
     """Seconds a connection has from its accept to complete the AMQP open (SASL included)."""
+    hop_id: str | None = attrs.field(default=None, validator=optional(_hop_id))
+    """The component's identity on attach paths (:mod:`seqrepair.amqp.wire.hops`); None: its
+    listen address and a random tag."""
+    max_hops: int = attrs.field(default=hops.DEFAULT_MAX_HOPS, validator=_max_hops)
+    """Most gateways and relays an attach may have crossed (its ``seqrepair-path``)."""
 
     def count_limits(self) -> CountLimits:
         """The count limits (:mod:`.admission`) of this configuration."""
@@ -145,6 +159,7 @@ class ComponentConfig:
             "principal-bytes": self.principal_bytes,
             "component-bytes": self.component_bytes,
             "memory-grace": self.memory_grace,
+            "max-hops": self.max_hops,
         }
 
 

@@ -106,6 +106,8 @@ def serve(args: argparse.Namespace) -> int:
         max_links_per_principal=args.max_links_per_principal,
         open_timeout=args.open_timeout,
         security=security,
+        hop_id=args.hop_id,
+        max_hops=args.max_hops,
     )
 
     def ready(url: str) -> None:

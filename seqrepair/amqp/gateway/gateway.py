@@ -58,12 +58,25 @@ from seqrepair.amqp.gateway.publish import (
     settle_with,
 )
 from seqrepair.amqp.gateway.relaylinks import HoldingEndpoints, perform, top_up
-from seqrepair.amqp.gateway.relays import CloseDownstreamConnection, Relay, RelayTable
+from seqrepair.amqp.gateway.relays import (
+    CloseDownstreamConnection,
+    DetachDownstream,
+    Relay,
+    RelayTable,
+)
 from seqrepair.amqp.gateway.requests import Requests
 from seqrepair.amqp.gateway.rewrite import RESPONSES_ADDRESS
 from seqrepair.amqp.wire.backoff import Backoff
 from seqrepair.amqp.wire.errors import AmqpAdapterError
 from seqrepair.amqp.wire.guard import Guarded
+from seqrepair.amqp.wire.hops import (
+    DEFAULT_MAX_HOPS,
+    HOP_CONDITIONS,
+    Hops,
+    MalformedPathError,
+    check_max_hops,
+    default_hop_id,
+)
 from seqrepair.amqp.wire.reactor import Call, Injector, listening_address, make_container
 from seqrepair.amqp.wire.respann import RESPONSE_ANNOTATIONS
 from seqrepair.amqp.wire.security import (
@@ -77,6 +90,8 @@ from seqrepair.logs import get_logger
 log = get_logger("seqrepair.amqp.gateway")
 
 CONTROL_ADDRESS = "$seqrepair"
+PATH_REFUSALS = HOP_CONDITIONS | {MalformedPathError.condition}
+"""The conditions of an attach the gateway refuses for its ``seqrepair-path``."""
 TICK = 0.5
 """Seconds between two looks for subscribers held too long (``hold_timeout``)."""
 STOP_GRACE = 1.0
@@ -122,6 +137,10 @@ class Gateway(MessagingHandler):
     ``forward_principals``: attach and ask upstream on behalf of the principal each client
     proved (``seqrepair-on-behalf-of``; the component must grant the gateway ``act-for``), so
     the component's policy, ownership and link names apply to the client, not the gateway.
+    ``hop_id``, ``max_hops``: its identity on the paths of the attaches it carries upstream
+    (by default its name, listen address and a random tag) and the most hops an attach may
+    cross (:mod:`seqrepair.amqp.wire.hops`: a loop of gateways, or a chain longer than that,
+    is refused to the subscriber naming the path).
     """
 
     def __init__(
@@ -140,6 +159,8 @@ class Gateway(MessagingHandler):
         security: ServerSecurity | None = None,
         upstream_security: ClientSecurity = NO_CLIENT_SECURITY,
         forward_principals: bool = False,
+        hop_id: str | None = None,
+        max_hops: int = DEFAULT_MAX_HOPS,
     ) -> None:
         super().__init__(prefetch=0, auto_accept=False)
         self.security = security if security is not None else ServerSecurity()
@@ -161,11 +182,14 @@ class Gateway(MessagingHandler):
         self.on_ready = on_ready
         self.idle_timeout = idle_timeout
         self.backoff = backoff or Backoff()
-        self.relays = RelayTable(name, hold_timeout=hold_timeout)
+        self.hop_id = hop_id
+        self.hops = Hops(hop_id or default_hop_id(name, listen),
+                         check_max_hops(max_hops, option="max_hops"))
+        self.relays = RelayTable(name, hold_timeout=hold_timeout, hops=self.hops)
         self.stats = {"rewritten": 0, "restored": 0, "annotated": 0, "routed": 0,
                       "answers_held": 0, "relayed": 0, "unroutable": 0,
                       "dropped_requests": 0, "upstream_connections": 0, "upstream_losses": 0,
-                      "refused": 0}
+                      "refused": 0, "upstream_attaches": 0, "hop_refusals": 0}
         # requests forwarded upstream, answers routed back
         self.requests = Requests(self, capacity, annotations)
         self.replies = self.requests.replies
@@ -250,9 +274,13 @@ class Gateway(MessagingHandler):
         self._acceptor = event.container.listen(self.listen_url,
                                                 ssl_domain=self.security.ssl_domain())
         self.listening = listening_address(self._acceptor, self.listen_url)
+        if self.hop_id is None:  # the address bound (a port 0 chosen) says more
+            self.hops = self.relays.hops = Hops(default_hop_id(self.name, self.listening),
+                                                self.hops.max_hops)
         self._connect()
         self._schedule("tick", TICK, self._tick)
-        self.log.info("gateway listening", listen=self.listening)
+        self.log.info("gateway listening", listen=self.listening, hop_id=self.hops.identity,
+                      max_hops=self.hops.max_hops)
         self.ready.set()
         if self.on_ready is not None:
             self.on_ready(self.listening)
@@ -386,6 +414,9 @@ class Gateway(MessagingHandler):
                 link.name, address, link.remote_properties, link, time.monotonic(),
                 principal=principal, on_behalf_of=self._on_behalf_of(principal))
             link.seqrepair_relay = relay
+            refusal = actions[0] if actions and not self.relays.is_current(relay) else None
+            if isinstance(refusal, DetachDownstream) and refusal.condition in PATH_REFUSALS:
+                self.hop_refused(link, refusal)  # refused for its path: never went upstream
             perform(self, actions)
         elif link.remote_target.address != CONTROL_ADDRESS:  # a publisher's
             self.publishing.attach(link)
@@ -397,6 +428,15 @@ class Gateway(MessagingHandler):
         """The principal to name upstream for a client that proved ``principal``: itself
         when the gateway forwards principals, else None (the component sees the gateway)."""
         return principal if self.forward_principals else None
+
+    def hop_refused(self, link: Any, refusal: Any) -> None:
+        """An attach refused for its ``seqrepair-path`` (a loop, a chain too long, malformed):
+        counted and logged, once per attach (nothing retries it). ``refusal``: the
+        :class:`~.relays.DetachDownstream` or the error."""
+        self.stats["hop_refusals"] += 1
+        self.log.warning("attach refused for its path", link=link.name,
+                         condition=refusal.condition,
+                         description=getattr(refusal, "description", None) or str(refusal))
 
     def on_link_opened(self, event: Any) -> None:
         link = event.link
@@ -454,6 +494,8 @@ class Gateway(MessagingHandler):
                     self.requests.forward(event.message, self._on_behalf_of(
                         principal_of(receiver.connection)))
                     self.accept(event.delivery)
+            except AmqpAdapterError as exc:  # past the hop limit, a malformed hop count
+                refused = exc
             except Exception as exc:  # one peer's message must not end the gateway for all
                 self.log.exception("request failed", link=receiver.name)
                 refused = AmqpAdapterError(f"internal error: {exc!r}")

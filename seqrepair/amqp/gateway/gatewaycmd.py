@@ -25,7 +25,8 @@ def gateway_command(args: argparse.Namespace) -> int:
                       annotations=not args.rewrite,
                       security=ServerSecurity.from_args(args),
                       upstream_security=ClientSecurity.from_args(args, "upstream-"),
-                      forward_principals=args.forward_principals)
+                      forward_principals=args.forward_principals,
+                      hop_id=args.hop_id, max_hops=args.max_hops)
     signal.signal(signal.SIGTERM, lambda *_: gateway.request_stop())
     with contextlib.suppress(KeyboardInterrupt):
         gateway.run()

@@ -47,6 +47,7 @@ from seqrepair.amqp.wire.rawamqp import proton_message
 from seqrepair.amqp.wire.security import principal_of
 from seqrepair.amqp.wire.sizelimit import refuse
 from seqrepair.amqp.wire.technical import MESSAGE_TYPE
+from seqrepair.amqp.wire.vocabulary import PROP_PATH
 from seqrepair.logs import get_logger
 
 log = get_logger("seqrepair.amqp.gateway")
@@ -146,15 +147,26 @@ class PublishRelays:
         return conn
 
     def attach(self, link: Any) -> None:
-        """A publisher's link: held until the component answers the one attached for it."""
+        """A publisher's link: held until the component answers the one attached for it;
+        refused at once when its ``seqrepair-path`` is (a loop, a chain too long, malformed:
+        :mod:`seqrepair.amqp.wire.hops`), with no upstream connection or link made for it."""
         link.seqrepair_held = True
         address = link.remote_target.address
         link.target.address = address
         on_behalf_of = self.gateway._on_behalf_of(principal_of(link.connection))
+        try:
+            path = self.gateway.hops.extend(link.remote_properties)
+        except AmqpAdapterError as exc:
+            self.gateway.hop_refused(link, exc)
+            link.open()  # a refusal: attach, then detach with the condition
+            link.condition = Condition(exc.condition, exc.message[:500])
+            link.close()
+            return
+        properties = {**upstream_properties(None, on_behalf_of), PROP_PATH: list(path)}
         sender = self.gateway._container.create_sender(
             self._upstream_for(link.connection), target=address,
             name=upstream_name(self.gateway.name, link.name),
-            options=LinkProperties(upstream_properties(None, on_behalf_of)),
+            options=LinkProperties(properties),
         )
         sender.seqrepair_downstream = link
         link.seqrepair_upstream_link = sender

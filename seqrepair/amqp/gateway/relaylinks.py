@@ -24,7 +24,7 @@ from seqrepair.amqp.gateway.relays import (
     DetachUpstream,
     Relay,
 )
-from seqrepair.amqp.wire.vocabulary import PROP_EPOCH
+from seqrepair.amqp.wire.vocabulary import PROP_EPOCH, PROP_PATH
 
 
 class LinkProperties(LinkOption):
@@ -63,6 +63,9 @@ def perform(gateway: Any, actions: list[Action]) -> None:
             )
             receiver.seqrepair_relay = relay
             relay.upstream = receiver
+            gateway.stats["upstream_attaches"] += 1
+            gateway.log.info("attaching upstream", link=relay.name, upstream=action.name,
+                             path=action.properties.get(PROP_PATH))
             top_up(relay)
         elif isinstance(action, AnswerDownstream):
             link = relay.downstream

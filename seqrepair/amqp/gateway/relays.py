@@ -35,7 +35,8 @@ import attrs
 from proton import symbol
 
 from seqrepair.amqp.wire.backoff import Backoff  # re-exported: it lived here first
-from seqrepair.amqp.wire.errors import UnauthorizedAccessError
+from seqrepair.amqp.wire.errors import AmqpAdapterError, UnauthorizedAccessError
+from seqrepair.amqp.wire.hops import Hops
 from seqrepair.amqp.wire.security import ANONYMOUS
 from seqrepair.amqp.wire.vocabulary import PROP_ON_BEHALF_OF
 
@@ -168,6 +169,11 @@ class RelayTable:
     hold_timeout: float = attrs.field(default=30.0, validator=attrs.validators.gt(0))
     upstream_ready: bool = False
     """Whether the upstream connection is open (the adapter says so)."""
+    hops: Hops | None = None
+    """The gateway's identity and hop limit: an attach is carried upstream with its
+    ``seqrepair-path`` extended, or refused (a loop, a chain too long, a malformed path)
+    before anything else happens (:mod:`seqrepair.amqp.wire.hops`). None: paths pass as
+    they came."""
     _relays: dict[str, Relay] = attrs.field(factory=dict)
     _upstream_names: set[str] = attrs.field(factory=set)
     """Names whose upstream link is attached or not yet seen detached at the component."""
@@ -205,11 +211,18 @@ class RelayTable:
 
         A relay of the same name still current ends (``amqp:link:stolen``, as at the component):
         a link name has one subscriber. Another principal's attach with a name in use is
-        refused (``amqp:unauthorized-access``) and the owner keeps its link.
+        refused (``amqp:unauthorized-access``) and the owner keeps its link. An attach whose
+        path is refused (:attr:`hops`) is refused at once, never attached upstream, and
+        touches no other relay.
         """
         actions: list[Action] = []
         relay = Relay(name, address, upstream_properties(properties, on_behalf_of), downstream,
                       now, principal)
+        if self.hops is not None:
+            try:
+                relay.properties = self.hops.upstream_properties(relay.properties)
+            except AmqpAdapterError as exc:
+                return relay, [DetachDownstream(relay, exc.condition, exc.message)]
         old = self._relays.get(name)
         if old is not None and old.principal != principal:
             return relay, [DetachDownstream(relay, UNAUTHORIZED,

@@ -34,7 +34,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import attrs
-from proton import Message, symbol
+from proton import Message, symbol, ulong
 
 from seqrepair.amqp.gateway.relays import Relay, RelayState, upstream_name
 from seqrepair.amqp.gateway.rewrite import (
@@ -46,6 +46,7 @@ from seqrepair.amqp.gateway.rewrite import (
     restore_response,
     rewrite_request,
 )
+from seqrepair.amqp.wire.hops import HOPS_PROPERTY, count_hop
 from seqrepair.amqp.wire.respann import RESPONSE_ADDRESS_SUPPORTED, RESPONSE_ANNOTATIONS
 from seqrepair.amqp.wire.security import ANONYMOUS
 from seqrepair.amqp.wire.vocabulary import LINK_PREFIX, PROP_ON_BEHALF_OF, is_ack
@@ -134,12 +135,17 @@ class Requests:
     def forward(self, message: Message, on_behalf_of: str | None = None) -> None:
         """Send a subscriber's request (or ACK) to the component, in its scope (on behalf of
         ``on_behalf_of``, the principal the subscriber proved, when the gateway forwards
-        principals)."""
+        principals), with its ``seqrepair-hops`` one more;
+        :class:`~seqrepair.amqp.wire.hops.HopLimitError` (or a malformed count's error)
+        refuses it, nothing sent."""
         gateway = self.gateway
         if not gateway.relays.upstream_ready or self.control is None:
             # the component is out of reach: the subscriber's stub asks again
             self.stats["dropped_requests"] += 1
             return
+        # a hop more; past the limit refused (HopLimitError): requests do not loop for ever
+        count = gateway.hops.forward_count(message.properties)
+        message.properties = {**(message.properties or {}), HOPS_PROPERTY: ulong(count)}
         addressing = _addressing(message)
         if is_ack(message):  # no answer comes: renamed like a request, nothing remembered
             link = downstream_link(addressing)
@@ -191,6 +197,7 @@ class Requests:
             if answers:
                 receiver.flow(1)
             return
+        message.properties = count_hop(message.properties)
         relay.downstream.send(message)
         self.stats["relayed"] += 1
         if answers:

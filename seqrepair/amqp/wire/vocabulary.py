@@ -40,6 +40,10 @@ PROP_ACK = symbol("seqrepair-ack")
 PROP_DURABLE = symbol("seqrepair-durable")
 """Attach link property (bool): keep (true) or decline (false) a durable position."""
 
+PROP_PATH = symbol("seqrepair-path")
+"""Attach property (list of string) a gateway or relay sets on the attaches it makes upstream:
+the identities of the hops the attach crossed, in order (:mod:`seqrepair.amqp.wire.hops`)."""
+
 PROP_LINK_BITS = symbol("seqrepair-link-bits")
 """Attach reply property (ubyte): the link's width in bits (2..64)."""
 PROP_HEARTBEAT = symbol("seqrepair-heartbeat")
