@@ -171,6 +171,9 @@ class PublishRelays:
         sender.seqrepair_downstream = link
         link.seqrepair_upstream_link = sender
         self.stats["publish_links"] += 1
+        self.stats["upstream_attaches"] += 1
+        self.gateway.log.info("attaching upstream", link=link.name, upstream=sender.name,
+                              path=properties.get(PROP_PATH), kind="publish")
 
     def upstream_opened(self, sender: Any) -> bool:
         """The component answered an upstream publishing link: answer the publisher's."""

@@ -145,7 +145,8 @@ class Requests:
             return
         # a hop more; past the limit refused (HopLimitError): requests do not loop for ever
         count = gateway.hops.forward_count(message.properties)
-        message.properties = {**(message.properties or {}), HOPS_PROPERTY: ulong(count)}
+        counted = {**(message.properties or {}), HOPS_PROPERTY: ulong(count)}
+        message.properties = counted  # type: ignore[assignment]  # proton types it lazily
         addressing = _addressing(message)
         if is_ack(message):  # no answer comes: renamed like a request, nothing remembered
             link = downstream_link(addressing)
@@ -197,7 +198,7 @@ class Requests:
             if answers:
                 receiver.flow(1)
             return
-        message.properties = count_hop(message.properties)
+        message.properties = count_hop(message.properties)  # type: ignore[assignment]
         relay.downstream.send(message)
         self.stats["relayed"] += 1
         if answers:

@@ -103,10 +103,12 @@ def describe_path(path: Sequence[str], limit: int = DESCRIPTION_LIMIT - 120) -> 
     text = " -> ".join(path) if path else "(no hop)"
     if len(text) <= limit:
         return text
-    head, tail = list(path[:2]), list(path[-2:])
-    left = len(path) - len(head) - len(tail)
-    text = " -> ".join([*head, f"... {left} more ...", *tail])
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    for ends in (2, 1):  # identities are short enough for the first and last to fit
+        left = len(path) - 2 * ends
+        text = " -> ".join([*path[:ends], f"... {left} more ...", *path[-ends:]])
+        if len(text) <= limit:
+            return text
+    return text[: limit - 3] + "..."
 
 
 def _fail(message: str, got: Any) -> MalformedPathError:
@@ -177,7 +179,10 @@ class Hops:
     def check(self, properties: Mapping[Any, Any] | None) -> Path:
         """The path of an attach this process takes as the end of it (a component): refused
         (:class:`HopError`) when it holds this identity or is longer than the limit."""
-        return self._checked(read_path(properties))
+        path = read_path(properties)
+        if self.identity in path:  # it came back here: name the loop as it closes
+            self._checked((*path, self.identity))
+        return self._checked(path)
 
     def extend(self, properties: Mapping[Any, Any] | None) -> Path:
         """The path of an attach this process forwards: the path it came with plus this

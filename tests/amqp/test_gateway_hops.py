@@ -1,0 +1,279 @@
+"""Hop limits and loop detection over real processes (APEX §4.7.2; WIRE.md "Hops, paths and
+loops"): ``seqrepair gateway`` processes pointed at each other, chained past a limit and under
+it, and hostile ``seqrepair-path`` values from a raw connection."""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from proton import Message, symbol, ulong
+from proton.reactor import LinkOption
+from proton.utils import BlockingConnection, LinkDetached
+
+from seqrepair.amqp.client.publisher import Publisher
+from seqrepair.amqp.client.subscriber import Subscriber
+from seqrepair.amqp.wire.hops import (
+    HOP_LIMIT_CONDITION,
+    HOPS_PROPERTY,
+    LOOP_CONDITION,
+    PROP_PATH,
+    HopLimitError,
+    RelayLoopError,
+)
+from seqrepair.core.messages import Publication
+
+from .conftest import ComponentProcess, _env, free_port, wait_for
+
+pytestmark = [pytest.mark.amqp]
+
+DEADLINE = 30.0
+"""A generous bound on how long a refusal may take to reach the client (it takes well under a
+second on an idle machine: one attach per gateway)."""
+RSS_CEILING_KIB = 200 * 1024
+"""Far above what a gateway needs (about 40 MiB) and far below what a loop cost before hop
+paths: 767 MiB each in 12 s."""
+
+
+class GatewayProcess:
+    """``seqrepair gateway`` in a child process, logging at info to a file of its own."""
+
+    def __init__(self, tmp: Path, hop_id: str, upstream: str, *args: str,
+                 listen: str | None = None) -> None:
+        self.hop_id = hop_id
+        self.listen = listen or f"127.0.0.1:{free_port()}"
+        self.log = tmp / f"gateway-{hop_id}.log"
+        ready = tmp / f"gateway-{hop_id}.ready"
+        with open(self.log, "wb") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "seqrepair.cli", "--log-level", "info", "gateway",
+                 "--listen", self.listen, "--upstream", upstream, "--name", hop_id,
+                 "--hop-id", hop_id, "--ready-file", str(ready), "--allow-anonymous", *args],
+                env=_env(), stdout=out, stderr=subprocess.STDOUT,
+            )
+        assert wait_for(lambda: ready.exists() or self.proc.poll() is not None), self.text()
+        assert self.proc.poll() is None, self.text()
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def count(self, event: str) -> int:
+        """Log lines of ``event`` (structlog's event text)."""
+        return sum(event in line for line in self.text().splitlines())
+
+    def upstream_connected(self) -> bool:
+        return self.count("upstream connected") > 0
+
+    def rss_kib(self) -> int:
+        status = Path(f"/proc/{self.proc.pid}/status").read_text()
+        return int(status.split("VmRSS:")[1].split()[0])
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+@pytest.fixture
+def gateways(tmp_path: Path) -> Iterator[Callable[..., GatewayProcess]]:
+    started: list[GatewayProcess] = []
+
+    def start(hop_id: str, upstream: str, *args: str, listen: str | None = None
+              ) -> GatewayProcess:
+        gw = GatewayProcess(tmp_path, hop_id, upstream, *args, listen=listen)
+        started.append(gw)
+        return gw
+
+    yield start
+    for gw in reversed(started):
+        gw.stop()
+
+
+class _Props(LinkOption):
+    def __init__(self, props: dict[symbol, Any]) -> None:
+        self.props = props
+
+    def apply(self, link: Any) -> None:
+        link.properties = self.props
+
+
+def raw_attach(url: str, name: str, path: Any, address: str = "/weather/#") -> tuple[str, str]:
+    """Attach a receiver with ``seqrepair-path`` = ``path`` over a raw connection: the
+    refusal's (condition, description), or ("attached", "") when it was not refused."""
+    conn = BlockingConnection(url, timeout=DEADLINE)
+    try:
+        conn.create_receiver(address, name=name, options=_Props({PROP_PATH: path}))
+        return "attached", ""
+    except LinkDetached as exc:
+        cond = exc.link.remote_condition
+        return str(cond.name), str(cond.description)
+    finally:
+        conn.close()
+
+
+def _chain(component: ComponentProcess, gateways: Callable[..., GatewayProcess], *args: str
+           ) -> list[GatewayProcess]:
+    """Three gateways g1 -> component, g2 -> g1, g3 -> g2, all connected upstream."""
+    chain: list[GatewayProcess] = []
+    upstream = component.url
+    for hop_id in ("g1", "g2", "g3"):
+        chain.append(gateways(hop_id, upstream, *args))
+        upstream = chain[-1].listen
+    assert wait_for(lambda: all(gw.upstream_connected() for gw in chain), DEADLINE)
+    return chain
+
+
+# --- a loop ------------------------------------------------------------------------------------
+
+
+def test_a_loop_of_two_gateways_is_refused_to_the_subscriber_naming_the_path(
+    gateways: Callable[..., GatewayProcess],
+) -> None:
+    a_listen, b_listen = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    a = gateways("gw-a", b_listen, listen=a_listen)
+    b = gateways("gw-b", a_listen, listen=b_listen)
+    assert wait_for(lambda: a.upstream_connected() and b.upstream_connected(), DEADLINE)
+    with contextlib.ExitStack() as running:
+        sub = running.enter_context(Subscriber(a.listen, "/weather/#", link_name="victim",
+                                               reconnect_delay=0.05))
+        publisher = running.enter_context(Publisher(b.listen, "feed.loop", address="/weather/#",
+                                                    reconnect_delay=0.05))
+        publisher.publish("/weather/x", {"n": 1})
+        assert wait_for(lambda: sub.error is not None and publisher.error is not None, DEADLINE)
+        assert not publisher.flush(1)
+    for client, first in ((sub, "gw-a"), (publisher, "gw-b")):
+        error = client.error
+        assert isinstance(error, RelayLoopError), error
+        assert error.message.startswith(LOOP_CONDITION)
+        second = "gw-b" if first == "gw-a" else "gw-a"
+        assert f"{first} -> {second} -> {first}" in error.message  # the path, in order
+    # the loop went round once and stopped: one attach upstream per gateway per client (the
+    # subscriber's, the publisher's), one refusal each (where the loop closed), and the memory
+    # of a gateway that did nothing (767 MiB each before)
+    for gw in (a, b):
+        assert gw.count("attaching upstream") == 2, gw.text()
+        assert gw.count("attach refused for its path") == 1, gw.text()
+        assert gw.rss_kib() < RSS_CEILING_KIB
+
+
+# --- chains --------------------------------------------------------------------------------
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("where", ["gateways", "component"])
+def test_a_chain_of_gateways_over_the_limit_is_refused_naming_the_path(
+    component: Callable[..., ComponentProcess], gateways: Callable[..., GatewayProcess],
+    where: str,
+) -> None:
+    """Three gateways with ``--max-hops 2``: the first one (g1) refuses the path g3 -> g2 ->
+    g1; with the limit on the component instead, the component refuses g3 -> g2 -> g1."""
+    comp = component(*(("--max-hops", "2") if where == "component" else ()))
+    chain = _chain(comp, gateways, *(("--max-hops", "2") if where == "gateways" else ()))
+    sub = Subscriber(chain[-1].listen, "/weather/#", link_name="far", reconnect_delay=0.05)
+    with sub:
+        assert wait_for(lambda: sub.error is not None, DEADLINE)
+    error = sub.error
+    assert isinstance(error, HopLimitError), error
+    assert error.message.startswith(HOP_LIMIT_CONDITION)
+    assert "g3 -> g2 -> g1" in error.message
+    assert "more than 2" in error.message
+    if where == "gateways":  # g1 refused it: nothing reached the component
+        assert chain[0].count("attaching upstream") == 0
+        assert chain[0].count("attach refused for its path") == 1
+    else:
+        assert chain[0].count("attaching upstream") == 1
+        assert "g3 -> g2 -> g1" in comp.log_text()
+
+
+@pytest.mark.redis
+def test_a_chain_under_the_limit_carries_the_stream_and_counts_its_hops(
+    component: Callable[..., ComponentProcess], gateways: Callable[..., GatewayProcess],
+) -> None:
+    comp = component("--heartbeat", "0.2")
+    chain = _chain(comp, gateways, "--max-hops", "3")
+    got: list[Publication] = []
+    raw = BlockingConnection(chain[-1].listen, timeout=DEADLINE)
+    try:
+        receiver = raw.create_receiver("/weather/#", name="counted", credit=100)
+        with contextlib.ExitStack() as running:
+            sub = running.enter_context(Subscriber(chain[-1].listen, "/weather/#",
+                                                   on_publication=got.append,
+                                                   heartbeat_interval=0.2, link_name="near"))
+            assert sub.wait_connected(DEADLINE)
+            publisher = running.enter_context(Publisher(comp.url, "feed.chain"))
+            publisher.publish_many([("/weather/wind/LEMD", {"n": i}, "update")
+                                    for i in range(30)])
+            assert publisher.flush(DEADLINE)
+            assert wait_for(lambda: len(got) >= 30, DEADLINE)
+        assert [p.source_seq for p in got] == list(range(1, 31))
+        assert sub.error is None
+        # every frame says how many gateways it crossed
+        message: Message = receiver.receive(timeout=DEADLINE)
+        assert message.properties[HOPS_PROPERTY] == ulong(3)
+    finally:
+        raw.close()
+    # the path the component was given is the chain's, nearest the subscriber first
+    assert chain[0].count("attaching upstream") == 2  # the library subscriber and the raw one
+    assert "path=['g3', 'g2', 'g1']" in chain[0].text()
+
+
+# --- hostile paths ---------------------------------------------------------------------------
+
+
+HOSTILE = [
+    ("a string", "g-honest,x", "amqp:invalid-field"),
+    ("numbers", [1, 2, 3], "amqp:invalid-field"),
+    ("an empty hop", ["x", ""], "amqp:invalid-field"),
+    ("a hop too long", ["x" * 2_000], "amqp:invalid-field"),  # bigger: a frame too large
+    ("a control character", ["evil\n[error] forged"], "amqp:invalid-field"),
+    ("too many hops to be any path", [f"h{i}" for i in range(1_000)], "amqp:invalid-field"),
+    ("past the limit (8)", [f"h{i}" for i in range(9)], HOP_LIMIT_CONDITION),
+    ("a loop through the gateway", ["x", "honest-gw"], LOOP_CONDITION),
+]
+
+
+@pytest.mark.redis
+def test_hostile_paths_are_refused_typed_and_leave_an_honest_pair_alone(
+    component: Callable[..., ComponentProcess], gateways: Callable[..., GatewayProcess],
+) -> None:
+    comp = component("--heartbeat", "0.2")
+    gw = gateways("honest-gw", comp.url)
+    assert wait_for(gw.upstream_connected, DEADLINE)
+    got: list[Publication] = []
+    with contextlib.ExitStack() as running:
+        sub = running.enter_context(Subscriber(gw.listen, "/weather/#", on_publication=got.append,
+                                               heartbeat_interval=0.2, link_name="honest"))
+        assert sub.wait_connected(DEADLINE)
+        publisher = running.enter_context(Publisher(comp.url, "feed.honest"))
+        publisher.publish_many([("/weather/a", {"n": i}, "update") for i in range(20)])
+        for i, (what, path, condition) in enumerate(HOSTILE):
+            # at the gateway, also under the honest link's name: refused, it takes nothing over
+            for url, name in ((gw.listen, f"hostile-{i}"), (gw.listen, "honest"),
+                              (comp.url, f"hostile-{i}")):
+                if url == comp.url and condition == LOOP_CONDITION:
+                    continue  # the component's identity is not honest-gw
+                refused, description = raw_attach(url, name, path)
+                assert refused == condition, (what, url, name, description)
+                assert description
+        publisher.publish_many([("/weather/a", {"n": i}, "update") for i in range(20, 40)])
+        assert publisher.flush(DEADLINE)
+        assert wait_for(lambda: len(got) >= 40, DEADLINE)
+    # the honest subscriber got everything once, in order, and was never detached
+    assert [p.source_seq for p in got] == list(range(1, 41))
+    assert sub.error is None
+    # nothing hostile went upstream: the only upstream attach is the honest one, relayed once
+    assert gw.count("attaching upstream") == 1
+    assert gw.count("link relayed") == 1
+    assert gw.count("attach refused for its path") == 2 * len(HOSTILE)
+    assert gw.proc.poll() is None
+    assert comp.proc is not None
+    assert comp.proc.poll() is None
