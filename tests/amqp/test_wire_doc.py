@@ -110,7 +110,8 @@ KEYS = ("key", "AMQP type", "meaning")
 REPLAY_COMPLETE_BODY = {code(r[0]): r[1] for r in table(KEYS, after="`REPLAY-COMPLETE` body")}
 CAPABILITIES_BODY = {code(r[0]): r[1] for r in table(KEYS, after="`CAPABILITIES` answer body")}
 SUBSCRIPTION_BODY = {code(r[0]): r[1] for r in table(KEYS, after="`SUBSCRIPTION` body")}
-CONDITIONS = {code(row[0]) for row in table(("condition", "when")) if "amqp:" in row[0]}
+CONDITIONS = {code(row[0]) for row in table(("condition", "when"))
+              if "amqp:" in row[0] or "seqrepair:" in row[0]}
 REASONS = {code(row[0]) for row in table(("reason", "answers", "the subscriber"))}
 
 
@@ -287,7 +288,8 @@ def _raisable_conditions() -> set[str]:
     conditions = {"amqp:invalid-field"}  # Component._reject's for a core error without one
     for part in SENDING_PARTS:
         for path in (ROOT / "seqrepair" / "amqp" / part).glob("*.py"):
-            conditions.update(re.findall(r"\"(amqp:[a-z:-]+)\"", path.read_text()))
+            conditions.update(re.findall(r"\"((?:amqp|seqrepair):[a-z:-]+)\"",
+                                         path.read_text()))
     return conditions
 
 
