@@ -17,6 +17,7 @@ from proton.reactor import LinkOption
 from proton.utils import BlockingConnection, LinkDetached
 
 from seqrepair.amqp.client.publisher import Publisher
+from seqrepair.amqp.client.query import query_capabilities
 from seqrepair.amqp.client.subscriber import Subscriber
 from seqrepair.amqp.wire.hops import (
     HOP_LIMIT_CONDITION,
@@ -165,6 +166,34 @@ def test_a_loop_of_two_gateways_is_refused_to_the_subscriber_naming_the_path(
         assert gw.rss_kib() < RSS_CEILING_KIB
 
 
+def test_a_request_sent_into_a_loop_of_gateways_stops_at_the_hop_limit(
+    gateways: Callable[..., GatewayProcess],
+) -> None:
+    """A request carries no path but a count: forwarded back and forth, it is refused by the
+    gateway it would take past ``--max-hops`` (3 here), once, and goes no further."""
+    a_listen, b_listen = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    a = gateways("gw-a", b_listen, "--max-hops", "3", listen=a_listen)
+    b = gateways("gw-b", a_listen, "--max-hops", "3", listen=b_listen)
+    assert wait_for(lambda: a.upstream_connected() and b.upstream_connected(), DEADLINE)
+    conn = BlockingConnection(a.listen, timeout=DEADLINE)
+    try:
+        sender = conn.create_sender("$seqrepair")
+        sender.send(Message(id="q1", properties={"message-type": "CAPABILITIES"}))
+    finally:
+        conn.close()
+
+    def refusals() -> int:
+        return a.count("request refused for its hop count") + b.count(
+            "request refused for its hop count")
+
+    # a (hops 1) -> b (2) -> a (3) -> b refuses the 4th
+    assert wait_for(lambda: refusals() >= 1, DEADLINE)
+    assert b.count("request refused for its hop count") == 1, b.text()
+    assert "would cross 4 hops, more than 3, at gw-b" in b.text()
+    wait_for(lambda: refusals() > 1, 2)  # nothing more comes round
+    assert refusals() == 1
+
+
 # --- chains --------------------------------------------------------------------------------
 
 
@@ -192,6 +221,7 @@ def test_a_chain_of_gateways_over_the_limit_is_refused_naming_the_path(
     else:
         assert chain[0].count("attaching upstream") == 1
         assert "g3 -> g2 -> g1" in comp.log_text()
+        assert query_capabilities(comp.url).limits["max-hops"] == 2  # CAPABILITIES says so
 
 
 @pytest.mark.redis
@@ -216,13 +246,16 @@ def test_a_chain_under_the_limit_carries_the_stream_and_counts_its_hops(
             assert wait_for(lambda: len(got) >= 30, DEADLINE)
         assert [p.source_seq for p in got] == list(range(1, 31))
         assert sub.error is None
+        # a request crosses the chain both ways: the component's answer, its default limit
+        assert query_capabilities(chain[-1].listen).limits["max-hops"] == 8
         # every frame says how many gateways it crossed
         message: Message = receiver.receive(timeout=DEADLINE)
         assert message.properties[HOPS_PROPERTY] == ulong(3)
     finally:
         raw.close()
     # the path the component was given is the chain's, nearest the subscriber first
-    assert chain[0].count("attaching upstream") == 2  # the library subscriber and the raw one
+    # the library subscriber, the raw one and the capabilities query's reply link
+    assert chain[0].count("attaching upstream") == 3
     assert "path=['g3', 'g2', 'g1']" in chain[0].text()
 
 

@@ -496,6 +496,9 @@ class Gateway(MessagingHandler):
                     self.accept(event.delivery)
             except AmqpAdapterError as exc:  # past the hop limit, a malformed hop count
                 refused = exc
+                self.stats["hop_refusals"] += 1
+                self.log.warning("request refused for its hop count", link=receiver.name,
+                                 condition=exc.condition, description=exc.message)
             except Exception as exc:  # one peer's message must not end the gateway for all
                 self.log.exception("request failed", link=receiver.name)
                 refused = AmqpAdapterError(f"internal error: {exc!r}")
