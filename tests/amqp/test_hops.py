@@ -255,3 +255,27 @@ def test_a_looping_attach_is_refused_at_once_and_leaves_the_relay_of_its_name_al
         assert not table.is_current(relay)
     assert table.is_current(honest)
     assert len(table) == 1
+
+
+# --- the commands' options ------------------------------------------------------------------
+
+
+def test_serve_and_gateway_take_max_hops_1_to_255_and_report_it() -> None:
+    from seqrepair.amqp.component.config import ComponentConfig
+    from seqrepair.cli import build_parser
+
+    parser = build_parser()
+    for command in (["serve", "--redis-url", "redis://127.0.0.1:1"],
+                    ["gateway", "--upstream", "127.0.0.1:1"]):
+        args = parser.parse_args(command)
+        assert (args.max_hops, args.hop_id) == (DEFAULT_MAX_HOPS, None)
+        args = parser.parse_args([*command, "--max-hops", "2", "--hop-id", "edge-1"])
+        assert (args.max_hops, args.hop_id) == (2, "edge-1")
+        for bad in ("0", "256", "x"):
+            with pytest.raises(SystemExit):
+                parser.parse_args([*command, "--max-hops", bad])
+    assert ComponentConfig().limits()["max-hops"] == DEFAULT_MAX_HOPS
+    assert ComponentConfig(max_hops=3, hop_id="me").limits()["max-hops"] == 3
+    for field, bad in (("max_hops", 0), ("max_hops", 256), ("hop_id", ""), ("hop_id", "a\nb")):
+        with pytest.raises(InvalidConfigError):
+            ComponentConfig(**{field: bad})
