@@ -136,8 +136,9 @@ def test_past_the_limit_the_attach_is_refused_naming_the_path_and_the_limit() ->
     assert "2" in error.message
     # the end of the chain counts the hops crossed, its own not among them
     assert Hops(C, max_hops=2).check(props([A, B])) == (A, B)
-    with pytest.raises(HopLimitError):
+    with pytest.raises(HopLimitError) as caught:
         Hops(C, max_hops=1).check(props([A, B]))
+    assert f"has crossed 2 hops, more than 1 (at {C}): {A} -> {B}" in caught.value.message
 
 
 def test_the_default_limit_is_eight() -> None:

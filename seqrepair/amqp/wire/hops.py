@@ -181,13 +181,13 @@ class Hops:
         (:class:`HopError`) when it holds this identity or is longer than the limit."""
         path = read_path(properties)
         if self.identity in path:  # it came back here: name the loop as it closes
-            self._checked((*path, self.identity))
-        return self._checked(path)
+            self._checked((*path, self.identity), "would cross")
+        return self._checked(path, "has crossed")
 
     def extend(self, properties: Mapping[Any, Any] | None) -> Path:
         """The path of an attach this process forwards: the path it came with plus this
         identity, refused when that is a loop or longer than the limit."""
-        return self._checked((*read_path(properties), self.identity))
+        return self._checked((*read_path(properties), self.identity), "would cross")
 
     def upstream_properties(self, properties: Mapping[Any, Any] | None) -> dict[symbol, Any]:
         """The link properties to attach upstream with, for an attach that came with
@@ -213,7 +213,7 @@ class Hops:
             )
         return count
 
-    def _checked(self, path: Path) -> Path:
+    def _checked(self, path: Path, crossing: str) -> Path:
         seen: set[str] = set()
         for hop in path:
             if hop in seen:
@@ -225,7 +225,7 @@ class Hops:
             seen.add(hop)
         if len(path) > self.max_hops:
             raise HopLimitError(
-                _cut(f"hop limit exceeded: this attach would cross {len(path)} hops, more "
+                _cut(f"hop limit exceeded: this attach {crossing} {len(path)} hops, more "
                      f"than {self.max_hops} (at {self.identity}): {describe_path(path)}"),
                 path=path, expected=self.max_hops, got=len(path),
             )
