@@ -403,7 +403,7 @@ def fmt(value: float | None, unit: str = "") -> str:
 
 
 def print_table(summary: dict[str, Any], systems: list[str]) -> None:
-    peers = [s for s in systems if s != "seqrepair"]
+    peers = [s for s in systems if s != "seqrepair"] if "seqrepair" in systems else []
     head = ["figure (median of the rounds)", *systems,
             *(f"seqrepair/{p} (per round)" for p in peers), "goal", "met"]
     rows: list[list[str]] = []
