@@ -11,6 +11,7 @@ from __future__ import annotations
 import attrs
 
 from seqrepair.core.messages import GapRequest, Publication, SourceGapRequest
+from seqrepair.core.snapshot import ImageDelivered, ImageOutdated, ImageResynced, RequestImage
 
 
 @attrs.frozen
@@ -81,6 +82,12 @@ class Unrecoverable:
     a source-level repair was given up, and sources the subscriber has delivered nothing of
     (which the replay would have brought from the link's or subscription's start) may have
     lost publications.
+
+    ``items``: the topics of the publications lost, when the component could say (it names
+    those of entries its journal holds but cannot deliver); None when they are unknown (a
+    range retention trimmed, a repair refused or given up): then every item of ``source``
+    (every item, when ``source`` is None) may be affected. A resync asks for the images of
+    ``items``, else of the subscription's items of ``source`` (:mod:`seqrepair.core.snapshot`).
     """
 
     source: str | None
@@ -88,6 +95,7 @@ class Unrecoverable:
     reason: str
     link_from: int | None = None
     link_to: int | None = None
+    items: tuple[str, ...] | None = None
 
 
 @attrs.frozen
@@ -112,4 +120,8 @@ Event = (
     | LinkReset
     | Unrecoverable
     | BufferOverflow
+    | RequestImage
+    | ImageDelivered
+    | ImageResynced
+    | ImageOutdated
 )

@@ -91,6 +91,8 @@ from seqrepair.core.overdue import MissedCount, OverduePolicy, parse_overdue_pol
 from seqrepair.core.runs import Run, scan_run
 from seqrepair.core.sequence import RESET, SequenceSpace
 from seqrepair.core.sourcerepair import SourceRepair
+from seqrepair.core.snapshot import ImageRequest
+from seqrepair.core.stubimages import ImageResyncing
 from seqrepair.core.stubrepair import SourceRepairing
 from seqrepair.core.stubstats import StubStats
 
@@ -98,7 +100,7 @@ LinkFrame = Publication | Heartbeat
 
 
 @attrs.define(on_setattr=attrs.setters.NO_OP)
-class SubscriberStub(SourceRepairing):
+class SubscriberStub(SourceRepairing, ImageResyncing):
     """Turns a lossy, reordering, duplicating link into an ordered, exact stream.
 
     ``bits``: link sequence width. ``heartbeat_interval`` and ``missed_heartbeats``: silence
@@ -168,6 +170,12 @@ class SubscriberStub(SourceRepairing):
     # the replay owed by the held reset context answers through here so far (``more``, trims)
     _hold_through: dict[str, int] = attrs.field(init=False, factory=dict)
     _now: float = attrs.field(init=False, default=0.0)  # the latest now given (reopened gaps)
+    # image requests (see stubimages)
+    _image_ids: int = attrs.field(init=False, default=0)
+    _image_asked: dict[int, ImageRequest] = attrs.field(init=False, factory=dict)
+    _image_topics: dict[int, set[str]] = attrs.field(init=False, factory=dict)
+    _image_floor: dict[str, dict[str, int]] = attrs.field(init=False, factory=dict)
+    _image_top: dict[str, int] = attrs.field(init=False, factory=dict)
     _last_frame_at: float | None = attrs.field(init=False, default=None)
     _overdue_at: float | None = attrs.field(init=False, default=None)
     _missed: MissedCount = attrs.field(init=False)
@@ -309,6 +317,7 @@ class SubscriberStub(SourceRepairing):
             and not self._buffer
             and not self._gaps
             and self._source is None
+            and not self._image_floor
             and frame.source_seq > self._last_delivered.get(frame.source, 0)
             and (not self._stale_ahead or frame.source_seq > self._stale_ahead.get(frame.source, 0))
         ):
@@ -391,7 +400,8 @@ class SubscriberStub(SourceRepairing):
     def _scan_run(self, frames: Sequence[object], start: int) -> Run | None:
         """The run of frames from ``start`` that :meth:`receive`'s in-order case would take,
         found without changing the stub; None when that case does not apply now."""
-        if self._buffer or self._gaps or self._source is not None or not self._expected:
+        if (self._buffer or self._gaps or self._source is not None or not self._expected
+                or self._image_floor):
             return None
         delivered = self._last_delivered
         if self._stale_ahead:  # what a stale frame may carry counts as delivered
@@ -410,10 +420,11 @@ class SubscriberStub(SourceRepairing):
             if isinstance(frame.request, GapRequest):
                 self.space.check(frame.request.link_from)
                 self.space.check(frame.request.link_to)
-        elif not isinstance(frame, ReplayComplete):
+        elif not isinstance(frame, ReplayComplete) and not self._check_image(frame):
             raise InvalidMessageError(
-                "a stub receives Publication, Heartbeat, GapError or ReplayComplete",
-                expected="Publication | Heartbeat | GapError | ReplayComplete",
+                "a stub receives Publication, Heartbeat, GapError, ReplayComplete or an image",
+                expected="Publication | Heartbeat | GapError | ReplayComplete | ImageFrame"
+                " | ImageComplete",
                 got=type(frame).__name__,
             )
         return None
@@ -429,6 +440,8 @@ class SubscriberStub(SourceRepairing):
             self._on_gap_error(frame, now)
         elif isinstance(frame, ReplayComplete):
             self._on_replay_complete(frame, now)
+        elif not isinstance(frame, Publication | Heartbeat):
+            self._receive_image(frame)  # an image answer: not a link frame (stubimages)
         elif link_seq is None:
             assert isinstance(frame, Publication)
             self._on_replayed(frame, now)
@@ -581,6 +594,7 @@ class SubscriberStub(SourceRepairing):
         last_delivered = self._last_delivered
         stats = self._stats
         events = self._events
+        floors = self._image_floor
         while True:
             frame = buffer.pop(expected, None)
             if frame is not None:
@@ -588,6 +602,8 @@ class SubscriberStub(SourceRepairing):
                 if type(frame) is not Publication:
                     self._consume(frame)
                 elif frame.source_seq > last_delivered.get(frame.source, 0):
+                    if floors and self._covered(frame):
+                        continue  # an image delivered holds it (stubimages)
                     # _deliver, inlined: a repair drains thousands of frames at a time
                     last_delivered[frame.source] = frame.source_seq
                     stats.delivered += 1
@@ -627,9 +643,13 @@ class SubscriberStub(SourceRepairing):
             self._stats.heartbeats += 1
 
     def _deliver(self, publication: Publication) -> bool:
+        """Deliver ``publication`` unless its source has it; True when taken (delivered, or
+        covered by an image delivered: consumed all the same)."""
         if publication.source_seq <= self._last_delivered.get(publication.source, 0):
             self._stats.duplicates += 1
             return False
+        if self._image_floor and self._covered(publication):
+            return True
         self._last_delivered[publication.source] = publication.source_seq
         self._stats.delivered += 1
         self._events.append(Delivered(publication))

@@ -29,6 +29,10 @@ class StubStats:
     link_view_lost: int = 0  # frames the link called old and their source proved new
     slots_reopened: int = 0  # originals their source had delivered, in a slot asked for again
     stale_dropped: int = 0  # publications of an older link context (see stub._hold), dropped
+    images_requested: int = 0  # image requests made (stubimages)
+    images_delivered: int = 0  # item images delivered
+    images_outdated: int = 0  # images older than what their source had delivered, not taken
+    image_covered: int = 0  # publications an image delivered held: consumed, not delivered
 
     @property
     def repaired(self) -> int:

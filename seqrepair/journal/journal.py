@@ -450,6 +450,16 @@ class Journal:
             )
         return self._fold(topic, chain)
 
+    def page_back(self, source: str, through: int, count: int) -> tuple[int, list[Publication]]:
+        """At most ``count`` of ``source``'s publications numbered ``through`` and below,
+        newest first, with the number retention has trimmed through (what the journal no
+        longer holds below them). One round trip: the bounded step of a backward scan
+        (:mod:`seqrepair.journal.imagefold`)."""
+        check_source(source)
+        check_seq(through, "through", low=1)
+        _, trimmed, rows = self._page(source, "-", entry_id(through), count, reverse=True)
+        return trimmed, self._decode_rows(source, rows)
+
     @staticmethod
     def _fold(topic: str, newest_first: list[Publication]) -> ItemImage | None:
         cache = ImageCache()

@@ -1,0 +1,154 @@
+"""The subscriber stub's image requests, a part of :class:`~seqrepair.core.stub.SubscriberStub`.
+
+See :mod:`seqrepair.core.snapshot` for the exchange. The stub numbers its image requests,
+keeps the ones unanswered (:meth:`ImageResyncing.pending_images`: an adapter sends them again
+after a reconnect) and takes only answers to them. An image current as of ``as_of`` for
+(source, item) is delivered unless its source has delivered past ``as_of`` (then publications
+of the item after ``as_of`` may have been delivered already: :class:`ImageOutdated`, ask
+again). From then on the item has an *image floor*: a publication of that source and item
+numbered at or below ``as_of`` is *covered*: consumed for its source's order (the source's last
+delivered number moves to it, so nothing after it waits and repair does not ask for it) but
+not delivered, the image holds it. Publications of the source's other items are untouched.
+
+Floors are kept only while they can matter: once a source has delivered (or covered) through
+the highest floor it has, every floor of it is passed and forgotten, so the floors held are
+those of images whose source the link has not yet caught up with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from seqrepair.core.errors import InvalidMessageError
+from seqrepair.core.messages import Publication
+from seqrepair.core.snapshot import (
+    ImageComplete,
+    ImageDelivered,
+    ImageFrame,
+    ImageOutdated,
+    ImageRequest,
+    ImageResynced,
+    RequestImage,
+)
+from seqrepair.core.stubstats import StubStats
+
+if TYPE_CHECKING:
+    from seqrepair.core.events import Event
+
+MAX_PENDING_IMAGES = 16
+"""How many image requests a stub waits for at once; a newer one forgets the oldest (whose
+answers are then dropped as stray: ask again)."""
+
+
+class ImageResyncing:
+    """Image requests for :class:`~seqrepair.core.stub.SubscriberStub`, which defines the state
+    declared here (attrs fields)."""
+
+    _stats: StubStats
+    _last_delivered: dict[str, int]
+    _events: list[Event]
+    _image_ids: int
+    _image_asked: dict[int, ImageRequest]
+    _image_topics: dict[int, set[str]]
+    # per source, per topic, the number the delivered image is current as of
+    _image_floor: dict[str, dict[str, int]]
+    _image_top: dict[str, int]  # per source, its highest floor
+
+    def request_image(
+        self, topics: Sequence[str] = (), patterns: Sequence[str] = (),
+        sources: Sequence[str] = (),
+    ) -> list[Event]:
+        """Ask for the current image of ``topics`` and of the items matching ``patterns`` (of
+        ``sources`` only, when given): returns the :class:`RequestImage` to send. Raises
+        :class:`InvalidMessageError` for a request that cannot be made (no topic nor pattern,
+        a malformed one, too many); the stub is then unchanged."""
+        request = ImageRequest(tuple(topics), tuple(patterns), tuple(sources),
+                               request_id=self._image_ids + 1)
+        self._image_ids += 1
+        if len(self._image_asked) >= MAX_PENDING_IMAGES:
+            oldest = next(iter(self._image_asked))
+            del self._image_asked[oldest]
+            self._image_topics.pop(oldest, None)
+        self._image_asked[self._image_ids] = request
+        self._image_topics[self._image_ids] = set()
+        self._stats.images_requested += 1
+        return [RequestImage(request)]
+
+    def pending_images(self) -> list[ImageRequest]:
+        """The image requests not yet answered, oldest first (send them again after a lost
+        connection: an answer cut short by it never ends)."""
+        return list(self._image_asked.values())
+
+    @property
+    def image_floors(self) -> int:
+        """How many (source, item) image floors the stub holds now."""
+        return sum(len(topics) for topics in self._image_floor.values())
+
+    def _on_image(self, frame: ImageFrame) -> None:
+        answered = self._image_topics.get(frame.request_id) if frame.request_id else None
+        if answered is None:
+            self._stats.stray_dropped += 1
+            return
+        pub = frame.publication
+        source, topic, as_of = pub.source, pub.topic, pub.source_seq
+        delivered = self._last_delivered.get(source, 0)
+        floor = self._image_floor.get(source, {}).get(topic, 0)
+        if as_of <= floor:  # an image as current already delivered (a request sent again)
+            self._stats.duplicates += 1
+            return
+        if as_of < delivered:
+            self._stats.images_outdated += 1
+            self._events.append(ImageOutdated(pub, delivered))
+            return
+        answered.add(topic)
+        if as_of > delivered:  # else the source is through it already: nothing to cover
+            self._image_floor.setdefault(source, {})[topic] = as_of
+            if as_of > self._image_top.get(source, 0):
+                self._image_top[source] = as_of
+        self._stats.images_delivered += 1
+        self._events.append(ImageDelivered(pub, frame.request_id))
+
+    def _on_image_complete(self, complete: ImageComplete) -> None:
+        request_id = complete.request_id
+        request = self._image_asked.pop(request_id, None) if request_id is not None else None
+        if request is None:
+            self._stats.stray_dropped += 1
+            return
+        topics = self._image_topics.pop(request_id, set()) if request_id is not None else set()
+        self._events.append(ImageResynced(request, dict(complete.as_of), frozenset(topics),
+                                          complete.partial))
+
+    def _covered(self, publication: Publication) -> bool:
+        """Whether an image delivered holds ``publication`` (new for its source): it is then
+        consumed for its source's order and not delivered. Forgets the source's floors once
+        its last delivered number has passed them all."""
+        source = publication.source
+        floors = self._image_floor.get(source)
+        if floors is None:
+            return False
+        seq = publication.source_seq
+        covered = seq <= floors.get(publication.topic, 0)
+        if covered:
+            self._last_delivered[source] = seq
+            self._stats.image_covered += 1
+        if max(seq, self._last_delivered.get(source, 0)) >= self._image_top[source]:
+            # every floor of the source is at or below what it has consumed (this one counted
+            # once the caller delivers it): the source order drops all they would cover
+            del self._image_floor[source]
+            del self._image_top[source]
+        return covered
+
+    def _check_image(self, frame: object) -> bool:
+        """Whether ``frame`` is part of an image answer (validated by its type)."""
+        if isinstance(frame, ImageFrame | ImageComplete):
+            return True
+        return False
+
+    def _receive_image(self, frame: object) -> None:
+        if isinstance(frame, ImageFrame):
+            self._on_image(frame)
+        elif isinstance(frame, ImageComplete):
+            self._on_image_complete(frame)
+        else:  # pragma: no cover - _check_image said so
+            raise InvalidMessageError("not an image answer", got=type(frame).__name__)
