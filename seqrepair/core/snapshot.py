@@ -21,7 +21,7 @@ named in :attr:`ImageComplete.partial`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -73,7 +73,11 @@ def _sources(value: object) -> tuple[str, ...]:
     return _strings(value, "sources", MAX_IMAGE_SOURCES)
 
 
-def _request_id(_instance: object, _attribute: object, value: object) -> None:
+def _str_tuple(value: Iterable[str]) -> tuple[str, ...]:
+    return tuple(value)
+
+
+def _request_id(_instance: object, _attribute: object, value: Any) -> None:
     if value is not None and (type(value) is not int or not 0 <= value < 1 << 64):
         raise InvalidMessageError("request_id must be an integer 0..2^64-1",
                                   expected="ulong", got=value)
@@ -106,7 +110,7 @@ class ImageRequest:
         )
 
 
-def _image_publication(_instance: object, _attribute: object, value: object) -> None:
+def _image_publication(_instance: object, _attribute: object, value: Any) -> None:
     if not isinstance(value, Publication) or value.ptype not in IMAGE_PTYPES:
         raise InvalidMessageError(
             "an image answer is a Publication of type image, update (partial) or drop",
@@ -145,7 +149,7 @@ class ImageComplete:
 
     as_of: Mapping[str, int] = attrs.field(converter=_source_numbers)
     request_id: int | None = attrs.field(default=None, validator=_request_id)
-    partial: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    partial: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
 
     def __hash__(self) -> int:
         return hash((frozenset(self.as_of.items()), self.request_id, self.partial))

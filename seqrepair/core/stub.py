@@ -90,8 +90,8 @@ from seqrepair.core.messages import (
 from seqrepair.core.overdue import MissedCount, OverduePolicy, parse_overdue_policy
 from seqrepair.core.runs import Run, scan_run
 from seqrepair.core.sequence import RESET, SequenceSpace
-from seqrepair.core.sourcerepair import SourceRepair
 from seqrepair.core.snapshot import ImageRequest
+from seqrepair.core.sourcerepair import SourceRepair
 from seqrepair.core.stubimages import ImageResyncing
 from seqrepair.core.stubrepair import SourceRepairing
 from seqrepair.core.stubstats import StubStats

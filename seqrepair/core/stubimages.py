@@ -141,9 +141,7 @@ class ImageResyncing:
 
     def _check_image(self, frame: object) -> bool:
         """Whether ``frame`` is part of an image answer (validated by its type)."""
-        if isinstance(frame, ImageFrame | ImageComplete):
-            return True
-        return False
+        return isinstance(frame, ImageFrame | ImageComplete)
 
     def _receive_image(self, frame: object) -> None:
         if isinstance(frame, ImageFrame):

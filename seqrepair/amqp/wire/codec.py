@@ -32,6 +32,11 @@ from seqrepair.amqp.wire.framing import (
     SourceUnwrapper,
     encode_frame,
 )
+from seqrepair.amqp.wire.imagewire import (
+    decode_image_message,
+    encode_image_message,
+    plain_value,
+)
 from seqrepair.amqp.wire.rawamqp import PackedMessage, encode_value
 from seqrepair.amqp.wire.technical import (
     DEFAULT_LINK_BITS,
@@ -56,6 +61,7 @@ from seqrepair.core.messages import (
     ReplayComplete,
     SourceGapRequest,
 )
+from seqrepair.core.snapshot import ImageComplete, ImageFrame, ImageRequest
 
 MAX_RANGES = 256
 """The most link ranges one GAP-REQUEST may carry."""
@@ -65,13 +71,13 @@ _MAX_ULONG = (1 << 64) - 1
 NOT_REQUESTS = frozenset({
     MessageType.PUBLICATION, MessageType.PUBLICATIONS, MessageType.HEARTBEAT,
     MessageType.SUBSCRIPTION, MessageType.GAP_ERROR, MessageType.REPLAY_COMPLETE,
+    MessageType.IMAGE, MessageType.IMAGE_COMPLETE,
 })
 """Message types refused on the requests address: link frames and answers."""
 
 
 # --------------------------------------------------------------------------------------------
 # small validated readers
-
 
 def _optional_count(value: Any, name: str) -> int | None:
     return None if value is None else _int(value, name, low=1)
@@ -134,25 +140,6 @@ def _properties(message: Message) -> Mapping[Any, Any]:
 def _map(value: object, name: str) -> Mapping[Any, Any]:
     if not isinstance(value, Mapping):
         raise MalformedMessageError(f"{name} must be an AMQP map", expected="map", got=value)
-    return value
-
-
-def plain_value(value: Any) -> Any:
-    """Proton's subclasses (symbol, ulong, char...) as plain Python values, recursively."""
-    if value is None or isinstance(value, bool):
-        return value
-    if isinstance(value, str):
-        return str(value)
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, float):
-        return float(value)
-    if isinstance(value, memoryview | bytearray):
-        return bytes(value)
-    if isinstance(value, Mapping):
-        return {plain_value(k): plain_value(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [plain_value(v) for v in value]
     return value
 
 
@@ -219,6 +206,8 @@ def encode(obj: Decoded) -> Message:
     """A request, response or technical message (not a link frame batch)."""
     if isinstance(obj, Publication | Heartbeat):
         return encode_frame(obj)
+    if isinstance(obj, ImageRequest | ImageFrame | ImageComplete):  # imagewire.py
+        return encode_image_message(obj)
     if isinstance(obj, GapRequest):
         return Message(
             properties={
@@ -606,6 +595,8 @@ class Decoder:
     def _other(
         self, mtype: MessageType, props: Mapping[Any, Any], body: Any
     ) -> Decoded | list[GapRequest]:
+        if mtype in (MessageType.SNAPSHOT, MessageType.IMAGE, MessageType.IMAGE_COMPLETE):
+            return decode_image_message(mtype, props, body)
         try:
             if mtype is MessageType.GAP_REQUEST:
                 # the properties are the first range, always; a body adds the others

@@ -21,6 +21,7 @@ from seqrepair.core.messages import (
     ReplayComplete,
     SourceGapRequest,
 )
+from seqrepair.core.snapshot import ImageComplete, ImageFrame, ImageRequest
 
 MESSAGE_TYPE = "message-type"
 DEFAULT_SOURCE_BITS = 32
@@ -42,6 +43,9 @@ class MessageType(enum.StrEnum):
     REPLAY_COMPLETE = "REPLAY-COMPLETE"
     CAPABILITIES = "CAPABILITIES"
     ACK = "ACK"
+    SNAPSHOT = "SNAPSHOT"
+    IMAGE = "IMAGE"
+    IMAGE_COMPLETE = "IMAGE-COMPLETE"
 
 
 @attrs.frozen
@@ -119,6 +123,9 @@ Decoded = (
     | Capabilities
     | SubscriptionState
     | Ack
+    | ImageRequest
+    | ImageFrame
+    | ImageComplete
 )
 """Everything :meth:`Decoder.decode` can return."""
 
