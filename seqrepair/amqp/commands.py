@@ -280,6 +280,18 @@ def register(subparsers: Any) -> None:
                           "there (sources it lacks from their first number); a durable "
                           "subscriber drops what the file already has, so a restart after a "
                           "kill -9 writes each publication once")
+    sub.add_argument("--on-overdue", choices=["request", "wait", "disconnect"],
+                     default="request",
+                     help="when heartbeats are overdue, besides alerting: request the next "
+                          "number (a probe), wait, or disconnect and attach again (default: "
+                          "request)")
+    sub.add_argument("--resync-on-unrecoverable", action="store_true",
+                     help="on an Unrecoverable, ask for the current images of the items it "
+                          "names, else of every item of its source (images go to the output "
+                          "as lines with \"image\": true)")
+    sub.add_argument("--images", metavar="FILE",
+                     help="keep the item images of what is delivered and write them here (JSON "
+                          "lines: topic, fields, partial) every second and at the end")
     add_client_security(sub)
     sub.set_defaults(func=_subscribe)
 

@@ -19,8 +19,8 @@ from proton import symbol
 from seqrepair.amqp.client.runner import PublisherRunner
 from seqrepair.amqp.wire.backoff import Backoff
 from seqrepair.amqp.wire.batchsize import fitting
-from seqrepair.amqp.wire.codec import plain_value
 from seqrepair.amqp.wire.errors import OversizedMessageError, PublishRejectedError
+from seqrepair.amqp.wire.framing import plain_value
 from seqrepair.amqp.wire.security import NO_CLIENT_SECURITY, ClientSecurity
 from seqrepair.core.errors import SeqRepairError
 from seqrepair.core.messages import Publication, PublishType

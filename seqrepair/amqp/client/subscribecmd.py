@@ -16,7 +16,26 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from seqrepair.amqp.client.publishcmd import report_error
+from seqrepair.core.image import ImageCache
 from seqrepair.core.messages import Publication
+
+
+def write_images(cache: ImageCache, path: Path) -> None:
+    """``cache`` as JSON lines ``{"topic", "fields", "partial"}`` in topic order, replacing
+    ``path`` whole (written beside it, then renamed)."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        for topic in cache:
+            entry = cache.entry(topic)
+            assert entry is not None
+            fields = {k: (v.hex() if isinstance(v, bytes) else v) for k, v in entry.fields.items()}
+            fh.write(json.dumps({"topic": topic, "fields": fields, "partial": entry.partial})
+                     + "\n")
+    tmp.replace(path)
+
+
+IMAGES_EVERY = 1.0
+"""Seconds between writes of ``--images``."""
 
 
 def publication_record(pub: Publication) -> dict[str, Any]:
@@ -49,6 +68,8 @@ def subscribe_command(args: argparse.Namespace) -> int:
         acknowledge=False,  # taken once flushed to --output (see Sink.flush)
         durable=False if args.no_durable else None,
         security=ClientSecurity.from_args(args),
+        overdue_policy=args.on_overdue, on_image=sink.write_image,
+        resync_on_unrecoverable=args.resync_on_unrecoverable,
     )
     sink.taken = subscriber.acknowledge if subscriber.durable else None
     if args.resume and args.output and Path(args.output).exists():
@@ -87,6 +108,12 @@ class Sink:
         """Told, after each flush, the last number per source the output now holds (the
         subscriber's acknowledgement: a kill -9 after it loses none of those lines)."""
         self._unflushed: dict[str, int] = {}
+        self.images: ImageCache | None = None
+        """The item images of what was delivered (``--images``), written by :meth:`save_images`."""
+        self.images_file: Path | None = None
+        if getattr(args, "images", None):
+            self.images, self.images_file = ImageCache(), Path(args.images)
+        self._images_saved = time.monotonic()
         self.written: dict[str, int] = {}
         self.already_written = 0
         """Per source, the last number the output held when it started (``--resume``):
@@ -102,6 +129,31 @@ class Sink:
         self._unflushed[pub.source] = pub.source_seq
         self.n += 1
         self.last = time.monotonic()
+        if self.images is not None:
+            self.images.apply(pub)
+
+    def write_image(self, pub: Publication) -> None:
+        """An image the subscriber asked for: a line marked ``"image": true`` (its
+        ``source_seq`` the number it is current as of; not a position: ``--resume`` and the
+        acknowledgements pass it over), and into ``--images``."""
+        record = publication_record(pub)
+        record["image"] = True
+        self.out.write(json.dumps(record) + "\n")
+        self.last = time.monotonic()
+        if self.images is not None:
+            self.images.apply(pub)
+
+    def save_images(self, force: bool = False) -> None:
+        """Write ``--images`` (at most every :data:`IMAGES_EVERY` s unless ``force``): one
+        JSON line per item, in topic order, written to a temporary file then renamed, so the
+        file is always whole."""
+        if self.images is None or self.images_file is None:
+            return
+        now = time.monotonic()
+        if not force and now - self._images_saved < IMAGES_EVERY:
+            return
+        self._images_saved = now
+        write_images(self.images, self.images_file)
 
     def flush(self) -> None:
         """Hand what was written to the operating system, then acknowledge it."""
@@ -138,10 +190,12 @@ def run_subscriber(subscriber: Any, sink: Sink, args: argparse.Namespace) -> Non
 
         def stop() -> bool:
             sink.flush()  # every tick: what the output holds is acknowledged
+            sink.save_images()
             return terminated.is_set() or sink.stop_when(connected is None or connected.is_set())
 
         subscriber.run(stop_when=stop)
     sink.out.flush()
+    sink.save_images(force=True)
     stats: dict[str, Any] = dict(subscriber.stats().as_dict())
     stats["unrecoverable_events"] = [str(u) for u in subscriber.unrecoverable]
     if args.resume:
@@ -167,6 +221,8 @@ def resume_after(path: Path) -> dict[str, int]:
     for line in data[:end].splitlines():
         if line.strip():
             record = json.loads(line)
+            if record.get("image"):
+                continue  # an image's number is no position (Sink.write_image)
             after[record["source"]] = max(after.get(record["source"], 0), record["source_seq"])
     return after
 

@@ -82,6 +82,16 @@ from seqrepair.core.messages import (
     Publication,
     ReplayComplete,
 )
+from seqrepair.core.overdue import OverduePolicy
+from seqrepair.core.snapshot import (
+    ImageComplete,
+    ImageDelivered,
+    ImageFrame,
+    ImageOutdated,
+    ImageRequest,
+    ImageResynced,
+    RequestImage,
+)
 from seqrepair.core.stub import SubscriberStub
 from seqrepair.logs import get_logger
 
@@ -95,7 +105,7 @@ def is_durable(durable: bool | None, link_name: str | None, address: str) -> boo
     return link_name is not None or address.startswith(SUBSCRIPTION_PREFIX)
 
 
-_FRAMES = (Publication, Heartbeat, GapError, ReplayComplete)
+_FRAMES = (Publication, Heartbeat, GapError, ReplayComplete, ImageFrame, ImageComplete)
 """What the subscriber's stub receives."""
 
 class Subscriber(SubscriberRunner):
@@ -131,6 +141,15 @@ class Subscriber(SubscriberRunner):
     with :meth:`start` without one, to ``for pub in subscriber``: at most ``max_queued`` wait
     there for the reader, then the subscriber waits too (a slow reader is a slow subscriber:
     the component pauses its link and repairs it later), so memory stays bounded.
+
+    Images (:meth:`request_image`, :mod:`seqrepair.core.snapshot`) go to ``on_image``, or
+    without one the way deliveries go: a publication whose ``source_seq`` is the number it is
+    current as of, never counted as taken (it moves no durable position).
+    ``resync_on_unrecoverable``: on an :class:`Unrecoverable`, ask for the images of the items
+    it names, else of every item of its source the link may see (every item, for a source it
+    does not name). ``overdue_policy``: what a silent link makes the stub do besides alerting
+    (``request`` a probe, ``wait``, ``disconnect`` and attach again; see
+    :mod:`seqrepair.core.overdue`).
     """
 
     def __init__(
@@ -159,6 +178,9 @@ class Subscriber(SubscriberRunner):
         max_message_size: int = DEFAULT_MAX_RECEIVED,
         ack: bool = True, durable: bool | None = None, acknowledge: bool = True,
         security: ClientSecurity = NO_CLIENT_SECURITY,
+        overdue_policy: OverduePolicy | str = OverduePolicy.REQUEST,
+        on_image: Callable[[Publication], None] | None = None,
+        resync_on_unrecoverable: bool = False,
     ) -> None:
         super().__init__(credit=credit, reconnect_delay=reconnect_delay,
                          max_reconnect_delay=max_reconnect_delay, max_queued=max_queued)
@@ -180,7 +202,7 @@ class Subscriber(SubscriberRunner):
         self.on_event = on_event
         self.numbering = FollowedNumbering(self.link_name, bits, heartbeat_interval, {
             "missed_heartbeats": missed_heartbeats, "nak_delay": nak_delay,
-            "max_buffer": max_buffer,
+            "max_buffer": max_buffer, "overdue_policy": overdue_policy,
         }, taken=self.taken)
         self.stub: SubscriberStub = self.numbering.first_stub()
         self.decoder = Decoder(link_bits=self.stub.bits)
@@ -194,6 +216,12 @@ class Subscriber(SubscriberRunner):
         self.report = SubscriberReport()
         self.capabilities: Capabilities | None = None
         self.unrecoverable: list[Unrecoverable] = []
+        self.on_image = on_image
+        self.resync_on_unrecoverable = resync_on_unrecoverable
+        self.resyncs: list[ImageResynced] = []
+        """The image requests answered, oldest first."""
+        self._image_asks: deque[ImageRequest] = deque()  # from other threads (request_image)
+        self._images_handed: set[int] = set()  # ids of images queued for the iterator
         self._ids = itertools.count(1)
         self._outbox: deque[Outgoing] = deque()
         self._receiver: Any = None
@@ -206,6 +234,26 @@ class Subscriber(SubscriberRunner):
         self.log = log.bind(link=self.link_name, topic=address)
 
     # --- public API ---------------------------------------------------------------------
+
+    def request_image(
+        self, topics: Sequence[str] = (), patterns: Sequence[str] = (),
+        sources: Sequence[str] = (),
+    ) -> None:
+        """Ask the component for the current image of ``topics`` and of the items matching
+        ``patterns`` (of ``sources`` only, when given); safe from any thread. The images come
+        to ``on_image`` (see the class), then an :class:`ImageResynced` to ``on_event`` and
+        :attr:`resyncs`. Raises :class:`InvalidMessageError` at once for a request that
+        cannot be made (no topic nor pattern, a malformed one, too many)."""
+        self._image_asks.append(ImageRequest(tuple(topics), tuple(patterns), tuple(sources)))
+        if self._injector is not None:
+            self._injector.trigger(ApplicationEvent("seqrepair_image"))
+
+    def on_seqrepair_image(self, event: Any) -> None:
+        """Image requests made (:meth:`request_image`): ask the stub, send them."""
+        while self._image_asks:
+            asked = self._image_asks.popleft()
+            self._perform(self.stub.request_image(asked.topics, asked.patterns, asked.sources))
+        self._flush()
 
     def drop_connection(self) -> None:
         """Tear down the transport abruptly (tests: a lost connection); it reconnects."""
@@ -295,6 +343,10 @@ class Subscriber(SubscriberRunner):
             self._enter_epoch(None if epoch is None else str(epoch))
             if self._accepted(event.link):
                 self.connected.set()
+            for asked in self.stub.pending_images():  # an answer cut off by a lost connection
+                self._request(encode(asked))
+            if self._image_asks:
+                self.on_seqrepair_image(None)
         self._flush()
 
     def on_sendable(self, event: Any) -> None:
@@ -389,6 +441,7 @@ class Subscriber(SubscriberRunner):
 
     def _perform(self, events: list[Event]) -> None:
         gaps = []
+        lost: list[Unrecoverable] = []
         for ev in events:
             if isinstance(ev, DeliveredRun):
                 for publication in ev.publications:
@@ -406,8 +459,26 @@ class Subscriber(SubscriberRunner):
                 self._request(encode(ev.request))
             elif isinstance(ev, Unrecoverable):
                 self.unrecoverable.append(ev)
+                lost.append(ev)
                 self.log.warning("unrecoverable", source=ev.source, after=ev.after,
-                                 reason=ev.reason, link_from=ev.link_from, link_to=ev.link_to)
+                                 reason=ev.reason, link_from=ev.link_from, link_to=ev.link_to,
+                                 items=ev.items)
+            elif isinstance(ev, RequestImage):
+                self.log.info("image requested", topics=ev.request.topics,
+                              patterns=ev.request.patterns, sources=ev.request.sources,
+                              request_id=ev.request.request_id)
+                self._request(encode(ev.request))
+            elif isinstance(ev, ImageDelivered):
+                self._deliver_image(ev.publication)
+            elif isinstance(ev, ImageResynced):
+                self.resyncs.append(ev)
+                self.log.info("images received", request_id=ev.request.request_id,
+                              items=len(ev.topics), as_of=dict(ev.as_of),
+                              partial=list(ev.partial))
+            elif isinstance(ev, ImageOutdated):  # overtaken by the stream: ask again
+                self.log.info("image outdated, asked again", topic=ev.publication.topic)
+                self._perform(self.stub.request_image([ev.publication.topic],
+                                                      sources=[ev.publication.source]))
             elif isinstance(ev, LinkReset):
                 self.log.info("link reset", abandoned=ev.abandoned)
             elif isinstance(ev, HeartbeatOverdue):
@@ -420,6 +491,37 @@ class Subscriber(SubscriberRunner):
                 self.on_event(ev)
         for start in range(0, len(gaps), 256):
             self._request(encode_gap_requests(gaps[start : start + 256]))
+        if lost and self.resync_on_unrecoverable:
+            self._resync(lost)
+
+    def _resync(self, lost: list[Unrecoverable]) -> None:
+        """Ask for the images of what ``lost`` (one call's Unrecoverable events) affects:
+        the items they name, else every item of their sources the link may see (the
+        component filters by the link's entitlement: ``/#`` asks for exactly those)."""
+        sources = [] if any(u.source is None for u in lost) else sorted(
+            {u.source for u in lost if u.source is not None})
+        if all(u.items is not None for u in lost):
+            topics = sorted({t for u in lost for t in u.items or ()})
+            if topics:
+                self._perform(self.stub.request_image(topics, sources=sources))
+            return
+        self._perform(self.stub.request_image(patterns=["/#"], sources=sources))
+
+    def _deliver_image(self, publication: Publication) -> None:
+        """An image to ``on_image``, else where deliveries go; never counted as taken."""
+        if self.on_image is not None:
+            self.on_image(publication)
+        elif self.on_publication is not None:
+            self.on_publication(publication)
+        elif self._thread is not None:
+            self._images_handed.add(id(publication))
+            self._queue.put(publication, self._stopped)
+
+    def _taken(self, publication: Publication) -> None:
+        if id(publication) in self._images_handed:  # an image moves no position
+            self._images_handed.discard(id(publication))
+            return
+        super()._taken(publication)
 
     def _request(self, message: Outgoing) -> None:
         message.id = next(self._ids)

@@ -55,6 +55,7 @@ from seqrepair.core.messages import (
 )
 from seqrepair.core.permissions import Entitlement
 from seqrepair.core.sequencers import LinkSequencer
+from seqrepair.core.snapshot import ImageComplete, ImageFrame
 from seqrepair.core.window import LinkWindow
 from seqrepair.logs import get_logger
 
@@ -71,7 +72,7 @@ def _new_epoch() -> str:
     return secrets.token_hex(6)
 
 
-AnswerFrame = Publication | Heartbeat | ReplayComplete | GapError
+AnswerFrame = Publication | Heartbeat | ReplayComplete | GapError | ImageFrame | ImageComplete
 
 ANSWERS_PER_TURN = 16
 """How many transfers of answers one :meth:`ResponseRoute.pump` makes. The component does not
@@ -251,7 +252,8 @@ class ResponseRoute:
 
     def _read_chunk(self, stream: _Stream) -> None:
         chunk: list[Publication | Heartbeat] = []
-        closing: ReplayComplete | GapError | None = None
+        closing: Any = None
+        single: ImageFrame | None = None
         for frame in stream.frames:
             if frame is None:
                 break  # a journal slice read: the rest on the next step
@@ -259,8 +261,11 @@ class ResponseRoute:
                 chunk.append(frame)
                 if len(chunk) >= self.max_batch:
                     break
+            elif isinstance(frame, ImageFrame):
+                single = frame  # an IMAGE goes in a transfer of its own (component/images.py)
+                break
             else:
-                closing = frame  # ReplayComplete or a GapError ends the answer
+                closing = frame  # ReplayComplete, a GapError or an ImageComplete ends it
                 break
         else:
             stream.done = True
@@ -279,6 +284,8 @@ class ResponseRoute:
                     _finish(encode_frames([frame], self.source_bits), correlation_id, cookie)
                     for frame in chunk
                 )
+        if single is not None:
+            stream.ready.append(_finish(encode(single), correlation_id, cookie))
         if closing is not None:
             stream.ready.append(_finish(encode(closing), correlation_id, cookie))
 

@@ -19,6 +19,7 @@ from proton import Data, Delivery, Message
 from seqrepair.amqp.component.ackdispatch import receive_ack
 from seqrepair.amqp.component.authz import effective_principal, visible_sources
 from seqrepair.amqp.component.fairness import check_replay_room
+from seqrepair.amqp.component.images import answer_image
 from seqrepair.amqp.component.links import ResponseRoute, SubscriberLink
 from seqrepair.amqp.component.routing import route_for
 from seqrepair.amqp.wire.codec import encode
@@ -37,6 +38,7 @@ from seqrepair.amqp.wire.technical import (
 from seqrepair.amqp.wire.vocabulary import LINK_PREFIX, PROP_LINK, is_ack, plain_properties
 from seqrepair.core.messages import GapError, GapRequest, PublishType, SourceGapRequest
 from seqrepair.core.permissions import Entitlement
+from seqrepair.core.snapshot import ImageRequest
 
 if TYPE_CHECKING:
     from seqrepair.amqp.component.component import Component
@@ -113,7 +115,7 @@ def on_request(
     for request in requests:
         if isinstance(request, CapabilitiesRequest):
             route.respond(encode(component.capabilities(principal)), correlation, cookie)
-        elif isinstance(request, GapRequest | SourceGapRequest):
+        elif isinstance(request, GapRequest | SourceGapRequest | ImageRequest):
             link = component.links.get(str(name)) if name else None
             if (
                 link is None
@@ -122,7 +124,10 @@ def on_request(
                 or component.principals.get(link.name) != principal
             ):
                 raise UnknownAddressError(f"no link {name!r} on this connection", got=name)
-            answer_gap(component, link, route, request, correlation, cookie)
+            if isinstance(request, ImageRequest):  # SNAPSHOT (images.py)
+                answer_image(component, link, route, request, correlation, cookie)
+            else:
+                answer_gap(component, link, route, request, correlation, cookie)
         else:
             raise UnknownMessageTypeError(
                 f"{type(request).__name__} is not a request", got=type(request).__name__

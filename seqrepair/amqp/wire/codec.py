@@ -31,12 +31,9 @@ from seqrepair.amqp.wire.framing import (
     PTYPE_BY_NAME,
     SourceUnwrapper,
     encode_frame,
-)
-from seqrepair.amqp.wire.imagewire import (
-    decode_image_message,
-    encode_image_message,
     plain_value,
 )
+from seqrepair.amqp.wire.imagewire import decode_image_message, encode_image_message
 from seqrepair.amqp.wire.rawamqp import PackedMessage, encode_value
 from seqrepair.amqp.wire.technical import (
     DEFAULT_LINK_BITS,

@@ -388,3 +388,22 @@ def encode_frames(
             body=body,
             properties={MESSAGE_TYPE: MessageType.PUBLICATIONS.value, "count": ulong(len(body))},
         )
+
+
+def plain_value(value: Any) -> Any:
+    """Proton's subclasses (symbol, ulong, char...) as plain Python values, recursively."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, memoryview | bytearray):
+        return bytes(value)
+    if isinstance(value, Mapping):
+        return {plain_value(k): plain_value(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain_value(v) for v in value]
+    return value

@@ -31,25 +31,6 @@ _MAX = (1 << 64) - 1
 ImageMessage = ImageRequest | ImageFrame | ImageComplete
 
 
-def plain_value(value: Any) -> Any:
-    """Proton's subclasses (symbol, ulong, char...) as plain Python values, recursively."""
-    if value is None or isinstance(value, bool):
-        return value
-    if isinstance(value, str):
-        return str(value)
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, float):
-        return float(value)
-    if isinstance(value, memoryview | bytearray):
-        return bytes(value)
-    if isinstance(value, Mapping):
-        return {plain_value(k): plain_value(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [plain_value(v) for v in value]
-    return value
-
-
 def _request_id(props: dict[str, Any], request_id: int | None) -> dict[str, Any]:
     if request_id is not None:
         props[REQUEST_ID] = ulong(request_id)

@@ -1,0 +1,82 @@
+"""Image requests at the component: ``SNAPSHOT`` answered from the journal (WIRE.md "Image
+requests").
+
+The answer is a lazy :class:`~seqrepair.journal.imagefold.ImageFold` queued on the asking data
+link's own route, read a journal page per repair turn (:mod:`.fairness`), one ``IMAGE`` per
+transfer, then one ``IMAGE-COMPLETE``. Each source's ``as_of`` is its journal high-water read
+when the request is taken. Everything the link sent before the answer was fanned out before the
+request, so it is at or below ``as_of``; while the answer waits to be read no live frame goes
+out on the link (answers first, :meth:`SubscriberLink.pump`), so the stub never holds a
+publication of an item newer than the image it gets, and takes what comes after it numbered at
+or below ``as_of`` as covered by the image (:mod:`seqrepair.core.stubimages`).
+
+Only the data link's own route carries the answer: one routed elsewhere (response annotations)
+could be overtaken by the link's live frames, so such a request is refused
+``amqp:not-implemented``. The fold reads what the link's entitlement allows, nothing else.
+At most :data:`MAX_IMAGE_ANSWERS` answers run per connection; a request past that is refused
+``amqp:resource-limit-exceeded`` (ask again later).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from seqrepair.amqp.component.grants import principal_of
+from seqrepair.amqp.component.links import ResponseRoute, SubscriberLink
+from seqrepair.amqp.wire.errors import NotImplementedAnnotationError, RequestFloodError
+from seqrepair.core.snapshot import ImageRequest
+from seqrepair.journal.format import can_name_journal
+from seqrepair.journal.imagefold import ImageFold, ImageStep
+
+if TYPE_CHECKING:
+    from seqrepair.amqp.component.component import Component
+
+MAX_IMAGE_ANSWERS = 4
+"""Image answers in progress per connection."""
+
+
+def answer_image(
+    component: Component,
+    link: SubscriberLink,
+    route: ResponseRoute,
+    request: ImageRequest,
+    correlation: Any,
+    cookie: bytes | None,
+) -> None:
+    """Queue the answer to ``request`` about ``link`` (see the module docstring)."""
+    if route is not link.route:
+        raise NotImplementedAnnotationError(
+            "an image request is answered only on the data link it names (reply-to "
+            "$link/<name>), never routed elsewhere: the link's live frames could overtake it",
+            expected="reply-to $link/<data link>", got=route.target,
+        )
+    conn = route.sender.connection if route.sender is not None else None
+    running = getattr(conn, "seqrepair_image_answers", 0)
+    if running >= MAX_IMAGE_ANSWERS:
+        component.stats["images_refused"] = component.stats.get("images_refused", 0) + 1
+        raise RequestFloodError(
+            f"{MAX_IMAGE_ANSWERS} image answers already run for this connection; ask again "
+            "later", expected=MAX_IMAGE_ANSWERS, got=running)
+    journal = component.gapfill.journal
+    sources = list(request.sources) or journal.sources()
+    marks = journal.high_waters([s for s in sources if can_name_journal(s)])
+    fold = ImageFold(journal, request, {s: hw for s, (hw, _) in marks.items()}, link.allows,
+                     page_size=component.config.replay_page)
+    if conn is not None:
+        conn.seqrepair_image_answers = running + 1
+    component.stats["image_requests"] = component.stats.get("image_requests", 0) + 1
+    link.log.info("image request", topics=len(request.topics), patterns=request.patterns,
+                  request_id=request.request_id, principal=principal_of(conn))
+    route.start_resend(_counted(fold.steps(), conn), correlation, cookie)
+
+
+def _counted(steps: Iterator[ImageStep], conn: Any) -> Iterator[Any]:
+    """The fold's steps; the connection's count of answers in progress drops when it ends
+    (read to its end, or dropped with its route)."""
+    try:
+        yield from steps
+    finally:
+        if conn is not None:
+            conn.seqrepair_image_answers = max(
+                0, getattr(conn, "seqrepair_image_answers", 1) - 1)
