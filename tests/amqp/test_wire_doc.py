@@ -45,6 +45,7 @@ from seqrepair.core.messages import (
     ReplayComplete,
     SourceGapRequest,
 )
+from seqrepair.core.snapshot import ImageComplete, ImageFrame, ImageRequest, image_publication
 from seqrepair.core.topics import TopicPattern, validate_topic
 from seqrepair.journal.server import EmbeddedRedis
 
@@ -189,6 +190,8 @@ def written() -> dict[str, list[Any]]:
     """Per message-type, messages the code writes, with every optional part it can set."""
     requests = [encode(GapRequest(1, 2)), encode_gap_requests([GapRequest(1, 2), GapRequest(5, 6)]),
                 encode(AFTER)]
+    snapshot = encode(ImageRequest(topics=["/w/x"], patterns=["/w/#"], request_id=7))
+    requests.append(snapshot)
     for message in requests:  # what the client adds to every request (client._request)
         message.properties = {**message.properties, vocabulary.PROP_LINK: "data-link"}
     return {
@@ -197,13 +200,17 @@ def written() -> dict[str, list[Any]]:
                          encode_frames([ODD, Heartbeat(12, 3.0, retransmit=True)])],
         "HEARTBEAT": [encode_frame(Heartbeat(3, 2.0, retransmit=True))],
         "GAP-REQUEST": requests[:2],
-        "SOURCE-GAP-REQUEST": requests[2:],
+        "SOURCE-GAP-REQUEST": requests[2:3],
         "GAP-ERROR": [encode(GapError("context-lost", GapRequest(1, 2), "gone")),
                       encode(GapError("trimmed", AFTER, "cut", {"src": 3}))],
         "REPLAY-COMPLETE": [encode(ReplayComplete({"src": 9}, AFTER, more=True))],
         "CAPABILITIES": [encode(CapabilitiesRequest()), encode(CAPS)],
         "SUBSCRIPTION": [encode(SubscriptionState("ACTIVE", "/w/#", "l", "/w/#", epoch="e"))],
         "ACK": [encode(Ack("data-link", "e", 7, {"src": 9})), encode(Ack("data-link", "e"))],
+        "SNAPSHOT": [snapshot],
+        "IMAGE": [encode(ImageFrame(image_publication("/w/x", "src", 9, "image", {"f": 1}, 2.5),
+                                    7))],
+        "IMAGE-COMPLETE": [encode(ImageComplete({"src": 9}, 7, ("/w/y",)))],
     }
 
 
