@@ -61,7 +61,7 @@ class ImageResyncing:
     ) -> list[Event]:
         """Ask for the current image of ``topics`` and of the items matching ``patterns`` (of
         ``sources`` only, when given): returns the :class:`RequestImage` to send. Raises
-        :class:`InvalidMessageError` for a request that cannot be made (no topic nor pattern,
+        a :class:`~seqrepair.core.errors.SeqRepairError` (``InvalidMessageError``, ``InvalidTopicPatternError``) for a request that cannot be made (no topic nor pattern,
         a malformed one, too many); the stub is then unchanged."""
         request = ImageRequest(tuple(topics), tuple(patterns), tuple(sources),
                                request_id=self._image_ids + 1)
