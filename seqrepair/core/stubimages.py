@@ -60,9 +60,9 @@ class ImageResyncing:
         sources: Sequence[str] = (),
     ) -> list[Event]:
         """Ask for the current image of ``topics`` and of the items matching ``patterns`` (of
-        ``sources`` only, when given): returns the :class:`RequestImage` to send. Raises
-        a :class:`~seqrepair.core.errors.SeqRepairError` (``InvalidMessageError``, ``InvalidTopicPatternError``) for a request that cannot be made (no topic nor pattern,
-        a malformed one, too many); the stub is then unchanged."""
+        ``sources`` only, when given): returns the :class:`RequestImage` to send. A request
+        that cannot be made (no topic nor pattern, a malformed one, too many) raises a
+        :class:`~seqrepair.core.errors.SeqRepairError`; the stub is then unchanged."""
         request = ImageRequest(tuple(topics), tuple(patterns), tuple(sources),
                                request_id=self._image_ids + 1)
         self._image_ids += 1

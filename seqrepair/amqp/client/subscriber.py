@@ -242,8 +242,8 @@ class Subscriber(SubscriberRunner):
         """Ask the component for the current image of ``topics`` and of the items matching
         ``patterns`` (of ``sources`` only, when given); safe from any thread. The images come
         to ``on_image`` (see the class), then an :class:`ImageResynced` to ``on_event`` and
-        :attr:`resyncs`. Raises a :class:`~seqrepair.core.errors.SeqRepairError` at once for a request
-        that cannot be made (no topic nor pattern, a malformed one, too many)."""
+        :attr:`resyncs`. A request that cannot be made (no topic nor pattern, a malformed
+        one, too many) raises a :class:`~seqrepair.core.errors.SeqRepairError` at once."""
         self._image_asks.append(ImageRequest(tuple(topics), tuple(patterns), tuple(sources)))
         if self._injector is not None:
             self._injector.trigger(ApplicationEvent("seqrepair_image"))
