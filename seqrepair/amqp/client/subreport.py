@@ -22,6 +22,9 @@ class SubscriberReport:
     unrecoverable: int = 0
     sources_abandoned: int = 0  # source repairs refused or given up (see Unrecoverable events)
     link_view_lost: int = 0  # frames the link called old and their source proved new
+    images_requested: int = 0  # image requests made (SNAPSHOT)
+    images_delivered: int = 0  # item images handed to the application
+    image_covered: int = 0  # publications an image held: consumed, not delivered
     connections: int = 0
     disconnections: int = 0
     paused: int = 0
@@ -44,4 +47,7 @@ class SubscriberReport:
         self.unrecoverable = stats.unrecoverable
         self.sources_abandoned = stats.sources_abandoned
         self.link_view_lost = stats.link_view_lost
+        self.images_requested = stats.images_requested
+        self.images_delivered = stats.images_delivered
+        self.image_covered = stats.image_covered
         return self

@@ -108,6 +108,7 @@ class Sink:
         """Told, after each flush, the last number per source the output now holds (the
         subscriber's acknowledgement: a kill -9 after it loses none of those lines)."""
         self._unflushed: dict[str, int] = {}
+        self._image_lines = False  # image lines written and not yet flushed
         self.images: ImageCache | None = None
         """The item images of what was delivered (``--images``), written by :meth:`save_images`."""
         self.images_file: Path | None = None
@@ -139,6 +140,7 @@ class Sink:
         record = publication_record(pub)
         record["image"] = True
         self.out.write(json.dumps(record) + "\n")
+        self._image_lines = True
         self.last = time.monotonic()
         if self.images is not None:
             self.images.apply(pub)
@@ -158,6 +160,9 @@ class Sink:
     def flush(self) -> None:
         """Hand what was written to the operating system, then acknowledge it."""
         if not self._unflushed:
+            if self._image_lines:
+                self._image_lines = False
+                self.out.flush()
             return
         self.out.flush()
         written, self._unflushed = self._unflushed, {}
