@@ -359,6 +359,22 @@ class SourceGapRequest:
         )
 
 
+def _source_topics(value: object) -> Mapping[str, tuple[str, ...]]:
+    """Per source, a tuple of topics (GapError.items)."""
+    if not isinstance(value, Mapping):
+        raise InvalidMessageError("items must map sources to topics", expected="mapping",
+                                  got=value)
+    out: dict[str, tuple[str, ...]] = {}
+    for source, topics in value.items():
+        if not isinstance(source, str) or not source or isinstance(topics, str) or not all(
+            isinstance(t, str) and t for t in topics
+        ):
+            raise InvalidMessageError("items must map sources to lists of topics",
+                                      expected="source -> [topic]", got=value)
+        out[source] = tuple(topics)
+    return MappingProxyType(out)
+
+
 GapErrorReason = Literal["context-lost", "refused", "trimmed"]
 GAP_ERROR_REASONS: tuple[GapErrorReason, ...] = ("context-lost", "refused", "trimmed")
 
@@ -377,6 +393,10 @@ class GapError:
     ``trimmed_through`` (reason "trimmed", source requests): per source, the last number
     retention removed. What follows it is still journaled; a subscriber reports the loss and
     asks again from there rather than giving up on the rest.
+
+    ``items``: per source, the topics of what is lost, when the component can say (an entry
+    its journal holds but cannot deliver); a source it does not name lost items nobody knows
+    (a range retention removed). A subscriber resyncs those items' images.
     """
 
     reason: GapErrorReason = attrs.field(validator=_reason)
@@ -387,6 +407,10 @@ class GapError:
     detail: str = attrs.field(default="", validator=_instance_of(str))
     trimmed_through: Mapping[str, int] | None = attrs.field(
         default=None, converter=attrs.converters.optional(_source_numbers), hash=False
+    )
+    items: Mapping[str, tuple[str, ...]] | None = attrs.field(
+        default=None, converter=attrs.converters.optional(_source_topics), hash=False,
+        kw_only=True,
     )
 
 

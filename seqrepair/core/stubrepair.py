@@ -338,8 +338,12 @@ class SourceRepairing:
             link_through=self.space.wire(cover_through) if cover_through else RESET,
         )
 
-    def _skip_trimmed(self, trimmed_through: Mapping[str, int], now: float) -> bool:
-        """Report the sources whose requested numbers were trimmed and ask again after them.
+    def _skip_trimmed(
+        self, trimmed_through: Mapping[str, int], now: float,
+        items: Mapping[str, tuple[str, ...]] | None = None,
+    ) -> bool:
+        """Report the sources whose requested numbers were trimmed and ask again after them
+        (with the items lost, per source, when the component named them).
 
         False when the answer names nothing beyond what was asked: no progress is possible,
         the caller gives up as for any other refusal.
@@ -358,7 +362,9 @@ class SourceRepairing:
             self._note_hold_through(lost)
         for name, through in lost.items():
             last = self._last_delivered.get(name, after.get(name))
-            self._events.append(Unrecoverable(source=name, after=last, reason="trimmed"))
+            self._events.append(Unrecoverable(
+                source=name, after=last, reason="trimmed",
+                items=None if items is None else items.get(name)))
             self._replay_floor[name] = through
             self._stats.sources_trimmed += 1
         self._ask_again(source, now)
@@ -505,7 +511,9 @@ class SourceRepairing:
                 self._stats.stray_dropped += 1
                 return
             trimmed = error.trimmed_through
-            if error.reason == "trimmed" and trimmed and self._skip_trimmed(trimmed, now):
+            if error.reason == "trimmed" and trimmed and self._skip_trimmed(
+                trimmed, now, error.items
+            ):
                 return
             self._abandon_source_repair(error.reason, now)
             return

@@ -45,7 +45,7 @@ import attrs
 from seqrepair.core.budget import RefusalPolicy, ResendBudget
 from seqrepair.core.context import LinkContext, LinkFrame, Resend
 from seqrepair.core.errors import InvalidMessageError, UndeliverableError
-from seqrepair.core.limits import check_deliverable
+from seqrepair.core.limits import MAX_TOPIC_BYTES, check_deliverable
 from seqrepair.core.messages import (
     GapError,
     GapRequest,
@@ -197,6 +197,9 @@ class Replay:
                                 f"{seg.source} {pub.source_seq}: the journal entry cannot be "
                                 f"delivered: {poison.message}",
                                 {seg.source: pub.source_seq},
+                                # its item, unless its topic is what cannot be sent
+                                items=({seg.source: (pub.topic,)} if len(pub.topic.encode())
+                                       <= MAX_TOPIC_BYTES else None),
                             )
                             return
                         self.sent += 1

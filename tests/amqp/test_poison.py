@@ -166,4 +166,6 @@ def test_a_replay_across_an_old_poison_entry_reports_it_and_delivers_the_rest(
         assert s.numbers("feed.p") == [1, 3, 5, 6]
         lost = [e for e in s.events if isinstance(e, Unrecoverable)]
         assert [(e.source, e.after) for e in lost] == [("feed.p", 1), ("feed.p", 3)]
+        # the item of the entry the journal holds; not that of one whose topic cannot be sent
+        assert [e.items for e in lost] == [(TOPIC,), None]
         assert wait_for(lambda: s.comp.log_text().count("gapfill.undeliverable_entry") >= 2, 10)

@@ -233,6 +233,8 @@ def encode(obj: Decoded) -> Message:
             body = _ulongs(obj.request.after)
             if obj.trimmed_through is not None:
                 body = [body, _ulongs(obj.trimmed_through)]
+                if obj.items:  # [after, trimmed_through, items]
+                    body.append({s: list(topics) for s, topics in obj.items.items()})
         return Message(body=body, properties=props)
     if isinstance(obj, ReplayComplete):
         answered = obj.request
@@ -656,25 +658,28 @@ class Decoder:
                     )
                 request: GapRequest | SourceGapRequest | None = None
                 trimmed: dict[str, int] | None = None
+                lost: Any = None
                 if props.get("link_from") is not None:
                     request = GapRequest(
                         link_from=_int(props.get("link_from"), "link_from", low=1),
                         link_to=_int(props.get("link_to"), "link_to", low=1),
                     )
                 elif body is not None:
-                    if isinstance(body, list):  # [after, trimmed_through]
-                        if len(body) != 2:
+                    if isinstance(body, list):  # [after, trimmed_through(, items)]
+                        if len(body) not in (2, 3):
                             raise MalformedMessageError(
-                                "GAP-ERROR body is a map or [after, trimmed_through]", got=body
-                            )
-                        body, trimmed_body = body
+                                "GAP-ERROR body is a map or [after, trimmed_through, items?]",
+                                got=body)
+                        body, trimmed_body, *more = body
+                        lost = more[0] if more else None
                         trimmed = _source_numbers(trimmed_body, "trimmed_through")
                     request = SourceGapRequest(
                         after=_source_numbers(body, "after"), request_id=_read_request_id(props)
                     )
                 detail = props.get("detail", "")
                 return GapError(
-                    reason, request, str(detail) if detail is not None else "", trimmed
+                    reason, request, str(detail) if detail is not None else "", trimmed,
+                    items=lost,
                 )
             if mtype is MessageType.CAPABILITIES:
                 if body is None:
