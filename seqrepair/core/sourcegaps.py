@@ -386,19 +386,26 @@ class SourceGapDetector:
             outstanding.next_at = now  # the journal never loses context: just ask again
             return
         trimmed = error.trimmed_through
-        if error.reason == "trimmed" and trimmed and self._skip_trimmed(trimmed, now):
+        if error.reason == "trimmed" and trimmed and self._skip_trimmed(trimmed, now,
+                                                                         error.items):
             return
         self._abandon(error.reason, outstanding.request, now)
 
-    def _skip_trimmed(self, trimmed_through: Mapping[str, int], now: float) -> bool:
-        """Report the sources retention trimmed past what was delivered, move them past the
-        trimmed numbers and ask again for what the journal still holds after them."""
+    def _skip_trimmed(
+        self, trimmed_through: Mapping[str, int], now: float,
+        items: Mapping[str, tuple[str, ...]] | None = None,
+    ) -> bool:
+        """Report the sources retention trimmed past what was delivered (with the items lost
+        where the journal named them), move them past the trimmed numbers and ask again for
+        what the journal still holds after them."""
         moved = False
         for name, through in sorted(trimmed_through.items()):
             state = self._sources.get(name)
             if state is None or through <= state.delivered:
                 continue
-            self._events.append(Unrecoverable(source=name, after=state.delivered, reason="trimmed"))
+            self._events.append(Unrecoverable(
+                source=name, after=state.delivered, reason="trimmed",
+                items=None if items is None else items.get(name)))
             self._skip_to(state, through, answered=False)
             self._mark_gap(state, now)
             moved = True
