@@ -135,3 +135,39 @@ def test_an_item_nobody_may_see_is_never_answered(journal: Journal) -> None:
     assert [(f.publication.topic, dict(f.publication.fields)) for f in frames] == [
         ("/open/a", {"x": 1})]
     assert dict(complete.as_of) == {"s": 3}
+
+
+class CountingJournal:
+    """The journal, counting the pages read."""
+
+    def __init__(self, journal: Journal) -> None:
+        self.journal = journal
+        self.pages = 0
+
+    def page_back(self, source: str, through: int, count: int) -> tuple[int, list[Publication]]:
+        self.pages += 1
+        return self.journal.page_back(source, through, count)
+
+
+def test_a_pattern_over_a_large_journal_reads_one_page_per_step(journal: Journal) -> None:
+    """Every item is open until its base: the fold holds the open items and one page, and
+    hands the event loop back after each page (the component's repair turns)."""
+    n = 3000
+    journal.append([Publication(f"/n/{i % 40}", "s", i + 1, "image" if i < 40 else "update",
+                                {"v": i}) for i in range(n)], 32)
+    counting = CountingJournal(journal)
+    fold = ImageFold(counting, ImageRequest(patterns=["/#"]), {"s": n},  # type: ignore[arg-type]
+                     Entitlement.everything().allows, page_size=100)
+    pages_between: list[int] = []
+    before = 0
+    frames = 0
+    for step in fold.steps():
+        if step is None:
+            pages_between.append(counting.pages - before)
+            before = counting.pages
+        elif isinstance(step, ImageFrame):
+            frames += 1
+    assert frames == 40
+    assert counting.pages == n // 100
+    assert set(pages_between) == {1}  # never two pages in one step
+    assert fold.scanned == n
