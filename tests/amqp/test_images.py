@@ -244,3 +244,42 @@ def test_a_snapshot_about_another_connections_link_is_refused(
         finally:
             conn.close()
         assert sub.connected.is_set()  # the owner's link goes on
+
+
+def test_request_image_mid_stream_covers_exactly_what_it_holds(
+    component: Callable[..., ComponentProcess], redis_url: str
+) -> None:
+    """A publisher keeps publishing while the subscriber asks for every item's image: what
+    the link carried before the images is at or below their number, what comes after them is
+    delivered exactly from the number after it, and the application's cache ends equal to the
+    whole stream's."""
+    comp = component("--heartbeat", "0.2")
+    journal = Journal.from_url(redis_url)
+    app = App()
+    published: list[Publication] = []
+    with contextlib.ExitStack() as running:
+        sub = running.enter_context(Subscriber(
+            comp.url, "/weather/#", on_publication=app.publication, on_image=app.image,
+            on_event=app.events.append, heartbeat_interval=0.2, credit=20))
+        assert sub.connected.wait(10)
+        publisher = running.enter_context(Publisher(comp.url, "feed.m", journal=journal))
+        asked = False
+        for first in range(1, 2001, 50):
+            published += publisher.publish_many(items(first, 50))
+            if not asked and len(app.delivered) >= 200:
+                sub.request_image(patterns=["/weather/#"])
+                asked = True
+            publisher.flush(30)
+        assert asked
+        assert wait_for(lambda: app.resyncs() and app.delivered
+                        and app.delivered[-1].source_seq == 2000, 60), sub.stats().as_dict()
+    [resync] = app.resyncs()
+    as_of = resync.as_of["feed.m"]
+    first_image = min(i for i, (kind, _) in enumerate(app.order) if kind == "image")
+    before = [p.source_seq for kind, p in app.order[:first_image] if kind == "pub"]
+    assert before == list(range(1, len(before) + 1))
+    assert before[-1] <= as_of
+    assert after_last_image(app) == list(range(as_of + 1, 2001))
+    assert sub.stats().image_covered == as_of - len(before)
+    assert app.cache.snapshot() == image_of(published)
+    journal.close()
