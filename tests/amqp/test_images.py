@@ -22,6 +22,7 @@ from proton import Message
 from proton.utils import BlockingConnection
 
 from seqrepair.amqp.client.subscriber import Publisher, Subscriber
+from seqrepair.amqp.wire.respann import RESPONSE_TARGET
 from seqrepair.amqp.wire.technical import MESSAGE_TYPE
 from seqrepair.core.events import Event, Unrecoverable
 from seqrepair.core.image import ImageCache
@@ -320,3 +321,34 @@ def test_an_image_request_through_a_rewriting_gateway(
     assert app.cache.snapshot() == image_of(published)
     assert {p.source_seq for p in app.images} == {40}
     journal.close()
+
+
+def test_a_snapshot_routed_elsewhere_is_refused_and_the_link_goes_on(
+    component: Callable[..., ComponentProcess],
+) -> None:
+    """Answers routed by response annotations could be overtaken by the link's live frames:
+    the request is refused ``amqp:not-implemented``, and a plain one on the same connection is
+    then answered."""
+    comp = component("--heartbeat", "0.2")
+    link = uuid.uuid4().hex
+    conn = BlockingConnection(comp.url, timeout=10, **amqp_identity("anonymous"))
+    try:
+        receiver = conn.create_receiver("/weather/#", name=link, credit=50)
+        sender = conn.create_sender("$seqrepair")
+        routed = Message(body={"patterns": ["/#"]}, instructions={RESPONSE_TARGET: "elsewhere"},
+                         properties={MESSAGE_TYPE: "SNAPSHOT", "link": link})
+        delivery = sender.send(routed, error_states=[])
+        assert delivery.remote.condition is not None
+        assert delivery.remote.condition.name == "amqp:not-implemented"
+        plain = Message(body={"patterns": ["/#"]}, id=1, reply_to=f"$link/{link}",
+                        properties={MESSAGE_TYPE: "SNAPSHOT", "link": link, "request_id": 7})
+        assert sender.send(plain, error_states=[]).remote.condition is None
+        while True:  # heartbeats, then the answer: nothing journaled, so only IMAGE-COMPLETE
+            message = receiver.receive(timeout=10)  # pre-settled: nothing to accept
+            if message.properties.get(MESSAGE_TYPE) == "IMAGE-COMPLETE":
+                break
+        assert message.correlation_id == 1
+        assert message.properties["request_id"] == 7
+        assert message.body == {"as_of": {}}
+    finally:
+        conn.close()
