@@ -144,7 +144,9 @@ class Subscriber(SubscriberRunner):
 
     Images (:meth:`request_image`, :mod:`seqrepair.core.snapshot`) go to ``on_image``, or
     without one the way deliveries go: a publication whose ``source_seq`` is the number it is
-    current as of, never counted as taken (it moves no durable position).
+    current as of, never counted as taken by itself (one item's image is no position); an
+    answer for every item of its sources (pattern ``/#``), taken by the callbacks, makes
+    ``as_of`` the durable position of each source it names.
     ``resync_on_unrecoverable``: on an :class:`Unrecoverable`, ask for the images of the items
     it names, else of every item of its source the link may see (every item, for a source it
     does not name). ``overdue_policy``: what a silent link makes the stub do besides alerting
@@ -472,6 +474,7 @@ class Subscriber(SubscriberRunner):
                 self._deliver_image(ev.publication)
             elif isinstance(ev, ImageResynced):
                 self.resyncs.append(ev)
+                self._taken_as_of(ev)
                 self.log.info("images received", request_id=ev.request.request_id,
                               items=len(ev.topics), as_of=dict(ev.as_of),
                               partial=list(ev.partial))
@@ -506,6 +509,18 @@ class Subscriber(SubscriberRunner):
                 self._perform(self.stub.request_image(topics, sources=sources))
             return
         self._perform(self.stub.request_image(patterns=["/#"], sources=sources))
+
+    def _taken_as_of(self, resync: ImageResynced) -> None:
+        """An answer for every item the link may see (``/#``) of its sources: the application
+        holds each source as of ``as_of`` (its callbacks returned), so that is its position
+        there (a restart resumes after it, not before the images). Only when deliveries are
+        taken on return; an iterator's reader takes its images later."""
+        if (
+            "/#" in resync.request.patterns
+            and self.acknowledge_on_return
+            and (self.on_image is not None or self.on_publication is not None)
+        ):
+            self.taken.take_all(resync.as_of)
 
     def _deliver_image(self, publication: Publication) -> None:
         """An image to ``on_image``, else where deliveries go; never counted as taken."""
