@@ -41,6 +41,15 @@ from seqrepair.core.messages import (
 from seqrepair.core.overdue import OverduePolicy
 from seqrepair.core.sequence import SequenceSpace
 from seqrepair.core.sequencers import LinkSequencer, SourceSequencer
+from seqrepair.core.snapshot import (
+    ImageComplete,
+    ImageDelivered,
+    ImageFrame,
+    ImageOutdated,
+    ImageRequest,
+    ImageResynced,
+    RequestImage,
+)
 from seqrepair.core.stub import SubscriberStub
 from seqrepair.core.stubstats import StubStats
 from seqrepair.core.topics import TopicPattern
@@ -61,6 +70,12 @@ __all__ = [
     "Heartbeat",
     "HeartbeatOverdue",
     "ImageCache",
+    "ImageComplete",
+    "ImageDelivered",
+    "ImageFrame",
+    "ImageOutdated",
+    "ImageRequest",
+    "ImageResynced",
     "InvalidConfigError",
     "InvalidMessageError",
     "InvalidSequenceError",
@@ -75,6 +90,7 @@ __all__ = [
     "PublishType",
     "ReplayComplete",
     "RequestGap",
+    "RequestImage",
     "RequestSourceGap",
     "SeqRepairError",
     "SequenceSpace",

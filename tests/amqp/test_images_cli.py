@@ -128,3 +128,15 @@ def test_on_overdue_takes_only_the_three_policies(tmp_path: Path) -> None:
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 2
     assert "--on-overdue" in run.stderr
+
+
+def test_the_library_subscriber_takes_the_overdue_policy_and_refuses_others() -> None:
+    from seqrepair.amqp.client.subscriber import Subscriber
+    from seqrepair.core.errors import InvalidConfigError
+    from seqrepair.core.overdue import OverduePolicy
+
+    sub = Subscriber("127.0.0.1:1", "/weather/#", overdue_policy="disconnect")
+    assert sub.stub.overdue_policy is OverduePolicy.DISCONNECT
+    with pytest.raises(InvalidConfigError) as refused:
+        Subscriber("127.0.0.1:1", "/weather/#", overdue_policy="panic")
+    assert refused.value.got == "panic"
