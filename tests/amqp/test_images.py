@@ -353,3 +353,30 @@ def test_a_snapshot_routed_elsewhere_is_refused_and_the_link_goes_on(
         assert message.body == {"as_of": {}}
     finally:
         conn.close()
+
+
+def test_image_answers_in_progress_are_bounded_per_connection(
+    component: Callable[..., ComponentProcess], redis_url: str
+) -> None:
+    """A peer that asks and never reads (no credit) holds at most four answers in progress:
+    the fifth request is refused ``amqp:resource-limit-exceeded`` and nothing else changes."""
+    comp = component("--heartbeat", "0.2")
+    journal = Journal.from_url(redis_url)
+    with Publisher(comp.url, "feed.l", journal=journal) as publisher:
+        publisher.publish_many(items(1, 20))
+        assert publisher.flush(30)
+    link = uuid.uuid4().hex
+    conn = BlockingConnection(comp.url, timeout=10, **amqp_identity("anonymous"))
+    try:
+        conn.create_receiver("/weather/#", name=link, credit=0)
+        sender = conn.create_sender("$seqrepair")
+        outcomes = []
+        for i in range(5):
+            asked = Message(body={"patterns": ["/#"]}, id=i, reply_to=f"$link/{link}",
+                            properties={MESSAGE_TYPE: "SNAPSHOT", "link": link})
+            condition = sender.send(asked, error_states=[]).remote.condition
+            outcomes.append(None if condition is None else condition.name)
+        assert outcomes == [None] * 4 + ["amqp:resource-limit-exceeded"]
+    finally:
+        conn.close()
+    journal.close()

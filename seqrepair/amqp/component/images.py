@@ -13,14 +13,17 @@ or below ``as_of`` as covered by the image (:mod:`seqrepair.core.stubimages`).
 Only the data link's own route carries the answer: one routed elsewhere (response annotations)
 could be overtaken by the link's live frames, so such a request is refused
 ``amqp:not-implemented``. The fold reads what the link's entitlement allows, nothing else.
-At most :data:`MAX_IMAGE_ANSWERS` answers run per connection; a request past that is refused
+At most :data:`MAX_IMAGE_ANSWERS` answers run per connection and
+:data:`MAX_IMAGE_ANSWERS_PER_PRINCIPAL` per principal; a request past either is refused
 ``amqp:resource-limit-exceeded`` (ask again later).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
+from weakref import WeakKeyDictionary
 
 from seqrepair.amqp.component.grants import principal_of
 from seqrepair.amqp.component.links import ResponseRoute, SubscriberLink
@@ -34,6 +37,11 @@ if TYPE_CHECKING:
 
 MAX_IMAGE_ANSWERS = 4
 """Image answers in progress per connection."""
+MAX_IMAGE_ANSWERS_PER_PRINCIPAL = 16
+"""Image answers in progress per principal, over all its connections."""
+
+_BY_PRINCIPAL: WeakKeyDictionary[Any, Counter[str]] = WeakKeyDictionary()
+"""Per component, the image answers in progress per principal."""
 
 
 def answer_image(
@@ -53,11 +61,17 @@ def answer_image(
         )
     conn = route.sender.connection if route.sender is not None else None
     running = getattr(conn, "seqrepair_image_answers", 0)
-    if running >= MAX_IMAGE_ANSWERS:
-        component.stats["images_refused"] = component.stats.get("images_refused", 0) + 1
-        raise RequestFloodError(
-            f"{MAX_IMAGE_ANSWERS} image answers already run for this connection; ask again "
-            "later", expected=MAX_IMAGE_ANSWERS, got=running)
+    principal = principal_of(conn)
+    by_principal = _BY_PRINCIPAL.setdefault(component, Counter())
+    for count, limit, whose in (
+        (running, MAX_IMAGE_ANSWERS, "this connection"),
+        (by_principal[principal], MAX_IMAGE_ANSWERS_PER_PRINCIPAL, f"principal {principal!r}"),
+    ):
+        if count >= limit:
+            component.stats["images_refused"] = component.stats.get("images_refused", 0) + 1
+            raise RequestFloodError(
+                f"{count} image answers already run for {whose} (at most {limit}); ask again "
+                "later", expected=limit, got=count)
     journal = component.gapfill.journal
     sources = list(request.sources) or journal.sources()
     marks = journal.high_waters([s for s in sources if can_name_journal(s)])
@@ -65,18 +79,24 @@ def answer_image(
                      page_size=component.config.replay_page)
     if conn is not None:
         conn.seqrepair_image_answers = running + 1
+    by_principal[principal] += 1
     component.stats["image_requests"] = component.stats.get("image_requests", 0) + 1
     link.log.info("image request", topics=len(request.topics), patterns=request.patterns,
-                  request_id=request.request_id, principal=principal_of(conn))
-    route.start_resend(_counted(fold.steps(), conn), correlation, cookie)
+                  request_id=request.request_id, principal=principal)
+    route.start_resend(_counted(fold.steps(), conn, by_principal, principal), correlation,
+                       cookie)
 
 
-def _counted(steps: Iterator[ImageStep], conn: Any) -> Iterator[Any]:
-    """The fold's steps; the connection's count of answers in progress drops when it ends
-    (read to its end, or dropped with its route)."""
+def _counted(steps: Iterator[ImageStep], conn: Any, by_principal: Counter[str],
+             principal: str) -> Iterator[Any]:
+    """The fold's steps; the counts of answers in progress (the connection's, the
+    principal's) drop when it ends (read to its end, or dropped with its route)."""
     try:
         yield from steps
     finally:
         if conn is not None:
             conn.seqrepair_image_answers = max(
                 0, getattr(conn, "seqrepair_image_answers", 1) - 1)
+        by_principal[principal] -= 1
+        if by_principal[principal] <= 0:
+            del by_principal[principal]
