@@ -9,7 +9,9 @@ made again after it (whole: the journal holds all of it). An item is sent as soo
 so the fold holds only the items still open: at most the items of the answer, never the
 journal. A source read to its first entry ends its open items whole (they began with an
 update); one whose older entries retention removed ends them *partial* (an ``update``: fields
-set before the trim point are unknown) and names them in ``ImageComplete.partial``.
+set before the trim point are unknown) and names them in ``ImageComplete.partial``; so does an
+item a journal entry that cannot be delivered would have set (written before publishers refused
+such entries: it is passed over, as a replay passes it over).
 
 Only what the asking link may see is folded: topics the request matches and publications its
 entitlement allows (``allows``), exactly the stream live delivery would have given it, so an
@@ -27,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from seqrepair.core.messages import Publication, PublishType
 from seqrepair.core.snapshot import ImageComplete, ImageFrame, ImageRequest, image_publication
 from seqrepair.core.topics import TopicPattern
+from seqrepair.journal.gapfill import undeliverable
 from seqrepair.logs import get_logger
 
 if TYPE_CHECKING:
@@ -104,6 +107,7 @@ class ImageFold:
         """The item images of one source (None after each page)."""
         open_items: dict[str, _Open] = {}
         ended: set[str] = set()
+        poisoned: set[str] = set()  # items an entry that cannot be delivered would have set
         only_topics = not self._patterns
         wanted_topics = len(self.request.topics)
         through = as_of
@@ -117,6 +121,9 @@ class ImageFold:
                     continue
                 ptype = pub.ptype
                 if ptype is PublishType.SNAPSHOT:
+                    continue
+                if undeliverable(pub) is not None:  # written before publishers refused such
+                    poisoned.add(topic)  # its fields are not known to be sendable: partial
                     continue
                 item = open_items.get(topic)
                 if item is None:
@@ -135,8 +142,8 @@ class ImageFold:
                     # its base: an image, or the drop it was made again after
                     del open_items[topic]
                     ended.add(topic)
-                    yield image_publication(topic, source, as_of, PublishType.IMAGE,
-                                            item.fields, item.timestamp)
+                    yield self._ended(topic, source, as_of, item, topic not in poisoned,
+                                      partial)
             yield None  # a page read: others may have the event loop
             if only_topics and len(ended) >= wanted_topics:
                 return
@@ -146,10 +153,16 @@ class ImageFold:
         # the start of what the journal holds: the open items began after it, or before
         whole = trimmed == 0
         for topic in sorted(open_items):
-            item = open_items[topic]
-            if not whole:
-                partial.append(topic)
-            yield image_publication(
-                topic, source, as_of, PublishType.IMAGE if whole else PublishType.UPDATE,
-                item.fields, item.timestamp,
-            )
+            yield self._ended(topic, source, as_of, open_items[topic],
+                              whole and topic not in poisoned, partial)
+
+    @staticmethod
+    def _ended(topic: str, source: str, as_of: int, item: _Open, whole: bool,
+               partial: list[str]) -> Publication:
+        """The image of an item whose fold is over: ``image`` when ``whole``, else an
+        ``update`` of the fields known, named in ``partial``."""
+        if not whole:
+            partial.append(topic)
+        return image_publication(topic, source, as_of,
+                                 PublishType.IMAGE if whole else PublishType.UPDATE,
+                                 item.fields, item.timestamp)

@@ -171,3 +171,20 @@ def test_a_pattern_over_a_large_journal_reads_one_page_per_step(journal: Journal
     assert counting.pages == n // 100
     assert set(pages_between) == {1}  # never two pages in one step
     assert fold.scanned == n
+
+
+def test_an_entry_that_cannot_be_delivered_is_passed_over_and_its_item_is_partial(
+    journal: Journal,
+) -> None:
+    journal.append([
+        Publication("/a", "s", 1, "image", {"x": 1}),
+        Publication("/a", "s", 2, "update", {"x": 2**70}),  # written before limits: unsendable
+        Publication("/b", "s", 3, "image", {"y": 1}),
+    ], 32)
+    frames, complete = answer(journal, ImageRequest(patterns=["/#"]), {"s": 3},
+                              Entitlement.everything())
+    by_topic = {f.publication.topic: f.publication for f in frames}
+    assert by_topic["/a"].ptype is PublishType.UPDATE
+    assert dict(by_topic["/a"].fields) == {"x": 1}
+    assert by_topic["/b"].ptype is PublishType.IMAGE
+    assert complete.partial == ("/a",)
