@@ -176,6 +176,8 @@ class SubscriberStub(SourceRepairing, ImageResyncing):
     _image_topics: dict[int, set[str]] = attrs.field(init=False, factory=dict)
     _image_floor: dict[str, dict[str, int]] = attrs.field(init=False, factory=dict)
     _image_top: dict[str, int] = attrs.field(init=False, factory=dict)
+    _image_due: dict[int, float] = attrs.field(init=False, factory=dict)  # when to ask again
+    _image_tries: dict[int, int] = attrs.field(init=False, factory=dict)
     _last_frame_at: float | None = attrs.field(init=False, default=None)
     _overdue_at: float | None = attrs.field(init=False, default=None)
     _missed: MissedCount = attrs.field(init=False)
@@ -297,6 +299,8 @@ class SubscriberStub(SourceRepairing, ImageResyncing):
         if self._source is not None:
             next_at = self._source.next_at
             deadlines.append(self._last_frame_at if next_at is None else next_at)
+        if self._image_due:
+            deadlines.append(min(self._image_due.values()))
         timed = [d for d in deadlines if d is not None]
         return min(timed) if timed else None
 
@@ -463,6 +467,8 @@ class SubscriberStub(SourceRepairing, ImageResyncing):
         self._now = now
         events: list[Event] = []
         self._events = events
+        if self._image_due:
+            self._retry_images(now)
         if self._last_frame_at is None:
             self._last_frame_at = now
             self._overdue_at = now + self._silence_limit

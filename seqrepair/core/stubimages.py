@@ -39,6 +39,12 @@ if TYPE_CHECKING:
 MAX_PENDING_IMAGES = 16
 """How many image requests a stub waits for at once; a newer one forgets the oldest (whose
 answers are then dropped as stray: ask again)."""
+IMAGE_RETRY = 30.0
+"""Seconds without any answer to an image request after which it is sent again (a request
+the component refused, or lost with a connection): long, since a fold over a large journal may
+take a while before its first image. Doubled at each try."""
+IMAGE_TRIES = 4
+"""How many times an image request is sent before it is given up (``stats.images_abandoned``)."""
 
 
 class ImageResyncing:
@@ -54,6 +60,9 @@ class ImageResyncing:
     # per source, per topic, the number the delivered image is current as of
     _image_floor: dict[str, dict[str, int]]
     _image_top: dict[str, int]  # per source, its highest floor
+    _image_due: dict[int, float]  # per request unanswered, when to send it again
+    _image_tries: dict[int, int]
+    _now: float
 
     def request_image(
         self, topics: Sequence[str] = (), patterns: Sequence[str] = (),
@@ -67,13 +76,34 @@ class ImageResyncing:
                                request_id=self._image_ids + 1)
         self._image_ids += 1
         if len(self._image_asked) >= MAX_PENDING_IMAGES:
-            oldest = next(iter(self._image_asked))
-            del self._image_asked[oldest]
-            self._image_topics.pop(oldest, None)
+            self._forget_image(next(iter(self._image_asked)))
         self._image_asked[self._image_ids] = request
         self._image_topics[self._image_ids] = set()
+        self._image_due[self._image_ids] = self._now + IMAGE_RETRY
+        self._image_tries[self._image_ids] = 1
         self._stats.images_requested += 1
         return [RequestImage(request)]
+
+    def _forget_image(self, request_id: int) -> None:
+        self._image_asked.pop(request_id, None)
+        self._image_topics.pop(request_id, None)
+        self._image_due.pop(request_id, None)
+        self._image_tries.pop(request_id, None)
+
+    def _retry_images(self, now: float) -> None:
+        """Send again the image requests that got no answer for a while; give up on those
+        sent :data:`IMAGE_TRIES` times."""
+        for request_id, due in list(self._image_due.items()):
+            if now < due:
+                continue
+            tries = self._image_tries[request_id]
+            if tries >= IMAGE_TRIES:
+                self._forget_image(request_id)
+                self._stats.images_abandoned += 1
+                continue
+            self._image_tries[request_id] = tries + 1
+            self._image_due[request_id] = now + IMAGE_RETRY * 2**tries
+            self._events.append(RequestImage(self._image_asked[request_id]))
 
     def pending_images(self) -> list[ImageRequest]:
         """The image requests not yet answered, oldest first (send them again after a lost
@@ -86,10 +116,12 @@ class ImageResyncing:
         return sum(len(topics) for topics in self._image_floor.values())
 
     def _on_image(self, frame: ImageFrame) -> None:
-        answered = self._image_topics.get(frame.request_id) if frame.request_id else None
-        if answered is None:
+        request_id = frame.request_id
+        answered = self._image_topics.get(request_id) if request_id else None
+        if request_id is None or answered is None:
             self._stats.stray_dropped += 1
             return
+        self._image_due[request_id] = self._now + IMAGE_RETRY  # it is being answered
         pub = frame.publication
         source, topic, as_of = pub.source, pub.topic, pub.source_seq
         delivered = self._last_delivered.get(source, 0)
@@ -116,6 +148,8 @@ class ImageResyncing:
             self._stats.stray_dropped += 1
             return
         topics = self._image_topics.pop(request_id, set()) if request_id is not None else set()
+        if request_id is not None:
+            self._forget_image(request_id)
         self._events.append(ImageResynced(request, dict(complete.as_of), frozenset(topics),
                                           complete.partial))
 

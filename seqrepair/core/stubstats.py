@@ -33,6 +33,7 @@ class StubStats:
     images_delivered: int = 0  # item images delivered
     images_outdated: int = 0  # images older than what their source had delivered, not taken
     image_covered: int = 0  # publications an image delivered held: consumed, not delivered
+    images_abandoned: int = 0  # image requests sent IMAGE_TRIES times without an answer
 
     @property
     def repaired(self) -> int:

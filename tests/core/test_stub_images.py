@@ -214,3 +214,33 @@ def test_the_application_ends_with_the_exact_image(seed: int) -> None:
     expected = [p.source_seq for p in pubs if p.source_seq <= k or p.topic not in imaged
                 or p.source_seq > m or not any(q.topic == p.topic for q in pubs[:m])]
     assert seqs == expected
+
+
+def test_an_unanswered_image_request_is_sent_again_then_given_up() -> None:
+    from seqrepair.core.stubimages import IMAGE_RETRY, IMAGE_TRIES
+
+    stub = SubscriberStub(heartbeat_interval=1000.0)
+    stub.poll(0.0)
+    [ask] = stub.request_image(["/a"])
+    assert stub.next_deadline == IMAGE_RETRY
+    again = [e for e in stub.poll(IMAGE_RETRY) if isinstance(e, RequestImage)]
+    assert again == [ask]  # the same request, the same id: its answers are told apart
+    now = IMAGE_RETRY
+    for _ in range(IMAGE_TRIES):
+        now += IMAGE_RETRY * 2**IMAGE_TRIES
+        stub.poll(now)
+    assert stub.pending_images() == []
+    assert stub.stats.images_abandoned == 1
+    assert stub.next_deadline is None or stub.next_deadline > now
+
+
+def test_an_image_request_being_answered_is_not_sent_again() -> None:
+    from seqrepair.core.stubimages import IMAGE_RETRY
+
+    stub = SubscriberStub(heartbeat_interval=1000.0)
+    stub.poll(0.0)
+    stub.request_image(["/a", "/b"])
+    stub.receive(image("/a", 5), IMAGE_RETRY - 1)  # progress pushes the retry back
+    assert not [e for e in stub.poll(IMAGE_RETRY + 1) if isinstance(e, RequestImage)]
+    stub.receive(ImageComplete({"s": 5}, 1), IMAGE_RETRY + 2)
+    assert not [e for e in stub.poll(10 * IMAGE_RETRY) if isinstance(e, RequestImage)]

@@ -25,6 +25,7 @@ class SubscriberReport:
     images_requested: int = 0  # image requests made (SNAPSHOT)
     images_delivered: int = 0  # item images handed to the application
     image_covered: int = 0  # publications an image held: consumed, not delivered
+    images_abandoned: int = 0  # image requests given up without an answer
     connections: int = 0
     disconnections: int = 0
     paused: int = 0
@@ -50,4 +51,5 @@ class SubscriberReport:
         self.images_requested = stats.images_requested
         self.images_delivered = stats.images_delivered
         self.image_covered = stats.image_covered
+        self.images_abandoned = stats.images_abandoned
         return self
