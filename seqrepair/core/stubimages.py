@@ -2,7 +2,8 @@
 
 See :mod:`seqrepair.core.snapshot` for the exchange. The stub numbers its image requests,
 keeps the ones unanswered (:meth:`ImageResyncing.pending_images`: an adapter sends them again
-after a reconnect) and takes only answers to them. An image current as of ``as_of`` for
+after a reconnect; :meth:`poll` asks again for one that got no answer for :data:`IMAGE_RETRY`
+seconds, doubling, and gives it up after :data:`IMAGE_TRIES`) and takes only answers to them. An image current as of ``as_of`` for
 (source, item) is delivered unless its source has delivered past ``as_of`` (then publications
 of the item after ``as_of`` may have been delivered already: :class:`ImageOutdated`, ask
 again). From then on the item has an *image floor*: a publication of that source and item
