@@ -1,15 +1,16 @@
 """The subscriber stub's image requests, a part of :class:`~seqrepair.core.stub.SubscriberStub`.
 
-See :mod:`seqrepair.core.snapshot` for the exchange. The stub numbers its image requests,
-keeps the ones unanswered (:meth:`ImageResyncing.pending_images`: an adapter sends them again
-after a reconnect; :meth:`poll` asks again for one that got no answer for :data:`IMAGE_RETRY`
-seconds, doubling, and gives it up after :data:`IMAGE_TRIES`) and takes only answers to them. An image current as of ``as_of`` for
-(source, item) is delivered unless its source has delivered past ``as_of`` (then publications
-of the item after ``as_of`` may have been delivered already: :class:`ImageOutdated`, ask
-again). From then on the item has an *image floor*: a publication of that source and item
-numbered at or below ``as_of`` is *covered*: consumed for its source's order (the source's last
-delivered number moves to it, so nothing after it waits and repair does not ask for it) but
-not delivered, the image holds it. Publications of the source's other items are untouched.
+See :mod:`seqrepair.core.snapshot` for the exchange. The stub numbers its image requests, keeps
+the ones unanswered (:meth:`ImageResyncing.pending_images`: an adapter sends them again after a
+reconnect; :meth:`poll` asks again for one that got no answer for :data:`IMAGE_RETRY` seconds,
+doubling, and gives it up after :data:`IMAGE_TRIES`) and takes only answers to them. An image
+current as of ``as_of`` for (source, item) is delivered unless its source has delivered past
+``as_of`` (then publications of the item after ``as_of`` may have been delivered already:
+:class:`ImageOutdated`, ask again). From then on the item has an *image floor*: a publication
+of that source and item numbered at or below ``as_of`` is *covered*: consumed for its source's
+order (the source's last delivered number moves to it, so nothing after it waits and repair
+does not ask for it) but not delivered, the image holds it. Publications of the source's other
+items are untouched.
 
 Floors are kept only while they can matter: once a source has delivered (or covered) through
 the highest floor it has, every floor of it is passed and forgotten, so the floors held are
