@@ -289,18 +289,20 @@ def test_request_image_mid_stream_covers_exactly_what_it_holds(
     journal.close()
 
 
-def test_an_image_request_through_a_rewriting_gateway(
-    component: Callable[..., ComponentProcess], redis_url: str, tmp_path: Path
+@pytest.mark.parametrize("mode", [("--rewrite",), ()], ids=["rewrite", "annotations"])
+def test_an_image_request_through_a_gateway(
+    component: Callable[..., ComponentProcess], redis_url: str, tmp_path: Path,
+    mode: tuple[str, ...],
 ) -> None:
-    """Behind ``seqrepair gateway --rewrite`` the request names the relayed data link, so the
-    images come on it, in order with the stream, and the subscriber takes them."""
+    """Behind a gateway the request names the relayed data link (a gateway that routes other
+    answers by response annotations rewrites a SNAPSHOT), so the images come on it, in order
+    with the stream, and the subscriber takes them."""
     comp = component("--heartbeat", "0.2")
     ready = tmp_path / "gateway-ready"
     listen = f"127.0.0.1:{free_port()}"
     gateway = subprocess.Popen(
         [sys.executable, "-m", "seqrepair.cli", "gateway", "--listen", listen, "--upstream",
-         comp.url, "--name", "edge", "--ready-file", str(ready), "--allow-anonymous",
-         "--rewrite"],
+         comp.url, "--name", "edge", "--ready-file", str(ready), "--allow-anonymous", *mode],
         env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )
     journal = Journal.from_url(redis_url)

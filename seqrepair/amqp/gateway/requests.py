@@ -49,6 +49,7 @@ from seqrepair.amqp.gateway.rewrite import (
 from seqrepair.amqp.wire.hops import HOPS_PROPERTY, count_hop
 from seqrepair.amqp.wire.respann import RESPONSE_ADDRESS_SUPPORTED, RESPONSE_ANNOTATIONS
 from seqrepair.amqp.wire.security import ANONYMOUS
+from seqrepair.amqp.wire.technical import MESSAGE_TYPE, MessageType
 from seqrepair.amqp.wire.vocabulary import LINK_PREFIX, PROP_ON_BEHALF_OF, is_ack
 
 RESPONSE_WINDOW = 64
@@ -155,7 +156,9 @@ class Requests:
                     message, attrs.evolve(addressing, link=upstream_name(gateway.name, link)),
                     on_behalf_of=on_behalf_of))
             return
-        if self.annotating:
+        # an image answer must come on the data link, in order with its live frames (WIRE.md
+        # "Image requests"): a SNAPSHOT is rewritten, never routed by annotations
+        if self.annotating and not _is_snapshot(message):
             annotated = annotate_request(_addressing(message), gateway=gateway.name)
             if annotated is not None:
                 self.control.send(_upstream_message(message, *annotated,
@@ -207,6 +210,10 @@ class Requests:
             else:  # given back once that subscriber takes what waits for it
                 self._owed[relay.name] = self._owed.get(relay.name, 0) + 1
                 self.stats["answers_held"] += 1
+
+
+def _is_snapshot(message: Message) -> bool:
+    return (message.properties or {}).get(MESSAGE_TYPE) == MessageType.SNAPSHOT.value
 
 
 def _addressing(message: Message) -> Addressing:
