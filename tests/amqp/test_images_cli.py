@@ -130,6 +130,16 @@ def test_on_overdue_takes_only_the_three_policies(tmp_path: Path) -> None:
     assert "--on-overdue" in run.stderr
 
 
+@pytest.mark.parametrize("option", [("--resync-on-unrecoverable",),
+                                    ("--on-overdue", "disconnect"), ("--on-overdue", "wait")])
+def test_a_brokered_subscriber_refuses_what_only_a_component_does(option: tuple[str, ...]) -> None:
+    run = subprocess.run(cli("subscribe", "--address", "/#", "--broker", "127.0.0.1:1",
+                             "--redis-url", "redis://127.0.0.1:1", *option),
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2, run.stderr
+    assert f"seqrepair subscribe --broker: {' '.join(option)} needs a component" in run.stderr
+
+
 def test_the_library_subscriber_takes_the_overdue_policy_and_refuses_others() -> None:
     from seqrepair.amqp.client.subscriber import Subscriber
     from seqrepair.core.errors import InvalidConfigError

@@ -242,6 +242,15 @@ def subscribe_brokered(args: argparse.Namespace) -> int:
         print("seqrepair subscribe --broker needs --redis-url (the repair authority)",
               file=sys.stderr)
         return 2
+    # a broker's links have no component behind them: no image requests, no link probes
+    unsupported = [option for option, given in (
+        ("--resync-on-unrecoverable", args.resync_on_unrecoverable),
+        (f"--on-overdue {args.on_overdue}", args.on_overdue != "request"),
+    ) if given]
+    if unsupported:
+        print(f"seqrepair subscribe --broker: {', '.join(unsupported)} needs a component "
+              "(no broker answers image requests or link probes)", file=sys.stderr)
+        return 2
     start_after = None
     if args.resume and args.output and Path(args.output).exists():
         start_after = resume_after(Path(args.output))
