@@ -87,6 +87,19 @@ def register(subparsers: Any) -> None:
     serve.add_argument("--request-rate", type=positive_float, default=500.0,
                        help="requests per second allowed per connection")
     serve.add_argument("--request-burst", type=positive_float, default=1_000.0)
+    serve.add_argument("--contribution-rate", type=positive_float, default=10.0,
+                       metavar="PER_SECOND",
+                       help="contributions per second one principal may send (token bucket; "
+                            "over it: amqp:resource-limit-exceeded; default 10)")
+    serve.add_argument("--contribution-burst", type=positive_float, default=20.0, metavar="N",
+                       help="contributions one principal may send at once (default 20)")
+    serve.add_argument("--contribution-timeout", type=positive_float, default=10.0,
+                       metavar="SECONDS",
+                       help="how long a source's owner has to take or refuse a contribution "
+                            "(default 10)")
+    serve.add_argument("--max-pending-contributions", type=positive_int, default=256,
+                       metavar="N", help="contributions one owner may leave unanswered "
+                                         "(default 256)")
     serve.add_argument("--max-connections", type=positive_int, default=800, metavar="N",
                        help="connections held at once, opened or not; one more is closed at "
                             "once (amqp:resource-limit-exceeded)")

@@ -24,6 +24,12 @@ operation (:meth:`Policy.decide`):
 * a publishing link's address (``publish`` on a pattern): some allowed pattern overlaps it
   and no denied pattern covers it; each publication's topic is then decided on its own.
 
+Source names (the ``sources`` of a rule, ``*`` = any characters, default every source) speak
+only to ``own-source`` and ``contribute``: a source an ``own-source`` allow names is reserved
+to the principals it names (:meth:`Policy.may_publish_source`: a publication under it by
+anyone else is refused), and ``contribute`` lets a principal send contributions to the
+sources it names, on the topics it covers (:meth:`Policy.may_contribute`).
+
 This module is pure: no I/O, no clock. Reading a policy file is the adapter's
 (:mod:`seqrepair.amqp.component.policyfile`).
 """
@@ -79,13 +85,24 @@ class Operation(enum.Enum):
     """Attach links and send requests on behalf of the principals the rule's ``principals``
     name (a gateway forwarding the identities its own clients proved: RabbitMQ's
     *impersonator*). Only ever named: neither ``*`` nor ``admin`` grants it."""
+    OWN_SOURCE = "own-source"
+    """Own the source names of the rule's ``sources``: a source some ``own-source`` allow names
+    is *reserved*: only its owners (and administrators) may publish under it or take its
+    contributions (:meth:`Policy.may_publish_source`). A source no rule names is anyone's
+    who may publish. Only ever named, as ``admin`` (``"*"`` would reserve every source)."""
+    CONTRIBUTE = "contribute"
+    """Send a contribution (XEP-0040 §5.2) to a source of the rule's ``sources``, on a topic
+    of its ``topics`` (:meth:`Policy.may_contribute`); the source's owner takes it or not."""
 
 
+SOURCE_OPERATIONS = frozenset({Operation.OWN_SOURCE, Operation.CONTRIBUTE})
+"""The operations a rule's ``sources`` speak of (other operations ignore them)."""
 TOPIC_OPERATIONS = frozenset(Operation) - {Operation.ATTACH_QUEUE, Operation.ADMIN,
-                                           Operation.ACT_FOR}
-ALL_OPERATIONS = frozenset(Operation) - {Operation.ADMIN, Operation.ACT_FOR}
-"""What ``operations = ["*"]`` means: everything but ``admin`` and ``act-for``, which are only
-ever named."""
+                                           Operation.ACT_FOR, Operation.OWN_SOURCE}
+ALL_OPERATIONS = frozenset(Operation) - {Operation.ADMIN, Operation.ACT_FOR,
+                                         Operation.OWN_SOURCE}
+"""What ``operations = ["*"]`` means: everything but ``admin``, ``act-for`` and
+``own-source``, which are only ever named."""
 
 EVERY_TOPIC = TopicPattern("/#")
 
@@ -168,6 +185,10 @@ def _principals(value: object) -> tuple[str, ...]:
     return _names(value, "principals", "principals")
 
 
+def _sources(value: object) -> tuple[str, ...]:
+    return _names(value, "sources", "source names")
+
+
 @attrs.frozen
 class Rule:
     """``Rule(Effect.ALLOW, ["*@example.com"], ["subscribe"], ["/weather/#"])``."""
@@ -178,16 +199,20 @@ class Rule:
     topics: tuple[TopicPattern, ...] = attrs.field(default=(EVERY_TOPIC,), converter=_topics)
     queues: tuple[str, ...] = attrs.field(default=("*",), converter=_queues)
     principals: tuple[str, ...] = attrs.field(default=("*",), converter=_principals)
+    sources: tuple[str, ...] = attrs.field(default=("*",), converter=_sources)
+    """Source names (``*`` = any characters) for ``own-source`` and ``contribute``."""
     _actor_res: tuple[re.Pattern[str], ...] = attrs.field(init=False, eq=False, repr=False)
     _queue_res: tuple[re.Pattern[str], ...] = attrs.field(init=False, eq=False, repr=False)
     _principal_res: tuple[re.Pattern[str], ...] = attrs.field(init=False, eq=False,
                                                               repr=False)
+    _source_res: tuple[re.Pattern[str], ...] = attrs.field(init=False, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         object.__setattr__(self, "_actor_res", tuple(_actor_regex(a) for a in self.actors))
         object.__setattr__(self, "_queue_res", tuple(_actor_regex(q) for q in self.queues))
         object.__setattr__(self, "_principal_res",
                            tuple(_actor_regex(p) for p in self.principals))
+        object.__setattr__(self, "_source_res", tuple(_actor_regex(s) for s in self.sources))
 
     def applies_to(self, principal: str, operation: Operation) -> bool:
         """Whether this rule speaks of ``operation`` by ``principal``."""
@@ -205,12 +230,16 @@ class Rule:
         """Whether ``principal`` is one of those this rule's ``act-for`` speaks of."""
         return any(r.fullmatch(principal) for r in self._principal_res)
 
+    def names_source(self, source: str) -> bool:
+        """Whether ``source`` (a source name) is one of this rule's sources."""
+        return any(r.fullmatch(source) for r in self._source_res)
+
     @classmethod
     def from_json(cls, effect: str, value: object) -> Rule:
         """One ``[[allow]]`` / ``[[deny]]`` table of a policy file."""
         if not isinstance(value, Mapping):
             raise InvalidPolicyError(f"an {effect} rule is a table", expected="table", got=value)
-        keys = ["actors", "operations", "topics", "queues", "principals"]
+        keys = ["actors", "operations", "topics", "queues", "principals", "sources"]
         unknown = sorted(set(value) - set(keys))
         if unknown:
             raise InvalidPolicyError(f"unknown {effect} rule keys: {', '.join(unknown)}",
@@ -220,7 +249,7 @@ class Rule:
                 raise InvalidPolicyError(f"an {effect} rule needs {key}", expected=key, got=None)
         return cls(effect, value["actors"], value["operations"],
                    value.get("topics", ("/#",)), value.get("queues", ("*",)),
-                   value.get("principals", ("*",)))
+                   value.get("principals", ("*",)), value.get("sources", ("*",)))
 
 
 def _rules(value: Iterable[Rule]) -> tuple[Rule, ...]:
@@ -256,8 +285,9 @@ class Policy:
 
     @classmethod
     def allow_all(cls) -> Policy:
-        """No policy configured: everything but ``admin`` to everyone."""
-        return cls((Rule(Effect.ALLOW, ("*",), ("*",)),), permissive=True)
+        """No policy configured: everything but ``admin`` to everyone (every source is
+        everyone's: ``own-source`` of every source to everyone)."""
+        return cls((Rule(Effect.ALLOW, ("*",), ("*", Operation.OWN_SOURCE)),), permissive=True)
 
     @classmethod
     def from_json(cls, value: object) -> Policy:
@@ -317,6 +347,47 @@ class Policy:
         exclude = tuple(dict.fromkeys(
             d for r in denies for d in r.topics if overlaps(d, pattern)))
         return Decision(True, exclude, "allowed")
+
+    def reserved(self, source: str) -> bool:
+        """Whether some ``own-source`` allow names ``source`` (whoever it names)."""
+        return any(r.effect is Effect.ALLOW and Operation.OWN_SOURCE in r.operations
+                   and r.names_source(source) for r in self.rules)
+
+    def may_publish_source(self, principal: str, source: str) -> Decision:
+        """May ``principal`` publish under source name ``source`` (and take its
+        contributions)? A reserved source (:meth:`reserved`): only a principal an
+        ``own-source`` allow names it to, or an administrator; any other source: anyone (the
+        ``publish`` grant of each topic is checked on its own). A deny of ``own-source``
+        naming the source refuses it whatever the allows say."""
+        allows, denies = self._rules(principal, Operation.OWN_SOURCE)
+        if any(Operation.OWN_SOURCE in r.operations and r.names_source(source) for r in denies):
+            return Decision(False, why=f"own-source {source!r} denied to {principal!r}")
+        if not self.reserved(source) or any(
+            r.names_source(source) or Operation.ADMIN in r.operations for r in allows
+        ):
+            return ALLOWED
+        return Decision(False, why=f"source {source!r} belongs to another principal than "
+                                   f"{principal!r}")
+
+    def may_contribute(self, principal: str, source: str,
+                       topic: TopicPattern | str | None = None) -> Decision:
+        """May ``principal`` contribute to ``source`` (None ``topic``: to some topic of it,
+        at attach; else on ``topic``)? An allow of ``contribute`` naming the source and
+        covering the topic, and no deny naming the source that covers it (with no topic: a
+        deny of every topic)."""
+        allows, denies = self._rules(principal, Operation.CONTRIBUTE)
+        allows = [r for r in allows if r.names_source(source)]
+        denies = [r for r in denies if r.names_source(source)]
+        if not allows:
+            return Decision(False, why=f"contribute to {source!r} not granted to "
+                                       f"{principal!r}")
+        sourced = Policy(tuple(allows) + tuple(denies))
+        decision = sourced.decide(principal, Operation.CONTRIBUTE, topic)
+        if not decision:
+            where = "" if topic is None else f" on {topic}"
+            return Decision(False, why=f"contribute to {source!r}{where} not granted to "
+                                       f"{principal!r}")
+        return decision
 
     def may_attach_queue(self, principal: str, queue: str) -> Decision:
         """May ``principal`` attach to subscription queue ``queue`` (its id)?"""

@@ -14,14 +14,21 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from proton import symbol
+from proton import Delivery, symbol
 
+from seqrepair.amqp.client.contributor import (
+    OnContribution,
+    read_contribution,
+    refusal,
+    refuse,
+)
 from seqrepair.amqp.client.runner import PublisherRunner
 from seqrepair.amqp.wire.backoff import Backoff
 from seqrepair.amqp.wire.batchsize import fitting
 from seqrepair.amqp.wire.errors import OversizedMessageError, PublishRejectedError
 from seqrepair.amqp.wire.framing import plain_value
 from seqrepair.amqp.wire.security import NO_CLIENT_SECURITY, ClientSecurity
+from seqrepair.amqp.wire.vocabulary import CONTRIBUTIONS_PREFIX
 from seqrepair.core.errors import SeqRepairError
 from seqrepair.core.messages import Publication, PublishType
 from seqrepair.core.sequencers import SourceSequencer
@@ -70,6 +77,15 @@ class Publisher(PublisherRunner[list[Publication]]):
     the released batches go again in the order they were first sent, once the outcome of every
     batch sent after them is in (the component releases those too: see
     :mod:`seqrepair.amqp.component.holdback`).
+
+    ``on_contribution``: this publisher takes its source's contributions (XEP-0040 §5.2, WIRE.md
+    "Contributions"): it attaches a link from ``$contributions/<source>`` (its principal must
+    own the source) and calls ``on_contribution(contribution)`` (a
+    :class:`~seqrepair.amqp.client.contributor.Contribution`, in the container's thread) for
+    each. True publishes it in this source's stream, numbered as the rest, its fields
+    marked with the contributor (``$contributor``, ``$contribution``); a string (its reason),
+    False or None refuses it, and so does a callback that raises. :attr:`contributions`
+    counts the ones taken and refused.
     """
 
     def __init__(
@@ -89,8 +105,16 @@ class Publisher(PublisherRunner[list[Publication]]):
         max_backoff: float = 5.0,
         start_after: int = 0,
         security: ClientSecurity = NO_CLIENT_SECURITY,
+        on_contribution: OnContribution | None = None,
     ) -> None:
         super().__init__(reconnect_delay=reconnect_delay, max_reconnect_delay=max_reconnect_delay)
+        self.on_contribution = on_contribution
+        self.contributions = {"taken": 0, "refused": 0}
+        self._contributions: Any = None  # the link from $contributions/<source>
+        if on_contribution is not None:  # a contribution is settled when the owner decided
+            for handler in self.handlers:
+                if hasattr(handler, "auto_accept"):
+                    handler.auto_accept = False
         self.url = url
         self.security = security
         self.address = address
@@ -229,6 +253,46 @@ class Publisher(PublisherRunner[list[Publication]]):
             time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
         self._wake()
         return super().flush(max(0.0, deadline - time.monotonic())) and not self.rejected
+
+    # --- contributions ------------------------------------------------------------------
+
+    def _connect(self) -> None:
+        super()._connect()
+        if self.on_contribution is not None:
+            self._contributions = self._container.create_receiver(
+                self._conn, CONTRIBUTIONS_PREFIX + self.sequencer.source)
+            self._contributions.flow(16)
+
+    def _main_links(self) -> dict[str, Any]:
+        return {"sender": self._sender, "contributions": self._contributions}
+
+    def _lost(self, conn: Any, reason: str) -> None:
+        if conn is not None and conn == self._conn:
+            self._contributions = None
+        super()._lost(conn, reason)
+
+    def on_message(self, event: Any) -> None:
+        """A contribution to this publisher's source: the callback decides."""
+        delivery, receiver = event.delivery, event.receiver
+        if receiver != self._contributions or self.on_contribution is None:
+            return
+        receiver.flow(1)
+        try:
+            contribution = read_contribution(event.message)
+            reason = refusal(self.on_contribution(contribution))
+            if reason is None:
+                self.publish(contribution.topic, contribution.as_fields(), contribution.ptype,
+                             permtoken=contribution.permtoken)
+        except Exception as exc:  # a bad contribution or callback refuses it, nothing else
+            reason = f"the owner could not take it: {getattr(exc, 'message', None) or exc!r}"
+            self.log.warning("contribution refused", error=reason)
+        if reason is None:
+            self.contributions["taken"] += 1
+            delivery.update(Delivery.ACCEPTED)
+            delivery.settle()
+        else:
+            self.contributions["refused"] += 1
+            refuse(delivery, reason)
 
     # --- sending ------------------------------------------------------------------------
 

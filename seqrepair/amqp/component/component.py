@@ -49,6 +49,7 @@ from seqrepair.amqp.component.admission import Admission
 from seqrepair.amqp.component.attach import open_subscriber
 from seqrepair.amqp.component.config import Bucket
 from seqrepair.amqp.component.config import ComponentConfig as ComponentConfig
+from seqrepair.amqp.component.contributions import Contributions
 from seqrepair.amqp.component.detach import (
     detach_for_memory,
     end_links,
@@ -83,7 +84,11 @@ from seqrepair.amqp.wire.respann import RESPONSE_ANNOTATIONS, RESPONSE_COOKIE
 from seqrepair.amqp.wire.security import principal_of
 from seqrepair.amqp.wire.sizelimit import limit_size
 from seqrepair.amqp.wire.technical import ABSOLUTE_SOURCE_BITS, Capabilities
-from seqrepair.amqp.wire.vocabulary import CONTROL_ADDRESS
+from seqrepair.amqp.wire.vocabulary import (
+    CONTRIBUTE_PREFIX,
+    CONTRIBUTIONS_PREFIX,
+    CONTROL_ADDRESS,
+)
 from seqrepair.core.budget import RefusalPolicy
 from seqrepair.core.errors import SeqRepairError
 from seqrepair.core.messages import (
@@ -175,6 +180,8 @@ class Component(MessagingHandler):
         self._changes = SubscriptionChanges(self.subscriptions)
         # what ACKs say the applications took: durable positions (durable.py)
         self.positions = self.durables = Durables.of(getattr(journal, "client", None), self.ingest)
+        # contributions and the source names the policy reserves (contributions.py)
+        self.contributions = Contributions(self)
 
     # --- helpers ------------------------------------------------------------------------
 
@@ -251,6 +258,7 @@ class Component(MessagingHandler):
         self.gate.tick(now)  # the open deadline; sockets of connections closed by the gate
         self.ingest.poll(now)  # what the journal took unanswered goes out (backs off)
         self.durables.flush()  # positions taken since the last tick, one pipeline
+        self.contributions.poll(now)  # contributions their owner did not answer in time
         for name, link in list(self.links.items()):
             if link.sender is None:
                 expire_context(self, name, link, now)
@@ -349,25 +357,40 @@ class Component(MessagingHandler):
         self.repairs.want(route)
 
     def on_link_closing(self, event: Any) -> None:
+        self.contributions.link_gone(event.link)
         forget(self, event.link)
 
     def on_link_closed(self, event: Any) -> None:
+        self.contributions.link_gone(event.link)
         forget(self, event.link)
+
+    # an owner's answer to a contribution (the only links the component sends unsettled on)
+    def on_accepted(self, event: Any) -> None:
+        self.contributions.on_owner_outcome(event.delivery)
+
+    on_rejected = on_released = on_modified = on_accepted
 
     # a connection ends: the peer closes it (proton says closing/closed, not disconnected) or
     # it is lost; on_transport_closed comes last whatever the path (on_disconnected a subset)
     def on_connection_closing(self, event: Any) -> None:
+        self.contributions.connection_gone(event.connection)
         forget_connection(self, event.connection)
 
     def on_connection_closed(self, event: Any) -> None:
+        self.contributions.connection_gone(event.connection)
         forget_connection(self, event.connection)
 
     def on_transport_closed(self, event: Any) -> None:
+        self.contributions.connection_gone(event.connection)
         forget_connection(self, event.connection)
 
     # --- attaching ----------------------------------------------------------------------
 
     def _open_subscriber(self, sender: Any) -> None:
+        address = sender.remote_source.address
+        if address and address.startswith(CONTRIBUTIONS_PREFIX):
+            self.contributions.open_owner(sender, address)
+            return
         open_subscriber(self, sender)
 
     def _open_receiver(self, receiver: Any) -> None:
@@ -376,6 +399,8 @@ class Component(MessagingHandler):
         receiver.max_message_size = self.config.max_message_size  # advertised and enforced
         if address == CONTROL_ADDRESS:
             open_control(receiver)
+        elif address and address.startswith(CONTRIBUTE_PREFIX):
+            self.contributions.open_contributor(receiver, address)
         else:
             open_publisher(self, receiver, address)
 
@@ -400,6 +425,8 @@ class Component(MessagingHandler):
                 return
             if receiver.kind == "control":
                 on_request(self, receiver, delivery, message)
+            elif receiver.kind == "contribute":
+                self.contributions.on_contribution(receiver, delivery, message)
             else:
                 on_publish(self, receiver, delivery, message)
         except SeqRepairError as exc:

@@ -104,6 +104,14 @@ class ComponentConfig:
     """Source replays one connection may have in progress; past it requests are rejected."""
     max_replays_per_principal: int = _positive(64)
     """Source replays one principal's connections may have in progress together."""
+    contribution_rate: float = _positive(10.0)
+    """Contributions per second one principal may send (a token bucket, :mod:`.contributions`)."""
+    contribution_burst: float = _positive(20.0)
+    """Contributions one principal may send at once before its rate holds it."""
+    contribution_timeout: float = _positive(10.0)
+    """Seconds an owner has to take or refuse a contribution before it is refused for it."""
+    max_pending_contributions: int = _positive(256)
+    """Contributions one source's owner may have unanswered; past it, refused at once."""
     drop_rate: float = attrs.field(default=0.0, validator=_rate)
     drop_seed: int | None = None
     drop_reset_frames: bool = False

@@ -46,6 +46,7 @@ def open_publisher(component: Component, receiver: Any, address: str | None) -> 
     receiver.own_sources = set()  # the sources it sent numbered publications of
     principal = effective_principal(component, receiver.connection,
                                     plain_properties(receiver.remote_properties))
+    receiver.check_frame = component.contributions.check_publication  # source names
     if address is None:
         receiver.kind = "publish"
         receiver.pattern = TopicPattern("/#")
@@ -116,6 +117,7 @@ def fan_out(
             touched.append(link)
     for link in touched:
         component._pump_link(link, now)
+    component.contributions.published(list(pubs))  # contributors whose publication this is
 
 
 _MISSING: Any = object()

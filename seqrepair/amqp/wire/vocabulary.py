@@ -20,6 +20,18 @@ LINK_PREFIX = "$link/"
 """A reply-only link's address prefix."""
 SUBSCRIPTION_PREFIX = QUEUE_PREFIX
 """A subscription queue's address prefix (``/subscriptions/ID``)."""
+CONTRIBUTE_PREFIX = "$contribute/"
+"""A contributor's target: ``$contribute/<source>`` (WIRE.md, Contributions)."""
+CONTRIBUTIONS_PREFIX = "$contributions/"
+"""A source owner's source of contributions to take or refuse: ``$contributions/<source>``."""
+CONTRIBUTOR_PROPERTY = "contributor"
+"""Application property (string) of a contribution handed to its owner: who sent it."""
+CONTRIBUTION_PROPERTY = "contribution"
+"""Application property (string): the id the component gave a contribution."""
+CONTRIBUTION_ACCEPTED = "CONTRIBUTION-ACCEPTED"
+"""``message-type`` of the answer to a contributor whose contribution was published."""
+CONTRIBUTION_REFUSED = "seqrepair:contribution-refused"
+"""The condition of a contribution its owner refused, did not answer, or that has no owner."""
 
 PROP_BATCH = symbol("seqrepair-batch")
 PROP_RESUME = symbol("seqrepair-resume")
