@@ -1,7 +1,8 @@
-"""``seqrepair serve``, ``gateway``, ``publish``, ``subscribe`` and ``capabilities``: their
-options, and one-line dispatchers to their bodies in the AMQP parts
+"""``seqrepair serve``, ``gateway``, ``publish``, ``contribute``, ``subscribe`` and
+``capabilities``: their options, and one-line dispatchers to their bodies in the AMQP parts
 (:mod:`~seqrepair.amqp.component.servecmd`, :mod:`~seqrepair.amqp.gateway.gatewaycmd`,
-:mod:`~seqrepair.amqp.client.publishcmd`, :mod:`~seqrepair.amqp.client.subscribecmd`).
+:mod:`~seqrepair.amqp.client.publishcmd`, :mod:`~seqrepair.amqp.client.contributecmd`,
+:mod:`~seqrepair.amqp.client.subscribecmd`).
 
 Building the parser imports no AMQP part and no proton or redis: a body is imported when its
 command runs, and a missing extra is then one line (:mod:`seqrepair.extras`).
@@ -246,8 +247,27 @@ def register(subparsers: Any) -> None:
                           "last publication was handed over, e.g. while the component cannot "
                           "be reached, or when the journal (--redis-url) stays out this long: "
                           "shorter outages are ridden out (default: 60)")
+    pub.add_argument("--contributions", choices=("take", "refuse"), default=None,
+                     help="take this source's contributions into its stream, or refuse each "
+                          "(its principal must own the source; default: no contributions "
+                          "link, contributors are told the owner is not connected)")
     add_client_security(pub)
     pub.set_defaults(func=_publish)
+
+    con = subparsers.add_parser(
+        "contribute", help="send contributions to a source another principal owns and print "
+                           "each answer (accepted with its source number, or refused)")
+    con.add_argument("--url", default="127.0.0.1:5672")
+    con.add_argument("--source", required=True, help="the source to contribute to")
+    con.add_argument("--file", help="JSON lines: {topic, fields, ptype?, permtoken?}")
+    con.add_argument("--topic", help="one contribution's topic (instead of --file)")
+    con.add_argument("--fields", default="{}", help="its fields, a JSON object")
+    con.add_argument("--ptype", default="update")
+    con.add_argument("--permtoken", default=None)
+    con.add_argument("--timeout", type=positive_float, default=30.0, metavar="SECONDS",
+                     help="how long to wait for the component and each answer")
+    add_client_security(con)
+    con.set_defaults(func=_contribute, batch=64)
 
     sub = subparsers.add_parser("subscribe", help="subscribe and print the ordered stream")
     sub.add_argument("--url", default="127.0.0.1:5672")
@@ -394,6 +414,10 @@ def _gateway(args: argparse.Namespace) -> int:
 def _publish(args: argparse.Namespace) -> int:
     journal = ("redis",) if args.redis_url or args.broker else ()
     return run_body(args, "seqrepair.amqp.client.publishcmd:publish_command", "proton", *journal)
+
+
+def _contribute(args: argparse.Namespace) -> int:
+    return run_body(args, "seqrepair.amqp.client.contributecmd:contribute_command", "proton")
 
 
 def _subscribe(args: argparse.Namespace) -> int:

@@ -8,6 +8,9 @@ it, mallory may publish on the same topics but owns nothing and may contribute n
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -30,8 +33,8 @@ from seqrepair.core.contributions import contribution_of, contributor_of
 from seqrepair.core.messages import Publication
 from seqrepair.journal.journal import Journal
 
-from .conftest import ComponentProcess, wait_for
-from .principals import MISSING, amqp_identity, client_security, serve_args
+from .conftest import ComponentProcess, _env, wait_for
+from .principals import MISSING, amqp_identity, client_security, password, serve_args
 from .test_authz import publish_as
 
 pytestmark = [pytest.mark.amqp, pytest.mark.redis,
@@ -342,3 +345,38 @@ def _owner_link(url: str, principal: str) -> str | None:
         conn.close()
     return None
 
+
+
+def test_the_contribute_command_prints_each_answer_and_exits_by_them(
+    served: ComponentProcess, tmp_path: Path, journal: Journal,
+) -> None:
+    def contribute(principal: str, *args: str) -> subprocess.CompletedProcess[str]:
+        secret = tmp_path / f"pw-{principal}"
+        secret.write_text(password(principal))
+        return subprocess.run(
+            [sys.executable, "-m", "seqrepair.cli", "contribute", "--url", served.url,
+             "--source", SOURCE, "--user", principal, "--password-file", str(secret), *args],
+            env=_env(), capture_output=True, text=True, timeout=60)
+
+    absent = contribute(BOB, "--topic", "/weather/x", "--fields", '{"a": 1}')
+    assert absent.returncode == 1, absent.stderr
+    assert json.loads(absent.stdout)["condition"] == "seqrepair:contribution-refused"
+    own = Owner(served.url)
+    try:
+        own.wait_attached(served)
+        lines = tmp_path / "contributions.jsonl"
+        lines.write_text('{"topic": "/weather/a", "fields": {"v": 1}}\n'
+                         '{"topic": "/weather/b", "fields": {"v": 2}, "ptype": "correction"}\n')
+        done = contribute(CAROL, "--file", str(lines))
+        assert done.returncode == 0, done.stderr
+        answers = [json.loads(line) for line in done.stdout.splitlines()]
+        assert [(a["accepted"], a["source_seq"]) for a in answers] == [(True, 1), (True, 2)]
+        [_, second] = journal.read_range(SOURCE, 1, 2)
+        assert (second.ptype.value, contributor_of(second)) == ("correction", CAROL)
+        refused = contribute(MALLORY, "--topic", "/weather/x")
+        assert refused.returncode == 1
+        assert "amqp:unauthorized-access" in refused.stderr
+        bad = contribute(CAROL, "--topic", "/weather/#")
+        assert bad.returncode == 2, bad.stderr
+    finally:
+        own.close()

@@ -166,7 +166,7 @@ class Contributor:
         link = self._sender.link
         try:
             self._conn.wait(lambda: link.credit > 0, timeout=wait, msg="no credit to contribute")
-            delivery = link.send(message)
+            delivery: Any = link.send(message)
             self._conn.wait(lambda: delivery.remote_state in _FINAL or delivery.settled,
                             timeout=wait, msg="no answer to the contribution")
         except ProtonException as exc:
@@ -184,11 +184,11 @@ class Contributor:
                 reason=(cond.description or "") if cond is not None else "not processed")
         delivery.settle()
         answer = self._answer(mid, wait)
-        props = dict(answer.properties or {}) if answer is not None else {}
-        seq = props.get("source_seq")
+        got: dict[Any, Any] = dict(answer.properties or {}) if answer is not None else {}
+        seq = got.get("source_seq")
         return ContributionResult(True, self.source,
                                   source_seq=int(seq) if seq is not None else None,
-                                  contribution=props.get(CONTRIBUTION_PROPERTY))
+                                  contribution=got.get(CONTRIBUTION_PROPERTY))
 
     def _answer(self, mid: Any, wait: float) -> Message | None:
         """The ``CONTRIBUTION-ACCEPTED`` answer to message ``mid`` (sent just before the
@@ -200,7 +200,7 @@ class Contributor:
                 answer = self._answers.receive(timeout=wait)
             except ProtonException:
                 return None
-            props = dict(answer.properties or {})
+            props: dict[Any, Any] = dict(answer.properties or {})
             if props.get("message-type") != CONTRIBUTION_ACCEPTED:
                 continue
             if answer.correlation_id == mid:

@@ -129,7 +129,8 @@ def publish(args: argparse.Namespace) -> int:
     publisher = Publisher(args.url, args.source, bits=args.bits, address=args.address,
                           journal=journal, max_batch=args.batch,
                           start_after=args.start_after,
-                          security=ClientSecurity.from_args(args)).start()
+                          security=ClientSecurity.from_args(args),
+                          on_contribution=_contributions(args)).start()
     first = publisher.embedded.published_through if publisher.embedded is not None else 0
     count = 0
     bad: InvalidMessageError | None = None
@@ -246,6 +247,16 @@ def not_journaled(publisher: Publisher, journal: Journal) -> str:
                 f"journaled (an append whose answer was lost; the component fans them out from "
                 f"the journal)" + (f", {held + 1}..{last} are not" if held < last else ""))
     return f"{source!r} {first}..{last} are not journaled (it holds through {held})"
+
+
+def _contributions(args: argparse.Namespace) -> Callable[[Any], bool | str] | None:
+    """``--contributions``: take each into the stream, or refuse each (None: no link)."""
+    choice = getattr(args, "contributions", None)
+    if choice is None:
+        return None
+    if choice == "take":
+        return lambda _contribution: True
+    return lambda _contribution: "this publisher takes no contributions"
 
 
 def file_items(args: argparse.Namespace) -> Iterator[list[Item]]:

@@ -112,7 +112,8 @@ class Publisher(PublisherRunner[list[Publication]]):
         self.contributions = {"taken": 0, "refused": 0}
         self._contributions: Any = None  # the link from $contributions/<source>
         if on_contribution is not None:  # a contribution is settled when the owner decided
-            for handler in self.handlers:
+            handlers: Any = self.handlers
+            for handler in handlers:
                 if hasattr(handler, "auto_accept"):
                     handler.auto_accept = False
         self.url = url

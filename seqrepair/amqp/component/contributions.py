@@ -203,7 +203,7 @@ class Contributions:
         except TooManyPendingError as exc:
             raise ContributionFloodError(exc.message, expected=exc.expected,
                                          got=exc.got) from None
-        out = encode_frame(pub)
+        out: Any = encode_frame(pub)
         props = {k: v for k, v in dict(out.properties).items()
                  if k not in ("source_seq", "source_bits", "link_seq", "retransmit")}
         props[CONTRIBUTOR_PROPERTY] = principal
