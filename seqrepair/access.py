@@ -1,8 +1,9 @@
 """The access policy in force: read from its file (``serve --policy FILE``), reloaded on SIGHUP.
 
 The file is TOML (or JSON, when its name ends in ``.json``): ``[[allow]]`` and ``[[deny]]``
-tables, each with ``actors``, ``operations`` and optionally ``topics`` (default ``["/#"]``)
-and ``queues`` (default ``["*"]``); :mod:`seqrepair.core.policy` says what they mean::
+tables, each with ``actors``, ``operations`` and optionally ``topics`` (default ``["/#"]``),
+``queues`` (default ``["*"]``) and ``sources`` (source names for ``own-source`` and
+``contribute``, default ``["*"]``); :mod:`seqrepair.core.policy` says what they mean::
 
     [[allow]]
     actors = ["*@example.com"]
@@ -14,6 +15,16 @@ and ``queues`` (default ``["*"]``); :mod:`seqrepair.core.policy` says what they 
     actors = ["*"]
     operations = ["subscribe"]
     topics = ["/weather/secret/#"]
+
+    [[allow]]  # feed.alice is alice's alone; partners may contribute to it
+    actors = ["alice@example.com"]
+    operations = ["own-source"]
+    sources = ["feed.alice"]
+
+    [[allow]]
+    actors = ["*@partner.org"]
+    operations = ["contribute"]
+    sources = ["feed.alice"]
 
 :class:`Access` holds the current :class:`~seqrepair.core.policy.Policy`; the component and
 the REST API read :attr:`Access.policy` on every check, so a reload takes effect at the next

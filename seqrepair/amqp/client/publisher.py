@@ -32,6 +32,7 @@ from seqrepair.amqp.wire.vocabulary import CONTRIBUTIONS_PREFIX
 from seqrepair.core.errors import SeqRepairError
 from seqrepair.core.messages import Publication, PublishType
 from seqrepair.core.sequencers import SourceSequencer
+from seqrepair.core.topics import TopicPattern
 from seqrepair.journal.errors import JournalError, PublicationQueuedError
 from seqrepair.journal.publisher import Publisher as JournalPublisher
 from seqrepair.logs import get_logger
@@ -280,6 +281,9 @@ class Publisher(PublisherRunner[list[Publication]]):
         receiver.flow(1)
         try:
             contribution = read_contribution(event.message)
+            if not TopicPattern(self.address).matches(contribution.topic):
+                raise SeqRepairError(f"topic {contribution.topic!r} is outside this "
+                                     f"publisher's address {self.address}")
             reason = refusal(self.on_contribution(contribution))
             if reason is None:
                 self.publish(contribution.topic, contribution.as_fields(), contribution.ptype,
