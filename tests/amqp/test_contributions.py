@@ -9,6 +9,7 @@ it, mallory may publish on the same topics but owns nothing and may contribute n
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import threading
@@ -380,3 +381,24 @@ def test_the_contribute_command_prints_each_answer_and_exits_by_them(
         assert bad.returncode == 2, bad.stderr
     finally:
         own.close()
+
+
+def test_a_reload_that_takes_a_source_from_its_owner_detaches_its_contributions_link(
+    served: ComponentProcess, owner: Owner, tmp_path: Path, journal: Journal,
+) -> None:
+    assert _publish_fields(served.url, MALLORY, SOURCE, 1, {"n": 0}) == (
+        "amqp:unauthorized-access")
+    # the source is bob's now
+    (tmp_path / "policy.toml").write_text(POLICY.replace(
+        f'actors = ["{ALICE}"]\noperations = ["own-source"]',
+        f'actors = ["{BOB}"]\noperations = ["own-source"]'))
+    assert served.proc is not None
+    served.proc.send_signal(signal.SIGHUP)
+    assert wait_for(lambda: owner.publisher.error is not None, 20), served.log_text()[-2000:]
+    assert "amqp:unauthorized-access" in owner.publisher.error.message
+    assert _publish_fields(served.url, ALICE, SOURCE, 1, {"n": 0}) == "amqp:unauthorized-access"
+    assert _publish_fields(served.url, MALLORY, SOURCE, 1, {"n": 0}) == (
+        "amqp:unauthorized-access")
+    assert _publish_fields(served.url, BOB, SOURCE, 1, {"n": 0}) is None
+    assert journal.high_water(SOURCE) == 1
+    assert _owner_link(served.url, BOB) is None

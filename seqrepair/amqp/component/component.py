@@ -466,6 +466,7 @@ class Component(MessagingHandler):
 
     def on_seqrepair_policy(self, event: Any) -> None:
         end_revoked(self)
+        self.contributions.revoked()
 
     def request_stop(self) -> None:
         """Stop at the next tick (at most 0.1 s away): close the listener and end the

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from proton import Condition, Delivery, Endpoint, Link, Message, ulong
 
-from seqrepair.amqp.component.authz import policy_of
+from seqrepair.amqp.component.authz import effective_principal, policy_of
 from seqrepair.amqp.component.ingest import check_sendable
 from seqrepair.amqp.wire.codec import Decoder
 from seqrepair.amqp.wire.errors import (
@@ -42,7 +42,6 @@ from seqrepair.amqp.wire.errors import (
     condition_info,
 )
 from seqrepair.amqp.wire.framing import encode_frame
-from seqrepair.amqp.wire.security import principal_of
 from seqrepair.amqp.wire.vocabulary import (
     CONTRIBUTE_PREFIX,
     CONTRIBUTION_ACCEPTED,
@@ -50,6 +49,7 @@ from seqrepair.amqp.wire.vocabulary import (
     CONTRIBUTION_REFUSED,
     CONTRIBUTIONS_PREFIX,
     CONTRIBUTOR_PROPERTY,
+    plain_properties,
 )
 from seqrepair.core.contributions import (
     CONTRIBUTION_FIELD,
@@ -137,7 +137,7 @@ class Contributions:
     def open_contributor(self, receiver: Any, address: str) -> None:
         """A contributor's sending link to ``$contribute/<source>``."""
         source = _source_of(address, CONTRIBUTE_PREFIX)
-        principal = principal_of(receiver.connection)
+        principal = _principal(self.component, receiver)
         decision = policy_of(self.component).may_contribute(principal, source)
         if not decision:
             raise UnauthorizedAccessError(decision.why, expected="contribute", got=source)
@@ -151,7 +151,7 @@ class Contributions:
         another principal's is refused."""
         source = _source_of(address, CONTRIBUTIONS_PREFIX)
         sender.source.address = address
-        principal = principal_of(sender.connection)
+        principal = _principal(self.component, sender)
         decision = policy_of(self.component).may_publish_source(principal, source)
         if not decision:
             raise UnauthorizedAccessError(decision.why, expected="own-source", got=source)
@@ -259,6 +259,17 @@ class Contributions:
         for closed in self.desk.owner_gone(source):
             self._finish(closed)
 
+    def revoked(self) -> None:
+        """The policy was reloaded: an owner link whose principal no longer owns its source
+        is detached (``amqp:unauthorized-access``) and its unanswered contributions refused."""
+        policy = policy_of(self.component)
+        for source, link in list(self.owners.items()):
+            decision = policy.may_publish_source(link.owner_principal, source)
+            if not decision:
+                self.link_gone(link)
+                link.condition = Condition(UnauthorizedAccessError.condition, decision.why)
+                link.close()
+
     def connection_gone(self, conn: Any) -> None:
         """A connection ended: its owner links are gone."""
         for link in [link for link in self.owners.values() if link.connection == conn]:
@@ -300,6 +311,12 @@ class Contributions:
         route.respond(answer, message_id)
         if route.sender is not None:
             self.component._pump_sender(route.sender)
+
+
+def _principal(component: Component, link: Any) -> str:
+    """Who ``link`` acts as (a forwarding gateway's client: :func:`.authz.effective_principal`)."""
+    return effective_principal(component, link.connection,
+                               plain_properties(link.remote_properties))
 
 
 def _source_of(address: str, prefix: str) -> str:
