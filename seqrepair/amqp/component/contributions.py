@@ -4,7 +4,7 @@ names the access policy reserves to their owners.
 * A publication under a source name the policy reserves to another principal
   (``own-source``, :meth:`~seqrepair.core.policy.Policy.may_publish_source`) is rejected
   ``amqp:unauthorized-access`` before anything of its message is numbered or journaled
-  (:meth:`Contributions.check_publication`, called by ingest for every publication). So is a
+  (:meth:`Contributions.check_publications`, called by ingest for every message). So is a
   publication whose reserved ``$contributor``/``$contribution`` fields name a contribution the
   component did not hand its publisher (:meth:`~seqrepair.core.contributions.Desk.check_claim`).
 * A source's owner takes contributions on a receiving link from ``$contributions/<source>``
@@ -26,6 +26,7 @@ names the access policy reserves to their owners.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from proton import Condition, Delivery, Endpoint, Link, Message, ulong
@@ -59,7 +60,6 @@ from seqrepair.core.contributions import (
     ForgedContributionError,
     Outcome,
     TooManyPendingError,
-    claims,
 )
 from seqrepair.core.errors import InvalidMessageError
 from seqrepair.core.messages import Publication
@@ -109,28 +109,34 @@ class Contributions:
 
     # --- source names ---------------------------------------------------------------------
 
-    def check_publication(self, receiver: Any, pub: Publication) -> None:
-        """A publication of publishing link ``receiver``: its source must not be reserved to
-        another principal, and its reserved fields must name a contribution handed to it."""
+    def check_publications(self, receiver: Any, pubs: Iterable[Any]) -> None:
+        """The publications of one message of publishing link ``receiver``: none may be
+        under a source reserved to another principal, and the reserved fields of each must
+        name a contribution handed to it (raises for the first that fails)."""
         checked: dict[str, Any] | None = getattr(receiver, "sources_checked", None)
         if checked is None:
             checked = receiver.sources_checked = {}
         policy = policy_of(self.component)
-        if checked.get(pub.source) is not policy:
-            decision = policy.may_publish_source(receiver.principal, pub.source)
-            if not decision:
-                self.component.stats["publications_refused_source"] += 1
-                raise UnauthorizedAccessError(decision.why, expected="own-source",
-                                              got=pub.source)
-            if len(checked) >= SOURCES_CHECKED:
-                checked.clear()
-            checked[pub.source] = policy
-        if claims(pub.fields):
-            try:
-                self.desk.check_claim(pub)
-            except ForgedContributionError as exc:
-                raise UnauthorizedAccessError(exc.message, expected=exc.expected,
-                                              got=pub.source) from None
+        for pub in pubs:
+            if checked.get(pub.source) is not policy:
+                self._check_source(receiver, pub.source, policy, checked)
+            fields = pub.fields
+            if CONTRIBUTOR_FIELD in fields or CONTRIBUTION_FIELD in fields:
+                try:
+                    self.desk.check_claim(pub)
+                except ForgedContributionError as exc:
+                    raise UnauthorizedAccessError(exc.message, expected=exc.expected,
+                                                  got=pub.source) from None
+
+    def _check_source(self, receiver: Any, source: str, policy: Any,
+                      checked: dict[str, Any]) -> None:
+        decision = policy.may_publish_source(receiver.principal, source)
+        if not decision:
+            self.component.stats["publications_refused_source"] += 1
+            raise UnauthorizedAccessError(decision.why, expected="own-source", got=source)
+        if len(checked) >= SOURCES_CHECKED:
+            checked.clear()
+        checked[source] = policy
 
     # --- attaching ------------------------------------------------------------------------
 

@@ -283,7 +283,6 @@ class Ingest:
         frames = self.decoder.decode(message, default_source=default_source,
                                      default_topic=default_topic, assign=count)
         checked = topics_cache(receiver)  # emptied by a policy reload
-        check_frame = getattr(receiver, "check_frame", None)  # source names (contributions)
         for frame in frames:
             if not isinstance(frame, Publication):
                 raise UnknownMessageTypeError(
@@ -292,8 +291,9 @@ class Ingest:
             if frame.topic not in checked:
                 check_topic(receiver, frame.topic)
             check_sendable(frame)
-            if check_frame is not None:
-                check_frame(receiver, frame)
+        check_frames = getattr(receiver, "check_frames", None)  # source names (contributions)
+        if check_frames is not None:
+            check_frames(receiver, frames)
         items: list[bytes] | None = getattr(message, "items", None)
         pubs, items = _journal_forms(cast(list[Publication], frames), items)
         held: holdback.HeldBack = receiver.held_back

@@ -46,7 +46,7 @@ def open_publisher(component: Component, receiver: Any, address: str | None) -> 
     receiver.own_sources = set()  # the sources it sent numbered publications of
     principal = effective_principal(component, receiver.connection,
                                     plain_properties(receiver.remote_properties))
-    receiver.check_frame = component.contributions.check_publication  # source names
+    receiver.check_frames = component.contributions.check_publications  # source names
     if address is None:
         receiver.kind = "publish"
         receiver.pattern = TopicPattern("/#")
