@@ -86,8 +86,9 @@ class TooManyPendingError(ContributionError):
 @attrs.define
 class Pending:
     """One contribution handed to its owner. ``handle`` is the adapter's (the contributor's
-    delivery, where to answer); ``taken``: the owner accepted it and will publish it (no
-    deadline then: it ends when the publication comes or the owner goes)."""
+    delivery, where to answer); ``taken``: the owner accepted it and will publish it (its
+    deadline starts again then: a publication the component refused would otherwise leave it
+    waiting until the owner goes)."""
 
     id: str
     source: str
@@ -138,11 +139,13 @@ class Desk:
         self._per_source[source] = held + 1
         return pending
 
-    def take(self, cid: str) -> Pending | None:
-        """The owner accepted contribution ``cid``: it waits for the publication only."""
+    def take(self, cid: str, now: float) -> Pending | None:
+        """The owner accepted contribution ``cid`` at ``now``: it waits for the publication,
+        ``timeout`` more seconds at most."""
         pending = self.pending.get(cid)
         if pending is not None:
             pending.taken = True
+            pending.deadline = now + self.timeout
         return pending
 
     def refuse(self, cid: str, reason: str,
@@ -183,9 +186,10 @@ class Desk:
 
     def expire(self, now: float) -> list[Closed]:
         """The contributions whose owner has not answered by ``now``."""
-        late = [p for p in self.pending.values() if not p.taken and p.deadline <= now]
+        late = [p for p in self.pending.values() if p.deadline <= now]
         return [self._close(p, Outcome.TIMED_OUT,
-                            reason=f"the owner of {p.source!r} did not answer within "
+                            reason=f"the owner of {p.source!r} did not "
+                                   f"{'publish it' if p.taken else 'answer'} within "
                                    f"{self.timeout:g} s") for p in late]
 
     def owner_gone(self, source: str) -> list[Closed]:
@@ -198,8 +202,7 @@ class Desk:
     @property
     def next_deadline(self) -> float | None:
         """When :meth:`expire` next has something to end (None: nothing waits for one)."""
-        deadlines = [p.deadline for p in self.pending.values() if not p.taken]
-        return min(deadlines, default=None)
+        return min((p.deadline for p in self.pending.values()), default=None)
 
     def _close(self, pending: Pending, outcome: Outcome, *, source_seq: int | None = None,
                reason: str = "") -> Closed:

@@ -125,20 +125,36 @@ def test_claims_the_desk_did_not_hand_out_are_forged() -> None:
     assert list(desk.pending) == [pending.id]  # nothing changed
 
 
-def test_unanswered_contributions_time_out_taken_ones_wait_for_the_publication() -> None:
+def test_unanswered_contributions_time_out_taken_ones_wait_for_the_publication_longer() -> None:
     desk = Desk(timeout=2.0)
     late = desk.open("feed.a", "bob", "/w/x", now=0.0)
     taken = desk.open("feed.a", "bob", "/w/x", now=0.0)
-    desk.take(taken.id)
+    kept = desk.open("feed.a", "bob", "/w/x", now=0.0)
+    desk.take(taken.id, now=1.5)
+    desk.take(kept.id, now=1.5)
     assert desk.next_deadline == 2.0
     assert desk.expire(1.9) == []
     [closed] = desk.expire(2.0)
     assert (closed.pending.id, closed.outcome) == (late.id, Outcome.TIMED_OUT)
     assert "did not answer" in closed.reason
-    assert desk.next_deadline is None
+    assert desk.next_deadline == 3.5
+    published = desk.published(_pub(9, {CONTRIBUTOR_FIELD: "bob",
+                                         CONTRIBUTION_FIELD: kept.id}))
+    assert published is not None
     [gone] = desk.owner_gone("feed.a")
     assert (gone.pending.id, gone.outcome) == (taken.id, Outcome.OWNER_GONE)
-    assert desk.counts == {"published": 0, "refused": 0, "timed-out": 1, "owner-gone": 1}
+    assert desk.next_deadline is None
+    assert desk.counts == {"published": 1, "refused": 0, "timed-out": 1, "owner-gone": 1}
+
+
+def test_a_taken_contribution_never_published_times_out_too() -> None:
+    desk = Desk(timeout=2.0)
+    taken = desk.open("feed.a", "bob", "/w/x", now=0.0)
+    desk.take(taken.id, now=1.0)
+    assert desk.expire(2.9) == []
+    [closed] = desk.expire(3.0)
+    assert (closed.outcome, closed.reason) == (
+        Outcome.TIMED_OUT, "the owner of 'feed.a' did not publish it within 2 s")
 
 
 def test_an_owner_holds_at_most_max_pending_and_a_refusal_frees_room() -> None:

@@ -157,8 +157,8 @@ class Contributor:
         wait = self.timeout if timeout is None else timeout
         mid = uuid.uuid4().hex
         props: dict[str, Any] = {"message-type": "PUBLICATION", "topic": topic,
-                                 "ptype": PublishType(ptype).value
-                                 if not isinstance(ptype, PublishType) else ptype.value}
+                                 "ptype": ptype.value if isinstance(ptype, PublishType)
+                                 else str(ptype)}  # the component checks it
         if permtoken is not None:
             props["permtoken"] = permtoken
         props.update(extra or {})

@@ -229,7 +229,7 @@ class Contributions:
             return
         state = delivery.remote_state
         if state == Delivery.ACCEPTED:
-            self.desk.take(cid)
+            self.desk.take(cid, self.component.clock())
             return
         cond = delivery.remote.condition if state == Delivery.REJECTED else None
         reason = (cond.description if cond is not None and cond.description else
