@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from proton import Delivery
+from proton import Delivery, Message
 from proton.utils import BlockingConnection, LinkDetached
 
 from seqrepair.amqp.client.contributor import (
@@ -402,3 +402,62 @@ def test_a_reload_that_takes_a_source_from_its_owner_detaches_its_contributions_
     assert _publish_fields(served.url, BOB, SOURCE, 1, {"n": 0}) is None
     assert journal.high_water(SOURCE) == 1
     assert _owner_link(served.url, BOB) is None
+
+
+CONTRIBUTION_TABLE = ("address", "property", "AMQP type", "presence", "meaning")
+
+
+def test_an_owner_that_does_not_answer_is_timed_out_and_its_messages_are_as_documented(
+    served: ComponentProcess,
+) -> None:
+    """A raw owner link takes a contribution and never settles it: the contributor is refused
+    after --contribution-timeout (3 s). What the owner got has the documented properties."""
+    from .test_wire_doc import amqp_type, code, documented_type, table
+
+    documented = {(code(row[0]), code(row[1])): documented_type(row[2])
+                  for row in table(CONTRIBUTION_TABLE)}
+    conn = BlockingConnection(served.url, timeout=10, **amqp_identity(ALICE))
+    try:
+        silent = conn.create_receiver("$contributions/" + SOURCE, credit=5)
+        with Contributor(served.url, SOURCE, security=client_security(BOB)) as bob:
+            started = time.monotonic()
+            result = bob.contribute("/weather/x", {"a": 1}, timeout=20)
+            waited = time.monotonic() - started
+            handed = silent.receive(timeout=5)  # came before the timeout
+            accepted_props = _accepted_answer(served, bob)
+        assert (result.accepted, result.condition) == (False, "seqrepair:contribution-refused")
+        assert "did not answer within 3 s" in result.reason
+        assert 2.5 < waited < 15
+        props = dict(handed.properties)
+        assert props["contributor"] == BOB
+        assert props["contribution"] == result.contribution
+        assert "source_seq" not in props
+        assert handed.body == {"a": 1}
+        for name in ("contributor", "contribution"):
+            assert amqp_type(props[name]) == documented[("$contributions/<source>", name)]
+        for name, value in accepted_props.items():
+            assert amqp_type(value) == documented[("$link/<name>", name)], name
+        assert {n for a, n in documented if a == "$link/<name>"} == set(accepted_props)
+    finally:
+        conn.close()
+
+
+def _accepted_answer(served: ComponentProcess, bob: Contributor) -> dict[str, Any]:
+    """The properties of a ``CONTRIBUTION-ACCEPTED`` answer (an owner that takes it)."""
+    own = Owner(served.url)
+    try:
+        own.wait_attached(served)
+        mid = "probe-1"
+        message = Message(id=mid, reply_to=bob._reply_to, body={"b": 2},
+                          properties={"message-type": "PUBLICATION", "topic": "/weather/y"})
+        link = bob._sender.link
+        delivery = link.send(message)
+        bob._conn.wait(lambda: delivery.remote_state == Delivery.ACCEPTED, timeout=20)
+        answer = bob._answers.receive(timeout=10)
+        assert answer.correlation_id == mid
+        props = dict(answer.properties)
+        assert props.pop("message-type") == "CONTRIBUTION-ACCEPTED"
+        assert answer.body is None
+        return props
+    finally:
+        own.close()
