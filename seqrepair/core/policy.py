@@ -28,7 +28,10 @@ Source names (the ``sources`` of a rule, ``*`` = any characters, default every s
 only to ``own-source`` and ``contribute``: a source an ``own-source`` allow names is reserved
 to the principals it names (:meth:`Policy.may_publish_source`: a publication under it by
 anyone else is refused), and ``contribute`` lets a principal send contributions to the
-sources it names, on the topics it covers (:meth:`Policy.may_contribute`).
+sources it names, on the topics it covers (:meth:`Policy.may_contribute`). A source pattern
+may hold ``{principal}``, the principal the rule is applied to: ``actors = ["*@example.com"]``
+with ``sources = ["{principal}/*"]`` gives every principal at example.com the sources named
+after it, and reserves them all (``{principal}`` then stands for any name the actors match).
 
 This module is pure: no I/O, no clock. Reading a policy file is the adapter's
 (:mod:`seqrepair.amqp.component.policyfile`).
@@ -185,8 +188,37 @@ def _principals(value: object) -> tuple[str, ...]:
     return _names(value, "principals", "principals")
 
 
+PRINCIPAL_PLACEHOLDER = "{principal}"
+"""In a rule's ``sources``: the principal the rule is applied to (``"{principal}.*"``: every
+principal its actors match owns the sources named after it)."""
+
+
 def _sources(value: object) -> tuple[str, ...]:
-    return _names(value, "sources", "source names")
+    items = _names(value, "sources", "source names")
+    for item in items:
+        if "{" in item.replace(PRINCIPAL_PLACEHOLDER, "") or "}" in item.replace(
+                PRINCIPAL_PLACEHOLDER, ""):
+            raise InvalidPolicyError(
+                f"a source pattern holds no braces but {PRINCIPAL_PLACEHOLDER}",
+                expected=f"source names, '*' and {PRINCIPAL_PLACEHOLDER}", got=item)
+    return items
+
+
+def _glob(text: str) -> str:
+    """The regular expression of ``text`` where ``*`` is any run of characters."""
+    return ".*".join(re.escape(part) for part in text.split("*"))
+
+
+def _source_regex(pattern: str, principals: str) -> re.Pattern[str]:
+    """``pattern`` (a source pattern) with :data:`PRINCIPAL_PLACEHOLDER` standing for the
+    regular expression ``principals``."""
+    return re.compile(f"(?:{principals})".join(
+        _glob(part) for part in pattern.split(PRINCIPAL_PLACEHOLDER)), re.DOTALL)
+
+
+@lru_cache(maxsize=4096)
+def _bound_source(pattern: str, principal: str) -> re.Pattern[str]:
+    return _source_regex(pattern, re.escape(principal))
 
 
 @attrs.frozen
@@ -212,7 +244,10 @@ class Rule:
         object.__setattr__(self, "_queue_res", tuple(_actor_regex(q) for q in self.queues))
         object.__setattr__(self, "_principal_res",
                            tuple(_actor_regex(p) for p in self.principals))
-        object.__setattr__(self, "_source_res", tuple(_actor_regex(s) for s in self.sources))
+        # with the placeholder standing for any of the rule's actors: what the rule reserves
+        actors = "|".join(_glob(a) for a in self.actors)
+        object.__setattr__(self, "_source_res",
+                           tuple(_source_regex(s, actors) for s in self.sources))
 
     def applies_to(self, principal: str, operation: Operation) -> bool:
         """Whether this rule speaks of ``operation`` by ``principal``."""
@@ -230,9 +265,15 @@ class Rule:
         """Whether ``principal`` is one of those this rule's ``act-for`` speaks of."""
         return any(r.fullmatch(principal) for r in self._principal_res)
 
-    def names_source(self, source: str) -> bool:
-        """Whether ``source`` (a source name) is one of this rule's sources."""
-        return any(r.fullmatch(source) for r in self._source_res)
+    def names_source(self, source: str, principal: str | None = None) -> bool:
+        """Whether ``source`` (a source name) is one of this rule's sources: for
+        ``principal`` (its name in place of :data:`PRINCIPAL_PLACEHOLDER`), or None: for any
+        principal the rule's actors match."""
+        if principal is None:
+            return any(r.fullmatch(source) for r in self._source_res)
+        return any(
+            (_bound_source(s, principal) if PRINCIPAL_PLACEHOLDER in s else r).fullmatch(source)
+            for s, r in zip(self.sources, self._source_res, strict=True))
 
     @classmethod
     def from_json(cls, effect: str, value: object) -> Rule:
@@ -360,10 +401,11 @@ class Policy:
         ``publish`` grant of each topic is checked on its own). A deny of ``own-source``
         naming the source refuses it whatever the allows say."""
         allows, denies = self._rules(principal, Operation.OWN_SOURCE)
-        if any(Operation.OWN_SOURCE in r.operations and r.names_source(source) for r in denies):
+        if any(Operation.OWN_SOURCE in r.operations and r.names_source(source, principal)
+               for r in denies):
             return Decision(False, why=f"own-source {source!r} denied to {principal!r}")
         if not self.reserved(source) or any(
-            r.names_source(source) or Operation.ADMIN in r.operations for r in allows
+            r.names_source(source, principal) or Operation.ADMIN in r.operations for r in allows
         ):
             return ALLOWED
         return Decision(False, why=f"source {source!r} belongs to another principal than "
@@ -376,8 +418,8 @@ class Policy:
         covering the topic, and no deny naming the source that covers it (with no topic: a
         deny of every topic)."""
         allows, denies = self._rules(principal, Operation.CONTRIBUTE)
-        allows = [r for r in allows if r.names_source(source)]
-        denies = [r for r in denies if r.names_source(source)]
+        allows = [r for r in allows if r.names_source(source, principal)]
+        denies = [r for r in denies if r.names_source(source, principal)]
         if not allows:
             return Decision(False, why=f"contribute to {source!r} not granted to "
                                        f"{principal!r}")

@@ -56,6 +56,11 @@ actors = ["{ALICE}"]
 operations = ["own-source"]
 sources = ["feed.alice", "feed.alice.*"]
 
+[[allow]]  # and everyone at example.com the sources named after them
+actors = ["*@example.com"]
+operations = ["own-source"]
+sources = ["{{principal}}/*"]
+
 [[allow]]
 actors = ["{BOB}", "{CAROL}"]
 operations = ["contribute"]
@@ -155,6 +160,9 @@ def test_another_principal_publishing_under_an_owned_source_is_refused_and_it_is
     assert _publish_fields(url, ALICE, SOURCE, 4, {"n": 3}) is None
     assert _publish_fields(url, ALICE, SOURCE, None, {"n": 4}) is None  # numbered 5 for it
     assert journal.high_water(SOURCE) == 5
+    # a source pattern per principal ({principal}/*)
+    assert _publish_fields(url, BOB, f"{ALICE}/x", 1, {"n": 0}) == "amqp:unauthorized-access"
+    assert _publish_fields(url, ALICE, f"{ALICE}/x", 1, {"n": 0}) is None
     # a source no own-source rule names stays anyone's who may publish
     assert publish_as(url, MALLORY, "/weather/wind/LEMD", 2, source="feed.open") == [None] * 2
 

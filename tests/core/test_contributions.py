@@ -261,3 +261,32 @@ def test_sources_must_be_a_list_of_names() -> None:
             Policy.from_json({"allow": [{"actors": ["a"], "operations": ["own-source"],
                                          "sources": sources}]})
     assert Operation("own-source") is Operation.OWN_SOURCE
+
+
+PER_PRINCIPAL = Policy.from_json({"allow": [
+    {"actors": ["*@example.com"], "operations": ["own-source"], "sources": ["{principal}/*"]},
+    {"actors": ["*@partner.org"], "operations": ["contribute"],
+     "sources": ["{principal}/inbox"]},
+]})
+
+
+@pytest.mark.parametrize(("principal", "source", "allowed"), [
+    ("alice@example.com", "alice@example.com/wind", True),
+    ("bob@example.com", "alice@example.com/wind", False),  # alice's
+    ("alice@example.com", "alice@example.com", True),  # not of the shape: anyone's ...
+    ("bob@example.com", "alice@example.com", True),  # ... as any unreserved source
+    ("mallory@other.org", "mallory@other.org/x", True),  # the actors do not name mallory:
+    ("alice@example.com", "mallory@other.org/x", True),  # not reserved, anyone's
+    ("alice@example.com", "alice.example.com/x", True),  # the name is matched exactly
+])
+def test_a_source_pattern_per_principal(principal: str, source: str, allowed: bool) -> None:
+    assert bool(PER_PRINCIPAL.may_publish_source(principal, source)) is allowed
+
+
+def test_the_placeholder_binds_contribute_too_and_other_braces_are_refused() -> None:
+    assert PER_PRINCIPAL.may_contribute("p@partner.org", "p@partner.org/inbox")
+    assert not PER_PRINCIPAL.may_contribute("p@partner.org", "q@partner.org/inbox")
+    for sources in (["{user}/*"], ["a}"], ["{principal"]):
+        with pytest.raises(InvalidPolicyError):
+            Policy.from_json({"allow": [{"actors": ["a"], "operations": ["own-source"],
+                                         "sources": sources}]})
