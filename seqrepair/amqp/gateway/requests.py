@@ -213,7 +213,8 @@ class Requests:
 
 
 def _is_snapshot(message: Message) -> bool:
-    return (message.properties or {}).get(MESSAGE_TYPE) == MessageType.SNAPSHOT.value
+    props: Mapping[Any, Any] = message.properties or {}
+    return props.get(MESSAGE_TYPE) == MessageType.SNAPSHOT.value
 
 
 def _addressing(message: Message) -> Addressing:
