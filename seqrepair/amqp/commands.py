@@ -217,6 +217,40 @@ def register(subparsers: Any) -> None:
     add_client_security(gateway, "upstream-")
     gateway.set_defaults(func=_gateway)
 
+    relay = subparsers.add_parser(
+        "relay", help="a component that subscribes to another and re-serves it (fractal relay)")
+    relay.add_argument("--upstream", required=True, help="the upstream component, host:port")
+    relay.add_argument("--listen", default="127.0.0.1:5674", help="listen address host:port")
+    relay.add_argument("--redis-url", required=True, help="the relay's own journal's Redis")
+    relay.add_argument("--redis-timeout", type=positive_float, default=2.0, metavar="SECONDS")
+    relay.add_argument("--subscribe", nargs="+", default=[], metavar="PATTERN",
+                       help="topic patterns the relay always carries; with no --aggregate its "
+                            "subscribers must lie inside them")
+    relay.add_argument("--aggregate", action="store_true",
+                       help="carry the union of --subscribe and the attached subscribers' "
+                            "patterns, on one upstream link changed as they come and go")
+    relay.add_argument("--linger", type=non_negative_float, default=1.0, metavar="SECONDS",
+                       help="with --aggregate: how long a pattern no subscriber needs stays "
+                            "carried (default 1)")
+    relay.add_argument("--name", default="relay",
+                       help="the relay's name: its upstream link is relay.NAME, where the "
+                            "upstream component keeps its durable position")
+    relay.add_argument("--link-bits", type=bit_width, default=16)
+    relay.add_argument("--heartbeat", type=positive_float, default=1.0)
+    relay.add_argument("--idle-timeout", type=non_negative_float, default=10.0)
+    relay.add_argument("--max-gap-range", type=positive_int, default=10_000)
+    relay.add_argument("--context-retention", type=non_negative_float, default=30.0)
+    relay.add_argument("--drop-rate", type=fraction, default=0.0,
+                       help="forced loss toward the relay's subscribers (tests)")
+    relay.add_argument("--drop-seed", type=int, default=None)
+    relay.add_argument("--grant", action="append", default=[],
+                       metavar="PRINCIPAL=TOKENS[;deny=TOKENS]", help="as for serve")
+    relay.add_argument("--default-grant", default="", metavar="TOKENS[;deny=TOKENS]")
+    relay.add_argument("--ready-file", help="write the listen address here once listening")
+    add_server_security(relay)
+    add_client_security(relay, "upstream-")
+    relay.set_defaults(func=_relay)
+
     pub = subparsers.add_parser("publish", help="publish through the embedded sequencer")
     pub.add_argument("--url", default="127.0.0.1:5672")
     pub.add_argument("--source", required=True)
@@ -409,6 +443,10 @@ def add_hop_options(parser: argparse.ArgumentParser, what: str) -> None:
 
 def _gateway(args: argparse.Namespace) -> int:
     return run_body(args, "seqrepair.amqp.gateway.gatewaycmd:gateway_command", "proton")
+
+
+def _relay(args: argparse.Namespace) -> int:
+    return run_body(args, "seqrepair.amqp.relay.relaycmd:relay_command", "proton", "redis")
 
 
 def _publish(args: argparse.Namespace) -> int:

@@ -46,6 +46,7 @@ from seqrepair.journal.format import (
     space,
     stream_key,
 )
+from seqrepair.journal.selection import NOT_SELECTED, NotSelected
 from seqrepair.logs import get_logger
 
 log = get_logger(__name__)
@@ -67,6 +68,32 @@ class SourceInfo:
 
 def _int(value: bytes | str | None) -> int:
     return 0 if value is None else int(value)
+
+
+def _str(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _span(item: Publication | NotSelected) -> tuple[int, int]:
+    """The first and last number a journal entry holds."""
+    if type(item) is Publication:
+        return item.source_seq, item.source_seq
+    assert isinstance(item, NotSelected)
+    return item.first, item.last
+
+
+def _marker(source: str, seq: int, values: dict[str, Any]) -> NotSelected:
+    """The not-selected marker entry ``seq`` of ``source`` (:mod:`.selection`)."""
+    try:
+        through = int(values["through"])
+        selection = str(values.get("selection", ""))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise JournalCorruptError(f"malformed not-selected entry {seq} in {source!r}",
+                                  source=source) from exc
+    if through < seq:
+        raise JournalCorruptError(f"not-selected entry {seq} of {source!r} ends before it",
+                                  source=source, got=through)
+    return NotSelected(source, seq, through, selection)
 
 
 
@@ -166,27 +193,36 @@ class Journal:
         self._registered.add(source)
         return info
 
-    def append(self, publications: Sequence[Publication], bits: int) -> int:
+    def append(
+        self, publications: Sequence[Publication], bits: int, *, not_selected: str | None = None
+    ) -> int:
         """Journal one contiguous batch of one source atomically; return the new high-water.
 
         The batch must continue the journal (first ``source_seq`` = high-water + 1), else
         :class:`SequenceConflictError` and nothing is written; a repeated append is therefore
         rejected. Bad publications raise InvalidMessageError before anything is sent.
+
+        ``not_selected`` (a relay's journal, :mod:`seqrepair.journal.selection`): the batch's
+        numbers need only increase; each range it skips (after the high-water, between two
+        of its publications) is journaled as not selected under that selection, in the same
+        atomic step.
         """
-        source, envelope = self.prepare_append(publications, bits)
+        source, envelope = self.prepare_append(publications, bits, not_selected=not_selected)
         with map_redis_errors("append", source):
             reply = self._append(
                 keys=[stream_key(source), meta_key(source)],
-                args=[source, str(bits), envelope],
+                args=[source, str(bits), envelope, not_selected or ""],
             )
         return self.append_result(publications, bits, reply)
 
-    def prepare_append(self, publications: Sequence[Publication], bits: int) -> tuple[str, bytes]:
+    def prepare_append(
+        self, publications: Sequence[Publication], bits: int, *, not_selected: str | None = None
+    ) -> tuple[str, bytes]:
         """Validate a batch, register its source, and encode it: ``(source, envelope)``."""
         if not publications:
             raise InvalidMessageError("an append needs at least one publication", got=0)
         source = publications[0].source
-        envelope = self._envelope(publications, bits, source)
+        envelope = self._envelope(publications, bits, source, increasing=bool(not_selected))
         if source not in self._registered:
             self.register_source(source, bits)
         return source, envelope
@@ -217,20 +253,26 @@ class Journal:
         )
 
     @staticmethod
-    def _envelope(publications: Sequence[Publication], bits: int, source: str) -> bytes:
+    def _envelope(
+        publications: Sequence[Publication], bits: int, source: str, *, increasing: bool = False
+    ) -> bytes:
         modulus = space(bits).max
         first = publications[0].source_seq
         check_seq(first, "source_seq", low=1)
-        check_seq(first + len(publications) - 1, "source_seq", low=1)
+        check_seq(publications[-1].source_seq if increasing else first + len(publications) - 1,
+                  "source_seq", low=1)
         rows = []
+        previous = first - 1
         for offset, pub in enumerate(publications):
             seq = pub.source_seq
-            if pub.source != source or seq != first + offset:
+            if pub.source != source or (seq <= previous if increasing else seq != first + offset):
                 raise InvalidMessageError(
-                    "a batch holds consecutive numbers of one source",
-                    expected=(source, first + offset),
+                    "a batch holds increasing numbers of one source" if increasing
+                    else "a batch holds consecutive numbers of one source",
+                    expected=(source, previous + 1),
                     got=(pub.source, seq),
                 )
+            previous = seq
             ts = pub.timestamp
             rows.append(
                 (
@@ -322,10 +364,11 @@ class Journal:
 
     @staticmethod
     def _decode_rows(source: str, rows: list[Any]) -> list[Publication]:
-        return [Journal._decode_row(source, row) for row in rows]
+        return [pub for row in rows
+                if isinstance(pub := Journal._decode_row(source, row), Publication)]
 
     @staticmethod
-    def _decode_row(source: str, row: Any) -> Publication:
+    def _decode_row(source: str, row: Any) -> Publication | NotSelected:
         try:
             ident, flat = row
             seq = int(ident[:-2]) if ident.endswith("-0") else -1
@@ -334,17 +377,44 @@ class Journal:
             raise JournalCorruptError(f"malformed entry in {source!r}", source=source) from exc
         if seq < 1:
             raise JournalCorruptError(f"entry ID {ident!r} is not <seq>-0", source=source)
+        if values.get("ptype") == NOT_SELECTED:
+            return _marker(source, seq, values)
         return decode_values(seq, values, source=source)
+
+    def _marker_at(self, source: str, position: int) -> NotSelected | None:
+        """The not-selected marker whose range holds ``position`` (it begins before it), if
+        any: a read starting inside one begins after it."""
+        with map_redis_errors("read", source):
+            rows = self.client.xrevrange(stream_key(source), entry_id(position), "-", count=1)
+        for ident, values in rows or ():
+            text = {_str(k): _str(v) for k, v in values.items()}
+            if text.get("ptype") != NOT_SELECTED:
+                return None
+            marker = _marker(source, int(_str(ident)[:-2]), text)
+            return marker if marker.first <= position <= marker.last else None
+        return None
 
     def iter_range(
         self, source: str, first: int, last: int | None = None, *, page_size: int | None = None
     ) -> Iterator[Publication]:
-        """``source``'s publications numbered ``first``..``last`` (inclusive), in order.
+        """``source``'s publications numbered ``first``..``last`` (inclusive), in order;
+        numbers a relay's journal holds as not selected are passed over
+        (:meth:`iter_entries` yields their markers too).
 
         ``last`` None reads through the high-water seen by the first page. Raises
         :class:`TrimmedRangeError` when ``first`` (or, on a later page, the next number) lies
         in a range retention has trimmed; a trim racing the read is detected, never skipped.
         """
+        for item in self.iter_entries(source, first, last, page_size=page_size):
+            if type(item) is Publication:
+                yield item
+
+    def iter_entries(
+        self, source: str, first: int, last: int | None = None, *, page_size: int | None = None
+    ) -> Iterator[Publication | NotSelected]:
+        """:meth:`iter_range` with the not-selected markers of a relay's journal
+        (:class:`~seqrepair.journal.selection.NotSelected`, a marker reaching back before
+        ``first`` included) in their place."""
         check_source(source)
         check_seq(first, "first", low=1)
         if last is not None:
@@ -366,23 +436,30 @@ class Journal:
                 if position > last:
                     return
             page_rows = len(rows)
+            if position <= hw and (not rows or not rows[0][0].startswith(f"{position}-")):
+                marker = self._marker_at(source, position)  # a read starting inside one
+                if marker is not None:
+                    yield marker
+                    position = marker.last + 1
+                    continue
             # Decoded one by one, each row dropped once decoded: a reader that pauses between
             # publications (a source replay waiting for credit) holds one page, not two.
             rows.reverse()
             while rows:
                 pub = self._decode_row(source, rows.pop())
-                if pub.source_seq != position:
+                begins, ends = _span(pub)
+                if begins != position:
                     raise JournalCorruptError(
                         f"{source!r} lacks entry {position} below its high-water",
                         source=source,
                         expected=position,
-                        got=pub.source_seq,
+                        got=begins,
                     )
                 if position > last:
                     return
                 yield pub
                 del pub
-                position += 1
+                position = ends + 1
             if page_rows < count:
                 if position <= min(last, hw):
                     raise JournalCorruptError(

@@ -11,7 +11,8 @@ of the two, because redis-py packs one argument instead of ~17 per publication.
 from __future__ import annotations
 
 APPEND = """
--- ARGV: source, bits, envelope = JSON [[seq, topic, ptype, fields, permtoken|null, ts|null, wire]]
+-- ARGV: source, bits, envelope = JSON [[seq, topic, ptype, fields, permtoken|null, ts|null, wire]],
+-- and optionally the not-selected selection (below)
 local meta = redis.call('HMGET', KEYS[2], 'high_water', 'bits')
 local hw = tonumber(meta[1] or '0')
 local top = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
@@ -23,10 +24,21 @@ if meta[2] and meta[2] ~= ARGV[2] then
   return {'bits', meta[2]}
 end
 local batch = cjson.decode(ARGV[3])
+-- ARGV[4], when given and not empty: the numbers a batch skips were not selected by this
+-- relay's upstream subscription (selection.py); each skipped range becomes one marker entry
+local fill = ARGV[4]
+if fill == '' then fill = nil end
+local expect = hw + 1
+local gaps = {}
 for i = 1, #batch do
-  if tonumber(batch[i][1]) ~= hw + i then
-    return {'conflict', tostring(hw)}
+  local seq = tonumber(batch[i][1])
+  if seq ~= expect then
+    if fill == nil or seq < expect then
+      return {'conflict', tostring(hw)}
+    end
+    gaps[i] = expect
   end
+  expect = seq + 1
 end
 local null = cjson.null
 local call = redis.call
@@ -37,6 +49,10 @@ local bits = ARGV[2]
 for i = 1, #batch do
   local e = batch[i]
   local id = e[1] .. '-0'
+  if gaps[i] then
+    call('XADD', key, gaps[i] .. '-0', 'source', source, 'ptype', 'not-selected',
+         'through', tostring(tonumber(e[1]) - 1), 'selection', fill, 'bits', bits)
+  end
   if e[5] == null then
     if e[6] == null then
       call('XADD', key, id, 'source', source, 'topic', e[2], 'ptype', e[3], 'fields', e[4],

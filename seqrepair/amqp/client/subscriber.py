@@ -183,6 +183,7 @@ class Subscriber(SubscriberRunner):
         overdue_policy: OverduePolicy | str = OverduePolicy.REQUEST,
         on_image: Callable[[Publication], None] | None = None,
         resync_on_unrecoverable: bool = False,
+        link_properties: Mapping[Any, Any] | None = None,
     ) -> None:
         super().__init__(credit=credit, reconnect_delay=reconnect_delay,
                          max_reconnect_delay=max_reconnect_delay, max_queued=max_queued)
@@ -196,6 +197,8 @@ class Subscriber(SubscriberRunner):
         limit_size(self, self._oversized)
         self.url = url
         self.security = security
+        self.link_properties = dict(link_properties or {})
+        """More attach properties (a relay's ``seqrepair-selection``)."""
         self.address = address
         self.link_name = link_name or f"sub-{uuid.uuid4()}"
         self.durable = ack and is_durable(durable, link_name, address)  # ACKs carry taken
@@ -271,7 +274,8 @@ class Subscriber(SubscriberRunner):
             desired_capabilities=["RESPONSE_ANNOTATIONS_V1_0"], **identity,
             **self.security.connect_kwargs(self.url),
         )
-        props: dict[symbol, Any] = {PROP_BATCH: self.batch, PROP_RESUME: self._attached_once,
+        props: dict[symbol, Any] = {**self.link_properties, PROP_BATCH: self.batch,
+                                    PROP_RESUME: self._attached_once,
                                     PROP_ACK: self.ack, PROP_DURABLE: self.durable}
         if self._epoch is not None:
             props[PROP_EPOCH] = self._epoch

@@ -33,7 +33,7 @@ from seqrepair.amqp.component.links import (
     tokens,
 )
 from seqrepair.amqp.component.subqueues import entitlement_for
-from seqrepair.amqp.wire.errors import UnknownAddressError
+from seqrepair.amqp.wire.errors import InvalidLinkPropertyError, UnknownAddressError
 from seqrepair.amqp.wire.vocabulary import (
     LINK_PREFIX,
     PROP_ACK,
@@ -42,6 +42,7 @@ from seqrepair.amqp.wire.vocabulary import (
     PROP_EPOCH,
     PROP_GRANTS,
     PROP_RESUME,
+    PROP_SELECTION,
     PROP_START,
     SUBSCRIPTION_PREFIX,
     plain_properties,
@@ -87,13 +88,14 @@ def open_subscriber(component: Component, sender: Any) -> None:
         assert sub is not None
         entitlement = entitlement_for(sub, component.config.grants, principal, exclude)
     else:
-        TopicPattern(address)  # a bad pattern is invalid-field before any access decision
-        exclude = subscribe_exclusions(component, principal, address)
+        patterns = selection(address, props.get(str(PROP_SELECTION)))
+        exclude = ()  # each pattern checked before the link exists; excluded ones gathered
+        for pattern in patterns:
+            exclude += subscribe_exclusions(component, principal, str(pattern))
         # the server's grant for this principal; the link property may only narrow it
         claimed = props.get(str(PROP_GRANTS))
         entitlement = component.config.grants.entitlement(
-            principal, (TopicPattern(address),),
-            None if claimed is None else tokens(claimed), exclude=exclude,
+            principal, patterns, None if claimed is None else tokens(claimed), exclude=exclude,
         )
     name = sender.name
     check_link_name(component, name, principal)  # a link name is never taken over
@@ -166,3 +168,36 @@ def open_subscriber(component: Component, sender: Any) -> None:
     component.principals[name] = principal
     sender.subscriber = name
     component.routes[(sender.connection.seqrepair_id, LINK_PREFIX + name)] = link.route
+
+
+def selection(address: str, value: Any) -> tuple[TopicPattern, ...]:
+    """A subscriber link's topic patterns: its source ``address``, or the link property
+    ``seqrepair-selection`` (``value``) naming several, the address among them (a bad pattern
+    is invalid-field before any access decision)."""
+    first = TopicPattern(address)
+    if value is None:
+        return (first,)
+    texts = tokens_of_selection(value)
+    patterns = tuple(dict.fromkeys(TopicPattern(text) for text in texts))
+    if first not in patterns or len(patterns) > MAX_SELECTION:
+        raise InvalidLinkPropertyError(
+            f"seqrepair-selection must name the link's address {address!r} among at most "
+            f"{MAX_SELECTION} topic patterns", expected=address, got=repr(value)[:100],
+        )
+    return patterns
+
+
+MAX_SELECTION = 256
+"""The most topic patterns one subscriber link's ``seqrepair-selection`` may name."""
+
+
+def tokens_of_selection(value: Any) -> list[str]:
+    """``seqrepair-selection`` as pattern texts: a comma-separated string or a list of them."""
+    if isinstance(value, str):
+        return [t.strip() for t in value.split(",") if t.strip()]
+    if isinstance(value, list | tuple) and all(isinstance(t, str) for t in value):
+        return [str(t) for t in value]
+    raise InvalidLinkPropertyError(
+        "seqrepair-selection must be a comma-separated string of topic patterns",
+        expected="string", got=repr(value)[:100],
+    )

@@ -263,6 +263,20 @@ class Ingest:
             unwrapper.rollback(self.ingested)
         return outcome
 
+    def relayed(self, pubs: list[Publication]) -> None:
+        """Journal and fan out publications a relay received from its upstream component
+        (``seqrepair relay``): numbered by their origin, checked there, a filtered feed whose
+        skipped numbers the journal port records as not selected. Raises
+        :class:`NotJournaledError` when the journal does not take them now (send again later:
+        what it took is skipped then)."""
+        started = self.clock()
+        try:
+            self._refuse_while_quiet()
+            self._journal([as_journaled(pub) for pub in pubs], None, (), filtered=True)
+        except NotJournaledError as exc:
+            self._stalled(started, exc)
+            raise
+
     def _refused(self, sources: list[str]) -> None:
         """A message naming ``sources`` was not accepted: what the journal port learnt of the
         ones that never went out is forgotten, so the component keeps no state for a source
@@ -342,7 +356,8 @@ class Ingest:
         return None
 
     def _journal(
-        self, pubs: list[Publication], items: list[bytes] | None, numbered: Collection[str]
+        self, pubs: list[Publication], items: list[bytes] | None, numbered: Collection[str],
+        *, filtered: bool = False,
     ) -> None:
         """Journal what is new of ``pubs`` (all publications, checked), then fan it out.
 
@@ -363,7 +378,8 @@ class Ingest:
         behind = set(numbered)
         if self.in_doubt:
             behind.update(self.in_doubt.intersection(pub.source for pub in pubs))
-        for source in self._skipped_ahead(pubs):
+        # a relayed feed skips numbers it was not selected (ingest.relayed), not ones unsent
+        for source in () if filtered else self._skipped_ahead(pubs):
             self.journal.forget(source)  # its publisher journaled past what the port knows
             behind.add(source)
         for source in behind:

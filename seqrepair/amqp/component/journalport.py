@@ -159,6 +159,9 @@ class RedisJournalPort:
     _hw: dict[str, int] = attrs.field(factory=dict)
     _writes: int = 0
     """How many appends reached the journal (whatever their outcome)."""
+    not_selected: str | None = None
+    """A relay's journal (:mod:`seqrepair.journal.selection`): its upstream selection; the
+    numbers a source's publications skip are journaled as not selected under it."""
     _ahead: set[str] = attrs.field(factory=set)
     """Sources whose publisher journals first (our last append found it already held): for
     those the high-water is read before appending, not learnt from a refused append, which
@@ -238,7 +241,11 @@ class RedisJournalPort:
                 break
             try:
                 self._writes += 1
-                self._hw[source] = self.journal.append(fresh, bits)  # type: ignore[attr-defined]
+                if self.not_selected:
+                    self._hw[source] = self.journal.append(  # type: ignore[attr-defined]
+                        fresh, bits, not_selected=self.not_selected)
+                else:
+                    self._hw[source] = self.journal.append(fresh, bits)  # type: ignore[attr-defined]
                 self._ahead.discard(source)
                 break
             except SequenceConflictError:

@@ -56,6 +56,11 @@ PROP_PATH = symbol("seqrepair-path")
 """Attach property (list of string) a gateway or relay sets on the attaches it makes upstream:
 the identities of the hops the attach crossed, in order (:mod:`seqrepair.amqp.wire.hops`)."""
 
+PROP_SELECTION = symbol("seqrepair-selection")
+"""Attach link property (string, comma-separated, or list of strings): the subscriber link's
+topic patterns, its source address among them (a relay's one upstream link for the union of
+its subscribers' selections, APEX §2.6)."""
+
 PROP_LINK_BITS = symbol("seqrepair-link-bits")
 """Attach reply property (ubyte): the link's width in bits (2..64)."""
 PROP_HEARTBEAT = symbol("seqrepair-heartbeat")

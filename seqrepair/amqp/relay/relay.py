@@ -1,0 +1,286 @@
+"""A fractal relay (XEP-0040 §1, §2.3; APEX §2.6): a component that is a durable subscriber
+of another and re-serves what it gets.
+
+:class:`RelayComponent` is a :class:`~seqrepair.amqp.component.component.Component` (the same
+event loop, links, gap fill, source replay, heartbeats, durable positions, limits) whose
+publications come from one upstream :class:`~seqrepair.amqp.client.subscriber.Subscriber`
+instead of publishers:
+
+* the upstream subscriber is durable (its link name ``relay.<name>``): the upstream component
+  keeps its position, and the relay acknowledges a publication only once its **own** journal
+  holds it, so a relay killed at any moment (``kill -9``) resumes after what it journaled,
+  and what it had received but not journaled comes again;
+* it journals with the origin's source numbers: the feed is filtered (the relay's selection),
+  so a source's numbers skip; the skipped ranges are journaled as *not selected*
+  (:mod:`seqrepair.journal.selection`), never as loss, and a source replay passes over them
+  as over numbers its subscriber is not entitled to;
+* its subscribers get their own link numbers, gap fill and source replay from the relay's
+  journal; the relay goes upstream only for what it lacks itself (its own stub repairs its
+  upstream link from the upstream component);
+* its selection (:mod:`.selection`) is the union of ``--subscribe`` and, with ``--aggregate``,
+  of its subscribers' patterns: one upstream link, switched to a wider selection when a
+  subscriber needs one (its attach is refused until then: :class:`NotCarriedYetError`) and to
+  a narrower one when no subscriber needs a pattern any more.
+
+Deliveries cross from the upstream subscriber's thread to the component's event loop through
+:class:`Handover` (bounded: a relay whose journal is slow slows its upstream link, which the
+upstream component then pauses and repairs later).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from seqrepair.amqp.client.subscriber import Subscriber
+from seqrepair.amqp.component.attach import selection
+from seqrepair.amqp.component.component import Component, ComponentConfig
+from seqrepair.amqp.component.journalport import NotJournaledError
+from seqrepair.amqp.relay.selection import SelectionTable, upstream_properties
+from seqrepair.amqp.wire.errors import AmqpAdapterError, UnknownAddressError
+from seqrepair.amqp.wire.security import NO_CLIENT_SECURITY, ClientSecurity
+from seqrepair.amqp.wire.vocabulary import CONTROL_ADDRESS, PROP_SELECTION, plain_properties
+from seqrepair.core.errors import SeqRepairError
+from seqrepair.core.messages import Publication
+from seqrepair.core.topics import TopicPattern
+from seqrepair.journal.journal import Journal
+from seqrepair.journal.selection import selection_text
+from seqrepair.logs import get_logger
+
+log = get_logger("seqrepair.amqp.relay")
+
+HANDOVER_LIMIT = 20_000
+"""Publications received upstream and not yet journaled that the relay holds at most."""
+
+RETRY = 0.2
+"""Seconds before publications the journal did not take are offered to it again."""
+
+
+class NotCarriedYetError(AmqpAdapterError):
+    """A subscriber's patterns are not carried by the relay's upstream link yet; the relay is
+    switching it to a selection that carries them: attach again shortly (a client does so by
+    itself)."""
+
+    condition = "amqp:precondition-failed"
+
+
+class Handover:
+    """Publications from the upstream subscriber's thread to the component's event loop,
+    at most ``limit`` at once (the offering thread waits for room)."""
+
+    def __init__(self, wake: Callable[[], None], limit: int = HANDOVER_LIMIT) -> None:
+        self._wake = wake
+        self._limit = limit
+        self._items: deque[Publication] = deque()
+        self._cond = threading.Condition()
+        self._woken = False
+        self.closed = False
+
+    def offer(self, publication: Publication) -> None:
+        """Queue ``publication`` (the subscriber's thread); wake the event loop once."""
+        with self._cond:
+            while len(self._items) >= self._limit and not self.closed:
+                self._cond.wait(0.1)
+            self._items.append(publication)
+            wake = not self._woken
+            self._woken = True
+        if wake:
+            self._wake()
+
+    def take(self) -> list[Publication]:
+        """Everything queued (the event loop)."""
+        with self._cond:
+            items = list(self._items)
+            self._items.clear()
+            self._woken = False
+            self._cond.notify_all()
+        return items
+
+    def give_back(self, items: list[Publication]) -> None:
+        """``items`` (taken, not journaled) go first again."""
+        with self._cond:
+            self._items.extendleft(reversed(items))
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+class RelayComponent(Component):
+    """A component fed by one upstream subscription (see the module).
+
+    ``upstream``: the upstream component's ``host:port``; ``name``: the relay's name (its
+    upstream link is ``relay.<name>``, where its durable position is kept); ``table``: the
+    selection bookkeeping; ``security``: how to authenticate upstream; ``subscriber_options``:
+    more keyword arguments of the upstream :class:`Subscriber`.
+    """
+
+    def __init__(self, config: ComponentConfig, journal: Journal, *, upstream: str, name: str,
+                 table: SelectionTable, security: ClientSecurity = NO_CLIENT_SECURITY,
+                 subscriber_options: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        super().__init__(config, journal, **kwargs)
+        self.upstream_url = upstream
+        self.relay_name = name
+        self.table = table
+        self.security = security
+        self.subscriber_options = dict(subscriber_options or {})
+        self.handover = Handover(lambda: self._changes.inject("seqrepair_relayed"))
+        self.upstream: Subscriber | None = None
+        self.waiting: set[TopicPattern] = set()  # patterns of subscribers refused until carried
+        self._switching = False
+        self._retry_at: float | None = None
+        self.ingest.journal.not_selected = selection_text([str(p) for p in table.current])
+        for key in ("relayed", "relay_switches", "relay_refused"):
+            self.stats[key] = 0
+
+    @property
+    def link_name(self) -> str:
+        """The upstream link's name (the relay's durable there)."""
+        return f"relay.{self.relay_name}"
+
+    # --- the upstream subscriber ------------------------------------------------------------
+
+    def _subscriber(self, patterns: tuple[TopicPattern, ...]) -> Subscriber:
+        return Subscriber(
+            self.upstream_url, str(patterns[0]), link_name=self.link_name,
+            on_publication=self.handover.offer, durable=True, ack=True, acknowledge=False,
+            security=self.security, link_properties=upstream_properties(patterns),
+            **self.subscriber_options,
+        )
+
+    def on_start(self, event: Any) -> None:
+        super().on_start(event)
+        self.upstream = self._subscriber(self.table.current).start()
+        log.info("relay subscribed upstream", upstream=self.upstream_url, link=self.link_name,
+                 selection=[str(p) for p in self.table.current])
+
+    def on_seqrepair_relayed(self, event: Any) -> None:
+        """Journal and fan out what came from upstream; acknowledge it there once held."""
+        pubs = self.handover.take()
+        if not pubs:
+            return
+        try:
+            self.ingest.relayed(pubs)
+        except NotJournaledError as exc:
+            kept = set(self.ingest.journal.journaled(pubs))
+            rest = [pub for i, pub in enumerate(pubs) if i not in kept]
+            self.handover.give_back(rest)
+            self._retry_at = self.clock() + RETRY
+            log.warning("relayed publications not journaled yet: offered again",
+                        count=len(rest), error=exc.message)
+            pubs = [pubs[i] for i in sorted(kept)]
+        except SeqRepairError as exc:  # the relay's journal holds these numbers differently
+            self.stats["relay_refused"] += len(pubs)
+            log.error("relayed publications refused by the relay's journal (it holds other "
+                      "publications under these numbers: another origin?); not acknowledged",
+                      count=len(pubs), error=exc.message,
+                      first={p.source: p.source_seq for p in pubs[:1]})
+            return
+        self.stats["relayed"] += len(pubs)
+        taken: dict[str, int] = {}
+        for pub in pubs:
+            taken[pub.source] = max(taken.get(pub.source, 0), pub.source_seq)
+        if taken and self.upstream is not None:
+            self.upstream.acknowledge(taken)
+
+    def on_timer_task(self, event: Any) -> None:
+        if not self._stop_requested:
+            now = self.clock()
+            if self._retry_at is not None and now >= self._retry_at:
+                self._retry_at = None
+                self.on_seqrepair_relayed(event)
+            self._follow_subscribers(now)
+        super().on_timer_task(event)
+
+    # --- the selection ------------------------------------------------------------------
+
+    def attached_selections(self) -> dict[str, tuple[TopicPattern, ...]]:
+        """The patterns of the subscriber links attached now, by link name."""
+        return {name: link.entitlement.topics for name, link in self.links.items()
+                if link.sender is not None}
+
+    def _follow_subscribers(self, now: float) -> None:
+        if self._switching:
+            return
+        wanted = self.table.next_selection(self.attached_selections(), self.waiting, now)
+        if wanted is not None:
+            self._switch(wanted)
+
+    def _switch(self, wanted: tuple[TopicPattern, ...]) -> None:
+        """Move the upstream link to ``wanted``: stop the old subscriber (off the event loop:
+        it joins its thread), then, in the loop, journal what it delivered and start the new
+        one, after the relay's position upstream (what it journaled and acknowledged)."""
+        self._switching = True
+        self.stats["relay_switches"] += 1
+        old, self.upstream = self.upstream, None
+        previous = self.table.current
+        self.table.current = wanted
+        log.info("relay switching its upstream selection", previous=[str(p) for p in previous],
+                 selection=[str(p) for p in wanted])
+
+        def stop_old() -> None:
+            if old is not None:  # its last ACKs may be lost: what comes again is skipped
+                old.stop()
+            self._changes.inject("seqrepair_relay_switch", subject=(old, wanted))
+
+        threading.Thread(target=stop_old, name="relay-switch", daemon=True).start()
+
+    def on_seqrepair_relay_switch(self, event: Any) -> None:
+        _old, wanted = event.subject
+        self.on_seqrepair_relayed(event)  # what the old one delivered: journaled first
+        if self.handover and self._retry_at is not None:  # the journal is away: try later
+            self.container.schedule(RETRY, _Later(lambda: self.on_seqrepair_relay_switch(event)))
+            return
+        self.ingest.journal.not_selected = selection_text([str(p) for p in wanted])
+        self.upstream = self._subscriber(wanted).start()
+        self.waiting.difference_update(p for p in list(self.waiting)
+                                       if self.table.carries((p,)))
+        self._switching = False
+        log.info("relay upstream selection", link=self.link_name,
+                 selection=[str(p) for p in wanted])
+
+    # --- subscribers and publishers ---------------------------------------------------
+
+    def _open_subscriber(self, sender: Any) -> None:
+        address = sender.remote_source.address
+        if address and address.startswith("/") and not address.startswith("/subscriptions/"):
+            props = plain_properties(sender.remote_properties)
+            patterns = selection(address, props.get(str(PROP_SELECTION)))
+            if not self.table.may_carry(patterns):
+                raise UnknownAddressError(
+                    f"this relay carries {', '.join(map(str, self.table.standing))}, not "
+                    f"{address!r}", expected=",".join(map(str, self.table.standing)),
+                    got=address,
+                )
+            if not self.table.carries(patterns):
+                self.waiting.update(patterns)
+                raise NotCarriedYetError(
+                    f"the relay is widening its upstream subscription to carry {address!r}: "
+                    "attach again shortly", got=address,
+                )
+        super()._open_subscriber(sender)
+
+    def _open_receiver(self, receiver: Any) -> None:
+        address = receiver.remote_target.address
+        if address != CONTROL_ADDRESS:
+            raise UnknownAddressError(
+                "a relay takes no publications: publish to its origin", got=address,
+            )
+        super()._open_receiver(receiver)
+
+    def stop(self) -> None:
+        super().stop()
+        self.handover.closed = True
+        upstream, self.upstream = self.upstream, None
+        if upstream is not None:
+            threading.Thread(target=upstream.stop, daemon=True).start()
+
+
+class _Later:
+    def __init__(self, fn: Callable[[], None]) -> None:
+        self.fn = fn
+
+    def on_timer_task(self, event: Any) -> None:
+        self.fn()
+

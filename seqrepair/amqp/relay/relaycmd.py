@@ -1,0 +1,61 @@
+"""``seqrepair relay``'s body (the options are defined in :mod:`seqrepair.amqp.commands`)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import signal
+import sys
+from pathlib import Path
+
+
+def relay_command(args: argparse.Namespace) -> int:
+    """``seqrepair relay``: serve until SIGTERM or ^C; 2 on a bad option."""
+    from seqrepair.amqp.component.component import ComponentConfig
+    from seqrepair.amqp.component.grants import GrantTable
+    from seqrepair.amqp.relay.relay import RelayComponent
+    from seqrepair.amqp.relay.selection import SelectionTable
+    from seqrepair.amqp.wire.guard import Guarded
+    from seqrepair.amqp.wire.reactor import make_container
+    from seqrepair.amqp.wire.security import ClientSecurity, ServerSecurity
+    from seqrepair.core.errors import SeqRepairError
+    from seqrepair.core.topics import TopicPattern
+    from seqrepair.journal.journal import Journal
+
+    try:
+        standing = tuple(TopicPattern(p) for p in args.subscribe)
+        if not standing and not args.aggregate:
+            raise SeqRepairError("give --subscribe PATTERN..., --aggregate, or both")
+        security = ServerSecurity.from_args(args)
+        security.check(args.listen)
+        upstream_security = ClientSecurity.from_args(args, "upstream-")
+        grants = GrantTable.parse(args.grant, args.default_grant)
+    except SeqRepairError as exc:
+        print(f"seqrepair relay: {exc.message}", file=sys.stderr)
+        return 2
+    config = ComponentConfig(
+        url=args.listen,
+        link_bits=args.link_bits,
+        heartbeat_interval=args.heartbeat,
+        idle_timeout=args.idle_timeout,
+        max_gap_range=args.max_gap_range,
+        context_retention=args.context_retention,
+        drop_rate=args.drop_rate,
+        drop_seed=args.drop_seed,
+        grants=grants,
+        security=security,
+    )
+
+    def ready(url: str) -> None:
+        if args.ready_file:
+            Path(args.ready_file).write_text(url)
+
+    journal = Journal.from_url(args.redis_url, socket_timeout=args.redis_timeout,
+                               socket_connect_timeout=min(args.redis_timeout, 5.0))
+    table = SelectionTable(standing, aggregate=args.aggregate, linger=args.linger)
+    relay = RelayComponent(config, journal, upstream=args.upstream, name=args.name, table=table,
+                           security=upstream_security, on_ready=ready)
+    signal.signal(signal.SIGTERM, lambda *_: relay.request_stop())
+    with contextlib.suppress(KeyboardInterrupt):
+        make_container(Guarded(relay, relay.stats)).run()
+    return 0

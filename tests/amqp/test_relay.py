@@ -1,0 +1,152 @@
+"""Fractal relays (XEP-0040 §1, §2.3) over real processes: ``seqrepair serve`` (A) and
+``seqrepair relay`` chains (A -> B -> C), each with its own redis-server, forced loss on every
+hop and a ``kill -9`` of the middle relay. The relays' subscribers must get exactly their
+selection, once, in order, as A's journal holds it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from seqrepair.amqp.client.subscriber import Publisher, Subscriber
+from seqrepair.core.messages import Publication
+from seqrepair.core.topics import TopicPattern
+from seqrepair.journal import EmbeddedRedis, Journal
+from seqrepair.journal.selection import NotSelected
+
+from .conftest import ComponentProcess, _env, wait_for
+
+pytestmark = [pytest.mark.amqp, pytest.mark.redis]
+
+LOSS = ("--drop-rate", "0.03", "--heartbeat", "0.2")
+
+
+class RelayProcess(ComponentProcess):
+    """``seqrepair relay`` in a child process (kill -9 and restart on the same port)."""
+
+    def __init__(self, redis_url: str, tmp: Path, upstream: str, name: str, *args: str) -> None:
+        super().__init__(redis_url, tmp, *args)
+        self.upstream = upstream
+        self.name = name
+
+    def start(self) -> RelayProcess:
+        self.starts += 1
+        ready = self.tmp / f"ready-{self.name}-{self.starts}"
+        log = open(self.tmp / f"relay-{self.name}-{self.starts}.log", "wb")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "seqrepair.cli", "--log-level", "info", "relay",
+             "--listen", self.url, "--upstream", self.upstream, "--name", self.name,
+             "--redis-url", self.redis_url, "--ready-file", str(ready), "--allow-anonymous",
+             *self.args],
+            env=_env(), stdout=log, stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 20
+        while not ready.exists():
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"relay exited: {self.log_text()}")
+            if time.monotonic() > deadline:
+                raise RuntimeError("relay did not start")
+            time.sleep(0.02)
+        return self
+
+    def log_text(self) -> str:
+        return (self.tmp / f"relay-{self.name}-{self.starts}.log").read_text(errors="replace")
+
+
+@pytest.fixture
+def redises() -> Iterator[list[str]]:
+    servers = [EmbeddedRedis(appendfsync="always") for _ in range(3)]
+    for server in servers:
+        server.start()
+    yield [server.url for server in servers]
+    for server in servers:
+        server.stop()
+
+
+def expected(redis_url: str, source: str, pattern: str) -> list[tuple[str, int]]:
+    """What A's journal holds of ``source`` on ``pattern``, in order."""
+    with Journal.from_url(redis_url) as journal:
+        hw = journal.high_water(source)
+        match = TopicPattern(pattern).matches
+        return [(p.topic, p.source_seq) for p in journal.read_range(source, 1, hw)
+                if match(p.topic)]
+
+
+def publish(url: str, source: str, count: int, pace: float = 0.0) -> None:
+    publisher = Publisher(url, source).start()
+    topics = ["/w/a/1", "/w/b/2", "/x/c/3", "/w/a/4", "/x/d/5"]
+    for start in range(0, count, 50):
+        publisher.publish_many([(topics[i % len(topics)], {"n": i}, "update")
+                                for i in range(start, min(count, start + 50))])
+        if pace:
+            time.sleep(pace)
+    assert publisher.flush(60)
+    publisher.close()
+
+
+def test_three_hop_chain_with_loss_and_a_killed_middle_relay(
+    redises: list[str], tmp_path: Path
+) -> None:
+    a_redis, b_redis, c_redis = redises
+    a = ComponentProcess(a_redis, tmp_path, *LOSS, "--drop-seed", "1").start()
+    b = RelayProcess(b_redis, tmp_path, a.url, "B", "--subscribe", "/w/#", *LOSS,
+                     "--drop-seed", "2").start()
+    c = RelayProcess(c_redis, tmp_path, b.url, "C", "--subscribe", "/w/#", *LOSS,
+                     "--drop-seed", "3").start()
+    everything: list[Publication] = []
+    filtered: list[Publication] = []
+    subs = [Subscriber(c.url, "/w/#", on_publication=everything.append, link_name="all",
+                       heartbeat_interval=0.2).start(),
+            Subscriber(c.url, "/w/a/*", on_publication=filtered.append, link_name="some",
+                       heartbeat_interval=0.2).start()]
+    try:
+        for sub in subs:
+            assert sub.wait_connected(20)
+        time.sleep(1.0)  # the relays' upstream links are attached (they start after them)
+        publisher = threading.Thread(target=publish, args=(a.url, "feed.a", 3000, 0.05))
+        publisher.start()
+        time.sleep(1.0)
+        assert publisher.is_alive()
+        b.kill()  # kill -9 of the middle relay, mid-stream
+        time.sleep(0.5)
+        b.start()
+        publisher.join(120)
+        with Journal.from_url(a_redis) as journal:
+            assert journal.high_water("feed.a") == 3000
+        want_all = expected(a_redis, "feed.a", "/w/#")
+        want_some = expected(a_redis, "feed.a", "/w/a/*")
+        assert len(want_all) == 1800
+        assert len(want_some) == 1200
+        assert wait_for(lambda: len(everything) >= len(want_all)
+                        and len(filtered) >= len(want_some), 90), (
+            len(everything), len(filtered), c.log_text()[-3000:])
+        time.sleep(0.5)  # nothing more may come
+    finally:
+        for sub in subs:
+            sub.stop()
+        for proc in (c, b, a):
+            proc.stop()
+    assert [(p.topic, p.source_seq) for p in everything] == want_all
+    assert [(p.topic, p.source_seq) for p in filtered] == want_some
+    assert [p.fields["n"] for p in everything] == [n - 1 for _t, n in want_all]
+    for sub in subs:
+        assert sub.stats().unrecoverable == 0
+        assert not sub.unrecoverable
+    assert sum(sub.stats().repaired for sub in subs) > 0  # the loss toward C was repaired
+    assert b.starts == 2
+    # each relay journaled its selection with the origin's numbers, the rest as not selected
+    for redis_url in (b_redis, c_redis):
+        with Journal.from_url(redis_url) as journal:
+            entries = list(journal.iter_entries("feed.a", 1))
+        held = [e for e in entries if isinstance(e, Publication)]
+        assert [(p.topic, p.source_seq) for p in held] == want_all
+        gaps = [e for e in entries if isinstance(e, NotSelected)]
+        assert gaps
+        assert all(g.selection == "/w/#" for g in gaps)
+        assert sum(g.last - g.first + 1 for g in gaps) == held[-1].source_seq - len(held)

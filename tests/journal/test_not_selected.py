@@ -1,0 +1,63 @@
+"""A relay's journal: a filtered feed's numbers are journaled with the ranges between them as
+not selected (selection.py), read over as covered, never as loss."""
+
+from __future__ import annotations
+
+import pytest
+
+from seqrepair.core.errors import InvalidMessageError
+from seqrepair.core.messages import Publication, PublishType
+from seqrepair.core.topics import TopicPattern
+from seqrepair.journal import Journal, SequenceConflictError
+from seqrepair.journal.selection import NotSelected
+
+pytestmark = pytest.mark.redis
+
+SEL = "/weather/#"
+
+
+def pub(seq: int, topic: str = "/weather/x") -> Publication:
+    return Publication(topic=topic, source="feed.a", source_seq=seq, ptype=PublishType.UPDATE,
+                       fields={"n": seq})
+
+
+def test_gaps_become_markers_and_reads_pass_over_them(journal: Journal) -> None:
+    assert journal.append([pub(3), pub(4), pub(9)], 32, not_selected=SEL) == 9
+    assert journal.append([pub(12)], 32, not_selected=SEL) == 12
+    assert journal.high_water("feed.a") == 12
+    assert [p.source_seq for p in journal.iter_range("feed.a", 1, 12)] == [3, 4, 9, 12]
+    entries = list(journal.iter_entries("feed.a", 1))
+    assert entries[0] == NotSelected("feed.a", 1, 2, SEL)
+    assert entries[3] == NotSelected("feed.a", 5, 8, SEL)
+    assert entries[5] == NotSelected("feed.a", 10, 11, SEL)
+    # a read starting inside a marker starts with it, then goes on
+    inside = list(journal.iter_entries("feed.a", 6, 10))
+    assert inside == [NotSelected("feed.a", 5, 8, SEL), pub(9),
+                      NotSelected("feed.a", 10, 11, SEL)]
+    assert [p.source_seq for p in journal.read_range("feed.a", 6, 12)] == [9, 12]
+    assert journal.read_range("feed.a", 10, 11) == []
+
+
+def test_a_small_page_crosses_markers(redis_client: object) -> None:
+    journal = Journal(redis_client, page_size=2)  # type: ignore[arg-type]
+    journal.append([pub(n) for n in range(2, 40, 3)], 32, not_selected=SEL)
+    assert [p.source_seq for p in journal.iter_range("feed.a", 1, 40)] == list(range(2, 40, 3))
+    assert [p.source_seq for p in journal.iter_range("feed.a", 7)] == list(range(8, 40, 3))
+
+
+def test_without_a_selection_a_gap_is_still_refused(journal: Journal) -> None:
+    journal.append([pub(1)], 32)
+    with pytest.raises(SequenceConflictError):
+        journal.append([pub(3)], 32)
+    with pytest.raises(SequenceConflictError):  # overlap: never a marker
+        journal.append([pub(1), pub(5)], 32, not_selected=SEL)
+    with pytest.raises(InvalidMessageError):
+        journal.append([pub(6), pub(5)], 32, not_selected=SEL)
+    assert journal.high_water("feed.a") == 1
+
+
+def test_covers() -> None:
+    marker = NotSelected("feed.a", 1, 2, "/weather/#,/news/*")
+    assert marker.covers((TopicPattern("/weather/wind/#"), TopicPattern("/news/x")))
+    assert not marker.covers((TopicPattern("/sport/#"),))
+    assert not marker.covers((TopicPattern("/#"),))
