@@ -56,6 +56,7 @@ from seqrepair.core.messages import (
 from seqrepair.core.permissions import Entitlement
 from seqrepair.journal.errors import TrimmedRangeError, UnknownLinkError
 from seqrepair.journal.format import can_name_journal
+from seqrepair.journal.selection import NotSelected
 from seqrepair.logs import get_logger
 
 if TYPE_CHECKING:
@@ -180,9 +181,15 @@ class Replay:
             if self._cut(seg, seg.first):
                 continue
             try:
-                for pub in self.journal.iter_range(
+                for pub in self.journal.iter_entries(
                     seg.source, seg.first, seg.last, page_size=self.page_size
                 ):
+                    if type(pub) is not Publication:  # a relay's journal: numbers not selected
+                        lacking = self._lacking(seg.source, pub)
+                        if lacking is not None:
+                            yield lacking
+                            return
+                        continue
                     if self.cover is not None and self._cut(seg, pub.source_seq):
                         break
                     self.scanned += 1
@@ -227,6 +234,21 @@ class Replay:
             more=more,
         )
         yield ReplayComplete(through=self.through, request=self.request, more=more)
+
+    def _lacking(self, source: str, marker: NotSelected) -> GapError | None:
+        """None when the relay's upstream selection covers the link's patterns (its numbers
+        are filtered out, as they would have been live); else the relay lacks what the link
+        may be owed there: ``trimmed`` through the marker's end, an ``Unrecoverable``."""
+        if marker.covers(self.link.entitlement.topics):
+            return None
+        log.warning("gapfill.not_selected", link=self.link.link_id, source=source,
+                    first=marker.first, last=marker.last, selection=marker.selection)
+        return GapError(
+            "trimmed", self.request,
+            f"{source} {marker.first}..{marker.last}: not selected by this relay's upstream "
+            f"subscription ({marker.selection}), which does not cover this link",
+            {source: marker.last},
+        )
 
     def _more(self) -> bool:
         """Whether the subscriber must ask again: only if the link does not itself carry what

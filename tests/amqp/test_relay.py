@@ -78,12 +78,14 @@ def expected(redis_url: str, source: str, pattern: str) -> list[tuple[str, int]]
                 if match(p.topic)]
 
 
-def publish(url: str, source: str, count: int, pace: float = 0.0) -> None:
-    publisher = Publisher(url, source).start()
+def publish(url: str, source: str, count: int, pace: float = 0.0, after: int = 0) -> None:
+    """``count`` publications of ``source`` after number ``after``, on five topics (two of
+    them outside ``/w/#``), ``pace`` seconds between batches of 50."""
+    publisher = Publisher(url, source, start_after=after).start()
     topics = ["/w/a/1", "/w/b/2", "/x/c/3", "/w/a/4", "/x/d/5"]
-    for start in range(0, count, 50):
+    for start in range(after, after + count, 50):
         publisher.publish_many([(topics[i % len(topics)], {"n": i}, "update")
-                                for i in range(start, min(count, start + 50))])
+                                for i in range(start, min(after + count, start + 50))])
         if pace:
             time.sleep(pace)
     assert publisher.flush(60)
@@ -150,3 +152,65 @@ def test_three_hop_chain_with_loss_and_a_killed_middle_relay(
         assert gaps
         assert all(g.selection == "/w/#" for g in gaps)
         assert sum(g.last - g.first + 1 for g in gaps) == held[-1].source_seq - len(held)
+
+
+def selections(log_text: str) -> list[str]:
+    """The upstream selections a relay's log reports, in order."""
+    return [line.split("selection=", 1)[1].split(" upstream=")[0].strip()
+            for line in log_text.splitlines()
+            if "relay upstream selection" in line and "selection=" in line]
+
+
+def test_one_upstream_link_carries_the_union_of_the_subscribers_selections(
+    redises: list[str], tmp_path: Path
+) -> None:
+    """APEX §2.6: two subscribers of a relay with different patterns -> one upstream link whose
+    selection is their union; one leaves -> the selection narrows; each subscriber gets
+    exactly its own selection."""
+    a_redis, b_redis, _ = redises
+    a = ComponentProcess(a_redis, tmp_path, *LOSS, "--drop-seed", "4").start()
+    b = RelayProcess(b_redis, tmp_path, a.url, "B", "--aggregate", "--linger", "0.5",
+                     *LOSS, "--drop-seed", "5").start()
+    got_a: list[Publication] = []
+    got_b: list[Publication] = []
+    sub_a = Subscriber(b.url, "/w/a/*", on_publication=got_a.append, link_name="wa",
+                       heartbeat_interval=0.2).start()
+    sub_b = Subscriber(b.url, "/w/b/#", on_publication=got_b.append, link_name="wb",
+                       heartbeat_interval=0.2).start()
+    try:
+        assert sub_a.wait_connected(20)
+        assert sub_b.wait_connected(20)
+        assert wait_for(lambda: selections(b.log_text())[-1:] == ["['/w/a/*', '/w/b/#']"], 20), (
+            selections(b.log_text()))
+        publish(a.url, "feed.a", 1000)
+        want_a = expected(a_redis, "feed.a", "/w/a/*")
+        want_b = expected(a_redis, "feed.a", "/w/b/#")
+        assert wait_for(lambda: len(got_a) >= len(want_a) and len(got_b) >= len(want_b), 60), (
+            len(got_a), len(got_b))
+        sub_b.stop()  # leaves: the relay narrows its one upstream link
+        assert wait_for(lambda: selections(b.log_text())[-1:] == ["['/w/a/*']"], 20), (
+            selections(b.log_text()))
+        publish(a.url, "feed.a", 500, after=1000)
+        want_a2 = expected(a_redis, "feed.a", "/w/a/*")
+        assert wait_for(lambda: len(got_a) >= len(want_a2), 60), (len(got_a), len(want_a2))
+        time.sleep(0.5)
+    finally:
+        sub_a.stop()
+        sub_b.stop()
+        b.stop()
+        a.stop()
+    assert [(p.topic, p.source_seq) for p in got_a] == want_a2
+    assert [(p.topic, p.source_seq) for p in got_b] == want_b
+    assert not sub_a.unrecoverable
+    assert not sub_b.unrecoverable
+    # A only ever saw the relay's one upstream link, never one per subscriber
+    attached = {line.split("link=", 1)[1].split()[0] for line in a.log_text().splitlines()
+                if "link attached" in line}
+    assert attached == {"relay.B"}
+    # the relay's journal: the union while both were there, then /w/a/* only
+    with Journal.from_url(b_redis) as journal:
+        entries = list(journal.iter_entries("feed.a", 1))
+    held = [(e.topic, e.source_seq) for e in entries if isinstance(e, Publication)]
+    assert [h for h in held if h[1] > 1000] == [h for h in want_a2 if h[1] > 1000]
+    gaps = [e for e in entries if isinstance(e, NotSelected)]
+    assert {g.selection for g in gaps} >= {"/w/a/*,/w/b/#", "/w/a/*"}

@@ -151,8 +151,9 @@ class RelayComponent(Component):
 
     def on_start(self, event: Any) -> None:
         super().on_start(event)
-        self.upstream = self._subscriber(self.table.current).start()
-        log.info("relay subscribed upstream", upstream=self.upstream_url, link=self.link_name,
+        if self.table.current:  # else: no upstream link until a subscriber needs one
+            self.upstream = self._subscriber(self.table.current).start()
+        log.info("relay upstream selection", upstream=self.upstream_url, link=self.link_name,
                  selection=[str(p) for p in self.table.current])
 
     def on_seqrepair_relayed(self, event: Any) -> None:
@@ -211,12 +212,11 @@ class RelayComponent(Component):
         """Move the upstream link to ``wanted``: stop the old subscriber (off the event loop:
         it joins its thread), then, in the loop, journal what it delivered and start the new
         one, after the relay's position upstream (what it journaled and acknowledged)."""
-        self._switching = True
+        self._switching = True  # the selection stays the old one until the new link starts
         self.stats["relay_switches"] += 1
         old, self.upstream = self.upstream, None
-        previous = self.table.current
-        self.table.current = wanted
-        log.info("relay switching its upstream selection", previous=[str(p) for p in previous],
+        log.info("relay switching its upstream selection",
+                 previous=[str(p) for p in self.table.current],
                  selection=[str(p) for p in wanted])
 
         def stop_old() -> None:
@@ -233,11 +233,11 @@ class RelayComponent(Component):
             self.container.schedule(RETRY, _Later(lambda: self.on_seqrepair_relay_switch(event)))
             return
         self.ingest.journal.not_selected = selection_text([str(p) for p in wanted])
-        self.upstream = self._subscriber(wanted).start()
-        self.waiting.difference_update(p for p in list(self.waiting)
-                                       if self.table.carries((p,)))
+        self.upstream = self._subscriber(wanted).start() if wanted else None
+        self.table.current = wanted  # journaled from here on under it: subscribers may attach
+        self.waiting.difference_update([p for p in self.waiting if self.table.carries((p,))])
         self._switching = False
-        log.info("relay upstream selection", link=self.link_name,
+        log.info("relay upstream selection", upstream=self.upstream_url, link=self.link_name,
                  selection=[str(p) for p in wanted])
 
     # --- subscribers and publishers ---------------------------------------------------
