@@ -284,7 +284,7 @@ def test_the_documented_attach_properties_are_the_ones_the_component_reads_and_w
     assert named == set(ATTACH)
 
 
-SENDING_PARTS = ("wire", "component", "gateway")
+SENDING_PARTS = ("wire", "component", "gateway", "relay")
 """The parts that send conditions; the clients' (``client/``, the commands, the demo) name
 conditions they read, not ones they send."""
 

@@ -130,6 +130,8 @@ class RelayComponent(Component):
         self.waiting: set[TopicPattern] = set()  # patterns of subscribers refused until carried
         self._switching = False
         self._retry_at: float | None = None
+        self.error: SeqRepairError | None = None
+        """Why the relay stopped by itself (its journal refused what came from upstream)."""
         self.ingest.journal.not_selected = selection_text([str(p) for p in table.current])
         for key in ("relayed", "relay_switches", "relay_refused"):
             self.stats[key] = 0
@@ -158,6 +160,8 @@ class RelayComponent(Component):
 
     def on_seqrepair_relayed(self, event: Any) -> None:
         """Journal and fan out what came from upstream; acknowledge it there once held."""
+        if self.error is not None:
+            return
         pubs = self.handover.take()
         if not pubs:
             return
@@ -172,11 +176,16 @@ class RelayComponent(Component):
                         count=len(rest), error=exc.message)
             pubs = [pubs[i] for i in sorted(kept)]
         except SeqRepairError as exc:  # the relay's journal holds these numbers differently
+            # going on would journal what follows past them, the skip as "not selected":
+            # a loss nobody is told of. The relay stops instead, and says why.
             self.stats["relay_refused"] += len(pubs)
+            self.error = exc
             log.error("relayed publications refused by the relay's journal (it holds other "
-                      "publications under these numbers: another origin?); not acknowledged",
+                      "publications under these numbers: another origin?); the relay stops",
                       count=len(pubs), error=exc.message,
                       first={p.source: p.source_seq for p in pubs[:1]})
+            self.handover.closed = True
+            self.request_stop()
             return
         self.stats["relayed"] += len(pubs)
         taken: dict[str, int] = {}

@@ -10,7 +10,8 @@ from pathlib import Path
 
 
 def relay_command(args: argparse.Namespace) -> int:
-    """``seqrepair relay``: serve until SIGTERM or ^C; 2 on a bad option."""
+    """``seqrepair relay``: serve until SIGTERM or ^C; 2 on a bad option, 1 when its journal
+    refused what came from upstream (it holds other publications under those numbers)."""
     from seqrepair.amqp.component.component import ComponentConfig
     from seqrepair.amqp.component.grants import GrantTable
     from seqrepair.amqp.relay.relay import RelayComponent
@@ -58,4 +59,7 @@ def relay_command(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: relay.request_stop())
     with contextlib.suppress(KeyboardInterrupt):
         make_container(Guarded(relay, relay.stats)).run()
+    if relay.error is not None:
+        print(f"seqrepair relay: {relay.error.message}", file=sys.stderr)
+        return 1
     return 0
