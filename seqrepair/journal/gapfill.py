@@ -184,7 +184,7 @@ class Replay:
                 for pub in self.journal.iter_entries(
                     seg.source, seg.first, seg.last, page_size=self.page_size
                 ):
-                    if type(pub) is not Publication:  # a relay's journal: numbers not selected
+                    if isinstance(pub, NotSelected):  # a relay's journal: numbers not selected
                         lacking = self._lacking(seg.source, pub)
                         if lacking is not None:
                             yield lacking

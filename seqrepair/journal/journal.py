@@ -385,9 +385,10 @@ class Journal:
         """The not-selected marker whose range holds ``position`` (it begins before it), if
         any: a read starting inside one begins after it."""
         with map_redis_errors("read", source):
-            rows = self.client.xrevrange(stream_key(source), entry_id(position), "-", count=1)
+            rows: list[Any] = self.client.xrevrange(  # type: ignore[assignment]
+                stream_key(source), entry_id(position), "-", count=1)
         for ident, values in rows or ():
-            text = {_str(k): _str(v) for k, v in values.items()}
+            text = {_str(k): _str(v) for k, v in (values or {}).items()}
             if text.get("ptype") != NOT_SELECTED:
                 return None
             marker = _marker(source, int(_str(ident)[:-2]), text)

@@ -58,6 +58,11 @@ class RelayProcess(ComponentProcess):
     def log_text(self) -> str:
         return (self.tmp / f"relay-{self.name}-{self.starts}.log").read_text(errors="replace")
 
+    def wait_upstream(self) -> None:
+        """Until its upstream link is attached (what is published before is not its own)."""
+        assert wait_for(lambda: "] connected" in self.log_text(), 20), self.log_text()
+        time.sleep(0.3)  # the attach follows the open
+
 
 @pytest.fixture
 def redises() -> Iterator[list[str]]:
@@ -110,7 +115,8 @@ def test_three_hop_chain_with_loss_and_a_killed_middle_relay(
     try:
         for sub in subs:
             assert sub.wait_connected(20)
-        time.sleep(1.0)  # the relays' upstream links are attached (they start after them)
+        b.wait_upstream()
+        c.wait_upstream()
         publisher = threading.Thread(target=publish, args=(a.url, "feed.a", 3000, 0.05))
         publisher.start()
         time.sleep(1.0)
@@ -214,3 +220,51 @@ def test_one_upstream_link_carries_the_union_of_the_subscribers_selections(
     assert [h for h in held if h[1] > 1000] == [h for h in want_a2 if h[1] > 1000]
     gaps = [e for e in entries if isinstance(e, NotSelected)]
     assert {g.selection for g in gaps} >= {"/w/a/*,/w/b/#", "/w/a/*"}
+
+
+def test_a_relay_refuses_publishers_and_subscribers_outside_what_it_carries(
+    redises: list[str], tmp_path: Path
+) -> None:
+    a_redis, b_redis, _ = redises
+    a = ComponentProcess(a_redis, tmp_path).start()
+    b = RelayProcess(b_redis, tmp_path, a.url, "B", "--subscribe", "/w/#").start()
+    outside = Subscriber(b.url, "/x/#", link_name="outside")
+    publisher = Publisher(b.url, "feed.b").start()
+    try:
+        with pytest.raises(Exception, match="amqp:not-found"):
+            outside.start().wait_connected(20)
+        publisher.publish("/w/a", {"n": 1})
+        assert not publisher.flush(3)
+    finally:
+        outside.stop()
+        publisher.close()
+        b.stop()
+        a.stop()
+    assert "this relay carries /w/#, not '/x/#'" in str(outside.error)
+    assert "a relay takes no publications" in b.log_text()
+    with Journal.from_url(b_redis) as journal:
+        assert journal.sources() == []
+
+
+def test_a_relay_whose_journal_holds_other_publications_under_the_numbers_stops(
+    redises: list[str], tmp_path: Path
+) -> None:
+    """Never journal past numbers it could not take (the skip would read as not selected):
+    a relay pointed at an origin its journal does not belong to exits 1 and says why."""
+    a_redis, b_redis, _ = redises
+    with Journal.from_url(b_redis) as journal:  # an earlier life of another origin
+        journal.append([Publication(topic="/w/old", source="feed.a", source_seq=n,
+                                    fields={"old": n}) for n in (1, 2, 3)], 32)
+    a = ComponentProcess(a_redis, tmp_path).start()
+    b = RelayProcess(b_redis, tmp_path, a.url, "B", "--subscribe", "/w/#").start()
+    try:
+        b.wait_upstream()
+        publish(a.url, "feed.a", 20)
+        assert b.proc is not None
+        assert b.proc.wait(30) == 1
+    finally:
+        b.stop()
+        a.stop()
+    assert "already journaled for another publication" in b.log_text()
+    with Journal.from_url(b_redis) as journal:
+        assert journal.high_water("feed.a") == 3
