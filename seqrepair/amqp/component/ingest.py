@@ -272,7 +272,9 @@ class Ingest:
         started = self.clock()
         try:
             self._refuse_while_quiet()
-            self._journal([as_journaled(pub) for pub in pubs], None, (), filtered=True)
+            # their fields are as the origin's journal holds them already (its live delivery
+            # and its replays send that form): no second conversion
+            self._journal(pubs, None, (), filtered=True)
         except NotJournaledError as exc:
             self._stalled(started, exc)
             raise
