@@ -268,3 +268,48 @@ def test_a_relay_whose_journal_holds_other_publications_under_the_numbers_stops(
     assert "already journaled for another publication" in b.log_text()
     with Journal.from_url(b_redis) as journal:
         assert journal.high_water("feed.a") == 3
+
+
+def test_a_relay_serves_source_replay_from_its_own_journal_with_its_origin_gone(
+    redises: list[str], tmp_path: Path
+) -> None:
+    """A durable subscriber of a relay that was away resumes from the relay's journal: the
+    origin has been killed meanwhile, so nothing can come from upstream."""
+    a_redis, b_redis, _ = redises
+    a = ComponentProcess(a_redis, tmp_path, *LOSS, "--drop-seed", "6").start()
+    b = RelayProcess(b_redis, tmp_path, a.url, "B", "--subscribe", "/w/#", *LOSS,
+                     "--drop-seed", "7").start()
+    got: list[Publication] = []
+    try:
+        b.wait_upstream()
+        sub = Subscriber(b.url, "/w/a/*", on_publication=got.append, link_name="away",
+                         heartbeat_interval=0.2).start()
+        assert sub.wait_connected(20)
+        publish(a.url, "feed.a", 500)
+        first = expected(a_redis, "feed.a", "/w/a/*")
+        assert wait_for(lambda: len(got) >= len(first), 30), (len(got), len(first))
+        sub.stop()
+        publish(a.url, "feed.a", 1000, after=500)
+        want = expected(a_redis, "feed.a", "/w/a/*")
+        with Journal.from_url(b_redis) as journal:
+            assert wait_for(lambda: journal.high_water("feed.a") >= want[-1][1], 30)
+        a.kill()  # the origin is gone: what follows comes from B's journal alone
+        later: list[Publication] = []
+        again = Subscriber(b.url, "/w/a/*", on_publication=later.append, link_name="away",
+                           heartbeat_interval=0.2).start()
+        assert wait_for(lambda: bool(later) and later[-1].source_seq >= want[-1][1], 30), (
+            len(later), len(want))
+        time.sleep(0.5)
+        again.stop()
+    finally:
+        b.stop()
+        a.stop()
+    # durable: it resumes after what it acknowledged, so at most its last few come again
+    repeated = [p for p in later if p.source_seq <= got[-1].source_seq]
+    def key(pubs: list[Publication]) -> list[tuple[str, int]]:
+        return [(p.topic, p.source_seq) for p in pubs]
+
+    assert key(repeated) == key(got[len(got) - len(repeated):])
+    assert len(repeated) < 50
+    assert key(got + later[len(repeated):]) == want
+    assert not again.unrecoverable
