@@ -239,7 +239,7 @@ class Replay:
         """None when the relay's upstream selection covers the link's patterns (its numbers
         are filtered out, as they would have been live); else the relay lacks what the link
         may be owed there: ``trimmed`` through the marker's end, an ``Unrecoverable``."""
-        if marker.covers(self.link.entitlement.topics):
+        if marker.covers(self.link.entitlement.topics, self.link.entitlement.grant):
             return None
         log.warning("gapfill.not_selected", link=self.link.link_id, source=source,
                     first=marker.first, last=marker.last, selection=marker.selection)

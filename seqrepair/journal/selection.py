@@ -5,7 +5,9 @@ origin's source numbers. Its upstream subscription is filtered (topic patterns, 
 tokens), so the numbers of a source it receives are not contiguous: the numbers between are
 *not selected*, never lost. The journal records each such range as one marker entry (entry ID
 ``<first>-0``, ``ptype`` ``not-selected``, ``through`` the last number of the range,
-``selection`` the upstream selection it was not selected under), written by the same atomic
+``selection`` the upstream selection it was not selected under: its topic patterns,
+comma-separated, then, when the relay narrowed the permission tokens it asked for,
+``;tokens=`` and those tokens, comma-separated), written by the same atomic
 append as the publication that follows it (:meth:`seqrepair.journal.journal.Journal.append`
 with ``not_selected``). Readers pass over a marker as over a publication their subscriber is
 not entitled to: a source replay counts its numbers as covered; only a subscriber whose
@@ -18,6 +20,7 @@ from __future__ import annotations
 import attrs
 
 from seqrepair.core.errors import InvalidTopicPatternError
+from seqrepair.core.permissions import ANY_TOKEN
 from seqrepair.core.policy import covers as pattern_covers
 from seqrepair.core.topics import TopicPattern
 
@@ -38,21 +41,37 @@ class NotSelected:
     def patterns(self) -> tuple[TopicPattern, ...]:
         """The selection's topic patterns (an unreadable one is left out: covers nothing)."""
         out = []
-        for text in self.selection.split(","):
+        for text in self.selection.split(";", 1)[0].split(","):
             try:
                 out.append(TopicPattern(text.strip()))
             except InvalidTopicPatternError:  # a marker is data: a bad pattern covers nothing
                 continue
         return tuple(out)
 
-    def covers(self, topics: tuple[TopicPattern, ...]) -> bool:
-        """Whether every one of ``topics`` lies inside the selection: then a subscriber on
-        ``topics`` would not have been sent these numbers either (they are *filtered*, not
-        lacking)."""
+    def tokens(self) -> frozenset[str] | None:
+        """The permission tokens the selection asked for; None when it did not narrow them
+        (every token the relay is granted upstream)."""
+        _, sep, rest = self.selection.partition(";tokens=")
+        return frozenset(t for t in rest.split(",") if t) if sep else None
+
+    def covers(self, topics: tuple[TopicPattern, ...],
+               grant: frozenset[str] | None = None) -> bool:
+        """Whether a subscriber on ``topics`` granted ``grant`` (None: not asked) would not
+        have been sent these numbers either (they are *filtered*, not lacking): every one of
+        ``topics`` lies inside the selection's patterns and, when the selection narrowed the
+        tokens, ``grant`` lies inside them."""
         mine = self.patterns()
-        return all(any(pattern_covers(outer, inner) for outer in mine) for inner in topics)
+        if not all(any(pattern_covers(outer, inner) for outer in mine) for inner in topics):
+            return False
+        asked = self.tokens()
+        if asked is None or grant is None:
+            return True
+        return ANY_TOKEN not in grant and grant <= asked
 
 
-def selection_text(patterns: tuple[str, ...] | list[str]) -> str:
-    """The ``selection`` of a marker for an upstream subscription on ``patterns``."""
-    return ",".join(sorted(set(patterns)))
+def selection_text(patterns: tuple[str, ...] | list[str],
+                   tokens: frozenset[str] | None = None) -> str:
+    """The ``selection`` of a marker for an upstream subscription on ``patterns`` asking for
+    ``tokens`` (None: not narrowed)."""
+    text = ",".join(sorted(set(patterns)))
+    return text if tokens is None else f"{text};tokens={','.join(sorted(tokens))}"

@@ -5,6 +5,7 @@ selection, once, in order, as A's journal holds it."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import threading
@@ -74,22 +75,27 @@ def redises() -> Iterator[list[str]]:
         server.stop()
 
 
-def expected(redis_url: str, source: str, pattern: str) -> list[tuple[str, int]]:
-    """What A's journal holds of ``source`` on ``pattern``, in order."""
+def expected(redis_url: str, source: str, pattern: str,
+             tokens: tuple[str | None, ...] | None = None) -> list[tuple[str, int]]:
+    """What A's journal holds of ``source`` on ``pattern`` (with one of ``tokens``, when
+    given), in order."""
     with Journal.from_url(redis_url) as journal:
         hw = journal.high_water(source)
         match = TopicPattern(pattern).matches
         return [(p.topic, p.source_seq) for p in journal.read_range(source, 1, hw)
-                if match(p.topic)]
+                if match(p.topic) and (tokens is None or p.permtoken in tokens)]
 
 
-def publish(url: str, source: str, count: int, pace: float = 0.0, after: int = 0) -> None:
+def publish(url: str, source: str, count: int, pace: float = 0.0, after: int = 0,
+            tokens: tuple[str | None, ...] = (None,)) -> None:
     """``count`` publications of ``source`` after number ``after``, on five topics (two of
-    them outside ``/w/#``), ``pace`` seconds between batches of 50."""
+    them outside ``/w/#``) and the permission ``tokens`` in turn, ``pace`` seconds between
+    batches of 50."""
     publisher = Publisher(url, source, start_after=after).start()
     topics = ["/w/a/1", "/w/b/2", "/x/c/3", "/w/a/4", "/x/d/5"]
     for start in range(after, after + count, 50):
-        publisher.publish_many([(topics[i % len(topics)], {"n": i}, "update")
+        publisher.publish_many([(topics[i % len(topics)], {"n": i}, "update",
+                                 tokens[i % len(tokens)])
                                 for i in range(start, min(after + count, start + 50))])
         if pace:
             time.sleep(pace)
@@ -161,22 +167,30 @@ def test_three_hop_chain_with_loss_and_a_killed_middle_relay(
 
 
 def selections(log_text: str) -> list[str]:
-    """The upstream selections a relay's log reports, in order."""
-    return [line.split("selection=", 1)[1].split(" upstream=")[0].strip()
-            for line in log_text.splitlines()
-            if "relay upstream selection" in line and "selection=" in line]
+    """The upstream selections (patterns, tokens) a relay's log reports, in order."""
+    found = []
+    for line in log_text.splitlines():
+        if "relay upstream selection" in line:
+            patterns = re.search(r"selection=(\[[^\]]*\])", line)
+            tokens = re.search(r"tokens=(\[[^\]]*\]|None)", line)
+            found.append(f"{patterns and patterns.group(1)} {tokens and tokens.group(1)}")
+    return found
 
 
 def test_one_upstream_link_carries_the_union_of_the_subscribers_selections(
     redises: list[str], tmp_path: Path
 ) -> None:
     """APEX §2.6: two subscribers of a relay with different patterns -> one upstream link whose
-    selection is their union; one leaves -> the selection narrows; each subscriber gets
-    exactly its own selection."""
+    selection is their union (of patterns, and of their grants: the relay grants t1, so it
+    asks A for t1 only); one leaves -> the selection narrows; each subscriber gets exactly its
+    own selection."""
     a_redis, b_redis, _ = redises
-    a = ComponentProcess(a_redis, tmp_path, *LOSS, "--drop-seed", "4").start()
+    a = ComponentProcess(a_redis, tmp_path, *LOSS, "--drop-seed", "4",
+                         "--default-grant", "*").start()
     b = RelayProcess(b_redis, tmp_path, a.url, "B", "--aggregate", "--linger", "0.5",
-                     *LOSS, "--drop-seed", "5").start()
+                     "--default-grant", "t1", *LOSS, "--drop-seed", "5").start()
+    tokens = (None, "t1", "t2")
+    seen = (None, "t1")
     got_a: list[Publication] = []
     got_b: list[Publication] = []
     sub_a = Subscriber(b.url, "/w/a/*", on_publication=got_a.append, link_name="wa",
@@ -186,18 +200,19 @@ def test_one_upstream_link_carries_the_union_of_the_subscribers_selections(
     try:
         assert sub_a.wait_connected(20)
         assert sub_b.wait_connected(20)
-        assert wait_for(lambda: selections(b.log_text())[-1:] == ["['/w/a/*', '/w/b/#']"], 20), (
+        union = "['/w/a/*', '/w/b/#'] ['t1']"
+        assert wait_for(lambda: selections(b.log_text())[-1:] == [union], 20), (
             selections(b.log_text()))
-        publish(a.url, "feed.a", 1000)
-        want_a = expected(a_redis, "feed.a", "/w/a/*")
-        want_b = expected(a_redis, "feed.a", "/w/b/#")
+        publish(a.url, "feed.a", 1000, tokens=tokens)
+        want_a = expected(a_redis, "feed.a", "/w/a/*", seen)
+        want_b = expected(a_redis, "feed.a", "/w/b/#", seen)
         assert wait_for(lambda: len(got_a) >= len(want_a) and len(got_b) >= len(want_b), 60), (
             len(got_a), len(got_b))
         sub_b.stop()  # leaves: the relay narrows its one upstream link
-        assert wait_for(lambda: selections(b.log_text())[-1:] == ["['/w/a/*']"], 20), (
+        assert wait_for(lambda: selections(b.log_text())[-1:] == ["['/w/a/*'] ['t1']"], 20), (
             selections(b.log_text()))
-        publish(a.url, "feed.a", 500, after=1000)
-        want_a2 = expected(a_redis, "feed.a", "/w/a/*")
+        publish(a.url, "feed.a", 500, after=1000, tokens=tokens)
+        want_a2 = expected(a_redis, "feed.a", "/w/a/*", seen)
         assert wait_for(lambda: len(got_a) >= len(want_a2), 60), (len(got_a), len(want_a2))
         time.sleep(0.5)
     finally:
@@ -219,7 +234,8 @@ def test_one_upstream_link_carries_the_union_of_the_subscribers_selections(
     held = [(e.topic, e.source_seq) for e in entries if isinstance(e, Publication)]
     assert [h for h in held if h[1] > 1000] == [h for h in want_a2 if h[1] > 1000]
     gaps = [e for e in entries if isinstance(e, NotSelected)]
-    assert {g.selection for g in gaps} >= {"/w/a/*,/w/b/#", "/w/a/*"}
+    assert {g.selection for g in gaps} >= {"/w/a/*,/w/b/#;tokens=t1", "/w/a/*;tokens=t1"}
+    assert {p.permtoken for p in got_a + got_b} == {None, "t1"}
 
 
 def test_a_relay_refuses_publishers_and_subscribers_outside_what_it_carries(

@@ -10,12 +10,14 @@ import pytest
 
 from seqrepair.amqp.client.subscriber import Publisher, Subscriber
 from seqrepair.amqp.relay.selection import (
+    NOTHING,
+    Selection,
     SelectionTable,
     covered,
     normal,
     upstream_properties,
 )
-from seqrepair.amqp.wire.vocabulary import PROP_SELECTION
+from seqrepair.amqp.wire.vocabulary import PROP_GRANTS, PROP_SELECTION
 from seqrepair.core.messages import Publication
 from seqrepair.core.topics import TopicPattern
 
@@ -34,42 +36,65 @@ def test_normal_drops_covered_patterns_and_sorts() -> None:
     assert not covered(pats("/w/a/#"), pats("/w/#"))
 
 
-def test_upstream_properties_name_the_selection_only_when_it_has_several_patterns() -> None:
-    assert upstream_properties(pats("/w/#")) == {}
-    assert upstream_properties(pats("/a/#", "/b/*")) == {PROP_SELECTION: "/a/#,/b/*"}
+def sel(*texts: str, tokens: set[str] | None = None) -> Selection:
+    return Selection(pats(*texts), None if tokens is None else frozenset(tokens))
+
+
+def test_upstream_properties_name_the_selection_and_the_tokens_asked_for() -> None:
+    assert upstream_properties(sel("/w/#")) == {}
+    assert upstream_properties(sel("/a/#", "/b/*")) == {PROP_SELECTION: "/a/#,/b/*"}
+    assert upstream_properties(sel("/a/#", tokens={"t2", "t1"})) == {PROP_GRANTS: "t1,t2"}
+    assert upstream_properties(sel("/a/#", tokens=set())) == {PROP_GRANTS: ""}
+
+
+def test_selections_cover_and_unite_patterns_and_tokens() -> None:
+    assert Selection.of_link(pats("/a/#"), frozenset({"*", "x"})).tokens is None
+    assert sel("/a/#").covers(sel("/a/b", tokens={"x"}))
+    assert sel("/a/#", tokens={"x", "y"}).covers(sel("/a/b", tokens={"x"}))
+    assert not sel("/a/#", tokens={"x"}).covers(sel("/a/b", tokens={"x", "y"}))
+    assert not sel("/a/#", tokens={"x"}).covers(sel("/a/b"))
+    assert sel("/a/*", tokens={"x"}).union(sel("/b/#", tokens={"y"})) == sel(
+        "/a/*", "/b/#", tokens={"x", "y"})
+    assert sel("/a/*", tokens={"x"}).union(sel("/a/b")) == sel("/a/*")
+    assert sel("/a/#", tokens={"y", "x"}).marker_text() == "/a/#;tokens=x,y"
 
 
 def test_a_standing_selection_carries_only_what_lies_inside_it() -> None:
     table = SelectionTable(pats("/w/#"))
-    assert table.current == pats("/w/#")
-    assert table.carries(pats("/w/a/*"))
+    assert table.current == sel("/w/#")
+    assert table.carries(sel("/w/a/*", tokens={"t"}))
     assert table.may_carry(pats("/w/a/*"))
     assert not table.may_carry(pats("/x/#"))
-    assert table.next_selection({"s": pats("/w/a/*")}, (), now=0.0) is None
+    assert table.next_selection({"s": sel("/w/a/*", tokens={"t"})}, (), now=0.0) is None
 
 
 def test_aggregation_widens_at_once_and_narrows_after_lingering() -> None:
     table = SelectionTable((), aggregate=True, linger=1.0)
-    assert table.current == ()
+    assert table.current == NOTHING
     assert table.may_carry(pats("/x/#"))
-    assert not table.carries(pats("/x/#"))
+    assert not table.carries(sel("/x/#"))
     # a subscriber waits for /a/#: wider at once
-    wanted = table.next_selection({}, pats("/a/#"), now=0.0)
-    assert wanted == pats("/a/#")
+    wanted = table.next_selection({}, [sel("/a/#", tokens={"x"})], now=0.0)
+    assert wanted == sel("/a/#", tokens={"x"})
     table.current = wanted
-    # a second one on /b/*: the union, keeping /a/#
-    table.current = table.next_selection({"one": pats("/a/#")}, pats("/b/*"), now=1.0)
-    assert table.current == pats("/a/#", "/b/*")
+    # a second one on /b/* granted y: the union of patterns and tokens, keeping /a/#
+    table.current = table.next_selection({"one": sel("/a/#", tokens={"x"})},
+                                         [sel("/b/*", tokens={"y"})], now=1.0)
+    assert table.current == sel("/a/#", "/b/*", tokens={"x", "y"})
     # the /b/* subscriber leaves: narrower only once it has lingered
-    assert table.next_selection({"one": pats("/a/#")}, (), now=2.0) is None
-    assert table.next_selection({"one": pats("/a/#")}, (), now=2.5) is None
-    assert table.next_selection({"one": pats("/a/#")}, (), now=3.1) == pats("/a/#")
+    one = {"one": sel("/a/#", tokens={"x"})}
+    assert table.next_selection(one, (), now=2.0) is None
+    assert table.next_selection(one, (), now=2.5) is None
+    assert table.next_selection(one, (), now=3.1) == sel("/a/#", tokens={"x"})
     # one that comes back before the linger ends keeps the selection as it is
-    table.current = pats("/a/#", "/b/*")
-    assert table.next_selection({"one": pats("/a/#")}, (), now=10.0) is None
-    assert table.next_selection({"one": pats("/a/#"), "two": pats("/b/*")}, (), 10.5) is None
-    assert table.next_selection({"one": pats("/a/#")}, (), now=11.0) is None
-    assert table.next_selection({"one": pats("/a/#")}, (), now=11.9) is None
+    table.current = sel("/a/#", "/b/*", tokens={"x", "y"})
+    assert table.next_selection(one, (), now=10.0) is None
+    assert table.next_selection({**one, "two": sel("/b/*", tokens={"y"})}, (), 10.5) is None
+    assert table.next_selection(one, (), now=11.0) is None
+    assert table.next_selection(one, (), now=11.9) is None
+    # one granted every token: the tokens are not narrowed any more
+    assert table.next_selection({**one, "all": sel("/a/b")}, (), now=12.0) == sel(
+        "/a/#", "/b/*")
 
 
 @pytest.mark.amqp

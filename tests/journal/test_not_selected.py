@@ -61,3 +61,14 @@ def test_covers() -> None:
     assert marker.covers((TopicPattern("/weather/wind/#"), TopicPattern("/news/x")))
     assert not marker.covers((TopicPattern("/sport/#"),))
     assert not marker.covers((TopicPattern("/#"),))
+
+
+def test_covers_tokens_when_the_selection_narrowed_them() -> None:
+    marker = NotSelected("feed.a", 1, 2, "/weather/#;tokens=a,b")
+    assert marker.tokens() == frozenset({"a", "b"})
+    assert marker.covers((TopicPattern("/weather/x"),), frozenset({"a"}))
+    assert not marker.covers((TopicPattern("/weather/x"),), frozenset({"a", "c"}))
+    assert not marker.covers((TopicPattern("/weather/x"),), frozenset({"*"}))
+    assert NotSelected("feed.a", 1, 2, "/weather/#;tokens=").covers(
+        (TopicPattern("/weather/x"),), frozenset())
+    assert NotSelected("feed.a", 1, 2, "/weather/#").tokens() is None

@@ -36,17 +36,22 @@ from typing import Any
 
 from seqrepair.amqp.client.subscriber import Subscriber
 from seqrepair.amqp.component.attach import selection
+from seqrepair.amqp.component.authz import effective_principal
 from seqrepair.amqp.component.component import Component, ComponentConfig
 from seqrepair.amqp.component.journalport import NotJournaledError
-from seqrepair.amqp.relay.selection import SelectionTable, upstream_properties
+from seqrepair.amqp.component.links import tokens
+from seqrepair.amqp.relay.selection import Selection, SelectionTable, upstream_properties
 from seqrepair.amqp.wire.errors import AmqpAdapterError, UnknownAddressError
 from seqrepair.amqp.wire.security import NO_CLIENT_SECURITY, ClientSecurity
-from seqrepair.amqp.wire.vocabulary import CONTROL_ADDRESS, PROP_SELECTION, plain_properties
+from seqrepair.amqp.wire.vocabulary import (
+    CONTROL_ADDRESS,
+    PROP_GRANTS,
+    PROP_SELECTION,
+    plain_properties,
+)
 from seqrepair.core.errors import SeqRepairError
 from seqrepair.core.messages import Publication
-from seqrepair.core.topics import TopicPattern
 from seqrepair.journal.journal import Journal
-from seqrepair.journal.selection import selection_text
 from seqrepair.logs import get_logger
 
 log = get_logger("seqrepair.amqp.relay")
@@ -127,12 +132,12 @@ class RelayComponent(Component):
         self.subscriber_options = dict(subscriber_options or {})
         self.handover = Handover(lambda: self._changes.inject("seqrepair_relayed"))
         self.upstream: Subscriber | None = None
-        self.waiting: set[TopicPattern] = set()  # patterns of subscribers refused until carried
+        self.waiting: set[Selection] = set()  # of subscribers refused until carried
         self._switching = False
         self._retry_at: float | None = None
         self.error: SeqRepairError | None = None
         """Why the relay stopped by itself (its journal refused what came from upstream)."""
-        self.ingest.journal.not_selected = selection_text([str(p) for p in table.current])
+        self.ingest.journal.not_selected = table.current.marker_text()
         for key in ("relayed", "relay_switches", "relay_refused"):
             self.stats[key] = 0
 
@@ -143,20 +148,20 @@ class RelayComponent(Component):
 
     # --- the upstream subscriber ------------------------------------------------------------
 
-    def _subscriber(self, patterns: tuple[TopicPattern, ...]) -> Subscriber:
+    def _subscriber(self, selection: Selection) -> Subscriber:
         return Subscriber(
-            self.upstream_url, str(patterns[0]), link_name=self.link_name,
+            self.upstream_url, str(selection.patterns[0]), link_name=self.link_name,
             on_publication=self.handover.offer, durable=True, ack=True, acknowledge=False,
-            security=self.security, link_properties=upstream_properties(patterns),
+            security=self.security, link_properties=upstream_properties(selection),
             **self.subscriber_options,
         )
 
     def on_start(self, event: Any) -> None:
         super().on_start(event)
-        if self.table.current:  # else: no upstream link until a subscriber needs one
+        if self.table.current.patterns:  # else: no upstream link until a subscriber needs one
             self.upstream = self._subscriber(self.table.current).start()
         log.info("relay upstream selection", upstream=self.upstream_url, link=self.link_name,
-                 selection=[str(p) for p in self.table.current])
+                 **self.table.current.describe())
 
     def on_seqrepair_relayed(self, event: Any) -> None:
         """Journal and fan out what came from upstream; acknowledge it there once held."""
@@ -205,10 +210,10 @@ class RelayComponent(Component):
 
     # --- the selection ------------------------------------------------------------------
 
-    def attached_selections(self) -> dict[str, tuple[TopicPattern, ...]]:
-        """The patterns of the subscriber links attached now, by link name."""
-        return {name: link.entitlement.topics for name, link in self.links.items()
-                if link.sender is not None}
+    def attached_selections(self) -> dict[str, Selection]:
+        """The selections of the subscriber links attached now, by link name."""
+        return {name: Selection.of_link(link.entitlement.topics, link.entitlement.grant)
+                for name, link in self.links.items() if link.sender is not None}
 
     def _follow_subscribers(self, now: float) -> None:
         if self._switching:
@@ -217,7 +222,7 @@ class RelayComponent(Component):
         if wanted is not None:
             self._switch(wanted)
 
-    def _switch(self, wanted: tuple[TopicPattern, ...]) -> None:
+    def _switch(self, wanted: Selection) -> None:
         """Move the upstream link to ``wanted``: stop the old subscriber (off the event loop:
         it joins its thread), then, in the loop, journal what it delivered and start the new
         one, after the relay's position upstream (what it journaled and acknowledged)."""
@@ -225,8 +230,7 @@ class RelayComponent(Component):
         self.stats["relay_switches"] += 1
         old, self.upstream = self.upstream, None
         log.info("relay switching its upstream selection",
-                 previous=[str(p) for p in self.table.current],
-                 selection=[str(p) for p in wanted])
+                 previous=self.table.current.describe(), **wanted.describe())
 
         def stop_old() -> None:
             if old is not None:  # its last ACKs may be lost: what comes again is skipped
@@ -241,13 +245,13 @@ class RelayComponent(Component):
         if self.handover and self._retry_at is not None:  # the journal is away: try later
             self.container.schedule(RETRY, _Later(lambda: self.on_seqrepair_relay_switch(event)))
             return
-        self.ingest.journal.not_selected = selection_text([str(p) for p in wanted])
-        self.upstream = self._subscriber(wanted).start() if wanted else None
+        self.ingest.journal.not_selected = wanted.marker_text()
+        self.upstream = self._subscriber(wanted).start() if wanted.patterns else None
         self.table.current = wanted  # journaled from here on under it: subscribers may attach
-        self.waiting.difference_update([p for p in self.waiting if self.table.carries((p,))])
+        self.waiting = {w for w in self.waiting if not self.table.carries(w)}
         self._switching = False
         log.info("relay upstream selection", upstream=self.upstream_url, link=self.link_name,
-                 selection=[str(p) for p in wanted])
+                 **wanted.describe())
 
     # --- subscribers and publishers ---------------------------------------------------
 
@@ -256,14 +260,19 @@ class RelayComponent(Component):
         if address and address.startswith("/") and not address.startswith("/subscriptions/"):
             props = plain_properties(sender.remote_properties)
             patterns = selection(address, props.get(str(PROP_SELECTION)))
+            claimed = props.get(str(PROP_GRANTS))
+            grant = self.config.grants.entitlement(
+                effective_principal(self, sender.connection, props), patterns,
+                None if claimed is None else tokens(claimed)).grant
+            wanted = Selection.of_link(patterns, grant)
             if not self.table.may_carry(patterns):
                 raise UnknownAddressError(
                     f"this relay carries {', '.join(map(str, self.table.standing))}, not "
                     f"{address!r}", expected=",".join(map(str, self.table.standing)),
                     got=address,
                 )
-            if not self.table.carries(patterns):
-                self.waiting.update(patterns)
+            if not self.table.carries(wanted):
+                self.waiting.add(wanted)
                 raise NotCarriedYetError(
                     f"the relay is widening its upstream subscription to carry {address!r}: "
                     "attach again shortly", got=address,

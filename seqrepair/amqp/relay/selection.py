@@ -1,12 +1,15 @@
 """A relay's upstream subscription as pure bookkeeping (APEX §2.6 distributed subscription
 management): no proton, no clock, no socket.
 
-A relay holds **one** upstream link for all its subscribers. Its *selection* is the union of
-the patterns it always carries (``seqrepair relay --subscribe``) and, with ``--aggregate``,
-the patterns of the subscriber links attached to it now. :class:`SelectionTable` says what the
-selection must be and whether a subscriber's patterns are carried:
+A relay holds **one** upstream link for all its subscribers. Its *selection*
+(:class:`Selection`) is the union of the patterns it always carries (``seqrepair relay
+--subscribe``) and, with ``--aggregate``, the entitlements of the subscriber links attached to
+it now: their topic patterns, and their permission tokens (the upstream link asks for the
+union of their grants, ``seqrepair-permtokens``; not narrowed when one of them is granted
+every token, or with ``--subscribe``). :class:`SelectionTable` says what the selection must be
+and whether a subscriber's entitlement is carried:
 
-* a subscriber whose patterns the selection covers is served from the relay's journal;
+* a subscriber whose entitlement the selection covers is served from the relay's journal;
 * one it does not cover (``--aggregate``) makes the selection *wider*: the relay switches its
   upstream link to the wider one, and until the switch is done the subscriber's attach is
   refused with a condition a client attaches again after
@@ -27,9 +30,11 @@ from typing import Any
 import attrs
 from proton import symbol
 
-from seqrepair.amqp.wire.vocabulary import PROP_SELECTION
+from seqrepair.amqp.wire.vocabulary import PROP_GRANTS, PROP_SELECTION
+from seqrepair.core.permissions import ANY_TOKEN
 from seqrepair.core.policy import covers
 from seqrepair.core.topics import TopicPattern
+from seqrepair.journal.selection import selection_text
 
 
 def normal(patterns: Iterable[TopicPattern]) -> tuple[TopicPattern, ...]:
@@ -48,66 +53,110 @@ def covered(selection: Iterable[TopicPattern], patterns: Iterable[TopicPattern])
     return all(any(covers(o, p) for o in outer) for p in patterns)
 
 
-def upstream_properties(selection: tuple[TopicPattern, ...]) -> dict[symbol, Any]:
+@attrs.frozen
+class Selection:
+    """What one subscription selects: topic ``patterns`` (normalised, :func:`normal`) and the
+    permission ``tokens`` it asks for (None: every token granted, not narrowed)."""
+
+    patterns: tuple[TopicPattern, ...] = attrs.field(converter=normal)
+    tokens: frozenset[str] | None = None
+
+    @classmethod
+    def of_link(cls, patterns: Iterable[TopicPattern], grant: frozenset[str]) -> Selection:
+        """A subscriber link's selection: its patterns, its grant (a grant of every token
+        is not narrowed)."""
+        return cls(tuple(patterns), None if ANY_TOKEN in grant else frozenset(grant))
+
+    def covers(self, other: Selection) -> bool:
+        """Whether everything ``other`` selects, this selects too."""
+        if not covered(self.patterns, other.patterns):
+            return False
+        return self.tokens is None or (other.tokens is not None and other.tokens <= self.tokens)
+
+    def union(self, other: Selection) -> Selection:
+        """What this or ``other`` selects."""
+        tokens = (None if self.tokens is None or other.tokens is None
+                  else self.tokens | other.tokens)
+        return Selection(self.patterns + other.patterns, tokens)
+
+    def marker_text(self) -> str:
+        """The ``selection`` its not-selected journal markers record."""
+        return selection_text([str(p) for p in self.patterns], self.tokens)
+
+    def describe(self) -> dict[str, Any]:
+        """For the log: the patterns and the tokens."""
+        return {"selection": [str(p) for p in self.patterns],
+                "tokens": None if self.tokens is None else sorted(self.tokens)}
+
+
+NOTHING = Selection(())
+"""No selection at all (an aggregating relay without subscribers)."""
+
+
+def upstream_properties(selection: Selection) -> dict[symbol, Any]:
     """The attach properties of the relay's upstream link beyond the subscriber's own (the
     one place they are made: a hop path, say, is added here)."""
-    if len(selection) <= 1:
-        return {}
-    return {PROP_SELECTION: ",".join(str(p) for p in selection)}
+    props: dict[symbol, Any] = {}
+    if len(selection.patterns) > 1:
+        props[PROP_SELECTION] = ",".join(str(p) for p in selection.patterns)
+    if selection.tokens is not None:
+        props[PROP_GRANTS] = ",".join(sorted(selection.tokens))
+    return props
 
 
 @attrs.define
 class SelectionTable:
     """What a relay's upstream selection must be (see the module).
 
-    ``standing``: the patterns always carried; ``aggregate``: follow the subscribers too;
-    ``linger``: seconds a pattern no attached subscriber needs stays in the selection.
+    ``standing``: the patterns always carried (every token); ``aggregate``: follow the
+    subscribers too; ``linger``: seconds what no attached subscriber needs stays selected.
     """
 
     standing: tuple[TopicPattern, ...]
     aggregate: bool = False
     linger: float = 1.0
-    current: tuple[TopicPattern, ...] = ()
-    """The selection the upstream link has (or is being switched to)."""
+    current: Selection = NOTHING
+    """The selection the upstream link has."""
     _narrow_since: float | None = None
 
     def __attrs_post_init__(self) -> None:
-        if not self.current:
-            self.current = normal(self.standing)
+        if not self.current.patterns and self.standing:
+            self.current = Selection(self.standing)
 
-    def carries(self, patterns: Iterable[TopicPattern]) -> bool:
-        """Whether a subscriber on ``patterns`` is served from what the relay carries now."""
-        return covered(self.current, patterns)
+    def carries(self, wanted: Selection) -> bool:
+        """Whether a subscriber selecting ``wanted`` is served from what the relay carries."""
+        return self.current.covers(wanted)
 
     def may_carry(self, patterns: Iterable[TopicPattern]) -> bool:
         """Whether the relay would carry ``patterns`` at all: always with ``aggregate``, else
         only inside the standing selection."""
         return self.aggregate or covered(self.standing, patterns)
 
-    def wanted(self, attached: Mapping[str, tuple[TopicPattern, ...]],
-               waiting: Iterable[TopicPattern] = ()) -> tuple[TopicPattern, ...]:
+    def wanted(self, attached: Mapping[str, Selection], waiting: Iterable[Selection] = ()
+               ) -> Selection:
         """The selection for the standing patterns, the ``attached`` subscriber links' (by
         link name) and those ``waiting`` to be carried."""
+        every = Selection(self.standing) if self.standing else NOTHING
         if not self.aggregate:
-            return normal(self.standing)
-        every = list(self.standing) + list(waiting)
-        for patterns in attached.values():
-            every.extend(patterns)
-        return normal(every)
+            return every
+        first = not self.standing
+        for one in [*attached.values(), *waiting]:
+            every = one if first else every.union(one)
+            first = False
+        return every
 
     def next_selection(
-        self, attached: Mapping[str, tuple[TopicPattern, ...]],
-        waiting: Iterable[TopicPattern], now: float,
-    ) -> tuple[TopicPattern, ...] | None:
+        self, attached: Mapping[str, Selection], waiting: Iterable[Selection], now: float,
+    ) -> Selection | None:
         """The selection to switch to now, or None to keep :attr:`current`: wider at once
         (a subscriber waits), narrower once it has been for :attr:`linger` seconds."""
         wanted = self.wanted(attached, waiting)
         if wanted == self.current:
             self._narrow_since = None
             return None
-        if not covered(self.current, wanted):  # something must be added: switch now, keeping
-            self._narrow_since = None          # what may go until it has lingered
-            return normal(self.current + wanted)
+        if not self.current.covers(wanted):  # something must be added: switch now, keeping
+            self._narrow_since = None        # what may go until it has lingered
+            return wanted if not self.current.patterns else self.current.union(wanted)
         if self._narrow_since is None:
             self._narrow_since = now
             return None
