@@ -328,3 +328,41 @@ def test_a_relay_serves_source_replay_from_its_own_journal_with_its_origin_gone(
     assert key(repeated) == key(got[len(got) - len(repeated):])  # a tail, in order
     assert key(got + later[len(repeated):]) == want
     assert not again.unrecoverable
+
+
+def test_three_relays_each_narrowing_the_selection(redises: list[str], tmp_path: Path) -> None:
+    """A -> B (/w/#) -> C (/w/#) -> D (/w/a/#), loss on every hop: D's subscriber gets its
+    selection once, in order; each relay's journal holds its own selection, with A's numbers."""
+    a_redis, b_redis, c_redis = redises
+    with EmbeddedRedis(appendfsync="always") as d_server:
+        a = ComponentProcess(a_redis, tmp_path, *LOSS, "--drop-seed", "8").start()
+        b = RelayProcess(b_redis, tmp_path, a.url, "B", "--subscribe", "/w/#", *LOSS,
+                         "--drop-seed", "9").start()
+        c = RelayProcess(c_redis, tmp_path, b.url, "C", "--subscribe", "/w/#", *LOSS,
+                         "--drop-seed", "10").start()
+        d = RelayProcess(d_server.url, tmp_path, c.url, "D", "--subscribe", "/w/a/#", *LOSS,
+                         "--drop-seed", "11").start()
+        got: list[Publication] = []
+        sub = Subscriber(d.url, "/w/a/*", on_publication=got.append, link_name="far",
+                         heartbeat_interval=0.2).start()
+        try:
+            assert sub.wait_connected(20)
+            for relay in (b, c, d):
+                relay.wait_upstream()
+            publish(a.url, "feed.a", 1500)
+            want = expected(a_redis, "feed.a", "/w/a/*")
+            assert wait_for(lambda: len(got) >= len(want), 60), (len(got), len(want))
+            time.sleep(0.5)
+            sub.stop()
+        finally:
+            sub.stop()
+            for proc in (d, c, b, a):
+                proc.stop()
+        with Journal.from_url(d_server.url) as journal:
+            held_d = [(p.topic, p.source_seq) for p in journal.read_range("feed.a", 1, 1500)]
+    assert [(p.topic, p.source_seq) for p in got] == want
+    assert not sub.unrecoverable
+    assert held_d == expected(a_redis, "feed.a", "/w/a/#")
+    with Journal.from_url(c_redis) as journal:
+        held_c = [(p.topic, p.source_seq) for p in journal.read_range("feed.a", 1, 1500)]
+    assert held_c == expected(a_redis, "feed.a", "/w/#")
