@@ -36,7 +36,7 @@ from typing import Any
 
 from seqrepair.amqp.client.subscriber import Subscriber
 from seqrepair.amqp.component.attach import selection
-from seqrepair.amqp.component.authz import effective_principal
+from seqrepair.amqp.component.authz import effective_principal, subscribe_exclusions
 from seqrepair.amqp.component.component import Component, ComponentConfig
 from seqrepair.amqp.component.journalport import NotJournaledError
 from seqrepair.amqp.component.links import tokens
@@ -58,6 +58,9 @@ log = get_logger("seqrepair.amqp.relay")
 
 HANDOVER_LIMIT = 20_000
 """Publications received upstream and not yet journaled that the relay holds at most."""
+
+MAX_WAITING = 256
+"""Subscriber selections a relay widens for at once (more wait for the next switch)."""
 
 RETRY = 0.2
 """Seconds before publications the journal did not take are offered to it again."""
@@ -260,10 +263,12 @@ class RelayComponent(Component):
         if address and address.startswith("/") and not address.startswith("/subscriptions/"):
             props = plain_properties(sender.remote_properties)
             patterns = selection(address, props.get(str(PROP_SELECTION)))
+            principal = effective_principal(self, sender.connection, props)
+            for pattern in patterns:  # only what the policy lets it see may widen upstream
+                subscribe_exclusions(self, principal, str(pattern))
             claimed = props.get(str(PROP_GRANTS))
             grant = self.config.grants.entitlement(
-                effective_principal(self, sender.connection, props), patterns,
-                None if claimed is None else tokens(claimed)).grant
+                principal, patterns, None if claimed is None else tokens(claimed)).grant
             wanted = Selection.of_link(patterns, grant)
             if not self.table.may_carry(patterns):
                 raise UnknownAddressError(
@@ -272,7 +277,8 @@ class RelayComponent(Component):
                     got=address,
                 )
             if not self.table.carries(wanted):
-                self.waiting.add(wanted)
+                if len(self.waiting) < MAX_WAITING:
+                    self.waiting.add(wanted)
                 raise NotCarriedYetError(
                     f"the relay is widening its upstream subscription to carry {address!r}: "
                     "attach again shortly", got=address,
