@@ -263,10 +263,11 @@ class Ingest:
             unwrapper.rollback(self.ingested)
         return outcome
 
-    def relayed(self, pubs: list[Publication]) -> None:
+    def relayed(self, pubs: list[Publication], items: list[bytes] | None = None) -> None:
         """Journal and fan out publications a relay received from its upstream component
         (``seqrepair relay``): numbered by their origin, checked there, a filtered feed whose
-        skipped numbers the journal port records as not selected. Raises
+        skipped numbers the journal port records as not selected; ``items``, by index, the
+        entry bytes they came in (sent on as they are where they are plain entries). Raises
         :class:`NotJournaledError` when the journal does not take them now (send again later:
         what it took is skipped then)."""
         started = self.clock()
@@ -274,7 +275,7 @@ class Ingest:
             self._refuse_while_quiet()
             # their fields are as the origin's journal holds them already (its live delivery
             # and its replays send that form): no second conversion
-            self._journal(pubs, None, (), filtered=True)
+            self._journal(pubs, items, (), filtered=True)
         except NotJournaledError as exc:
             self._stalled(started, exc)
             raise

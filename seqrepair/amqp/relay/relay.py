@@ -34,13 +34,13 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from seqrepair.amqp.client.subscriber import Subscriber
 from seqrepair.amqp.component.attach import selection
 from seqrepair.amqp.component.authz import effective_principal, subscribe_exclusions
 from seqrepair.amqp.component.component import Component, ComponentConfig
 from seqrepair.amqp.component.journalport import NotJournaledError
 from seqrepair.amqp.component.links import tokens
 from seqrepair.amqp.relay.selection import Selection, SelectionTable, upstream_properties
+from seqrepair.amqp.relay.upstream import UpstreamSubscriber
 from seqrepair.amqp.wire.errors import AmqpAdapterError, UnknownAddressError
 from seqrepair.amqp.wire.security import NO_CLIENT_SECURITY, ClientSecurity
 from seqrepair.amqp.wire.vocabulary import (
@@ -74,6 +74,10 @@ class NotCarriedYetError(AmqpAdapterError):
     condition = "amqp:precondition-failed"
 
 
+Relayed = tuple[Publication, bytes]
+"""A publication from upstream and the entry bytes it came in (or ``upstream.NO_ENTRY``)."""
+
+
 class Handover:
     """Publications from the upstream subscriber's thread to the component's event loop,
     at most ``limit`` at once (the offering thread waits for room)."""
@@ -81,23 +85,23 @@ class Handover:
     def __init__(self, wake: Callable[[], None], limit: int = HANDOVER_LIMIT) -> None:
         self._wake = wake
         self._limit = limit
-        self._items: deque[Publication] = deque()
+        self._items: deque[Relayed] = deque()
         self._cond = threading.Condition()
         self._woken = False
         self.closed = False
 
-    def offer(self, publication: Publication) -> None:
+    def offer(self, publication: Publication, entry: bytes) -> None:
         """Queue ``publication`` (the subscriber's thread); wake the event loop once."""
         with self._cond:
             while len(self._items) >= self._limit and not self.closed:
                 self._cond.wait(0.1)
-            self._items.append(publication)
+            self._items.append((publication, entry))
             wake = not self._woken
             self._woken = True
         if wake:
             self._wake()
 
-    def take(self) -> list[Publication]:
+    def take(self) -> list[Relayed]:
         """Everything queued (the event loop)."""
         with self._cond:
             items = list(self._items)
@@ -106,7 +110,7 @@ class Handover:
             self._cond.notify_all()
         return items
 
-    def give_back(self, items: list[Publication]) -> None:
+    def give_back(self, items: list[Relayed]) -> None:
         """``items`` (taken, not journaled) go first again."""
         with self._cond:
             self._items.extendleft(reversed(items))
@@ -134,7 +138,7 @@ class RelayComponent(Component):
         self.security = security
         self.subscriber_options = dict(subscriber_options or {})
         self.handover = Handover(lambda: self._changes.inject("seqrepair_relayed"))
-        self.upstream: Subscriber | None = None
+        self.upstream: UpstreamSubscriber | None = None
         self.waiting: set[Selection] = set()  # of subscribers refused until carried
         self._switching = False
         self._retry_at: float | None = None
@@ -151,13 +155,17 @@ class RelayComponent(Component):
 
     # --- the upstream subscriber ------------------------------------------------------------
 
-    def _subscriber(self, selection: Selection) -> Subscriber:
-        return Subscriber(
+    def _subscriber(self, selection: Selection) -> UpstreamSubscriber:
+        def offer(publication: Publication) -> None:
+            self.handover.offer(publication, subscriber.entry_of(publication))
+
+        subscriber = UpstreamSubscriber(
             self.upstream_url, str(selection.patterns[0]), link_name=self.link_name,
-            on_publication=self.handover.offer, durable=True, ack=True, acknowledge=False,
+            on_publication=offer, durable=True, ack=True, acknowledge=False,
             security=self.security, link_properties=upstream_properties(selection),
             **self.subscriber_options,
         )
+        return subscriber
 
     def on_start(self, event: Any) -> None:
         super().on_start(event)
@@ -170,14 +178,15 @@ class RelayComponent(Component):
         """Journal and fan out what came from upstream; acknowledge it there once held."""
         if self.error is not None:
             return
-        pubs = self.handover.take()
-        if not pubs:
+        taken = self.handover.take()
+        if not taken:
             return
+        pubs = [pub for pub, _entry in taken]
         try:
-            self.ingest.relayed(pubs)
+            self.ingest.relayed(pubs, [entry for _pub, entry in taken])
         except NotJournaledError as exc:
             kept = set(self.ingest.journal.journaled(pubs))
-            rest = [pub for i, pub in enumerate(pubs) if i not in kept]
+            rest = [item for i, item in enumerate(taken) if i not in kept]
             self.handover.give_back(rest)
             self._retry_at = self.clock() + RETRY
             log.warning("relayed publications not journaled yet: offered again",
@@ -196,11 +205,11 @@ class RelayComponent(Component):
             self.request_stop()
             return
         self.stats["relayed"] += len(pubs)
-        taken: dict[str, int] = {}
+        held: dict[str, int] = {}
         for pub in pubs:
-            taken[pub.source] = max(taken.get(pub.source, 0), pub.source_seq)
-        if taken and self.upstream is not None:
-            self.upstream.acknowledge(taken)
+            held[pub.source] = max(held.get(pub.source, 0), pub.source_seq)
+        if held and self.upstream is not None:
+            self.upstream.acknowledge(held)
 
     def on_timer_task(self, event: Any) -> None:
         if not self._stop_requested:

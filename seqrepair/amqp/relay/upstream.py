@@ -1,0 +1,74 @@
+"""The relay's upstream subscriber: a :class:`~seqrepair.amqp.client.subscriber.Subscriber`
+that keeps, for each publication it decodes, the entry bytes it came in (a ``PUBLICATIONS``
+entry without link number or retransmit flag, WIRE.md), so the relay sends its own
+subscribers those bytes rather than encoding the publication again (the component does the
+same for a publisher's batch entries: :func:`seqrepair.amqp.component.ingest._regular_entry`).
+
+The entry bytes are held from decoding until the publication is delivered
+(:meth:`UpstreamSubscriber.entry_of`), at most :data:`MAX_KEPT`: a publication the stub drops
+(a duplicate) leaves its bytes behind, so past that many they are all forgotten (the relay
+then encodes those publications itself).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from seqrepair.amqp.client.subscriber import Subscriber
+from seqrepair.amqp.wire.codec import Decoder
+from seqrepair.core.messages import Publication
+
+MAX_KEPT = 100_000
+"""Entries kept at most between decoding and delivery."""
+
+NO_ENTRY = b"\x00"
+"""Stands for "encode it": not a publication entry."""
+
+
+def _regular(entry: bytes) -> bool:
+    """A publication entry of 8 elements (list8 or list32), as a component sends."""
+    if entry[0] == 0xC0:
+        return entry[2] == 8
+    return entry[0] == 0xD0 and entry[5:9] == b"\x00\x00\x00\x08"
+
+
+class _KeepingEntries:
+    """A :class:`Decoder` that also keeps each decoded publication's entry bytes."""
+
+    def __init__(self, inner: Decoder, kept: dict[tuple[str, int], bytes]) -> None:
+        self.inner = inner
+        self.kept = kept
+
+    def decode(self, message: Any, **kwargs: Any) -> list[Any]:
+        frames = self.inner.decode(message, **kwargs)
+        items: list[bytes] | None = getattr(message, "items", None)
+        if items is not None and len(items) == len(frames):
+            kept = self.kept
+            if len(kept) > MAX_KEPT:
+                kept.clear()
+            for frame, item in zip(frames, items, strict=True):
+                if type(frame) is Publication and _regular(item):
+                    kept[(frame.source, frame.source_seq)] = item
+        return frames
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+class UpstreamSubscriber(Subscriber):
+    """A :class:`Subscriber` whose deliveries carry the entry bytes they came in
+    (:meth:`entry_of`, from the subscriber's thread, as its ``on_publication`` runs)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._kept: dict[tuple[str, int], bytes] = {}
+        self.decoder = _KeepingEntries(self.decoder, self._kept)  # type: ignore[assignment]
+
+    def _follow(self, props: Any) -> None:
+        super()._follow(props)
+        if not isinstance(self.decoder, _KeepingEntries):  # a new stub: a new decoder
+            self.decoder = _KeepingEntries(self.decoder, self._kept)  # type: ignore[assignment]
+
+    def entry_of(self, publication: Publication) -> bytes:
+        """The entry ``publication`` came in, or :data:`NO_ENTRY`; forgotten once asked."""
+        return self._kept.pop((publication.source, publication.source_seq), NO_ENTRY)
