@@ -19,14 +19,14 @@ def relay_command(args: argparse.Namespace) -> int:
     from seqrepair.amqp.wire.guard import Guarded
     from seqrepair.amqp.wire.reactor import make_container
     from seqrepair.amqp.wire.security import ClientSecurity, ServerSecurity
-    from seqrepair.core.errors import SeqRepairError
+    from seqrepair.core.errors import InvalidConfigError, SeqRepairError
     from seqrepair.core.topics import TopicPattern
     from seqrepair.journal.journal import Journal
 
     try:
         standing = tuple(TopicPattern(p) for p in args.subscribe)
         if not standing and not args.aggregate:
-            raise SeqRepairError("give --subscribe PATTERN..., --aggregate, or both")
+            raise InvalidConfigError("give --subscribe PATTERN..., --aggregate, or both")
         security = ServerSecurity.from_args(args)
         security.check(args.listen)
         upstream_security = ClientSecurity.from_args(args, "upstream-")
