@@ -366,3 +366,38 @@ def test_three_relays_each_narrowing_the_selection(redises: list[str], tmp_path:
     with Journal.from_url(c_redis) as journal:
         held_c = [(p.topic, p.source_seq) for p in journal.read_range("feed.a", 1, 1500)]
     assert held_c == expected(a_redis, "feed.a", "/w/#")
+
+
+def test_a_chain_of_aggregating_relays_widens_hop_by_hop(
+    redises: list[str], tmp_path: Path
+) -> None:
+    """A -> B (--aggregate) -> C (--aggregate), nothing standing: C's subscriber makes C
+    subscribe at B, which makes B subscribe at A (each refused until the hop behind carries
+    it, then attached again); it gets its selection once, in order."""
+    a_redis, b_redis, c_redis = redises
+    a = ComponentProcess(a_redis, tmp_path, *LOSS, "--drop-seed", "12").start()
+    b = RelayProcess(b_redis, tmp_path, a.url, "B", "--aggregate", *LOSS,
+                     "--drop-seed", "13").start()
+    c = RelayProcess(c_redis, tmp_path, b.url, "C", "--aggregate", *LOSS,
+                     "--drop-seed", "14").start()
+    got: list[Publication] = []
+    sub = Subscriber(c.url, "/w/b/#", on_publication=got.append, link_name="deep",
+                     heartbeat_interval=0.2).start()
+    try:
+        assert sub.wait_connected(30)
+        assert wait_for(lambda: "['/w/b/#']" in " ".join(selections(b.log_text())), 20)
+        b.wait_upstream()
+        time.sleep(0.5)
+        publish(a.url, "feed.a", 1000)
+        want = expected(a_redis, "feed.a", "/w/b/#")
+        assert wait_for(lambda: len(got) >= len(want), 60), (len(got), len(want))
+        time.sleep(0.5)
+    finally:
+        sub.stop()
+        for proc in (c, b, a):
+            proc.stop()
+    assert [(p.topic, p.source_seq) for p in got] == want
+    assert not sub.unrecoverable
+    attached = {line.split("link=", 1)[1].split()[0] for line in a.log_text().splitlines()
+                if "link attached" in line}
+    assert attached == {"relay.B"}
