@@ -247,6 +247,7 @@ def register(subparsers: Any) -> None:
                        metavar="PRINCIPAL=TOKENS[;deny=TOKENS]", help="as for serve")
     relay.add_argument("--default-grant", default="", metavar="TOKENS[;deny=TOKENS]")
     relay.add_argument("--ready-file", help="write the listen address here once listening")
+    add_hop_options(relay, "relay")
     add_server_security(relay)
     add_client_security(relay, "upstream-")
     relay.set_defaults(func=_relay)

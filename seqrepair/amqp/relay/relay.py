@@ -42,6 +42,7 @@ from seqrepair.amqp.component.links import tokens
 from seqrepair.amqp.relay.selection import Selection, SelectionTable, upstream_properties
 from seqrepair.amqp.relay.upstream import UpstreamSubscriber
 from seqrepair.amqp.wire.errors import AmqpAdapterError, UnknownAddressError
+from seqrepair.amqp.wire.hops import Hops, default_hop_id
 from seqrepair.amqp.wire.security import NO_CLIENT_SECURITY, ClientSecurity
 from seqrepair.amqp.wire.vocabulary import (
     CONTROL_ADDRESS,
@@ -145,6 +146,8 @@ class RelayComponent(Component):
         self.error: SeqRepairError | None = None
         """Why the relay stopped by itself (its journal refused what came from upstream)."""
         self.ingest.journal.not_selected = table.current.marker_text()
+        if config.hop_id is None:  # named as a relay on the paths (hops.py), not as serve
+            self.hops = Hops(default_hop_id(f"relay.{name}", config.url), config.max_hops)
         for key in ("relayed", "relay_switches", "relay_refused"):
             self.stats[key] = 0
 
@@ -162,7 +165,8 @@ class RelayComponent(Component):
         subscriber = UpstreamSubscriber(
             self.upstream_url, str(selection.patterns[0]), link_name=self.link_name,
             on_publication=offer, durable=True, ack=True, acknowledge=False,
-            security=self.security, link_properties=upstream_properties(selection),
+            security=self.security,
+            link_properties=self.hops.upstream_properties(upstream_properties(selection)),
             **self.subscriber_options,
         )
         return subscriber

@@ -45,6 +45,8 @@ def relay_command(args: argparse.Namespace) -> int:
         drop_seed=args.drop_seed,
         grants=grants,
         security=security,
+        hop_id=args.hop_id,
+        max_hops=args.max_hops,
     )
 
     def ready(url: str) -> None:
