@@ -180,17 +180,21 @@ class Replay:
         for seg in self.segments:
             if self._cut(seg, seg.first):
                 continue
+            lacking: list[NotSelected] = []  # not selected for this link, not yet said
             try:
                 for pub in self.journal.iter_entries(
                     seg.source, seg.first, seg.last, page_size=self.page_size
                 ):
                     if isinstance(pub, NotSelected):  # a relay's journal: numbers not selected
-                        lacking = self._lacking(seg.source, pub)
-                        if lacking is not None:
-                            yield lacking
-                            return
+                        if not pub.covers(self.link.entitlement.topics,
+                                          self.link.entitlement.grant):
+                            lacking.append(pub)
                         continue
-                    if self.cover is not None and self._cut(seg, pub.source_seq):
+                    cut = self.cover is not None and self._cut(seg, pub.source_seq)
+                    if lacking and (cut or allows(pub)):
+                        yield self._lacking(seg.source, lacking)  # the run before this one
+                        return
+                    if cut:
                         break
                     self.scanned += 1
                     if allows(pub):
@@ -223,6 +227,9 @@ class Replay:
                     "trimmed", self.request, exc.message, {seg.source: exc.trimmed_through}
                 )
                 return
+            if lacking:
+                yield self._lacking(seg.source, lacking)
+                return
         more = self._more()
         log.info(
             "gapfill.replayed",
@@ -235,19 +242,21 @@ class Replay:
         )
         yield ReplayComplete(through=self.through, request=self.request, more=more)
 
-    def _lacking(self, source: str, marker: NotSelected) -> GapError | None:
-        """None when the relay's upstream selection covers the link's patterns (its numbers
-        are filtered out, as they would have been live); else the relay lacks what the link
-        may be owed there: ``trimmed`` through the marker's end, an ``Unrecoverable``."""
-        if marker.covers(self.link.entitlement.topics, self.link.entitlement.grant):
-            return None
+    def _lacking(self, source: str, markers: list[NotSelected]) -> GapError:
+        """The answer for numbers a relay's upstream selection did not select and whose
+        selection does not cover this link (``markers``, one run of them with nothing the
+        link is entitled to between): the relay lacks what the link may be owed there,
+        ``trimmed`` through the last one (an ``Unrecoverable``; the subscriber asks again
+        after it). Where the selection covers the link, its numbers are filtered out, as they
+        would have been live, and nothing is said."""
+        first, last = markers[0], markers[-1]
         log.warning("gapfill.not_selected", link=self.link.link_id, source=source,
-                    first=marker.first, last=marker.last, selection=marker.selection)
+                    first=first.first, last=last.last, selection=last.selection)
         return GapError(
             "trimmed", self.request,
-            f"{source} {marker.first}..{marker.last}: not selected by this relay's upstream "
-            f"subscription ({marker.selection}), which does not cover this link",
-            {source: marker.last},
+            f"{source} {first.first}..{last.last}: not selected by this relay's upstream "
+            f"subscription ({last.selection}), which does not cover this link",
+            {source: last.last},
         )
 
     def _more(self) -> bool:

@@ -401,3 +401,56 @@ def test_a_chain_of_aggregating_relays_widens_hop_by_hop(
     attached = {line.split("link=", 1)[1].split()[0] for line in a.log_text().splitlines()
                 if "link attached" in line}
     assert attached == {"relay.B"}
+
+
+def test_a_subscriber_owed_what_the_relay_did_not_select_is_told_not_left_short(
+    redises: list[str], tmp_path: Path
+) -> None:
+    """A durable subscriber leaves an aggregating relay, which narrows; what comes meanwhile on
+    its topics is not in the relay's journal. Back, it is told (Unrecoverable, trimmed, naming
+    the source) rather than passed over in silence, and then gets everything from its return
+    on."""
+    a_redis, b_redis, _ = redises
+    a = ComponentProcess(a_redis, tmp_path, "--heartbeat", "0.2").start()
+    b = RelayProcess(b_redis, tmp_path, a.url, "B", "--aggregate", "--linger", "0.3",
+                     "--heartbeat", "0.2").start()
+    stays: list[Publication] = []
+    first: list[Publication] = []
+    back: list[Publication] = []
+    sub_a = Subscriber(b.url, "/w/a/*", on_publication=stays.append, link_name="stays",
+                       heartbeat_interval=0.2).start()
+    sub_b = Subscriber(b.url, "/w/b/#", on_publication=first.append, link_name="goes",
+                       heartbeat_interval=0.2).start()
+    try:
+        assert sub_a.wait_connected(20)
+        assert sub_b.wait_connected(20)
+        union = "['/w/a/*', '/w/b/#'] []"
+        assert wait_for(lambda: selections(b.log_text())[-1:] == [union], 20)
+        publish(a.url, "feed.a", 200)
+        assert wait_for(lambda: len(first) >= 40, 30), len(first)
+        time.sleep(1.0)  # its ACKs reach the relay: its position is where it got to
+        sub_b.stop()
+        assert wait_for(lambda: selections(b.log_text())[-1:] == ["['/w/a/*'] []"], 20)
+        publish(a.url, "feed.a", 200, after=200)  # /w/b/2 publications the relay skips
+        assert wait_for(lambda: len(stays) >= 160, 30), len(stays)
+        again = Subscriber(b.url, "/w/b/#", on_publication=back.append, link_name="goes",
+                           heartbeat_interval=0.2, max_reconnect_delay=0.5).start()
+        assert again.wait_connected(30)
+        assert wait_for(lambda: bool(again.unrecoverable), 20), again.stats()
+        time.sleep(0.5)
+        publish(a.url, "feed.a", 100, after=400)  # after its return: carried again
+        want_after = [t for t in expected(a_redis, "feed.a", "/w/b/#") if t[1] > 400]
+        assert wait_for(lambda: [(p.topic, p.source_seq) for p in back
+                                 if p.source_seq > 400] == want_after, 30)
+        again.stop()
+    finally:
+        sub_a.stop()
+        sub_b.stop()
+        b.stop()
+        a.stop()
+    told = again.unrecoverable[0]  # (a new process: it had delivered nothing, no "after")
+    assert (told.source, told.reason) == ("feed.a", "trimmed")
+    # nothing of 201..400 on its topics reached it: the relay never had it, and said so
+    assert not [p for p in back if 200 < p.source_seq <= 400]
+    assert "not selected by this relay's upstream subscription" in b.log_text() or (
+        "gapfill.not_selected" in b.log_text())

@@ -6,9 +6,16 @@ from __future__ import annotations
 import pytest
 
 from seqrepair.core.errors import InvalidMessageError
-from seqrepair.core.messages import Publication, PublishType
+from seqrepair.core.messages import (
+    GapError,
+    Publication,
+    PublishType,
+    ReplayComplete,
+    SourceGapRequest,
+)
+from seqrepair.core.permissions import Entitlement
 from seqrepair.core.topics import TopicPattern
-from seqrepair.journal import Journal, SequenceConflictError
+from seqrepair.journal import GapFillService, Journal, Replay, SequenceConflictError
 from seqrepair.journal.selection import NotSelected
 
 pytestmark = pytest.mark.redis
@@ -72,3 +79,34 @@ def test_covers_tokens_when_the_selection_narrowed_them() -> None:
     assert NotSelected("feed.a", 1, 2, "/weather/#;tokens=").covers(
         (TopicPattern("/weather/x"),), frozenset())
     assert NotSelected("feed.a", 1, 2, "/weather/#").tokens() is None
+
+
+def test_a_replay_passes_over_what_its_link_would_not_have_been_sent(journal: Journal) -> None:
+    """A relay's journal: numbers not selected under a selection covering the link count as
+    covered (ReplayComplete through them); for a link they do not cover, one trimmed answer
+    per run of them (the relay lacks them), through the run's end, before what comes next."""
+    sel = "/weather/a/*"
+    journal.append([pub(2, "/weather/a/x"), pub(5, "/weather/a/y"), pub(9, "/weather/a/x")],
+                   32, not_selected=sel)
+    journal.append([pub(12, "/weather/b/z")], 32, not_selected="/weather/#")
+    service = GapFillService(journal)
+    service.attach("in", Entitlement(topics=["/weather/a/*"]), start_after={})
+    replay = service.answer_source_gap("in", SourceGapRequest({"feed.a": 0}), now=0.0)
+    assert isinstance(replay, Replay)
+    out = list(replay)
+    assert [p.source_seq for p in out[:-1]] == [2, 5, 9]
+    assert out[-1] == ReplayComplete(through={"feed.a": 12}, request=SourceGapRequest(
+        {"feed.a": 0}))
+    service.attach("out", Entitlement(topics=["/weather/b/#"]), start_after={})
+    lacking = service.answer_source_gap("out", SourceGapRequest({"feed.a": 0}), now=0.0)
+    assert isinstance(lacking, Replay)
+    first = list(lacking)
+    assert len(first) == 1
+    error = first[0]
+    assert isinstance(error, GapError)
+    assert error.reason == "trimmed"
+    assert error.trimmed_through == {"feed.a": 8}  # markers 1, 3-4, 6-8 in one answer
+    assert "not selected by this relay's upstream subscription" in error.detail
+    rest = list(service.answer_source_gap("out", SourceGapRequest({"feed.a": 8}), now=0.0))
+    assert [p.source_seq for p in rest[:-1]] == [12]  # 10-11 were selected under /weather/#
+    assert isinstance(rest[-1], ReplayComplete)
