@@ -517,7 +517,7 @@ class Journal:
                     return self._fold(topic, chain)
             if len(rows) < self.page_size:
                 break
-            end = f"({pubs[-1].source_seq}-0"
+            end = f"({rows[-1][0]}"  # the oldest entry read (a marker too)
         if trimmed:
             raise TrimmedRangeError(
                 f"the last image of {topic!r} in {source!r}, if any, was trimmed "

@@ -110,3 +110,15 @@ def test_a_replay_passes_over_what_its_link_would_not_have_been_sent(journal: Jo
     rest = list(service.answer_source_gap("out", SourceGapRequest({"feed.a": 8}), now=0.0))
     assert [p.source_seq for p in rest[:-1]] == [12]  # 10-11 were selected under /weather/#
     assert isinstance(rest[-1], ReplayComplete)
+
+
+def test_an_image_folds_across_markers(redis_client: object) -> None:
+    journal = Journal(redis_client, page_size=1)  # type: ignore[arg-type]
+    image = Publication(topic="/weather/x", source="feed.a", source_seq=3,
+                        ptype=PublishType.IMAGE, fields={"a": 1, "b": 2})
+    update = Publication(topic="/weather/x", source="feed.a", source_seq=7,
+                         ptype=PublishType.UPDATE, fields={"b": 3})
+    journal.append([image, update], 32, not_selected=SEL)
+    folded = journal.latest_image("feed.a", "/weather/x")
+    assert folded is not None
+    assert dict(folded.fields) == {"a": 1, "b": 3}
