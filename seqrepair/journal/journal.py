@@ -535,8 +535,14 @@ class Journal:
         (:mod:`seqrepair.journal.imagefold`)."""
         check_source(source)
         check_seq(through, "through", low=1)
-        _, trimmed, rows = self._page(source, "-", entry_id(through), count, reverse=True)
-        return trimmed, self._decode_rows(source, rows)
+        pubs: list[Publication] = []
+        end = entry_id(through)
+        while True:  # a relay's not-selected markers take no place: fewer is the start
+            _, trimmed, rows = self._page(source, "-", end, count, reverse=True)
+            pubs.extend(self._decode_rows(source, rows))
+            if len(rows) < count or len(pubs) >= count:
+                return trimmed, pubs[:count]
+            end = f"({rows[-1][0]}"
 
     @staticmethod
     def _fold(topic: str, newest_first: list[Publication]) -> ItemImage | None:

@@ -122,3 +122,13 @@ def test_an_image_folds_across_markers(redis_client: object) -> None:
     folded = journal.latest_image("feed.a", "/weather/x")
     assert folded is not None
     assert dict(folded.fields) == {"a": 1, "b": 3}
+
+
+def test_paging_back_counts_publications_not_markers(journal: Journal) -> None:
+    """The image fold pages back until a page comes short: markers must not make it short."""
+    journal.append([pub(n) for n in range(3, 30, 3)], 32, not_selected=SEL)
+    trimmed, page = journal.page_back("feed.a", 30, 4)
+    assert trimmed == 0
+    assert [p.source_seq for p in page] == [27, 24, 21, 18]
+    _, last = journal.page_back("feed.a", 5, 4)
+    assert [p.source_seq for p in last] == [3]
