@@ -57,6 +57,19 @@ def test_selections_cover_and_unite_patterns_and_tokens() -> None:
         "/a/*", "/b/#", tokens={"x", "y"})
     assert sel("/a/*", tokens={"x"}).union(sel("/a/b")) == sel("/a/*")
     assert sel("/a/#", tokens={"y", "x"}).marker_text() == "/a/#;tokens=x,y"
+    # no patterns selects nothing, whatever its tokens say
+    assert sel("/a/#", tokens=set()).covers(NOTHING)
+    assert sel("/a/#", tokens=set()).union(NOTHING) == sel("/a/#", tokens=set())
+    assert NOTHING.union(sel("/a/#", tokens=set())) == sel("/a/#", tokens=set())
+
+
+def test_a_selection_waiting_subscribers_asked_for_stays_until_they_attach() -> None:
+    """Switched for a waiting subscriber that has not attached again yet: no switch back and
+    forth (its tokens must not turn into "every token" meanwhile)."""
+    table = SelectionTable((), aggregate=True, linger=5.0)
+    table.current = sel("/w/b/#", tokens=set())
+    assert table.next_selection({}, (), now=0.0) is None
+    assert table.next_selection({"b": sel("/w/b/#", tokens=set())}, (), now=1.0) is None
 
 
 def test_a_standing_selection_carries_only_what_lies_inside_it() -> None:

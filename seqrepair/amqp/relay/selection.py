@@ -68,13 +68,19 @@ class Selection:
         return cls(tuple(patterns), None if ANY_TOKEN in grant else frozenset(grant))
 
     def covers(self, other: Selection) -> bool:
-        """Whether everything ``other`` selects, this selects too."""
+        """Whether everything ``other`` selects, this selects too (no patterns: nothing)."""
+        if not other.patterns:
+            return True
         if not covered(self.patterns, other.patterns):
             return False
         return self.tokens is None or (other.tokens is not None and other.tokens <= self.tokens)
 
     def union(self, other: Selection) -> Selection:
         """What this or ``other`` selects."""
+        if not other.patterns:
+            return self
+        if not self.patterns:
+            return other
         tokens = (None if self.tokens is None or other.tokens is None
                   else self.tokens | other.tokens)
         return Selection(self.patterns + other.patterns, tokens)
