@@ -141,7 +141,7 @@ class RelayComponent(Component):
         self.handover = Handover(lambda: self._changes.inject("seqrepair_relayed"))
         self.upstream: UpstreamSubscriber | None = None
         self.waiting: set[Selection] = set()  # of subscribers refused until carried
-        self._switching = False
+        self._switching: Selection | None = None  # the selection being switched to
         self._retry_at: float | None = None
         self.error: SeqRepairError | None = None
         """Why the relay stopped by itself (its journal refused what came from upstream)."""
@@ -232,7 +232,7 @@ class RelayComponent(Component):
                 for name, link in self.links.items() if link.sender is not None}
 
     def _follow_subscribers(self, now: float) -> None:
-        if self._switching:
+        if self._switching is not None:
             return
         wanted = self.table.next_selection(self.attached_selections(), self.waiting, now)
         if wanted is not None:
@@ -242,7 +242,7 @@ class RelayComponent(Component):
         """Move the upstream link to ``wanted``: stop the old subscriber (off the event loop:
         it joins its thread), then, in the loop, journal what it delivered and start the new
         one, after the relay's position upstream (what it journaled and acknowledged)."""
-        self._switching = True  # the selection stays the old one until the new link starts
+        self._switching = wanted  # the selection stays the old one until the new link starts
         self.stats["relay_switches"] += 1
         old, self.upstream = self.upstream, None
         log.info("relay switching its upstream selection",
@@ -265,7 +265,7 @@ class RelayComponent(Component):
         self.upstream = self._subscriber(wanted).start() if wanted.patterns else None
         self.table.current = wanted  # journaled from here on under it: subscribers may attach
         self.waiting = {w for w in self.waiting if not self.table.carries(w)}
-        self._switching = False
+        self._switching = None
         log.info("relay upstream selection", upstream=self.upstream_url, link=self.link_name,
                  **wanted.describe())
 
@@ -289,7 +289,11 @@ class RelayComponent(Component):
                     f"{address!r}", expected=",".join(map(str, self.table.standing)),
                     got=address,
                 )
-            if not self.table.carries(wanted):
+            switching = self._switching
+            if not self.table.carries(wanted) or (
+                    switching is not None and not switching.covers(wanted)):
+                # not carried, or carried only until the switch under way narrows it away:
+                # attached now, its topics would stop coming without a gap to tell it
                 if len(self.waiting) < MAX_WAITING:
                     self.waiting.add(wanted)
                 raise NotCarriedYetError(
