@@ -188,7 +188,8 @@ def test_one_upstream_link_carries_the_union_of_the_subscribers_selections(
     a = ComponentProcess(a_redis, tmp_path, *LOSS, "--drop-seed", "4",
                          "--default-grant", "*").start()
     b = RelayProcess(b_redis, tmp_path, a.url, "B", "--aggregate", "--linger", "0.5",
-                     "--default-grant", "t1", *LOSS, "--drop-seed", "5").start()
+                     "--context-retention", "0.5", "--default-grant", "t1", *LOSS,
+                     "--drop-seed", "5").start()
     tokens = (None, "t1", "t2")
     seen = (None, "t1")
     got_a: list[Publication] = []
@@ -413,7 +414,7 @@ def test_a_subscriber_owed_what_the_relay_did_not_select_is_told_not_left_short(
     a_redis, b_redis, _ = redises
     a = ComponentProcess(a_redis, tmp_path, "--heartbeat", "0.2").start()
     b = RelayProcess(b_redis, tmp_path, a.url, "B", "--aggregate", "--linger", "0.3",
-                     "--heartbeat", "0.2").start()
+                     "--context-retention", "0.3", "--heartbeat", "0.2").start()
     stays: list[Publication] = []
     first: list[Publication] = []
     back: list[Publication] = []

@@ -227,9 +227,12 @@ class RelayComponent(Component):
     # --- the selection ------------------------------------------------------------------
 
     def attached_selections(self) -> dict[str, Selection]:
-        """The selections of the subscriber links attached now, by link name."""
+        """The selections of the subscriber links, by link name: those attached, and those
+        detached whose context the relay still keeps (``--context-retention``): live
+        publications are still queued for them, and one that resumes its context would see
+        no gap where its topics stopped coming."""
         return {name: Selection.of_link(link.entitlement.topics, link.entitlement.grant)
-                for name, link in self.links.items() if link.sender is not None}
+                for name, link in self.links.items()}
 
     def _follow_subscribers(self, now: float) -> None:
         if self._switching is not None:

@@ -3,8 +3,9 @@ management): no proton, no clock, no socket.
 
 A relay holds **one** upstream link for all its subscribers. Its *selection*
 (:class:`Selection`) is the union of the patterns it always carries (``seqrepair relay
---subscribe``) and, with ``--aggregate``, the entitlements of the subscriber links attached to
-it now: their topic patterns, and their permission tokens (the upstream link asks for the
+--subscribe``) and, with ``--aggregate``, the entitlements of its subscriber links (attached,
+or detached with their context kept): their topic patterns, and their permission tokens (the
+upstream link asks for the
 union of their grants, ``seqrepair-permtokens``; not narrowed when one of them is granted
 every token, or with ``--subscribe``). :class:`SelectionTable` says what the selection must be
 and whether a subscriber's entitlement is carried:
@@ -15,7 +16,7 @@ and whether a subscriber's entitlement is carried:
   refused with a condition a client attaches again after
   (:class:`~seqrepair.amqp.relay.relay.NotCarriedYetError`): attached before the switch, its
   subscription would start where the relay's journal does not carry its topics yet;
-* once no attached subscriber needs a pattern for :attr:`SelectionTable.linger` seconds, the
+* once no subscriber link needs a pattern for :attr:`SelectionTable.linger` seconds, the
   selection narrows again (the relay carries less: its journal records the rest as not
   selected, :mod:`seqrepair.journal.selection`).
 
@@ -115,7 +116,7 @@ class SelectionTable:
     """What a relay's upstream selection must be (see the module).
 
     ``standing``: the patterns always carried (every token); ``aggregate``: follow the
-    subscribers too; ``linger``: seconds what no attached subscriber needs stays selected.
+    subscribers too; ``linger``: seconds what no subscriber link needs stays selected.
     """
 
     standing: tuple[TopicPattern, ...]
