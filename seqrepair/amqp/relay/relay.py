@@ -20,7 +20,11 @@ instead of publishers:
 * its selection (:mod:`.selection`) is the union of ``--subscribe`` and, with ``--aggregate``,
   of its subscribers' patterns: one upstream link, switched to a wider selection when a
   subscriber needs one (its attach is refused until then: :class:`NotCarriedYetError`) and to
-  a narrower one when no subscriber needs a pattern any more.
+  a narrower one when no subscriber needs a pattern any more;
+* its upstream attach's ``seqrepair-path`` carries every identity behind it (its subscriber
+  links' paths, :mod:`.paths`) and then its own, so a loop of relays is refused like a loop of
+  gateways; it attaches again (the same switch) when those identities change, and a refusal
+  for the path ends the subscriber links that brought it, or, with none, cuts the relay off.
 
 Deliveries cross from the upstream subscriber's thread to the component's event loop through
 :class:`Handover` (bounded: a relay whose journal is slow slows its upstream link, which the
@@ -34,15 +38,28 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from proton import Condition
+
 from seqrepair.amqp.component.attach import selection
 from seqrepair.amqp.component.authz import effective_principal, subscribe_exclusions
 from seqrepair.amqp.component.component import Component, ComponentConfig
+from seqrepair.amqp.component.detach import forget
 from seqrepair.amqp.component.journalport import NotJournaledError
 from seqrepair.amqp.component.links import tokens
+from seqrepair.amqp.relay.paths import RelayPaths, union_path
 from seqrepair.amqp.relay.selection import Selection, SelectionTable, upstream_properties
 from seqrepair.amqp.relay.upstream import UpstreamSubscriber
 from seqrepair.amqp.wire.errors import AmqpAdapterError, UnknownAddressError
-from seqrepair.amqp.wire.hops import Hops, default_hop_id
+from seqrepair.amqp.wire.hops import (
+    DESCRIPTION_LIMIT,
+    PROP_PATH,
+    HopError,
+    Hops,
+    Path,
+    default_hop_id,
+    describe_path,
+    read_path,
+)
 from seqrepair.amqp.wire.security import NO_CLIENT_SECURITY, ClientSecurity
 from seqrepair.amqp.wire.vocabulary import (
     CONTROL_ADDRESS,
@@ -140,7 +157,11 @@ class RelayComponent(Component):
         self.subscriber_options = dict(subscriber_options or {})
         self.handover = Handover(lambda: self._changes.inject("seqrepair_relayed"))
         self.upstream: UpstreamSubscriber | None = None
-        self.waiting: set[Selection] = set()  # of subscribers refused until carried
+        self.waiting: dict[Selection, Path] = {}  # of subscribers refused until carried
+        self.paths = RelayPaths()  # the identities behind the relay, what refusals taught it
+        self.upstream_path: Path = ()  # the path the upstream link attached with
+        self._reattach = False  # attach upstream again now: a refusal dropped paths
+        self._behind: Path = ()  # the identities the switch under way attaches with
         self._switching: Selection | None = None  # the selection being switched to
         self._retry_at: float | None = None
         self.error: SeqRepairError | None = None
@@ -148,7 +169,8 @@ class RelayComponent(Component):
         self.ingest.journal.not_selected = table.current.marker_text()
         if config.hop_id is None:  # named as a relay on the paths (hops.py), not as serve
             self.hops = Hops(default_hop_id(f"relay.{name}", config.url), config.max_hops)
-        for key in ("relayed", "relay_switches", "relay_refused"):
+        for key in ("relayed", "relay_switches", "relay_refused", "upstream_attaches",
+                    "hop_refusals"):
             self.stats[key] = 0
 
     @property
@@ -158,23 +180,41 @@ class RelayComponent(Component):
 
     # --- the upstream subscriber ------------------------------------------------------------
 
-    def _subscriber(self, selection: Selection) -> UpstreamSubscriber:
+    def _subscriber(self, selection: Selection, properties: dict[Any, Any]
+                    ) -> UpstreamSubscriber:
         def offer(publication: Publication) -> None:
             self.handover.offer(publication, subscriber.entry_of(publication))
 
         subscriber = UpstreamSubscriber(
             self.upstream_url, str(selection.patterns[0]), link_name=self.link_name,
             on_publication=offer, durable=True, ack=True, acknowledge=False,
-            security=self.security,
-            link_properties=self.hops.upstream_properties(upstream_properties(selection)),
-            **self.subscriber_options,
+            security=self.security, link_properties=properties, **self.subscriber_options,
         )
         return subscriber
 
+    def _start_upstream(self, selection: Selection, behind: Path) -> None:
+        """Attach upstream for ``selection`` (none without patterns), the identities
+        ``behind`` the relay then its own on the path; a path this relay may not send
+        (over its own ``--max-hops``) is refused here as upstream would."""
+        self.paths.current = behind
+        self.upstream = None
+        if not selection.patterns:
+            return
+        try:
+            properties = self.hops.upstream_properties(upstream_properties(selection, behind))
+        except HopError as exc:
+            self._hop_refused(exc, (*behind, self.hops.identity))
+            return
+        self.upstream_path = tuple(properties[PROP_PATH])
+        self.stats["upstream_attaches"] += 1
+        log.info("attaching upstream", link=self.link_name, upstream=self.upstream_url,
+                 path=describe_path(self.upstream_path))
+        self.upstream = self._subscriber(selection, properties).start()
+
     def on_start(self, event: Any) -> None:
         super().on_start(event)
-        if self.table.current.patterns:  # else: no upstream link until a subscriber needs one
-            self.upstream = self._subscriber(self.table.current).start()
+        log.info("relay hop", hop_id=self.hops.identity, max_hops=self.hops.max_hops)
+        self._start_upstream(self.table.current, ())  # no link without patterns
         log.info("relay upstream selection", upstream=self.upstream_url, link=self.link_name,
                  **self.table.current.describe())
 
@@ -221,6 +261,7 @@ class RelayComponent(Component):
             if self._retry_at is not None and now >= self._retry_at:
                 self._retry_at = None
                 self.on_seqrepair_relayed(event)
+            self._check_upstream()
             self._follow_subscribers(now)
         super().on_timer_task(event)
 
@@ -235,17 +276,23 @@ class RelayComponent(Component):
                 for name, link in self.links.items()}
 
     def _follow_subscribers(self, now: float) -> None:
-        if self._switching is not None:
+        if self._switching is not None or self.paths.cut_off is not None:
             return
+        behind = self.paths.behind(self.links, self.waiting.values())
         wanted = self.table.next_selection(self.attached_selections(), self.waiting, now)
+        if wanted is None and self.table.current.patterns and (
+                self._reattach or self.paths.changed(behind, now, self.table.linger)):
+            wanted = self.table.current  # the same selection, other identities behind
+        self._reattach = False
         if wanted is not None:
-            self._switch(wanted)
+            self._switch(wanted, behind)
 
-    def _switch(self, wanted: Selection) -> None:
+    def _switch(self, wanted: Selection, behind: Path = ()) -> None:
         """Move the upstream link to ``wanted``: stop the old subscriber (off the event loop:
         it joins its thread), then, in the loop, journal what it delivered and start the new
         one, after the relay's position upstream (what it journaled and acknowledged)."""
         self._switching = wanted  # the selection stays the old one until the new link starts
+        self._behind = behind
         self.stats["relay_switches"] += 1
         old, self.upstream = self.upstream, None
         log.info("relay switching its upstream selection",
@@ -265,16 +312,88 @@ class RelayComponent(Component):
             self.container.schedule(RETRY, _Later(lambda: self.on_seqrepair_relay_switch(event)))
             return
         self.ingest.journal.not_selected = wanted.marker_text()
-        self.upstream = self._subscriber(wanted).start() if wanted.patterns else None
+        self._start_upstream(wanted, self._behind)
         self.table.current = wanted  # journaled from here on under it: subscribers may attach
-        self.waiting = {w for w in self.waiting if not self.table.carries(w)}
+        self.waiting = {w: p for w, p in self.waiting.items() if not self.table.carries(w)}
         self._switching = None
         log.info("relay upstream selection", upstream=self.upstream_url, link=self.link_name,
                  **wanted.describe())
 
+    # --- the path of the upstream link (paths.py) -------------------------------------------
+
+    def _check_upstream(self) -> None:
+        """The upstream link refused (or ended) for its path: handled once, never retried
+        as it was."""
+        upstream = self.upstream
+        if upstream is None or not isinstance(upstream.error, HopError):
+            return
+        self.upstream = None
+        threading.Thread(target=upstream.stop, name="relay-refused", daemon=True).start()
+        self._hop_refused(upstream.error, self.upstream_path)
+
+    def _hop_refused(self, error: HopError, path: Path) -> None:
+        """The upstream attach with ``path`` was refused with ``error`` (a loop, the hop
+        limit): end the subscriber links that brought identities onto it and attach again
+        without them; with none, the relay is cut off."""
+        self.stats["hop_refusals"] += 1
+        own = self.hops.identity
+        detail = error.message
+        if detail.startswith(f"{error.condition}: "):  # as the client words it
+            detail = detail[len(error.condition) + 2:]
+        text = f"{detail} (refused upstream of relay {own})"
+        if len(text) > DESCRIPTION_LIMIT:
+            text = text[: DESCRIPTION_LIMIT - 3] + "..."
+        refusal = type(error)(text, path=path, expected=error.expected, got=error.got)
+        offenders = self.paths.offenders(self.links)
+        identities = union_path([tuple(h for h in path if h != own),
+                                 *(self.paths.links[n] for n in offenders),
+                                 *(p for p in self.waiting.values() if p)])
+        if not identities:  # nothing of its subscribers' on it: it is in the loop itself
+            self.paths.cut_off = refusal
+            log.error("relay upstream refused for its path: the relay is cut off, its "
+                      "subscribers are refused", condition=error.condition,
+                      path=describe_path(path), error=text, subscribers=len(self.links))
+            self.waiting.clear()
+            self._end_links(list(self.links), refusal)
+            return
+        if error.condition == "seqrepair:relay-loop":
+            self.paths.bar(identities, refusal)
+        log.error("relay upstream refused for its path: ending the subscriber links that "
+                  "brought it, attaching again without them", condition=error.condition,
+                  path=describe_path(path), error=text, links=offenders,
+                  barred=list(identities) if error.condition == "seqrepair:relay-loop" else [])
+        self.waiting = {w: p for w, p in self.waiting.items() if not p}
+        self._end_links(offenders, refusal)
+        self._reattach = True
+
+    def _end_links(self, names: list[str], refusal: HopError) -> None:
+        """Detach subscriber links ``names`` with ``refusal``'s condition. Their contexts (and
+        durable positions) are kept as for any detach, their paths are not: they no longer
+        count on the upstream path unless they attach again."""
+        for name in names:
+            link = self.links.get(name)
+            sender = None if link is None else link.sender
+            if link is not None and sender is not None:
+                link.log.warning("link detached: the relay's upstream attach was refused for "
+                                 "its path", condition=refusal.condition)
+                sender.condition = Condition(refusal.condition, refusal.message[:500])
+                forget(self, sender)
+                sender.close()
+        self.paths.forget(names)
+
     # --- subscribers and publishers ---------------------------------------------------
 
     def _open_subscriber(self, sender: Any) -> None:
+        path = read_path(sender.remote_properties)  # checked already (Component.hops)
+        refusal = self.paths.refusal(path)
+        if refusal is not None:  # cut off, or through a hop barred for a loop
+            raise type(refusal)(refusal.message, path=refusal.path,
+                                expected=refusal.expected, got=refusal.got)
+        self._open_data_subscriber(sender, path)
+        if sender.name in self.links:
+            self.paths.attached(sender.name, path)
+
+    def _open_data_subscriber(self, sender: Any, path: Path) -> None:
         address = sender.remote_source.address
         if address and address.startswith("/") and not address.startswith("/subscriptions/"):
             props = plain_properties(sender.remote_properties)
@@ -297,8 +416,8 @@ class RelayComponent(Component):
                     switching is not None and not switching.covers(wanted)):
                 # not carried, or carried only until the switch under way narrows it away:
                 # attached now, its topics would stop coming without a gap to tell it
-                if len(self.waiting) < MAX_WAITING:
-                    self.waiting.add(wanted)
+                if len(self.waiting) < MAX_WAITING or wanted in self.waiting:
+                    self.waiting[wanted] = union_path([self.waiting.get(wanted, ()), path])
                 raise NotCarriedYetError(
                     f"the relay is widening its upstream subscription to carry {address!r}: "
                     "attach again shortly", got=address,

@@ -31,7 +31,8 @@ from typing import Any
 import attrs
 from proton import symbol
 
-from seqrepair.amqp.wire.vocabulary import PROP_GRANTS, PROP_SELECTION
+from seqrepair.amqp.wire.hops import Path
+from seqrepair.amqp.wire.vocabulary import PROP_GRANTS, PROP_PATH, PROP_SELECTION
 from seqrepair.core.permissions import ANY_TOKEN
 from seqrepair.core.policy import covers
 from seqrepair.core.topics import TopicPattern
@@ -100,10 +101,14 @@ NOTHING = Selection(())
 """No selection at all (an aggregating relay without subscribers)."""
 
 
-def upstream_properties(selection: Selection) -> dict[symbol, Any]:
+def upstream_properties(selection: Selection, behind: Path = ()) -> dict[symbol, Any]:
     """The attach properties of the relay's upstream link beyond the subscriber's own (the
-    one place they are made: a hop path, say, is added here)."""
+    one place they are made): the selection, and ``behind``, the identities behind the relay
+    (:mod:`.paths`) as the ``seqrepair-path`` the relay then extends with its own
+    (:meth:`~seqrepair.amqp.wire.hops.Hops.upstream_properties`)."""
     props: dict[symbol, Any] = {}
+    if behind:
+        props[PROP_PATH] = list(behind)
     if len(selection.patterns) > 1:
         props[PROP_SELECTION] = ",".join(str(p) for p in selection.patterns)
     if selection.tokens is not None:
