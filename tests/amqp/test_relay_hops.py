@@ -1,0 +1,165 @@
+"""Hop paths through relays (WIRE.md "Hops, paths and loops", "Relays"): a relay's one upstream
+attach carries every identity behind it, so relays subscribed to each other in a loop are
+refused and say so, and a chain of relays past ``--max-hops`` is refused naming its path, over
+real processes (``seqrepair serve``, ``seqrepair relay``, redis-server)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from seqrepair.amqp.client.subscriber import Subscriber
+from seqrepair.amqp.relay.paths import MAX_BARRED, RelayPaths, union_path
+from seqrepair.amqp.relay.selection import Selection, upstream_properties
+from seqrepair.amqp.wire.hops import HopLimitError, RelayLoopError
+from seqrepair.amqp.wire.vocabulary import PROP_PATH
+from seqrepair.core.messages import Publication
+from seqrepair.core.topics import TopicPattern
+from seqrepair.journal import EmbeddedRedis
+
+from .conftest import ComponentProcess, wait_for
+from .test_relay import RelayProcess, expected, publish, redises  # noqa: F401 (a fixture)
+
+
+def test_the_union_of_paths_is_stable_and_each_identity_once() -> None:
+    assert union_path([("c", "b"), ("a",), ("c", "b"), ("d", "c")]) == ("a", "c", "b", "d")
+    assert union_path([("d", "c"), ("a",), ("c", "b")]) == ("a", "c", "b", "d")
+    assert union_path([]) == ()
+    props = upstream_properties(Selection((TopicPattern("/w/#"),)), ("a", "b"))
+    assert props == {PROP_PATH: ["a", "b"]}
+
+
+def test_relay_paths_follow_identities_not_their_order_and_bound_what_they_bar() -> None:
+    paths = RelayPaths()
+    paths.attached("x", ("a", "b"))
+    paths.attached("plain", ())
+    assert paths.behind(["x", "plain"]) == ("a", "b")
+    assert paths.changed(("a", "b"), now=0.0, linger=1.0)  # the attach carries nothing yet
+    paths.current = ("b", "a")
+    assert not paths.changed(("a", "b"), now=0.0, linger=1.0)  # the same set: no attach
+    assert paths.changed(("a", "b", "c"), now=0.0, linger=1.0)  # one more: at once
+    assert not paths.changed(("a",), now=1.0, linger=1.0)  # one less: after lingering
+    assert paths.changed(("a",), now=2.5, linger=1.0)
+    assert paths.offenders(["x", "plain"]) == ["x"]
+    paths.forget(["x"])
+    assert paths.behind(["x", "plain"]) == ()
+    error = RelayLoopError("relay loop", path=("a",))
+    paths.bar([f"h{i}" for i in range(MAX_BARRED + 10)], error)
+    assert len(paths.barred) == MAX_BARRED
+    assert paths.refusal(("h0",)) is None  # the oldest forgotten first
+    assert paths.refusal(("z", f"h{MAX_BARRED + 9}")) is error
+    assert paths.refusal(("z",)) is None
+    paths.cut_off = error
+    assert paths.refusal(()) is error
+
+
+def attaches(relay: RelayProcess) -> int:
+    """Upstream attaches the relay logged."""
+    return relay.log_text().count("attaching upstream")
+
+
+@pytest.mark.amqp
+@pytest.mark.redis
+@pytest.mark.parametrize("count", [2, 3])
+def test_relays_subscribed_to_each_other_are_refused_as_a_loop(
+    redises: list[str], tmp_path: Path, count: int  # noqa: F811
+) -> None:
+    """L0 -> L1 (-> L2) -> L0: each relay's upstream attach comes to carry the others'
+    identities, a relay finds its own on an attach: refused ``seqrepair:relay-loop``, within
+    a generous deadline; the subscriber gets the typed error naming the loop, every relay
+    logs it, and the relays stop attaching (a bounded count that stays put)."""
+    ids = [f"loop-{i}" for i in range(count)]
+    relays = [RelayProcess(redises[i], tmp_path, "", f"L{i}", "--subscribe", "/w/#",
+                           "--hop-id", ids[i], "--heartbeat", "0.2") for i in range(count)]
+    for i, relay in enumerate(relays):
+        relay.upstream = relays[(i + 1) % count].url
+    for relay in relays:
+        relay.start()
+    sub = Subscriber(relays[0].url, "/w/a/*", link_name="caught", heartbeat_interval=0.2,
+                     max_reconnect_delay=0.5).start()
+    try:
+        assert wait_for(lambda: sub.error is not None, 60), [r.log_text()[-2000:]
+                                                             for r in relays]
+        assert wait_for(lambda: all("relay upstream refused for its path" in r.log_text()
+                                    for r in relays), 60), [r.log_text()[-2000:] for r in relays]
+        time.sleep(1.0)
+        counts = [attaches(r) for r in relays]
+        time.sleep(3.0)  # refused for good: no attach churn
+        assert [attaches(r) for r in relays] == counts
+    finally:
+        sub.stop()
+        for relay in relays:
+            relay.stop()
+    assert isinstance(sub.error, RelayLoopError), sub.error
+    text = str(sub.error)
+    assert text.startswith("seqrepair:relay-loop")
+    assert sum(hop in text for hop in ids) >= 2, text  # the loop, named
+    logs = "".join(r.log_text() for r in relays)
+    assert all(hop in logs.split("relay upstream refused", 1)[1] for hop in ids)
+    assert all(1 <= n <= 6 for n in counts), counts
+    assert all("cut off" in r.log_text() for r in relays)  # none of them has an origin
+
+
+@pytest.mark.amqp
+@pytest.mark.redis
+def test_a_chain_of_relays_past_the_hop_limit_is_refused_naming_its_path(
+    redises: list[str], tmp_path: Path  # noqa: F811
+) -> None:
+    """A (--max-hops 2) <- B <- C: within the limit, C's subscriber gets its selection
+    exactly. D subscribing to C makes the path D -> C -> B: A refuses it; D (too deep) is cut
+    off and its subscriber gets ``seqrepair:hop-limit-exceeded`` naming the path, while C,
+    having dropped D, attaches again and its subscriber still gets everything, once, in
+    order."""
+    a_redis, b_redis, c_redis = redises
+    heartbeat = ("--heartbeat", "0.2")
+    a = ComponentProcess(a_redis, tmp_path, "--max-hops", "2", "--hop-id", "origin",
+                         *heartbeat).start()
+    b = RelayProcess(b_redis, tmp_path, a.url, "B", "--subscribe", "/w/#", "--hop-id",
+                     "hop-b", *heartbeat).start()
+    c = RelayProcess(c_redis, tmp_path, b.url, "C", "--subscribe", "/w/#", "--hop-id",
+                     "hop-c", *heartbeat).start()
+    near: list[Publication] = []
+    s1 = Subscriber(c.url, "/w/a/*", on_publication=near.append, link_name="near",
+                    heartbeat_interval=0.2).start()
+    with EmbeddedRedis(appendfsync="always") as d_server:
+        d = RelayProcess(d_server.url, tmp_path, c.url, "D", "--subscribe", "/w/#",
+                         "--hop-id", "hop-d", *heartbeat)
+        far = Subscriber(d.url, "/w/a/*", link_name="far", heartbeat_interval=0.2,
+                         max_reconnect_delay=0.5)
+        try:
+            assert s1.wait_connected(20)
+            assert wait_for(lambda: "path='hop-c -> hop-b'" in b.log_text(), 20), b.log_text()
+            c.wait_upstream()
+            publish(a.url, "feed.a", 300)
+            want = expected(a_redis, "feed.a", "/w/a/*")
+            assert wait_for(lambda: len(near) >= len(want), 60), (len(near), len(want))
+            d.start()
+            far.start()
+            assert wait_for(lambda: far.error is not None, 60), d.log_text()[-3000:]
+            more = threading.Thread(target=publish, args=(a.url, "feed.a", 300, 0.0, 300))
+            more.start()
+            more.join(60)
+            want = expected(a_redis, "feed.a", "/w/a/*")
+            assert wait_for(lambda: len(near) >= len(want), 60), (
+                len(near), len(want), c.log_text()[-3000:])
+            time.sleep(0.5)
+        finally:
+            far.stop()
+            s1.stop()
+            for proc in (d, c, b, a):
+                proc.stop()
+    assert isinstance(far.error, HopLimitError), far.error
+    assert str(far.error).startswith("seqrepair:hop-limit-exceeded")
+    assert "hop-d -> hop-c -> hop-b" in str(far.error)
+    assert "more than 2" in str(far.error)
+    assert "hop-d -> hop-c -> hop-b" in b.log_text()  # B says what A refused
+    assert "cut off" in d.log_text()
+    assert "cut off" not in c.log_text()
+    assert [(p.topic, p.source_seq) for p in near] == want
+    assert not s1.unrecoverable
+    # C attached again without D's identity: carried by B again, then quiet
+    last = [line for line in b.log_text().splitlines() if "attaching upstream" in line][-1]
+    assert "path='hop-c -> hop-b'" in last, last
