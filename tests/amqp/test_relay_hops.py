@@ -52,6 +52,10 @@ def test_relay_paths_follow_identities_not_their_order_and_bound_what_they_bar()
     assert paths.refusal(("h0",)) is None  # the oldest forgotten first
     assert paths.refusal(("z", f"h{MAX_BARRED + 9}")) is error
     assert paths.refusal(("z",)) is None
+    too_long = HopLimitError("hop limit exceeded", path=("a", "b"))
+    paths.bar_paths([("a", "b")], too_long)
+    assert paths.refusal(("a", "b")) is too_long
+    assert paths.refusal(("b",)) is None  # a shorter path may come
     paths.cut_off = error
     assert paths.refusal(()) is error
 

@@ -16,7 +16,8 @@ When the upstream attach is refused for its path (a loop, or the hop limit):
   behind them in turn); for a loop their identities are also *barred*
   (:meth:`RelayPaths.bar`, at most :data:`MAX_BARRED`, the oldest forgotten first): an attach
   whose path holds one is refused at once, so the hop behind cannot come back and make the
-  relay go round again;
+  relay go round again; past the hop limit, their exact paths are barred instead (the relays
+  among them attach again with a shorter path, which is let through);
 * the relay attaches again with what is left; refused with nothing of its subscribers' on the
   path (its own identity alone, or what its upstream barred), it is *cut off*
   (:attr:`RelayPaths.cut_off`): it is part of the loop or too deep itself, so it stops its
@@ -59,6 +60,8 @@ class RelayPaths:
     _shrink_since: float | None = None
     barred: dict[str, HopError] = attrs.Factory(dict)
     """Identities refused at once, with the refusal that barred them (oldest first)."""
+    barred_paths: dict[Path, HopError] = attrs.Factory(dict)
+    """Exact paths refused at once (past the hop limit), with the refusal (oldest first)."""
     cut_off: HopError | None = None
     """Why the relay gave up its upstream link for good (None: it did not)."""
 
@@ -109,11 +112,22 @@ class RelayPaths:
         while len(self.barred) > MAX_BARRED:
             del self.barred[next(iter(self.barred))]
 
+    def bar_paths(self, paths: Iterable[Path], error: HopError) -> None:
+        """Refuse attaches with exactly one of ``paths`` from now on, with ``error``'s
+        condition (a path past the hop limit: a shorter one may come)."""
+        for path in paths:
+            self.barred_paths.pop(path, None)
+            self.barred_paths[path] = error
+        while len(self.barred_paths) > MAX_BARRED:
+            del self.barred_paths[next(iter(self.barred_paths))]
+
     def refusal(self, path: Path) -> HopError | None:
         """The refusal an attach with ``path`` gets (None: it may attach): the relay's own
-        when cut off, else the one that barred an identity on it."""
+        when cut off, else the one that barred it or an identity on it."""
         if self.cut_off is not None:
             return self.cut_off
+        if path in self.barred_paths:
+            return self.barred_paths[path]
         for hop in path:
             if hop in self.barred:
                 return self.barred[hop]

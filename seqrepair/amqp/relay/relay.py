@@ -52,6 +52,7 @@ from seqrepair.amqp.relay.upstream import UpstreamSubscriber
 from seqrepair.amqp.wire.errors import AmqpAdapterError, UnknownAddressError
 from seqrepair.amqp.wire.hops import (
     DESCRIPTION_LIMIT,
+    LOOP_CONDITION,
     PROP_PATH,
     HopError,
     Hops,
@@ -356,12 +357,16 @@ class RelayComponent(Component):
             self.waiting.clear()
             self._end_links(list(self.links), refusal)
             return
-        if error.condition == "seqrepair:relay-loop":
+        if error.condition == LOOP_CONDITION:  # they would bring the loop back
             self.paths.bar(identities, refusal)
+            barred: list[Any] = list(identities)
+        else:  # too long a path: those paths would be again, shorter ones may come
+            barred = [self.paths.links[n] for n in offenders]
+            barred += [p for p in self.waiting.values() if p]
+            self.paths.bar_paths(barred, refusal)
         log.error("relay upstream refused for its path: ending the subscriber links that "
                   "brought it, attaching again without them", condition=error.condition,
-                  path=describe_path(path), error=text, links=offenders,
-                  barred=list(identities) if error.condition == "seqrepair:relay-loop" else [])
+                  path=describe_path(path), error=text, links=offenders, barred=barred)
         self.waiting = {w: p for w, p in self.waiting.items() if not p}
         self._end_links(offenders, refusal)
         self._reattach = True
