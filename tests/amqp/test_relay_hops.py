@@ -67,16 +67,20 @@ def attaches(relay: RelayProcess) -> int:
 
 @pytest.mark.amqp
 @pytest.mark.redis
-@pytest.mark.parametrize("count", [2, 3])
+@pytest.mark.parametrize(("count", "mode"), [(2, "--subscribe"), (3, "--subscribe"),
+                                             (2, "--aggregate")])
 def test_relays_subscribed_to_each_other_are_refused_as_a_loop(
-    redises: list[str], tmp_path: Path, count: int  # noqa: F811
+    redises: list[str], tmp_path: Path, count: int, mode: str  # noqa: F811
 ) -> None:
     """L0 -> L1 (-> L2) -> L0: each relay's upstream attach comes to carry the others'
     identities, a relay finds its own on an attach: refused ``seqrepair:relay-loop``, within
     a generous deadline; the subscriber gets the typed error naming the loop, every relay
-    logs it, and the relays stop attaching (a bounded count that stays put)."""
+    logs it, and the relays stop attaching (a bounded count that stays put). Aggregating
+    relays (no upstream link until a subscriber needs one) carry the paths of the
+    subscribers they widen for."""
     ids = [f"loop-{i}" for i in range(count)]
-    relays = [RelayProcess(redises[i], tmp_path, "", f"L{i}", "--subscribe", "/w/#",
+    selection = ("--subscribe", "/w/#") if mode == "--subscribe" else ("--aggregate",)
+    relays = [RelayProcess(redises[i], tmp_path, "", f"L{i}", *selection,
                            "--hop-id", ids[i], "--heartbeat", "0.2") for i in range(count)]
     for i, relay in enumerate(relays):
         relay.upstream = relays[(i + 1) % count].url
