@@ -191,9 +191,10 @@ class Hops:
 
     def upstream_properties(self, properties: Mapping[Any, Any] | None) -> dict[symbol, Any]:
         """The link properties to attach upstream with, for an attach that came with
-        ``properties`` (None: an attach of this process's own, a relay's): the same, keys made
-        symbols, ``seqrepair-path`` extended with this identity. :class:`HopError` or
-        :class:`MalformedPathError` refuses it, with a description naming the path."""
+        ``properties`` (None: an attach of this process's own; a relay's carries the identities
+        behind it, ``relay/paths.py``): the same, keys made symbols, ``seqrepair-path``
+        extended with this identity. :class:`HopError` or :class:`MalformedPathError` refuses
+        it, with a description naming the path."""
         path = self.extend(properties)
         out = {k if isinstance(k, symbol) else symbol(str(k)): v
                for k, v in dict(properties or {}).items()}
