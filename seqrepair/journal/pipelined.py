@@ -10,10 +10,18 @@ from the pipeline; the caller still holds it).
 
 On any error the connection is discarded and the batches still in flight are returned by
 :meth:`~AppendPipeline.abandon` so the caller can resolve them (re-read the high-water).
+
+The script goes by its SHA1 (``EVALSHA``), loaded once per connection (``SCRIPT LOAD``):
+sending its ~3.7 KB text with every append (``EVAL``) cost the client the bytes and Redis a
+SHA1 of them per call, which at one publication per append was most of the call. A script
+cache emptied under a live connection (``SCRIPT FLUSH``) answers ``NOSCRIPT`` without running
+anything: that is raised as :class:`JournalUnavailableError` with the connection discarded, so
+the caller re-reads the high-water and appends again on a new connection, which loads it.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections import deque
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -33,6 +41,9 @@ if TYPE_CHECKING:
     from seqrepair.journal.journal import Journal
 
 Batch = Sequence[Publication]
+
+APPEND_SHA = hashlib.sha1(scripts.APPEND.encode()).hexdigest()
+"""What Redis names the append script by in its script cache."""
 
 
 class AppendPipeline:
@@ -61,7 +72,15 @@ class AppendPipeline:
                 if pool is None:  # Redis Cluster: the node owning the source's hash slot
                     node = client.get_node_from_key(stream_key(source))
                     pool = client.get_redis_connection(node).connection_pool
-                self._conn = pool.get_connection()
+                conn = pool.get_connection()
+                try:
+                    conn.send_command("SCRIPT", "LOAD", scripts.APPEND)
+                    conn.read_response()
+                except BaseException:
+                    conn.disconnect()
+                    pool.release(conn)
+                    raise
+                self._conn = conn
                 self._pool = pool
         return self._conn
 
@@ -73,7 +92,7 @@ class AppendPipeline:
         try:
             with map_redis_errors("append", source):
                 conn.send_command(
-                    "EVAL", scripts.APPEND, 2, stream_key(source), meta_key(source),
+                    "EVALSHA", APPEND_SHA, 2, stream_key(source), meta_key(source),
                     source, str(self.bits), envelope,
                 )  # fmt: skip
         except JournalError:
@@ -92,12 +111,20 @@ class AppendPipeline:
         return held
 
     def _read_one(self) -> tuple[Batch, int]:
+        from redis.exceptions import NoScriptError  # here: see map_redis_errors
+
         batch = self._inflight.popleft()
         try:
             if self._conn is None:
                 raise JournalUnavailableError("the append connection was lost", operation="append")
             with map_redis_errors("append", batch[0].source):
-                reply = self._conn.read_response()
+                try:
+                    reply = self._conn.read_response()
+                except NoScriptError as exc:  # flushed under us: nothing ran, load it again
+                    raise JournalUnavailableError(
+                        f"the append script left Redis's cache ({exc}); appending again on a "
+                        f"new connection", source=batch[0].source, operation="append",
+                    ) from exc
         except JournalResponseError:
             raise  # answered with an error: nothing of this batch was written
         except JournalError:

@@ -74,3 +74,39 @@ def test_unreachable_server_returns_the_batches_in_flight(private_server: Embedd
 def test_bad_depth(journal: Journal) -> None:
     with pytest.raises(InvalidConfigError):
         AppendPipeline(journal, 16, depth=0)
+
+
+def test_appends_go_by_sha_and_survive_a_flushed_script_cache(journal: Journal) -> None:
+    """The script is loaded once per connection and called by its SHA1; a ``SCRIPT FLUSH``
+    under a live connection (``NOSCRIPT``: nothing ran) is a lost connection to the caller,
+    and the next append, on a new connection, loads it again."""
+    from seqrepair.journal.pipelined import APPEND_SHA
+
+    pubs = stamp(30)
+    pipe = AppendPipeline(journal, 16, depth=2)
+    pipe.submit(pubs[:10])
+    assert [hw for _, hw in pipe.drain()] == [10]
+    assert journal.client.script_exists(APPEND_SHA) == [True]
+    journal.client.script_flush()
+    pipe.submit(pubs[10:20])
+    with pytest.raises(JournalUnavailableError, match="cache"):
+        pipe.drain()
+    assert pipe.abandon() == [pubs[10:20]]  # its outcome is the caller's to resolve
+    assert journal.high_water("feed.a") == 10  # NOSCRIPT: nothing of it was written
+    held = pipe.submit(pubs[10:20]) + pipe.submit(pubs[20:30]) + pipe.drain()
+    assert [hw for _, hw in held] == [20, 30]
+    pipe.close()
+    assert journal.read_range("feed.a", 1, 30) == pubs
+
+
+def test_a_journal_publisher_rides_out_a_flushed_script_cache(journal: Journal) -> None:
+    from seqrepair.journal.publisher import Publisher
+
+    sent: list[Publication] = []
+    publisher = Publisher("feed.b", journal, transport=sent.append)
+    first = publisher.publish("/b", {"i": 1})
+    journal.client.script_flush()
+    second = publisher.publish("/b", {"i": 2})  # NOSCRIPT, then again on a new connection
+    publisher.close()
+    assert [p.source_seq for p in sent] == [1, 2]
+    assert journal.read_range("feed.b", 1, 2) == [first, second]

@@ -10,6 +10,7 @@ Importable from :mod:`seqrepair.amqp.client.subscriber` as before.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -145,6 +146,11 @@ class Publisher(PublisherRunner[list[Publication]]):
         self._release_backoff = Backoff(
             initial=reconnect_delay, maximum=max(reconnect_delay, max_backoff), jitter=0.0
         )
+        # Stamping and journaling, by the application's threads: under its own lock, not
+        # ``_lock``, which the sending thread takes for the queue (``_pending``, whose appends
+        # and pops are atomic): the sender must not wait out the journal's round trip of the
+        # next publication to send the last one.
+        self._stamping = threading.Lock()
         self._backing_off = False  # a backoff timer is pending: send nothing
         self._finish_when_done = False
         self.log = log.bind(source=source, topic=address)
@@ -163,7 +169,7 @@ class Publisher(PublisherRunner[list[Publication]]):
         """Stamp, journal (if configured) and queue one publication; thread-safe (what cannot
         be delivered raises UndeliverableError, :mod:`seqrepair.core.limits`)."""
         stamp = time.time() if timestamp is None else timestamp
-        with self._lock:
+        with self._stamping:
             if self.embedded is not None:
                 pub = self.embedded.publish(topic, fields, ptype, permtoken=permtoken,
                                             timestamp=stamp)
@@ -185,7 +191,7 @@ class Publisher(PublisherRunner[list[Publication]]):
         raises its error (InvalidMessageError, ...) once the items before it are published.
         """
         stamped: list[Publication] = []
-        with self._lock:
+        with self._stamping:
             now = time.time()
             for item in items:
                 topic, fields, ptype = item[:3]
@@ -242,7 +248,7 @@ class Publisher(PublisherRunner[list[Publication]]):
         rejected anything (:attr:`rejected`, :attr:`rejection`)."""
         deadline = time.monotonic() + timeout
         while self.embedded is not None and self.embedded.pending:
-            with self._lock:
+            with self._stamping:
                 try:
                     self.embedded.flush()
                 except JournalError as exc:

@@ -55,6 +55,10 @@ from seqrepair.core.messages import Publication
 Unsettled = TypeVar("Unsettled")
 """What a publisher keeps per unsettled delivery (a batch, or one publication)."""
 
+_WAKE = ApplicationEvent("seqrepair_wake")
+"""The event that has a publisher's container thread send what is queued (one object for
+every wake: it carries nothing)."""
+
 _STOPPED_CHECK = 0.05
 """Seconds between looks at whether a subscriber waited on stopped by itself."""
 
@@ -580,6 +584,7 @@ class PublisherRunner(_Reconnecting, Generic[Unsettled]):
         self._sender: Any = None
         self._stopping = False
         self._injector = Injector()
+        self._wake_due = False  # a wake is on its way to the container thread (_wake)
         self._thread: threading.Thread | None = None
 
     # --- public API ---------------------------------------------------------------------
@@ -638,8 +643,14 @@ class PublisherRunner(_Reconnecting, Generic[Unsettled]):
         front of the pending queue, in the order first sent, and forget it as unsettled."""
 
     def _wake(self) -> None:
-        if not self._stopping:  # a stopped container reads the injector no more
-            self._injector.trigger(ApplicationEvent("seqrepair_wake"))
+        """Have the container thread send what is queued. One wake at a time: while one is
+        on its way, publications queued meanwhile go with it (its :meth:`_send` takes all that
+        is pending then), so a burst of ``publish()`` calls costs one pipe write and one turn
+        of the event loop, not one each; an idle publisher still sends each at once."""
+        if self._stopping or self._wake_due:  # a stopped container reads the injector no more
+            return
+        self._wake_due = True
+        self._injector.trigger(_WAKE)
 
     def _fail(self, error: AmqpAdapterError) -> None:
         """Stop for good (a link error a reconnect cannot cure): :attr:`error` says why, and
@@ -680,7 +691,8 @@ class PublisherRunner(_Reconnecting, Generic[Unsettled]):
             self._accepted(event.link)
 
     def on_seqrepair_wake(self, event: Any) -> None:
-        """Something was queued (from any thread): send it."""
+        """Something was queued (from any thread): send it (and all queued with it)."""
+        self._wake_due = False  # before _send reads the queue: a later publish() wakes again
         self._send()
 
     def on_seqrepair_stop(self, event: Any) -> None:

@@ -116,7 +116,7 @@ def fan_out(
             link.offer_many(offers, now)
             touched.append(link)
     for link in touched:
-        component._pump_link(link, now)
+        component.pump_soon(link)
     component.contributions.published(list(pubs))  # contributors whose publication this is
 
 
