@@ -177,13 +177,15 @@ _SCALARS = (str, int, float, bool, type(None))
 def plainly_journaled(topic: object, fields: object, permtoken: object) -> bool:
     """Whether :func:`journal_form` would pass and keep ``fields`` as they are, proven without
     encoding anything: ASCII text, and fields a dict of ASCII keys to None, bools, ints, finite
-    floats and ASCII text (what the journal's JSON takes as is). False means "not proven": ask
-    the real check."""
+    floats and ASCII text (what the journal's JSON takes as is). A
+    :class:`~seqrepair.core.messages.Publication`'s own fields (a read-only view of a dict)
+    count as a dict: a component checks every publication it receives this way. False means
+    "not proven": ask the real check."""
     if (
         type(topic) is not str
         or not topic.isascii()
         or (permtoken is not None and (type(permtoken) is not str or not permtoken.isascii()))
-        or type(fields) is not dict
+        or (type(fields) is not dict and type(fields) is not MappingProxyType)
     ):
         return False
     for key, value in fields.items():

@@ -54,6 +54,19 @@ def test_the_shortcut_takes_what_publishers_usually_send() -> None:
     assert plainly_journaled("/load/a", {}, "gold")
 
 
+def test_a_publications_own_fields_take_the_shortcut() -> None:
+    """A component checks each publication it receives: one whose fields need nothing is
+    itself in the journal's form, not a copy built and validated again."""
+    from seqrepair.core.messages import Publication
+    from seqrepair.journal.format import as_journaled
+
+    pub = Publication(topic="/load/a", source="s", source_seq=1, fields={"n": 1, "t": 1.5})
+    assert plainly_journaled(pub.topic, pub.fields, pub.permtoken)
+    assert as_journaled(pub) is pub
+    nested = Publication(topic="/load/a", source="s", source_seq=2, fields={"xs": (1, 2)})
+    assert as_journaled(nested).fields == {"xs": [1, 2]}
+
+
 def test_values_json_would_change_are_published_in_their_json_form() -> None:
     assert journal_form("/a", {"xs": (1, 2), "m": {1: "one"}, "n": 3}, None) == {
         "xs": [1, 2], "m": {"1": "one"}, "n": 3}
