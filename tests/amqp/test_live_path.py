@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from proton import Delivery, Message
 
+from seqrepair.amqp.client.publisher import EAGER_IN_FLIGHT
 from seqrepair.amqp.client.subscriber import Publisher
 from seqrepair.journal.journal import Journal
 
@@ -54,6 +55,27 @@ def test_publications_queued_while_a_wake_is_on_its_way_ride_on_it() -> None:
         assert len(wakes) == 2
         publisher.on_seqrepair_wake(None)
         assert len(publisher._sender.sent) == 2
+    finally:
+        publisher._injector.close()
+
+
+def test_while_transfers_await_their_outcome_what_comes_goes_as_one_with_the_next_outcome(
+) -> None:
+    publisher, _wakes = _publisher()
+    try:
+        sender = publisher._sender = _Sender()
+        for n in range(2):  # idle: each goes at once, in a transfer of its own
+            publisher.publish("/live/a", {"n": n})
+            publisher.on_seqrepair_wake(None)
+        assert len(sender.sent) == EAGER_IN_FLIGHT == 2
+        for n in range(2, 5):  # both unsettled: these wait
+            publisher.publish("/live/a", {"n": n})
+            publisher.on_seqrepair_wake(None)
+        assert len(sender.sent) == 2
+        publisher.on_accepted(SimpleNamespace(delivery=SimpleNamespace(tag="1")))
+        assert len(sender.sent) == 3  # the three in one transfer
+        assert [p.source_seq for p in publisher._unsettled["3"]] == [3, 4, 5]
+        assert publisher.accepted == 1
     finally:
         publisher._injector.close()
 

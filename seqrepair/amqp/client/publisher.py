@@ -73,6 +73,10 @@ class Publisher(PublisherRunner[list[Publication]]):
     :attr:`error` names the condition and :meth:`flush` returns False at once (see
     :class:`~seqrepair.amqp.client.runner.PublisherRunner`).
 
+    Publications go at once while fewer than :data:`EAGER_IN_FLIGHT` transfers await their
+    outcome; past that, what is queued waits for the next outcome and goes as one transfer
+    (batching under load, never on a timer).
+
     A batch the component releases (its journal is out for now) is sent again after a backoff:
     ``reconnect_delay`` at first, doubled up to ``max_backoff`` while releases go on (no
     jitter), back to the start once a batch is accepted. Nothing newer is sent meanwhile, and
@@ -315,6 +319,9 @@ class Publisher(PublisherRunner[list[Publication]]):
             with self._lock:
                 if not self._pending:
                     break
+                if (len(self._pending) < self.max_batch
+                        and len(self._unsettled) >= EAGER_IN_FLIGHT):
+                    break  # busy: the next outcome sends this with what comes meanwhile
                 n = min(self.max_batch, len(self._pending))
                 batch = [self._pending.popleft() for _ in range(n)]
             batch, message, rest = fitting(batch, self.bits, sender.remote_max_message_size)
@@ -397,6 +404,14 @@ class Publisher(PublisherRunner[list[Publication]]):
         self._unsettled.clear()
         self._released.clear()  # among them, in their place
 
+
+EAGER_IN_FLIGHT = 2
+"""Transfers a :class:`Publisher` may have unsettled and still send a batch that is not full:
+an idle publisher sends each publication at once; one whose transfers wait for their outcomes
+(a busy component or machine) holds what comes meanwhile until the next outcome and sends it
+as one transfer (up to ``max_batch``), so batches grow with the load and shrink with it, with
+no timer: the flush-when-the-queue-drains rule of Nagle-free engines (full batches go up to
+``max_unsettled``)."""
 
 NUMBERING_CONDITIONS = frozenset({"amqp:precondition-failed"})
 """Rejections that say this source's numbering does not continue the journal (numbers skipped,
