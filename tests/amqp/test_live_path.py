@@ -6,13 +6,14 @@ waits on whom and how many wakes, pumps and transfers there are."""
 from __future__ import annotations
 
 import threading
+import time
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from proton import Delivery, Message
 
-from seqrepair.amqp.client.publisher import EAGER_IN_FLIGHT
+from seqrepair.amqp.client.publisher import LINGER
 from seqrepair.amqp.client.subscriber import Publisher
 from seqrepair.journal.journal import Journal
 
@@ -59,23 +60,28 @@ def test_publications_queued_while_a_wake_is_on_its_way_ride_on_it() -> None:
         publisher._injector.close()
 
 
-def test_while_transfers_await_their_outcome_what_comes_goes_as_one_with_the_next_outcome(
-) -> None:
-    publisher, _wakes = _publisher()
+def test_while_the_application_is_inside_publish_what_is_queued_waits_for_it() -> None:
+    """The application journaling its next publication: what is queued waits for it (the
+    end of that publish() wakes the sender), unless the oldest has lingered LINGER."""
+    publisher, wakes = _publisher()
     try:
         sender = publisher._sender = _Sender()
-        for n in range(2):  # idle: each goes at once, in a transfer of its own
-            publisher.publish("/live/a", {"n": n})
+        publisher.publish("/live/a", {"n": 0})
+        with publisher._stamping:  # publish() of the next one under way
             publisher.on_seqrepair_wake(None)
-        assert len(sender.sent) == EAGER_IN_FLIGHT == 2
-        for n in range(2, 5):  # both unsettled: these wait
-            publisher.publish("/live/a", {"n": n})
+            assert sender.sent == []
+            publisher._pending.append(publisher.sequencer.stamp("/live/a", {"n": 1}))
+        publisher._wake()  # what its end does
+        assert len(wakes) == 2
+        publisher.on_seqrepair_wake(None)  # nobody inside publish(): at once, both
+        assert len(sender.sent) == 1
+        assert [p.source_seq for p in publisher._unsettled["1"]] == [1, 2]
+        publisher.publish("/live/a", {"n": 2})
+        publisher._waiting_since = time.monotonic() - LINGER  # lingered long enough
+        with publisher._stamping:
             publisher.on_seqrepair_wake(None)
         assert len(sender.sent) == 2
-        publisher.on_accepted(SimpleNamespace(delivery=SimpleNamespace(tag="1")))
-        assert len(sender.sent) == 3  # the three in one transfer
-        assert [p.source_seq for p in publisher._unsettled["3"]] == [3, 4, 5]
-        assert publisher.accepted == 1
+        assert [p.source_seq for p in publisher._unsettled["2"]] == [3]
     finally:
         publisher._injector.close()
 
@@ -97,7 +103,7 @@ def test_a_publish_after_the_wake_was_taken_wakes_again() -> None:
 @pytest.mark.redis
 def test_the_sender_is_not_held_up_by_a_publish_waiting_for_the_journal(redis_url: str) -> None:
     """A ``publish()`` holds its own lock across the journal's round trip; the container
-    thread sends what is already journaled meanwhile."""
+    thread sends what is already journaled meanwhile (once it has lingered LINGER)."""
     publisher, _wakes = _publisher(Journal.from_url(redis_url))
     appending, release = threading.Event(), threading.Event()
     try:
@@ -116,6 +122,7 @@ def test_the_sender_is_not_held_up_by_a_publish_waiting_for_the_journal(redis_ur
         second = threading.Thread(target=publisher.publish, args=("/live/a", {"n": 1}))
         second.start()
         assert appending.wait(30)
+        publisher._waiting_since = time.monotonic() - LINGER  # 1 has lingered its most
         sender = threading.Thread(target=publisher.on_seqrepair_wake, args=(None,))
         sender.start()
         sender.join(30)

@@ -73,9 +73,9 @@ class Publisher(PublisherRunner[list[Publication]]):
     :attr:`error` names the condition and :meth:`flush` returns False at once (see
     :class:`~seqrepair.amqp.client.runner.PublisherRunner`).
 
-    Publications go at once while fewer than :data:`EAGER_IN_FLIGHT` transfers await their
-    outcome; past that, what is queued waits for the next outcome and goes as one transfer
-    (batching under load, never on a timer).
+    Publications go at once, unless the application is inside ``publish()`` again: then what
+    is queued waits for that publication, at most :data:`LINGER` from the oldest, and goes as
+    one transfer (batching under load, never on a timer, never on an idle path).
 
     A batch the component releases (its journal is out for now) is sent again after a backoff:
     ``reconnect_delay`` at first, doubled up to ``max_backoff`` while releases go on (no
@@ -155,6 +155,7 @@ class Publisher(PublisherRunner[list[Publication]]):
         # and pops are atomic): the sender must not wait out the journal's round trip of the
         # next publication to send the last one.
         self._stamping = threading.Lock()
+        self._waiting_since: float | None = None  # when the oldest of _pending was queued
         self._backing_off = False  # a backoff timer is pending: send nothing
         self._finish_when_done = False
         self.log = log.bind(source=source, topic=address)
@@ -182,6 +183,8 @@ class Publisher(PublisherRunner[list[Publication]]):
                 pub = self.sequencer.stamp(topic, fields, ptype, permtoken=permtoken,
                                            timestamp=stamp)
                 self._pending.append(pub)
+            if self._waiting_since is None:
+                self._waiting_since = time.monotonic()
         self._wake()
         return pub
 
@@ -222,6 +225,8 @@ class Publisher(PublisherRunner[list[Publication]]):
                     raise
             if self.embedded is not None:
                 self._journal(stamped)
+            if self._waiting_since is None:
+                self._waiting_since = time.monotonic()
         self._wake()
         return stamped
 
@@ -319,11 +324,18 @@ class Publisher(PublisherRunner[list[Publication]]):
             with self._lock:
                 if not self._pending:
                     break
-                if (len(self._pending) < self.max_batch
-                        and len(self._unsettled) >= EAGER_IN_FLIGHT):
-                    break  # busy: the next outcome sends this with what comes meanwhile
+                if len(self._pending) < self.max_batch and self._stamping.locked():
+                    # a publish() is journaling the next one: it joins this batch, unless
+                    # the oldest queued has lingered LINGER already (its end wakes us)
+                    now = time.monotonic()
+                    since = self._waiting_since
+                    if since is None:
+                        since = self._waiting_since = now
+                    if now - since < LINGER:
+                        break
                 n = min(self.max_batch, len(self._pending))
                 batch = [self._pending.popleft() for _ in range(n)]
+                self._waiting_since = time.monotonic() if self._pending else None
             batch, message, rest = fitting(batch, self.bits, sender.remote_max_message_size)
             if rest:
                 with self._lock:
@@ -405,13 +417,14 @@ class Publisher(PublisherRunner[list[Publication]]):
         self._released.clear()  # among them, in their place
 
 
-EAGER_IN_FLIGHT = 2
-"""Transfers a :class:`Publisher` may have unsettled and still send a batch that is not full:
-an idle publisher sends each publication at once; one whose transfers wait for their outcomes
-(a busy component or machine) holds what comes meanwhile until the next outcome and sends it
-as one transfer (up to ``max_batch``), so batches grow with the load and shrink with it, with
-no timer: the flush-when-the-queue-drains rule of Nagle-free engines (full batches go up to
-``max_unsettled``)."""
+LINGER = 0.002
+"""Seconds at most a :class:`Publisher` holds a batch that is not full while the application
+is inside ``publish()`` (journaling the next publication): an application publishing back to
+back gets transfers of many publications, not one each (every transfer costs each process on
+the way far more than a publication in it), and the sending thread leaves the application's
+thread the interpreter meanwhile. A publisher whose application is not inside ``publish()``
+sends at once: the idle path has no delay and no timer (the end of each ``publish()`` wakes
+the sender to look again)."""
 
 NUMBERING_CONDITIONS = frozenset({"amqp:precondition-failed"})
 """Rejections that say this source's numbering does not continue the journal (numbers skipped,
