@@ -85,11 +85,18 @@ def publisher_main(url: str, redis_url: str, count: int, rate: float) -> None:
     from seqrepair.amqp.client.subscriber import Publisher
     from seqrepair.journal.journal import Journal
 
-    pub = Publisher(url, "bench", address="/#", journal=Journal.from_url(redis_url)).start()
+    transfers = [0]
+
+    def on_sent(batch: Any) -> None:
+        transfers[0] += 1
+
+    pub = Publisher(url, "bench", address="/#", journal=Journal.from_url(redis_url),
+                    on_sent=on_sent).start()
     pub.publish("/warm/a", {"t": time.time()})  # connects; not counted
     if not pub.flush(30):
         raise SystemExit("warm-up not accepted")
     cpu0 = time.process_time()
+    transfers[0] = 0
     start = time.monotonic()
     for i in range(count):
         if rate > 0:
@@ -99,7 +106,7 @@ def publisher_main(url: str, redis_url: str, count: int, rate: float) -> None:
         pub.publish(TOPIC, {"n": i, "t": time.time()})
     ok = pub.close(60)
     print(json.dumps({"flushed": ok, "cpu": time.process_time() - cpu0,
-                      "elapsed": time.monotonic() - start}))
+                      "elapsed": time.monotonic() - start, "transfers": transfers[0]}))
 
 
 # --- the driver ------------------------------------------------------------------------------
@@ -180,6 +187,7 @@ def one_run(tree: Path, count: int, rate: float) -> dict[str, Any]:
         "max_ms": 1000 * lat[-1] if lat else None,
         "rate": (n - 1) / received["span"] if received["span"] else None,
         "publish_elapsed_s": published["elapsed"],
+        "pubs_per_transfer": round(count / max(1, published["transfers"]), 1),
         "cpu_us_per_pub": {k: round(1e6 * v / max(1, n), 1) for k, v in cpu.items()},
         "cpu_us_per_pub_total": round(1e6 * sum(cpu.values()) / max(1, n), 1),
     }
@@ -240,10 +248,12 @@ def measure(args: argparse.Namespace, trees: dict[str, Path]) -> dict[str, Any]:
             "max_ms": [round(p["max_ms"], 1) for p in paced],
             "delivered": [p["delivered"] for p in paced],
             "paced_cpu_us_per_pub": [p["cpu_us_per_pub"] for p in paced],
+            "paced_pubs_per_transfer": [p["pubs_per_transfer"] for p in paced],
         }
         if sat:
             summary[name].update({
                 "pubs_per_s": [round(s["rate"]) for s in sat],
+                "sat_pubs_per_transfer": [s["pubs_per_transfer"] for s in sat],
                 "sat_delivered": [s["delivered"] for s in sat],
                 "sat_cpu_us_per_pub": [s["cpu_us_per_pub"] for s in sat],
                 "sat_cpu_us_per_pub_total": [s["cpu_us_per_pub_total"] for s in sat],

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from proton import Delivery, Message
 
+from seqrepair.amqp.client import publisher as publisher_module
 from seqrepair.amqp.client.publisher import LINGER
 from seqrepair.amqp.client.subscriber import Publisher
 from seqrepair.journal.journal import Journal
@@ -60,28 +61,51 @@ def test_publications_queued_while_a_wake_is_on_its_way_ride_on_it() -> None:
         publisher._injector.close()
 
 
-def test_while_the_application_is_inside_publish_what_is_queued_waits_for_it() -> None:
-    """The application journaling its next publication: what is queued waits for it (the
-    end of that publish() wakes the sender), unless the oldest has lingered LINGER."""
-    publisher, wakes = _publisher()
+def test_while_the_application_is_inside_publish_what_is_queued_waits_for_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The application journaling its next publication: the sender waits for it (on the
+    application's lock) and sends both in one transfer."""
+    monkeypatch.setattr(publisher_module, "LINGER", 60.0)  # only the lock's release ends it
+    publisher, _wakes = _publisher()
+    holding, proceed = threading.Event(), threading.Event()
+
+    def publishing() -> None:  # what publish() does, held open until told
+        with publisher._stamping:
+            holding.set()
+            proceed.wait(30)
+            publisher._pending.append(publisher.sequencer.stamp("/live/a", {"n": 1}))
+
     try:
         sender = publisher._sender = _Sender()
         publisher.publish("/live/a", {"n": 0})
-        with publisher._stamping:  # publish() of the next one under way
-            publisher.on_seqrepair_wake(None)
-            assert sender.sent == []
-            publisher._pending.append(publisher.sequencer.stamp("/live/a", {"n": 1}))
-        publisher._wake()  # what its end does
-        assert len(wakes) == 2
-        publisher.on_seqrepair_wake(None)  # nobody inside publish(): at once, both
+        application = threading.Thread(target=publishing)
+        application.start()
+        assert holding.wait(30)
+        sending = threading.Thread(target=publisher.on_seqrepair_wake, args=(None,))
+        sending.start()
+        proceed.set()
+        application.join(30)
+        sending.join(30)
         assert len(sender.sent) == 1
         assert [p.source_seq for p in publisher._unsettled["1"]] == [1, 2]
-        publisher.publish("/live/a", {"n": 2})
-        publisher._waiting_since = time.monotonic() - LINGER  # lingered long enough
+    finally:
+        proceed.set()
+        publisher._injector.close()
+
+
+def test_what_lingered_long_enough_goes_though_the_application_is_inside_publish() -> None:
+    publisher, _wakes = _publisher()
+    try:
+        sender = publisher._sender = _Sender()
+        publisher.publish("/live/a", {"n": 0})
+        publisher._waiting_since = time.monotonic() - LINGER
         with publisher._stamping:
             publisher.on_seqrepair_wake(None)
+        assert len(sender.sent) == 1
+        publisher.publish("/live/a", {"n": 1})  # nobody inside publish(): at once
+        publisher.on_seqrepair_wake(None)
         assert len(sender.sent) == 2
-        assert [p.source_seq for p in publisher._unsettled["2"]] == [3]
     finally:
         publisher._injector.close()
 

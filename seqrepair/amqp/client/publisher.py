@@ -320,19 +320,12 @@ class Publisher(PublisherRunner[list[Publication]]):
         sender = self._sender
         if sender is None or self._backing_off or self._released:
             return  # nothing may overtake a released batch
+        if sender.credit > 0 and len(self._unsettled) < self.max_unsettled:
+            self._linger()
         while sender.credit > 0 and len(self._unsettled) < self.max_unsettled:
             with self._lock:
                 if not self._pending:
                     break
-                if len(self._pending) < self.max_batch and self._stamping.locked():
-                    # a publish() is journaling the next one: it joins this batch, unless
-                    # the oldest queued has lingered LINGER already (its end wakes us)
-                    now = time.monotonic()
-                    since = self._waiting_since
-                    if since is None:
-                        since = self._waiting_since = now
-                    if now - since < LINGER:
-                        break
                 n = min(self.max_batch, len(self._pending))
                 batch = [self._pending.popleft() for _ in range(n)]
                 self._waiting_since = time.monotonic() if self._pending else None
@@ -344,6 +337,21 @@ class Publisher(PublisherRunner[list[Publication]]):
             self._unsettled[delivery.tag] = batch
             if self.on_sent is not None:
                 self.on_sent(batch)
+
+    def _linger(self) -> None:
+        """While a ``publish()`` is journaling the next publication and the queue is not a
+        full batch, wait for it (its publication joins the batch), at most until the oldest
+        queued has waited :data:`LINGER`. Waiting on the application's lock, not looping:
+        the container thread does nothing meanwhile, and leaves the interpreter to the
+        application's thread."""
+        if not self._pending or len(self._pending) >= self.max_batch:
+            return
+        if not self._stamping.locked():
+            return  # nobody is publishing: what is queued goes at once
+        since = self._waiting_since
+        left = LINGER - (time.monotonic() - since) if since is not None else LINGER
+        if left > 0 and self._stamping.acquire(timeout=left):
+            self._stamping.release()
 
     def on_accepted(self, event: Any) -> None:
         # counted before it leaves _unsettled: flush() returns once that is empty
@@ -417,14 +425,13 @@ class Publisher(PublisherRunner[list[Publication]]):
         self._released.clear()  # among them, in their place
 
 
-LINGER = 0.002
+LINGER = 0.005
 """Seconds at most a :class:`Publisher` holds a batch that is not full while the application
 is inside ``publish()`` (journaling the next publication): an application publishing back to
 back gets transfers of many publications, not one each (every transfer costs each process on
 the way far more than a publication in it), and the sending thread leaves the application's
 thread the interpreter meanwhile. A publisher whose application is not inside ``publish()``
-sends at once: the idle path has no delay and no timer (the end of each ``publish()`` wakes
-the sender to look again)."""
+sends at once: the idle path has no delay and no timer."""
 
 NUMBERING_CONDITIONS = frozenset({"amqp:precondition-failed"})
 """Rejections that say this source's numbering does not continue the journal (numbers skipped,
