@@ -110,6 +110,35 @@ def test_what_lingered_long_enough_goes_though_the_application_is_inside_publish
         publisher._injector.close()
 
 
+def test_what_is_queued_while_the_sender_sends_needs_no_wake_of_its_own() -> None:
+    """While the container thread is sending, a publish() writes no wake; what it queued
+    after the sender looked brings the sender round once more."""
+    publisher, wakes = _publisher()
+    try:
+        sender = publisher._sender = _Sender()
+        publisher.publish("/live/a", {"n": 0})
+        real_send = publisher._send
+
+        def send_then_publish() -> None:
+            real_send()
+            publisher.publish("/live/a", {"n": 1})  # the application, just after
+
+        publisher._send = send_then_publish  # type: ignore[method-assign]
+        publisher.on_seqrepair_wake(None)
+        assert len(wakes) == 2  # the first wake, and the sender's own turn: none by publish
+        publisher._send = real_send  # type: ignore[method-assign]
+        publisher.on_seqrepair_wake(None)
+        assert [len(publisher._unsettled[t]) for t in ("1", "2")] == [1, 1]
+        assert len(wakes) == 2  # nothing left: no further turn
+        sender.credit = 0
+        publisher.publish("/live/a", {"n": 2})
+        publisher.on_seqrepair_wake(None)  # no credit: on_sendable will send it, no turn
+        assert len(wakes) == 3
+        assert len(publisher._pending) == 1
+    finally:
+        publisher._injector.close()
+
+
 def test_a_publish_after_the_wake_was_taken_wakes_again() -> None:
     """The flag is cleared before the queue is read: a publication queued after that read is
     never left without a wake of its own."""

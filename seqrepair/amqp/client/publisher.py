@@ -338,6 +338,9 @@ class Publisher(PublisherRunner[list[Publication]]):
             if self.on_sent is not None:
                 self.on_sent(batch)
 
+    def _may_send(self) -> bool:
+        return not self._backing_off and not self._released and super()._may_send()
+
     def _linger(self) -> None:
         """While a ``publish()`` is journaling the next publication and the queue is not a
         full batch, wait for it (its publication joins the batch), at most until the oldest

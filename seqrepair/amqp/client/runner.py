@@ -566,6 +566,7 @@ class PublisherRunner(_Reconnecting, Generic[Unsettled]):
 
     url: str
     idle_timeout: float
+    max_unsettled: int
 
     def __init__(self, *, reconnect_delay: float, max_reconnect_delay: float) -> None:
         super().__init__(reconnect_delay=reconnect_delay, max_reconnect_delay=max_reconnect_delay,
@@ -691,9 +692,22 @@ class PublisherRunner(_Reconnecting, Generic[Unsettled]):
             self._accepted(event.link)
 
     def on_seqrepair_wake(self, event: Any) -> None:
-        """Something was queued (from any thread): send it (and all queued with it)."""
-        self._wake_due = False  # before _send reads the queue: a later publish() wakes again
+        """Something was queued (from any thread): send it, and all queued with it. Until
+        :meth:`_send` is done the wake counts as still due, so ``publish()`` calls meanwhile
+        write no wake of their own (each would hand the interpreter to this thread); what they
+        queued after :meth:`_send` looked is seen here and brings one more turn."""
         self._send()
+        self._wake_due = False
+        if self._pending and self._may_send():
+            self._wake()
+
+    def _may_send(self) -> bool:
+        """Whether :meth:`_send` would send now if anything were pending (else the event
+        that lifts what stops it, credit or an outcome, sends)."""
+        sender = self._sender
+        return sender is not None and sender.credit > 0 and (
+            len(self._unsettled) < self.max_unsettled
+        )
 
     def on_seqrepair_stop(self, event: Any) -> None:
         """:meth:`close` was called: close the connection, end the container."""
