@@ -70,8 +70,9 @@ def test_while_the_application_is_inside_publish_what_is_queued_waits_for_it(
     publisher, _wakes = _publisher()
     holding, proceed = threading.Event(), threading.Event()
 
-    def publishing() -> None:  # what publish() does, held open until told
+    def publishing() -> None:  # what publish() does, back to back, held open until told
         with publisher._stamping:
+            publisher._back_to_back = True
             holding.set()
             proceed.wait(30)
             publisher._pending.append(publisher.sequencer.stamp("/live/a", {"n": 1}))
@@ -101,11 +102,35 @@ def test_what_lingered_long_enough_goes_though_the_application_is_inside_publish
         publisher.publish("/live/a", {"n": 0})
         publisher._waiting_since = time.monotonic() - LINGER
         with publisher._stamping:
+            publisher._back_to_back = True
             publisher.on_seqrepair_wake(None)
         assert len(sender.sent) == 1
         publisher.publish("/live/a", {"n": 1})  # nobody inside publish(): at once
         publisher.on_seqrepair_wake(None)
         assert len(sender.sent) == 2
+    finally:
+        publisher._injector.close()
+
+
+def test_an_application_that_publishes_now_and_then_is_never_waited_for(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Inside publish() but not back to back (more time between the calls than in them):
+    what is queued goes at once."""
+    monkeypatch.setattr(publisher_module, "LINGER", 60.0)
+    publisher, _wakes = _publisher()
+    try:
+        sender = publisher._sender = _Sender()
+        publisher.publish("/live/a", {"n": 0})
+        publisher._last_end = time.monotonic() - 1.0  # a second ago, after a short call
+        with publisher._stamping:
+            publisher._call_began()
+            assert not publisher._back_to_back
+            publisher.on_seqrepair_wake(None)  # would wait a minute if it lingered
+        assert len(sender.sent) == 1
+        publisher._last_end, publisher._last_call = time.monotonic(), 1.0
+        publisher._call_began()
+        assert publisher._back_to_back  # right after a long call
     finally:
         publisher._injector.close()
 

@@ -73,9 +73,10 @@ class Publisher(PublisherRunner[list[Publication]]):
     :attr:`error` names the condition and :meth:`flush` returns False at once (see
     :class:`~seqrepair.amqp.client.runner.PublisherRunner`).
 
-    Publications go at once, unless the application is inside ``publish()`` again: then what
-    is queued waits for that publication, at most :data:`LINGER` from the oldest, and goes as
-    one transfer (batching under load, never on a timer, never on an idle path).
+    Publications go at once, unless the application is inside ``publish()`` again, back to
+    back (it spends more time in the calls than between them): then what is queued waits for
+    that publication, at most :data:`LINGER` from the oldest, and goes as one transfer
+    (batching under load, never on a timer, never on an idle path).
 
     A batch the component releases (its journal is out for now) is sent again after a backoff:
     ``reconnect_delay`` at first, doubled up to ``max_backoff`` while releases go on (no
@@ -156,6 +157,11 @@ class Publisher(PublisherRunner[list[Publication]]):
         # next publication to send the last one.
         self._stamping = threading.Lock()
         self._waiting_since: float | None = None  # when the oldest of _pending was queued
+        # the last publishing call: how long it took, when it ended, whether it came back to
+        # back after the one before (the sender lingers only for such an application)
+        self._last_call = 0.0
+        self._last_end = float("-inf")
+        self._back_to_back = False
         self._backing_off = False  # a backoff timer is pending: send nothing
         self._finish_when_done = False
         self.log = log.bind(source=source, topic=address)
@@ -175,6 +181,7 @@ class Publisher(PublisherRunner[list[Publication]]):
         be delivered raises UndeliverableError, :mod:`seqrepair.core.limits`)."""
         stamp = time.time() if timestamp is None else timestamp
         with self._stamping:
+            began = self._call_began()
             if self.embedded is not None:
                 pub = self.embedded.publish(topic, fields, ptype, permtoken=permtoken,
                                             timestamp=stamp)
@@ -183,10 +190,23 @@ class Publisher(PublisherRunner[list[Publication]]):
                 pub = self.sequencer.stamp(topic, fields, ptype, permtoken=permtoken,
                                            timestamp=stamp)
                 self._pending.append(pub)
-            if self._waiting_since is None:
-                self._waiting_since = time.monotonic()
+            self._call_ended(began)
         self._wake()
         return pub
+
+    def _call_began(self) -> float:
+        """A publishing call starts (under ``_stamping``): back to back when less time passed
+        since the last one ended than that one took (the application is journal-bound)."""
+        now = time.monotonic()
+        self._back_to_back = now - self._last_end < self._last_call
+        return now
+
+    def _call_ended(self, began: float) -> None:
+        """A publishing call queued what it stamped (under ``_stamping``)."""
+        now = time.monotonic()
+        if self._waiting_since is None:
+            self._waiting_since = now
+        self._last_call, self._last_end = now - began, now
 
     def publish_many(self, items: Sequence[tuple[Any, ...]]) -> list[Publication]:
         """Several ``(topic, fields, ptype[, permtoken])`` at once: one journal append per
@@ -199,6 +219,7 @@ class Publisher(PublisherRunner[list[Publication]]):
         """
         stamped: list[Publication] = []
         with self._stamping:
+            began = self._call_began()
             now = time.time()
             for item in items:
                 topic, fields, ptype = item[:3]
@@ -225,8 +246,7 @@ class Publisher(PublisherRunner[list[Publication]]):
                     raise
             if self.embedded is not None:
                 self._journal(stamped)
-            if self._waiting_since is None:
-                self._waiting_since = time.monotonic()
+            self._call_ended(began)
         self._wake()
         return stamped
 
@@ -342,15 +362,18 @@ class Publisher(PublisherRunner[list[Publication]]):
         return not self._backing_off and not self._released and super()._may_send()
 
     def _linger(self) -> None:
-        """While a ``publish()`` is journaling the next publication and the queue is not a
-        full batch, wait for it (its publication joins the batch), at most until the oldest
-        queued has waited :data:`LINGER`. Waiting on the application's lock, not looping:
-        the container thread does nothing meanwhile, and leaves the interpreter to the
-        application's thread."""
+        """While a ``publish()`` that came back to back (less time since the last call ended
+        than that call took: the application is bound by the journal's round trips) is
+        journaling the next publication and the queue is not a full batch, wait for it (its
+        publication joins the batch), at most until the oldest queued has waited
+        :data:`LINGER`. An application that publishes now and then (at 1,000/s one
+        ``publish()`` takes a fraction of the millisecond between them) is never held.
+        Waiting on the application's lock, not looping: the container thread does nothing
+        meanwhile, and leaves the interpreter to the application's thread."""
         if not self._pending or len(self._pending) >= self.max_batch:
             return
-        if not self._stamping.locked():
-            return  # nobody is publishing: what is queued goes at once
+        if not self._stamping.locked() or not self._back_to_back:
+            return  # nobody is publishing, or not back to back: what is queued goes at once
         since = self._waiting_since
         left = LINGER - (time.monotonic() - since) if since is not None else LINGER
         if left > 0 and self._stamping.acquire(timeout=left):
@@ -430,11 +453,11 @@ class Publisher(PublisherRunner[list[Publication]]):
 
 LINGER = 0.005
 """Seconds at most a :class:`Publisher` holds a batch that is not full while the application
-is inside ``publish()`` (journaling the next publication): an application publishing back to
-back gets transfers of many publications, not one each (every transfer costs each process on
-the way far more than a publication in it), and the sending thread leaves the application's
-thread the interpreter meanwhile. A publisher whose application is not inside ``publish()``
-sends at once: the idle path has no delay and no timer."""
+is inside ``publish()`` (journaling the next publication) back to back (see
+:meth:`Publisher._linger`): an application publishing back to back gets transfers of many
+publications, not one each (every transfer costs each process on the way far more than a
+publication in it), and the sending thread leaves the application's thread the interpreter
+meanwhile. Any other publisher sends at once: the idle path has no delay and no timer."""
 
 NUMBERING_CONDITIONS = frozenset({"amqp:precondition-failed"})
 """Rejections that say this source's numbering does not continue the journal (numbers skipped,
