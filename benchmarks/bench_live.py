@@ -14,7 +14,13 @@ before its ``publish()`` call; the subscriber records delivery time - that time.
 p50/p99/max of publish-call -> delivery. With ``--throughput N`` a second run per tree
 publishes N records unpaced, still one ``publish()`` per record, and reports delivered
 publications/s (first to last delivery) and CPU seconds per publication of every process
-(component, redis-server, publisher, subscriber).
+(component, redis-server, publisher, subscriber), publications per transfer from the
+publisher, and the CPU of the ``publish()`` calls alone.
+
+``--hogs N`` keeps N CPU-bound processes running (a loaded machine, the same for both trees);
+``--profile DIR`` runs every process under py-spy (collapsed stacks; py-spy on PATH);
+``BENCH_COMPONENT_RUN="script.py"`` runs ``seqrepair serve`` through another entry point (a
+cProfile wrapper, say).
 """
 
 from __future__ import annotations
