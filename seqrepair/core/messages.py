@@ -433,5 +433,37 @@ class ReplayComplete:
         return hash((frozenset(self.through.items()), self.request, self.more))
 
 
-Frame = Publication | Heartbeat | GapError | ReplayComplete
+@attrs.frozen(hash=False)
+class ReplayStarted:
+    """The component took ``request`` and its replay is under way: sent at once, before the
+    replayed publications (Aeron's and JetStream's replay sessions say so too).
+
+    ``through``: per source, the last number the replay will read (its ``ReplayComplete``
+    may stop earlier, where the link itself carries on). ``continued``: ``request`` repeated
+    a request whose replay was still in progress; that replay goes on where it is, nothing is
+    sent twice, and what follows (frames, ``ReplayComplete``) answers the first attempt, whose
+    ``after`` ``request`` names. A stub that hears nothing of a replay after a real silence
+    asks again with the same ``request_id``: it is continued if still running, started again
+    from the stub's remainder if not.
+    """
+
+    request: SourceGapRequest = attrs.field(validator=_instance_of(SourceGapRequest))
+    through: Mapping[str, int] = attrs.field(factory=dict, converter=_source_numbers)
+    continued: bool = attrs.field(default=False, validator=_instance_of(bool), kw_only=True)
+
+    def __hash__(self) -> int:
+        return hash((self.request, frozenset(self.through.items()), self.continued))
+
+
+def same_attempt(answered: SourceGapRequest, request: SourceGapRequest) -> bool:
+    """Does an answer to ``answered`` answer ``request``? The same request, or an earlier
+    attempt of it: both carry the same ``request_id`` (a stub's retries keep the id and
+    move ``after`` up to what it has received, and a component continues the attempt whose
+    replay is still running, echoing that attempt's ``after``)."""
+    if answered.request_id is not None and request.request_id is not None:
+        return answered.request_id == request.request_id
+    return answered.same_as(request)
+
+
+Frame = Publication | Heartbeat | GapError | ReplayComplete | ReplayStarted
 """What a subscriber stub receives."""

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 import attrs
 
-from seqrepair.core.messages import ReplayComplete, SourceGapRequest
+from seqrepair.core.messages import ReplayComplete, SourceGapRequest, same_attempt
 
 
 @attrs.define(on_setattr=attrs.setters.NO_OP)
@@ -26,15 +26,24 @@ class SourceRepair:
     resume: bool = False  # asked by resume_point(): the (re)attach of the link
     quiet: bool = True  # no frame of a link context has come since it was asked
     progressed: bool = False  # a replayed publication arrived while it was in flight
+    live: bool = False  # the component said it runs the replay, or its frames are coming
+    first_after: Mapping[str, int] | None = None  # the first attempt's after (progress base)
+
+    def __attrs_post_init__(self) -> None:
+        if self.first_after is None:
+            self.first_after = self.request.after
 
     def progress(self, now: float, wait: float) -> None:
-        """A replayed publication arrived: the replay is coming, so the retry count starts
-        again and the next retry is timed from now (a retry would only ask for it all again,
-        a give-up would abandon a repair that is making progress, however long the replay
-        takes). A retry, when answers stop for ``wait``, asks after what was delivered."""
+        """A replayed publication (or the component's word that the replay runs) arrived:
+        the replay is live, so the retry count starts again and the next retry is timed from
+        now (a give-up would abandon a repair that is making progress, however long the replay
+        takes). A retry, when nothing comes for ``wait``, asks "still going?": the same
+        ``request_id``, ``after`` the remainder (what was delivered), so a component still
+        running the replay continues it and one that lost it replays only the remainder."""
         self.attempts = 1
         self.next_at = now + wait
         self.progressed = True
+        self.live = True
 
     def listening(self, now: float, wait: float) -> None:
         """The application held the thread until ``now``: a replay that was coming is still
@@ -59,13 +68,14 @@ def resume_after(last_delivered: Mapping[str, int], floor: dict[str, int]) -> di
 def answers_request(complete: ReplayComplete, request: SourceGapRequest) -> bool:
     """Can ``complete`` end the replay asked for by ``request``?
 
-    When the transport names the request, it must be this one (the same ``after``, and the same
-    ``request_id`` when both carry one). Otherwise an answer that stops short of a source's
+    When the transport names the request, it must be this one or an earlier attempt of it (the
+    same ``request_id``, see :func:`~seqrepair.core.messages.same_attempt`; without ids, the
+    same ``after``). Otherwise an answer that stops short of a source's
     ``after`` (a late copy of an earlier answer) cannot be for it; a late copy that reaches it
     (the earlier request's answer, when nothing was delivered between the two) cannot be told
     apart, which is why transports that may duplicate or delay answers name the request.
     """
     if complete.request is not None:
-        return complete.request.same_as(request)
+        return same_attempt(complete.request, request)
     through = complete.through
     return all(through.get(name, seq) >= seq for name, seq in request.after.items())

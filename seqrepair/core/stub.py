@@ -22,6 +22,12 @@ how far each source was trimmed; the stub reports those sources ``Unrecoverable`
 after the trimmed numbers, so what the journal still holds is delivered. A replay that stopped
 at the component's per-request limit ends ``ReplayComplete(more=True)``: the stub asks again
 after the ``through`` it names, until one ends without ``more``.
+A replay is a session that makes progress, never starts over: until the component's
+``ReplayStarted`` or a replayed publication comes, the request is retried with backoff; from
+then on it is asked again only after a real silence (a heartbeat interval without a frame),
+each time with the same ``request_id`` and ``after`` = the remainder not yet delivered, so a
+component still running the replay continues it and one that lost it replays only the rest.
+An answer to any attempt of the request (same ``request_id``) answers it.
 A reset starts a new session: numbers of the old link context mean nothing in the new one,
 yet a transport that does not tie a reset to a new link may still bring old frames, whose
 numbers read as slots of the new context. So the new context's frames are held unread until
@@ -85,6 +91,7 @@ from seqrepair.core.messages import (
     Heartbeat,
     Publication,
     ReplayComplete,
+    ReplayStarted,
     SourceGapRequest,
 )
 from seqrepair.core.overdue import MissedCount, OverduePolicy, parse_overdue_policy
@@ -424,11 +431,14 @@ class SubscriberStub(SourceRepairing, ImageResyncing):
             if isinstance(frame.request, GapRequest):
                 self.space.check(frame.request.link_from)
                 self.space.check(frame.request.link_to)
-        elif not isinstance(frame, ReplayComplete) and not self._check_image(frame):
+        elif not isinstance(frame, ReplayComplete | ReplayStarted) and not self._check_image(
+            frame
+        ):
             raise InvalidMessageError(
-                "a stub receives Publication, Heartbeat, GapError, ReplayComplete or an image",
-                expected="Publication | Heartbeat | GapError | ReplayComplete | ImageFrame"
-                " | ImageComplete",
+                "a stub receives Publication, Heartbeat, GapError, ReplayComplete, "
+                "ReplayStarted or an image",
+                expected="Publication | Heartbeat | GapError | ReplayComplete | ReplayStarted"
+                " | ImageFrame | ImageComplete",
                 got=type(frame).__name__,
             )
         return None
@@ -442,6 +452,8 @@ class SubscriberStub(SourceRepairing, ImageResyncing):
         self._events = events
         if isinstance(frame, GapError):
             self._on_gap_error(frame, now)
+        elif isinstance(frame, ReplayStarted):
+            self._on_replay_started(frame, now)
         elif isinstance(frame, ReplayComplete):
             self._on_replay_complete(frame, now)
         elif not isinstance(frame, Publication | Heartbeat):

@@ -30,7 +30,9 @@ from seqrepair.core.messages import (
     Heartbeat,
     Publication,
     ReplayComplete,
+    ReplayStarted,
     SourceGapRequest,
+    same_attempt,
 )
 from seqrepair.core.sequence import RESET, SequenceSpace
 from seqrepair.core.sourcerepair import SourceRepair, answers_request, resume_after
@@ -44,6 +46,7 @@ class SourceRepairing:
     defines the state declared here (attrs fields) and the link-side methods named below."""
 
     retry_interval: float
+    heartbeat_interval: float
     backoff: float
     jitter: float
     max_retries: int
@@ -345,12 +348,13 @@ class SourceRepairing:
         """Report the sources whose requested numbers were trimmed and ask again after them
         (with the items lost, per source, when the component named them).
 
-        False when the answer names nothing beyond what was asked: no progress is possible,
-        the caller gives up as for any other refusal.
+        False when the answer names nothing beyond what the request's first attempt asked:
+        no progress is possible, the caller gives up as for any other refusal.
         """
         source = self._source
         assert source is not None
-        after = source.request.after
+        assert source.first_after is not None
+        after = source.first_after
         lost = {
             name: through
             for name, through in sorted(trimmed_through.items())
@@ -374,11 +378,14 @@ class SourceRepairing:
         """The replay stopped at the component's per-request limit (``more``): ask again after
         what it read, not after what was delivered (a filter may keep that far behind).
 
-        False when the answer read nothing beyond what was asked: no progress is possible.
+        False when the answer read nothing beyond what the request's first attempt asked
+        (a component may have continued that attempt's replay for a retry, which asked after
+        more): no progress is possible.
         """
         source = self._source
         assert source is not None
-        after = source.request.after
+        assert source.first_after is not None
+        after = source.first_after
         read = {name: seq for name, seq in through.items() if seq > after.get(name, 0)}
         if not read:
             return False
@@ -391,6 +398,7 @@ class SourceRepairing:
     def _ask_again(self, source: SourceRepair, now: float) -> None:
         """Send the request in flight again from the current resume points, as a fresh try."""
         source.request = self._new_source_request(source.cover_through)
+        source.first_after = source.request.after
         source.attempts = 1
         source.next_at = now + self._retry_wait(1)
         self._stats.source_requests_sent += 1
@@ -398,9 +406,20 @@ class SourceRepairing:
 
     @property
     def _progress_wait(self) -> float:
-        """How long a replay that is making progress may pause: the longest first retry wait
-        (no draw from the generator: a replay's progress must not shift the jitter)."""
-        return self.retry_interval * (1.0 + self.jitter)
+        """How long a live replay (acknowledged, or its frames coming) may fall silent before
+        the stub asks "still going?": a heartbeat interval (the component sends a frame at
+        least that often on a link with credit), at least the longest first retry wait. No
+        draw from the generator: a replay's progress must not shift the jitter. Asking costs
+        little: the component continues a replay it still runs (:class:`ReplayStarted`)."""
+        return max(self.retry_interval * (1.0 + self.jitter), self.heartbeat_interval)
+
+    def _on_replay_started(self, started: ReplayStarted, now: float) -> None:
+        """The component runs the replay of the request in flight (or of an earlier attempt
+        of it, which it continues): it is live, and only a real silence asks again."""
+        source = self._source
+        if source is None or not same_attempt(started.request, source.request):
+            return  # about a request given up or replaced: its frames are dropped as stray
+        source.progress(now, self._progress_wait)
 
     def _retry_wait(self, attempts: int) -> float:
         wait = self.retry_interval * self.backoff ** (attempts - 1)
@@ -413,11 +432,15 @@ class SourceRepairing:
             self._abandon_source_repair("give-up", now)
             return
         source.attempts += 1
-        # The cover point stays the first attempt's: requests with the same ``after`` are equal,
-        # so an answer may be to an earlier attempt, made before the newer frames went missing.
+        # The cover point and the id stay the first attempt's: an answer may be to an earlier
+        # attempt (a component continues the replay it still runs), made before the newer
+        # frames went missing. ``after`` is the remainder: what has not come yet.
         after = resume_after(self._last_delivered, self._replay_floor)
         source.request = attrs.evolve(source.request, after=after)
-        source.next_at = now + self._retry_wait(source.attempts)
+        wait = self._retry_wait(source.attempts)
+        if source.live:  # "still going?": a live replay is given at least a real silence
+            wait = max(wait, self._progress_wait)
+        source.next_at = now + wait
         self._stats.source_requests_sent += 1
         self._events.append(RequestSourceGap(source.request))
 
@@ -506,7 +529,7 @@ class SourceRepairing:
         request = error.request
         if isinstance(request, SourceGapRequest) or (request is None and self._source):
             if self._source is None or (
-                request is not None and not request.same_as(self._source.request)
+                request is not None and not same_attempt(request, self._source.request)
             ):
                 self._stats.stray_dropped += 1
                 return

@@ -37,7 +37,7 @@ entitled to everything published since it subscribed, including sources it has n
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, cast
 
 import attrs
@@ -176,7 +176,7 @@ class Replay:
         whose entries the link is not entitled to reads and skips them; without these pauses
         one step of it could scan the whole range (thousands of entries, many journal pages).
         """
-        allows = self.link.entitlement.allows
+        allows = _remembered(self.link.entitlement)
         for seg in self.segments:
             if self._cut(seg, seg.first):
                 continue
@@ -214,7 +214,7 @@ class Replay:
                             )
                             return
                         self.sent += 1
-                        yield attrs.evolve(pub, retransmit=True, link_seq=None)
+                        yield pub.with_link(None, retransmit=True)
                     else:
                         self.filtered += 1
                     if scan_slice is not None and self.scanned % scan_slice == 0:
@@ -281,6 +281,29 @@ class Replay:
             if limit is None or carried < limit:
                 limit = carried
         return limit
+
+
+def _remembered(entitlement: Entitlement) -> Callable[[Publication], bool]:
+    """``entitlement.allows``, remembered per (topic, permission token), and per source and
+    publish type too when it has filters (they may read those; nothing else decides): a
+    replay reads thousands of publications of a few topics."""
+    answers: dict[tuple[object, ...], bool] = {}
+    allows = entitlement.allows
+    filtered = bool(entitlement.filters)
+
+    def remembered(pub: Publication) -> bool:
+        key: tuple[object, ...] = (
+            (pub.topic, pub.permtoken, pub.source, pub.ptype) if filtered
+            else (pub.topic, pub.permtoken)
+        )
+        answer = answers.get(key)
+        if answer is None:
+            if len(answers) >= 4096:
+                answers.clear()
+            answer = answers[key] = allows(pub)
+        return answer
+
+    return remembered
 
 
 def undeliverable(pub: Publication) -> UndeliverableError | None:

@@ -43,6 +43,7 @@ from seqrepair.core.messages import (
     Heartbeat,
     Publication,
     ReplayComplete,
+    ReplayStarted,
     SourceGapRequest,
 )
 from seqrepair.core.snapshot import ImageComplete, ImageFrame, ImageRequest, image_publication
@@ -109,6 +110,7 @@ ATTACH = {code(row[0]): row[1]
           for row in table(("link property", "AMQP type", "sent by", "meaning"))}
 KEYS = ("key", "AMQP type", "meaning")
 REPLAY_COMPLETE_BODY = {code(r[0]): r[1] for r in table(KEYS, after="`REPLAY-COMPLETE` body")}
+REPLAY_STARTED_BODY = {code(r[0]): r[1] for r in table(KEYS, after="`REPLAY-STARTED` body")}
 CAPABILITIES_BODY = {code(r[0]): r[1] for r in table(KEYS, after="`CAPABILITIES` answer body")}
 SUBSCRIPTION_BODY = {code(r[0]): r[1] for r in table(KEYS, after="`SUBSCRIPTION` body")}
 CONDITIONS = {code(row[0]) for row in table(("condition", "when"))
@@ -204,6 +206,7 @@ def written() -> dict[str, list[Any]]:
         "GAP-ERROR": [encode(GapError("context-lost", GapRequest(1, 2), "gone")),
                       encode(GapError("trimmed", AFTER, "cut", {"src": 3}))],
         "REPLAY-COMPLETE": [encode(ReplayComplete({"src": 9}, AFTER, more=True))],
+        "REPLAY-STARTED": [encode(ReplayStarted(AFTER, {"src": 9}, continued=True))],
         "CAPABILITIES": [encode(CapabilitiesRequest()), encode(CAPS)],
         "SUBSCRIPTION": [encode(SubscriptionState("ACTIVE", "/w/#", "l", "/w/#", epoch="e"))],
         "ACK": [encode(Ack("data-link", "e", 7, {"src": 9})), encode(Ack("data-link", "e"))],
@@ -261,6 +264,9 @@ def test_everything_documented_that_the_code_writes_it_reads_back() -> None:
         "trimmed", {"src": 3}, 7)
     [complete] = _read_back(w["REPLAY-COMPLETE"][0])
     assert (complete.through, complete.more, complete.request.request_id) == ({"src": 9}, True, 7)
+    [started] = _read_back(w["REPLAY-STARTED"][0])
+    assert (started.request.after, started.request.request_id, started.through,
+            started.continued) == ({"src": 4}, 7, {"src": 9}, True)
     assert _read_back(w["CAPABILITIES"][1]) == [CAPS]
     [state] = _read_back(w["SUBSCRIPTION"][0])
     assert (state.status, state.epoch) == ("ACTIVE", "e")
@@ -269,6 +275,7 @@ def test_everything_documented_that_the_code_writes_it_reads_back() -> None:
 def test_the_documented_body_keys_and_types_are_what_the_code_writes() -> None:
     for message, documented in (
         (written()["REPLAY-COMPLETE"][0], REPLAY_COMPLETE_BODY),
+        (written()["REPLAY-STARTED"][0], REPLAY_STARTED_BODY),
         (written()["CAPABILITIES"][1], CAPABILITIES_BODY),
         (written()["SUBSCRIPTION"][0], SUBSCRIPTION_BODY),
     ):

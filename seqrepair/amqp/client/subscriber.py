@@ -81,6 +81,7 @@ from seqrepair.core.messages import (
     Heartbeat,
     Publication,
     ReplayComplete,
+    ReplayStarted,
 )
 from seqrepair.core.overdue import OverduePolicy
 from seqrepair.core.snapshot import (
@@ -105,7 +106,8 @@ def is_durable(durable: bool | None, link_name: str | None, address: str) -> boo
     return link_name is not None or address.startswith(SUBSCRIPTION_PREFIX)
 
 
-_FRAMES = (Publication, Heartbeat, GapError, ReplayComplete, ImageFrame, ImageComplete)
+_FRAMES = (Publication, Heartbeat, GapError, ReplayComplete, ReplayStarted, ImageFrame,
+           ImageComplete)
 """What the subscriber's stub receives."""
 
 class Subscriber(SubscriberRunner):

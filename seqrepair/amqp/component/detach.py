@@ -40,6 +40,11 @@ def forget(component: Component, endpoint: Any) -> None:
     name = getattr(endpoint, "subscriber", None)
     link = component.links.get(name) if name is not None else None
     if link is not None and link.sender == endpoint:
+        # its replays end: what went out on this connection may not have arrived, so one
+        # continued on the next could skip it (the stub asks again for its remainder)
+        link.route.drop_replay(link.name)
+        for route in component.routes.values():
+            route.drop_replay(link.name)
         link.detach(component.clock())
         component.durables.flush()
         link.log.info("subscriber detached; context kept",

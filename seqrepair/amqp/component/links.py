@@ -99,6 +99,13 @@ class _Stream:
     replay: bool = False
     ready: deque[Outgoing] = attrs.field(factory=deque)
     done: bool = False
+    request: SourceGapRequest | None = None
+    """The source request a replay answers (the attempt it started from)."""
+    answered: SourceGapRequest | None = None
+    """The latest attempt of ``request`` (a repeat continues it): what its closing frame and
+    ``REPLAY-STARTED`` echo, so a client that matches answers by ``after`` takes them."""
+    through: Mapping[str, int] = attrs.field(factory=dict)
+    """Per source, the last number the replay reads at most (REPLAY-STARTED)."""
 
 
 @attrs.define(eq=False)
@@ -153,15 +160,47 @@ class ResponseRoute:
         replay: Iterable[ReplayFrame | None],
         correlation_id: Any,
         cookie: bytes | None = None,
+        *,
+        request: SourceGapRequest | None = None,
+        through: Mapping[str, int] | None = None,
     ) -> None:
-        """Send the gap-fill service's answer to a source request about the link
-        ``requester``, a chunk per transfer.
+        """Send the gap-fill service's answer to ``request``, a source request about the link
+        ``requester``, a chunk per transfer (``through``: how far it reads per source).
 
         The answer is read lazily (the journal is paged as credit allows); a new replay for
-        the same link replaces one in progress, whose requester has given up on it.
+        the same link replaces one in progress, whose requester has moved on to another
+        request (a repeat of the same one continues it instead: :meth:`live_replay`).
         """
         self.replays.pop(requester, None)
-        self.replays[requester] = _Stream(iter(replay), correlation_id, cookie, replay=True)
+        self.replays[requester] = _Stream(
+            iter(replay), correlation_id, cookie, replay=True, request=request,
+            answered=request, through=dict(through or {}),
+        )
+
+    def live_replay(self, requester: str, request: SourceGapRequest) -> _Stream | None:
+        """The replay in progress for ``requester`` that ``request`` repeats, if any: one
+        started by a request with the same ``request_id`` and ``link_through`` whose ``after``
+        ``request``'s does not go below (a stub asks again "still going?" with the remainder
+        it still lacks). Continuing it sends nothing twice; restarting it from the remainder
+        would send again all it has sent that the stub has not received yet."""
+        stream = self.replays.get(requester)
+        first = None if stream is None else stream.request
+        if (
+            stream is None or first is None or request.request_id is None
+            or first.request_id != request.request_id
+            or first.link_through != request.link_through
+        ):
+            return None
+        after = request.after
+        if any(after.get(name, 0) < seq for name, seq in first.after.items()):
+            return None
+        stream.answered = request
+        return stream
+
+    def drop_replay(self, requester: str) -> None:
+        """Stop the replay for ``requester`` (its link detached: what was sent on the lost
+        connection may not have arrived, so continuing it on a new one could skip that)."""
+        self.replays.pop(requester, None)
 
     def busy(self) -> bool:
         """Whether answers are waiting."""
@@ -287,6 +326,10 @@ class ResponseRoute:
         if single is not None:
             stream.ready.append(_finish(encode(single), correlation_id, cookie))
         if closing is not None:
+            answered = stream.answered
+            if answered is not None and answered is not stream.request:
+                # continued for a repeat: echo its after (everything after it is answered too)
+                closing = attrs.evolve(closing, request=answered)
             stream.ready.append(_finish(encode(closing), correlation_id, cookie))
 
 

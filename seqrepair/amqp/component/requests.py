@@ -36,7 +36,13 @@ from seqrepair.amqp.wire.technical import (
     CapabilitiesRequest,
 )
 from seqrepair.amqp.wire.vocabulary import LINK_PREFIX, PROP_LINK, is_ack, plain_properties
-from seqrepair.core.messages import GapError, GapRequest, PublishType, SourceGapRequest
+from seqrepair.core.messages import (
+    GapError,
+    GapRequest,
+    PublishType,
+    ReplayStarted,
+    SourceGapRequest,
+)
 from seqrepair.core.permissions import Entitlement
 from seqrepair.core.snapshot import ImageRequest
 
@@ -166,6 +172,14 @@ def answer_gap(
             cookie,
         )
         return
+    live = route.live_replay(link.name, request)
+    if live is not None:
+        # "still going?": the replay of an earlier attempt of this request runs; it goes on
+        # where it is (restarting it would send again all that is on its way)
+        component.stats["replays_continued"] += 1
+        route.respond(encode(ReplayStarted(request, live.through, continued=True)),
+                      correlation, cookie)
+        return
     if link.name not in route.replays:  # a new replay (one for the same link replaces it)
         check_replay_room(component.routes.values(), route, config, component.stats)
     # what the component fans out next goes to this link too: the replay stops there
@@ -178,7 +192,10 @@ def answer_gap(
         route.respond(encode(replay), correlation, cookie)
         return
     component.ingest.owe(replay.owed_to_link)
-    route.start_replay(link.name, replay.steps(config.replay_page), correlation, cookie)
+    # answered at once: the subscriber knows the replay runs and waits for a real silence
+    route.respond(encode(ReplayStarted(request, replay.through)), correlation, cookie)
+    route.start_replay(link.name, replay.steps(config.replay_page), correlation, cookie,
+                       request=request, through=replay.through)
 
 
 def _link_name(reply_to: Any) -> str | None:

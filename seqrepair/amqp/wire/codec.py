@@ -56,6 +56,7 @@ from seqrepair.core.messages import (
     Publication,
     PublishType,
     ReplayComplete,
+    ReplayStarted,
     SourceGapRequest,
 )
 from seqrepair.core.snapshot import ImageComplete, ImageFrame, ImageRequest
@@ -68,7 +69,7 @@ _MAX_ULONG = (1 << 64) - 1
 NOT_REQUESTS = frozenset({
     MessageType.PUBLICATION, MessageType.PUBLICATIONS, MessageType.HEARTBEAT,
     MessageType.SUBSCRIPTION, MessageType.GAP_ERROR, MessageType.REPLAY_COMPLETE,
-    MessageType.IMAGE, MessageType.IMAGE_COMPLETE,
+    MessageType.IMAGE, MessageType.IMAGE_COMPLETE, MessageType.REPLAY_STARTED,
 })
 """Message types refused on the requests address: link frames and answers."""
 
@@ -247,6 +248,16 @@ def encode(obj: Decoded) -> Message:
         return Message(
             body=complete,
             properties=_request_id({MESSAGE_TYPE: MessageType.REPLAY_COMPLETE.value}, answered),
+        )
+    if isinstance(obj, ReplayStarted):
+        started: dict[str, Any] = {
+            "after": _ulongs(obj.request.after), "through": _ulongs(obj.through),
+        }
+        if obj.continued:
+            started["continued"] = True
+        return Message(
+            body=started,
+            properties=_request_id({MESSAGE_TYPE: MessageType.REPLAY_STARTED.value}, obj.request),
         )
     if isinstance(obj, Ack):
         acked: dict[str, Any] = {
@@ -649,6 +660,20 @@ class Decoder:
                     )
                 )
                 return ReplayComplete(through=through, request=answered, more=more)
+            if mtype is MessageType.REPLAY_STARTED:
+                body = _map(body, "REPLAY-STARTED body")
+                continued = body.get("continued", False)
+                if not isinstance(continued, bool):
+                    raise MalformedMessageError(
+                        "REPLAY-STARTED continued must be a boolean", expected="bool",
+                        got=continued,
+                    )
+                return ReplayStarted(
+                    SourceGapRequest(_source_numbers(body.get("after"), "after"),
+                                     request_id=_read_request_id(props)),
+                    _source_numbers(body.get("through", {}), "through"),
+                    continued=continued,
+                )
             if mtype is MessageType.GAP_ERROR:
                 reason = props.get("reason")
                 if reason not in GAP_ERROR_REASONS:

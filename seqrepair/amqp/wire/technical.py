@@ -19,6 +19,7 @@ from seqrepair.core.messages import (
     Heartbeat,
     Publication,
     ReplayComplete,
+    ReplayStarted,
     SourceGapRequest,
 )
 from seqrepair.core.snapshot import ImageComplete, ImageFrame, ImageRequest
@@ -41,6 +42,7 @@ class MessageType(enum.StrEnum):
     SOURCE_GAP_REQUEST = "SOURCE-GAP-REQUEST"
     GAP_ERROR = "GAP-ERROR"
     REPLAY_COMPLETE = "REPLAY-COMPLETE"
+    REPLAY_STARTED = "REPLAY-STARTED"
     CAPABILITIES = "CAPABILITIES"
     ACK = "ACK"
     SNAPSHOT = "SNAPSHOT"
@@ -119,6 +121,7 @@ Decoded = (
     | SourceGapRequest
     | GapError
     | ReplayComplete
+    | ReplayStarted
     | CapabilitiesRequest
     | Capabilities
     | SubscriptionState

@@ -1,0 +1,118 @@
+"""Catch-up makes progress and never starts over (issue 26), over real processes.
+
+A durable subscriber goes away, a few thousand publications are journaled, and it comes back:
+its stub repairs the reset by source replay from its stored position. While it catches up the
+component is frozen (SIGSTOP) for longer than a heartbeat interval, twice, and the application
+holds its thread once: pauses that made the stub ask for the replay again, and the component
+replace the replay in progress and send again everything on its way (213k-386k duplicates per
+100,000 caught up). Now the component continues a replay a repeated request asks for
+(``REPLAY-STARTED`` with ``continued``), so the catch-up ends exact with almost nothing twice.
+No timing is asserted: only what arrived, and the stub's own count of duplicates.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import threading
+import time
+from collections.abc import Callable
+
+from seqrepair.amqp.client.subscriber import Publisher, Subscriber
+from seqrepair.amqp.component.links import ResponseRoute
+from seqrepair.core.messages import Publication, SourceGapRequest
+from seqrepair.core.permissions import Entitlement
+
+from .conftest import ComponentProcess, wait_for
+
+N = 4_000
+
+
+def _counters(log: str) -> dict[str, int]:
+    stopped = re.search(r"component stopped.*", log)
+    assert stopped is not None, log[-2000:]
+    return {key: int(value) for key, value in re.findall(r"(\w+)=(\d+)", stopped.group(0))}
+
+
+def test_a_catch_up_paused_on_both_sides_ends_exact_with_under_one_percent_twice(
+    component: Callable[..., ComponentProcess],
+) -> None:
+    comp = component("--max-gap-range", "1500", "--replay-page", "200")
+    assert comp.proc is not None
+    pid = comp.proc.pid
+    with Subscriber(comp.url, "/catch/#", link_name="catching") as first:
+        assert first.wait_connected(20)
+        time.sleep(0.3)  # its position is stored on the attach
+    with Publisher(comp.url, "feed.c", address="/catch/#") as pub:
+        pub.publish_many([("/catch/t", {"n": i, "pad": "x" * 100}, "update") for i in range(N)])
+        assert pub.flush(60)
+
+    got: list[int] = []
+    thawed: list[threading.Timer] = []
+
+    def freeze(seconds: float) -> None:
+        os.kill(pid, signal.SIGSTOP)
+        timer = threading.Timer(seconds, os.kill, (pid, signal.SIGCONT))
+        thawed.append(timer)
+        timer.start()
+
+    def take(publication: Publication) -> None:
+        got.append(publication.source_seq)
+        if len(got) == N // 5:
+            time.sleep(0.6)  # the application holds the subscriber's thread
+        elif len(got) in (2 * N // 5, 3 * N // 5):
+            freeze(1.5)  # the component stops answering for a heartbeat interval and more
+
+    second = Subscriber(comp.url, "/catch/#", link_name="catching", on_publication=take)
+    with second:
+        try:
+            wait_for(lambda: len(got) >= N, 120)
+            time.sleep(0.3)  # anything sent twice after the last one is counted too
+        finally:
+            for timer in thawed:
+                timer.join(5)
+        stats = second.stats()
+    comp.stop()
+    counters = _counters(comp.log_text())
+    assert got == list(range(1, N + 1))  # exactly once, in order
+    assert second.unrecoverable == []
+    assert stats.duplicates < N // 100, (stats, counters)
+    assert counters["repair_failures"] == 0
+
+
+# --------------------------------------------------------------------------------------------
+# the component's side, without I/O: continue or restart
+
+
+def _route() -> ResponseRoute:
+    return ResponseRoute(Entitlement.everything(), 4, lambda _source: 64)
+
+
+FIRST = SourceGapRequest(after={"a": 10, "b": 3}, request_id=5, link_through=7)
+
+
+def test_a_repeat_with_the_same_id_and_the_remainder_continues_the_replay() -> None:
+    route = _route()
+    route.start_replay("link", iter(()), 1, request=FIRST, through={"a": 90})
+    repeat = SourceGapRequest(after={"a": 40, "b": 3}, request_id=5, link_through=7)
+    live = route.live_replay("link", repeat)
+    assert live is not None
+    assert live.request is FIRST  # what it continues from: the first attempt's after
+    assert live.answered is repeat  # what its closing frame echoes now
+    assert live.through == {"a": 90}
+
+
+def test_anything_else_restarts_it() -> None:
+    route = _route()
+    route.start_replay("link", iter(()), 1, request=FIRST)
+    for other in (
+        SourceGapRequest(after={"a": 40, "b": 3}, request_id=6, link_through=7),  # another id
+        SourceGapRequest(after={"a": 40, "b": 3}, request_id=5, link_through=9),  # other cover
+        SourceGapRequest(after={"a": 9, "b": 3}, request_id=5, link_through=7),  # went back
+        SourceGapRequest(after={"a": 40, "b": 3}, link_through=7),  # names no request
+    ):
+        assert route.live_replay("link", other) is None, other
+    assert route.live_replay("another link", FIRST) is None
+    route.drop_replay("link")  # its link detached
+    assert route.live_replay("link", FIRST) is None
