@@ -81,6 +81,38 @@ def test_a_catch_up_paused_on_both_sides_ends_exact_with_under_one_percent_twice
     assert counters["repair_failures"] == 0
 
 
+def test_a_connection_lost_mid_catch_up_is_not_continued_blind(
+    component: Callable[..., ComponentProcess],
+) -> None:
+    """The subscriber's connection drops twice while it catches up: what the component had
+    sent on it may not have arrived, so the replay ends with the link's detach and the stub's
+    next ask (after the silence) starts one after what it has: exact, nothing skipped."""
+    comp = component("--max-gap-range", "1500", "--replay-page", "200")
+    with Subscriber(comp.url, "/catch/#", link_name="dropping") as first:
+        assert first.wait_connected(20)
+        time.sleep(0.3)
+    with Publisher(comp.url, "feed.d", address="/catch/#") as pub:
+        pub.publish_many([("/catch/t", {"n": i, "pad": "x" * 100}, "update") for i in range(N)])
+        assert pub.flush(60)
+    got: list[int] = []
+    holder: list[Subscriber] = []
+
+    def take(publication: Publication) -> None:
+        got.append(publication.source_seq)
+        if len(got) in (N // 4, N // 2):
+            holder[0].drop_connection()
+
+    second = Subscriber(comp.url, "/catch/#", link_name="dropping", on_publication=take)
+    holder.append(second)
+    with second:
+        wait_for(lambda: len(got) >= N, 120)
+        time.sleep(0.3)
+        stats = second.stats()
+    assert got == list(range(1, N + 1))
+    assert second.unrecoverable == []
+    assert stats.disconnections >= 1
+
+
 # --------------------------------------------------------------------------------------------
 # the component's side, without I/O: continue or restart
 
