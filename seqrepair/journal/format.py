@@ -32,7 +32,10 @@ with the columns of :func:`archive_schema`: ``source`` string, ``seq`` int64 (ab
 ``wire_seq`` int64, ``bits`` int32, ``topic`` string, ``ptype`` string, ``fields``
 map<string, string> (each value the JSON text of the field's value: an explicit null is the
 string ``"null"``, an absent field an absent key), ``permtoken`` string (nullable),
-``timestamp`` double (nullable).
+``timestamp`` double (nullable). A relay's not-selected marker (:mod:`.selection`) is one row
+too: ``seq`` its first number, ``ptype`` ``not-selected``, ``topic`` ``""``, ``fields``
+``through`` (the last number it covers) and ``selection`` (JSON text, like every field value),
+``wire_seq`` the wire number of ``seq``, ``permtoken`` and ``timestamp`` null.
 
 Helpers here encode and decode both forms; :func:`encode_archive_table` is what tests of other
 readers use to write archives.
@@ -55,6 +58,7 @@ from seqrepair.core.errors import InvalidMessageError, SeqRepairError
 from seqrepair.core.messages import Publication, PublishType
 from seqrepair.core.sequence import SequenceSpace
 from seqrepair.journal.errors import JournalCorruptError
+from seqrepair.journal.selection import NOT_SELECTED, NotSelected
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -362,18 +366,40 @@ def encode_archive_row(publication: Publication, bits: int) -> dict[str, Any]:
     }
 
 
-def encode_archive_table(publications: Iterable[Publication], bits: int) -> pa.Table:
-    """An Arrow table of ``publications`` in the archive schema."""
+def encode_marker_row(marker: NotSelected, bits: int) -> dict[str, Any]:
+    """The archive row of a relay's not-selected ``marker`` (see the module docstring)."""
+    return {
+        "source": marker.source,
+        "seq": marker.first,
+        "wire_seq": space(bits).wire(marker.first),
+        "bits": bits,
+        "topic": "",
+        "ptype": NOT_SELECTED,
+        "fields": [("through", str(marker.last)), ("selection", encode_value(marker.selection))],
+        "permtoken": None,
+        "timestamp": None,
+    }
+
+
+def encode_archive_table(
+    publications: Iterable[Publication | NotSelected], bits: int
+) -> pa.Table:
+    """An Arrow table of ``publications`` (a relay's not-selected markers among them) in the
+    archive schema."""
     import pyarrow as pa
 
-    rows = [encode_archive_row(pub, bits) for pub in publications]
+    rows = [encode_archive_row(pub, bits) if isinstance(pub, Publication)
+            else encode_marker_row(pub, bits) for pub in publications]
     return pa.Table.from_pylist(rows, schema=archive_schema())
 
 
 def decode_archive_table(table: pa.Table) -> list[Publication]:
-    """The publications held in an archive table (raises JournalCorruptError if malformed)."""
+    """The publications held in an archive table (raises JournalCorruptError if malformed); a
+    relay's not-selected markers are no publications and are left out."""
     out: list[Publication] = []
     for row in table.to_pylist():
+        if row.get("ptype") == NOT_SELECTED:
+            continue
         try:
             bits = int(row["bits"])
             if int(row["wire_seq"]) != space(bits).wire(int(row["seq"])):

@@ -21,6 +21,7 @@ from seqrepair.core.config import optional, positive_int
 from seqrepair.core.errors import InvalidConfigError
 from seqrepair.journal.errors import ArchiveWriteError, JournalError
 from seqrepair.journal.format import archive_path, encode_archive_table
+from seqrepair.journal.selection import NotSelected
 from seqrepair.logs import get_logger
 
 if TYPE_CHECKING:
@@ -61,10 +62,18 @@ class TrimReport:
     archived: tuple[Path, ...]
 
 
+def _span(entry: Any) -> tuple[int, int]:
+    """The first and last number a journal entry (a publication or a marker) covers."""
+    if isinstance(entry, NotSelected):
+        return entry.first, entry.last
+    return entry.source_seq, entry.source_seq
+
+
 def export_range(
     journal: Journal, source: str, first: int, last: int, root: str | Path, *, chunk: int = 100_000
 ) -> list[Path]:
-    """Write ``source``'s publications ``first``..``last`` to Parquet files under ``root``.
+    """Write ``source``'s publications ``first``..``last`` to Parquet files under ``root``
+    (and a relay's not-selected markers there: :mod:`seqrepair.journal.format`).
 
     One file per ``chunk`` numbers, written to a temporary name and renamed, so a reader never
     sees half a file. Returns the files written. Raises :class:`ArchiveWriteError` when a file
@@ -82,9 +91,12 @@ def export_range(
     start = first
     while start <= last:
         end = min(last, start + chunk - 1)
-        pubs = journal.read_range(source, start, end)
+        # a relay's not-selected markers too (one reaching back before start included), or
+        # the archive would show the numbers they cover as lost; the file is named by the
+        # numbers its entries cover
+        pubs = list(journal.iter_entries(source, start, end))
         if pubs:
-            path = archive_path(root, source, pubs[0].source_seq, pubs[-1].source_seq)
+            path = archive_path(root, source, _span(pubs[0])[0], _span(pubs[-1])[1])
             partial = path.with_name(path.name + ".partial")
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)

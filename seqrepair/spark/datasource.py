@@ -47,7 +47,7 @@ from seqrepair.core.errors import InvalidConfigError
 from seqrepair.journal.errors import TrimmedRangeError, map_redis_errors
 from seqrepair.journal.journal import redis_client
 from seqrepair.spark.options import DEFAULT_PARTITION_SIZE as DEFAULT_PARTITION_SIZE
-from seqrepair.spark.schema import JOURNAL_COLUMNS, JOURNAL_SCHEMA
+from seqrepair.spark.schema import JOURNAL_COLUMNS, JOURNAL_SCHEMA, NOT_SELECTED_PTYPE
 
 FORMAT_NAME = "seqrepair-journal"
 DEFAULT_PAGE_SIZE = 2_000
@@ -145,12 +145,40 @@ def plan_partitions(ranges: Sequence[SourceRange], partition_size: int) -> list[
     return parts
 
 
-def journal_rows(
-    url: str, source: str, first: int, last: int, page_size: int = DEFAULT_PAGE_SIZE
-) -> Iterator[tuple[Any, ...]]:
-    """Rows (in :data:`JOURNAL_SCHEMA` order) of ``source``'s entries ``first``..``last``
-    that Redis holds (numbers trimmed meanwhile are simply absent)."""
-    from seqrepair.journal.format import encode_value, seq_of, stream_key
+def _row(source_text: str, seq: int, text: dict[str, str]) -> tuple[tuple[Any, ...], int]:
+    """The :data:`JOURNAL_SCHEMA` row of one stream entry and the last number it covers."""
+    from seqrepair.journal.format import encode_value, space
+
+    if text.get("ptype") == NOT_SELECTED_PTYPE:
+        through = int(text["through"])
+        bits = int(text["bits"])
+        fields = {"through": str(through), "selection": encode_value(text.get("selection", ""))}
+        row = (source_text, seq, space(bits).wire(seq), bits, "", NOT_SELECTED_PTYPE, fields,
+               None, None)
+        return row, through
+    fields = json.loads(text["fields"])
+    ts = text.get("ts")
+    return (
+        text["source"],
+        seq,
+        int(text["wire"]),
+        int(text["bits"]),
+        text["topic"],
+        text["ptype"],
+        {name: encode_value(value) for name, value in fields.items()},
+        text.get("permtoken"),
+        None if ts is None else float(ts),
+    ), seq
+
+
+def _entries(
+    url: str, source: str, first: int, last: int, page_size: int
+) -> Iterator[tuple[tuple[Any, ...] | None, int, int]]:
+    """``(row, first, last)`` per entry of ``source`` Redis holds in ``first``..``last``: a
+    not-selected marker covers ``first``..``last`` of its row. A marker beginning before
+    ``first`` and reaching into it comes first with row None (its row is the partition's that
+    holds its first number: each row is read once)."""
+    from seqrepair.journal.format import seq_of, stream_key
 
     check_positive_int("page_size", page_size)
     client = redis_client(url)
@@ -158,30 +186,38 @@ def journal_rows(
     start = f"{first}-0"
     end = f"{last}-0"
     try:
+        with map_redis_errors("reading the journal", source):
+            if first > 1:
+                before: list[Any] = client.xrevrange(key, f"{first - 1}-0", "-", count=1) or []
+                for entry_id, values in before:
+                    text = {_text(k): _text(v) for k, v in values.items()}
+                    if text.get("ptype") == NOT_SELECTED_PTYPE:
+                        _, through = _row(source, seq_of(entry_id), text)
+                        if through >= first:
+                            yield None, first, min(through, last)
         while True:
             with map_redis_errors("reading the journal", source):
                 page: list[Any] = client.xrange(key, start, end, count=page_size) or []
             for entry_id, values in page:
                 seq = seq_of(entry_id)
-                text = {_text(k): _text(v) for k, v in values.items()}
-                fields = json.loads(text["fields"])
-                ts = text.get("ts")
-                yield (
-                    text["source"],
-                    seq,
-                    int(text["wire"]),
-                    int(text["bits"]),
-                    text["topic"],
-                    text["ptype"],
-                    {name: encode_value(value) for name, value in fields.items()},
-                    text.get("permtoken"),
-                    None if ts is None else float(ts),
-                )
+                row, through = _row(source, seq, {_text(k): _text(v) for k, v in values.items()})
+                yield row, seq, through
             if len(page) < page_size:
                 return
             start = f"({_text(page[-1][0])}"
     finally:
         client.close()
+
+
+def journal_rows(
+    url: str, source: str, first: int, last: int, page_size: int = DEFAULT_PAGE_SIZE
+) -> Iterator[tuple[Any, ...]]:
+    """Rows (in :data:`JOURNAL_SCHEMA` order) of ``source``'s entries ``first``..``last``
+    that Redis holds (numbers trimmed meanwhile are simply absent), a relay's not-selected
+    markers beginning there included (:data:`~seqrepair.spark.schema.NOT_SELECTED_PTYPE`)."""
+    for row, _, _ in _entries(url, source, first, last, page_size):
+        if row is not None:
+            yield row
 
 
 _ARCHIVE_NAME = re.compile(r"seq-(\d+)-(\d+)\.parquet")
@@ -193,25 +229,39 @@ def archive_file_range(path: str) -> tuple[int, int] | None:
     return None if match is None else (int(match.group(1)), int(match.group(2)))
 
 
-def archived_rows(root: str, source: str, first: int, last: int) -> dict[int, tuple[Any, ...]]:
+def archived_rows(
+    root: str, source: str, first: int, last: int
+) -> dict[int, tuple[Any, ...] | None]:
     """``source``'s numbers ``first``..``last`` found in the archive under ``root``, by number
-    (rows in :data:`JOURNAL_SCHEMA` order; each number once however many files hold it)."""
+    (rows in :data:`JOURNAL_SCHEMA` order; each number once however many files hold it). A
+    number a not-selected marker covers is found too: the marker's row at its first number,
+    None at the others (and at every one of them when the marker begins before ``first``)."""
     import pyarrow.parquet as pq
 
     from seqrepair.journal.format import archive_dir
 
-    found: dict[int, tuple[Any, ...]] = {}
+    found: dict[int, tuple[Any, ...] | None] = {}
     folder = str(archive_dir(root, source))
     for path in sorted(glob.glob(os.path.join(glob.escape(folder), "seq-*.parquet"))):
         span = archive_file_range(path)
         if span is not None and (span[1] < first or span[0] > last):
             continue
-        table = pq.read_table(path, filters=[("seq", ">=", first), ("seq", "<=", last)])
+        # a marker beginning before first may cover it: read from the file's start
+        table = pq.read_table(path, filters=[("seq", "<=", last)])
         for row in table.to_pylist():
-            if row["source"] != source or row["seq"] in found:
+            seq = row["seq"]
+            if row["source"] != source:
                 continue
             row["fields"] = dict(row["fields"] or ())
-            found[row["seq"]] = tuple(row[c] for c in JOURNAL_COLUMNS)
+            through = seq
+            if row["ptype"] == NOT_SELECTED_PTYPE:
+                through = int(row["fields"]["through"])
+            if through < first:
+                continue
+            if seq >= first and found.get(seq) is None:
+                found[seq] = tuple(row[c] for c in JOURNAL_COLUMNS)
+            for n in range(max(seq + 1, first), min(through, last) + 1):
+                found.setdefault(n, None)
     return found
 
 
@@ -228,11 +278,12 @@ def range_rows(
     Redis no longer holds from the archive under ``archive``. Raises SnapshotTrimmedError
     when a number is in neither."""
     expected = first
-    for row in journal_rows(url, source, first, last, page_size):
-        if row[1] > expected:
-            yield from _fill(url, source, expected, row[1] - 1, archive)
-        yield row
-        expected = row[1] + 1
+    for row, begins, ends in _entries(url, source, first, last, page_size):
+        if begins > expected:
+            yield from _fill(url, source, expected, begins - 1, archive)
+        if row is not None:
+            yield row
+        expected = max(expected, ends + 1)
     if expected <= last:
         yield from _fill(url, source, expected, last, archive)
 
@@ -254,7 +305,9 @@ def _fill(
             requested=lost[0],
         )
     for n in range(first, last + 1):
-        yield found[n]
+        row = found[n]
+        if row is not None:  # None: a number a marker's row covers
+            yield row
 
 
 def encode_ranges(ranges: Sequence[SourceRange]) -> str:

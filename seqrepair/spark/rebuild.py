@@ -78,7 +78,7 @@ from pyspark.sql import functions as F
 from seqrepair.core.config import check_positive_int
 from seqrepair.core.errors import InvalidConfigError
 from seqrepair.logs import get_logger
-from seqrepair.spark.schema import JOURNAL_COLUMNS
+from seqrepair.spark.schema import JOURNAL_COLUMNS, NOT_SELECTED_PTYPE
 
 log = get_logger(__name__)
 
@@ -247,12 +247,15 @@ def rebuild_images(
     ``block_size`` (absolute numbers per block, see the module's Plan) trades the size of the
     broadcast block table (numbers / block_size rows) against the rows sorted to make
     effective times exact; it does not change the result.
-    The journal should hold each (source, seq) once (the readers deduplicate).
+    The journal should hold each (source, seq) once (the readers deduplicate). A relay's
+    not-selected rows (:data:`~seqrepair.spark.schema.NOT_SELECTED_PTYPE`) are passed over.
     """
     missing = set(JOURNAL_COLUMNS) - set(journal.columns)
     if missing:
         raise InvalidConfigError(f"journal lacks columns {sorted(missing)}", got=sorted(missing))
     check_positive_int("block_size", block_size)
+    # a relay's not-selected rows are no publications (schema.NOT_SELECTED_PTYPE)
+    journal = journal.where(F.col("ptype") != NOT_SELECTED_PTYPE)
     if as_of_seq or as_of_time is not None:
         journal = as_of(journal, seq=as_of_seq, timestamp=as_of_time)
     events = journal.where(F.col("ptype") != "snapshot")

@@ -28,7 +28,16 @@ from pyspark.sql.types import (
 )
 
 PUBLISH_TYPES = ("update", "correction", "image", "drop", "snapshot")
-"""The ``ptype`` values a journal holds (``add`` is journaled as ``image``)."""
+"""The ``ptype`` values a journal's publications have (``add`` is journaled as ``image``)."""
+
+NOT_SELECTED_PTYPE = "not-selected"
+"""The ``ptype`` of a *not-selected* row: one marker of a relay's journal
+(:mod:`seqrepair.journal.selection`), numbers ``seq`` .. ``fields["through"]`` of the source
+that the relay's upstream selection did not select. Such a row is no publication: its
+``topic`` is ``""``, its ``fields`` are ``through`` (the last number it covers) and
+``selection`` (the JSON text of the selection it was not selected under), ``wire_seq`` is the
+wire number of ``seq``, ``permtoken`` and ``timestamp`` are null. The rebuild passes over
+these rows; the audit reports the numbers they cover as ``not-selected``, not as gaps."""
 
 JOURNAL_SCHEMA = StructType(
     [

@@ -1,0 +1,92 @@
+"""A relay's journal in Spark: the numbers its not-selected markers cover (selection.py) are
+read, rebuilt over and audited as *not selected*, never as publications, gaps or loss."""
+
+from __future__ import annotations
+
+import pytest
+from pyspark.sql import functions as F
+
+from seqrepair.core.messages import Publication, PublishType
+from seqrepair.journal import RetentionPolicy, apply_retention
+from seqrepair.spark.audit import audit
+from seqrepair.spark.reading import read_journal, read_journals
+from seqrepair.spark.rebuild import collect_images, rebuild_images
+from seqrepair.spark.schema import NOT_SELECTED_PTYPE
+
+pytestmark = [pytest.mark.spark, pytest.mark.redis]
+
+SEL = "/weather/#"
+
+
+def pub(seq: int, topic: str = "/weather/x", ptype: PublishType = PublishType.UPDATE):
+    return Publication(topic=topic, source="feed.a", source_seq=seq, ptype=ptype,
+                       fields={"n": seq}, timestamp=float(seq))
+
+
+def relay_journal(journal) -> None:
+    """feed.a as a relay journals it: 1..2, 5..8 and 10..11 not selected, 3, 4, 9, 12 held."""
+    journal.append([pub(3, ptype=PublishType.IMAGE), pub(4), pub(9)], 16, not_selected=SEL)
+    journal.append([pub(12)], 16, not_selected=SEL)
+
+
+def test_markers_are_rows_of_their_own_kind_once_each(spark, journal, redis_url):
+    relay_journal(journal)
+    for size in (1, 3, 50):  # partitions starting inside markers
+        frame = read_journal(spark, redis_url, partition_size=size, page_size=2)
+        rows = sorted((r["seq"], r["ptype"]) for r in frame.collect())
+        assert rows == [(1, NOT_SELECTED_PTYPE), (3, "image"), (4, "update"),
+                        (5, NOT_SELECTED_PTYPE), (9, "update"), (10, NOT_SELECTED_PTYPE),
+                        (12, "update")], size
+    marker = frame.where(F.col("seq") == 5).first()
+    assert marker["fields"] == {"through": "8", "selection": '"/weather/#"'}
+    assert marker["topic"] == ""
+
+
+def test_rebuild_ignores_markers(spark, journal, redis_url):
+    relay_journal(journal)
+    images = collect_images(rebuild_images(read_journal(spark, redis_url)))
+    assert list(images) == ["/weather/x"]
+    assert images["/weather/x"]["fields"] == {"n": 12}
+
+
+def test_audit_reports_not_selected_apart_from_gaps(spark, journal, redis_url):
+    relay_journal(journal)
+    # a real gap in a relay's journal: 14 is neither journaled nor covered (entered by hand,
+    # as a damaged journal would hold it)
+    journal.client.xadd("seqrepair:{feed.a}:journal", {
+        "source": "feed.a", "topic": "/weather/x", "ptype": "update", "fields": "{}",
+        "wire": "15", "bits": "16", "ts": "15.0"}, id="15-0")
+    journal.client.hset("seqrepair:{feed.a}:meta", "high_water", "15")
+    frame = read_journal(spark, redis_url)
+    report = audit(spark, frame)
+    gaps = sorted(tuple(r) for r in report.gaps.collect())
+    assert gaps == [("feed.a", 1, 2, 2, "not-selected"), ("feed.a", 5, 8, 4, "not-selected"),
+                    ("feed.a", 10, 11, 2, "not-selected"), ("feed.a", 13, 14, 2, "gap")]
+    (row,) = report.sources.collect()
+    assert row["publications"] == 5
+    assert (row["gap_count"], row["gap_numbers"]) == (1, 2)
+    assert row["not_selected_numbers"] == 8
+    assert (row["first_seq"], row["last_seq"]) == (3, 15)
+    assert row["duplicates"] == 0
+    items = {r["topic"]: r for r in report.items.collect()}
+    assert list(items) == ["/weather/x"]
+    assert items["/weather/x"]["publications"] == 5
+    text = report.summary()
+    assert "feed.a: 5..8 (4, not-selected)" in text
+    assert "feed.a: 13..14 (2, gap)" in text
+
+
+def test_archived_markers_read_back_and_audit(spark, journal, redis_url, tmp_path):
+    relay_journal(journal)
+    root = tmp_path / "archive"
+    apply_retention(journal, "feed.a", RetentionPolicy(max_count=3, archive_root=root),
+                    now=100.0)  # archives and trims 1..9
+    assert journal.info("feed.a").trimmed_through == 9
+    frame = read_journals(spark, url=redis_url, archive=str(root))
+    rows = sorted((r["seq"], r["ptype"]) for r in frame.collect())
+    assert rows == [(1, NOT_SELECTED_PTYPE), (3, "image"), (4, "update"),
+                    (5, NOT_SELECTED_PTYPE), (9, "update"), (10, NOT_SELECTED_PTYPE),
+                    (12, "update")]
+    report = audit(spark, frame)
+    kinds = {(r["first"], r["kind"]) for r in report.gaps.collect()}
+    assert kinds == {(1, "not-selected"), (5, "not-selected"), (10, "not-selected")}
