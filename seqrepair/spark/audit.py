@@ -55,7 +55,7 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from seqrepair.logs import get_logger
-from seqrepair.spark.schema import PUBLISH_TYPES, trim_record
+from seqrepair.spark.schema import NOT_SELECTED_PTYPE, PUBLISH_TYPES, trim_record
 
 log = get_logger(__name__)
 
@@ -103,8 +103,16 @@ class AuditReport:
             F.sum("drops").alias("drops"),
         ).first()
         item_totals = {k: int(v or 0) for k, v in (totals.asDict() if totals else {}).items()}
-        gaps = [r.asDict() for r in self.gaps.orderBy("source", "first").limit(gap_limit).collect()]
-        return {"sources": sources, "items": item_totals, "gaps": gaps}
+        def ranges(frame: DataFrame) -> list[dict[str, Any]]:
+            return [r.asDict() for r in frame.orderBy("source", "first").limit(gap_limit).collect()]
+
+        is_not_selected = F.col("kind") == NOT_SELECTED_PTYPE
+        return {
+            "sources": sources,
+            "items": item_totals,
+            "gaps": ranges(self.gaps.where(~is_not_selected)),
+            "not_selected": ranges(self.gaps.where(is_not_selected)),
+        }
 
     def summary(self, *, gap_limit: int = SUMMARY_GAP_LIMIT) -> str:
         """A plain-text summary table for people."""
@@ -134,6 +142,7 @@ def format_summary(digest: Mapping[str, Any]) -> str:
         ("gaps", "gap_count"),
         ("missing", "gap_numbers"),
         ("trimmed", "trimmed_numbers"),
+        ("not selected", "not_selected_numbers"),
         ("duplicates", "duplicates"),
         ("out-of-order", "out_of_order"),
         *[(p, p) for p in PUBLISH_TYPES],  # publications of each type
@@ -175,6 +184,11 @@ def format_summary(digest: Mapping[str, Any]) -> str:
         lines.append("Missing ranges (first {}):".format(len(digest["gaps"])))
         for g in digest["gaps"]:
             lines.append(f"  {g['source']}: {g['first']}..{g['last']} ({g['count']}, {g['kind']})")
+    if digest.get("not_selected"):
+        lines.append("")
+        lines.append("Not selected by a relay (first {}):".format(len(digest["not_selected"])))
+        for g in digest["not_selected"]:
+            lines.append(f"  {g['source']}: {g['first']}..{g['last']} ({g['count']}, {g['kind']})")
     return "\n".join(lines)
 
 
@@ -197,8 +211,13 @@ def audit(
     trim_rows = [(s, int(t)) for s, t in trimmed.items()]
     trim_df = spark.createDataFrame(trim_rows, "source string, trimmed_through long")
 
+    marker = F.col("ptype") == NOT_SELECTED_PTYPE
+    # the last number an entry covers: its own, or a not-selected marker's through
+    ends = F.when(marker, F.col("fields")["through"].cast("long")).otherwise(F.col("seq"))
     held = journal.groupBy("source", "seq").agg(
-        F.count("*").alias("copies"), F.min("timestamp").alias("timestamp")
+        F.count("*").alias("copies"),
+        F.min("timestamp").alias("timestamp"),
+        F.max(ends).alias("_end"),
     )
     duplicates = held.where(F.col("copies") > 1).select("source", "seq", "copies")
 
@@ -208,13 +227,14 @@ def audit(
         "source",
         "seq",
         "timestamp",
-        F.lag("seq").over(by_seq).alias("prev"),
+        F.max("_end").over(before).alias("prev"),
         F.max("timestamp").over(before).alias("latest_before"),
     )
     out_of_order = steps.where(F.col("timestamp") < F.col("latest_before")).select(
         "source", "seq", "timestamp", "latest_before"
     )
-    # missing ranges: between held numbers, and before the first held number
+    # missing ranges: between held numbers (after the last one a marker covers), and before
+    # the first held number
     missing = steps.select(
         "source",
         F.coalesce(F.col("prev"), F.lit(0)).alias("after"),
@@ -238,8 +258,13 @@ def audit(
         "last",
         F.lit("gap").alias("kind"),
     )
+    not_selected_part = (
+        journal.where(marker)
+        .select("source", F.col("seq").alias("first"), ends.alias("last"))
+        .withColumn("kind", F.lit(NOT_SELECTED_PTYPE))
+    )
     # trimmed numbers after the last held one (all of 1..trimmed_through without rows)
-    last_held = held.groupBy("source").agg(F.max("seq").alias("_last"))
+    last_held = held.groupBy("source").agg(F.max("_end").alias("_last"))
     tail_part = (
         trim_df.join(last_held, "source", "left")
         .select(
@@ -253,17 +278,19 @@ def audit(
     gaps = (
         trimmed_part.unionByName(gap_part)
         .unionByName(tail_part)
+        .unionByName(not_selected_part)
         .withColumn("count", F.col("last") - F.col("first") + 1)
         .select("source", "first", "last", "count", "kind")
     )
 
     per_type = [F.sum(F.when(F.col("ptype") == p, 1).otherwise(0)).alias(p) for p in PUBLISH_TYPES]
+    pub_seq = F.when(~marker, F.col("seq"))  # publications' numbers; null for markers
     base = journal.groupBy("source").agg(
         F.max("bits").alias("bits"),
-        F.count("*").alias("publications"),
-        F.countDistinct("seq").alias("distinct_seqs"),
-        F.min("seq").alias("first_seq"),
-        F.max("seq").alias("last_seq"),
+        F.count(pub_seq).alias("publications"),
+        F.countDistinct(pub_seq).alias("distinct_seqs"),
+        F.min(pub_seq).alias("first_seq"),
+        F.max(pub_seq).alias("last_seq"),
         *per_type,
     )
     gap_totals = gaps.groupBy("source").agg(
@@ -271,6 +298,9 @@ def audit(
         F.sum(F.when(F.col("kind") == "gap", F.col("count")).otherwise(0)).alias("gap_numbers"),
         F.sum(F.when(F.col("kind") == "trimmed", F.col("count")).otherwise(0)).alias(
             "trimmed_numbers"
+        ),
+        F.sum(F.when(F.col("kind") == NOT_SELECTED_PTYPE, F.col("count")).otherwise(0)).alias(
+            "not_selected_numbers"
         ),
     )
     dup_totals = duplicates.groupBy("source").agg(F.sum(F.col("copies") - 1).alias("duplicates"))
@@ -292,6 +322,7 @@ def audit(
             F.coalesce("gap_count", zero).alias("gap_count"),
             F.coalesce("gap_numbers", zero).alias("gap_numbers"),
             F.coalesce("trimmed_numbers", zero).alias("trimmed_numbers"),
+            F.coalesce("not_selected_numbers", zero).alias("not_selected_numbers"),
             F.coalesce("duplicates", zero).alias("duplicates"),
             F.coalesce("out_of_order", zero).alias("out_of_order"),
             *[F.coalesce(F.col(p).cast("long"), zero).alias(p) for p in PUBLISH_TYPES],
@@ -306,7 +337,8 @@ def audit(
         "snapshots": "snapshot",
     }
     items = (
-        journal.groupBy("topic")
+        journal.where(~marker)
+        .groupBy("topic")
         .agg(
             F.count("*").alias("publications"),
             F.countDistinct("source").alias("sources"),
