@@ -94,7 +94,7 @@ return {meta[1] or '0', meta[2] or '0', text}
 
 TRIM = """
 -- ARGV: through (absolute), now. Removes every entry numbered <= through (capped at the
--- high-water) and remembers it. Returns trimmed_through and the number of entries removed.
+-- high-water; a not-selected marker covering through + 1 stays) and remembers it. Returns trimmed_through and the number of entries removed.
 local meta = redis.call('HMGET', KEYS[2], 'high_water', 'trimmed_through')
 local hw = tonumber(meta[1] or '0')
 local done = tonumber(meta[2] or '0')
@@ -104,7 +104,21 @@ if through <= done then
   return {tostring(done), 0}
 end
 local text = string.format('%.0f', through)
-local removed = redis.call('XTRIM', KEYS[1], 'MINID', '=', string.format('%.0f', through + 1))
+local keep = string.format('%.0f', through + 1) .. '-0'
+-- a relay's not-selected marker reaching past through is kept whole (it begins at or before
+-- through): its numbers above through stay covered, not lost
+local last = redis.call('XREVRANGE', KEYS[1], keep, '-', 'COUNT', 1)[1]
+if last then
+  local f = last[2]
+  for i = 1, #f, 2 do
+    if f[i] == 'ptype' and f[i + 1] == 'not-selected' then
+      for j = 1, #f, 2 do
+        if f[j] == 'through' and tonumber(f[j + 1]) > through then keep = last[1] end
+      end
+    end
+  end
+end
+local removed = redis.call('XTRIM', KEYS[1], 'MINID', '=', keep)
 redis.call('HSET', KEYS[2], 'trimmed_through', text, 'trimmed_at', ARGV[2])
 return {text, removed}
 """
