@@ -94,7 +94,8 @@ return {meta[1] or '0', meta[2] or '0', text}
 
 TRIM = """
 -- ARGV: through (absolute), now. Removes every entry numbered <= through (capped at the
--- high-water; a not-selected marker covering through + 1 stays) and remembers it. Returns trimmed_through and the number of entries removed.
+-- high-water; a not-selected marker covering through + 1 stays) and remembers it. Returns
+-- trimmed_through and the number of entries removed.
 local meta = redis.call('HMGET', KEYS[2], 'high_water', 'trimmed_through')
 local hw = tonumber(meta[1] or '0')
 local done = tonumber(meta[2] or '0')
