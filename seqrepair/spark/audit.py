@@ -19,6 +19,12 @@ trimmed
     from the journal DataFrame itself (:func:`~seqrepair.spark.reading.read_journal` and
     :func:`~seqrepair.spark.reading.read_journals` record it in the ``seq`` column's
     metadata), so ``audit(spark, read_journal(spark, url))`` reports trimmed ranges as such.
+not-selected
+    numbers a relay's journal holds as *not selected* (:mod:`seqrepair.journal.selection`):
+    each marker row (:data:`~seqrepair.spark.schema.NOT_SELECTED_PTYPE`) is one range of this
+    kind, ``seq`` .. its ``through``, never a gap and never a publication (markers count in
+    no publication, type or item column). A number neither held nor covered by a marker in a
+    relay's journal is still a gap.
 duplicate
     a (source, seq) held more than once (the readers return each number once, so only a
     DataFrame built otherwise, e.g. a union of reads, has any).
@@ -71,10 +77,11 @@ class AuditReport:
     """The audit's tables (Spark DataFrames).
 
     - ``sources``: source, bits, publications, distinct_seqs, first_seq, last_seq,
-      trimmed_through, gap_count, gap_numbers, trimmed_numbers, duplicates, out_of_order, and
-      one count column per publish type; one row per source held or in the trim record (bits,
-      first_seq and last_seq are null for a source with no rows).
-    - ``gaps``: source, first, last, count, kind (``gap`` | ``trimmed``).
+      trimmed_through, gap_count, gap_numbers, trimmed_numbers, not_selected_numbers,
+      duplicates, out_of_order, and one count column per publish type; one row per source
+      held or in the trim record (bits, first_seq and last_seq are null for a source with no
+      rows; publications, first_seq and last_seq count publications, not markers).
+    - ``gaps``: source, first, last, count, kind (``gap`` | ``trimmed`` | ``not-selected``).
     - ``duplicates``: source, seq, copies.
     - ``out_of_order``: source, seq, timestamp, latest_before (the highest earlier timestamp).
     - ``items``: topic, publications, sources, images, updates, corrections, drops,
@@ -92,7 +99,8 @@ class AuditReport:
         return {name: getattr(self, name) for name in TABLES}
 
     def to_dict(self, *, gap_limit: int = SUMMARY_GAP_LIMIT) -> dict[str, Any]:
-        """A JSON-ready digest: every source row, item totals and the first gap ranges."""
+        """A JSON-ready digest: every source row, item totals, the first gap and trimmed
+        ranges (``gaps``) and, apart, the first not-selected ranges (``not_selected``)."""
         sources = [r.asDict() for r in self.sources.orderBy("source").collect()]
         totals = self.items.agg(
             F.count("*").alias("items"),
