@@ -43,7 +43,7 @@ if TYPE_CHECKING:
         rebuild_images,
         write_images,
     )
-    from seqrepair.spark.schema import JOURNAL_SCHEMA, trim_record
+    from seqrepair.spark.schema import JOURNAL_SCHEMA, NOT_SELECTED_PTYPE, trim_record
     from seqrepair.spark.session import spark_session
 
 _LAZY = {
@@ -52,6 +52,7 @@ _LAZY = {
     "IMAGE_COLUMNS": "seqrepair.spark.rebuild",
     "JOURNAL_SCHEMA": "seqrepair.spark.schema",
     "JournalDataSource": "seqrepair.spark.datasource",
+    "NOT_SELECTED_PTYPE": "seqrepair.spark.schema",
     "SnapshotTrimmedError": "seqrepair.spark.datasource",
     "as_of": "seqrepair.spark.rebuild",
     "audit": "seqrepair.spark.audit",
@@ -73,6 +74,7 @@ __all__ = [
     "FORMAT_NAME",
     "IMAGE_COLUMNS",
     "JOURNAL_SCHEMA",
+    "NOT_SELECTED_PTYPE",
     "AuditReport",
     "JournalDataSource",
     "SnapshotTrimmedError",
