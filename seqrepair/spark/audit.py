@@ -150,7 +150,7 @@ def format_summary(digest: Mapping[str, Any]) -> str:
         ("gaps", "gap_count"),
         ("missing", "gap_numbers"),
         ("trimmed", "trimmed_numbers"),
-        ("not selected", "not_selected_numbers"),
+        ("not-selected", "not_selected_numbers"),
         ("duplicates", "duplicates"),
         ("out-of-order", "out_of_order"),
         *[(p, p) for p in PUBLISH_TYPES],  # publications of each type
