@@ -126,6 +126,7 @@ def test_every_source_of_the_trim_record_is_audited_rows_or_not(spark):
             "gap_count": 0,
             "gap_numbers": 0,
             "trimmed_numbers": 7,
+            "not_selected_numbers": 0,
             "duplicates": 0,
             "out_of_order": 0,
             **{p: 0 for p in PUBLISH_TYPES},
