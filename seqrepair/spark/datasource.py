@@ -69,13 +69,15 @@ class SnapshotTrimmedError(TrimmedRangeError):
 
 
 class RangePartition(InputPartition):
-    """Absolute numbers ``first``..``last`` of ``source`` (one Spark task)."""
+    """Absolute numbers ``first``..``last`` of ``source`` (one Spark task); ``leading``: the
+    first partition of the source's range (see :func:`range_rows`)."""
 
-    def __init__(self, source: str, first: int, last: int) -> None:
+    def __init__(self, source: str, first: int, last: int, leading: bool = False) -> None:
         super().__init__((source, first, last))
         self.source = source
         self.first = first
         self.last = last
+        self.leading = leading
 
 
 def _text(value: Any) -> str:
@@ -140,7 +142,7 @@ def plan_partitions(ranges: Sequence[SourceRange], partition_size: int) -> list[
         first = r.first
         while first <= r.last:
             last = min(r.last, first + partition_size - 1)
-            parts.append(RangePartition(r.source, first, last))
+            parts.append(RangePartition(r.source, first, last, first == r.first))
             first = last + 1
     return parts
 
@@ -172,12 +174,14 @@ def _row(source_text: str, seq: int, text: dict[str, str]) -> tuple[tuple[Any, .
 
 
 def _entries(
-    url: str, source: str, first: int, last: int, page_size: int
+    url: str, source: str, first: int, last: int, page_size: int, leading: bool = False
 ) -> Iterator[tuple[tuple[Any, ...] | None, int, int]]:
     """``(row, first, last)`` per entry of ``source`` Redis holds in ``first``..``last``: a
     not-selected marker covers ``first``..``last`` of its row. A marker beginning before
     ``first`` and reaching into it comes first with row None (its row is the partition's that
-    holds its first number: each row is read once)."""
+    holds its first number: each row is read once), or, when ``leading`` (no partition holds
+    its first number: retention trimmed through it and kept it), with its row cut to begin
+    at ``first``."""
     from seqrepair.journal.format import seq_of, stream_key
 
     check_positive_int("page_size", page_size)
@@ -194,7 +198,8 @@ def _entries(
                     if text.get("ptype") == NOT_SELECTED_PTYPE:
                         _, through = _row(source, seq_of(entry_id), text)
                         if through >= first:
-                            yield None, first, min(through, last)
+                            row = _row(source, first, text)[0] if leading else None
+                            yield row, first, min(through, last)
         while True:
             with map_redis_errors("reading the journal", source):
                 page: list[Any] = client.xrange(key, start, end, count=page_size) or []
@@ -273,12 +278,15 @@ def range_rows(
     *,
     page_size: int = DEFAULT_PAGE_SIZE,
     archive: str | None = None,
+    leading: bool = False,
 ) -> Iterator[tuple[Any, ...]]:
     """Every number ``first``..``last`` of ``source``, in order: from Redis, and numbers
     Redis no longer holds from the archive under ``archive``. Raises SnapshotTrimmedError
-    when a number is in neither."""
+    when a number is in neither. A relay's not-selected marker is one row at its first
+    number; ``leading`` (``first`` is where the source's retained range begins): a marker
+    beginning before ``first`` is a row too, cut to begin at ``first``."""
     expected = first
-    for row, begins, ends in _entries(url, source, first, last, page_size):
+    for row, begins, ends in _entries(url, source, first, last, page_size, leading):
         if begins > expected:
             yield from _fill(url, source, expected, begins - 1, archive)
         if row is not None:
@@ -350,6 +358,7 @@ class JournalReader(DataSourceReader):
             partition.last,
             page_size=self.page_size,
             archive=self.archive,
+            leading=getattr(partition, "leading", False),
         )
 
 

@@ -41,7 +41,12 @@ from seqrepair.spark.datasource import (
     encode_ranges,
     source_ranges,
 )
-from seqrepair.spark.schema import JOURNAL_COLUMNS, JOURNAL_SCHEMA, with_trim_record
+from seqrepair.spark.schema import (
+    JOURNAL_COLUMNS,
+    JOURNAL_SCHEMA,
+    NOT_SELECTED_PTYPE,
+    with_trim_record,
+)
 
 log = get_logger(__name__)
 
@@ -192,6 +197,29 @@ def read_archive(spark: SparkSession, root: str) -> DataFrame:
     return out
 
 
+def _cut_markers(older: DataFrame, held: Sequence[SourceRange]) -> DataFrame:
+    """``older`` (archive rows below each source's snapshot range) with each not-selected
+    marker row reaching into that range cut to end just below it: the snapshot's first
+    partition yields the rest (see :func:`~seqrepair.spark.datasource.range_rows`), so each
+    number is covered once."""
+    if not held:
+        return older
+    marker = F.col("ptype") == NOT_SELECTED_PTYPE
+    through = F.col("fields")["through"].cast("long")
+    starts = older.sparkSession.createDataFrame(
+        [(r.source, r.first - 1) for r in held], "source string, _below long"
+    )
+    joined = older.join(F.broadcast(starts), "source", "left")
+    below = F.col("_below")
+    cut = marker & below.isNotNull() & (through > below)
+    fields = F.create_map(
+        F.lit("through"), below.cast("string"), F.lit("selection"), F.col("fields")["selection"]
+    )
+    return joined.withColumn("fields", F.when(cut, fields).otherwise(F.col("fields"))).select(
+        *JOURNAL_COLUMNS
+    )
+
+
 def read_journals(
     spark: SparkSession,
     *,
@@ -228,5 +256,5 @@ def read_journals(
     overlap = F.lit(False)
     for r in held:
         overlap = overlap | ((F.col("source") == r.source) & (F.col("seq") >= r.first))
-    older = read_archive(spark, archive).where(~overlap)
+    older = _cut_markers(read_archive(spark, archive).where(~overlap), held)
     return with_trim_record(older.unionByName(journal), {r.source: r.first - 1 for r in ranges})

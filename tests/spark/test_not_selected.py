@@ -89,3 +89,28 @@ def test_archived_markers_read_back_and_audit(spark, journal, redis_url, tmp_pat
     report = audit(spark, frame)
     kinds = {(r["first"], r["kind"]) for r in report.gaps.collect()}
     assert kinds == {(1, "not-selected"), (5, "not-selected"), (10, "not-selected")}
+
+
+@pytest.mark.parametrize("archived", [False, True])
+def test_a_trim_inside_a_marker_leaves_it_covering_once(
+    spark, journal, redis_url, tmp_path, archived
+):
+    relay_journal(journal)
+    root = tmp_path / "archive"
+    policy = RetentionPolicy(max_count=6, archive_root=root if archived else None)
+    assert apply_retention(journal, "feed.a", policy, now=100.0).trimmed_through == 6
+    frame = (read_journals(spark, url=redis_url, archive=str(root)) if archived
+             else read_journal(spark, redis_url, partition_size=2))
+    rows = sorted((r["seq"], r["ptype"], r["fields"].get("through")) for r in frame.collect()
+                  if r["ptype"] == NOT_SELECTED_PTYPE)
+    if archived:  # 5..8: 5..6 from the archive, 7..8 from Redis (trimmed through 6)
+        assert rows == [(1, NOT_SELECTED_PTYPE, "2"), (5, NOT_SELECTED_PTYPE, "6"),
+                        (7, NOT_SELECTED_PTYPE, "8"), (10, NOT_SELECTED_PTYPE, "11")]
+    else:
+        assert rows == [(7, NOT_SELECTED_PTYPE, "8"), (10, NOT_SELECTED_PTYPE, "11")]
+    report = audit(spark, frame)
+    (row,) = report.sources.collect()
+    assert (row["gap_count"], row["duplicates"]) == (0, 0)
+    assert row["not_selected_numbers"] == (8 if archived else 4)
+    assert row["trimmed_numbers"] == (0 if archived else 6)
+    assert row["publications"] == (4 if archived else 2)
