@@ -20,7 +20,8 @@ def test_the_summary_names_every_column_in_full_and_aligns_the_numbers_under_it(
     header, rule, row = lines[1], lines[2], lines[3]
     assert header.split() == [
         "source", "bits", "publications", "first", "last", "gaps", "missing", "trimmed",
-        "not-selected", "duplicates", "out-of-order", "update", "correction", "image", "drop", "snapshot",
+        "not-selected", "duplicates", "out-of-order", "update", "correction", "image", "drop",
+        "snapshot",
     ]
     assert len(header) == len(rule) == len(row)
     # each number ends where its column's name ends (right-aligned)
@@ -46,4 +47,5 @@ def test_a_relays_not_selected_ranges_are_a_section_of_their_own():
     gaps = lines.index("Missing ranges (first 1):")
     chosen = lines.index("Not selected by a relay (first 1):")
     assert lines[gaps + 1] == "  feed.a: 17..19 (3, gap)"
-    assert gaps < chosen and lines[chosen + 1:] == ["  feed.a: 20..59 (40, not-selected)"]
+    assert gaps < chosen
+    assert lines[chosen + 1:] == ["  feed.a: 20..59 (40, not-selected)"]
