@@ -30,64 +30,9 @@ def register(subparsers: Any) -> None:
     serve = subparsers.add_parser("serve", help="run the AMQP 1.0 pubsub component")
     serve.add_argument("--url", default="127.0.0.1:5672", help="listen address host:port")
     serve.add_argument("--redis-url", required=True, help="the journal's Redis")
-    serve.add_argument("--redis-timeout", type=positive_float, default=2.0, metavar="SECONDS",
-                       help="how long a journal call may wait for Redis before it fails; the "
-                            "event loop serving every link waits with it (default 2)")
-    serve.add_argument("--link-bits", type=bit_width, default=16)
-    serve.add_argument("--heartbeat", type=positive_float, default=1.0,
-                       help="heartbeat interval (s)")
-    serve.add_argument("--idle-timeout", type=non_negative_float, default=10.0)
-    serve.add_argument("--max-batch", type=positive_int, default=256, metavar="N",
-                       help="most publications per transfer to a subscriber and per "
-                            "gap-fill answer (default: 256)")
-    serve.add_argument("--max-pending", type=positive_int, default=20_000)
     serve.add_argument("--max-publish-batch", type=positive_int, default=4_096, metavar="N",
                        help="most publications one incoming PUBLICATIONS message may carry; "
                             "a larger one is rejected (default: 4096)")
-    serve.add_argument("--max-message-size", type=positive_int, default=1 << 20, metavar="BYTES",
-                       help="most bytes of one incoming message (a publisher's or a request), "
-                            "advertised on the links the component receives on; a larger one is "
-                            "rejected as it arrives and its link detached with "
-                            "amqp:link:message-size-exceeded (default: 1048576, 1 MiB)")
-    serve.add_argument("--max-gap-range", type=positive_int, default=10_000)
-    serve.add_argument("--link-context-bytes", type=positive_int, default=16 << 20,
-                       metavar="BYTES",
-                       help="most bytes of frames one link's context keeps for gap fill (older "
-                            "gaps repair by source; default: 16 MiB)")
-    serve.add_argument("--link-unsent-bytes", type=positive_int, default=4 << 20, metavar="BYTES",
-                       help="most bytes sent on one link that its peer has not taken; past it "
-                            "the link is paused (default: 4 MiB)")
-    serve.add_argument("--connection-bytes", type=positive_int, default=64 << 20,
-                       metavar="BYTES",
-                       help="most bytes the links of one connection hold, unsent and in "
-                            "contexts (default: 64 MiB)")
-    serve.add_argument("--principal-bytes", type=positive_int, default=256 << 20,
-                       metavar="BYTES",
-                       help="most bytes the links of one principal hold (default: 256 MiB)")
-    serve.add_argument("--component-bytes", type=positive_int, default=512 << 20,
-                       metavar="BYTES",
-                       help="most bytes all links together hold (default: 512 MiB)")
-    serve.add_argument("--memory-grace", type=positive_float, default=10.0, metavar="SECONDS",
-                       help="a link over its bytes this long is detached and its connection "
-                            "closed with amqp:resource-limit-exceeded (default: 10)")
-    serve.add_argument("--context-retention", type=non_negative_float, default=30.0)
-    serve.add_argument("--retain-count", type=positive_int, default=None, metavar="N",
-                       help="journal retention: keep the newest N publications per source")
-    serve.add_argument("--retain-age", type=positive_float, default=None, metavar="SECONDS",
-                       help="journal retention: trim publications older than SECONDS")
-    serve.add_argument("--archive", default=None, metavar="DIR",
-                       help="export to Parquet under DIR before retention trims")
-    serve.add_argument("--retention-interval", type=positive_float, default=60.0, metavar="SECONDS",
-                       help="how often retention runs (with --retain-count/--retain-age)")
-    serve.add_argument("--drop-rate", type=fraction, default=0.0,
-                       help="forced loss: fraction of frames not sent (they are still numbered)")
-    serve.add_argument("--drop-seed", type=int, default=None)
-    serve.add_argument("--drop-reset-frames", action="store_true",
-                       help="forced loss: never send a link's reset frame (link number 0); "
-                            "subscribers learn of resets from the attach and SUBSCRIPTION")
-    serve.add_argument("--request-rate", type=positive_float, default=500.0,
-                       help="requests per second allowed per connection")
-    serve.add_argument("--request-burst", type=positive_float, default=1_000.0)
     serve.add_argument("--contribution-rate", type=positive_float, default=10.0,
                        metavar="PER_SECOND",
                        help="contributions per second one principal may send (token bucket; "
@@ -101,36 +46,6 @@ def register(subparsers: Any) -> None:
     serve.add_argument("--max-pending-contributions", type=positive_int, default=256,
                        metavar="N", help="contributions one owner may leave unanswered "
                                          "(default 256)")
-    serve.add_argument("--max-connections", type=positive_int, default=800, metavar="N",
-                       help="connections held at once, opened or not; one more is closed at "
-                            "once (amqp:resource-limit-exceeded)")
-    serve.add_argument("--max-connections-per-principal", type=positive_int, default=100,
-                       metavar="N", help="connections of one principal (--grant) at once")
-    serve.add_argument("--max-links-per-connection", type=positive_int, default=1_000,
-                       metavar="N", help="links one connection may hold attached (a gateway "
-                                         "carries all its subscribers' links on one)")
-    serve.add_argument("--max-links-per-principal", type=positive_int, default=4_000,
-                       metavar="N", help="links the connections of one principal may hold")
-    serve.add_argument("--open-timeout", type=positive_float, default=10.0, metavar="SECONDS",
-                       help="a connection that has not completed the AMQP open (and SASL) "
-                            "this long after it was accepted is closed")
-    serve.add_argument("--repair-turn", type=positive_float, default=0.01, metavar="SECONDS",
-                       help="event-loop time one repair turn may take (journal reads and "
-                            "encoding for replays and resends, round-robin by connection) "
-                            "before live delivery and other peers are served (default 0.01)")
-    serve.add_argument("--replay-page", type=positive_int, default=1_000, metavar="N",
-                       help="journal entries a replay reads per step, sent or skipped by the "
-                            "link's filters: one step of a repair turn (default 1000)")
-    serve.add_argument("--max-replays-per-connection", type=positive_int, default=16,
-                       metavar="N",
-                       help="source replays one connection may have in progress; a "
-                            "SOURCE-GAP-REQUEST past it is rejected "
-                            "amqp:resource-limit-exceeded (default 16; a gateway's one "
-                            "connection carries all its subscribers' replays)")
-    serve.add_argument("--max-replays-per-principal", type=positive_int, default=64,
-                       metavar="N",
-                       help="source replays all connections of one principal may have in "
-                            "progress (default 64)")
     serve.add_argument("--subscription", action="append", default=[],
                        metavar="NAME=PATTERN[;TOKENS]",
                        help="a subscription queue /subscriptions/NAME (tokens comma-separated); "
@@ -152,11 +67,6 @@ def register(subparsers: Any) -> None:
                             "(seqrepair credentials token). The REST API also takes HTTP Basic "
                             "against --credentials, serves HTTPS with --tls-cert/--tls-key, and "
                             "anonymous requests only with --allow-anonymous")
-    serve.add_argument("--policy", metavar="FILE",
-                       help="the access policy (TOML, or JSON when FILE ends in .json): who may "
-                            "publish, subscribe, attach to queues, manage subscriptions and "
-                            "list topics; reloaded on SIGHUP (a bad file keeps the policy in "
-                            "force). Without one every principal may do everything but admin")
     # no default here: RestServer's apply (not imported here, to keep the command line quick)
     serve.add_argument("--rest-max-connections", type=positive_int, metavar="N",
                        help="REST connections served at once; one more is answered 503 "
@@ -173,20 +83,7 @@ def register(subparsers: Any) -> None:
     serve.add_argument("--max-topics", type=positive_int, default=100_000, metavar="N",
                        help="most topics /topics lists; past it new topics are not listed "
                             "(publishing is not affected; default: 100000)")
-    serve.add_argument("--grant", action="append", default=[],
-                       metavar="PRINCIPAL=TOKENS[;deny=TOKENS]",
-                       help="permission tokens of one principal on topic-pattern links "
-                            "(repeatable; tokens comma-separated, '*' = every token; deny "
-                            "exceptions win). PRINCIPAL is the identity the connection proved "
-                            "(the SCRAM user, or the client certificate's subject with "
-                            "EXTERNAL; 'anonymous' with --allow-anonymous), never the client's "
-                            "container id. A "
-                            "subscriber's seqrepair-permtokens link property may only narrow "
-                            "its grant, never widen it")
-    serve.add_argument("--default-grant", default="", metavar="TOKENS[;deny=TOKENS]",
-                       help="the grant of every principal without a --grant (default: none, "
-                            "only publications without a permission token are visible)")
-    serve.add_argument("--ready-file", help="write the listen address here once listening")
+    add_component_options(serve)
     add_server_security(serve)
     add_hop_options(serve, "serve")
     serve.set_defaults(func=_serve)
@@ -222,7 +119,6 @@ def register(subparsers: Any) -> None:
     relay.add_argument("--upstream", required=True, help="the upstream component, host:port")
     relay.add_argument("--listen", default="127.0.0.1:5674", help="listen address host:port")
     relay.add_argument("--redis-url", required=True, help="the relay's own journal's Redis")
-    relay.add_argument("--redis-timeout", type=positive_float, default=2.0, metavar="SECONDS")
     relay.add_argument("--subscribe", nargs="+", default=[], metavar="PATTERN",
                        help="topic patterns the relay always carries; with no --aggregate its "
                             "subscribers must lie inside them")
@@ -235,18 +131,7 @@ def register(subparsers: Any) -> None:
     relay.add_argument("--name", default="relay",
                        help="the relay's name: its upstream link is relay.NAME, where the "
                             "upstream component keeps its durable position")
-    relay.add_argument("--link-bits", type=bit_width, default=16)
-    relay.add_argument("--heartbeat", type=positive_float, default=1.0)
-    relay.add_argument("--idle-timeout", type=non_negative_float, default=10.0)
-    relay.add_argument("--max-gap-range", type=positive_int, default=10_000)
-    relay.add_argument("--context-retention", type=non_negative_float, default=30.0)
-    relay.add_argument("--drop-rate", type=fraction, default=0.0,
-                       help="forced loss toward the relay's subscribers (tests)")
-    relay.add_argument("--drop-seed", type=int, default=None)
-    relay.add_argument("--grant", action="append", default=[],
-                       metavar="PRINCIPAL=TOKENS[;deny=TOKENS]", help="as for serve")
-    relay.add_argument("--default-grant", default="", metavar="TOKENS[;deny=TOKENS]")
-    relay.add_argument("--ready-file", help="write the listen address here once listening")
+    add_component_options(relay)
     add_hop_options(relay, "relay")
     add_server_security(relay)
     add_client_security(relay, "upstream-")
@@ -420,6 +305,117 @@ def _serve(args: argparse.Namespace) -> int:
 MAX_HOPS_LIMIT = 255
 """The highest ``--max-hops`` (:data:`seqrepair.amqp.wire.hops.MAX_HOPS_LIMIT`, not imported:
 building the parser imports no AMQP part)."""
+
+
+def add_component_options(parser: argparse.ArgumentParser) -> None:
+    """The options of a component that serves subscribers (``serve`` and ``relay``): its links,
+    the bounds a peer can cost it (WIRE.md "Resource model"), its access policy and grants, its
+    journal's retention and forced loss for tests."""
+    parser.add_argument("--redis-timeout", type=positive_float, default=2.0, metavar="SECONDS",
+                        help="how long a journal call may wait for Redis before it fails; the "
+                             "event loop serving every link waits with it (default 2)")
+    parser.add_argument("--link-bits", type=bit_width, default=16)
+    parser.add_argument("--heartbeat", type=positive_float, default=1.0,
+                        help="heartbeat interval (s)")
+    parser.add_argument("--idle-timeout", type=non_negative_float, default=10.0)
+    parser.add_argument("--max-batch", type=positive_int, default=256, metavar="N",
+                        help="most publications per transfer to a subscriber and per "
+                             "gap-fill answer (default: 256)")
+    parser.add_argument("--max-pending", type=positive_int, default=20_000)
+    parser.add_argument("--max-message-size", type=positive_int, default=1 << 20, metavar="BYTES",
+                        help="most bytes of one incoming message (a publisher's or a request), "
+                             "advertised on the links the component receives on; a larger one is "
+                             "rejected as it arrives and its link detached with "
+                             "amqp:link:message-size-exceeded (default: 1048576, 1 MiB)")
+    parser.add_argument("--max-gap-range", type=positive_int, default=10_000)
+    parser.add_argument("--link-context-bytes", type=positive_int, default=16 << 20,
+                        metavar="BYTES",
+                        help="most bytes of frames one link's context keeps for gap fill (older "
+                             "gaps repair by source; default: 16 MiB)")
+    parser.add_argument("--link-unsent-bytes", type=positive_int, default=4 << 20, metavar="BYTES",
+                        help="most bytes sent on one link that its peer has not taken; past it "
+                             "the link is paused (default: 4 MiB)")
+    parser.add_argument("--connection-bytes", type=positive_int, default=64 << 20,
+                        metavar="BYTES",
+                        help="most bytes the links of one connection hold, unsent and in "
+                             "contexts (default: 64 MiB)")
+    parser.add_argument("--principal-bytes", type=positive_int, default=256 << 20,
+                        metavar="BYTES",
+                        help="most bytes the links of one principal hold (default: 256 MiB)")
+    parser.add_argument("--component-bytes", type=positive_int, default=512 << 20,
+                        metavar="BYTES",
+                        help="most bytes all links together hold (default: 512 MiB)")
+    parser.add_argument("--memory-grace", type=positive_float, default=10.0, metavar="SECONDS",
+                        help="a link over its bytes this long is detached and its connection "
+                             "closed with amqp:resource-limit-exceeded (default: 10)")
+    parser.add_argument("--context-retention", type=non_negative_float, default=30.0)
+    parser.add_argument("--retain-count", type=positive_int, default=None, metavar="N",
+                        help="journal retention: keep the newest N publications per source")
+    parser.add_argument("--retain-age", type=positive_float, default=None, metavar="SECONDS",
+                        help="journal retention: trim publications older than SECONDS")
+    parser.add_argument("--archive", default=None, metavar="DIR",
+                        help="export to Parquet under DIR before retention trims")
+    parser.add_argument("--retention-interval", type=positive_float, default=60.0,
+                        metavar="SECONDS",
+                        help="how often retention runs (with --retain-count/--retain-age)")
+    parser.add_argument("--drop-rate", type=fraction, default=0.0,
+                        help="forced loss: fraction of frames not sent (they are still numbered)")
+    parser.add_argument("--drop-seed", type=int, default=None)
+    parser.add_argument("--drop-reset-frames", action="store_true",
+                        help="forced loss: never send a link's reset frame (link number 0); "
+                             "subscribers learn of resets from the attach and SUBSCRIPTION")
+    parser.add_argument("--request-rate", type=positive_float, default=500.0,
+                        help="requests per second allowed per connection")
+    parser.add_argument("--request-burst", type=positive_float, default=1_000.0)
+    parser.add_argument("--max-connections", type=positive_int, default=800, metavar="N",
+                        help="connections held at once, opened or not; one more is closed at "
+                             "once (amqp:resource-limit-exceeded)")
+    parser.add_argument("--max-connections-per-principal", type=positive_int, default=100,
+                        metavar="N", help="connections of one principal (--grant) at once")
+    parser.add_argument("--max-links-per-connection", type=positive_int, default=1_000,
+                        metavar="N", help="links one connection may hold attached (a gateway "
+                                          "carries all its subscribers' links on one)")
+    parser.add_argument("--max-links-per-principal", type=positive_int, default=4_000,
+                        metavar="N", help="links the connections of one principal may hold")
+    parser.add_argument("--open-timeout", type=positive_float, default=10.0, metavar="SECONDS",
+                        help="a connection that has not completed the AMQP open (and SASL) "
+                             "this long after it was accepted is closed")
+    parser.add_argument("--repair-turn", type=positive_float, default=0.01, metavar="SECONDS",
+                        help="event-loop time one repair turn may take (journal reads and "
+                             "encoding for replays and resends, round-robin by connection) "
+                             "before live delivery and other peers are served (default 0.01)")
+    parser.add_argument("--replay-page", type=positive_int, default=1_000, metavar="N",
+                        help="journal entries a replay reads per step, sent or skipped by the "
+                             "link's filters: one step of a repair turn (default 1000)")
+    parser.add_argument("--max-replays-per-connection", type=positive_int, default=16,
+                        metavar="N",
+                        help="source replays one connection may have in progress; a "
+                             "SOURCE-GAP-REQUEST past it is rejected "
+                             "amqp:resource-limit-exceeded (default 16; a gateway's one "
+                             "connection carries all its subscribers' replays)")
+    parser.add_argument("--max-replays-per-principal", type=positive_int, default=64,
+                        metavar="N",
+                        help="source replays all connections of one principal may have in "
+                             "progress (default 64)")
+    parser.add_argument("--policy", metavar="FILE",
+                        help="the access policy (TOML, or JSON when FILE ends in .json): who may "
+                             "publish, subscribe, attach to queues, manage subscriptions and "
+                             "list topics; reloaded on SIGHUP (a bad file keeps the policy in "
+                             "force). Without one every principal may do everything but admin")
+    parser.add_argument("--grant", action="append", default=[],
+                        metavar="PRINCIPAL=TOKENS[;deny=TOKENS]",
+                        help="permission tokens of one principal on topic-pattern links "
+                             "(repeatable; tokens comma-separated, '*' = every token; deny "
+                             "exceptions win). PRINCIPAL is the identity the connection proved "
+                             "(the SCRAM user, or the client certificate's subject with "
+                             "EXTERNAL; 'anonymous' with --allow-anonymous), never the client's "
+                             "container id. A "
+                             "subscriber's seqrepair-permtokens link property may only narrow "
+                             "its grant, never widen it")
+    parser.add_argument("--default-grant", default="", metavar="TOKENS[;deny=TOKENS]",
+                        help="the grant of every principal without a --grant (default: none, "
+                             "only publications without a permission token are visible)")
+    parser.add_argument("--ready-file", help="write the listen address here once listening")
 
 
 def _max_hops(text: str) -> int:

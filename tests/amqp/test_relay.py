@@ -455,3 +455,52 @@ def test_a_subscriber_owed_what_the_relay_did_not_select_is_told_not_left_short(
     assert not [p for p in back if 200 < p.source_seq <= 400]
     assert "not selected by this relay's upstream subscription" in b.log_text() or (
         "gapfill.not_selected" in b.log_text())
+
+
+RELAY_POLICY = """
+[[allow]]
+actors = ["anonymous"]
+operations = ["subscribe"]
+topics = ["/w/#"]
+
+[[deny]]
+actors = ["anonymous"]
+operations = ["subscribe"]
+topics = ["/w/b/#"]
+"""
+
+
+def test_a_relay_takes_a_component_s_policy_bounds_and_retention(
+    redises: list[str], tmp_path: Path
+) -> None:
+    """``relay`` has ``serve``'s options for what it serves: its access policy decides and
+    excludes for its own subscribers, its retention trims its own journal."""
+    a_redis, b_redis, _ = redises
+    policy = tmp_path / "policy.toml"
+    policy.write_text(RELAY_POLICY)
+    a = ComponentProcess(a_redis, tmp_path).start()
+    b = RelayProcess(b_redis, tmp_path, a.url, "B", "--subscribe", "/w/#", "--policy",
+                     str(policy), "--retain-count", "20", "--retention-interval", "0.5",
+                     "--max-links-per-connection", "4", "--link-unsent-bytes", "1048576",
+                     "--heartbeat", "0.2").start()
+    got: list[tuple[str, int]] = []
+    sub = Subscriber(b.url, "/w/#", link_name="allowed", heartbeat_interval=0.2,
+                     on_publication=lambda p: got.append((p.topic, p.source_seq)))
+    denied = Subscriber(b.url, "/w/b/#", link_name="denied")
+    try:
+        sub.start().wait_connected(20)
+        b.wait_upstream()
+        with pytest.raises(Exception, match="amqp:unauthorized-access"):
+            denied.start().wait_connected(20)
+        publish(a.url, "feed.a", 100)
+        want = [t for t in expected(a_redis, "feed.a", "/w/#") if not t[0].startswith("/w/b/")]
+        assert wait_for(lambda: len(got) >= len(want), 30), (len(got), b.log_text()[-2000:])
+        assert got == want  # exactly once, in order, never an excluded topic
+        with Journal.from_url(b_redis) as journal:  # its retention keeps the newest 20
+            assert wait_for(lambda: journal.info("feed.a").trimmed_through > 0, 20)
+    finally:
+        sub.stop()
+        denied.stop()
+        b.stop()
+        a.stop()
+    assert "access policy loaded" in b.log_text()

@@ -29,28 +29,19 @@ def serve(args: argparse.Namespace) -> int:
     """``seqrepair serve``: 0 once stopped, 2 on a bad option, 1 when Redis or the REST port
     fails it."""
     from seqrepair.access import Access
-    from seqrepair.amqp.component.component import Component, ComponentConfig
+    from seqrepair.amqp.component.component import Component
     from seqrepair.amqp.component.grants import GrantTable
     from seqrepair.amqp.wire.guard import Guarded
     from seqrepair.amqp.wire.reactor import make_container
     from seqrepair.amqp.wire.security import ServerSecurity
     from seqrepair.core.subscriptions import Subscription
     from seqrepair.journal.journal import Journal
-    from seqrepair.journal.retainer import RetentionWorker
-    from seqrepair.journal.retention import RetentionPolicy
 
     try:
         token, principal_tokens = _rest_tokens(args)
         access = Access(args.policy)
         grants = GrantTable.parse(args.grant, args.default_grant)
-        policy = RetentionPolicy(
-            max_count=args.retain_count, max_age=args.retain_age, archive_root=args.archive
-        )
-        retention = (
-            RetentionWorker(Journal.from_url(args.redis_url), policy, args.retention_interval)
-            if args.retain_count is not None or args.retain_age is not None
-            else None
-        )
+        retention = retention_worker(args)
         declared = [_declared_topic(topic) for topic in args.topic]
         subs = {}
         for spec in args.subscription:
@@ -65,53 +56,18 @@ def serve(args: argparse.Namespace) -> int:
     except SeqRepairError as exc:  # a bad grant, subscription, topic, policy, retention or security
         print(f"seqrepair serve: {exc.message}", file=sys.stderr)
         return 2
-    # SIGHUP: read the policy file again, off the signal handler (in its own thread)
-    hangups = threading.Event()
-    signal.signal(signal.SIGHUP, lambda *_: hangups.set())
-    threading.Thread(target=_reloader, args=(access, hangups), name="policy-reload",
-                     daemon=True).start()
-    config = ComponentConfig(
+    watch_policy(access)  # SIGHUP reads the policy file again
+    config = component_config(
+        args,
         url=args.url,
-        link_bits=args.link_bits,
-        heartbeat_interval=args.heartbeat,
-        idle_timeout=args.idle_timeout,
-        max_batch=args.max_batch,
-        max_pending=args.max_pending,
-        link_context_bytes=args.link_context_bytes,
-        link_unsent_bytes=args.link_unsent_bytes,
-        connection_bytes=args.connection_bytes,
-        principal_bytes=args.principal_bytes,
-        component_bytes=args.component_bytes,
-        memory_grace=args.memory_grace,
         max_publish_batch=args.max_publish_batch,
-        max_message_size=args.max_message_size,
-        max_gap_range=args.max_gap_range,
-        context_retention=args.context_retention,
-        journal_retention=args.retain_age,
-        journal_retention_count=args.retain_count,
-        drop_rate=args.drop_rate,
-        drop_seed=args.drop_seed,
-        drop_reset_frames=args.drop_reset_frames,
-        request_rate=args.request_rate,
-        request_burst=args.request_burst,
         contribution_rate=args.contribution_rate,
         contribution_burst=args.contribution_burst,
         contribution_timeout=args.contribution_timeout,
         max_pending_contributions=args.max_pending_contributions,
-        repair_turn=args.repair_turn,
-        replay_page=args.replay_page,
-        max_replays_per_connection=args.max_replays_per_connection,
-        max_replays_per_principal=args.max_replays_per_principal,
         subscriptions=subs,
         grants=grants,
-        max_connections=args.max_connections,
-        max_connections_per_principal=args.max_connections_per_principal,
-        max_links_per_connection=args.max_links_per_connection,
-        max_links_per_principal=args.max_links_per_principal,
-        open_timeout=args.open_timeout,
         security=security,
-        hop_id=args.hop_id,
-        max_hops=args.max_hops,
     )
 
     def ready(url: str) -> None:
@@ -146,6 +102,72 @@ def serve(args: argparse.Namespace) -> int:
         stack.callback(lambda: log.info("component stopped", **component.stats))
         make_container(Guarded(component, component.stats)).run()  # a bad peer ends its own
     return 0
+
+
+def component_config(args: argparse.Namespace, **fields: Any) -> Any:
+    """The :class:`ComponentConfig` of a component that serves subscribers, from the options
+    :func:`~seqrepair.amqp.commands.add_component_options` defines (``serve``, ``relay``), and
+    ``fields`` (its address, security, grants and what only one of them has)."""
+    from seqrepair.amqp.component.config import ComponentConfig
+
+    return ComponentConfig(
+        link_bits=args.link_bits,
+        heartbeat_interval=args.heartbeat,
+        idle_timeout=args.idle_timeout,
+        max_batch=args.max_batch,
+        max_pending=args.max_pending,
+        link_context_bytes=args.link_context_bytes,
+        link_unsent_bytes=args.link_unsent_bytes,
+        connection_bytes=args.connection_bytes,
+        principal_bytes=args.principal_bytes,
+        component_bytes=args.component_bytes,
+        memory_grace=args.memory_grace,
+        max_message_size=args.max_message_size,
+        max_gap_range=args.max_gap_range,
+        context_retention=args.context_retention,
+        journal_retention=args.retain_age,
+        journal_retention_count=args.retain_count,
+        drop_rate=args.drop_rate,
+        drop_seed=args.drop_seed,
+        drop_reset_frames=args.drop_reset_frames,
+        request_rate=args.request_rate,
+        request_burst=args.request_burst,
+        repair_turn=args.repair_turn,
+        replay_page=args.replay_page,
+        max_replays_per_connection=args.max_replays_per_connection,
+        max_replays_per_principal=args.max_replays_per_principal,
+        max_connections=args.max_connections,
+        max_connections_per_principal=args.max_connections_per_principal,
+        max_links_per_connection=args.max_links_per_connection,
+        max_links_per_principal=args.max_links_per_principal,
+        open_timeout=args.open_timeout,
+        hop_id=args.hop_id,
+        max_hops=args.max_hops,
+        **fields,
+    )
+
+
+def retention_worker(args: argparse.Namespace) -> Any:
+    """The journal's retention (``--retain-count``/``--retain-age``), None without them
+    (InvalidConfigError for a bad combination)."""
+    from seqrepair.journal.journal import Journal
+    from seqrepair.journal.retainer import RetentionWorker
+    from seqrepair.journal.retention import RetentionPolicy
+
+    if args.retain_count is None and args.retain_age is None:
+        return None
+    policy = RetentionPolicy(
+        max_count=args.retain_count, max_age=args.retain_age, archive_root=args.archive
+    )
+    return RetentionWorker(Journal.from_url(args.redis_url), policy, args.retention_interval)
+
+
+def watch_policy(access: Any) -> None:
+    """Reload the access policy at each SIGHUP, off the signal handler (in a thread)."""
+    hangups = threading.Event()
+    signal.signal(signal.SIGHUP, lambda *_: hangups.set())
+    threading.Thread(target=_reloader, args=(access, hangups), name="policy-reload",
+                     daemon=True).start()
 
 
 def _reloader(access: Any, hangups: threading.Event) -> None:

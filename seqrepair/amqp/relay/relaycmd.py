@@ -12,8 +12,13 @@ from pathlib import Path
 def relay_command(args: argparse.Namespace) -> int:
     """``seqrepair relay``: serve until SIGTERM or ^C; 2 on a bad option, 1 when its journal
     refused what came from upstream (it holds other publications under those numbers)."""
-    from seqrepair.amqp.component.component import ComponentConfig
+    from seqrepair.access import Access
     from seqrepair.amqp.component.grants import GrantTable
+    from seqrepair.amqp.component.servecmd import (
+        component_config,
+        retention_worker,
+        watch_policy,
+    )
     from seqrepair.amqp.relay.relay import RelayComponent
     from seqrepair.amqp.relay.selection import SelectionTable
     from seqrepair.amqp.wire.guard import Guarded
@@ -22,32 +27,23 @@ def relay_command(args: argparse.Namespace) -> int:
     from seqrepair.core.errors import InvalidConfigError, SeqRepairError
     from seqrepair.core.topics import TopicPattern
     from seqrepair.journal.journal import Journal
+    from seqrepair.rest.manager import SubscriptionManager
 
     try:
         standing = tuple(TopicPattern(p) for p in args.subscribe)
         if not standing and not args.aggregate:
             raise InvalidConfigError("give --subscribe PATTERN..., --aggregate, or both")
+        access = Access(args.policy)
         security = ServerSecurity.from_args(args)
         security.check(args.listen)
         upstream_security = ClientSecurity.from_args(args, "upstream-")
         grants = GrantTable.parse(args.grant, args.default_grant)
+        retention = retention_worker(args)
     except SeqRepairError as exc:
         print(f"seqrepair relay: {exc.message}", file=sys.stderr)
         return 2
-    config = ComponentConfig(
-        url=args.listen,
-        link_bits=args.link_bits,
-        heartbeat_interval=args.heartbeat,
-        idle_timeout=args.idle_timeout,
-        max_gap_range=args.max_gap_range,
-        context_retention=args.context_retention,
-        drop_rate=args.drop_rate,
-        drop_seed=args.drop_seed,
-        grants=grants,
-        security=security,
-        hop_id=args.hop_id,
-        max_hops=args.max_hops,
-    )
+    watch_policy(access)  # SIGHUP reads the policy file again
+    config = component_config(args, url=args.listen, grants=grants, security=security)
 
     def ready(url: str) -> None:
         if args.ready_file:
@@ -57,9 +53,14 @@ def relay_command(args: argparse.Namespace) -> int:
                                socket_connect_timeout=min(args.redis_timeout, 5.0))
     table = SelectionTable(standing, aggregate=args.aggregate, linger=args.linger)
     relay = RelayComponent(config, journal, upstream=args.upstream, name=args.name, table=table,
-                           security=upstream_security, on_ready=ready)
+                           security=upstream_security, on_ready=ready,
+                           subscriptions=SubscriptionManager(policy=access))
+    access.on_change(relay.policy_changed)  # a reload re-checks the attached links
+    access.announce()
     signal.signal(signal.SIGTERM, lambda *_: relay.request_stop())
-    with contextlib.suppress(KeyboardInterrupt):
+    with contextlib.ExitStack() as stack, contextlib.suppress(KeyboardInterrupt):
+        if retention is not None:
+            stack.enter_context(retention)
         make_container(Guarded(relay, relay.stats)).run()
     if relay.error is not None:
         print(f"seqrepair relay: {relay.error.message}", file=sys.stderr)
