@@ -20,9 +20,11 @@ import time
 from collections.abc import Callable
 
 from seqrepair.amqp.client.subscriber import Publisher, Subscriber
-from seqrepair.amqp.component.links import ResponseRoute
+from seqrepair.amqp.component.links import ResponseRoute, SubscriberLink
+from seqrepair.core.context import LinkContext
 from seqrepair.core.messages import Publication, SourceGapRequest
 from seqrepair.core.permissions import Entitlement
+from seqrepair.core.sequencers import LinkSequencer
 
 from .conftest import ComponentProcess, wait_for
 
@@ -148,3 +150,21 @@ def test_anything_else_restarts_it() -> None:
     assert route.live_replay("another link", FIRST) is None
     route.drop_replay("link")  # its link detached
     assert route.live_replay("link", FIRST) is None
+
+
+def test_a_link_attached_again_before_its_old_connection_closed_ends_its_replay() -> None:
+    """A reconnecting subscriber's new attach may reach the component before the end of its
+    old connection (half-open, or read first): the old sender is stolen, so the old
+    connection's close no longer names the link. What the replay sent on the old connection
+    may never have arrived: a repeat on the new one must start again from the remainder, not
+    continue past numbers the subscriber never got."""
+    link = SubscriberLink(
+        name="link", address="/w/#", entitlement=Entitlement.everything(),
+        sequencer=LinkSequencer(16, 1.0), context=LinkContext(16, 1000), batch=True,
+        max_batch=8, max_pending=100, source_bits=lambda _s: 32,
+    )
+    link.attach(object())
+    link.route.start_replay("link", iter(()), 1, request=FIRST, through={"a": 90})
+    link.attach(object())  # the same link on a new connection (the old one stolen)
+    repeat = SourceGapRequest(after={"a": 40, "b": 3}, request_id=5, link_through=7)
+    assert link.route.live_replay("link", repeat) is None

@@ -393,6 +393,11 @@ class SubscriberLink:
 
     def attach(self, sender: Any) -> None:
         """Bind (or rebind, on resume) the AMQP sender of this link."""
+        if self.sender is not None and self.sender != sender:
+            # stolen by a new connection before the old one's end was read: that end no
+            # longer names the link (detach.forget), and what the replay sent on the old
+            # connection may never arrive, so a repeat must not continue past it
+            self.route.drop_replay(self.name)
         self.sender = sender
         self.route.sender = sender
         self.detached_at = None
