@@ -252,12 +252,12 @@ class Replay:
         first, last = markers[0], markers[-1]
         log.warning("gapfill.not_selected", link=self.link.link_id, source=source,
                     first=first.first, last=last.last, selection=last.selection)
-        return GapError(
-            "trimmed", self.request,
-            f"{source} {first.first}..{last.last}: not selected by this relay's upstream "
-            f"subscription ({last.selection}), which does not cover this link",
-            {source: last.last},
-        )
+        why = ("lost upstream (the relay's upstream could not deliver them)"
+               if any(m.lost for m in markers) else
+               f"not selected by this relay's upstream subscription ({last.selection}), "
+               f"which does not cover this link")
+        return GapError("trimmed", self.request, f"{source} {first.first}..{last.last}: {why}",
+                        {source: last.last})
 
     def _more(self) -> bool:
         """Whether the subscriber must ask again: only if the link does not itself carry what

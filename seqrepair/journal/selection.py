@@ -26,6 +26,10 @@ from seqrepair.core.topics import TopicPattern
 
 NOT_SELECTED = "not-selected"
 """The ``ptype`` of a marker entry."""
+LOST_UPSTREAM = "!lost-upstream"
+"""The ``selection`` of a marker for numbers the relay's upstream said it cannot deliver (an
+``Unrecoverable`` there): no topic pattern, so it covers no subscriber, and every replay over
+it answers that the relay lacks them (``trimmed``), never passes over them."""
 
 
 @attrs.frozen
@@ -37,6 +41,11 @@ class NotSelected:
     first: int
     last: int
     selection: str
+
+    @property
+    def lost(self) -> bool:
+        """Whether these numbers were lost upstream, not filtered out (:data:`LOST_UPSTREAM`)."""
+        return self.selection.startswith(LOST_UPSTREAM)
 
     def patterns(self) -> tuple[TopicPattern, ...]:
         """The selection's topic patterns (an unreadable one is left out: covers nothing)."""

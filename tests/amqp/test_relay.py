@@ -504,3 +504,45 @@ def test_a_relay_takes_a_component_s_policy_bounds_and_retention(
         b.stop()
         a.stop()
     assert "access policy loaded" in b.log_text()
+
+
+
+def test_numbers_a_relay_lost_upstream_are_unrecoverable_downstream_not_passed_over(
+    redises: list[str], tmp_path: Path
+) -> None:
+    """The origin trimmed numbers the relay had not received (it was down): its stub reports
+    them Unrecoverable upstream. The relay's journal must not hold them as 'not selected'
+    (a replay passes over those silently for a subscriber inside the selection): a durable
+    subscriber of the relay replaying them is told (Unrecoverable), then gets the rest."""
+    a_redis, b_redis, _ = redises
+    a = ComponentProcess(a_redis, tmp_path, "--heartbeat", "0.2").start()
+    b = RelayProcess(b_redis, tmp_path, a.url, "B", "--subscribe", "/w/#",
+                     "--heartbeat", "0.2").start()
+    try:
+        b.wait_upstream()
+        first = Subscriber(b.url, "/w/#", link_name="behind", durable=True,
+                           heartbeat_interval=0.2).start()
+        assert first.wait_connected(20)
+        time.sleep(0.3)
+        first.stop()
+        b.stop()  # the relay is away while the origin publishes and trims
+        publish(a.url, "feed.t", 100)
+        want = [k for k in expected(a_redis, "feed.t", "/w/#") if k[1] > 40]
+        with Journal.from_url(a_redis) as journal:
+            journal.trim_through("feed.t", 40, now=time.time())
+        b.start()
+        with Journal.from_url(b_redis) as journal:
+            assert wait_for(lambda: journal.high_water("feed.t") >= want[-1][1], 30), (
+                b.log_text())
+        got: list[Publication] = []
+        again = Subscriber(b.url, "/w/#", link_name="behind", durable=True,
+                           on_publication=got.append, heartbeat_interval=0.2).start()
+        assert wait_for(lambda: bool(got) and got[-1].source_seq >= want[-1][1], 30), got
+        time.sleep(0.5)
+        again.stop()
+    finally:
+        b.stop()
+        a.stop()
+    assert [(p.topic, p.source_seq) for p in got] == want
+    lost = [(u.source, u.reason) for u in again.unrecoverable]
+    assert ("feed.t", "trimmed") in lost, lost

@@ -32,6 +32,7 @@ import attrs
 from seqrepair.amqp.wire.errors import AmqpAdapterError
 from seqrepair.core.errors import InvalidMessageError
 from seqrepair.core.messages import Publication
+from seqrepair.journal.selection import LOST_UPSTREAM
 
 
 class JournalPort(Protocol):
@@ -162,6 +163,12 @@ class RedisJournalPort:
     not_selected: str | None = None
     """A relay's journal (:mod:`seqrepair.journal.selection`): its upstream selection; the
     numbers a source's publications skip are journaled as not selected under it."""
+    _lost: dict[str, int] = attrs.field(factory=dict)
+    """A relay's journal: per source, the number after which its upstream reported a loss
+    (:meth:`note_lost`): the next skip past it is journaled as lost, not as not selected."""
+    _lost_any: bool = False
+    """A loss upstream named no source: every source's next skip is journaled as lost."""
+    _lost_done: set[str] = attrs.field(factory=set)
     _ahead: set[str] = attrs.field(factory=set)
     """Sources whose publisher journals first (our last append found it already held): for
     those the high-water is read before appending, not learnt from a refused append, which
@@ -242,8 +249,13 @@ class RedisJournalPort:
             try:
                 self._writes += 1
                 if self.not_selected:
+                    marker, lost = self._marker_for(source, held, fresh)
                     self._hw[source] = self.journal.append(  # type: ignore[attr-defined]
-                        fresh, bits, not_selected=self.not_selected)
+                        fresh, bits, not_selected=marker)
+                    if lost:
+                        self._lost.pop(source, None)
+                        if self._lost_any:
+                            self._lost_done.add(source)
                 else:
                     self._hw[source] = self.journal.append(fresh, bits)  # type: ignore[attr-defined]
                 self._ahead.discard(source)
@@ -264,6 +276,32 @@ class RedisJournalPort:
                     f"{source!r}: the journal moved under three appends; not journaled",
                     expected=held + 1, got=fresh[0].source_seq,
                 )
+
+    def note_lost(self, source: str | None, after: int | None) -> None:
+        """A relay's upstream reported ``source``'s numbers after ``after`` lost (None: some
+        source's, unnamed): the numbers its next publication skips are journaled as lost
+        upstream (:data:`~seqrepair.journal.selection.LOST_UPSTREAM`), so a replay tells a
+        subscriber it lacks them instead of passing over them as not selected."""
+        if source is None:
+            self._lost_any, self._lost_done = True, set()
+        else:
+            self._lost[source] = min(after or 0, self._lost.get(source, after or 0))
+
+    def _marker_for(self, source: str, held: int, fresh: Sequence[Publication]
+                    ) -> tuple[str | None, bool]:
+        """The selection the numbers ``fresh`` skips are journaled under, and whether that is
+        a loss upstream (one skip past the loss's ``after``; at worst a not-selected skip in
+        the same append is reported with it: said lost, never lost silently)."""
+        after = self._lost.get(source)
+        if after is None and self._lost_any and source not in self._lost_done:
+            after = 0
+        if after is not None:
+            last = held
+            for pub in fresh:
+                if pub.source_seq > last + 1 and last >= after:
+                    return LOST_UPSTREAM, True
+                last = pub.source_seq
+        return self.not_selected, False
 
     def held(self, source: str) -> int | None:
         """The last number of ``source`` this port knows the journal holds, without a round

@@ -69,6 +69,7 @@ from seqrepair.amqp.wire.vocabulary import (
     plain_properties,
 )
 from seqrepair.core.errors import SeqRepairError
+from seqrepair.core.events import Unrecoverable
 from seqrepair.core.messages import Publication
 from seqrepair.journal.journal import Journal
 from seqrepair.logs import get_logger
@@ -186,9 +187,12 @@ class RelayComponent(Component):
         def offer(publication: Publication) -> None:
             self.handover.offer(publication, subscriber.entry_of(publication))
 
+        def lost(event: Unrecoverable) -> None:
+            self.ingest.journal.note_lost(event.source, event.after)
+
         subscriber = UpstreamSubscriber(
             self.upstream_url, str(selection.patterns[0]), link_name=self.link_name,
-            on_publication=offer, durable=True, ack=True, acknowledge=False,
+            on_publication=offer, on_lost=lost, durable=True, ack=True, acknowledge=False,
             security=self.security, link_properties=properties, **self.subscriber_options,
         )
         return subscriber

@@ -12,10 +12,12 @@ then encodes those publications itself).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from seqrepair.amqp.client.subscriber import Subscriber
 from seqrepair.amqp.wire.codec import Decoder
+from seqrepair.core.events import Event, Unrecoverable
 from seqrepair.core.messages import Publication
 
 MAX_KEPT = 100_000
@@ -59,8 +61,10 @@ class UpstreamSubscriber(Subscriber):
     """A :class:`Subscriber` whose deliveries carry the entry bytes they came in
     (:meth:`entry_of`, from the subscriber's thread, as its ``on_publication`` runs)."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, on_lost: Callable[[Unrecoverable], None] | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.on_lost = on_lost
         self._kept: dict[tuple[str, int], bytes] = {}
         self.decoder = _KeepingEntries(self.decoder, self._kept)  # type: ignore[assignment]
 
@@ -68,6 +72,15 @@ class UpstreamSubscriber(Subscriber):
         super()._follow(props)
         if not isinstance(self.decoder, _KeepingEntries):  # a new stub: a new decoder
             self.decoder = _KeepingEntries(self.decoder, self._kept)  # type: ignore[assignment]
+
+    def _perform(self, events: list[Event]) -> None:
+        # ``on_lost`` hears of a loss before the publications after it are delivered (the
+        # relay journals what they skip as lost upstream, not as not selected)
+        if self.on_lost is not None:
+            for event in events:
+                if isinstance(event, Unrecoverable):
+                    self.on_lost(event)
+        super()._perform(events)
 
     def entry_of(self, publication: Publication) -> bytes:
         """The entry ``publication`` came in, or :data:`NO_ENTRY`; forgotten once asked."""
