@@ -69,6 +69,8 @@ class NotSelected:
         have been sent these numbers either (they are *filtered*, not lacking): every one of
         ``topics`` lies inside the selection's patterns and, when the selection narrowed the
         tokens, ``grant`` lies inside them."""
+        if self.lost:
+            return False  # lost upstream: lacking for every subscriber
         mine = self.patterns()
         if not all(any(pattern_covers(outer, inner) for outer in mine) for inner in topics):
             return False

@@ -297,3 +297,45 @@ def test_a_stale_numbering_found_without_a_round_trip_writes_nothing() -> None:
     assert journal.held["s"] == [1, 2, 3]
     port.append(pubs(3, 4))  # numbered by their publisher: 3 is a duplicate, skipped
     assert journal.held["s"] == [1, 2, 3, 4]
+
+
+class _MarkingJournal:
+    """A relay's journal: appends may skip numbers, each skip journaled under ``not_selected``
+    (recorded here per append)."""
+
+    def __init__(self) -> None:
+        self.hw: dict[str, int] = {}
+        self.markers: list[tuple[int, str | None]] = []  # (first number of the append, text)
+
+    def high_water(self, source: str) -> int:
+        return self.hw.get(source, 0)
+
+    def append(self, pubs: list[Publication], bits: int, *,
+               not_selected: str | None = None) -> int:
+        self.markers.append((pubs[0].source_seq, not_selected))
+        self.hw[pubs[0].source] = pubs[-1].source_seq
+        return pubs[-1].source_seq
+
+
+def _pubs(source: str, *seqs: int) -> list[Publication]:
+    return [Publication("/w/a", source, seq, "update", {"n": seq}) for seq in seqs]
+
+
+def test_a_relay_journals_a_skip_past_an_upstream_loss_as_lost_not_as_not_selected() -> None:
+    from seqrepair.journal.selection import LOST_UPSTREAM
+
+    journal = _MarkingJournal()
+    port = RedisJournalPort(journal, not_selected="/w/#")
+    port.append(_pubs("s", 1, 2, 5))  # 3..4 not selected
+    port.note_lost("s", 5)  # upstream: what follows 5 is lost
+    port.append(_pubs("s", 6, 7))  # contiguous: no marker, the loss still pending
+    port.append(_pubs("s", 20))  # 8..19: lost, not "not selected"
+    port.append(_pubs("s", 25))  # 21..24: not selected again
+    port.note_lost(None, None)  # a loss naming no source: every source's next skip
+    port.append(_pubs("t", 3))
+    port.append(_pubs("s", 30))
+    port.append(_pubs("s", 35))
+    assert journal.markers == [
+        (1, "/w/#"), (6, "/w/#"), (20, LOST_UPSTREAM), (25, "/w/#"),
+        (3, LOST_UPSTREAM), (30, LOST_UPSTREAM), (35, "/w/#"),
+    ]
