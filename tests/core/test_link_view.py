@@ -207,6 +207,29 @@ def test_a_give_up_of_the_replay_names_what_it_owed_and_counts_it():
     assert delivered(events) == [("feed.a", 5)]  # the new context is released
 
 
+def test_a_copy_read_ahead_that_its_source_has_does_not_move_the_highest_number():
+    """A copy of frame 1 that lived past the window reads 3 ahead of the expected 5 (as 8, a
+    number not sent yet). Its source has it, so it moves nothing: a source request names the
+    highest number seen as ``link_through``, and the component, reading 8's wire number as its
+    frame 1, would cut the replay short of the slots the stub then counts as covered."""
+    stub = make(bits=3)
+    for n in (1, 2, 3, 4):
+        stub.receive(pub(n, n), 0.0)
+    assert stub.receive(pub(1, 1), 0.1) == []
+    assert stub.buffered == 0
+    stub.receive(pub(6, 6), 0.1)  # 5 is missing
+    (ask,) = of(RequestGap, stub.poll(0.2))
+    (source,) = of(RequestSourceGap, stub.receive(GapError("context-lost", ask.request), 0.3))
+    assert source.request.link_through == 6
+    assert source.request.after == {"feed.a": 4}
+    assert delivered(stub.receive(replayed(5), 0.4)) == [("feed.a", 5)]
+    assert stub.receive(complete(source.request, **{"feed.a": 5}), 0.4) != []  # 6 drains
+    assert stub.expected_link_seq == 7
+    # the frame the component numbers 8 (wire 1) is the next one, not a copy
+    assert delivered(stub.receive(pub(7, 7), 0.5) + stub.receive(pub(1, 8), 0.5)) == [
+        ("feed.a", 7), ("feed.a", 8)]
+
+
 def test_consumed_through_names_the_last_wire_number_consumed():
     stub = make(bits=3)
     assert stub.consumed_through is None  # no link frame yet
