@@ -421,6 +421,10 @@ P, S, A, D, X = ("publish", 0), ("send", 0), ("arrive", 0), ("drop", 0), ("dupli
 # a stub still in the first context, in the slot of the lost feed.a 1 (now: it waits).
 @example(setup=(attrs.evolve(_one_source_capacity_1(), reliable_repair=False), True, False),
          script=[P, P, S, D, ("reset", 6), S, ("reset", 6)])
+# Two resets at one now sent two equal frames 0: the stub took the second for a copy of the
+# first and read the new context's feed.a 2 in the slot of the lost feed.a 1 (LinkSequencer).
+@example(setup=(attrs.evolve(_one_source_capacity_1(), reliable_repair=False), True, False),
+         script=[P, ("reset", 6), A, S, D, ("answer", 0), ("reset", 6)])
 def test_no_silent_loss_with_stale_frames_or_a_sender_past_the_window(setup, script):
     """Invariants 1 and 2 of the adversarial world (each publication at most once, in order,
     as journaled; the rest named ``Unrecoverable``; no stall) hold with stale frames of old
