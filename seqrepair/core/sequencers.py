@@ -10,7 +10,7 @@ heartbeat. Neither reads the clock: time comes in as ``now``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from math import inf
+from math import inf, nextafter
 from typing import Any
 
 import attrs
@@ -103,6 +103,7 @@ class LinkSequencer:
     absolute: int = attrs.field(init=False, default=0)
     _next_wire: int = attrs.field(init=False, default=1)
     _last_sent: float | None = attrs.field(init=False, default=None)
+    _last_reset_at: float | None = attrs.field(init=False, default=None)  # the last frame 0's
 
     @space.default
     def _space(self) -> SequenceSpace:
@@ -126,8 +127,19 @@ class LinkSequencer:
         return publication.with_link(self._take(now))
 
     def heartbeat(self, now: float) -> Heartbeat:
-        """A heartbeat with the next link number, whether or not one is due."""
-        return Heartbeat(link_seq=self._take(now), timestamp=now)
+        """A heartbeat with the next link number, whether or not one is due.
+
+        A reset's heartbeat (number 0) says when it was sent, later than every earlier reset
+        frame of this link even when ``now`` is not: a stub tells a copy of its reset frame
+        from a new reset's by that timestamp, and two equal frames 0 would let it read the new
+        context's numbers as the old one's."""
+        wire = self._take(now)
+        if wire == RESET:
+            last = self._last_reset_at
+            if last is not None and not now > last:
+                now = nextafter(last, inf)
+            self._last_reset_at = now
+        return Heartbeat(link_seq=wire, timestamp=now)
 
     def poll(self, now: float) -> Heartbeat | None:
         """A heartbeat when the link has been idle for an interval, else None."""

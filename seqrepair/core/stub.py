@@ -521,6 +521,22 @@ class SubscriberStub(SourceRepairing, ImageResyncing):
             self._hold(frame, wire)
             return
         number = self._position(wire)
+        if (
+            number > self._highest
+            and number > self._expected
+            and type(frame) is Publication
+            and not frame.retransmit
+            and frame.source_seq <= self._last_delivered.get(frame.source, 0)
+        ):
+            # Past every number seen, and its source has it: a copy more than half the space
+            # old read ahead (a sender or a copy past the window), or one a replay ran past.
+            # It must not move the highest number: a source request names that number as
+            # link_through and the replay's cover counts from it, so a number the component
+            # has not sent yet would cut the replay short of slots it then calls covered. Its
+            # content is delivered; were it the slot's own frame, a later frame shows the slot
+            # missing and its resend fills it.
+            self._stats.duplicates += 1
+            return
         if number < self._expected or number in self._buffer:
             if not self._proves_view_lost(frame, number):
                 self._stats.duplicates += 1

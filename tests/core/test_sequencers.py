@@ -100,3 +100,20 @@ def test_a_bad_now_is_a_typed_error_and_consumes_no_number(now):
         link.poll(now)
     assert link.poll(0.0) is None
     assert link.poll(1.0) == Heartbeat(link_seq=1, timestamp=1.0)
+
+
+def test_two_resets_at_one_now_send_different_frames_0():
+    """A stub tells a copy of its reset frame from a new reset's by the heartbeat's timestamp:
+    a link reset twice at one ``now`` must not send two equal frames 0."""
+    link = LinkSequencer(bits=3)
+    link.reset()
+    first = link.heartbeat(5.0)
+    link.heartbeat(5.0)  # number 1: an ordinary heartbeat keeps the now it is given
+    link.reset()
+    second = link.heartbeat(5.0)
+    assert (first.link_seq, second.link_seq) == (0, 0)
+    assert first.timestamp == 5.0
+    assert second.timestamp is not None
+    assert second.timestamp > first.timestamp
+    link.reset()
+    assert link.heartbeat(9.0).timestamp == 9.0  # a later now is kept as given
