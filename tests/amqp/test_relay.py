@@ -546,3 +546,45 @@ def test_numbers_a_relay_lost_upstream_are_unrecoverable_downstream_not_passed_o
     assert [(p.topic, p.source_seq) for p in got] == want
     lost = [(u.source, u.reason) for u in again.unrecoverable]
     assert ("feed.t", "trimmed") in lost, lost
+
+
+def test_a_live_subscriber_of_a_relay_is_told_of_numbers_lost_upstream(
+    redises: list[str], tmp_path: Path
+) -> None:
+    """The relay stays up with a subscriber attached while its upstream goes away and the
+    origin journals, then trims, numbers the relay never got. The relay journals them as lost
+    and restarts its links' contexts, so the live subscriber repairs by source and is told
+    (Unrecoverable) before it gets what came after, once, in order."""
+    a_redis, b_redis, _ = redises
+    a = ComponentProcess(a_redis, tmp_path, "--heartbeat", "0.2").start()
+    b = RelayProcess(b_redis, tmp_path, a.url, "B", "--subscribe", "/w/#",
+                     "--heartbeat", "0.2").start()
+    got: list[Publication] = []
+    live = Subscriber(b.url, "/w/#", link_name="live", heartbeat_interval=0.2,
+                      on_publication=got.append)
+    try:
+        b.wait_upstream()
+        assert live.start().wait_connected(20)
+        publish(a.url, "feed.t", 10)
+        before = expected(a_redis, "feed.t", "/w/#")
+        assert wait_for(lambda: len(got) >= len(before), 30), (got, b.log_text()[-2000:])
+        a.stop()  # the relay's upstream goes away; the relay and its subscriber stay
+        topics = ["/w/a/1", "/w/b/2", "/x/c/3", "/w/a/4", "/x/d/5"]
+        with Journal.from_url(a_redis) as journal:  # the origin's publisher journals on
+            bits = journal.info("feed.t").bits or 32
+            journal.append([Publication(topics[i % 5], "feed.t", i + 1, fields={"n": i})
+                            for i in range(10, 110)], bits)
+            after = [k for k in expected(a_redis, "feed.t", "/w/#") if k[1] > 40]
+            journal.trim_through("feed.t", 40, now=time.time())
+        a.start()
+        assert wait_for(lambda: bool(got) and got[-1].source_seq >= after[-1][1], 40), (
+            [p.source_seq for p in got], b.log_text()[-3000:])
+        time.sleep(0.5)
+    finally:
+        live.stop()
+        b.stop()
+        a.stop()
+    assert [(p.topic, p.source_seq) for p in got] == before + after
+    lost = [(u.source, u.reason) for u in live.unrecoverable]
+    assert ("feed.t", "trimmed") in lost, (lost, b.log_text()[-2000:])
+    assert "numbers lost upstream: every link restarts its context" in b.log_text()

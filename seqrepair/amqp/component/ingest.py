@@ -123,6 +123,9 @@ class Ingest:
         self._rng = random.Random()
         self.clock = clock
         self.quiet_until: float | None = None
+        self.on_lost_journaled: Callable[[set[str]], None] | None = None
+        """A relay's: told of the sources a lost-upstream marker was journaled for, before
+        the publications after it are fanned out."""
         """Until then (``clock`` time) the journal is not tried: its last failed call stalled
         the event loop (:data:`STALL`)."""
 
@@ -463,7 +466,14 @@ class Ingest:
                 if source in ingested and seq > ingested[source] + 1]
 
     def _publish(self, pubs: list[Publication], entries: dict[int, bytes | None]) -> None:
-        """Count journaled ``pubs`` as ingested, list their topics and fan them out."""
+        """Count journaled ``pubs`` as ingested, list their topics and fan them out (after
+        telling a relay of numbers journaled as lost upstream: its live links must learn of
+        the loss before anything after it reaches them)."""
+        lost = self.journal.lost_journaled
+        if lost and self.on_lost_journaled is not None:
+            sources = set(lost)
+            lost.clear()
+            self.on_lost_journaled(sources)
         known = self.topics.known
         for pub in pubs:
             if pub.source_seq > self.ingested.get(pub.source, 0):

@@ -169,6 +169,9 @@ class RedisJournalPort:
     _lost_any: bool = False
     """A loss upstream named no source: every source's next skip is journaled as lost."""
     _lost_done: set[str] = attrs.field(factory=set)
+    lost_journaled: set[str] = attrs.field(factory=set)
+    """A relay's journal: the sources a lost-upstream marker was journaled for since the
+    component last took them (their live links must learn of it before what follows)."""
     _ahead: set[str] = attrs.field(factory=set)
     """Sources whose publisher journals first (our last append found it already held): for
     those the high-water is read before appending, not learnt from a refused append, which
@@ -253,6 +256,7 @@ class RedisJournalPort:
                     self._hw[source] = self.journal.append(  # type: ignore[attr-defined]
                         fresh, bits, not_selected=marker)
                     if lost:
+                        self.lost_journaled.add(source)
                         self._lost.pop(source, None)
                         if self._lost_any:
                             self._lost_done.add(source)

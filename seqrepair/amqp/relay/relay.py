@@ -172,8 +172,9 @@ class RelayComponent(Component):
         if config.hop_id is None:  # named as a relay on the paths (hops.py), not as serve
             self.hops = Hops(default_hop_id(f"relay.{name}", config.url), config.max_hops)
         for key in ("relayed", "relay_switches", "relay_refused", "upstream_attaches",
-                    "hop_refusals"):
+                    "hop_refusals", "resets_for_upstream_loss"):
             self.stats[key] = 0
+        self.ingest.on_lost_journaled = self._lost_upstream
 
     @property
     def link_name(self) -> str:
@@ -222,6 +223,19 @@ class RelayComponent(Component):
         self._start_upstream(self.table.current, ())  # no link without patterns
         log.info("relay upstream selection", upstream=self.upstream_url, link=self.link_name,
                  **self.table.current.describe())
+
+    def _lost_upstream(self, sources: set[str]) -> None:
+        """Numbers of ``sources`` were lost upstream and are journaled as such: every link's
+        context restarts (a reset, kept contexts too), so each subscriber repairs by source
+        from what it delivered and the replay tells it of the loss (``GAP-ERROR trimmed``)
+        before anything after the loss reaches it; live, it would pass over the numbers
+        unknowing (a filtered feed's source numbers have holes anyway)."""
+        for link in self.links.values():
+            link.reset()
+        self.stats["resets_for_upstream_loss"] += 1
+        log.warning("numbers lost upstream: every link restarts its context, so its "
+                    "subscriber learns of the loss by source", sources=sorted(sources)[:20],
+                    links=len(self.links))
 
     def on_seqrepair_relayed(self, event: Any) -> None:
         """Journal and fan out what came from upstream; acknowledge it there once held."""
