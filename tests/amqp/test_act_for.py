@@ -10,14 +10,21 @@ administrator.
 
 from __future__ import annotations
 
+import re
+import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from proton import symbol
+from proton.reactor import AtMostOnce
 
 from seqrepair.amqp.client.subscriber import Subscriber
 from seqrepair.amqp.gateway.relays import upstream_properties
+from seqrepair.amqp.wire.codec import encode
+from seqrepair.amqp.wire.technical import Ack
+from seqrepair.amqp.wire.vocabulary import CONTROL_ADDRESS, PROP_ACK, PROP_EPOCH
 from seqrepair.core.policy import Policy, may_act_for
 
 from .conftest import ComponentProcess, wait_for
@@ -176,3 +183,45 @@ def test_a_gateway_that_does_not_forward_strips_a_claimed_identity(
     with gateway_process(comp.url, tmp_path, gateway_args) as url:
         outcome = attach(url, "/weather/#", BOB, properties={ON_BEHALF_OF: ALICE})
         assert outcome == "amqp:unauthorized-access"  # as the gateway: no subscribe grant
+
+
+def _stopped_counters(comp: ComponentProcess) -> dict[str, int]:
+    """The counters the component logs when it stops (``component stopped``)."""
+    comp.stop()
+    line = next((ln for ln in comp.log_text().splitlines() if "component stopped" in ln), None)
+    assert line is not None, comp.log_text()[-2000:]
+    return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)\b", line)}
+
+
+@needs_scram
+def test_an_ack_on_behalf_of_another_principal_moves_nothing_of_the_link(
+    policed: tuple[ComponentProcess, tuple[str, ...]],
+) -> None:
+    """A forwarding gateway's clients share its connection: an ``ACK`` one of them sends
+    naming another's link (bob naming alice's) must not open its window nor move its durable
+    position (which would skip what alice never took): it is ignored like one from another
+    connection."""
+    comp, _ = policed
+    outcome = attach(comp.url, "/weather/#", GW, name="alice-link",
+                     properties={ON_BEHALF_OF: ALICE, PROP_ACK: True})
+    assert isinstance(outcome, tuple), outcome
+    receiver, conn = outcome
+    try:
+        epoch = receiver.link.remote_properties[PROP_EPOCH]
+        sender = conn.create_sender(CONTROL_ADDRESS, options=AtMostOnce())
+        for through in range(1, 6):
+            sender.send(_on_behalf(Ack("alice-link", epoch, through,
+                                       taken={"feed.wind": through}), BOB))
+        # alice's own, through the same gateway, is hers
+        sender.send(_on_behalf(Ack("alice-link", epoch, 1), ALICE))
+        time.sleep(1.0)
+    finally:
+        conn.close()
+    assert _stopped_counters(comp)["acks_ignored"] == 5
+
+
+def _on_behalf(ack: Ack, principal: str) -> Any:
+    """``ack``'s message as a forwarding gateway sends it for ``principal``."""
+    message = encode(ack)
+    message.properties = {**(message.properties or {}), str(ON_BEHALF_OF): principal}
+    return message

@@ -84,9 +84,16 @@ def capabilities(component: Component, principal: str | None = None) -> Capabili
 def on_ack(component: Component, receiver: Any, delivery: Delivery, message: Message) -> None:
     """An ACK (:mod:`.ackdispatch`): not charged to the request allowance, never answered."""
     stats = component.stats
+    # a forwarding gateway's clients share its connection: an ACK naming another principal's
+    # link is ignored like one from another connection (it would move that link's position)
+    principal = effective_principal(component, receiver.connection,
+                                    plain_properties(dict(message.properties or {})))
     for ack in component.decoder.decode(message):
         if not isinstance(ack, Ack):
             raise UnknownMessageTypeError("an ACK message holds one ACK", got=ack)
+        if component.principals.get(ack.link, principal) != principal:
+            stats["acks_ignored"] = stats.get("acks_ignored", 0) + 1
+            continue
         link = receive_ack(ack, receiver.connection, component.links, component.positions, stats)
         if link is not None:
             component._pump_link(link, component.clock())
