@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from proton import Delivery
 from proton.reactor import AtMostOnce
-from proton.utils import BlockingConnection
+from proton.utils import BlockingConnection, SendException
 
 from seqrepair.amqp.client.subscriber import Subscriber
 from seqrepair.amqp.gateway.gateway import Gateway
@@ -220,3 +221,34 @@ def test_acks_of_another_connection_move_nothing_and_acks_are_not_charged_as_req
     assert counters["acks"] - 16 >= 40  # the honest subscriber's, none refused
     assert counters["rejected"] == 0
     assert 1 <= counters["window_peak"] <= window_size(4)
+
+
+def test_behind_a_gateway_an_ack_naming_another_clients_link_is_refused(
+    component: Callable[..., ComponentProcess]
+) -> None:
+    """Upstream a gateway's clients share its one connection (and, without forwarding
+    principals, its principal): an ``ACK`` a stranger sends the gateway naming another
+    client's link would move that link's window and durable position. The gateway refuses
+    it (``amqp:not-found``) and forwards nothing; the link's own ``ACK``s pass."""
+    comp = component("--link-bits", "5", "--heartbeat", "0.2")
+    gw = Gateway(f"127.0.0.1:{free_port()}", comp.url, security=ANONYMOUS_LISTENER,
+                 name="edge").start()
+    try:
+        assert gw.ready.wait(10)
+        assert wait_for(lambda: gw.stats["upstream_connections"] >= 1, 20)
+        with Subscriber(gw.listen_url, "/#", link_name="honest").start() as sub:
+            assert sub.wait_connected(20)
+            epoch = sub._epoch
+            assert epoch is not None
+            stranger = BlockingConnection(gw.listen_url, timeout=10)
+            try:
+                sender = stranger.create_sender(CONTROL_ADDRESS)
+                with pytest.raises(SendException) as refused:
+                    sender.send(encode(Ack("honest", epoch, 3, taken={"s": 1000})))
+                assert refused.value.state == Delivery.REJECTED
+            finally:
+                stranger.close()
+            assert gw.stats["foreign_requests"] == 1
+    finally:
+        gw.close()
+    assert _stopped_stats(comp)["acks_ignored"] == 0  # nothing reached the component

@@ -489,7 +489,8 @@ class Gateway(MessagingHandler):
                 top_up(relay)
         else:
             try:
-                refused = refuse_non_request(event.message)
+                refused = (refuse_non_request(event.message)
+                           or self.requests.foreign_link(event.message, receiver.connection))
                 if refused is None:
                     self.requests.forward(event.message, self._on_behalf_of(
                         principal_of(receiver.connection)))

@@ -46,6 +46,7 @@ from seqrepair.amqp.gateway.rewrite import (
     restore_response,
     rewrite_request,
 )
+from seqrepair.amqp.wire.errors import UnknownAddressError
 from seqrepair.amqp.wire.hops import HOPS_PROPERTY, count_hop
 from seqrepair.amqp.wire.respann import RESPONSE_ADDRESS_SUPPORTED, RESPONSE_ANNOTATIONS
 from seqrepair.amqp.wire.security import ANONYMOUS
@@ -132,6 +133,20 @@ class Requests:
             relay = relays.get(name)
             if relay is None or not relays.is_current(relay):
                 self.repay(None, name)
+
+    def foreign_link(self, message: Message, connection: Any) -> UnknownAddressError | None:
+        """Why a request (or ACK) arriving on ``connection`` is refused because the
+        downstream link it names is another connection's (None: it names its own, or none
+        this gateway holds). Upstream every client of a gateway is on its one connection, and
+        without forwarding principals one principal: this is the only place a client's
+        request about another's link (moving its position, answers pushed on it) is told
+        apart."""
+        name = downstream_link(_addressing(message))
+        relay = None if name is None else self.gateway.relays.get(name)
+        if relay is None or getattr(relay.downstream, "connection", None) == connection:
+            return None
+        self.stats["foreign_requests"] = self.stats.get("foreign_requests", 0) + 1
+        return UnknownAddressError(f"no link {name!r} on this connection", got=name)
 
     def forward(self, message: Message, on_behalf_of: str | None = None) -> None:
         """Send a subscriber's request (or ACK) to the component, in its scope (on behalf of
