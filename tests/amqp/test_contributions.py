@@ -36,7 +36,7 @@ from seqrepair.journal.journal import Journal
 
 from .conftest import ComponentProcess, _env, wait_for
 from .principals import MISSING, amqp_identity, client_security, password, serve_args
-from .test_authz import publish_as
+from .test_authz import publish_as, refusal
 
 pytestmark = [pytest.mark.amqp, pytest.mark.redis,
               pytest.mark.skipif(MISSING is not None, reason=f"AMQP principals: {MISSING}")]
@@ -65,6 +65,12 @@ sources = ["{{principal}}/*"]
 actors = ["{BOB}", "{CAROL}"]
 operations = ["contribute"]
 sources = ["feed.alice"]
+topics = ["/weather/#"]
+
+[[allow]]  # a source nobody owns (no own-source names it)
+actors = ["{BOB}"]
+operations = ["contribute"]
+sources = ["feed.open"]
 topics = ["/weather/#"]
 
 [[deny]]
@@ -473,3 +479,16 @@ def _accepted_answer(served: ComponentProcess, bob: Contributor) -> dict[str, An
         return props
     finally:
         own.close()
+
+
+def test_nobody_takes_the_contributions_of_a_source_nobody_owns(served: ComponentProcess) -> None:
+    """A source no ``own-source`` names is anyone's to publish under: before, it was anyone's
+    to take the contributions of too, so the first principal to attach
+    ``$contributions/feed.open`` (mallory) read what bob contributed to it."""
+    url = served.url
+    assert refusal(url, "$contributions/feed.open", MALLORY) == "amqp:unauthorized-access"
+    assert refusal(url, "$contributions/feed.alice", MALLORY) == "amqp:unauthorized-access"
+    assert refusal(url, "$contributions/feed.alice", ALICE) is None
+    with Contributor(url, "feed.open", security=client_security(BOB)) as bob:
+        result = bob.contribute("/weather/wind/LEMD", {"speed": 1})
+    assert not result.accepted  # no owner is connected, none can be

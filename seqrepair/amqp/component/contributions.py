@@ -63,6 +63,7 @@ from seqrepair.core.contributions import (
 )
 from seqrepair.core.errors import InvalidMessageError
 from seqrepair.core.messages import Publication
+from seqrepair.core.policy import Decision, Policy
 from seqrepair.core.throttle import Throttle
 from seqrepair.journal.format import check_source
 from seqrepair.logs import get_logger
@@ -158,7 +159,7 @@ class Contributions:
         source = _source_of(address, CONTRIBUTIONS_PREFIX)
         sender.source.address = address
         principal = _principal(self.component, sender)
-        decision = policy_of(self.component).may_publish_source(principal, source)
+        decision = _may_take(policy_of(self.component), principal, source)
         if not decision:
             raise UnauthorizedAccessError(decision.why, expected="own-source", got=source)
         current = self.owners.get(source)
@@ -270,7 +271,7 @@ class Contributions:
         is detached (``amqp:unauthorized-access``) and its unanswered contributions refused."""
         policy = policy_of(self.component)
         for source, link in list(self.owners.items()):
-            decision = policy.may_publish_source(link.owner_principal, source)
+            decision = _may_take(policy, link.owner_principal, source)
             if not decision:
                 self.link_gone(link)
                 link.condition = Condition(UnauthorizedAccessError.condition, decision.why)
@@ -317,6 +318,15 @@ class Contributions:
         route.respond(answer, message_id)
         if route.sender is not None:
             self.component._pump_sender(route.sender)
+
+
+def _may_take(policy: Policy, principal: str, source: str) -> Decision:
+    """May ``principal`` take the contributions of ``source``: it owns it, and somebody
+    does (a source no ``own-source`` names is anyone's to publish under, never anyone's to
+    take what others contribute to: the first to attach would read them)."""
+    if not policy.reserved(source) and not policy.is_admin(principal):
+        return Decision(False, why=f"no principal owns source {source!r} (own-source)")
+    return policy.may_publish_source(principal, source)
 
 
 def _principal(component: Component, link: Any) -> str:
