@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from proton.utils import BlockingConnection
 
 from seqrepair.amqp.client.subscriber import Subscriber
 from seqrepair.amqp.relay.paths import MAX_BARRED, RelayPaths, union_path
@@ -21,6 +22,7 @@ from seqrepair.core.topics import TopicPattern
 from seqrepair.journal import EmbeddedRedis
 
 from .conftest import ComponentProcess, wait_for
+from .test_authz import _Properties
 from .test_relay import RelayProcess, expected, publish, redises  # noqa: F401 (a fixture)
 
 
@@ -58,6 +60,58 @@ def test_relay_paths_follow_identities_not_their_order_and_bound_what_they_bar()
     assert paths.refusal(("b",)) is None  # a shorter path may come
     paths.cut_off = error
     assert paths.refusal(()) is error
+
+
+def test_a_path_too_long_is_blamed_on_the_links_that_made_it_long() -> None:
+    """A subscriber of a relay attaching with a made-up path of 250 identities makes the
+    relay's upstream path too long: before, every link with a path (the gateway's client, the
+    relay behind) was ended and its path barred with it; now only the longest go."""
+    paths = RelayPaths()
+    paths.attached("made-up", tuple(f"fake-{i}" for i in range(250)))
+    paths.attached("behind-gateway", ("gw-1",))
+    paths.attached("relay-behind", ("relay-2", "gw-2"))
+    paths.attached("plain", ())
+    names = ["behind-gateway", "made-up", "plain", "relay-behind"]
+    refused = len(paths.behind(names)) + 1  # and the relay's own identity
+    assert paths.longest(names, refused - 1) == ["made-up"]
+    assert paths.longest(names, 3) == ["made-up", "relay-behind"]
+    assert paths.longest(names, 1) == ["made-up", "relay-behind", "behind-gateway"]
+    assert paths.longest(["plain"], 1) == []
+
+
+@pytest.mark.amqp
+@pytest.mark.redis
+def test_a_made_up_path_ends_only_the_link_that_brought_it(
+    redises: list[str], tmp_path: Path  # noqa: F811
+) -> None:
+    """A subscriber attaching to a relay with a path of made-up identities, as long as the
+    relay lets in (``--max-hops``), makes the relay's upstream path too long: only that link
+    is ended and its path barred; the link behind a gateway (its path one identity) goes on."""
+    a = ComponentProcess(redises[0], tmp_path, "--hop-id", "origin").start()
+    relay = RelayProcess(redises[1], tmp_path, a.url, "R", "--subscribe", "/w/#",
+                         "--hop-id", "hop-r").start()
+    conns = []
+    try:
+        relay.wait_upstream()
+        for name, path in (("behind-gateway", ["gw-1"]),
+                           ("made-up", [f"fake-{i}" for i in range(8)])):
+            conn = BlockingConnection(relay.url, timeout=10)
+            conns.append(conn)
+            conn.create_receiver("/w/#", name=name, credit=10,
+                                 options=_Properties({PROP_PATH: path}))
+        assert wait_for(lambda: "ending the subscriber links" in relay.log_text(), 20), (
+            relay.log_text()[-3000:])
+        time.sleep(1.0)
+    finally:
+        for conn in conns:
+            conn.close()
+        relay.stop()
+        a.stop()
+    ended = [line for line in relay.log_text().splitlines()
+             if "ending the subscriber links" in line]
+    assert ended
+    assert all("made-up" in line for line in ended), ended
+    assert not any("behind-gateway" in line for line in ended), ended
 
 
 def attaches(relay: RelayProcess) -> int:

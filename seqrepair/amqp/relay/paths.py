@@ -104,6 +104,18 @@ class RelayPaths:
         """Of the subscriber links ``names``, those that brought identities onto the path."""
         return [name for name in names if self.links.get(name)]
 
+    def longest(self, names: Iterable[str], shorter_than: int) -> list[str]:
+        """Of the subscriber links ``names``, the fewest that must go, longest paths first,
+        for the identities of the rest to number fewer than ``shorter_than``: a path too long
+        is blamed on what made it long, not on every link with a path (one subscriber's made-up
+        path would otherwise end and bar every relay and gateway behind this one)."""
+        order = sorted((n for n in names if self.links.get(n)),
+                       key=lambda n: len(self.links[n]), reverse=True)
+        for cut in range(len(order)):
+            if len(union_path(self.links[n] for n in order[cut:])) < shorter_than:
+                return order[:cut]
+        return order
+
     def bar(self, identities: Iterable[str], error: HopError) -> None:
         """Refuse attaches through ``identities`` from now on, with ``error``'s condition."""
         for hop in identities:

@@ -379,6 +379,7 @@ class RelayComponent(Component):
             self.paths.bar(identities, refusal)
             barred: list[Any] = list(identities)
         else:  # too long a path: those paths would be again, shorter ones may come
+            offenders = self.paths.longest(offenders, len(path) - 1)  # the rest and its own
             barred = [self.paths.links[n] for n in offenders]
             barred += [p for p in self.waiting.values() if p]
             self.paths.bar_paths(barred, refusal)
