@@ -81,12 +81,15 @@ def test_a_path_too_long_is_blamed_on_the_links_that_made_it_long() -> None:
 
 @pytest.mark.amqp
 @pytest.mark.redis
+@pytest.mark.parametrize("made_up", [[f"fake-{i}" for i in range(8)], ["origin"]],
+                         ids=["too-long", "loop"])
 def test_a_made_up_path_ends_only_the_link_that_brought_it(
-    redises: list[str], tmp_path: Path  # noqa: F811
+    redises: list[str], tmp_path: Path, made_up: list[str]  # noqa: F811
 ) -> None:
     """A subscriber attaching to a relay with a path of made-up identities, as long as the
-    relay lets in (``--max-hops``), makes the relay's upstream path too long: only that link
-    is ended and its path barred; the link behind a gateway (its path one identity) goes on."""
+    relay lets in (``--max-hops``), makes the relay's upstream path too long; one naming the
+    origin's identity makes it a loop there: only that link is ended and what it brought
+    barred; the link behind a gateway (its path one identity) goes on."""
     a = ComponentProcess(redises[0], tmp_path, "--hop-id", "origin").start()
     relay = RelayProcess(redises[1], tmp_path, a.url, "R", "--subscribe", "/w/#",
                          "--hop-id", "hop-r").start()
@@ -94,7 +97,7 @@ def test_a_made_up_path_ends_only_the_link_that_brought_it(
     try:
         relay.wait_upstream()
         for name, path in (("behind-gateway", ["gw-1"]),
-                           ("made-up", [f"fake-{i}" for i in range(8)])):
+                           ("made-up", made_up)):
             conn = BlockingConnection(relay.url, timeout=10)
             conns.append(conn)
             conn.create_receiver("/w/#", name=name, credit=10,

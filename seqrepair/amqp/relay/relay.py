@@ -376,6 +376,14 @@ class RelayComponent(Component):
             self._end_links(list(self.links), refusal)
             return
         if error.condition == LOOP_CONDITION:  # they would bring the loop back
+            # the identity found twice (named by the refusal) is the loop: only the links that
+            # brought it, and it alone, are to blame (a made-up path holding an identity
+            # upstream would otherwise end and bar every link behind this relay)
+            looping = tuple(h for h in identities if f"relay loop: {h} is twice" in detail)
+            if looping:
+                offenders = [n for n in offenders
+                             if any(h in self.paths.links[n] for h in looping)]
+                identities = looping
             self.paths.bar(identities, refusal)
             barred: list[Any] = list(identities)
         else:  # too long a path: those paths would be again, shorter ones may come
