@@ -50,8 +50,13 @@ from seqrepair.amqp.wire.errors import UnknownAddressError
 from seqrepair.amqp.wire.hops import HOPS_PROPERTY, count_hop
 from seqrepair.amqp.wire.respann import RESPONSE_ADDRESS_SUPPORTED, RESPONSE_ANNOTATIONS
 from seqrepair.amqp.wire.security import ANONYMOUS
-from seqrepair.amqp.wire.technical import MESSAGE_TYPE, MessageType
-from seqrepair.amqp.wire.vocabulary import LINK_PREFIX, PROP_ON_BEHALF_OF, is_ack
+from seqrepair.amqp.wire.technical import MessageType
+from seqrepair.amqp.wire.vocabulary import (
+    LINK_PREFIX,
+    PROP_ON_BEHALF_OF,
+    is_ack,
+    says_type,
+)
 
 RESPONSE_WINDOW = 64
 """Credit on the responses link, and how many messages waiting for one subscriber make the
@@ -173,7 +178,7 @@ class Requests:
             return
         # an image answer must come on the data link, in order with its live frames (WIRE.md
         # "Image requests"): a SNAPSHOT is rewritten, never routed by annotations
-        if self.annotating and not _is_snapshot(message):
+        if self.annotating and not says_type(message, MessageType.SNAPSHOT):
             annotated = annotate_request(_addressing(message), gateway=gateway.name)
             if annotated is not None:
                 self.control.send(_upstream_message(message, *annotated,
@@ -225,11 +230,6 @@ class Requests:
             else:  # given back once that subscriber takes what waits for it
                 self._owed[relay.name] = self._owed.get(relay.name, 0) + 1
                 self.stats["answers_held"] += 1
-
-
-def _is_snapshot(message: Message) -> bool:
-    props: Mapping[Any, Any] = message.properties or {}
-    return props.get(MESSAGE_TYPE) == MessageType.SNAPSHOT.value
 
 
 def _addressing(message: Message) -> Addressing:

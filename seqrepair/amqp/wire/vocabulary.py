@@ -72,11 +72,16 @@ PROP_WINDOW = symbol("seqrepair-window")
 the most link numbers the component runs ahead of its ACKs."""
 
 
-def is_ack(message: Message) -> bool:
-    """Whether ``message`` says it is an ACK (it is decoded, and validated, afterwards)."""
+def says_type(message: Message, mtype: MessageType) -> bool:
+    """Whether ``message`` says it is of ``mtype`` (it is decoded, and validated, afterwards)."""
     props = message.properties
     # a peer's bytes may hold any value there (a list...): the decoder says what is wrong
-    return isinstance(props, Mapping) and props.get(MESSAGE_TYPE) == MessageType.ACK.value
+    return isinstance(props, Mapping) and props.get(MESSAGE_TYPE) == mtype.value
+
+
+def is_ack(message: Message) -> bool:
+    """Whether ``message`` says it is an ACK."""
+    return says_type(message, MessageType.ACK)
 
 
 def plain_properties(props: Any) -> dict[str, Any]:
