@@ -29,7 +29,6 @@ import json
 import multiprocessing as mp
 import os
 import resource
-import socket
 import statistics
 import subprocess
 import sys
@@ -44,31 +43,16 @@ from proton.reactor import AtMostOnce, Container
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from procs import free_port, proc_cpu  # noqa: E402
+
 from seqrepair.amqp.client.subscriber import Subscriber  # noqa: E402
 from seqrepair.journal.server import EmbeddedRedis  # noqa: E402
-
-
-def proc_cpu(pid: int | None) -> float:
-    """CPU seconds (user + system) a live process has used so far (0 when it is gone)."""
-    if pid is None:
-        return 0.0
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def children_cpu() -> float:
     """CPU seconds of the children this process has waited for."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class RawReceiver(MessagingHandler):

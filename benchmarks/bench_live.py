@@ -29,7 +29,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -37,26 +36,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from procs import free_port, proc_cpu
+
 HERE = Path(__file__).resolve()
 ROOT = HERE.parents[1]
 TOPIC = "/load/a"
-
-
-def proc_cpu(pid: int | None) -> float:
-    """CPU seconds (user + system) a live process has used so far (0 when it is gone)."""
-    if pid is None:
-        return 0.0
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 # --- the two worker processes (run with PYTHONPATH set to the tree under test) -------------

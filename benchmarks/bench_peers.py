@@ -67,6 +67,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from procs import free_port, proc_cpu  # noqa: E402
+
 from seqrepair.journal.server import EmbeddedRedis  # noqa: E402
 
 CLIENTS = Path(__file__).resolve().parent / "peer_clients.py"
@@ -99,21 +101,6 @@ def ensure_installed() -> None:
 
 
 # --- servers -----------------------------------------------------------------------------
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def proc_cpu(pid: int) -> float:
-    """CPU seconds (user + system) a live process has used so far (0 when it is gone)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
 
 class Servers:
     """A system's servers for one run: ``pids`` to read CPU from, addresses for the clients."""

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -34,17 +33,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from procs import free_port  # noqa: E402
+
 from seqrepair.amqp.client.subscriber import Subscriber  # noqa: E402
 from seqrepair.journal.journal import Journal  # noqa: E402
 from seqrepair.journal.server import EmbeddedRedis  # noqa: E402
 
 ENV = dict(os.environ, PYTHONPATH=str(ROOT))
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def start(args: list[str], name: str) -> tuple[subprocess.Popen[bytes], str]:
