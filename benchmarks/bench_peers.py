@@ -67,7 +67,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from procs import free_port, proc_cpu  # noqa: E402
+from procs import free_port, proc_cpu, stop  # noqa: E402
 
 from seqrepair.journal.server import EmbeddedRedis  # noqa: E402
 
@@ -112,16 +112,6 @@ class Servers:
         return {name: proc_cpu(pid) for name, pid in self.pids.items()}
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-
-
 def _wait_port(port: int, proc: subprocess.Popen[bytes], what: str, log: Path) -> None:
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
@@ -147,7 +137,7 @@ def servers(system: str, tmp: Path) -> Iterator[Servers]:
             _wait_port(port, proc, "nats-server", log)
             yield Servers({"nats-server": proc.pid}, url=f"nats://127.0.0.1:{port}")
         finally:
-            _stop(proc)
+            stop(proc)
         return
     with EmbeddedRedis(appendfsync="everysec") as redis:
         assert redis.pid is not None
@@ -173,7 +163,7 @@ def servers(system: str, tmp: Path) -> Iterator[Servers]:
             yield Servers({"component": comp.pid, "redis-server": redis.pid}, url=url,
                           redis_url=redis.url)
         finally:
-            _stop(comp)
+            stop(comp)
 
 
 # --- clients -----------------------------------------------------------------------------

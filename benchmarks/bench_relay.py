@@ -33,7 +33,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from procs import free_port  # noqa: E402
+from procs import free_port, stop  # noqa: E402
 
 from seqrepair.amqp.client.subscriber import Subscriber  # noqa: E402
 from seqrepair.journal.journal import Journal  # noqa: E402
@@ -58,15 +58,6 @@ def start(args: list[str], name: str) -> tuple[subprocess.Popen[bytes], str]:
         time.sleep(0.05)
     ready.unlink()
     return proc, url
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(10)
 
 
 def publish(url: str, redis_url: str, n: int, source: str = "bench") -> None:
