@@ -79,6 +79,8 @@ def test_an_option_out_of_range_is_a_usage_error(argv, capsys):
          "--tls-cert and --tls-key go together"),
         (["serve", "--redis-url", UNREACHABLE, "--client-cert", "required"], 2,
          "--client-cert required needs"),
+        (["serve", "--redis-url", UNREACHABLE, "--client-cert", "optional"], 2,
+         "--client-cert optional needs --tls-cert"),
         (["gateway", "--upstream", UNREACHABLE, "--listen", "0.0.0.0:5673",
           "--allow-anonymous"], 2, "refused unless --insecure"),
         (["subscribe", "--address", "/#", "--user", "alice"], 2, "--user needs a password"),
@@ -113,6 +115,24 @@ def test_a_failure_is_one_line_on_stderr(argv, status, says, capsys):
     assert len(err) == 1
     assert err[0].startswith("seqrepair ")
     assert says in err[0]
+
+
+def test_optional_client_certificates_without_the_patched_proton_refuse_to_start(
+        tmp_path, capsys, monkeypatch):
+    """proton-c as released cannot verify a client certificate only if presented: without
+    bin/setup's patched build, ``--client-cert optional`` is refused, never downgraded."""
+    from seqrepair.amqp.wire import security
+
+    monkeypatch.setattr(security, "optional_client_cert_supported", lambda: False)
+    pem = tmp_path / "any.pem"
+    pem.write_text("not checked before the refusal\n")
+    argv = ["serve", "--redis-url", UNREACHABLE, "--allow-anonymous", "--tls-cert", str(pem),
+            "--tls-key", str(pem), "--tls-ca", str(pem), "--client-cert", "optional"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert "--client-cert optional needs proton built with" in err[0]
+    assert "bin/setup" in err[0]
 
 
 def test_config_values_out_of_range_are_refused_by_the_library_too():

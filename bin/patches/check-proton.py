@@ -56,9 +56,10 @@ def handshake(folder: Path, client_cert: str | None) -> tuple[bool, str | None]:
         moved = False
         for src, dst in ((client, server), (server, client)):
             pending = src.pending()
-            if pending > 0:
-                dst.push(src.peek(pending))
-                src.pop(pending)
+            data = src.peek(pending) if pending > 0 else None
+            if data:
+                dst.push(data)
+                src.pop(len(data))
                 moved = True
             elif pending < 0 and dst.capacity() > 0:
                 dst.close_tail()

@@ -261,14 +261,19 @@ def register(subparsers: Any) -> None:
 def add_server_security(parser: argparse.ArgumentParser) -> None:
     """A listener's authentication options (:class:`~seqrepair.amqp.wire.security.ServerSecurity`,
     WIRE.md "Authentication")."""
+    from seqrepair.amqp.wire.security import CLIENT_CERT_MODES  # attrs only, no proton
+
     group = parser.add_argument_group("authentication")
     group.add_argument("--tls-cert", metavar="PEM", help="TLS: this listener's certificate")
     group.add_argument("--tls-key", metavar="PEM", help="TLS: its private key")
     group.add_argument("--tls-ca", metavar="PEM",
                        help="TLS: the CA that signs client certificates")
-    group.add_argument("--client-cert", choices=("none", "required"), default="none",
+    group.add_argument("--client-cert", choices=CLIENT_CERT_MODES, default="none",
                        help="required: every client presents a certificate --tls-ca signed and "
-                            "SASL EXTERNAL names it by the certificate's subject (default none)")
+                            "SASL EXTERNAL names it by the certificate's subject; optional: a "
+                            "certificate presented is verified so (else the TLS handshake "
+                            "fails), a client without one uses another mechanism (default "
+                            "none: not asked for)")
     group.add_argument("--credentials", metavar="SASLDB",
                        help="SCRAM-SHA-256 against this credentials file (seqrepair "
                             "credentials add; salted secrets only)")

@@ -1,6 +1,7 @@
 """Who a connection is (issue 25, "Authentication"): TLS with client certificates (SASL
-EXTERNAL), SCRAM-SHA-256 against the credentials file, anonymous only where allowed, and the
-principal is the proven identity, never the claimed container id.
+EXTERNAL) required or optional, SCRAM-SHA-256 against the credentials file, anonymous only
+where allowed, and the principal is the proven identity, never the claimed container id nor a
+requested authorization id.
 
 Real parts only: certificates made by ``openssl``, credentials by ``seqrepair credentials``
 (Cyrus ``saslpasswd2``), ``seqrepair serve`` as a process with a private redis-server, the
@@ -13,13 +14,16 @@ import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from proton.handlers import MessagingHandler
+from proton.reactor import Container
 
 from seqrepair.amqp.client.query import query_capabilities
 from seqrepair.amqp.client.subscriber import Publisher, Subscriber
 from seqrepair.amqp.wire.errors import ConnectionFailedError
-from seqrepair.amqp.wire.security import ClientSecurity
+from seqrepair.amqp.wire.security import ClientSecurity, optional_client_cert_supported
 from seqrepair.core.messages import Publication
 from seqrepair.journal.server import EmbeddedRedis
 
@@ -63,6 +67,32 @@ def cert_required(pki: Pki, redis_url: str, tmp_path_factory: pytest.TempPathFac
                           "--credentials", pki.credentials)
 
 
+def _optional(redis_url: str, folder: Path, pki: Pki, *more: str) -> Iterator[ComponentProcess]:
+    if not optional_client_cert_supported():
+        pytest.skip("proton lacks SSLDomain.VERIFY_PEER_IF_PRESENT: bin/setup builds it with "
+                    "bin/patches/proton-optional-client-cert.patch")
+    yield from _component(redis_url, folder,
+                          "--tls-cert", pki.pem("server"), "--tls-key", pki.key("server"),
+                          "--tls-ca", pki.pem("ca"), "--client-cert", "optional",
+                          "--credentials", pki.credentials, *more)
+
+
+@pytest.fixture(scope="module")
+def cert_optional(pki: Pki, redis_url: str, tmp_path_factory: pytest.TempPathFactory
+                  ) -> Iterator[ComponentProcess]:
+    """TLS, a client certificate optional (EXTERNAL when one is presented), SCRAM for the
+    others, no anonymous access."""
+    yield from _optional(redis_url, tmp_path_factory.mktemp("c4") / "c", pki)
+
+
+@pytest.fixture(scope="module")
+def cert_optional_open(pki: Pki, redis_url: str, tmp_path_factory: pytest.TempPathFactory
+                       ) -> Iterator[ComponentProcess]:
+    """As :func:`cert_optional`, and anonymous access allowed."""
+    yield from _optional(redis_url, tmp_path_factory.mktemp("c5") / "c", pki,
+                         "--allow-anonymous")
+
+
 @pytest.fixture(scope="module")
 def passwords(pki: Pki, redis_url: str, tmp_path_factory: pytest.TempPathFactory
               ) -> Iterator[ComponentProcess]:
@@ -93,6 +123,8 @@ def _security(pki: Pki, who: str) -> ClientSecurity:
         return ClientSecurity(ca=ca, user="alice", password="not-" + PASSWORDS["alice"])
     if who == "unknown-user":
         return ClientSecurity(ca=ca, user="carol", password="whatever-1")
+    if who == "external-without-cert":
+        return ClientSecurity(ca=ca, mechs="EXTERNAL")
     if who == "cert-and-password":
         return ClientSecurity(ca=ca, cert=pki.pem("example-alice"),
                               key=pki.key("example-alice"), user="bob",
@@ -135,6 +167,23 @@ CASES = [
     ("open_door", "anonymous", "ok", "anonymous"),
     ("open_door", "right-password", "ok", "alice"),
     ("open_door", "wrong-password", SASL_REFUSED, None),
+    # optional: a certificate presented is verified (never a fall back to passwords when it
+    # fails) and names the connection; without one, the other mechanisms
+    ("cert_optional", "alice-cert", "ok", ALICE_SUBJECT),
+    ("cert_optional", "right-password", "ok", "alice"),
+    ("cert_optional", "wrong-password", SASL_REFUSED, None),
+    ("cert_optional", "unknown-user", SASL_REFUSED, None),
+    ("cert_optional", "anonymous", SASL_REFUSED, None),  # no --allow-anonymous
+    ("cert_optional", "external-without-cert", SASL_REFUSED, None),  # no EXTERNAL offered
+    ("cert_optional", "expired-cert", TLS_REFUSED, None),
+    ("cert_optional", "foreign-cert", TLS_REFUSED, None),
+    ("cert_optional", "cert-and-password", "ok", "bob"),  # proved bob's password
+    ("cert_optional_open", "anonymous", "ok", "anonymous"),
+    ("cert_optional_open", "alice-cert", "ok", ALICE_SUBJECT),
+    ("cert_optional_open", "right-password", "ok", "alice"),
+    ("cert_optional_open", "wrong-password", SASL_REFUSED, None),
+    ("cert_optional_open", "expired-cert", TLS_REFUSED, None),  # not let in as anonymous
+    ("cert_optional_open", "foreign-cert", TLS_REFUSED, None),
 ]
 
 
@@ -203,3 +252,86 @@ def test_a_listener_nobody_could_authenticate_to_refuses_to_start(
                             "--tls-key", pki.key("server"))  # TLS alone proves no one
     with pytest.raises(RuntimeError, match="nobody could authenticate"):
         comp.start()
+
+
+class _Claimer(MessagingHandler):
+    """Connects with ``kwargs`` asking SASL for authorization id ``authzid``; ``outcome``:
+    ``ok`` when the server opened the connection, else the transport's error."""
+
+    def __init__(self, url: str, kwargs: dict[str, Any], authzid: str) -> None:
+        super().__init__()
+        self.url, self.kwargs, self.authzid = url, kwargs, authzid
+        self.outcome = "no answer"
+
+    def on_start(self, event: Any) -> None:
+        conn = event.container.connect(self.url, reconnect=False, **self.kwargs)
+        conn.authorization = self.authzid  # before the transport binds (the reactor's turn)
+
+    def on_connection_opened(self, event: Any) -> None:
+        self.outcome = "ok"
+        event.connection.close()
+
+    def on_transport_error(self, event: Any) -> None:
+        cond = event.transport.condition
+        self.outcome = f"{cond.name}: {cond.description}" if cond else "transport error"
+
+
+@pytest.mark.parametrize(("who", "principal"), [("alice-cert", ALICE_SUBJECT),
+                                                ("right-password", "alice")])
+def test_an_authorization_id_names_nobody_else(who: str, principal: str,
+                                               cert_optional: ComponentProcess,
+                                               pki: Pki) -> None:
+    """alice (by certificate under EXTERNAL, or by password under SCRAM) asking SASL to act as
+    ``bob`` (the authzid proton sends and Cyrus, under proton's permissive proxy policy,
+    accepts): the connection is alice's, never bob's."""
+    security = _security(pki, who)
+    url = security.url(tls_url(cert_optional.url))
+    before = len(_principals(cert_optional))
+    claimer = _Claimer(url, security.connect_kwargs(url), "bob")
+    Container(claimer).run()
+    assert claimer.outcome == "ok"
+    deadline = time.monotonic() + 5
+    while len(_principals(cert_optional)) == before:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert _principals(cert_optional)[before:] == [principal]
+
+
+def test_under_optional_certificates_each_gets_its_own_grant(
+        pki: Pki, redis_url: str, tmp_path: Path) -> None:
+    """One optional-certificate listener, a grant per principal: alice by certificate (her
+    subject) gets the ``gold`` publications, alice by password (principal ``alice``) the
+    ``silver`` ones, an anonymous subscriber neither; each also gets the untagged ones."""
+    for comp in _optional(redis_url, tmp_path / "c", pki, "--allow-anonymous",
+                          "--grant", f"{ALICE_SUBJECT}=gold", "--grant", "alice=silver"):
+        url = tls_url(comp.url)
+        got: dict[str, list[Publication]] = {"alice-cert": [], "right-password": [],
+                                             "anonymous": []}
+        subs = [Subscriber(url, "/vault/#", link_name=f"sub-{who}",
+                           security=_security(pki, who), on_publication=got[who].append)
+                for who in got]
+        for sub in subs:
+            sub.start()
+        publisher = Publisher(url, "vault.feed", security=_security(pki, "anonymous")).start()
+        tokens = [None, "gold", "silver"]
+        try:
+            for sub in subs:
+                assert sub.connected.wait(10)
+            time.sleep(0.3)
+            for n in range(30):
+                publisher.publish("/vault/x", {"n": n}, permtoken=tokens[n % 3])
+            assert publisher.flush(30)
+            deadline = time.monotonic() + 20
+            while (len(got["alice-cert"]) < 20 or len(got["right-password"]) < 20
+                   or len(got["anonymous"]) < 10):
+                assert time.monotonic() < deadline, {k: len(v) for k, v in got.items()}
+                time.sleep(0.05)
+            time.sleep(0.5)  # anything not entitled that was on its way would arrive now
+        finally:
+            for sub in subs:
+                sub.stop()
+            publisher.close()
+        for who, allowed in (("alice-cert", {None, "gold"}),
+                             ("right-password", {None, "silver"}), ("anonymous", {None})):
+            assert [p.fields["n"] for p in got[who]] == [
+                n for n in range(30) if tokens[n % 3] in allowed], who

@@ -5,8 +5,13 @@ A listener (the component, a gateway) is configured by a :class:`ServerSecurity`
 - TLS with its certificate and key (``--tls-cert``/``--tls-key``); with ``--tls-ca`` and
   ``--client-cert required`` every client must present a certificate that CA signed, and SASL
   ``EXTERNAL`` then names the connection by the certificate's subject, as proton reports it
-  (``O=Example,CN=alice``). proton's TLS layer can ask for a certificate and refuse a
-  connection without one, or not ask at all: "optional" is not something it offers.
+  (``O=Example,CN=alice``). With ``--client-cert optional`` every client is asked for one: a
+  certificate presented is verified as under ``required`` (another CA's, or an expired one,
+  fails the TLS handshake: never a silent fall back to passwords) and offers ``EXTERNAL``; a
+  client presenting none goes on to the other mechanisms. proton-c has no such mode (it asks
+  and insists, or does not ask): ``bin/setup`` builds proton with
+  ``bin/patches/proton-optional-client-cert.patch``, which adds
+  ``SSLDomain.VERIFY_PEER_IF_PRESENT`` (:func:`optional_client_cert_supported`).
 - ``SCRAM-SHA-256`` against a Cyrus SASL ``sasldb`` (``--credentials FILE``, managed with
   ``seqrepair credentials``) holding only salted SCRAM secrets (iteration count, salt,
   StoredKey, ServerKey), never a password. PLAIN is not offered: Cyrus verifies PLAIN against a
@@ -47,6 +52,7 @@ __all__ = [
     "SCRAM",
     "ClientSecurity",
     "ServerSecurity",
+    "optional_client_cert_supported",
     "principal_of",
     "sasl_extended",
 ]
@@ -57,7 +63,8 @@ ANONYMOUS = "anonymous"
 SCRAM = "SCRAM-SHA-256"
 """The password mechanism offered against the credentials file."""
 
-CLIENT_CERT_MODES = ("none", "required")
+CLIENT_CERT_MODES = ("none", "optional", "required")
+"""``--client-cert``: not asked for; asked for and verified if presented; insisted on."""
 
 PASSWORD_MECHS = "SCRAM-SHA-512 SCRAM-SHA-256 SCRAM-SHA-1 PLAIN"
 """What a client with a user and password (and no certificate) allows, of what the server
@@ -78,9 +85,19 @@ def sasl_extended() -> bool:
     return bool(SASL.extended())
 
 
+def optional_client_cert_supported() -> bool:
+    """Whether proton's TLS layer can verify a client certificate only if one is presented
+    (``SSLDomain.VERIFY_PEER_IF_PRESENT``, from ``bin/setup``'s patched build)."""
+    from proton import SSLDomain
+
+    return hasattr(SSLDomain, "VERIFY_PEER_IF_PRESENT")
+
+
 def principal_of(connection: Any) -> str:
     """Who a connection is: the user its transport authenticated (SASL SCRAM, or EXTERNAL with
-    the certificate's subject), else :data:`ANONYMOUS`. Never the claimed container id."""
+    the certificate's subject), else :data:`ANONYMOUS`. Never the claimed container id, nor
+    the authorization id the client asked SASL for: ``transport.user`` is the authentication
+    id, and proton's server accepts any authorization id (its Cyrus proxy policy allows all)."""
     transport = getattr(connection, "transport", None)
     user = getattr(transport, "user", None) if transport is not None else None
     if isinstance(user, str) and user and user.lower() != ANONYMOUS:
@@ -131,7 +148,9 @@ class ServerSecurity:
     def mechanisms(self) -> list[str]:
         """The SASL mechanisms offered, strongest first."""
         mechs = []
-        if self.client_cert == "required":
+        if self.client_cert in ("optional", "required"):
+            # offered to a connection only when TLS verified a certificate (proton sets the
+            # external identity from the peer's subject, Cyrus lists EXTERNAL only then)
             mechs.append("EXTERNAL")
         if self.credentials is not None:
             mechs.append(SCRAM)
@@ -151,9 +170,15 @@ class ServerSecurity:
         if self.client_cert not in CLIENT_CERT_MODES:
             raise InvalidConfigError(f"--client-cert must be one of {CLIENT_CERT_MODES}",
                                      expected=CLIENT_CERT_MODES, got=self.client_cert)
-        if self.client_cert == "required" and (not self.tls or self.tls_ca is None):
-            raise InvalidConfigError("--client-cert required needs --tls-cert, --tls-key and "
-                                     "--tls-ca (the CA that signs client certificates)")
+        if self.client_cert != "none" and (not self.tls or self.tls_ca is None):
+            raise InvalidConfigError(f"--client-cert {self.client_cert} needs --tls-cert, "
+                                     "--tls-key and --tls-ca (the CA that signs client "
+                                     "certificates)")
+        if self.client_cert == "optional" and not optional_client_cert_supported():
+            raise InvalidConfigError(
+                "--client-cert optional needs proton built with "
+                "bin/patches/proton-optional-client-cert.patch (SSLDomain.VERIFY_PEER_IF_PRESENT "
+                "is missing: run bin/setup)", expected="SSLDomain.VERIFY_PEER_IF_PRESENT")
         if self.credentials is not None:
             _readable("--credentials", self.credentials)
             if not sasl_extended():
@@ -163,8 +188,9 @@ class ServerSecurity:
                     "--no-binary python-qpid-proton python-qpid-proton with libsasl2-dev)")
         if not self.mechanisms():
             raise InvalidConfigError(
-                "nobody could authenticate: give --credentials FILE, --client-cert required, "
-                "or --allow-anonymous (anonymous access only where you ask for it)")
+                "nobody could authenticate: give --credentials FILE, --client-cert "
+                "required|optional, or --allow-anonymous (anonymous access only where you ask "
+                "for it)")
         host = host_of(url)
         if not is_loopback(host) and (self.allow_anonymous or not self.tls) and not self.insecure:
             raise InvalidConfigError(
@@ -184,6 +210,8 @@ class ServerSecurity:
             domain.set_trusted_ca_db(self.tls_ca)
         if self.client_cert == "required":
             domain.set_peer_authentication(SSLDomain.VERIFY_PEER, self.tls_ca)
+        elif self.client_cert == "optional":
+            domain.set_peer_authentication(SSLDomain.VERIFY_PEER_IF_PRESENT, self.tls_ca)
         else:
             domain.set_peer_authentication(SSLDomain.ANONYMOUS_PEER)
         return domain
