@@ -301,25 +301,26 @@ def test_under_optional_certificates_each_gets_its_own_grant(
         pki: Pki, redis_url: str, tmp_path: Path) -> None:
     """One optional-certificate listener, a grant per principal: alice by certificate (her
     subject) gets the ``gold`` publications, alice by password (principal ``alice``) the
-    ``silver`` ones, an anonymous subscriber neither; each also gets the untagged ones."""
+    ``silver`` ones, an anonymous subscriber neither; each also gets the untagged ones. (Its
+    own source and topics: the module's redis-server holds the other tests' journals.)"""
     for comp in _optional(redis_url, tmp_path / "c", pki, "--allow-anonymous",
                           "--grant", f"{ALICE_SUBJECT}=gold", "--grant", "alice=silver"):
         url = tls_url(comp.url)
         got: dict[str, list[Publication]] = {"alice-cert": [], "right-password": [],
                                              "anonymous": []}
-        subs = [Subscriber(url, "/vault/#", link_name=f"sub-{who}",
+        subs = [Subscriber(url, "/optional/#", link_name=f"sub-{who}",
                            security=_security(pki, who), on_publication=got[who].append)
                 for who in got]
         for sub in subs:
             sub.start()
-        publisher = Publisher(url, "vault.feed", security=_security(pki, "anonymous")).start()
+        publisher = Publisher(url, "vault.optional", security=_security(pki, "anonymous")).start()
         tokens = [None, "gold", "silver"]
         try:
             for sub in subs:
                 assert sub.connected.wait(10)
             time.sleep(0.3)
             for n in range(30):
-                publisher.publish("/vault/x", {"n": n}, permtoken=tokens[n % 3])
+                publisher.publish("/optional/x", {"n": n}, permtoken=tokens[n % 3])
             assert publisher.flush(30)
             deadline = time.monotonic() + 20
             while (len(got["alice-cert"]) < 20 or len(got["right-password"]) < 20
