@@ -21,25 +21,30 @@ publications per second, next to the direct rate of the same run.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from procs import free_port, stop  # noqa: E402
+from procs import free_port, proc_cpu, stop  # noqa: E402
 
 from seqrepair.amqp.client.subscriber import Subscriber  # noqa: E402
 from seqrepair.journal.journal import Journal  # noqa: E402
 from seqrepair.journal.server import EmbeddedRedis  # noqa: E402
 
 ENV = dict(os.environ, PYTHONPATH=str(ROOT))
+PROFILE: Path | None = None  # --profile DIR: serve and relay under profproc.py (cProfile)
+_runs = itertools.count()
 
 
 def start(args: list[str], name: str) -> tuple[subprocess.Popen[bytes], str]:
@@ -48,9 +53,14 @@ def start(args: list[str], name: str) -> tuple[subprocess.Popen[bytes], str]:
     ready = Path(f"/tmp/bench-relay-{os.getpid()}-{name}")
     ready.unlink(missing_ok=True)
     flag = "--url" if args[0] == "serve" else "--listen"
+    command = [sys.executable, "-m", "seqrepair.cli"]
+    if PROFILE is not None:
+        PROFILE.mkdir(parents=True, exist_ok=True)
+        command = [sys.executable, str(ROOT / "benchmarks" / "profproc.py"),
+                   str(PROFILE / f"{next(_runs):02d}-{args[0]}")]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "seqrepair.cli", *args, flag, url, "--ready-file", str(ready),
-         "--allow-anonymous"], env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [*command, *args, flag, url, "--ready-file", str(ready), "--allow-anonymous"],
+        env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     while not ready.exists():
         if proc.poll() is not None:
@@ -60,12 +70,38 @@ def start(args: list[str], name: str) -> tuple[subprocess.Popen[bytes], str]:
     return proc, url
 
 
-def publish(url: str, redis_url: str, n: int, source: str = "bench") -> None:
+def publish(url: str, redis_url: str, n: int, source: str = "bench") -> float:
+    """``seqrepair publish`` of ``n`` into ``url``; the CPU seconds it used."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     subprocess.run(
         [sys.executable, "-m", "seqrepair.cli", "publish", "--url", url, "--redis-url",
          redis_url, "--source", source, "--count", str(n), "--batch", "256"],
         env=ENV, check=True, capture_output=True, timeout=1200,
     )
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)  # only this child was reaped since
+    return after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+
+
+def threads_cpu(pid: int) -> tuple[float, float]:
+    """CPU seconds of ``pid``'s main thread and of its other threads together (a relay's
+    upstream subscriber runs in its own thread)."""
+    main = other = 0.0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        used = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        if task.name == str(pid):
+            main += used
+        else:
+            other += used
+    return main, other
+
+
+def own_cpu() -> float:
+    times = os.times()
+    return times.user + times.system
 
 
 def rate(n: int, relayed: bool) -> dict[str, Any]:
@@ -81,26 +117,50 @@ def rate(n: int, relayed: bool) -> dict[str, Any]:
                                     "--subscribe", "/load/#", "--name", "b"], "b")
                 procs.append(relay)
             times: list[float] = []
-            sub = Subscriber(url, "/load/#", on_publication=lambda _p: times.append(
-                time.perf_counter()), credit=500).start()
+            numbers: list[int] = []
+
+            def delivered(pub: Any) -> None:
+                times.append(time.perf_counter())
+                numbers.append(pub.source_seq)
+
+            sub = Subscriber(url, "/load/#", on_publication=delivered, credit=500).start()
             sub.wait_connected(20)
             time.sleep(1.0)  # the relay's upstream link is attached too
-            publish(a_url, redis_a.url, n)
+            pids = [p.pid for p in procs] + [redis_a.pid] + ([redis_b.pid] if relayed else [])
+            cpu_before = [proc_cpu(pid) for pid in pids] + [own_cpu()]
+            threads_before = threads_cpu(procs[-1].pid)
+            publisher_cpu = publish(a_url, redis_a.url, n)
             deadline = time.monotonic() + 300
             while len(times) < n and time.monotonic() < deadline:
                 time.sleep(0.05)
+            time.sleep(0.2)  # anything past n (a duplicate) would come now
+            cpu = [after - before for before, after in zip(
+                cpu_before, [proc_cpu(pid) for pid in pids] + [own_cpu()], strict=True)]
+            threads = [after - before for before, after in zip(
+                threads_before, threads_cpu(procs[-1].pid), strict=True)]
             sub.stop()
             stats = sub.stats().as_dict()
         finally:
             for proc in reversed(procs):
                 stop(proc)
+    per_pub = {"origin": cpu[0] / n * 1e6, "publisher": publisher_cpu / n * 1e6,
+               "subscriber": cpu[-1] / n * 1e6, "redis_origin": cpu[len(procs)] / n * 1e6}
+    if relayed:
+        per_pub["relay"] = cpu[1] / n * 1e6
+        per_pub["redis_relay"] = cpu[len(procs) + 1] / n * 1e6
+        per_pub["relay_main"] = threads[0] / n * 1e6  # journal, fan-out
+        per_pub["relay_upstream"] = threads[1] / n * 1e6  # decoding, upstream stub
+    per_pub["total"] = sum(v for k, v in per_pub.items() if k not in ("relay_main",
+                                                                     "relay_upstream"))
     return {"delivered": len(times), "rate": (len(times) - 1) / (times[-1] - times[0]),
+            "exact": numbers == list(range(1, n + 1)),  # every number once, in order
+            "cpu_us_per_pub": {k: round(v, 1) for k, v in per_pub.items()},
             "repaired": stats["repaired"], "unrecoverable": stats["unrecoverable"]}
 
 
 def catch_up(m: int) -> dict[str, Any]:
     """Seconds until a relay that was down for ``m`` publications journals all of them."""
-    with EmbeddedRedis() as redis_a, EmbeddedRedis() as redis_b:
+    with EmbeddedRedis() as redis_a, EmbeddedRedis() as redis_b, ExitStack() as stack:
         comp, a_url = start(["serve", "--redis-url", redis_a.url], "a")
         relay_args = ["relay", "--upstream", a_url, "--redis-url", redis_b.url,
                       "--subscribe", "/load/#", "--name", "b"]
@@ -114,33 +174,55 @@ def catch_up(m: int) -> dict[str, Any]:
                     time.sleep(0.05)
                 stop(relay)
                 publish(a_url, redis_a.url, m, source="bench")  # continues after 10
-                with Journal.from_url(redis_a.url) as journal_a:
-                    target = journal_a.high_water("bench")
+                journal_a = stack.enter_context(Journal.from_url(redis_a.url))
+                target = journal_a.high_water("bench")
                 began = time.perf_counter()
                 relay, _ = start(relay_args, "b")
                 deadline = time.monotonic() + 1800
                 while journal_b.high_water("bench") < target and time.monotonic() < deadline:
                     time.sleep(0.05)
                 took = time.perf_counter() - began
+                relay_cpu = proc_cpu(relay.pid)
                 held = journal_b.high_water("bench")
+                # exactly what A holds, in order, under the same numbers and content
+                exact = held == target and all(
+                    a is not None and b is not None and a == b
+                    for a, b in itertools.zip_longest(
+                        journal_a.iter_range("bench", 1, target),
+                        journal_b.iter_range("bench", 1, target)))
             stop(relay)
         finally:
             stop(comp)
     return {"publications": m, "seconds": round(took, 2), "rate": round(m / took),
-            "caught_up": held == target}
+            "caught_up": held == target, "exact": exact,
+            "relay_cpu_us_per_pub": round(relay_cpu / m * 1e6, 1)}
+
+
+def cpu_medians(rounds: list[dict[str, Any]]) -> dict[str, float]:
+    """Per process, the median over ``rounds`` of its CPU microseconds per publication."""
+    return {name: round(statistics.median(r["cpu_us_per_pub"][name] for r in rounds), 1)
+            for name in rounds[0]["cpu_us_per_pub"]}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    global PROFILE
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("n", nargs="?", type=int, default=20_000)
     parser.add_argument("rounds", nargs="?", type=int, default=2)
-    parser.add_argument("--catch-up", type=int, default=100_000, metavar="M")
+    parser.add_argument("--catch-up", type=int, default=100_000, metavar="M",
+                        help="publications a stopped relay catches up on (0: none)")
+    parser.add_argument("--profile", type=Path, metavar="DIR",
+                        help="run serve and relay under cProfile (benchmarks/profproc.py), "
+                             "a pstats file per process and thread in DIR")
     args = parser.parse_args()
+    PROFILE = args.profile
     direct: list[dict[str, Any]] = []
     relayed: list[dict[str, Any]] = []
+    loads = [os.getloadavg()[0]]
     for _ in range(args.rounds):
         direct.append(rate(args.n, relayed=False))
         relayed.append(rate(args.n, relayed=True))
+        loads.append(os.getloadavg()[0])
     best_direct = max(r["rate"] for r in direct)
     best_relayed = max(r["rate"] for r in relayed)
     result: dict[str, Any] = {
@@ -152,10 +234,15 @@ def main() -> None:
                                   / statistics.median(r["rate"] for r in direct), 3),
         "complete": all(r["delivered"] == args.n and r["unrecoverable"] == 0
                         for r in direct + relayed),
+        "exact": all(r["exact"] for r in direct + relayed),
+        "cpu_us_per_pub_direct": cpu_medians(direct),
+        "cpu_us_per_pub_relayed": cpu_medians(relayed),
+        "load": [round(x, 1) for x in loads],
     }
     if args.catch_up:
         result["catch_up"] = catch_up(args.catch_up)
         result["catch_up"]["vs_direct"] = round(result["catch_up"]["rate"] / best_direct, 3)
+        result["load"].append(round(os.getloadavg()[0], 1))
     print(json.dumps(result))
 
 

@@ -121,6 +121,18 @@ class Handover:
         if wake:
             self._wake()
 
+    def offer_run(self, publications: list[Publication], entries: list[bytes]) -> None:
+        """Queue ``publications`` (a run delivered in order, ``entries`` by index) at once:
+        one lock and at most one wake-up for the run."""
+        with self._cond:
+            while len(self._items) >= self._limit and not self.closed:
+                self._cond.wait(0.1)
+            self._items.extend(zip(publications, entries, strict=True))
+            wake = not self._woken
+            self._woken = True
+        if wake:
+            self._wake()
+
     def take(self) -> list[Relayed]:
         """Everything queued (the event loop)."""
         with self._cond:
@@ -193,7 +205,8 @@ class RelayComponent(Component):
 
         subscriber = UpstreamSubscriber(
             self.upstream_url, str(selection.patterns[0]), link_name=self.link_name,
-            on_publication=offer, on_lost=lost, durable=True, ack=True, acknowledge=False,
+            on_publication=offer, on_run=self.handover.offer_run, on_lost=lost, durable=True,
+            ack=True, acknowledge=False,
             security=self.security, link_properties=properties, **self.subscriber_options,
         )
         return subscriber
