@@ -47,8 +47,9 @@ PROFILE: Path | None = None  # --profile DIR: serve and relay under profproc.py 
 _runs = itertools.count()
 
 
-def start(args: list[str], name: str) -> tuple[subprocess.Popen[bytes], str]:
-    """A ``seqrepair`` process listening on a free port (its ``--ready-file`` waited for)."""
+def start(args: list[str], name: str, tree: Path = ROOT) -> tuple[subprocess.Popen[bytes], str]:
+    """A ``seqrepair`` process listening on a free port (its ``--ready-file`` waited for),
+    running the code of ``tree``."""
     url = f"127.0.0.1:{free_port()}"
     ready = Path(f"/tmp/bench-relay-{os.getpid()}-{name}")
     ready.unlink(missing_ok=True)
@@ -60,7 +61,8 @@ def start(args: list[str], name: str) -> tuple[subprocess.Popen[bytes], str]:
                    str(PROFILE / f"{next(_runs):02d}-{args[0]}")]
     proc = subprocess.Popen(
         [*command, *args, flag, url, "--ready-file", str(ready), "--allow-anonymous"],
-        env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env=dict(ENV, PYTHONPATH=str(tree)), stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     while not ready.exists():
         if proc.poll() is not None:
@@ -104,8 +106,9 @@ def own_cpu() -> float:
     return times.user + times.system
 
 
-def rate(n: int, relayed: bool) -> dict[str, Any]:
-    """One round: deliveries per second at a subscriber of A (direct) or of B (relayed)."""
+def rate(n: int, relayed: bool, relay_tree: Path = ROOT) -> dict[str, Any]:
+    """One round: deliveries per second at a subscriber of A (direct) or of B (relayed, B
+    running the code of ``relay_tree``)."""
     with EmbeddedRedis() as redis_a, EmbeddedRedis() as redis_b:
         comp, a_url = start(["serve", "--redis-url", redis_a.url, "--max-pending", "200000"],
                             "a")
@@ -114,7 +117,8 @@ def rate(n: int, relayed: bool) -> dict[str, Any]:
             url = a_url
             if relayed:
                 relay, url = start(["relay", "--upstream", a_url, "--redis-url", redis_b.url,
-                                    "--subscribe", "/load/#", "--name", "b"], "b")
+                                    "--subscribe", "/load/#", "--name", "b"], "b",
+                                   relay_tree)
                 procs.append(relay)
             times: list[float] = []
             numbers: list[int] = []
@@ -214,14 +218,20 @@ def main() -> None:
     parser.add_argument("--profile", type=Path, metavar="DIR",
                         help="run serve and relay under cProfile (benchmarks/profproc.py), "
                              "a pstats file per process and thread in DIR")
+    parser.add_argument("--baseline-relay", type=Path, metavar="TREE",
+                        help="also relayed rounds with the relay (only it) running the code of "
+                             "TREE (another checkout), interleaved: the relay's before/after")
     args = parser.parse_args()
     PROFILE = args.profile
     direct: list[dict[str, Any]] = []
     relayed: list[dict[str, Any]] = []
+    baseline: list[dict[str, Any]] = []
     loads = [os.getloadavg()[0]]
     for _ in range(args.rounds):
         direct.append(rate(args.n, relayed=False))
         relayed.append(rate(args.n, relayed=True))
+        if args.baseline_relay is not None:
+            baseline.append(rate(args.n, relayed=True, relay_tree=args.baseline_relay))
         loads.append(os.getloadavg()[0])
     best_direct = max(r["rate"] for r in direct)
     best_relayed = max(r["rate"] for r in relayed)
@@ -239,6 +249,15 @@ def main() -> None:
         "cpu_us_per_pub_relayed": cpu_medians(relayed),
         "load": [round(x, 1) for x in loads],
     }
+    if baseline:
+        result["baseline_relay"] = {
+            "tree": str(args.baseline_relay),
+            "relayed": [round(r["rate"]) for r in baseline],
+            "ratio_of_medians": round(statistics.median(r["rate"] for r in baseline)
+                                      / statistics.median(r["rate"] for r in direct), 3),
+            "exact": all(r["exact"] and r["delivered"] == args.n for r in baseline),
+            "cpu_us_per_pub": cpu_medians(baseline),
+        }
     if args.catch_up:
         result["catch_up"] = catch_up(args.catch_up)
         result["catch_up"]["vs_direct"] = round(result["catch_up"]["rate"] / best_direct, 3)

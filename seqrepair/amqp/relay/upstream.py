@@ -18,6 +18,7 @@ the same order.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from typing import Any
 
@@ -40,24 +41,42 @@ def _regular(entry: bytes) -> bool:
     return entry[0] == 0xD0 and entry[5:9] == b"\x00\x00\x00\x08"
 
 
+def _same(pubs: list[Publication], frames: list[Any]) -> bool:
+    """Whether ``pubs`` are ``frames``, the very objects in the same order."""
+    if len(pubs) != len(frames):
+        return False
+    return all(map(operator.is_, pubs, frames))
+
+
 class _KeepingEntries:
-    """A :class:`Decoder` that also keeps each decoded publication's entry bytes."""
+    """A :class:`Decoder` that also keeps each decoded publication's entry bytes: the last
+    message's frames and entries as they are (:attr:`last`), and, once :meth:`keep` is asked
+    (the stub did not deliver that message's run as it came), by source and number."""
 
     def __init__(self, inner: Decoder, kept: dict[tuple[str, int], bytes]) -> None:
         self.inner = inner
         self.kept = kept
+        self.last: tuple[list[Any], list[bytes]] | None = None
 
     def decode(self, message: Any, **kwargs: Any) -> list[Any]:
+        self.last = None
         frames = self.inner.decode(message, **kwargs)
         items: list[bytes] | None = getattr(message, "items", None)
         if items is not None and len(items) == len(frames):
-            kept = self.kept
-            if len(kept) > MAX_KEPT:
-                kept.clear()
-            for frame, item in zip(frames, items, strict=True):
-                if type(frame) is Publication and _regular(item):
-                    kept[(frame.source, frame.source_seq)] = item
+            self.last = (frames, items)
         return frames
+
+    def keep(self) -> None:
+        """The last message's publication entries, by source and number (once)."""
+        last, self.last = self.last, None
+        if last is None:
+            return
+        kept = self.kept
+        if len(kept) > MAX_KEPT:
+            kept.clear()
+        for frame, item in zip(*last, strict=True):
+            if type(frame) is Publication and _regular(item):
+                kept[(frame.source, frame.source_seq)] = item
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -84,16 +103,30 @@ class UpstreamSubscriber(Subscriber):
 
     def _take(self, frames: list[object], now: float) -> None:
         on_run = self.on_run
-        if on_run is None or self.on_event is not None:
+        decoder = self.decoder
+        if on_run is None or self.on_event is not None or not isinstance(
+                decoder, _KeepingEntries):
+            self._keep()
             super()._take(frames, now)
             return
         events = self.stub.receive_many(frames, now)
         if len(events) == 1 and type(events[0]) is DeliveredRun:  # the usual outcome
             pubs = list(events[0].publications)
+            last = decoder.last
+            if last is not None and _same(pubs, last[0]):  # this message's, as they came
+                decoder.last = None
+                on_run(pubs, [item if _regular(item) else NO_ENTRY for item in last[1]])
+                return
+            decoder.keep()
             pop = self._kept.pop
             on_run(pubs, [pop((p.source, p.source_seq), NO_ENTRY) for p in pubs])
         else:
+            decoder.keep()
             self._perform(events)
+
+    def _keep(self) -> None:
+        if isinstance(self.decoder, _KeepingEntries):
+            self.decoder.keep()
 
     def _perform(self, events: list[Event]) -> None:
         # ``on_lost`` hears of a loss before the publications after it are delivered (the
