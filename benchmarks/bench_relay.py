@@ -62,7 +62,7 @@ def start(args: list[str], name: str, tree: Path = ROOT) -> tuple[subprocess.Pop
     proc = subprocess.Popen(
         [*command, *args, flag, url, "--ready-file", str(ready), "--allow-anonymous"],
         env=dict(ENV, PYTHONPATH=str(tree)), stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, cwd=tree,  # ``-m`` puts the working directory first
     )
     while not ready.exists():
         if proc.poll() is not None:

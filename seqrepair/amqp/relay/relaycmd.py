@@ -4,9 +4,29 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import signal
 import sys
 from pathlib import Path
+
+GC_THRESHOLDS = (50_000, 20, 100)
+"""The relay's cyclic garbage collector thresholds (Python's are 700, 10, 10).
+
+A relay allocates a few objects per publication it relays (the decoded publication, its
+fields, the entries handed to the event loop) and keeps thousands alive at once (the handover,
+link queues, contexts kept for gap fill). With the defaults a young collection ran every ~100
+publications and a full one walked every object of the process, modules included: measured
+with ``gc.callbacks`` over 50,000 relayed publications, 0.19 s of the relay's 0.85 s of CPU.
+Nothing the relay builds relies on the cycle collector to be freed in time (its objects are
+freed by reference counting); a larger first threshold only lets cycles wait longer."""
+
+
+def _tune_gc() -> None:
+    """Everything built while starting (modules, the configuration) moves out of the
+    collector's sight (``gc.freeze``), and collections run less often (:data:`GC_THRESHOLDS`)."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 def relay_command(args: argparse.Namespace) -> int:
@@ -61,6 +81,7 @@ def relay_command(args: argparse.Namespace) -> int:
     with contextlib.ExitStack() as stack, contextlib.suppress(KeyboardInterrupt):
         if retention is not None:
             stack.enter_context(retention)
+        _tune_gc()
         make_container(Guarded(relay, relay.stats)).run()
     if relay.error is not None:
         print(f"seqrepair relay: {relay.error.message}", file=sys.stderr)
