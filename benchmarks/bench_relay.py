@@ -1,6 +1,7 @@
 """Publications per second through one relay hop vs direct, and a relay's catch-up, in one run.
 
     .venv/bin/python benchmarks/bench_relay.py [N] [ROUNDS] [--catch-up M]
+        [--baseline-relay TREE] [--profile DIR]
 
 Direct: ``seqrepair serve`` (A, journal on a private redis-server) and one subscriber (this
 process, driving the SubscriberStub) on A. Relayed: the same A, a ``seqrepair relay`` (B, its
@@ -10,12 +11,20 @@ publication is delivered to B, journaled in B's journal, fanned out by B. The pu
 interleaved ROUNDS times (default 2), each with fresh processes and Redis: rate = deliveries /
 (last - first delivery) at the subscriber. The figure is relayed / direct (goal >= 0.7), as
 the ratio of the best rates and of the median rates (on a shared machine one lucky round can
-make the best of either side).
+make the best of either side). Every round checks that the subscriber got exactly the
+numbers 1..N, once each and in order (``exact``), and measures the CPU per publication of
+every process (origin, relay with its event loop and its upstream thread apart, both
+redis-servers, publisher, the subscriber in this process): on two shared cores the ratio
+follows the CPU the relayed path needs over all its processes. ``--baseline-relay TREE``
+adds relayed rounds whose relay alone runs the code of TREE (another checkout), interleaved:
+the relay's before/after in the same run. ``--profile DIR``: serve and relay under
+``profproc.py`` (cProfile per thread).
 
 Catch-up: with B attached once (its durable position kept at A) and then stopped (SIGTERM),
 M publications (default 100,000) go into A; B is started again and the time until B's journal
 holds all of them is measured (B replays by source from A after its position), as
-publications per second, next to the direct rate of the same run.
+publications per second, next to the direct rate of the same run, with the relay's CPU
+per publication, and B's journal compared entry by entry with A's (``exact``).
 """
 
 from __future__ import annotations
