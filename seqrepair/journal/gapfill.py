@@ -37,7 +37,7 @@ entitled to everything published since it subscribed, including sources it has n
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from typing import TYPE_CHECKING, cast
 
 import attrs
@@ -56,6 +56,7 @@ from seqrepair.core.messages import (
 from seqrepair.core.permissions import Entitlement
 from seqrepair.journal.errors import TrimmedRangeError, UnknownLinkError
 from seqrepair.journal.format import can_name_journal
+from seqrepair.journal.lacking import Fetcher, UpstreamAnswer
 from seqrepair.journal.selection import NotSelected
 from seqrepair.logs import get_logger
 
@@ -83,6 +84,9 @@ class _Segment:
     source: str
     first: int
     last: int
+    upstream_through: int = 0
+    """Numbers ``first``..this are below the journal's trim: asked of the upstream (a relay's
+    :data:`~seqrepair.journal.lacking.Fetcher`), the rest read from the journal."""
 
 
 class Replay:
@@ -104,8 +108,14 @@ class Replay:
         *,
         max_range: int | None = None,
         carried_after: Mapping[str, int] | None = None,
+        fetcher: Fetcher | None = None,
     ) -> None:
         self.journal = journal
+        self.fetcher = fetcher
+        self.waiting: UpstreamAnswer | None = None
+        """The upstream answer the replay waits for (it yields ``None`` meanwhile: see
+        :attr:`parked`)."""
+        self.fetched = 0  # publications sent that came from upstream
         self.link = link
         self.request = request
         self.through = dict(through)
@@ -147,6 +157,12 @@ class Replay:
         self.segments = segments
 
     @property
+    def parked(self) -> bool:
+        """Whether the replay waits for its upstream (reading it on would only yield
+        ``None``: the transport leaves it alone until it is done)."""
+        return self.waiting is not None and not self.waiting.done
+
+    @property
     def span(self) -> int:
         """How many source numbers the replay reads."""
         return sum(seg.last - seg.first + 1 for seg in self.segments)
@@ -177,13 +193,21 @@ class Replay:
         one step of it could scan the whole range (thousands of entries, many journal pages).
         """
         allows = _remembered(self.link.entitlement)
-        for seg in self.segments:
+        for index, seg in enumerate(self.segments):
             if self._cut(seg, seg.first):
                 continue
+            start = seg.first
+            if seg.upstream_through >= seg.first:  # below the journal's trim: upstream
+                ok = yield from self._upstream(index, seg.first, seg.upstream_through)
+                if not ok:
+                    return
+                start = seg.upstream_through + 1
+                if start > seg.last:
+                    continue
             lacking: list[NotSelected] = []  # not selected for this link, not yet said
             try:
                 for pub in self.journal.iter_entries(
-                    seg.source, seg.first, seg.last, page_size=self.page_size
+                    seg.source, start, seg.last, page_size=self.page_size
                 ):
                     if isinstance(pub, NotSelected):  # a relay's journal: numbers not selected
                         if not pub.covers(self.link.entitlement.topics,
@@ -192,8 +216,14 @@ class Replay:
                         continue
                     cut = self.cover is not None and self._cut(seg, pub.source_seq)
                     if lacking and (cut or allows(pub)):
-                        yield self._lacking(seg.source, lacking)  # the run before this one
-                        return
+                        if not self._fetches(lacking):
+                            yield self._lacking(seg.source, lacking)  # the run before this one
+                            return
+                        ok = yield from self._upstream(
+                            index, max(lacking[0].first, start), lacking[-1].last)
+                        if not ok:
+                            return
+                        lacking = []
                     if cut:
                         break
                     self.scanned += 1
@@ -228,19 +258,91 @@ class Replay:
                 )
                 return
             if lacking:
-                yield self._lacking(seg.source, lacking)
-                return
+                if not self._fetches(lacking):
+                    yield self._lacking(seg.source, lacking)
+                    return
+                ok = yield from self._upstream(
+                    index, max(lacking[0].first, start), lacking[-1].last)
+                if not ok:
+                    return
         more = self._more()
         log.info(
             "gapfill.replayed",
             link=self.link.link_id,
             ranges={seg.source: (seg.first, seg.last) for seg in self.segments},
             sent=self.sent,
+            fetched=self.fetched,
             filtered=self.filtered,
             left_to_link=self.left_to_link,
             more=more,
         )
         yield ReplayComplete(through=self.through, request=self.request, more=more)
+
+    def _fetches(self, markers: list[NotSelected]) -> bool:
+        """Whether the numbers of ``markers`` are asked of the upstream: with a fetcher, and
+        unless the upstream already said it cannot deliver them (``!lost-upstream``)."""
+        return self.fetcher is not None and not any(m.lost for m in markers)
+
+    def _upstream(self, index: int, first: int, last: int
+                  ) -> Generator[ReplayFrame | None, None, bool]:
+        """Ask the upstream for ``first``..``last`` of segment ``index`` (clipped to it), wait
+        (``None`` while :attr:`parked`), then yield what came that the link may see; returns
+        whether the replay goes on (False: a closing frame was yielded)."""
+        assert self.fetcher is not None
+        seg = self.segments[index]
+        first, last = max(first, seg.first), min(last, seg.last)
+        if first > last:
+            return True
+        answer = self.fetcher(self.link.entitlement, seg.source, first, last)
+        self.waiting = answer
+        try:
+            while not answer.done:
+                yield None
+        finally:  # closed while it waited (its link went away): the fetch is not wanted
+            if not answer.done:
+                answer.cancel()
+        self.waiting = None
+        allows = _remembered(self.link.entitlement)
+        through = first - 1
+        for pub in answer.publications:
+            # what the answer holds is checked again here: the link's entitlement decides
+            if pub.source != seg.source or not through < pub.source_seq <= last:
+                continue
+            through = pub.source_seq
+            self.scanned += 1
+            if allows(pub):  # it came as a message: it can go as one
+                self.sent += 1
+                self.fetched += 1
+                yield pub.with_link(None, retransmit=True)
+            else:
+                self.filtered += 1
+        answer.publications.clear()  # held no longer than it takes to send them
+        log.info("gapfill.fetched_upstream", link=self.link.link_id, source=seg.source,
+                 first=first, last=last, through=answer.through, lost=answer.lost,
+                 error=answer.error)
+        if answer.lost is not None:
+            low, high = answer.lost
+            yield GapError("trimmed", self.request,
+                           f"{seg.source} {low}..{high}: not in this relay's journal, and "
+                           "trimmed upstream too", {seg.source: high})
+            return False
+        if answer.error is not None:
+            done = max(through, answer.through)
+            yield GapError("trimmed", self.request,
+                           f"{seg.source} {done + 1}..{last}: not in this relay's journal, "
+                           f"and its upstream could not be asked ({answer.error})",
+                           {seg.source: last})
+            return False
+        if answer.through < last:  # cut short: the subscriber asks again from there
+            self.through[seg.source] = answer.through
+            for later in self.segments[index + 1:]:
+                if later.source != seg.source:
+                    self.through.pop(later.source, None)
+            log.info("gapfill.fetch_cut_short", link=self.link.link_id, source=seg.source,
+                     through=answer.through, last=last)
+            yield ReplayComplete(through=self.through, request=self.request, more=True)
+            return False
+        return True
 
     def _lacking(self, source: str, markers: list[NotSelected]) -> GapError:
         """The answer for numbers a relay's upstream selection did not select and whose
@@ -336,7 +438,7 @@ def _capped(
         if last < seg.last:
             more = True
             through[seg.source] = last
-        kept.append(_Segment(seg.source, seg.first, last))
+        kept.append(_Segment(seg.source, seg.first, last, seg.upstream_through))
         room -= last - seg.first + 1
     return kept, through, more
 
@@ -453,6 +555,7 @@ class GapFillService:
         now: float,
         *,
         carried_after: Mapping[str, int] | None = None,
+        fetcher: Fetcher | None = None,
     ) -> Replay | GapError:
         """A :class:`Replay` of the journal after the requested numbers, or a GapError.
 
@@ -461,6 +564,10 @@ class GapFillService:
         fans out next; 0 for a source it does not name); the replay stops there too, and names
         the sources whose journal reaches past it in :attr:`Replay.owed_to_link`, which the
         transport must then send.
+
+        ``fetcher`` (a relay's, :mod:`seqrepair.journal.lacking`): numbers the journal lacks
+        for this link (trimmed, or not selected for it) are asked of the upstream instead of
+        answered ``trimmed``.
         """
         link = self.link(link_id)
         if not isinstance(request, SourceGapRequest):
@@ -483,6 +590,9 @@ class GapFillService:
             if after >= high_water:
                 continue
             if after < trimmed:
+                if fetcher is not None:  # below the trim: the upstream may still hold it
+                    segments.append(_Segment(source, after + 1, high_water, trimmed))
+                    continue
                 trimmed_through[source] = trimmed
                 trimmed_after[source] = after
                 continue
@@ -497,7 +607,8 @@ class GapFillService:
             )
             return GapError("trimmed", request, detail, trimmed_through)
         replay = Replay(self.journal, link, request, segments, through, self.page_size,
-                        max_range=self.policy.max_range, carried_after=carried_after)
+                        max_range=self.policy.max_range, carried_after=carried_after,
+                        fetcher=fetcher)
         reason = self.policy.refusal(replay.span, link.budget, now)
         if reason is not None:
             log.info("gapfill.refused", link=link_id, reason=reason)

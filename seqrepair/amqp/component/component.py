@@ -99,6 +99,7 @@ from seqrepair.core.subscriptions import Subscription as Subscription
 from seqrepair.core.window import window_size
 from seqrepair.journal.gapfill import GapFillService
 from seqrepair.journal.journal import Journal
+from seqrepair.journal.lacking import Fetcher
 from seqrepair.logs import get_logger
 from seqrepair.rest.catalog import SharedCatalog
 from seqrepair.rest.manager import SubscriptionManager
@@ -157,6 +158,8 @@ class Component(MessagingHandler):
             page_size=config.replay_page,
             context_bytes=config.link_context_bytes,
         )
+        self.fetcher: Fetcher | None = None
+        """A relay's: asks its upstream for what its journal lacks (journal/lacking.py)."""
         self.memory = MemoryGuard(config, self.stats)
         # the attach paths it takes: no loop through it, no chain over max_hops (hops.py)
         self.hops = Hops(config.hop_id or default_hop_id("serve", config.url), config.max_hops)

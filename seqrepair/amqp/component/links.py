@@ -106,6 +106,15 @@ class _Stream:
     ``REPLAY-STARTED`` echo, so a client that matches answers by ``after`` takes them."""
     through: Mapping[str, int] = attrs.field(factory=dict)
     """Per source, the last number the replay reads at most (REPLAY-STARTED)."""
+    parked: Callable[[], bool] | None = None
+    """Whether the replay waits for something else (a relay's upstream fetch,
+    :mod:`seqrepair.journal.lacking`): no repair turn reads it meanwhile (the tick asks
+    again), so waiting costs the event loop nothing."""
+
+    def waits(self) -> bool:
+        """Whether it must be read before it can send, and can be read now."""
+        return not self.ready and not self.done and not (
+            self.parked is not None and self.parked())
 
 
 @attrs.define(eq=False)
@@ -163,9 +172,11 @@ class ResponseRoute:
         *,
         request: SourceGapRequest | None = None,
         through: Mapping[str, int] | None = None,
+        parked: Callable[[], bool] | None = None,
     ) -> None:
         """Send the gap-fill service's answer to ``request``, a source request about the link
-        ``requester``, a chunk per transfer (``through``: how far it reads per source).
+        ``requester``, a chunk per transfer (``through``: how far it reads per source;
+        ``parked``: whether the answer waits for something else now, see :class:`_Stream`).
 
         The answer is read lazily (the journal is paged as credit allows); a new replay for
         the same link replaces one in progress, whose requester has moved on to another
@@ -174,7 +185,7 @@ class ResponseRoute:
         self.replays.pop(requester, None)
         self.replays[requester] = _Stream(
             iter(replay), correlation_id, cookie, replay=True, request=request,
-            answered=request, through=dict(through or {}),
+            answered=request, through=dict(through or {}), parked=parked,
         )
 
     def live_replay(self, requester: str, request: SourceGapRequest) -> _Stream | None:
@@ -257,7 +268,7 @@ class ResponseRoute:
         if self.responses:
             head = self.responses[0]
             return isinstance(head, _Stream) and not head.ready and not head.done
-        return any(not stream.ready and not stream.done for stream in self.replays.values())
+        return any(stream.waits() for stream in self.replays.values())
 
     def pump(self) -> int:
         """Send answers while credit lasts, at most :data:`ANSWERS_PER_TURN`."""

@@ -191,7 +191,8 @@ def answer_gap(
         check_replay_room(component.routes.values(), route, config, component.stats)
     # what the component fans out next goes to this link too: the replay stops there
     replay = component.gapfill.answer_source_gap(
-        link.name, request, now, carried_after=component.ingest.ingested
+        link.name, request, now, carried_after=component.ingest.ingested,
+        fetcher=component.fetcher,  # a relay's: what its journal lacks comes from upstream
     )
     if isinstance(replay, GapError):
         link.log.info("source request not answered", reason=replay.reason,
@@ -202,7 +203,8 @@ def answer_gap(
     # answered at once: the subscriber knows the replay runs and waits for a real silence
     route.respond(encode(ReplayStarted(request, replay.through)), correlation, cookie)
     route.start_replay(link.name, replay.steps(config.replay_page), correlation, cookie,
-                       request=request, through=replay.through)
+                       request=request, through=replay.through,
+                       parked=lambda: replay.parked)
 
 
 def _link_name(reply_to: Any) -> str | None:

@@ -46,6 +46,7 @@ from seqrepair.amqp.component.component import Component, ComponentConfig
 from seqrepair.amqp.component.detach import forget
 from seqrepair.amqp.component.journalport import NotJournaledError
 from seqrepair.amqp.component.links import tokens
+from seqrepair.amqp.relay.fetch import FetchSubscriber, UpstreamFetch, UpstreamFetches
 from seqrepair.amqp.relay.paths import RelayPaths, union_path
 from seqrepair.amqp.relay.selection import Selection, SelectionTable, upstream_properties
 from seqrepair.amqp.relay.upstream import UpstreamSubscriber
@@ -187,6 +188,9 @@ class RelayComponent(Component):
                     "hop_refusals", "resets_for_upstream_loss"):
             self.stats[key] = 0
         self.ingest.on_lost_journaled = self._lost_upstream
+        # what its journal lacks for a subscriber comes from upstream, for it alone (fetch.py)
+        self.fetches = UpstreamFetches(self._fetch_link, self.clock, self.stats)
+        self.fetcher = self.fetches
 
     @property
     def link_name(self) -> str:
@@ -210,6 +214,17 @@ class RelayComponent(Component):
             security=self.security, link_properties=properties, **self.subscriber_options,
         )
         return subscriber
+
+    def _fetch_link(self, fetch: UpstreamFetch, tag: str) -> FetchSubscriber:
+        """The upstream link of ``fetch``: the asking link's selection and grant, the path
+        the relay's upstream link has (identities behind it, then its own)."""
+        selection = Selection.of_link(fetch.entitlement.topics, fetch.entitlement.grant)
+        properties = self.hops.upstream_properties(
+            upstream_properties(selection, self.paths.current))
+        return FetchSubscriber(
+            self.upstream_url, fetch, link_name=f"{self.link_name}.fetch.{tag}",
+            security=self.security, link_properties=properties, **self.subscriber_options,
+        )
 
     def _start_upstream(self, selection: Selection, behind: Path) -> None:
         """Attach upstream for ``selection`` (none without patterns), the identities
@@ -295,6 +310,7 @@ class RelayComponent(Component):
                 self.on_seqrepair_relayed(event)
             self._check_upstream()
             self._follow_subscribers(now)
+            self.fetches.poll()
         super().on_timer_task(event)
 
     # --- the selection ------------------------------------------------------------------
@@ -479,6 +495,7 @@ class RelayComponent(Component):
 
     def stop(self) -> None:
         super().stop()
+        self.fetches.stop()
         self.handover.closed = True
         upstream, self.upstream = self.upstream, None
         if upstream is not None:

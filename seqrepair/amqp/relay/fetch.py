@@ -1,0 +1,288 @@
+"""What a relay's journal lacks, fetched from its upstream for the one subscriber that asks
+(XEP-0040 §1: gap fill and source replay "from its own journal, going upstream only for what
+it lacks"; the journal side is :mod:`seqrepair.journal.lacking`).
+
+A source replay on the relay meets numbers its journal lacks for the asking link: a run of
+*not selected* markers whose selection does not cover the link (its selection was wider than
+what the relay carried then: a subscriber that came later, widened the relay, and asks
+"everything after N"), or numbers below the relay's retention trim (a relay that trimmed, a
+durable subscriber from long ago). The replay asks :class:`UpstreamFetches` for the range and
+waits, parked (no repair turn reads it meanwhile; the component's tick looks again). A fetch
+is one short-lived upstream link, ``relay.<name>.fetch.<n>``, on the **asking subscriber's**
+patterns (``seqrepair-selection``) and the tokens the relay grants it
+(``seqrepair-permtokens``): the upstream filters by that entitlement, so nothing comes that
+the subscriber may not see even when the relay's own principal sees more, and the replay
+filters again by the link's full entitlement (the relay's policy exclusions, filters). On it
+one ``SOURCE-GAP-REQUEST`` (``after`` the number before the range; again after ``through``
+when the upstream says ``more``, or after a reconnect); the answer's publications within the
+range are kept, in order, each number once, until one past the range or a closing frame
+covers it. ``GAP-ERROR`` ``trimmed`` there ends the fetch at the first number the upstream
+lacks too (:attr:`UpstreamFetch.lost`): the replay sends what came before it, then answers
+``trimmed`` naming those numbers (an ``Unrecoverable`` at the subscriber, which asks again
+after them). A refusal, a fatal attach error or no answer within :data:`FETCH_TIMEOUT` ends it
+with :attr:`UpstreamFetch.error`, answered the same way (named, never passed over).
+
+Where fetched publications live: **passed through to the asking link only**, never written
+to the relay's journal nor kept in a shared cache. The journal is a Redis stream per source,
+appended in number order: a run fetched later cannot be inserted in the middle of it (its
+not-selected marker stays, and stays true for the selection it names). A shared side cache
+would have to be keyed by source number *and* entitlement (what one subscriber may see is not
+what another may), would serve hits rarely (a widening is followed by one subscriber's
+catch-up, not many), and would be memory held after the answer is sent. Passed through, a
+fetched publication is held from its arrival until the replay sends it, then dropped.
+
+Bounds (a hostile subscriber asking for everything must not exhaust the relay):
+:data:`MAX_FETCHES` upstream fetch links at once (more wait, in order); one fetch holds at
+most :data:`MAX_HELD` publications, then ends early (``through`` before the range's end):
+the replay then ends ``REPLAY-COMPLETE`` ``more`` and the subscriber asks again from there.
+Each replay waits for one fetch at a time, and the replays themselves are bounded by the
+component's own limits (``--max-replays-per-connection``, ``--max-replays-per-principal``,
+``--max-gap-range``), so the queue of waiting fetches is too. A fetch whose replay went away
+(its link detached) is cancelled.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import uuid
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from seqrepair.amqp.client.subscriber import Subscriber
+from seqrepair.amqp.relay.selection import Selection
+from seqrepair.amqp.wire.codec import encode
+from seqrepair.core.events import Event
+from seqrepair.core.messages import (
+    GapError,
+    Publication,
+    ReplayComplete,
+    SourceGapRequest,
+)
+from seqrepair.core.permissions import Entitlement
+from seqrepair.logs import get_logger
+
+log = get_logger("seqrepair.amqp.relay.fetch")
+
+MAX_FETCHES = 4
+"""Upstream fetch links a relay runs at once."""
+
+MAX_HELD = 10_000
+"""Publications one fetch holds at most (then it ends early: the subscriber asks again)."""
+
+FETCH_TIMEOUT = 30.0
+"""Seconds a fetch may take before it ends with an error (its numbers named lost)."""
+
+
+class UpstreamFetch:
+    """One range asked of the upstream for one link (an
+    :class:`~seqrepair.journal.lacking.UpstreamAnswer`). Filled in the fetch link's thread;
+    read by the replay once :attr:`done`."""
+
+    def __init__(self, entitlement: Entitlement, source: str, first: int, last: int,
+                 *, held: int = MAX_HELD) -> None:
+        self.entitlement = entitlement
+        self.source = source
+        self.first = first
+        self.last = last
+        self.held = held
+        self.publications: list[Publication] = []
+        self.cursor = first - 1  # the last number answered so far
+        self.through = first - 1
+        self.lost: tuple[int, int] | None = None
+        self.error: str | None = None
+        self.asked: SourceGapRequest | None = None
+        self.count = 0  # publications taken (the list is emptied as they are sent)
+        self.deadline = 0.0
+        self._ids = itertools.count(1)
+        self._done = threading.Event()
+
+    @property
+    def done(self) -> bool:
+        """Whether the answer is complete."""
+        return self._done.is_set()
+
+    def cancel(self) -> None:
+        """Its replay went away: nothing more is wanted."""
+        self.finish(error="cancelled")
+
+    def finish(self, *, error: str | None = None, lost: tuple[int, int] | None = None
+               ) -> None:
+        """End the fetch (the first call decides)."""
+        if self._done.is_set():
+            return
+        self.error = error
+        self.lost = lost
+        self.through = self.cursor
+        self._done.set()
+
+    def request(self) -> SourceGapRequest:
+        """The request for what is still missing (after :attr:`cursor`)."""
+        self.asked = SourceGapRequest({self.source: self.cursor},
+                                      request_id=next(self._ids) % (1 << 31))
+        return self.asked
+
+    def _ours(self, frame: ReplayComplete | GapError) -> bool:
+        request = frame.request
+        asked = self.asked
+        return asked is not None and (request is None or (
+            isinstance(request, SourceGapRequest)
+            and request.after.get(self.source) == asked.after.get(self.source)))
+
+    def take(self, frame: object) -> bool:
+        """Take one frame of the fetch link; True when what is missing must be asked again."""
+        if self.done:
+            return False
+        if type(frame) is Publication:
+            if frame.link_seq is not None or frame.source != self.source:
+                return False  # live frames, other sources' replays: not asked for
+            seq = frame.source_seq
+            if seq > self.last:  # in order: nothing more of the range comes
+                self.cursor = self.last
+                self.finish()
+            elif seq > self.cursor:
+                self.publications.append(frame)
+                self.count += 1
+                self.cursor = seq
+                if seq == self.last:
+                    self.finish()
+                elif len(self.publications) >= self.held:
+                    self.finish()  # cut short: the rest is asked for again by the subscriber
+            return False
+        if isinstance(frame, ReplayComplete) and self._ours(frame):
+            through = frame.through.get(self.source)
+            if through is None:
+                return True  # capped before this source: ask again
+            if through >= self.last:
+                self.cursor = self.last
+                self.finish()
+                return False
+            self.cursor = max(self.cursor, through)
+            if frame.more:
+                return True
+            # the upstream holds no more than this: the rest of the range it lacks too
+            self.finish(lost=(self.cursor + 1, self.last))
+            return False
+        if isinstance(frame, GapError) and self._ours(frame):
+            trimmed = (frame.trimmed_through or {}).get(self.source)
+            if frame.reason == "trimmed" and trimmed is not None:
+                self.finish(lost=(self.cursor + 1, max(self.cursor + 1, min(trimmed, self.last))))
+            else:
+                self.finish(error=f"{frame.reason}: {frame.detail}")
+        return False
+
+
+class FetchSubscriber(Subscriber):
+    """The upstream link of one :class:`UpstreamFetch`: a plain, non-durable subscriber link
+    whose stub is never fed (no live delivery, no repair of its own): it sends the fetch's
+    requests and hands it every frame."""
+
+    def __init__(self, url: str, fetch: UpstreamFetch, **kwargs: Any) -> None:
+        selection = Selection.of_link(fetch.entitlement.topics, fetch.entitlement.grant)
+        super().__init__(url, str(selection.patterns[0]), ack=False, durable=False,
+                         acknowledge=False, **kwargs)
+        self.fetch = fetch
+
+    def on_link_opened(self, event: Any) -> None:
+        super().on_link_opened(event)
+        link = event.link
+        if link == self._receiver and link.remote_source.address is not None:
+            self._ask()  # attached (again): a replay cut off with a connection is asked anew
+
+    def _ask(self) -> None:
+        if not self.fetch.done:
+            self._request(encode(self.fetch.request()))
+            self._flush()
+
+    def _take(self, frames: list[object], now: float) -> None:
+        again = False
+        for frame in frames:
+            again = self.fetch.take(frame) or again
+        if again:
+            self._ask()
+
+    def _perform(self, events: list[Event]) -> None:
+        """The stub is never fed: what it would do (probes, gap requests) is not wanted."""
+
+
+class UpstreamFetches:
+    """A relay's upstream fetches (the :data:`~seqrepair.journal.lacking.Fetcher` its gap
+    fill uses): at most ``limit`` links at once, the rest waiting in order; ``link(fetch)``
+    makes (does not start) a fetch's :class:`FetchSubscriber`. Called from the event loop;
+    :meth:`poll` on its tick starts, times out and stops."""
+
+    def __init__(self, link: Callable[[UpstreamFetch, str], FetchSubscriber],
+                 clock: Callable[[], float], stats: dict[str, int], *,
+                 limit: int = MAX_FETCHES, timeout: float = FETCH_TIMEOUT,
+                 held: int = MAX_HELD, wake: Callable[[], None] = lambda: None) -> None:
+        self.link = link
+        self.clock = clock
+        self.stats = stats
+        self.limit = limit
+        self.timeout = timeout
+        self.held = held
+        self.wake = wake
+        self.waiting: deque[UpstreamFetch] = deque()
+        self.running: dict[UpstreamFetch, FetchSubscriber] = {}
+        self._names = itertools.count(1)
+        self._tag = uuid.uuid4().hex[:8]
+        for key in ("fetches", "fetches_lost", "fetches_failed", "fetched"):
+            stats.setdefault(key, 0)
+
+    def __call__(self, entitlement: Entitlement, source: str, first: int, last: int
+                 ) -> UpstreamFetch:
+        fetch = UpstreamFetch(entitlement, source, first, last, held=self.held)
+        self.stats["fetches"] += 1
+        self.waiting.append(fetch)
+        log.info("fetching from upstream what the journal lacks", source=source, first=first,
+                 last=last, topics=[str(t) for t in entitlement.topics],
+                 waiting=len(self.waiting), running=len(self.running))
+        self.poll()
+        return fetch
+
+    def poll(self) -> None:
+        """End what is over (done, failed, too slow), start what waits while room is left."""
+        now = self.clock()
+        for fetch, sub in list(self.running.items()):
+            if not fetch.done and sub.error is not None:
+                fetch.finish(error=sub.error.message)
+            elif not fetch.done and now >= fetch.deadline:
+                fetch.finish(error=f"no answer within {self.timeout:g} s")
+            if fetch.done:
+                del self.running[fetch]
+                self._account(fetch)
+                threading.Thread(target=sub.stop, name="relay-fetch-stop", daemon=True).start()
+        while self.waiting and len(self.running) < self.limit:
+            fetch = self.waiting.popleft()
+            if fetch.done:  # cancelled while it waited
+                continue
+            fetch.deadline = now + self.timeout
+            try:
+                sub = self.link(fetch, f"{self._tag}.{next(self._names)}")
+            except Exception as exc:  # a path the relay may not send, say: named, not hidden
+                fetch.finish(error=str(exc))
+                self._account(fetch)
+                continue
+            self.running[fetch] = sub
+            sub.start()
+
+    def _account(self, fetch: UpstreamFetch) -> None:
+        self.stats["fetched"] += fetch.count
+        if fetch.lost is not None:
+            self.stats["fetches_lost"] += 1
+        if fetch.error is not None and fetch.error != "cancelled":
+            self.stats["fetches_failed"] += 1
+            log.warning("upstream fetch failed", source=fetch.source, first=fetch.first,
+                        last=fetch.last, error=fetch.error)
+        self.wake()
+
+    def stop(self) -> None:
+        """Cancel everything (the relay stops)."""
+        for fetch in self.waiting:
+            fetch.cancel()
+        self.waiting.clear()
+        for fetch, sub in self.running.items():
+            fetch.cancel()
+            threading.Thread(target=sub.stop, name="relay-fetch-stop", daemon=True).start()
+        self.running.clear()

@@ -1,0 +1,62 @@
+"""What a relay's journal lacks, asked of its upstream (XEP-0040 §1: a relay serves gap fill
+and source replay "from its own journal, going upstream only for what it lacks").
+
+A relay's journal lacks numbers a subscriber is owed in two ways: a run of *not selected*
+markers whose selection does not cover the subscriber (the relay did not carry its topics
+then: :mod:`seqrepair.journal.selection`), and numbers below what the relay's retention has
+trimmed. A :class:`~seqrepair.journal.gapfill.Replay` given a :data:`Fetcher` asks it for
+such a range instead of answering ``trimmed`` at once, waits (paused, without holding the
+event loop) until the :class:`UpstreamAnswer` is :attr:`~UpstreamAnswer.done`, and sends what
+came, in order, filtered by the link's entitlement; only what the upstream could not deliver
+either ends the replay ``trimmed`` (an ``Unrecoverable`` naming those numbers).
+
+The transport side (:mod:`seqrepair.amqp.relay.fetch`) makes the answers; this module only
+says what one is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from seqrepair.core.messages import Publication
+from seqrepair.core.permissions import Entitlement
+
+
+class UpstreamAnswer(Protocol):
+    """The upstream's answer for numbers ``first``..``last`` of ``source``, as one link (its
+    entitlement) may see them."""
+
+    source: str
+    first: int
+    last: int
+
+    @property
+    def done(self) -> bool:
+        """Whether the answer is complete (the fields below are final)."""
+
+    @property
+    def publications(self) -> list[Publication]:
+        """What came, in source order, each number once, all within ``first``..:attr:`through`."""
+
+    @property
+    def through(self) -> int:
+        """The last number answered (``first - 1``..``last``): below ``last`` when the answer
+        was cut short (a bound on what the relay holds at once): the rest is asked again."""
+
+    @property
+    def lost(self) -> tuple[int, int] | None:
+        """The first range the upstream could not deliver either (trimmed there), if any:
+        the answer ends before it."""
+
+    @property
+    def error(self) -> str | None:
+        """Why the upstream could not be asked (unreachable, refused, too slow), if so."""
+
+    def cancel(self) -> None:
+        """Nothing more is wanted (the replay that asked went away)."""
+
+
+Fetcher = Callable[[Entitlement, str, int, int], UpstreamAnswer]
+"""Asks the upstream for ``source``'s numbers ``first``..``last`` for a link with the given
+entitlement (never wider: the upstream filters by it too), returning at once."""
