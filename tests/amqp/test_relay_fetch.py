@@ -1,0 +1,222 @@
+"""A relay serves what its own journal lacks from its upstream (issue 27; relay/fetch.py):
+over real processes (``seqrepair serve`` A, ``seqrepair relay`` B and C, each with its own
+redis-server, forced loss on the live links), a durable subscriber whose selection is wider
+than what the relay selected, or whose position lies below the relay's retention trim, gets
+exactly its selection from its position on, once, in order, as A's journal holds it; only
+numbers A has trimmed too are Unrecoverable, named."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from seqrepair.amqp.client.subscriber import Subscriber
+from seqrepair.core.messages import Publication
+from seqrepair.journal import Journal
+
+from .conftest import ComponentProcess, wait_for
+from .test_relay import (  # noqa: F401  (redises is a fixture)
+    LOSS,
+    RelayProcess,
+    expected,
+    publish,
+    redises,
+    resumed,
+    selections,
+)
+
+pytestmark = [pytest.mark.amqp, pytest.mark.redis]
+
+FAST = ("--heartbeat", "0.2")
+
+
+def durable(url: str, pattern: str, got: list[Publication]) -> Subscriber:
+    return Subscriber(url, pattern, on_publication=got.append, link_name="wide", durable=True,
+                      heartbeat_interval=0.2, max_reconnect_delay=0.5).start()
+
+
+def until_through(got: list[Publication], want: list[tuple[str, int]], proc: RelayProcess
+                  ) -> None:
+    assert wait_for(lambda: bool(got) and got[-1].source_seq >= want[-1][1], 60), (
+        len(got), len(want), proc.log_text()[-3000:])
+    time.sleep(0.5)  # nothing more may come
+
+
+def test_a_wider_subscriber_asking_after_n_gets_what_the_relay_did_not_select(
+    redises: list[str], tmp_path: Path
+) -> None:
+    """B aggregates; one subscriber keeps it on /w/a/*. A durable subscriber that took /w/a/*
+    through N comes back on /w/# (wider): B widens, and its replay "after N" meets numbers B
+    did not select: B fetches them from A for it alone. It gets exactly /w/# from N on."""
+    a_redis, b_redis, _ = redises
+    a = ComponentProcess(a_redis, tmp_path, *LOSS, "--drop-seed", "21").start()
+    b = RelayProcess(b_redis, tmp_path, a.url, "B", "--aggregate", "--linger", "0.3",
+                     "--context-retention", "0.3", *LOSS, "--drop-seed", "22").start()
+    stays: list[Publication] = []
+    first: list[Publication] = []
+    later: list[Publication] = []
+    keeper = Subscriber(b.url, "/w/a/*", on_publication=stays.append, link_name="stays",
+                        heartbeat_interval=0.2).start()
+    try:
+        assert keeper.wait_connected(20)
+        assert wait_for(lambda: selections(b.log_text())[-1:] == ["['/w/a/*'] []"], 20)
+        b.wait_upstream()
+        sub = durable(b.url, "/w/a/*", first)
+        assert sub.wait_connected(20)
+        publish(a.url, "feed.a", 300)
+        narrow = expected(a_redis, "feed.a", "/w/a/*")
+        assert wait_for(lambda: len(first) >= len(narrow), 30), (len(first), len(narrow))
+        time.sleep(1.0)  # its ACKs reach the relay: its position is where it got to
+        sub.stop()
+        publish(a.url, "feed.a", 300, after=300)  # B selects /w/a/* only
+        assert wait_for(lambda: len(stays) >= len(expected(a_redis, "feed.a", "/w/a/*")), 30)
+        wide = durable(b.url, "/w/#", later)  # refused until B carries /w/#, then replayed
+        assert wide.wait_connected(30)
+        publish(a.url, "feed.a", 100, after=600)
+        want = expected(a_redis, "feed.a", "/w/#")
+        until_through(later, want, b)
+        wide.stop()
+    finally:
+        keeper.stop()
+        b.stop()
+        a.stop()
+    start = later[0].source_seq
+    assert not [w for w in want if first[-1].source_seq < w[1] < start]  # nothing skipped
+    assert [(p.topic, p.source_seq) for p in later] == [w for w in want if w[1] >= start]
+    assert [p.fields["n"] for p in later] == [n - 1 for _t, n in want if n >= start]
+    assert [p for p in later if p.topic.startswith("/w/b/") and p.source_seq <= 600]
+    assert not wide.unrecoverable
+    assert wide.stats().unrecoverable == 0
+    assert "fetching from upstream what the journal lacks" in b.log_text()
+    # what was fetched was passed through, not journaled: B's journal still says not selected
+    with Journal.from_url(b_redis) as journal:
+        held = [p.source_seq for p in journal.read_range("feed.a", 1, 600)]
+    assert held == [n for _t, n in narrow] + [
+        n for _t, n in expected(a_redis, "feed.a", "/w/a/*") if 300 < n <= 600]
+
+
+def test_a_chain_fetches_hop_by_hop(redises: list[str], tmp_path: Path) -> None:
+    """A -> B -> C, both aggregating, kept on /w/a/*; the wider subscriber comes back at C:
+    C lacks the numbers, asks B, which lacks them too and asks A. It gets exactly /w/#
+    from its position on, once, in order."""
+    a_redis, b_redis, c_redis = redises
+    a = ComponentProcess(a_redis, tmp_path, *LOSS, "--drop-seed", "23").start()
+    b = RelayProcess(b_redis, tmp_path, a.url, "B", "--aggregate", "--linger", "0.3",
+                     "--context-retention", "0.3", *LOSS, "--drop-seed", "24").start()
+    c = RelayProcess(c_redis, tmp_path, b.url, "C", "--aggregate", "--linger", "0.3",
+                     "--context-retention", "0.3", *LOSS, "--drop-seed", "25").start()
+    stays: list[Publication] = []
+    first: list[Publication] = []
+    later: list[Publication] = []
+    keeper = Subscriber(c.url, "/w/a/*", on_publication=stays.append, link_name="stays",
+                        heartbeat_interval=0.2, max_reconnect_delay=0.5).start()
+    try:
+        assert keeper.wait_connected(30)
+        assert wait_for(lambda: selections(b.log_text())[-1:] == ["['/w/a/*'] []"], 20)
+        b.wait_upstream()
+        c.wait_upstream()
+        sub = durable(c.url, "/w/a/*", first)
+        assert sub.wait_connected(20)
+        publish(a.url, "feed.a", 300)
+        narrow = expected(a_redis, "feed.a", "/w/a/*")
+        assert wait_for(lambda: len(first) >= len(narrow), 30), (len(first), len(narrow))
+        time.sleep(1.0)
+        sub.stop()
+        publish(a.url, "feed.a", 300, after=300)
+        assert wait_for(lambda: len(stays) >= len(expected(a_redis, "feed.a", "/w/a/*")), 30)
+        wide = durable(c.url, "/w/#", later)
+        assert wide.wait_connected(30)
+        publish(a.url, "feed.a", 100, after=600)
+        want = expected(a_redis, "feed.a", "/w/#")
+        until_through(later, want, c)
+        wide.stop()
+    finally:
+        keeper.stop()
+        for proc in (c, b, a):
+            proc.stop()
+    start = later[0].source_seq
+    assert not [w for w in want if first[-1].source_seq < w[1] < start]
+    assert [(p.topic, p.source_seq) for p in later] == [w for w in want if w[1] >= start]
+    assert not wide.unrecoverable
+    assert "fetching from upstream what the journal lacks" in c.log_text()
+    assert "fetching from upstream what the journal lacks" in b.log_text()
+
+
+def test_a_subscriber_below_the_relay_s_trim_gets_the_rest_from_upstream(
+    redises: list[str], tmp_path: Path
+) -> None:
+    """B keeps only its newest 20 entries; a durable subscriber away meanwhile comes back with
+    its position far below B's trim: B fetches from A what it trimmed, then serves its own
+    journal. Exactly /w/# from its position on, no loss reported."""
+    a_redis, b_redis, _ = redises
+    a = ComponentProcess(a_redis, tmp_path, *LOSS, "--drop-seed", "26").start()
+    b = RelayProcess(b_redis, tmp_path, a.url, "B", "--subscribe", "/w/#", "--retain-count",
+                     "20", "--retention-interval", "0.3", *LOSS, "--drop-seed", "27").start()
+    first: list[Publication] = []
+    later: list[Publication] = []
+    try:
+        b.wait_upstream()
+        sub = durable(b.url, "/w/#", first)
+        assert sub.wait_connected(20)
+        publish(a.url, "feed.a", 50)
+        assert wait_for(lambda: len(first) >= len(expected(a_redis, "feed.a", "/w/#")), 30)
+        time.sleep(1.0)
+        sub.stop()
+        publish(a.url, "feed.a", 400, after=50)
+        with Journal.from_url(b_redis) as journal:
+            assert wait_for(lambda: journal.info("feed.a").trimmed_through > 300, 30), (
+                b.log_text()[-2000:])
+        again = durable(b.url, "/w/#", later)
+        want = expected(a_redis, "feed.a", "/w/#")
+        until_through(later, want, b)
+        again.stop()
+    finally:
+        b.stop()
+        a.stop()
+    resumed(first, later, want)
+    assert not again.unrecoverable
+    assert "fetching from upstream what the journal lacks" in b.log_text()
+
+
+def test_numbers_trimmed_at_the_relay_and_the_origin_are_unrecoverable_and_named(
+    redises: list[str], tmp_path: Path
+) -> None:
+    """As above, but A has trimmed through 200 too: the subscriber is told (Unrecoverable,
+    trimmed, feed.a), the relay's log names the numbers, and it gets exactly /w/# after
+    200, once, in order."""
+    a_redis, b_redis, _ = redises
+    a = ComponentProcess(a_redis, tmp_path, *FAST).start()
+    b = RelayProcess(b_redis, tmp_path, a.url, "B", "--subscribe", "/w/#", "--retain-count",
+                     "20", "--retention-interval", "0.3", *FAST).start()
+    first: list[Publication] = []
+    later: list[Publication] = []
+    try:
+        b.wait_upstream()
+        sub = durable(b.url, "/w/#", first)
+        assert sub.wait_connected(20)
+        publish(a.url, "feed.a", 50)
+        assert wait_for(lambda: len(first) >= len(expected(a_redis, "feed.a", "/w/#")), 30)
+        time.sleep(1.0)
+        sub.stop()
+        publish(a.url, "feed.a", 400, after=50)
+        want = [w for w in expected(a_redis, "feed.a", "/w/#") if w[1] > 200]
+        with Journal.from_url(a_redis) as journal:
+            journal.trim_through("feed.a", 200, now=time.time())
+        with Journal.from_url(b_redis) as journal:
+            assert wait_for(lambda: journal.info("feed.a").trimmed_through > 300, 30)
+        again = durable(b.url, "/w/#", later)
+        until_through(later, want, b)
+        again.stop()
+    finally:
+        b.stop()
+        a.stop()
+    assert [(p.topic, p.source_seq) for p in later] == want
+    lost = [(u.source, u.reason) for u in again.unrecoverable]
+    assert lost == [("feed.a", "trimmed")], again.unrecoverable
+    # a new process: it had delivered nothing of it yet (``after`` None), then everything
+    assert again.unrecoverable[0].after is None
+    assert re.search(r"feed\.a \d+\.\.200: not in this relay's journal, and trimmed upstream "
+                     r"too", b.log_text()), b.log_text()[-3000:]
