@@ -322,12 +322,16 @@ class Replay:
                  error=answer.error)
         if answer.lost is not None:
             low, high = answer.lost
+            log.warning("gapfill.trimmed_upstream_too", link=self.link.link_id,
+                        source=seg.source, numbers=f"{low}..{high}")
             yield GapError("trimmed", self.request,
                            f"{seg.source} {low}..{high}: not in this relay's journal, and "
                            "trimmed upstream too", {seg.source: high})
             return False
         if answer.error is not None:
             done = max(through, answer.through)
+            log.warning("gapfill.upstream_not_asked", link=self.link.link_id,
+                        source=seg.source, numbers=f"{done + 1}..{last}", error=answer.error)
             yield GapError("trimmed", self.request,
                            f"{seg.source} {done + 1}..{last}: not in this relay's journal, "
                            f"and its upstream could not be asked ({answer.error})",
