@@ -116,6 +116,7 @@ class Replay:
         """The upstream answer the replay waits for (it yields ``None`` meanwhile: see
         :attr:`parked`)."""
         self.fetched = 0  # publications sent that came from upstream
+        self._not_asked: tuple[int, str] | None = None  # what the last fetch said it lacks
         self.link = link
         self.request = request
         self.through = dict(through)
@@ -186,85 +187,35 @@ class Replay:
 
     def steps(self, scan_slice: int | None = None) -> Iterator[ReplayFrame | None]:
         """The frames of the replay, and a ``None`` after every ``scan_slice`` journal entries
-        read, sent or skipped (None: no pauses).
+        read, sent or skipped (None: no pauses), and while it waits for its upstream
+        (:attr:`parked`).
 
         A ``None`` says "a slice read": the caller may serve others before reading on. A replay
         whose entries the link is not entitled to reads and skips them; without these pauses
         one step of it could scan the whole range (thousands of entries, many journal pages).
         """
-        allows = _remembered(self.link.entitlement)
         for index, seg in enumerate(self.segments):
             if self._cut(seg, seg.first):
                 continue
             start = seg.first
-            if seg.upstream_through >= seg.first:  # below the journal's trim: upstream
-                ok = yield from self._upstream(index, seg.first, seg.upstream_through)
-                if not ok:
+            while start <= min(seg.upstream_through, seg.last):  # below the trim: upstream
+                go_on = yield from self._upstream(index, start, seg.upstream_through)
+                if go_on is None:
                     return
-                start = seg.upstream_through + 1
-                if start > seg.last:
-                    continue
-            lacking: list[NotSelected] = []  # not selected for this link, not yet said
-            try:
-                for pub in self.journal.iter_entries(
-                    seg.source, start, seg.last, page_size=self.page_size
-                ):
-                    if isinstance(pub, NotSelected):  # a relay's journal: numbers not selected
-                        if not pub.covers(self.link.entitlement.topics,
-                                          self.link.entitlement.grant):
-                            lacking.append(pub)
-                        continue
-                    cut = self.cover is not None and self._cut(seg, pub.source_seq)
-                    if lacking and (cut or allows(pub)):
-                        if not self._fetches(lacking):
-                            yield self._lacking(seg.source, lacking)  # the run before this one
-                            return
-                        ok = yield from self._upstream(
-                            index, max(lacking[0].first, start), lacking[-1].last)
-                        if not ok:
-                            return
-                        lacking = []
-                    if cut:
-                        break
-                    self.scanned += 1
-                    if allows(pub):
-                        poison = undeliverable(pub)
-                        if poison is not None:
-                            log.error("gapfill.undeliverable_entry", link=self.link.link_id,
-                                      source=seg.source, seq=pub.source_seq,
-                                      error=poison.message)
-                            yield GapError(
-                                "trimmed", self.request,
-                                f"{seg.source} {pub.source_seq}: the journal entry cannot be "
-                                f"delivered: {poison.message}",
-                                {seg.source: pub.source_seq},
-                                # its item, unless its topic is what cannot be sent
-                                items=({seg.source: (pub.topic,)} if len(pub.topic.encode())
-                                       <= MAX_TOPIC_BYTES else None),
-                            )
-                            return
-                        self.sent += 1
-                        yield pub.with_link(None, retransmit=True)
-                    else:
-                        self.filtered += 1
-                    if scan_slice is not None and self.scanned % scan_slice == 0:
-                        yield None
-            except TrimmedRangeError as exc:
-                log.warning(
-                    "gapfill.trimmed_during_replay", link=self.link.link_id, source=seg.source
-                )
-                yield GapError(
-                    "trimmed", self.request, exc.message, {seg.source: exc.trimmed_through}
-                )
-                return
-            if lacking:
-                if not self._fetches(lacking):
-                    yield self._lacking(seg.source, lacking)
+                start = go_on
+            not_asked: tuple[int, str] = (0, "")  # lacking numbers through here: not asked
+            while start <= seg.last:
+                fetch = yield from self._journal(seg, start, scan_slice, not_asked)
+                if fetch is None:
+                    break  # the segment is done
+                if fetch < 0:
+                    return  # a closing frame was sent
+                go_on = yield from self._upstream(index, fetch, seg.last)
+                if go_on is None:
                     return
-                ok = yield from self._upstream(
-                    index, max(lacking[0].first, start), lacking[-1].last)
-                if not ok:
-                    return
+                if go_on <= seg.last and self._not_asked is not None:
+                    not_asked = self._not_asked  # the upstream lacks these: said, not asked
+                start = go_on
         more = self._more()
         log.info(
             "gapfill.replayed",
@@ -278,21 +229,98 @@ class Replay:
         )
         yield ReplayComplete(through=self.through, request=self.request, more=more)
 
-    def _fetches(self, markers: list[NotSelected]) -> bool:
-        """Whether the numbers of ``markers`` are asked of the upstream: with a fetcher, and
-        unless the upstream already said it cannot deliver them (``!lost-upstream``)."""
-        return self.fetcher is not None and not any(m.lost for m in markers)
+    def _journal(self, seg: _Segment, start: int, scan_slice: int | None,
+                 not_asked: tuple[int, str]) -> Generator[ReplayFrame | None, None, int | None]:
+        """Read ``seg`` from ``start``: yield what the link may see; returns None at its end,
+        -1 once a closing frame was yielded, or the number from which the upstream is to be
+        asked (the first the journal lacks for this link, with a fetcher). ``not_asked``:
+        lacking numbers through its first are answered ``trimmed`` at once (the upstream said
+        it lacks them too, or could not be asked: its second says which)."""
+        allows = _remembered(self.link.entitlement)
+        lacking: list[NotSelected] = []  # not selected for this link, not yet said
+        try:
+            for pub in self.journal.iter_entries(
+                seg.source, start, seg.last, page_size=self.page_size
+            ):
+                if isinstance(pub, NotSelected):  # a relay's journal: numbers not selected
+                    if not pub.covers(self.link.entitlement.topics,
+                                      self.link.entitlement.grant):
+                        lacking.append(pub)
+                    continue
+                cut = self.cover is not None and self._cut(seg, pub.source_seq)
+                if lacking and (cut or allows(pub)):  # the run before this one
+                    return (yield from self._said_or_asked(seg, start, lacking, not_asked))
+                if cut:
+                    break
+                self.scanned += 1
+                if allows(pub):
+                    poison = undeliverable(pub)
+                    if poison is not None:
+                        log.error("gapfill.undeliverable_entry", link=self.link.link_id,
+                                  source=seg.source, seq=pub.source_seq,
+                                  error=poison.message)
+                        yield GapError(
+                            "trimmed", self.request,
+                            f"{seg.source} {pub.source_seq}: the journal entry cannot be "
+                            f"delivered: {poison.message}",
+                            {seg.source: pub.source_seq},
+                            # its item, unless its topic is what cannot be sent
+                            items=({seg.source: (pub.topic,)} if len(pub.topic.encode())
+                                   <= MAX_TOPIC_BYTES else None),
+                        )
+                        return -1
+                    self.sent += 1
+                    yield pub.with_link(None, retransmit=True)
+                else:
+                    self.filtered += 1
+                if scan_slice is not None and self.scanned % scan_slice == 0:
+                    yield None
+        except TrimmedRangeError as exc:
+            log.warning(
+                "gapfill.trimmed_during_replay", link=self.link.link_id, source=seg.source
+            )
+            yield GapError(
+                "trimmed", self.request, exc.message, {seg.source: exc.trimmed_through}
+            )
+            return -1
+        if lacking:
+            return (yield from self._said_or_asked(seg, start, lacking, not_asked))
+        return None
+
+    def _said_or_asked(self, seg: _Segment, start: int, lacking: list[NotSelected],
+                       not_asked: tuple[int, str]
+                       ) -> Generator[ReplayFrame | None, None, int | None]:
+        """A run of numbers the journal lacks for the link: the number to ask the upstream
+        from, or (no fetcher, lost upstream, or within ``not_asked``) ``trimmed`` said (-1)."""
+        if self.fetcher is None or any(m.lost for m in lacking):
+            yield self._lacking(seg.source, lacking)
+            return -1
+        if lacking[0].first <= not_asked[0]:  # the upstream lacks (some of) these too
+            yield self._lacking(seg.source, lacking, not_asked[1],
+                                min(lacking[-1].last, not_asked[0]))
+            return -1
+        return max(lacking[0].first, start)
 
     def _upstream(self, index: int, first: int, last: int
-                  ) -> Generator[ReplayFrame | None, None, bool]:
+                  ) -> Generator[ReplayFrame | None, None, int | None]:
         """Ask the upstream for ``first``..``last`` of segment ``index`` (clipped to it), wait
-        (``None`` while :attr:`parked`), then yield what came that the link may see; returns
-        whether the replay goes on (False: a closing frame was yielded)."""
+        (``None`` while :attr:`parked`), then yield what came that the link may see. Returns
+        the number to read the journal on from, or None once a closing frame was yielded.
+
+        What the upstream answers, it answers whole (what the journal also holds included: one
+        upstream link for the rest of the segment, not one per lacking run). Cut short (its
+        bound), the journal is read on after what came. Where the upstream lacks numbers too,
+        or could not be asked, the journal is read on from there, and a lacking run among
+        those numbers is then answered ``trimmed`` (:attr:`_not_asked`), so what the journal
+        holds is never passed over for what the upstream lacks."""
         assert self.fetcher is not None
+        self._not_asked = None
         seg = self.segments[index]
+        if self.cover is not None:
+            self._cut(seg, last)  # what the link itself carries is not asked for
         first, last = max(first, seg.first), min(last, seg.last)
         if first > last:
-            return True
+            return last + 1
         answer = self.fetcher(self.link.entitlement, seg.source, first, last)
         self.waiting = answer
         try:
@@ -324,46 +352,46 @@ class Replay:
             low, high = answer.lost
             log.warning("gapfill.trimmed_upstream_too", link=self.link.link_id,
                         source=seg.source, numbers=f"{low}..{high}")
-            yield GapError("trimmed", self.request,
-                           f"{seg.source} {low}..{high}: not in this relay's journal, and "
-                           "trimmed upstream too", {seg.source: high})
-            return False
+            if seg.upstream_through >= low:  # below the journal's trim: nothing holds them
+                yield GapError("trimmed", self.request,
+                               f"{seg.source} {low}..{high}: not in this relay's journal, "
+                               "and trimmed upstream too", {seg.source: high})
+                return None
+            self._not_asked = (high, "trimmed upstream too")
+            return low
         if answer.error is not None:
             done = max(through, answer.through)
             log.warning("gapfill.upstream_not_asked", link=self.link.link_id,
                         source=seg.source, numbers=f"{done + 1}..{last}", error=answer.error)
-            yield GapError("trimmed", self.request,
-                           f"{seg.source} {done + 1}..{last}: not in this relay's journal, "
-                           f"and its upstream could not be asked ({answer.error})",
-                           {seg.source: last})
-            return False
-        if answer.through < last:  # cut short: the subscriber asks again from there
-            self.through[seg.source] = answer.through
-            for later in self.segments[index + 1:]:
-                if later.source != seg.source:
-                    self.through.pop(later.source, None)
-            log.info("gapfill.fetch_cut_short", link=self.link.link_id, source=seg.source,
-                     through=answer.through, last=last)
-            yield ReplayComplete(through=self.through, request=self.request, more=True)
-            return False
-        return True
+            if seg.upstream_through > done:
+                yield GapError("trimmed", self.request,
+                               f"{seg.source} {done + 1}..{seg.upstream_through}: not in "
+                               f"this relay's journal, and its upstream could not be asked "
+                               f"({answer.error})", {seg.source: seg.upstream_through})
+                return None
+            self._not_asked = (last, f"its upstream could not be asked ({answer.error})")
+            return done + 1
+        return max(through, answer.through) + 1
 
-    def _lacking(self, source: str, markers: list[NotSelected]) -> GapError:
+    def _lacking(self, source: str, markers: list[NotSelected], why: str = "",
+                 through: int | None = None) -> GapError:
         """The answer for numbers a relay's upstream selection did not select and whose
         selection does not cover this link (``markers``, one run of them with nothing the
         link is entitled to between): the relay lacks what the link may be owed there,
         ``trimmed`` through the last one (an ``Unrecoverable``; the subscriber asks again
         after it). Where the selection covers the link, its numbers are filtered out, as they
-        would have been live, and nothing is said."""
+        would have been live, and nothing is said. ``why``: why the upstream was not asked
+        (a relay's, with a fetcher), and ``through``: where what it lacks too ends."""
         first, last = markers[0], markers[-1]
+        end = last.last if through is None else through
         log.warning("gapfill.not_selected", link=self.link.link_id, source=source,
-                    first=first.first, last=last.last, selection=last.selection)
+                    first=first.first, last=last.last, selection=last.selection, why=why)
         why = ("lost upstream (the relay's upstream could not deliver them)"
                if any(m.lost for m in markers) else
                f"not selected by this relay's upstream subscription ({last.selection}), "
-               f"which does not cover this link")
-        return GapError("trimmed", self.request, f"{source} {first.first}..{last.last}: {why}",
-                        {source: last.last})
+               f"which does not cover this link" + (f", and {why}" if why else ""))
+        return GapError("trimmed", self.request, f"{source} {first.first}..{end}: {why}",
+                        {source: end})
 
     def _more(self) -> bool:
         """Whether the subscriber must ask again: only if the link does not itself carry what

@@ -8,7 +8,8 @@ trimmed. A :class:`~seqrepair.journal.gapfill.Replay` given a :data:`Fetcher` as
 such a range instead of answering ``trimmed`` at once, waits (paused, without holding the
 event loop) until the :class:`UpstreamAnswer` is :attr:`~UpstreamAnswer.done`, and sends what
 came, in order, filtered by the link's entitlement; only what the upstream could not deliver
-either ends the replay ``trimmed`` (an ``Unrecoverable`` naming those numbers).
+either (or could not be asked for) is answered ``trimmed``, a lacking run at a time, naming
+its numbers (an ``Unrecoverable``); what the journal holds among them is still sent.
 
 The transport side (:mod:`seqrepair.amqp.relay.fetch`) makes the answers; this module only
 says what one is.
@@ -42,7 +43,8 @@ class UpstreamAnswer(Protocol):
     @property
     def through(self) -> int:
         """The last number answered (``first - 1``..``last``): below ``last`` when the answer
-        was cut short (a bound on what the relay holds at once): the rest is asked again."""
+        was cut short (a bound on what the relay holds at once): the replay reads on from
+        there (and asks again where its journal lacks)."""
 
     @property
     def lost(self) -> tuple[int, int] | None:

@@ -9,28 +9,31 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from seqrepair.amqp.client.subscriber import Subscriber
 from seqrepair.core.messages import Publication
-from seqrepair.journal import Journal
+from seqrepair.journal import EmbeddedRedis, Journal
 
 from .conftest import ComponentProcess, wait_for
-from .test_relay import (  # noqa: F401  (redises is a fixture)
-    LOSS,
-    RelayProcess,
-    expected,
-    publish,
-    redises,
-    resumed,
-    selections,
-)
+from .test_relay import LOSS, RelayProcess, expected, publish, resumed, selections
 
 pytestmark = [pytest.mark.amqp, pytest.mark.redis]
 
 FAST = ("--heartbeat", "0.2")
+
+
+@pytest.fixture
+def redises() -> Iterator[list[str]]:
+    servers = [EmbeddedRedis(appendfsync="always") for _ in range(3)]
+    for server in servers:
+        server.start()
+    yield [server.url for server in servers]
+    for server in servers:
+        server.stop()
 
 
 def durable(url: str, pattern: str, got: list[Publication]) -> Subscriber:

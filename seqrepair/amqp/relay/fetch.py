@@ -6,8 +6,11 @@ A source replay on the relay meets numbers its journal lacks for the asking link
 *not selected* markers whose selection does not cover the link (its selection was wider than
 what the relay carried then: a subscriber that came later, widened the relay, and asks
 "everything after N"), or numbers below the relay's retention trim (a relay that trimmed, a
-durable subscriber from long ago). The replay asks :class:`UpstreamFetches` for the range and
-waits, parked (no repair turn reads it meanwhile; the component's tick looks again). A fetch
+durable subscriber from long ago). The replay asks :class:`UpstreamFetches` for the range
+(from the first lacking number to the end of what it replays of that source: a filtered
+feed's lacking runs are short and many, one upstream link each would be a connection per few
+numbers) and waits, parked (no repair turn reads it meanwhile; the component's tick looks
+again). A fetch
 is one short-lived upstream link, ``relay.<name>.fetch.<n>``, on the **asking subscriber's**
 patterns (``seqrepair-selection``) and the tokens the relay grants it
 (``seqrepair-permtokens``): the upstream filters by that entitlement, so nothing comes that
@@ -34,7 +37,8 @@ fetched publication is held from its arrival until the replay sends it, then dro
 Bounds (a hostile subscriber asking for everything must not exhaust the relay):
 :data:`MAX_FETCHES` upstream fetch links at once (more wait, in order); one fetch holds at
 most :data:`MAX_HELD` publications, then ends early (``through`` before the range's end):
-the replay then ends ``REPLAY-COMPLETE`` ``more`` and the subscriber asks again from there.
+the replay sends them, then reads its journal on after them (a new fetch where it lacks
+again), so a relay holds at most ``MAX_FETCHES * MAX_HELD`` fetched publications at once.
 Each replay waits for one fetch at a time, and the replays themselves are bounded by the
 component's own limits (``--max-replays-per-connection``, ``--max-replays-per-principal``,
 ``--max-gap-range``), so the queue of waiting fetches is too. A fetch whose replay went away
