@@ -223,3 +223,48 @@ def test_numbers_trimmed_at_the_relay_and_the_origin_are_unrecoverable_and_named
     assert again.unrecoverable[0].after is None
     assert re.search(r"gapfill\.trimmed_upstream_too .*numbers=\d+\.\.200 .*source=feed\.a",
                      b.log_text()), b.log_text()[-3000:]
+
+
+def test_a_fetch_asks_for_the_subscriber_s_grant_not_the_relay_s(
+    redises: list[str], tmp_path: Path
+) -> None:
+    """A grants every token; B carries /w/# with every token, and grants its subscribers t1
+    only. A subscriber below B's trim is fetched what it lacks with its own grant (A's log:
+    the fetch link attached granted t1 alone), so nothing under t2 reaches it."""
+    a_redis, b_redis, _ = redises
+    a = ComponentProcess(a_redis, tmp_path, *FAST, "--default-grant", "*").start()
+    b = RelayProcess(b_redis, tmp_path, a.url, "B", "--subscribe", "/w/#", "--retain-count",
+                     "20", "--retention-interval", "0.3", "--default-grant", "t1",
+                     *FAST).start()
+    tokens = (None, "t1", "t2")
+    first: list[Publication] = []
+    later: list[Publication] = []
+    try:
+        b.wait_upstream()
+        sub = durable(b.url, "/w/#", first)
+        assert sub.wait_connected(20)
+        publish(a.url, "feed.a", 50, tokens=tokens)
+        seen = expected(a_redis, "feed.a", "/w/#", (None, "t1"))
+        assert wait_for(lambda: len(first) >= len(seen), 30), (len(first), len(seen))
+        time.sleep(1.0)
+        sub.stop()
+        publish(a.url, "feed.a", 400, after=50, tokens=tokens)
+        with Journal.from_url(b_redis) as journal:
+            assert wait_for(lambda: journal.info("feed.a").trimmed_through > 300, 30)
+        again = durable(b.url, "/w/#", later)
+        want = expected(a_redis, "feed.a", "/w/#", (None, "t1"))
+        until_through(later, want, b)
+        again.stop()
+    finally:
+        b.stop()
+        a.stop()
+    resumed(first, later, want)
+    assert {p.permtoken for p in later} == {None, "t1"}
+    assert not again.unrecoverable
+    fetch_links = [line for line in a.log_text().splitlines()
+                   if "link attached" in line and "link=relay.B.fetch." in line]
+    assert fetch_links
+    assert all("grants=['t1']" in line for line in fetch_links), fetch_links
+    # the relay's own link sees every token
+    assert any("link=relay.B " in line and "grants=['*']" in line
+               for line in a.log_text().splitlines() if "link attached" in line)
