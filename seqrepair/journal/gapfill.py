@@ -243,8 +243,11 @@ class Replay:
                 seg.source, start, seg.last, page_size=self.page_size
             ):
                 if isinstance(pub, NotSelected):  # a relay's journal: numbers not selected
-                    if not pub.covers(self.link.entitlement.topics,
-                                      self.link.entitlement.grant):
+                    if pub.before:  # owed only to a link that asks for them by number
+                        if self._named(seg.source):
+                            lacking.append(pub)
+                    elif not pub.covers(self.link.entitlement.topics,
+                                        self.link.entitlement.grant):
                         lacking.append(pub)
                     continue
                 cut = self.cover is not None and self._cut(seg, pub.source_seq)
@@ -286,6 +289,11 @@ class Replay:
         if lacking:
             return (yield from self._said_or_asked(seg, start, lacking, not_asked))
         return None
+
+    def _named(self, source: str) -> bool:
+        """Whether the request or the link's start names ``source``: a number the link is
+        owed from, not a start of 0 for a source unknown when it attached."""
+        return source in self.request.after or source in self.link.start_after
 
     def _said_or_asked(self, seg: _Segment, start: int, lacking: list[NotSelected],
                        not_asked: tuple[int, str]
@@ -388,6 +396,9 @@ class Replay:
                     first=first.first, last=last.last, selection=last.selection, why=why)
         why = ("lost upstream (the relay's upstream could not deliver them)"
                if any(m.lost for m in markers) else
+               "published before this relay subscribed upstream"
+               + (f", and {why}" if why else "")
+               if all(m.before for m in markers) else
                f"not selected by this relay's upstream subscription ({last.selection}), "
                f"which does not cover this link" + (f", and {why}" if why else ""))
         return GapError("trimmed", self.request, f"{source} {first.first}..{end}: {why}",

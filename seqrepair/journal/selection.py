@@ -32,6 +32,16 @@ LOST_UPSTREAM = "!lost-upstream"
 it answers that the relay lacks them (``trimmed``), never passes over them."""
 
 
+BEFORE_SUBSCRIPTION = "!before-subscription"
+"""The ``selection`` of the marker for a source's numbers before the first one a relay
+journaled when its upstream subscription started after them (the upstream's
+``seqrepair-start-after`` named the source): published before the relay subscribed, not
+filtered out by it. No subscriber is owed them by default (they precede every subscription
+the relay took); one that asks for them by number (its request or its link's start names the
+source: a durable position, a context from before the relay's journal was new) is owed them,
+and a relay asks its upstream (:mod:`seqrepair.journal.lacking`)."""
+
+
 @attrs.frozen
 class NotSelected:
     """Numbers ``first``..``last`` of ``source`` the relay's upstream selection
@@ -46,6 +56,12 @@ class NotSelected:
     def lost(self) -> bool:
         """Whether these numbers were lost upstream, not filtered out (:data:`LOST_UPSTREAM`)."""
         return self.selection.startswith(LOST_UPSTREAM)
+
+    @property
+    def before(self) -> bool:
+        """Whether these numbers precede the relay's subscription
+        (:data:`BEFORE_SUBSCRIPTION`)."""
+        return self.selection == BEFORE_SUBSCRIPTION
 
     def patterns(self) -> tuple[TopicPattern, ...]:
         """The selection's topic patterns (an unreadable one is left out: covers nothing)."""
@@ -69,8 +85,8 @@ class NotSelected:
         have been sent these numbers either (they are *filtered*, not lacking): every one of
         ``topics`` lies inside the selection's patterns and, when the selection narrowed the
         tokens, ``grant`` lies inside them."""
-        if self.lost:
-            return False  # lost upstream: lacking for every subscriber
+        if self.lost or self.before:
+            return False  # lost upstream: lacking for every subscriber (before: see it)
         mine = self.patterns()
         if not all(any(pattern_covers(outer, inner) for outer in mine) for inner in topics):
             return False

@@ -13,10 +13,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import redis
 
 from seqrepair.amqp.client.subscriber import Subscriber
 from seqrepair.core.messages import Publication
 from seqrepair.journal import EmbeddedRedis, Journal
+from seqrepair.journal.positions import create_position, link_durable
+from seqrepair.journal.selection import NotSelected
 
 from .conftest import ComponentProcess, wait_for
 from .test_relay import LOSS, RelayProcess, expected, publish, resumed, selections
@@ -268,3 +271,47 @@ def test_a_fetch_asks_for_the_subscriber_s_grant_not_the_relay_s(
     # the relay's own link sees every token
     assert any("link=relay.B " in line and "grants=['*']" in line
                for line in a.log_text().splitlines() if "link attached" in line)
+
+
+def test_a_relay_that_just_started_serves_a_durable_position_from_before_it(
+    redises: list[str], tmp_path: Path
+) -> None:
+    """B starts with an empty journal after A has published 300: B's journal records 1..300
+    as before its subscription (not as not selected, which a replay would pass over in
+    silence). A durable subscriber whose position at B is 100 (made by its operator) gets
+    everything of /w/# after 100, the part before B from A; a new subscriber is not sent
+    what precedes it."""
+    a_redis, b_redis, _ = redises
+    a = ComponentProcess(a_redis, tmp_path, *FAST).start()
+    b: RelayProcess | None = None
+    later: list[Publication] = []
+    fresh: list[Publication] = []
+    try:
+        publish(a.url, "feed.a", 300)
+        b = RelayProcess(b_redis, tmp_path, a.url, "B", "--subscribe", "/w/#", *FAST).start()
+        b.wait_upstream()
+        newcomer = Subscriber(b.url, "/w/#", on_publication=fresh.append, link_name="new",
+                              heartbeat_interval=0.2).start()
+        assert newcomer.wait_connected(20)
+        publish(a.url, "feed.a", 100, after=300)
+        want = expected(a_redis, "feed.a", "/w/#")
+        with Journal.from_url(b_redis) as journal:
+            assert wait_for(lambda: journal.high_water("feed.a") >= want[-1][1], 30)
+            marker = next(iter(journal.iter_entries("feed.a", 1, 1)))
+        assert isinstance(marker, NotSelected)
+        assert (marker.first, marker.last, marker.before) == (1, 300, True)
+        client = redis.Redis.from_url(b_redis)
+        assert create_position(client, link_durable("wide"), {"feed.a": 100})
+        client.close()
+        again = durable(b.url, "/w/#", later)
+        until_through(later, want, b)
+        again.stop()
+        newcomer.stop()
+    finally:
+        if b is not None:
+            b.stop()
+        a.stop()
+    assert [(p.topic, p.source_seq) for p in later] == [w for w in want if w[1] > 100]
+    assert not again.unrecoverable
+    assert [(p.topic, p.source_seq) for p in fresh] == [w for w in want if w[1] > 300]
+    assert not newcomer.unrecoverable

@@ -24,7 +24,7 @@ nothing of it is journaled, the message is to be numbered again.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Protocol
 
 import attrs
@@ -32,7 +32,7 @@ import attrs
 from seqrepair.amqp.wire.errors import AmqpAdapterError
 from seqrepair.core.errors import InvalidMessageError
 from seqrepair.core.messages import Publication
-from seqrepair.journal.selection import LOST_UPSTREAM
+from seqrepair.journal.selection import BEFORE_SUBSCRIPTION, LOST_UPSTREAM
 
 
 class JournalPort(Protocol):
@@ -166,6 +166,11 @@ class RedisJournalPort:
     _lost: dict[str, int] = attrs.field(factory=dict)
     """A relay's journal: per source, the number after which its upstream reported a loss
     (:meth:`note_lost`): the next skip past it is journaled as lost, not as not selected."""
+    subscribed_after: Mapping[str, int] = attrs.field(factory=dict)
+    """A relay's journal: per source, the number after which its upstream subscription
+    started (the upstream's ``seqrepair-start-after``): a source's first numbers up to the
+    first it journals are marked as before its subscription
+    (:data:`~seqrepair.journal.selection.BEFORE_SUBSCRIPTION`) when that names the source."""
     _lost_any: bool = False
     """A loss upstream named no source: every source's next skip is journaled as lost."""
     _lost_done: set[str] = attrs.field(factory=set)
@@ -251,6 +256,17 @@ class RedisJournalPort:
                 break
             try:
                 self._writes += 1
+                if self.not_selected and held == 0 and fresh[0].source_seq > 1 and (
+                        self.subscribed_after.get(source, 0) > 0
+                        and source not in self._lost and not self._lost_any):
+                    # its first numbers were published before the relay subscribed: the
+                    # first publication alone carries that marker, the rest as usual
+                    self._hw[source] = held = self.journal.append(  # type: ignore[attr-defined]
+                        fresh[:1], bits, not_selected=BEFORE_SUBSCRIPTION)
+                    fresh = fresh[1:]
+                    if not fresh:
+                        self._ahead.discard(source)
+                        break
                 if self.not_selected:
                     marker, lost = self._marker_for(source, held, fresh)
                     self._hw[source] = self.journal.append(  # type: ignore[attr-defined]

@@ -273,6 +273,8 @@ class RelayComponent(Component):
         if not taken:
             return
         pubs = [pub for pub, _entry in taken]
+        if self.upstream is not None:  # what it journals first of a source follows this
+            self.ingest.journal.subscribed_after = self.upstream.started_after()
         try:
             self.ingest.relayed(pubs, [entry for _pub, entry in taken])
         except NotJournaledError as exc:

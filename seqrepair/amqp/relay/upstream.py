@@ -137,6 +137,11 @@ class UpstreamSubscriber(Subscriber):
                     self.on_lost(event)
         super()._perform(events)
 
+    def started_after(self) -> dict[str, int]:
+        """Per source, where this subscription started upstream (its first attach reply's
+        ``seqrepair-start-after``); empty until it has attached."""
+        return dict(self._start or {})
+
     def entry_of(self, publication: Publication) -> bytes:
         """The entry ``publication`` came in, or :data:`NO_ENTRY`; forgotten once asked."""
         return self._kept.pop((publication.source, publication.source_seq), NO_ENTRY)
