@@ -16,7 +16,8 @@ instead of publishers:
   as over numbers its subscriber is not entitled to;
 * its subscribers get their own link numbers, gap fill and source replay from the relay's
   journal; the relay goes upstream only for what it lacks itself (its own stub repairs its
-  upstream link from the upstream component);
+  upstream link from the upstream component; what its journal lacks for one subscriber, it
+  fetches upstream for that subscriber alone: :mod:`.fetch`);
 * its selection (:mod:`.selection`) is the union of ``--subscribe`` and, with ``--aggregate``,
   of its subscribers' patterns: one upstream link, switched to a wider selection when a
   subscriber needs one (its attach is refused until then: :class:`NotCarriedYetError`) and to
