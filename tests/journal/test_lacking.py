@@ -362,3 +362,15 @@ def test_where_the_upstream_lacks_numbers_too_the_journal_still_serves_what_it_h
     assert isinstance(last, Replay)
     frames, _ = run(last, upstream)
     assert [f.source_seq for f in frames if isinstance(f, Publication)] == list(range(13, 30))
+
+
+def test_an_upstream_fetch_holds_bounded_bytes() -> None:
+    fetch = UpstreamFetch(Entitlement(topics=["/w/#"]), "feed.a", 1, 100, held_bytes=1000)
+    fetch.request()
+    fetch.bytes += 600  # the messages that brought them, as FetchSubscriber counts them
+    fetch.take(pub(3).with_link(None, retransmit=True))
+    assert not fetch.done
+    fetch.bytes += 600
+    fetch.take(pub(4).with_link(None, retransmit=True))
+    assert fetch.done
+    assert fetch.through == 4

@@ -36,9 +36,10 @@ fetched publication is held from its arrival until the replay sends it, then dro
 
 Bounds (a hostile subscriber asking for everything must not exhaust the relay):
 :data:`MAX_FETCHES` upstream fetch links at once (more wait, in order); one fetch holds at
-most :data:`MAX_HELD` publications, then ends early (``through`` before the range's end):
-the replay sends them, then reads its journal on after them (a new fetch where it lacks
-again), so a relay holds at most ``MAX_FETCHES * MAX_HELD`` fetched publications at once.
+most :data:`MAX_HELD` publications and :data:`MAX_HELD_BYTES` bytes of them, then ends early
+(``through`` before the range's end): the replay sends them, then reads its journal on after
+them (a new fetch where it lacks again), so a relay holds at most ``MAX_FETCHES`` times that
+of fetched publications at once.
 Each replay waits for one fetch at a time, and the replays themselves are bounded by the
 component's own limits (``--max-replays-per-connection``, ``--max-replays-per-principal``,
 ``--max-gap-range``), so the queue of waiting fetches is too. A fetch whose replay went away
@@ -75,6 +76,10 @@ MAX_FETCHES = 4
 MAX_HELD = 10_000
 """Publications one fetch holds at most (then it ends early: the subscriber asks again)."""
 
+MAX_HELD_BYTES = 16 << 20
+"""Bytes of publication entries one fetch holds at most (as they came: the sizes of the
+batch entries that carried them), then it ends early the same way."""
+
 FETCH_TIMEOUT = 30.0
 """Seconds a fetch may take before it ends with an error (its numbers named lost)."""
 
@@ -85,12 +90,14 @@ class UpstreamFetch:
     read by the replay once :attr:`done`."""
 
     def __init__(self, entitlement: Entitlement, source: str, first: int, last: int,
-                 *, held: int = MAX_HELD) -> None:
+                 *, held: int = MAX_HELD, held_bytes: int = MAX_HELD_BYTES) -> None:
         self.entitlement = entitlement
         self.source = source
         self.first = first
         self.last = last
         self.held = held
+        self.held_bytes = held_bytes
+        self.bytes = 0  # of the messages that brought what it holds (counted as they come)
         self.publications: list[Publication] = []
         self.cursor = first - 1  # the last number answered so far
         self.through = first - 1
@@ -101,6 +108,7 @@ class UpstreamFetch:
         self.deadline = 0.0
         self._ids = itertools.count(1)
         self._done = threading.Event()
+        self._lock = threading.RLock()  # the fetch link's thread fills, the event loop cancels
 
     @property
     def done(self) -> bool:
@@ -114,12 +122,13 @@ class UpstreamFetch:
     def finish(self, *, error: str | None = None, lost: tuple[int, int] | None = None
                ) -> None:
         """End the fetch (the first call decides)."""
-        if self._done.is_set():
-            return
-        self.error = error
-        self.lost = lost
-        self.through = self.cursor
-        self._done.set()
+        with self._lock:
+            if self._done.is_set():
+                return
+            self.error = error
+            self.lost = lost
+            self.through = self.cursor
+            self._done.set()
 
     def request(self) -> SourceGapRequest:
         """The request for what is still missing (after :attr:`cursor`)."""
@@ -136,6 +145,10 @@ class UpstreamFetch:
 
     def take(self, frame: object) -> bool:
         """Take one frame of the fetch link; True when what is missing must be asked again."""
+        with self._lock:
+            return self._take(frame)
+
+    def _take(self, frame: object) -> bool:
         if self.done:
             return False
         if type(frame) is Publication:
@@ -151,7 +164,7 @@ class UpstreamFetch:
                 self.cursor = seq
                 if seq == self.last:
                     self.finish()
-                elif len(self.publications) >= self.held:
+                elif len(self.publications) >= self.held or self.bytes >= self.held_bytes:
                     self.finish()  # cut short: the rest is asked for again by the subscriber
             return False
         if isinstance(frame, ReplayComplete) and self._ours(frame):
@@ -198,6 +211,11 @@ class FetchSubscriber(Subscriber):
         if not self.fetch.done:
             self._request(encode(self.fetch.request()))
             self._flush()
+
+    def on_message(self, event: Any) -> None:
+        items = getattr(event.message, "items", None)
+        self.fetch.bytes += sum(map(len, items)) if items else 256  # what it may hold
+        super().on_message(event)
 
     def _take(self, frames: list[object], now: float) -> None:
         again = False
