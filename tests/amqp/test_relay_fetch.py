@@ -315,3 +315,47 @@ def test_a_relay_that_just_started_serves_a_durable_position_from_before_it(
     assert not again.unrecoverable
     assert [(p.topic, p.source_seq) for p in fresh] == [w for w in want if w[1] > 300]
     assert not newcomer.unrecoverable
+
+
+def test_many_subscribers_fetching_at_once_share_a_bounded_number_of_upstream_links(
+    redises: list[str], tmp_path: Path
+) -> None:
+    """Eight durable subscribers far below B's trim come back at once: B runs at most four
+    upstream fetches at a time (the rest wait their turn), and each gets exactly its
+    selection after its position, once, in order."""
+    a_redis, b_redis, _ = redises
+    a = ComponentProcess(a_redis, tmp_path, *FAST).start()
+    b = RelayProcess(b_redis, tmp_path, a.url, "B", "--subscribe", "/w/#", "--retain-count",
+                     "20", "--retention-interval", "0.3", *FAST).start()
+    patterns = ["/w/#", "/w/a/*", "/w/b/#", "/w/#"] * 2
+    got: list[list[Publication]] = [[] for _ in patterns]
+    subs: list[Subscriber] = []
+    try:
+        b.wait_upstream()
+        publish(a.url, "feed.a", 1000)
+        with Journal.from_url(b_redis) as journal:
+            assert wait_for(lambda: journal.info("feed.a").trimmed_through > 900, 30)
+        client = redis.Redis.from_url(b_redis)
+        for i in range(len(patterns)):
+            assert create_position(client, link_durable(f"many{i}"), {"feed.a": 10 * i})
+        client.close()
+        subs = [Subscriber(b.url, pattern, on_publication=got[i].append, link_name=f"many{i}",
+                           durable=True, heartbeat_interval=0.2).start()
+                for i, pattern in enumerate(patterns)]
+        wants = [[w for w in expected(a_redis, "feed.a", pattern) if w[1] > 10 * i]
+                 for i, pattern in enumerate(patterns)]
+        assert wait_for(lambda: all(len(g) >= len(w) for g, w in zip(got, wants, strict=True)),
+                        90), ([len(g) for g in got], b.log_text()[-3000:])
+        time.sleep(0.5)
+    finally:
+        for sub in subs:
+            sub.stop()
+        b.stop()
+        a.stop()
+    for i, (pubs, want) in enumerate(zip(got, wants, strict=True)):
+        assert [(p.topic, p.source_seq) for p in pubs] == want, i
+        assert not subs[i].unrecoverable
+    running = [int(n) for n in re.findall(r"fetching from upstream what the journal lacks .*"
+                                          r"running=(\d+)", b.log_text())]
+    assert len(running) >= len(patterns)
+    assert max(running) <= 4
