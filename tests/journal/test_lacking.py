@@ -6,6 +6,8 @@ named; an answer cut short ends it ``more``. The fetch's frame handling
 
 from __future__ import annotations
 
+import threading
+
 import attrs
 import pytest
 
@@ -305,9 +307,11 @@ def test_fetches_run_at_most_limit_links_at_once() -> None:
 
         def __init__(self, name: str) -> None:
             self.name = name
+            self.connected = threading.Event()
 
         def start(self) -> None:
             started.append(self.name)
+            self.connected.set()
 
         def stop(self) -> None:
             pass
@@ -374,3 +378,26 @@ def test_an_upstream_fetch_holds_bounded_bytes() -> None:
     fetch.take(pub(4).with_link(None, retransmit=True))
     assert fetch.done
     assert fetch.through == 4
+
+
+def test_a_fetch_whose_link_does_not_attach_ends_saying_so() -> None:
+    class Down:
+        error = None
+        connected = threading.Event()  # never set: the upstream is not there
+
+        def start(self) -> None:
+            pass
+
+        def stop(self) -> None:
+            pass
+
+    now = [0.0]
+    fetches = UpstreamFetches(lambda fetch, tag: Down(), lambda: now[0], {},  # type: ignore[arg-type, return-value]
+                              connect_timeout=2.0)
+    fetch = fetches(Entitlement(topics=["/w/#"]), "feed.a", 1, 5)
+    fetches.poll()
+    assert not fetch.done
+    now[0] = 2.5
+    fetches.poll()
+    assert fetch.done
+    assert fetch.error == "the upstream did not take the fetch link within 2 s"

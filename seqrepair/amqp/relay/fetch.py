@@ -22,8 +22,10 @@ range are kept, in order, each number once, until one past the range or a closin
 covers it. ``GAP-ERROR`` ``trimmed`` there ends the fetch at the first number the upstream
 lacks too (:attr:`UpstreamFetch.lost`): the replay sends what came before it, then answers
 ``trimmed`` naming those numbers (an ``Unrecoverable`` at the subscriber, which asks again
-after them). A refusal, a fatal attach error or no answer within :data:`FETCH_TIMEOUT` ends it
-with :attr:`UpstreamFetch.error`, answered the same way (named, never passed over).
+after them), a lacking run at a time, and still sends what its journal holds among them. A
+refusal, a fatal attach error, no attach within :data:`CONNECT_TIMEOUT` (the upstream is
+down) or no answer within :data:`FETCH_TIMEOUT` ends it with :attr:`UpstreamFetch.error`,
+answered the same way (named, never passed over).
 
 Where fetched publications live: **passed through to the asking link only**, never written
 to the relay's journal nor kept in a shared cache. The journal is a Redis stream per source,
@@ -83,6 +85,10 @@ batch entries that carried them), then it ends early the same way."""
 FETCH_TIMEOUT = 30.0
 """Seconds a fetch may take before it ends with an error (its numbers named lost)."""
 
+CONNECT_TIMEOUT = 10.0
+"""Seconds a fetch link may take to attach (an upstream relay first widens for it) before the
+fetch ends with an error: an upstream that is down is said so, not waited for in silence."""
+
 
 class UpstreamFetch:
     """One range asked of the upstream for one link (an
@@ -106,6 +112,7 @@ class UpstreamFetch:
         self.asked: SourceGapRequest | None = None
         self.count = 0  # publications taken (the list is emptied as they are sent)
         self.deadline = 0.0
+        self.attach_by = 0.0
         self._ids = itertools.count(1)
         self._done = threading.Event()
         self._lock = threading.RLock()  # the fetch link's thread fills, the event loop cancels
@@ -237,12 +244,14 @@ class UpstreamFetches:
     def __init__(self, link: Callable[[UpstreamFetch, str], FetchSubscriber],
                  clock: Callable[[], float], stats: dict[str, int], *,
                  limit: int = MAX_FETCHES, timeout: float = FETCH_TIMEOUT,
+                 connect_timeout: float = CONNECT_TIMEOUT,
                  held: int = MAX_HELD, wake: Callable[[], None] = lambda: None) -> None:
         self.link = link
         self.clock = clock
         self.stats = stats
         self.limit = limit
         self.timeout = timeout
+        self.connect_timeout = connect_timeout
         self.held = held
         self.wake = wake
         self.waiting: deque[UpstreamFetch] = deque()
@@ -271,6 +280,9 @@ class UpstreamFetches:
                 fetch.finish(error=sub.error.message)
             elif not fetch.done and now >= fetch.deadline:
                 fetch.finish(error=f"no answer within {self.timeout:g} s")
+            elif not fetch.done and not sub.connected.is_set() and now >= fetch.attach_by:
+                fetch.finish(error=f"the upstream did not take the fetch link within "
+                                   f"{self.connect_timeout:g} s")
             if fetch.done:
                 del self.running[fetch]
                 self._account(fetch)
@@ -280,6 +292,7 @@ class UpstreamFetches:
             if fetch.done:  # cancelled while it waited
                 continue
             fetch.deadline = now + self.timeout
+            fetch.attach_by = now + self.connect_timeout
             try:
                 sub = self.link(fetch, f"{self._tag}.{next(self._names)}")
             except Exception as exc:  # a path the relay may not send, say: named, not hidden
