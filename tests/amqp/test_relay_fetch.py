@@ -359,3 +359,51 @@ def test_many_subscribers_fetching_at_once_share_a_bounded_number_of_upstream_li
                                           r"running=(\d+)", b.log_text())]
     assert len(running) >= len(patterns)
     assert max(running) <= 4
+
+
+def test_with_its_upstream_gone_a_relay_names_what_it_lacks_and_sends_what_it_holds(
+    redises: list[str], tmp_path: Path
+) -> None:
+    """As the wider subscriber above, but A is gone when it comes back: B cannot fetch, so
+    each run of numbers B lacks for it is Unrecoverable (trimmed), named, and everything B's
+    journal holds for it still arrives, once, in order."""
+    a_redis, b_redis, _ = redises
+    a = ComponentProcess(a_redis, tmp_path, *FAST).start()
+    b = RelayProcess(b_redis, tmp_path, a.url, "B", "--aggregate", "--linger", "0.3",
+                     "--context-retention", "0.3", *FAST).start()
+    stays: list[Publication] = []
+    first: list[Publication] = []
+    later: list[Publication] = []
+    keeper = Subscriber(b.url, "/w/a/*", on_publication=stays.append, link_name="stays",
+                        heartbeat_interval=0.2).start()
+    try:
+        assert keeper.wait_connected(20)
+        b.wait_upstream()
+        sub = durable(b.url, "/w/a/*", first)
+        assert sub.wait_connected(20)
+        publish(a.url, "feed.a", 100)
+        assert wait_for(lambda: len(first) >= len(expected(a_redis, "feed.a", "/w/a/*")), 30)
+        time.sleep(1.0)
+        sub.stop()
+        publish(a.url, "feed.a", 100, after=100)
+        held = expected(a_redis, "feed.a", "/w/a/*")
+        assert wait_for(lambda: len(stays) >= len(held), 30)
+        a.kill()
+        wide = durable(b.url, "/w/#", later)  # B widens (its upstream is gone: no matter)
+        assert wait_for(lambda: bool(later) and later[-1].source_seq >= held[-1][1], 60), (
+            len(later), b.log_text()[-3000:])
+        time.sleep(0.5)
+        wide.stop()
+    finally:
+        keeper.stop()
+        b.stop()
+        a.stop()
+    start = first[-1].source_seq
+    # everything B held for it, in order, once; nothing it did not hold
+    assert [(p.topic, p.source_seq) for p in later if p.source_seq > start] == [
+        h for h in held if h[1] > start]
+    told = [u for u in wide.unrecoverable if u.source == "feed.a"]
+    assert told
+    assert {u.reason for u in told} == {"trimmed"}
+    assert "the upstream did not take the fetch link within 10 s" in b.log_text()
+    assert "gapfill.not_selected" in b.log_text()

@@ -401,3 +401,12 @@ def test_a_fetch_whose_link_does_not_attach_ends_saying_so() -> None:
     fetches.poll()
     assert fetch.done
     assert fetch.error == "the upstream did not take the fetch link within 2 s"
+    # the upstream was just found down: the next fetch says so at once, a later one tries
+    soon = fetches(Entitlement(topics=["/w/#"]), "feed.a", 6, 9)
+    assert soon.done
+    assert soon.error is not None
+    assert soon.error.startswith("the upstream did not take the fetch link within 2 s")
+    now[0] = 9.0
+    later = fetches(Entitlement(topics=["/w/#"]), "feed.a", 6, 9)
+    assert not later.done
+    assert len(fetches.running) == 1

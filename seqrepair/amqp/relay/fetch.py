@@ -85,6 +85,11 @@ batch entries that carried them), then it ends early the same way."""
 FETCH_TIMEOUT = 30.0
 """Seconds a fetch may take before it ends with an error (its numbers named lost)."""
 
+DOWN_HOLD = 5.0
+"""Seconds after a fetch found the upstream down (no attach, a fatal refusal, no answer)
+during which new fetches fail at once with the same error: a subscriber owed many lacking
+runs is told of each without waiting for the upstream again each time."""
+
 CONNECT_TIMEOUT = 10.0
 """Seconds a fetch link may take to attach (an upstream relay first widens for it) before the
 fetch ends with an error: an upstream that is down is said so, not waited for in silence."""
@@ -256,6 +261,8 @@ class UpstreamFetches:
         self.wake = wake
         self.waiting: deque[UpstreamFetch] = deque()
         self.running: dict[UpstreamFetch, FetchSubscriber] = {}
+        self.down_until = 0.0
+        self.down_error = ""
         self._names = itertools.count(1)
         self._tag = uuid.uuid4().hex[:8]
         for key in ("fetches", "fetches_lost", "fetches_failed", "fetched"):
@@ -265,6 +272,10 @@ class UpstreamFetches:
                  ) -> UpstreamFetch:
         fetch = UpstreamFetch(entitlement, source, first, last, held=self.held)
         self.stats["fetches"] += 1
+        if self.clock() < self.down_until:
+            fetch.finish(error=f"{self.down_error} (a fetch a moment ago)")
+            self._account(fetch)
+            return fetch
         self.waiting.append(fetch)
         log.info("fetching from upstream what the journal lacks", source=source, first=first,
                  last=last, topics=[str(t) for t in entitlement.topics],
@@ -276,13 +287,17 @@ class UpstreamFetches:
         """End what is over (done, failed, too slow), start what waits while room is left."""
         now = self.clock()
         for fetch, sub in list(self.running.items()):
+            down = None
             if not fetch.done and sub.error is not None:
-                fetch.finish(error=sub.error.message)
+                down = sub.error.message
             elif not fetch.done and now >= fetch.deadline:
-                fetch.finish(error=f"no answer within {self.timeout:g} s")
+                down = f"no answer within {self.timeout:g} s"
             elif not fetch.done and not sub.connected.is_set() and now >= fetch.attach_by:
-                fetch.finish(error=f"the upstream did not take the fetch link within "
-                                   f"{self.connect_timeout:g} s")
+                down = (f"the upstream did not take the fetch link within "
+                        f"{self.connect_timeout:g} s")
+            if down is not None:
+                fetch.finish(error=down)
+                self.down_until, self.down_error = now + DOWN_HOLD, down
             if fetch.done:
                 del self.running[fetch]
                 self._account(fetch)
