@@ -161,7 +161,7 @@ class Replay:
     def parked(self) -> bool:
         """Whether the replay waits for its upstream (reading it on would only yield
         ``None``: the transport leaves it alone until it is done)."""
-        return self.waiting is not None and not self.waiting.done
+        return self.waiting is not None and not self.waiting.ready
 
     @property
     def span(self) -> int:
@@ -330,29 +330,34 @@ class Replay:
         if first > last:
             return last + 1
         answer = self.fetcher(self.link.entitlement, seg.source, first, last)
+        allows = _remembered(self.link.entitlement)
+        through = first - 1
         self.waiting = answer
-        try:
-            while not answer.done:
-                yield None
+        try:  # what came is sent as it comes; parked while nothing has
+            while True:
+                finished = answer.done  # read first: what arrived before it is taken below
+                batch = answer.arrived()
+                if not batch:
+                    if finished:
+                        break
+                    yield None
+                    continue
+                for pub in batch:
+                    # what the answer holds is checked again: the link's entitlement decides
+                    if pub.source != seg.source or not through < pub.source_seq <= last:
+                        continue
+                    through = pub.source_seq
+                    self.scanned += 1
+                    if allows(pub):  # it came as a message: it can go as one
+                        self.sent += 1
+                        self.fetched += 1
+                        yield pub.with_link(None, retransmit=True)
+                    else:
+                        self.filtered += 1
         finally:  # closed while it waited (its link went away): the fetch is not wanted
             if not answer.done:
                 answer.cancel()
         self.waiting = None
-        allows = _remembered(self.link.entitlement)
-        through = first - 1
-        for pub in answer.publications:
-            # what the answer holds is checked again here: the link's entitlement decides
-            if pub.source != seg.source or not through < pub.source_seq <= last:
-                continue
-            through = pub.source_seq
-            self.scanned += 1
-            if allows(pub):  # it came as a message: it can go as one
-                self.sent += 1
-                self.fetched += 1
-                yield pub.with_link(None, retransmit=True)
-            else:
-                self.filtered += 1
-        answer.publications.clear()  # held no longer than it takes to send them
         log.info("gapfill.fetched_upstream", link=self.link.link_id, source=seg.source,
                  first=first, last=last, through=answer.through, lost=answer.lost,
                  error=answer.error)

@@ -2,14 +2,15 @@
 and source replay "from its own journal, going upstream only for what it lacks").
 
 A relay's journal lacks numbers a subscriber is owed in two ways: a run of *not selected*
-markers whose selection does not cover the subscriber (the relay did not carry its topics
-then: :mod:`seqrepair.journal.selection`), and numbers below what the relay's retention has
-trimmed. A :class:`~seqrepair.journal.gapfill.Replay` given a :data:`Fetcher` asks it for
-such a range instead of answering ``trimmed`` at once, waits (paused, without holding the
-event loop) until the :class:`UpstreamAnswer` is :attr:`~UpstreamAnswer.done`, and sends what
-came, in order, filtered by the link's entitlement; only what the upstream could not deliver
-either (or could not be asked for) is answered ``trimmed``, a lacking run at a time, naming
-its numbers (an ``Unrecoverable``); what the journal holds among them is still sent.
+markers whose selection does not cover the subscriber (the relay did not carry its topics then:
+:mod:`seqrepair.journal.selection`), and numbers below what the relay's retention has trimmed.
+A :class:`~seqrepair.journal.gapfill.Replay` given a :data:`Fetcher` asks it for such a range
+instead of answering ``trimmed`` at once, waits (paused, without holding the event loop) while
+nothing has come, sends what came as it comes, in order, until the :class:`UpstreamAnswer` is
+:attr:`~UpstreamAnswer.done`, filtered by the link's entitlement; only what the upstream could
+not deliver either (or could not be asked for) is answered ``trimmed``, a lacking run at a
+time, naming its numbers (an ``Unrecoverable``); what the journal holds among them is still
+sent.
 
 The transport side (:mod:`seqrepair.amqp.relay.fetch`) makes the answers; this module only
 says what one is.
@@ -37,8 +38,12 @@ class UpstreamAnswer(Protocol):
         """Whether the answer is complete (the fields below are final)."""
 
     @property
-    def publications(self) -> list[Publication]:
-        """What came, in source order, each number once, all within ``first``..:attr:`through`."""
+    def ready(self) -> bool:
+        """Whether :meth:`arrived` has something, or the answer is :attr:`done`."""
+
+    def arrived(self) -> list[Publication]:
+        """What came since the last call (taken: held no longer), in source order, each number
+        once, all within ``first``..``last``; after :attr:`done`, the rest."""
 
     @property
     def through(self) -> int:

@@ -43,12 +43,20 @@ class Answer:
     through: int = 0
     lost: tuple[int, int] | None = None
     error: str | None = None
-    ready: bool = False
+    finished: bool = False
     cancelled: bool = False
 
     @property
     def done(self) -> bool:
-        return self.ready
+        return self.finished
+
+    @property
+    def ready(self) -> bool:
+        return self.finished or bool(self.publications)
+
+    def arrived(self) -> list[Publication]:
+        taken, self.publications = self.publications, []
+        return taken
 
     def cancel(self) -> None:
         self.cancelled = True
@@ -74,9 +82,9 @@ class Upstream:
 
     def answer_all(self) -> None:
         for answer in self.answers:
-            if answer.ready:
+            if answer.finished:
                 continue
-            answer.ready = True
+            answer.finished = True
             if answer.first <= self.trimmed:
                 answer.lost = (answer.first, min(self.trimmed, answer.last))
                 answer.through = answer.first - 1
@@ -218,7 +226,7 @@ def test_an_upstream_that_cannot_be_asked_is_named_not_passed_over(journal: Jour
     frames = [next(steps)]  # 5: held by the relay
     assert next(steps) is None
     assert replay.parked
-    upstream.answers[0].ready = True
+    upstream.answers[0].finished = True
     upstream.answers[0].error = "no answer within 30 s"
     frames += list(f for f in steps if f is not None)
     assert [getattr(f, "source_seq", None) for f in frames[:1]] == [5]
@@ -410,3 +418,31 @@ def test_a_fetch_whose_link_does_not_attach_ends_saying_so() -> None:
     later = fetches(Entitlement(topics=["/w/#"]), "feed.a", 6, 9)
     assert not later.done
     assert len(fetches.running) == 1
+
+
+def test_what_comes_is_sent_as_it_comes(journal: Journal) -> None:
+    journal.append([pub(1), pub(30)], 32, not_selected=NARROW)  # 2..29 not selected
+    service = GapFillService(journal)
+    service.attach("wide", Entitlement(topics=["/w/#"], grant={"t2"}),
+                   start_after={"feed.a": 0})
+    upstream = Upstream(ORIGIN)
+    replay = service.answer_source_gap("wide", SourceGapRequest({"feed.a": 0}), 0.0,
+                                       fetcher=upstream)
+    assert isinstance(replay, Replay)
+    steps = replay.steps()
+    assert next(steps).source_seq == 1  # type: ignore[union-attr]
+    assert next(steps) is None
+    assert replay.parked
+    answer = upstream.answers[0]
+    answer.publications = ORIGIN[1:3]  # 2 and 3 came, more is coming
+    assert not replay.parked
+    assert [next(steps).source_seq, next(steps).source_seq] == [2, 3]  # type: ignore[union-attr]
+    assert next(steps) is None
+    assert replay.parked  # held no longer: taken
+    assert answer.publications == []
+    answer.publications = ORIGIN[3:]
+    answer.finished = True
+    answer.through = 30
+    rest = [f for f in steps if f is not None]
+    assert [f.source_seq for f in rest if isinstance(f, Publication)] == list(range(4, 31))
+    assert isinstance(rest[-1], ReplayComplete)

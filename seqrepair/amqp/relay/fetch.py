@@ -27,14 +27,15 @@ refusal, a fatal attach error, no attach within :data:`CONNECT_TIMEOUT` (the ups
 down) or no answer within :data:`FETCH_TIMEOUT` ends it with :attr:`UpstreamFetch.error`,
 answered the same way (named, never passed over).
 
-Where fetched publications live: **passed through to the asking link only**, never written
-to the relay's journal nor kept in a shared cache. The journal is a Redis stream per source,
-appended in number order: a run fetched later cannot be inserted in the middle of it (its
-not-selected marker stays, and stays true for the selection it names). A shared side cache
-would have to be keyed by source number *and* entitlement (what one subscriber may see is not
-what another may), would serve hits rarely (a widening is followed by one subscriber's
-catch-up, not many), and would be memory held after the answer is sent. Passed through, a
-fetched publication is held from its arrival until the replay sends it, then dropped.
+Where fetched publications live: **passed through to the asking link only**, never written to
+the relay's journal nor kept in a shared cache; the replay sends them as they come. The journal
+is a Redis stream per source, appended in number order: a run fetched later cannot be inserted
+in the middle of it (its not-selected marker stays, and stays true for the selection it names).
+A shared side cache would have to be keyed by source number *and* entitlement (what one
+subscriber may see is not what another may), would serve hits rarely (a widening is followed by
+one subscriber's catch-up, not many), and would be memory held after the answer is sent. Passed
+through, a fetched publication is held from its arrival until the replay takes it, then
+dropped.
 
 Bounds (a hostile subscriber asking for everything must not exhaust the relay):
 :data:`MAX_FETCHES` upstream fetch links at once (more wait, in order); one fetch holds at
@@ -127,6 +128,17 @@ class UpstreamFetch:
         """Whether the answer is complete."""
         return self._done.is_set()
 
+    @property
+    def ready(self) -> bool:
+        """Whether publications wait to be taken, or the answer is complete."""
+        return bool(self.publications) or self._done.is_set()
+
+    def arrived(self) -> list[Publication]:
+        """The publications that came since the last call (the replay sends them now)."""
+        with self._lock:
+            taken, self.publications = self.publications, []
+        return taken
+
     def cancel(self) -> None:
         """Its replay went away: nothing more is wanted."""
         self.finish(error="cancelled")
@@ -176,7 +188,7 @@ class UpstreamFetch:
                 self.cursor = seq
                 if seq == self.last:
                     self.finish()
-                elif len(self.publications) >= self.held or self.bytes >= self.held_bytes:
+                elif self.count >= self.held or self.bytes >= self.held_bytes:
                     self.finish()  # cut short: the rest is asked for again by the subscriber
             return False
         if isinstance(frame, ReplayComplete) and self._ours(frame):
