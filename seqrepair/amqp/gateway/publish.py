@@ -32,7 +32,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from proton import Condition, Delivery, Endpoint, Message
+from proton import Condition, Delivery, Endpoint, Message, ulong
 from proton.handlers import IncomingMessageHandler
 
 from seqrepair.amqp.gateway.relaylinks import LinkProperties
@@ -47,7 +47,7 @@ from seqrepair.amqp.wire.rawamqp import proton_message
 from seqrepair.amqp.wire.security import principal_of
 from seqrepair.amqp.wire.sizelimit import refuse
 from seqrepair.amqp.wire.technical import MESSAGE_TYPE
-from seqrepair.amqp.wire.vocabulary import PROP_PATH
+from seqrepair.amqp.wire.vocabulary import PROP_PATH, PROP_PATH_HOPS
 from seqrepair.logs import get_logger
 
 log = get_logger("seqrepair.amqp.gateway")
@@ -155,14 +155,15 @@ class PublishRelays:
         link.target.address = address
         on_behalf_of = self.gateway._on_behalf_of(principal_of(link.connection))
         try:
-            path = self.gateway.hops.extend(link.remote_properties)
+            path, hops = self.gateway.hops.extend_route(link.remote_properties)
         except AmqpAdapterError as exc:
             self.gateway.hop_refused(link, exc)
             link.open()  # a refusal: attach, then detach with the condition
             link.condition = Condition(exc.condition, exc.message[:500])
             link.close()
             return
-        properties = {**upstream_properties(None, on_behalf_of), PROP_PATH: list(path)}
+        properties = {**upstream_properties(None, on_behalf_of), PROP_PATH: list(path),
+                      PROP_PATH_HOPS: ulong(hops)}
         sender = self.gateway._container.create_sender(
             self._upstream_for(link.connection), target=address,
             name=upstream_name(self.gateway.name, link.name),
