@@ -201,3 +201,32 @@ def test_serve_options_default_to_the_config_defaults() -> None:
     for name in ("max_connections", "max_connections_per_principal", "max_links_per_connection",
                  "max_links_per_principal", "open_timeout"):
         assert getattr(args, name) == getattr(defaults, name), name
+
+
+def test_links_acting_for_another_principal_count_as_its_and_are_released() -> None:
+    """A forwarding gateway's connection: each principal it acts for has its own link
+    allowances there; the gateway's own links count as the gateway's; everything is released
+    link by link and with the connection (no counter left behind: bounded memory)."""
+    adm = Admission(CountLimits(max_links_per_connection=2, max_links_per_principal=3))
+    admitted(adm, "gw-conn", "gw")
+    admitted(adm, "direct", "alice")
+    assert adm.attach("gw-conn", "control") is None  # the gateway's own
+    assert adm.attach("gw-conn", "a1", "alice") is None
+    assert adm.attach("gw-conn", "a2", "alice") is None
+    refused = adm.attach("gw-conn", "a3", "alice")  # alice's two on this connection
+    assert isinstance(refused, LimitExceededError)
+    assert "for principal 'alice'" in refused.message
+    assert adm.attach("gw-conn", "b1", "bob") is None  # bob is not slowed by alice
+    assert adm.attach("direct", "a4") is None  # alice's third, anywhere
+    refused = adm.attach("direct", "a5")
+    assert isinstance(refused, LimitExceededError)
+    assert "principal 'alice' holds 3 links" in refused.message
+    assert adm.links_of_principal("gw") == 1
+    adm.detach("gw-conn", "a1")
+    assert adm.links_of_principal("alice") == 2
+    assert adm.attach("direct", "a5") is None
+    adm.forget("gw-conn")
+    assert adm.links_of_principal("alice") == 2  # those of her own connection
+    assert adm.links_of_principal("bob") == 0
+    assert adm.links_of_principal("gw") == 0
+    assert adm.links == 2

@@ -20,6 +20,7 @@ from seqrepair.amqp.wire.hops import (
     MAX_HOP_ID,
     MAX_PATH,
     PROP_PATH,
+    PROP_PATH_HOPS,
     HopLimitError,
     Hops,
     MalformedPathError,
@@ -101,9 +102,10 @@ def test_a_hop_extends_the_path_with_its_identity_and_keeps_the_other_properties
     out = hops.upstream_properties({symbol("seqrepair-batch"): True, "seqrepair-epoch": "e",
                                     PROP_PATH: [A, B]})
     assert out == {symbol("seqrepair-batch"): True, symbol("seqrepair-epoch"): "e",
-                   PROP_PATH: [A, B, C]}
+                   PROP_PATH: [A, B, C], PROP_PATH_HOPS: 3}
     assert all(isinstance(k, symbol) for k in out)
-    assert Hops(A).upstream_properties(None) == {PROP_PATH: [A]}  # a relay's own attach
+    assert isinstance(out[PROP_PATH_HOPS], ulong)
+    assert Hops(A).upstream_properties(None) == {PROP_PATH: [A], PROP_PATH_HOPS: 1}
 
 
 def test_its_own_identity_on_the_path_is_a_loop_naming_the_whole_path() -> None:

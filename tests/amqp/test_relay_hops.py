@@ -13,10 +13,26 @@ import pytest
 from proton.utils import BlockingConnection
 
 from seqrepair.amqp.client.subscriber import Subscriber
-from seqrepair.amqp.relay.paths import MAX_BARRED, RelayPaths, union_path
+from seqrepair.amqp.relay.paths import (
+    BAR_FIRST,
+    BAR_MOST,
+    BAR_QUIET,
+    MAX_BARRED,
+    Breaker,
+    RelayPaths,
+    union_path,
+)
 from seqrepair.amqp.relay.selection import Selection, upstream_properties
-from seqrepair.amqp.wire.hops import HopLimitError, RelayLoopError
-from seqrepair.amqp.wire.vocabulary import PROP_PATH
+from seqrepair.amqp.wire.hops import (
+    MAX_CARRIED,
+    MAX_PATH,
+    HopLimitError,
+    Hops,
+    MalformedPathError,
+    RelayLoopError,
+    read_route,
+)
+from seqrepair.amqp.wire.vocabulary import PROP_PATH, PROP_PATH_HOPS
 from seqrepair.core.messages import Publication
 from seqrepair.core.topics import TopicPattern
 from seqrepair.journal import EmbeddedRedis
@@ -49,34 +65,90 @@ def test_relay_paths_follow_identities_not_their_order_and_bound_what_they_bar()
     paths.forget(["x"])
     assert paths.behind(["x", "plain"]) == ()
     error = RelayLoopError("relay loop", path=("a",))
-    paths.bar([f"h{i}" for i in range(MAX_BARRED + 10)], error)
+    paths.bar([f"h{i}" for i in range(MAX_BARRED + 10)], error, until=10.0)
     assert len(paths.barred) == MAX_BARRED
-    assert paths.refusal(("h0",)) is None  # the oldest forgotten first
-    assert paths.refusal(("z", f"h{MAX_BARRED + 9}")) is error
-    assert paths.refusal(("z",)) is None
+    assert paths.refusal(("h0",), 1.0) is None  # the oldest forgotten first
+    assert paths.refusal(("z", f"h{MAX_BARRED + 9}"), 1.0) is error
+    assert paths.refusal(("z",), 1.0) is None
     too_long = HopLimitError("hop limit exceeded", path=("a", "b"))
-    paths.bar_paths([("a", "b")], too_long)
-    assert paths.refusal(("a", "b")) is too_long
-    assert paths.refusal(("b",)) is None  # a shorter path may come
-    paths.cut_off = error
-    assert paths.refusal(()) is error
+    paths.bar_paths([("a", "b")], too_long, until=10.0)
+    assert paths.refusal(("a", "b"), 1.0) is too_long
+    assert paths.refusal(("b",), 1.0) is None  # a shorter path may come
+    paths.cut(error, until=10.0)
+    assert paths.refusal((), 1.0) is error
+    # nothing lasts: past its time a bar and a cut-off are gone, and forgotten
+    assert not paths.cut_ended(9.0)
+    assert paths.refusal((f"h{MAX_BARRED + 9}",), 10.5) is None
+    assert paths.refusal(("a", "b"), 10.5) is None
+    assert paths.cut_ended(10.5)
+    assert paths.cut_off is None
+    assert paths.barred == {}
+    assert paths.barred_paths == {}
 
 
-def test_a_path_too_long_is_blamed_on_the_links_that_made_it_long() -> None:
+def test_a_bar_lasts_seconds_doubling_while_refusals_come_back_and_at_most_bar_most() -> None:
+    breaker = Breaker()
+    periods = []
+    now = 0.0
+    for _ in range(6):  # the loop is still there each time the relay tries again
+        until = breaker.trip(now)
+        periods.append(until - now)
+        now = until
+    assert periods == [BAR_FIRST, 2 * BAR_FIRST, 4 * BAR_FIRST, BAR_MOST, BAR_MOST, BAR_MOST]
+    assert BAR_MOST <= 10.0  # "within seconds" once the loop is broken
+    assert breaker.trip(now + BAR_QUIET + 1) - (now + BAR_QUIET + 1) == BAR_FIRST  # quiet: anew
+
+
+def test_fan_in_counts_hops_not_identities() -> None:
+    """Ten links behind a relay, each one hop deep: the upstream path carries eleven
+    identities, but crosses two hops (``seqrepair-path-hops``), within a limit of 8."""
+    paths = RelayPaths()
+    for i in range(10):
+        paths.attached(f"l{i}", (f"gw-{i}",), 1)
+    behind = paths.behind([f"l{i}" for i in range(10)])
+    assert len(behind) == 10
+    assert paths.depth() == 1
+    props = Hops("relay", 8).upstream_properties(
+        upstream_properties(Selection((TopicPattern("/w/#"),)), behind, paths.depth()))
+    assert len(props[PROP_PATH]) == 11
+    assert props[PROP_PATH_HOPS] == 2
+    assert Hops("origin", 8).check(props) == (*behind, "relay")
+    assert read_route(props) == ((*behind, "relay"), 2)
+    assert not paths.changed(behind, 0.0, 1.0, 1) or paths.current != behind
+    paths.current, paths.current_hops = behind, 1
+    assert not paths.changed(behind, 0.0, 1.0, 1)
+    assert paths.changed(behind, 0.0, 1.0, 2)  # a deeper route behind: attach again at once
+
+
+def test_a_path_holds_at_most_max_carried_identities_and_the_hops_still_count() -> None:
+    many = [f"gw-{i}" for i in range(MAX_PATH)]
+    props = Hops("relay", 8).upstream_properties({PROP_PATH: many, PROP_PATH_HOPS: 3})
+    assert len(props[PROP_PATH]) == MAX_CARRIED
+    assert props[PROP_PATH][-1] == "relay"
+    assert props[PROP_PATH_HOPS] == 4
+    with pytest.raises(HopLimitError, match="9 hops, more than 8"):
+        Hops("relay", 8).upstream_properties({PROP_PATH: ["a"], PROP_PATH_HOPS: 8})
+    with pytest.raises(MalformedPathError):
+        read_route({PROP_PATH: ["a"], PROP_PATH_HOPS: "two"})
+    assert read_route({PROP_PATH: ["a", "b"], PROP_PATH_HOPS: 0}) == (("a", "b"), 1)
+    assert read_route({PROP_PATH: ["a", "b"]}) == (("a", "b"), 2)
+
+
+def test_too_many_hops_are_blamed_on_the_deepest_links() -> None:
     """A subscriber of a relay attaching with a made-up path of 250 identities makes the
-    relay's upstream path too long: before, every link with a path (the gateway's client, the
-    relay behind) was ended and its path barred with it; now only the longest go."""
+    relay's upstream route too deep: before, every link with a path (the gateway's client, the
+    relay behind) was ended and its path barred with it; now only the deepest go, then the
+    next deepest if the upstream refuses again."""
     paths = RelayPaths()
     paths.attached("made-up", tuple(f"fake-{i}" for i in range(250)))
     paths.attached("behind-gateway", ("gw-1",))
     paths.attached("relay-behind", ("relay-2", "gw-2"))
     paths.attached("plain", ())
     names = ["behind-gateway", "made-up", "plain", "relay-behind"]
-    refused = len(paths.behind(names)) + 1  # and the relay's own identity
-    assert paths.longest(names, refused - 1) == ["made-up"]
-    assert paths.longest(names, 3) == ["made-up", "relay-behind"]
-    assert paths.longest(names, 1) == ["made-up", "relay-behind", "behind-gateway"]
-    assert paths.longest(["plain"], 1) == []
+    assert paths.deepest(names) == ["made-up"]
+    paths.forget(["made-up"])
+    assert paths.deepest(names) == ["relay-behind"]
+    assert paths.deepest(["plain"]) == []
 
 
 @pytest.mark.amqp
@@ -132,7 +204,9 @@ def test_relays_subscribed_to_each_other_are_refused_as_a_loop(
     """L0 -> L1 (-> L2) -> L0: each relay's upstream attach comes to carry the others'
     identities, a relay finds its own on an attach: refused ``seqrepair:relay-loop``, within
     a generous deadline; the subscriber gets the typed error naming the loop, every relay
-    logs it, and the relays stop attaching (a bounded count that stays put). Aggregating
+    logs it, and the relays attach again only as their cut-off expires (a circuit breaker:
+    :data:`BAR_FIRST` seconds, doubling while the loop is there), each time refused again,
+    so the attaches stay few (no churn) while the loop lasts. Aggregating
     relays (no upstream link until a subscriber needs one) carry the paths of the
     subscribers they widen for."""
     ids = [f"loop-{i}" for i in range(count)]
@@ -152,8 +226,17 @@ def test_relays_subscribed_to_each_other_are_refused_as_a_loop(
                                     for r in relays), 60), [r.log_text()[-2000:] for r in relays]
         time.sleep(1.0)
         counts = [attaches(r) for r in relays]
-        time.sleep(3.0)  # refused for good: no attach churn
-        assert [attaches(r) for r in relays] == counts
+        refusals = [r.log_text().count("relay upstream refused") for r in relays]
+        time.sleep(6.0)  # the cut-offs expire, the relays try again: refused again, backing off
+        later = [attaches(r) for r in relays]
+        # each relay's expiry is a wave round the loop costing each relay an attach or two
+        # (refused, then again without what it barred): a few per relay of the loop per
+        # back-off period, never the runaway of hundreds a loop made before
+        assert all(0 <= b - a <= 4 * count for a, b in zip(counts, later, strict=True)), (
+            counts, later)
+        assert all(r.log_text().count("relay upstream refused") >= n  # every try refused
+                   for r, n in zip(relays, refusals, strict=True))
+        assert sub.error is not None
     finally:
         sub.stop()
         for relay in relays:

@@ -17,7 +17,14 @@ ended; it answers with a :class:`LimitExceededError` to refuse with, or None.
   when its ``open`` arrives.
 * ``max_links_per_connection`` and ``max_links_per_principal``: links the peer attached and the
   component took (publishing, subscribing, ``$seqrepair``), counted until they detach. Links the
-  component attaches itself (response targets, bounded on their own) are not counted.
+  component attaches itself (response targets, bounded on their own) are not counted. A link
+  acting for another principal (``seqrepair-on-behalf-of``, honoured: a forwarding gateway's
+  client) counts as that principal's, not the connection's: against the principal's
+  ``max_links_per_principal`` and, on that connection, the principal's own
+  ``max_links_per_connection``, so one client behind a forwarding gateway uses up its own
+  allowance, never the gateway's or another client's. A connection acting for others holds at
+  most :data:`FORWARDING_FACTOR` times the larger of the two limits in all, however many
+  principals it acts for (the bound on a forwarding gateway's connection).
 
 A refusal never touches what is already held: the connection or link refused is the one more.
 """
@@ -48,6 +55,9 @@ MAX_LINKS_PER_CONNECTION = 1_000
 """Default ``--max-links-per-connection``: a gateway carries all its subscribers' links over
 one connection; a deployment with a busier gateway raises it."""
 MAX_LINKS_PER_PRINCIPAL = 4_000
+FORWARDING_FACTOR = 4
+"""A connection acting for other principals holds at most this many times the larger of
+``max_links_per_connection`` and ``max_links_per_principal`` links, all principals together."""
 OPEN_TIMEOUT = 10.0
 """Default ``--open-timeout`` in seconds (RabbitMQ's handshake timeout is 10 s too)."""
 
@@ -71,7 +81,10 @@ class _Connection:
     accepted_at: float
     principal: str | None = None  # set once its open arrived and was taken
     refused: bool = False  # its open was refused: closing, held until it ends
-    links: set[Any] = attrs.field(factory=set)
+    links: dict[Any, str] = attrs.field(factory=dict)
+    """The links held, each with the principal it counts for."""
+    forwarded: Counter[str] = attrs.field(factory=Counter)
+    """Links held per principal the connection acts for (not its own)."""
 
 
 @attrs.define
@@ -185,33 +198,52 @@ class Admission:
         self._links -= len(held.links)
         if held.principal is not None:
             self._drop(self._principal_connections, held.principal, 1)
-            self._drop(self._principal_links, held.principal, len(held.links))
+            for principal in held.links.values():
+                self._drop(self._principal_links, principal, 1)
 
     # --- links ----------------------------------------------------------------------------
 
-    def attach(self, conn: Any, link: Any) -> LimitExceededError | None:
-        """``conn``'s peer attached ``link``: hold it (None) or say why not (not held)."""
+    def attach(self, conn: Any, link: Any, acting_for: str | None = None
+               ) -> LimitExceededError | None:
+        """``conn``'s peer attached ``link`` (``acting_for``: the principal it acts for, when
+        the connection's may act for another; None: the connection's own): hold it (None) or
+        say why not (not held)."""
         held = self._connections.get(conn)
         if held is not None and link in held.links:
             return None
         if held is None or held.principal is None:  # never taken, or its open was refused
             self.stats["links_refused"] += 1
             return LimitExceededError("this connection was not admitted", got=str(conn)[:100])
+        principal = held.principal if acting_for is None else acting_for
+        forwarded = principal != held.principal
         limit = self.limits.max_links_per_connection
-        if len(held.links) >= limit:
+        on_conn = held.forwarded[principal] if forwarded else (
+            len(held.links) - sum(held.forwarded.values()))
+        if on_conn >= limit:
+            self.stats["links_refused"] += 1
+            whose = f" for principal {principal[:100]!r}" if forwarded else ""
+            return LimitExceededError(
+                f"this connection holds {limit} links{whose} (--max-links-per-connection)",
+                expected=limit, got=on_conn + 1)
+        total = FORWARDING_FACTOR * max(self.limits.max_links_per_connection,
+                                        self.limits.max_links_per_principal)
+        if forwarded and len(held.links) >= total:
             self.stats["links_refused"] += 1
             return LimitExceededError(
-                f"this connection holds {limit} links (--max-links-per-connection)",
-                expected=limit, got=len(held.links) + 1)
+                f"this connection holds {total} links for all the principals it acts for "
+                f"({FORWARDING_FACTOR} x the larger of --max-links-per-connection and "
+                "--max-links-per-principal)", expected=total, got=len(held.links) + 1)
         limit = self.limits.max_links_per_principal
-        count = self._principal_links[held.principal]
+        count = self._principal_links[principal]
         if count >= limit:
             self.stats["links_refused"] += 1
             return LimitExceededError(
-                f"principal {held.principal[:100]!r} holds {limit} links "
+                f"principal {principal[:100]!r} holds {limit} links "
                 "(--max-links-per-principal)", expected=limit, got=count + 1)
-        self._principal_links[held.principal] += 1
-        held.links.add(link)
+        self._principal_links[principal] += 1
+        if forwarded:
+            held.forwarded[principal] += 1
+        held.links[link] = principal
         self._links += 1
         self.stats["links_peak"] = max(self.stats["links_peak"], self._links)
         return None
@@ -221,10 +253,11 @@ class Admission:
         held = self._connections.get(conn)
         if held is None or link not in held.links:
             return
-        held.links.discard(link)
+        principal = held.links.pop(link)
         self._links -= 1
-        if held.principal is not None:
-            self._drop(self._principal_links, held.principal, 1)
+        if principal != held.principal:
+            self._drop(held.forwarded, principal, 1)
+        self._drop(self._principal_links, principal, 1)
 
     @staticmethod
     def _drop(counter: Counter[str], key: str, n: int) -> None:

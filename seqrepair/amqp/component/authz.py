@@ -30,6 +30,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from seqrepair.amqp.wire.errors import (
+    AmqpAdapterError,
     InvalidLinkPropertyError,
     UnauthorizedAccessError,
     UnknownAddressError,
@@ -39,6 +40,7 @@ from seqrepair.amqp.wire.vocabulary import (
     MAX_PRINCIPAL_LENGTH,
     PROP_ON_BEHALF_OF,
     SUBSCRIPTION_PREFIX,
+    plain_properties,
 )
 from seqrepair.core.policy import Operation, Policy, may_access, may_act_for
 from seqrepair.core.subscriptions import Subscription
@@ -77,6 +79,17 @@ def effective_principal(component: Component, connection: Any,
     if not decision:
         raise UnauthorizedAccessError(decision.why, expected="act-for", got=claimed)
     return claimed
+
+
+def acting_for(component: Component, link: Any) -> str | None:
+    """The principal ``link`` acts for when its connection's may act for another (a
+    forwarding gateway's client: counted as itself, :mod:`.admission`); None for the
+    connection's own, and for a claim not honoured (its attach is refused with why)."""
+    try:
+        return effective_principal(component, link.connection,
+                                   plain_properties(link.remote_properties))
+    except AmqpAdapterError:
+        return None
 
 
 def check_publish_link(component: Component, receiver: Any, principal: str) -> None:

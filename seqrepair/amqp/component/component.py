@@ -47,6 +47,7 @@ from proton.handlers import MessagingHandler
 
 from seqrepair.amqp.component.admission import Admission
 from seqrepair.amqp.component.attach import open_subscriber
+from seqrepair.amqp.component.authz import acting_for
 from seqrepair.amqp.component.config import Bucket
 from seqrepair.amqp.component.config import ComponentConfig as ComponentConfig
 from seqrepair.amqp.component.contributions import Contributions
@@ -303,7 +304,7 @@ class Component(MessagingHandler):
 
     def on_link_opening(self, event: Any) -> None:
         link = event.link
-        refusal = self.gate.attach(link)
+        refusal = self.gate.attach(link, acting_for(self, link))
         if refusal is not None:
             self._refuse_link(link, refusal)
             return

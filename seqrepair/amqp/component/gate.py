@@ -131,9 +131,10 @@ class Gate:
 
     # --- links ----------------------------------------------------------------------------
 
-    def attach(self, link: Any) -> LimitExceededError | None:
-        """The peer attached ``link``: None when it is held, else why it is refused."""
-        return self.admission.attach(link.connection, link)
+    def attach(self, link: Any, acting_for: str | None = None) -> LimitExceededError | None:
+        """The peer attached ``link`` (acting for principal ``acting_for``, None: its
+        connection's): None when it is held, else why it is refused."""
+        return self.admission.attach(link.connection, link, acting_for)
 
     def detach(self, link: Any) -> None:
         """``link`` ended (idempotent)."""

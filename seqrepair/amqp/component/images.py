@@ -15,7 +15,11 @@ could be overtaken by the link's live frames, so such a request is refused
 ``amqp:not-implemented``. The fold reads what the link's entitlement allows, nothing else.
 At most :data:`MAX_IMAGE_ANSWERS` answers run per connection and
 :data:`MAX_IMAGE_ANSWERS_PER_PRINCIPAL` per principal; a request past either is refused
-``amqp:resource-limit-exceeded`` (ask again later).
+``amqp:resource-limit-exceeded`` (ask again later). The principal is the link's (a forwarding
+gateway's client is itself, ``seqrepair-on-behalf-of``), and on a connection acting for others
+"per connection" is per principal it acts for, so one client behind a forwarding gateway uses
+up its own allowance, not the gateway's; such a connection runs at most
+:data:`MAX_IMAGE_ANSWERS_FORWARDED` answers in all.
 """
 
 from __future__ import annotations
@@ -40,6 +44,9 @@ MAX_IMAGE_ANSWERS = 4
 MAX_IMAGE_ANSWERS_PER_PRINCIPAL = 16
 """Image answers in progress per principal, over all its connections."""
 
+MAX_IMAGE_ANSWERS_FORWARDED = 64
+"""Image answers in progress on one connection for all the principals it acts for."""
+
 _BY_PRINCIPAL: WeakKeyDictionary[Any, Counter[str]] = WeakKeyDictionary()
 """Per component, the image answers in progress per principal."""
 
@@ -60,11 +67,15 @@ def answer_image(
             expected="reply-to $link/<data link>", got=route.target,
         )
     conn = route.sender.connection if route.sender is not None else None
-    running = getattr(conn, "seqrepair_image_answers", 0)
-    principal = principal_of(conn)
+    on_conn: Counter[str] = getattr(conn, "seqrepair_image_answers", None) or Counter()
+    principal = component.principals.get(link.name, principal_of(conn))  # the link's own
     by_principal = _BY_PRINCIPAL.setdefault(component, Counter())
+    forwarded = principal != principal_of(conn)
     for count, limit, whose in (
-        (running, MAX_IMAGE_ANSWERS, "this connection"),
+        (on_conn[principal], MAX_IMAGE_ANSWERS,
+         f"principal {principal!r} on this connection" if forwarded else "this connection"),
+        (sum(on_conn.values()), MAX_IMAGE_ANSWERS_FORWARDED,
+         "this connection, for all the principals it acts for"),
         (by_principal[principal], MAX_IMAGE_ANSWERS_PER_PRINCIPAL, f"principal {principal!r}"),
     ):
         if count >= limit:
@@ -78,7 +89,8 @@ def answer_image(
     fold = ImageFold(journal, request, {s: hw for s, (hw, _) in marks.items()}, link.allows,
                      page_size=component.config.replay_page)
     if conn is not None:
-        conn.seqrepair_image_answers = running + 1
+        on_conn[principal] += 1
+        conn.seqrepair_image_answers = on_conn
     by_principal[principal] += 1
     component.stats["image_requests"] = component.stats.get("image_requests", 0) + 1
     link.log.info("image request", topics=len(request.topics), patterns=request.patterns,
@@ -94,9 +106,11 @@ def _counted(steps: Iterator[ImageStep], conn: Any, by_principal: Counter[str],
     try:
         yield from steps
     finally:
-        if conn is not None:
-            conn.seqrepair_image_answers = max(
-                0, getattr(conn, "seqrepair_image_answers", 1) - 1)
+        on_conn = getattr(conn, "seqrepair_image_answers", None)
+        if on_conn is not None:
+            on_conn[principal] -= 1
+            if on_conn[principal] <= 0:
+                del on_conn[principal]
         by_principal[principal] -= 1
         if by_principal[principal] <= 0:
             del by_principal[principal]

@@ -51,6 +51,7 @@ from proton import Connection, Endpoint
 from proton.handlers import EndpointStateHandler, MessagingHandler
 from proton.reactor import ApplicationEvent, AtMostOnce
 
+from seqrepair.amqp.gateway.contrib import Contributions, is_owner_address
 from seqrepair.amqp.gateway.publish import (
     PublishRelays,
     checked_incoming,
@@ -194,6 +195,7 @@ class Gateway(MessagingHandler):
         self.requests = Requests(self, capacity, annotations)
         self.replies = self.requests.replies
         self.publishing = PublishRelays(self)  # publishers' links, carried to the component
+        self.contributions = Contributions(self)  # owners' links, contributors' answers
         self.error: str | None = None
         self.ready = threading.Event()
         self.stopped = threading.Event()
@@ -405,7 +407,9 @@ class Gateway(MessagingHandler):
                 link.target.address = RESPONSES_ADDRESS
                 self.requests.responses_attached(link)
             return
-        if link.is_sender:  # a subscriber's data link: held until the component answers
+        if link.is_sender and is_owner_address(link.remote_source.address):
+            self.contributions.attach_owner(link)  # an owner's: unsettled, both ways
+        elif link.is_sender:  # a subscriber's data link: held until the component answers
             link.seqrepair_held = True
             address = link.remote_source.address
             link.source.address = address
@@ -440,6 +444,8 @@ class Gateway(MessagingHandler):
 
     def on_link_opened(self, event: Any) -> None:
         link = event.link
+        if self.contributions.upstream_opened(link):
+            return
         if self.publishing.upstream_opened(link):
             return
         if self.requests.control_opened(link):
@@ -463,6 +469,8 @@ class Gateway(MessagingHandler):
 
     def on_link_closed(self, event: Any) -> None:
         link = event.link
+        if self.contributions.link_closed(link):
+            return
         if self.publishing.link_closed(link):
             return
         relay: Relay | None = getattr(link, "seqrepair_relay", None)
@@ -477,6 +485,8 @@ class Gateway(MessagingHandler):
 
     def on_message(self, event: Any) -> None:
         receiver = event.receiver
+        if _upstream(receiver) and self.contributions.message(event):
+            return
         if _upstream(receiver):
             self.requests.from_upstream(receiver, event.message)
             delivery = event.delivery
@@ -508,9 +518,13 @@ class Gateway(MessagingHandler):
             receiver.flow(1)
 
     def on_delivery(self, event: Any) -> None:
+        if self.contributions.outcome(event):  # an owner's outcome of a contribution
+            return
         self.publishing.on_delivery(event)  # publishers' messages and their outcomes
 
     def on_sendable(self, event: Any) -> None:
+        if self.contributions.sendable(event.sender):
+            return
         if self.publishing.sendable(event.sender):
             return
         relay: Relay | None = getattr(event.sender, "seqrepair_relay", None)

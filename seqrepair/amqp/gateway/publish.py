@@ -32,7 +32,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from proton import Condition, Delivery, Endpoint, Message
+from proton import Condition, Delivery, Endpoint, Message, ulong
 from proton.handlers import IncomingMessageHandler
 
 from seqrepair.amqp.gateway.relaylinks import LinkProperties
@@ -47,7 +47,7 @@ from seqrepair.amqp.wire.rawamqp import proton_message
 from seqrepair.amqp.wire.security import principal_of
 from seqrepair.amqp.wire.sizelimit import refuse
 from seqrepair.amqp.wire.technical import MESSAGE_TYPE
-from seqrepair.amqp.wire.vocabulary import PROP_PATH
+from seqrepair.amqp.wire.vocabulary import PROP_PATH, PROP_PATH_HOPS
 from seqrepair.logs import get_logger
 
 log = get_logger("seqrepair.amqp.gateway")
@@ -133,13 +133,19 @@ class PublishRelays:
         self._tags = itertools.count(1)
         self._pairs: dict[Any, Any] = {}  # downstream connection <-> its upstream connection
 
-    def _upstream_for(self, downstream: Any) -> Any:
+    def upstream_for(self, downstream: Any) -> Any:
+        """The upstream connection of client connection ``downstream`` (made on first use:
+        its publishing links and contributions links cross on it)."""
         conn = self._pairs.get(downstream)
         if conn is None:
             gw = self.gateway
             container_id = f"{gw.name}.{downstream.remote_container or 'anonymous'}"
-            conn = gw._container.connect(gw.upstream_url, reconnect=False,
-                                         heartbeat=gw.idle_timeout, container_id=container_id)
+            # authenticated as the gateway's own upstream connection is: the component's
+            # policy (and act-for, forwarding principals) sees the gateway, never anonymous
+            security = gw.upstream_security
+            conn = gw._container.connect(security.url(gw.upstream_url), reconnect=False,
+                                         heartbeat=gw.idle_timeout, container_id=container_id,
+                                         **security.connect_kwargs(gw.upstream_url))
             conn.seqrepair_upstream = True
             conn.seqrepair_publishing = downstream
             self._pairs[downstream] = conn
@@ -155,16 +161,17 @@ class PublishRelays:
         link.target.address = address
         on_behalf_of = self.gateway._on_behalf_of(principal_of(link.connection))
         try:
-            path = self.gateway.hops.extend(link.remote_properties)
+            path, hops = self.gateway.hops.extend_route(link.remote_properties)
         except AmqpAdapterError as exc:
             self.gateway.hop_refused(link, exc)
             link.open()  # a refusal: attach, then detach with the condition
             link.condition = Condition(exc.condition, exc.message[:500])
             link.close()
             return
-        properties = {**upstream_properties(None, on_behalf_of), PROP_PATH: list(path)}
+        properties = {**upstream_properties(None, on_behalf_of), PROP_PATH: list(path),
+                      PROP_PATH_HOPS: ulong(hops)}
         sender = self.gateway._container.create_sender(
-            self._upstream_for(link.connection), target=address,
+            self.upstream_for(link.connection), target=address,
             name=upstream_name(self.gateway.name, link.name),
             options=LinkProperties(properties),
         )
@@ -263,6 +270,7 @@ class PublishRelays:
                 dlv.update(Delivery.RELEASED)
             dlv.settle()
             return
+        self.gateway.contributions.contributed(link, raw, up.connection)
         out = up.delivery(str(next(self._tags)).encode())
         up.send(raw)
         up.advance()

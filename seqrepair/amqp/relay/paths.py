@@ -6,8 +6,10 @@ subscribers into **one** upstream link; for a loop of relays (A subscribes to B,
 seen, that link's ``seqrepair-path`` carries every identity behind the relay: the union of
 its subscriber links' paths (attached, or detached with their context kept, and those waiting
 to be carried), deduplicated in a stable order (:func:`union_path`), then the relay's own
-identity (added by :meth:`~seqrepair.amqp.wire.hops.Hops.upstream_properties`). The relay
-attaches upstream again when that set of identities changes, never otherwise.
+identity (added by :meth:`~seqrepair.amqp.wire.hops.Hops.upstream_properties`), and the hops
+of its deepest route (``seqrepair-path-hops``: the hop limit is on that, not on how many
+identities fan in). The relay attaches upstream again when that set of identities, or that
+depth, changes, never otherwise.
 
 When the upstream attach is refused for its path (a loop, or the hop limit):
 
@@ -16,15 +18,23 @@ When the upstream attach is refused for its path (a loop, or the hop limit):
   behind them in turn); for a loop their identities are also *barred*
   (:meth:`RelayPaths.bar`, at most :data:`MAX_BARRED`, the oldest forgotten first): an attach
   whose path holds one is refused at once, so the hop behind cannot come back and make the
-  relay go round again; past the hop limit, their exact paths are barred instead (the relays
-  among them attach again with a shorter path, which is let through);
+  relay go round again; past the hop limit, the deepest links go and their exact paths are
+  barred instead (the relays among them attach again with a shorter path, let through);
 * the relay attaches again with what is left; refused with nothing of its subscribers' on the
   path (its own identity alone, or what its upstream barred), it is *cut off*
   (:attr:`RelayPaths.cut_off`): it is part of the loop or too deep itself, so it stops its
-  upstream link, ends every subscriber link with that condition and refuses new ones, until
-  it restarts. Every relay of a loop ends so within a few attaches each: a loop of relays has
-  no origin (each relay has one upstream, all of them in the loop), so nothing could have
-  come through it anyway.
+  upstream link, ends every subscriber link with that condition and refuses new ones. Every
+  relay of a loop ends so within a few attaches each: a loop of relays has no origin (each
+  relay has one upstream, all of them in the loop), so nothing could have come through it
+  anyway.
+
+Nothing of this lasts: a bar and a cut-off expire like a circuit breaker opens (:class:`Breaker`:
+:data:`BAR_FIRST` seconds, doubled on each refusal that follows within :data:`BAR_QUIET`, at
+most :data:`BAR_MOST`), and the relay then tries again: a cut-off relay attaches upstream again,
+a barred identity may attach again. The upstream attach re-checks the path: while the loop is
+there it is refused again (and barred, or cut off, for longer); once the loop is broken (the
+other relay stopped or points elsewhere) it is let through, within :data:`BAR_MOST` seconds,
+without a restart.
 """
 
 from __future__ import annotations
@@ -33,10 +43,17 @@ from collections.abc import Iterable
 
 import attrs
 
-from seqrepair.amqp.wire.hops import HopError, Path
+from seqrepair.amqp.wire.hops import HopError, Path, Route
 
 MAX_BARRED = 256
-"""Identities a relay refuses at once at most (the oldest barred is forgotten first)."""
+"""Identities (and, apart, exact paths) a relay refuses at once at most (the oldest barred is
+forgotten first)."""
+BAR_FIRST = 2.0
+"""Seconds a first bar or cut-off lasts."""
+BAR_MOST = 8.0
+"""Seconds a bar or cut-off lasts at most, however often the loop was refused."""
+BAR_QUIET = 30.0
+"""Seconds without a refusal after which the next bar lasts :data:`BAR_FIRST` again."""
 
 
 def union_path(paths: Iterable[Path]) -> Path:
@@ -50,27 +67,54 @@ def union_path(paths: Iterable[Path]) -> Path:
 
 
 @attrs.define
+class Breaker:
+    """How long the next bar or cut-off lasts: :data:`BAR_FIRST` seconds, doubled for each
+    refusal since the last quiet spell of :data:`BAR_QUIET` seconds, at most :data:`BAR_MOST`."""
+
+    strikes: int = 0
+    last: float | None = None
+
+    def trip(self, now: float) -> float:
+        """A refusal at ``now``: until when what it bars lasts."""
+        if self.last is None or now - self.last > BAR_QUIET:
+            self.strikes = 0
+        self.last = now
+        period: float = min(BAR_FIRST * 2.0 ** min(self.strikes, 16), BAR_MOST)
+        self.strikes += 1
+        return now + period
+
+
+@attrs.define
 class RelayPaths:
     """The paths a relay's upstream attach is made of, and what refusals taught it."""
 
     links: dict[str, Path] = attrs.Factory(dict)
     """The path each subscriber link (by name) attached with; those without a path are absent."""
+    hops: dict[str, int] = attrs.Factory(dict)
+    """The hops each link of :attr:`links` crossed (its deepest route)."""
     current: Path = ()
     """The identities behind the relay its upstream attach carries (its own not included)."""
+    current_hops: int = 0
+    """The hops of the deepest route behind the relay its upstream attach carries."""
     _shrink_since: float | None = None
-    barred: dict[str, HopError] = attrs.Factory(dict)
-    """Identities refused at once, with the refusal that barred them (oldest first)."""
-    barred_paths: dict[Path, HopError] = attrs.Factory(dict)
-    """Exact paths refused at once (past the hop limit), with the refusal (oldest first)."""
+    barred: dict[str, tuple[HopError, float]] = attrs.Factory(dict)
+    """Identities refused at once, with the refusal that barred them and until when (oldest
+    first)."""
+    barred_paths: dict[Path, tuple[HopError, float]] = attrs.Factory(dict)
+    """Exact paths refused at once (past the hop limit), with the refusal and until when."""
     cut_off: HopError | None = None
-    """Why the relay gave up its upstream link for good (None: it did not)."""
+    """Why the relay gave up its upstream link (None: it did not), until :attr:`cut_until`."""
+    cut_until: float = 0.0
+    breaker: Breaker = attrs.Factory(Breaker)
 
-    def attached(self, name: str, path: Path) -> None:
-        """Subscriber link ``name`` attached (again) with ``path``."""
+    def attached(self, name: str, path: Path, hops: int | None = None) -> None:
+        """Subscriber link ``name`` attached (again) with ``path`` (``hops``: its length)."""
         if path:
             self.links[name] = path
+            self.hops[name] = len(path) if hops is None else hops
         else:
             self.links.pop(name, None)
+            self.hops.pop(name, None)
 
     def behind(self, names: Iterable[str], waiting: Iterable[Path] = ()) -> Path:
         """The identities behind the relay: the paths of the subscriber links ``names`` (those
@@ -79,18 +123,27 @@ class RelayPaths:
         kept = set(names)
         for name in [n for n in self.links if n not in kept]:
             del self.links[name]
+            self.hops.pop(name, None)
         return union_path([*self.links.values(), *waiting])
 
-    def changed(self, behind: Path, now: float, linger: float) -> bool:
-        """Whether the upstream link must attach again for ``behind``: at once when it holds
-        an identity the attach does not carry, after ``linger`` seconds when it only lacks
-        some (a subscriber the relay widened for attaches again meanwhile); another order of
-        the same identities is no change."""
+    def depth(self, waiting: Iterable[int] = ()) -> int:
+        """The hops of the deepest route behind the relay: its links' (as :meth:`behind` left
+        them) and those ``waiting``."""
+        return max([0, *self.hops.values(), *waiting])
+
+    def changed(self, behind: Path, now: float, linger: float, hops: int | None = None
+                ) -> bool:
+        """Whether the upstream link must attach again for ``behind`` (and ``hops``, the
+        deepest route; None: as carried): at once when it holds an identity the attach does
+        not carry, or a deeper route, after ``linger`` seconds when it only lacks some (a
+        subscriber the relay widened for attaches again meanwhile) or is shallower; another
+        order of the same identities is no change."""
+        hops = self.current_hops if hops is None else hops
         wanted, carried = set(behind), set(self.current)
-        if wanted == carried:
+        if wanted == carried and hops == self.current_hops:
             self._shrink_since = None
             return False
-        if not wanted <= carried:
+        if not wanted <= carried or hops > self.current_hops:
             self._shrink_since = None
             return True
         if self._shrink_since is None:
@@ -104,48 +157,64 @@ class RelayPaths:
         """Of the subscriber links ``names``, those that brought identities onto the path."""
         return [name for name in names if self.links.get(name)]
 
-    def longest(self, names: Iterable[str], shorter_than: int) -> list[str]:
-        """Of the subscriber links ``names``, the fewest that must go, longest paths first,
-        for the identities of the rest to number fewer than ``shorter_than``: a path too long
-        is blamed on what made it long, not on every link with a path (one subscriber's made-up
-        path would otherwise end and bar every relay and gateway behind this one)."""
-        order = sorted((n for n in names if self.links.get(n)),
-                       key=lambda n: len(self.links[n]), reverse=True)
-        for cut in range(len(order)):
-            if len(union_path(self.links[n] for n in order[cut:])) < shorter_than:
-                return order[:cut]
-        return order
+    def deepest(self, names: Iterable[str]) -> list[str]:
+        """Of the subscriber links ``names``, those whose routes are the deepest: what made a
+        path cross too many hops (one subscriber's made-up path would otherwise end and bar
+        every relay and gateway behind this one). The relay drops them and attaches again;
+        refused again, it drops the next deepest."""
+        with_path = [n for n in names if self.links.get(n)]
+        most = max((self.hops.get(n, len(self.links[n])) for n in with_path), default=0)
+        return [n for n in with_path if self.hops.get(n, len(self.links[n])) == most]
 
-    def bar(self, identities: Iterable[str], error: HopError) -> None:
-        """Refuse attaches through ``identities`` from now on, with ``error``'s condition."""
+    def bar(self, identities: Iterable[str], error: HopError, until: float) -> None:
+        """Refuse attaches through ``identities`` with ``error``'s condition until ``until``."""
         for hop in identities:
             self.barred.pop(hop, None)
-            self.barred[hop] = error
+            self.barred[hop] = (error, until)
         while len(self.barred) > MAX_BARRED:
             del self.barred[next(iter(self.barred))]
 
-    def bar_paths(self, paths: Iterable[Path], error: HopError) -> None:
-        """Refuse attaches with exactly one of ``paths`` from now on, with ``error``'s
-        condition (a path past the hop limit: a shorter one may come)."""
+    def bar_paths(self, paths: Iterable[Path], error: HopError, until: float) -> None:
+        """Refuse attaches with exactly one of ``paths`` with ``error``'s condition until
+        ``until`` (a path past the hop limit: a shorter one may come)."""
         for path in paths:
             self.barred_paths.pop(path, None)
-            self.barred_paths[path] = error
+            self.barred_paths[path] = (error, until)
         while len(self.barred_paths) > MAX_BARRED:
             del self.barred_paths[next(iter(self.barred_paths))]
 
-    def refusal(self, path: Path) -> HopError | None:
-        """The refusal an attach with ``path`` gets (None: it may attach): the relay's own
-        when cut off, else the one that barred it or an identity on it."""
-        if self.cut_off is not None:
+    def cut(self, error: HopError, until: float) -> None:
+        """The relay is cut off with ``error`` until ``until``."""
+        self.cut_off, self.cut_until = error, until
+
+    def cut_ended(self, now: float) -> bool:
+        """Whether the relay was cut off and that ended at ``now``: it tries again."""
+        if self.cut_off is None or now < self.cut_until:
+            return False
+        self.cut_off = None
+        return True
+
+    def refusal(self, path: Path, now: float) -> HopError | None:
+        """The refusal an attach with ``path`` gets at ``now`` (None: it may attach): the
+        relay's own when cut off, else the one that barred it or an identity on it, while
+        that lasts (an expired bar is forgotten)."""
+        if self.cut_off is not None and now < self.cut_until:
             return self.cut_off
+        self.barred = {h: b for h, b in self.barred.items() if b[1] > now}
+        self.barred_paths = {p: b for p, b in self.barred_paths.items() if b[1] > now}
         if path in self.barred_paths:
-            return self.barred_paths[path]
+            return self.barred_paths[path][0]
         for hop in path:
             if hop in self.barred:
-                return self.barred[hop]
+                return self.barred[hop][0]
         return None
 
     def forget(self, names: Iterable[str]) -> None:
         """Links ``names`` were detached for the path they brought: it no longer counts."""
         for name in names:
             self.links.pop(name, None)
+            self.hops.pop(name, None)
+
+
+__all__ = ["BAR_FIRST", "BAR_MOST", "BAR_QUIET", "MAX_BARRED", "Breaker", "RelayPaths",
+           "Route", "union_path"]

@@ -51,17 +51,23 @@ from seqrepair.amqp.relay.fetch import FetchSubscriber, UpstreamFetch, UpstreamF
 from seqrepair.amqp.relay.paths import RelayPaths, union_path
 from seqrepair.amqp.relay.selection import Selection, SelectionTable, upstream_properties
 from seqrepair.amqp.relay.upstream import UpstreamSubscriber
-from seqrepair.amqp.wire.errors import AmqpAdapterError, UnknownAddressError
+from seqrepair.amqp.wire.errors import (
+    AmqpAdapterError,
+    RequestFloodError,
+    UnknownAddressError,
+)
 from seqrepair.amqp.wire.hops import (
     DESCRIPTION_LIMIT,
     LOOP_CONDITION,
+    MAX_CARRIED,
     PROP_PATH,
     HopError,
     Hops,
     Path,
+    Route,
     default_hop_id,
     describe_path,
-    read_path,
+    read_route,
 )
 from seqrepair.amqp.wire.security import NO_CLIENT_SECURITY, ClientSecurity
 from seqrepair.amqp.wire.vocabulary import (
@@ -73,6 +79,7 @@ from seqrepair.amqp.wire.vocabulary import (
 from seqrepair.core.errors import SeqRepairError
 from seqrepair.core.events import Unrecoverable
 from seqrepair.core.messages import Publication
+from seqrepair.core.policy import Operation
 from seqrepair.journal.journal import Journal
 from seqrepair.logs import get_logger
 
@@ -82,7 +89,11 @@ HANDOVER_LIMIT = 20_000
 """Publications received upstream and not yet journaled that the relay holds at most."""
 
 MAX_WAITING = 256
-"""Subscriber selections a relay widens for at once (more wait for the next switch)."""
+"""Subscriber selections a relay widens for at once; past it (or past
+:data:`MAX_WAITING_IDENTITIES`) an attach that would wait is refused
+``amqp:resource-limit-exceeded`` (:class:`WaitingFullError`)."""
+MAX_WAITING_IDENTITIES = 4 * MAX_CARRIED
+"""Hop identities the waiting selections' paths hold at most, all together."""
 
 RETRY = 0.2
 """Seconds before publications the journal did not take are offered to it again."""
@@ -94,6 +105,12 @@ class NotCarriedYetError(AmqpAdapterError):
     itself)."""
 
     condition = "amqp:precondition-failed"
+
+
+class WaitingFullError(RequestFloodError):
+    """The relay is widening its upstream link for as many selections, or as many hop
+    identities behind them, as it holds (:data:`MAX_WAITING`, :data:`MAX_WAITING_IDENTITIES`):
+    attach again once its switch is done."""
 
 
 Relayed = tuple[Publication, bytes]
@@ -173,11 +190,12 @@ class RelayComponent(Component):
         self.subscriber_options = dict(subscriber_options or {})
         self.handover = Handover(lambda: self._changes.inject("seqrepair_relayed"))
         self.upstream: UpstreamSubscriber | None = None
-        self.waiting: dict[Selection, Path] = {}  # of subscribers refused until carried
+        self.waiting: dict[Selection, Route] = {}  # of subscribers refused until carried
         self.paths = RelayPaths()  # the identities behind the relay, what refusals taught it
         self.upstream_path: Path = ()  # the path the upstream link attached with
         self._reattach = False  # attach upstream again now: a refusal dropped paths
         self._behind: Path = ()  # the identities the switch under way attaches with
+        self._behind_hops = 0  # and the hops of the deepest route behind them
         self._switching: Selection | None = None  # the selection being switched to
         self._retry_at: float | None = None
         self.error: SeqRepairError | None = None
@@ -186,7 +204,7 @@ class RelayComponent(Component):
         if config.hop_id is None:  # named as a relay on the paths (hops.py), not as serve
             self.hops = Hops(default_hop_id(f"relay.{name}", config.url), config.max_hops)
         for key in ("relayed", "relay_switches", "relay_refused", "upstream_attaches",
-                    "hop_refusals", "resets_for_upstream_loss"):
+                    "hop_refusals", "resets_for_upstream_loss", "relay_waiting_refused"):
             self.stats[key] = 0
         self.ingest.on_lost_journaled = self._lost_upstream
         # what its journal lacks for a subscriber comes from upstream, for it alone (fetch.py)
@@ -220,23 +238,28 @@ class RelayComponent(Component):
         """The upstream link of ``fetch``: the asking link's selection and grant, the path
         the relay's upstream link has (identities behind it, then its own)."""
         selection = Selection.of_link(fetch.entitlement.topics, fetch.entitlement.grant)
-        properties = self.hops.upstream_properties(
-            upstream_properties(selection, self.paths.current))
+        properties = self.hops.upstream_properties(upstream_properties(
+            selection, self.paths.current[-(MAX_CARRIED - 1):], self.paths.current_hops))
         return FetchSubscriber(
             self.upstream_url, fetch, link_name=f"{self.link_name}.fetch.{tag}",
             security=self.security, link_properties=properties, **self.subscriber_options,
         )
 
-    def _start_upstream(self, selection: Selection, behind: Path) -> None:
+    def _start_upstream(self, selection: Selection, behind: Path, hops: int = 0) -> None:
         """Attach upstream for ``selection`` (none without patterns), the identities
-        ``behind`` the relay then its own on the path; a path this relay may not send
-        (over its own ``--max-hops``) is refused here as upstream would."""
+        ``behind`` the relay then its own on the path, ``hops`` the deepest route behind it;
+        a path this relay may not send (over its own ``--max-hops``) is refused here as
+        upstream would."""
         self.paths.current = behind
+        self.paths.current_hops = hops
         self.upstream = None
         if not selection.patterns:
             return
         try:
-            properties = self.hops.upstream_properties(upstream_properties(selection, behind))
+            # at most MAX_CARRIED identities go on the path (the first left out): the hops
+            # still count every route, so a loop through those left out ends at the limit
+            properties = self.hops.upstream_properties(
+                upstream_properties(selection, behind[-(MAX_CARRIED - 1):], hops))
         except HopError as exc:
             self._hop_refused(exc, (*behind, self.hops.identity))
             return
@@ -327,23 +350,32 @@ class RelayComponent(Component):
                 for name, link in self.links.items()}
 
     def _follow_subscribers(self, now: float) -> None:
-        if self._switching is not None or self.paths.cut_off is not None:
+        if self._switching is not None:
             return
-        behind = self.paths.behind(self.links, self.waiting.values())
+        if self.paths.cut_off is not None:
+            if not self.paths.cut_ended(now):
+                return
+            log.warning("relay no longer cut off: attaching upstream again to see whether "
+                        "the loop (or the chain too long) is still there",
+                        hop_id=self.hops.identity)
+            self._reattach = True
+        behind = self.paths.behind(self.links, (p for p, _h in self.waiting.values()))
+        hops = self.paths.depth(h for _p, h in self.waiting.values())
         wanted = self.table.next_selection(self.attached_selections(), self.waiting, now)
         if wanted is None and self.table.current.patterns and (
-                self._reattach or self.paths.changed(behind, now, self.table.linger)):
+                self._reattach or self.paths.changed(behind, now, self.table.linger, hops)):
             wanted = self.table.current  # the same selection, other identities behind
         self._reattach = False
         if wanted is not None:
-            self._switch(wanted, behind)
+            self._switch(wanted, behind, hops)
 
-    def _switch(self, wanted: Selection, behind: Path = ()) -> None:
+    def _switch(self, wanted: Selection, behind: Path = (), hops: int = 0) -> None:
         """Move the upstream link to ``wanted``: stop the old subscriber (off the event loop:
         it joins its thread), then, in the loop, journal what it delivered and start the new
         one, after the relay's position upstream (what it journaled and acknowledged)."""
         self._switching = wanted  # the selection stays the old one until the new link starts
         self._behind = behind
+        self._behind_hops = hops
         self.stats["relay_switches"] += 1
         old, self.upstream = self.upstream, None
         log.info("relay switching its upstream selection",
@@ -363,7 +395,7 @@ class RelayComponent(Component):
             self.container.schedule(RETRY, _Later(lambda: self.on_seqrepair_relay_switch(event)))
             return
         self.ingest.journal.not_selected = wanted.marker_text()
-        self._start_upstream(wanted, self._behind)
+        self._start_upstream(wanted, self._behind, self._behind_hops)
         self.table.current = wanted  # journaled from here on under it: subscribers may attach
         self.waiting = {w: p for w, p in self.waiting.items() if not self.table.carries(w)}
         self._switching = None
@@ -398,12 +430,15 @@ class RelayComponent(Component):
         offenders = self.paths.offenders(self.links)
         identities = union_path([tuple(h for h in path if h != own),
                                  *(self.paths.links[n] for n in offenders),
-                                 *(p for p in self.waiting.values() if p)])
+                                 *(p for p, _h in self.waiting.values() if p)])
+        until = self.paths.breaker.trip(self.clock())
+        lasts = round(until - self.clock(), 1)
         if not identities:  # nothing of its subscribers' on it: it is in the loop itself
-            self.paths.cut_off = refusal
+            self.paths.cut(refusal, until)
             log.error("relay upstream refused for its path: the relay is cut off, its "
-                      "subscribers are refused", condition=error.condition,
-                      path=describe_path(path), error=text, subscribers=len(self.links))
+                      "subscribers are refused; it tries again after the cut-off",
+                      condition=error.condition, path=describe_path(path), error=text,
+                      subscribers=len(self.links), seconds=lasts)
             self.waiting.clear()
             self._end_links(list(self.links), refusal)
             return
@@ -416,17 +451,18 @@ class RelayComponent(Component):
                 offenders = [n for n in offenders
                              if any(h in self.paths.links[n] for h in looping)]
                 identities = looping
-            self.paths.bar(identities, refusal)
+            self.paths.bar(identities, refusal, until)
             barred: list[Any] = list(identities)
-        else:  # too long a path: those paths would be again, shorter ones may come
-            offenders = self.paths.longest(offenders, len(path) - 1)  # the rest and its own
+        else:  # too many hops: the deepest routes would be again, shallower ones may come
+            offenders = self.paths.deepest(offenders)
             barred = [self.paths.links[n] for n in offenders]
-            barred += [p for p in self.waiting.values() if p]
-            self.paths.bar_paths(barred, refusal)
+            barred += [p for p, _h in self.waiting.values() if p]
+            self.paths.bar_paths(barred, refusal, until)
         log.error("relay upstream refused for its path: ending the subscriber links that "
                   "brought it, attaching again without them", condition=error.condition,
-                  path=describe_path(path), error=text, links=offenders, barred=barred)
-        self.waiting = {w: p for w, p in self.waiting.items() if not p}
+                  path=describe_path(path), error=text, links=offenders, barred=barred,
+                  seconds=lasts)
+        self.waiting = {w: r for w, r in self.waiting.items() if not r[0]}
         self._end_links(offenders, refusal)
         self._reattach = True
 
@@ -448,16 +484,16 @@ class RelayComponent(Component):
     # --- subscribers and publishers ---------------------------------------------------
 
     def _open_subscriber(self, sender: Any) -> None:
-        path = read_path(sender.remote_properties)  # checked already (Component.hops)
-        refusal = self.paths.refusal(path)
-        if refusal is not None:  # cut off, or through a hop barred for a loop
+        path, hops = read_route(sender.remote_properties)  # checked already (Component.hops)
+        refusal = self.paths.refusal(path, self.clock())
+        if refusal is not None:  # cut off, or through a hop barred for a loop, for a while
             raise type(refusal)(refusal.message, path=refusal.path,
                                 expected=refusal.expected, got=refusal.got)
-        self._open_data_subscriber(sender, path)
+        self._open_data_subscriber(sender, (path, hops))
         if sender.name in self.links:
-            self.paths.attached(sender.name, path)
+            self.paths.attached(sender.name, path, hops)
 
-    def _open_data_subscriber(self, sender: Any, path: Path) -> None:
+    def _open_data_subscriber(self, sender: Any, route: Route) -> None:
         address = sender.remote_source.address
         if address and address.startswith("/") and not address.startswith("/subscriptions/"):
             props = plain_properties(sender.remote_properties)
@@ -470,23 +506,48 @@ class RelayComponent(Component):
                 principal, patterns, None if claimed is None else tokens(claimed)).grant
             wanted = Selection.of_link(patterns, grant)
             if not self.table.may_carry(patterns):
-                raise UnknownAddressError(
-                    f"this relay carries {', '.join(map(str, self.table.standing))}, not "
-                    f"{address!r}", expected=",".join(map(str, self.table.standing)),
-                    got=address,
-                )
+                raise self._not_carried(principal, address)
             switching = self._switching
             if not self.table.carries(wanted) or (
                     switching is not None and not switching.covers(wanted)):
                 # not carried, or carried only until the switch under way narrows it away:
                 # attached now, its topics would stop coming without a gap to tell it
-                if len(self.waiting) < MAX_WAITING or wanted in self.waiting:
-                    self.waiting[wanted] = union_path([self.waiting.get(wanted, ()), path])
+                self._wait(wanted, route, address)
                 raise NotCarriedYetError(
                     f"the relay is widening its upstream subscription to carry {address!r}: "
                     "attach again shortly", got=address,
                 )
         super()._open_subscriber(sender)
+
+    def _not_carried(self, principal: str, address: str) -> UnknownAddressError:
+        """The refusal of a subscriber (``principal``) outside ``--subscribe``: it names only
+        the patterns the relay carries that ``principal`` may subscribe to (the access policy:
+        a refusal tells no one of topics it may not see)."""
+        policy = self.subscriptions.policy()
+        visible = [str(p) for p in self.table.standing
+                   if policy.decide(principal, Operation.SUBSCRIBE, str(p))]
+        carried = f"carries {', '.join(visible)}, not" if visible else "does not carry"
+        return UnknownAddressError(f"this relay {carried} {address!r}",
+                                   expected=",".join(visible) or None, got=address)
+
+    def _wait(self, wanted: Selection, route: Route, address: str) -> None:
+        """Hold ``route`` (the path of an attach refused until ``wanted`` is carried) for the
+        next switch; past :data:`MAX_WAITING` selections or :data:`MAX_WAITING_IDENTITIES`
+        identities waiting, :class:`WaitingFullError` refuses the attach instead."""
+        path, hops = route
+        old_path, old_hops = self.waiting.get(wanted, ((), 0))
+        joined = union_path([old_path, path])
+        held = sum(len(p) for p, _h in self.waiting.values()) - len(old_path) + len(joined)
+        if ((wanted not in self.waiting and len(self.waiting) >= MAX_WAITING)
+                or held > MAX_WAITING_IDENTITIES):
+            self.stats["relay_waiting_refused"] += 1
+            raise WaitingFullError(
+                f"the relay is already widening its upstream subscription for "
+                f"{len(self.waiting)} selections ({MAX_WAITING} at most) and "
+                f"{held - len(joined) + len(old_path)} hop identities behind them "
+                f"({MAX_WAITING_IDENTITIES} at most): attach {address!r} again once it is done",
+                expected=MAX_WAITING, got=len(self.waiting))
+        self.waiting[wanted] = (joined, max(old_hops, hops))
 
     def _open_receiver(self, receiver: Any) -> None:
         address = receiver.remote_target.address

@@ -29,10 +29,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
-from proton import symbol
+from proton import symbol, ulong
 
 from seqrepair.amqp.wire.hops import Path
-from seqrepair.amqp.wire.vocabulary import PROP_GRANTS, PROP_PATH, PROP_SELECTION
+from seqrepair.amqp.wire.vocabulary import PROP_GRANTS, PROP_PATH, PROP_PATH_HOPS, PROP_SELECTION
 from seqrepair.core.permissions import ANY_TOKEN
 from seqrepair.core.policy import covers
 from seqrepair.core.topics import TopicPattern
@@ -101,14 +101,18 @@ NOTHING = Selection(())
 """No selection at all (an aggregating relay without subscribers)."""
 
 
-def upstream_properties(selection: Selection, behind: Path = ()) -> dict[symbol, Any]:
+def upstream_properties(selection: Selection, behind: Path = (),
+                        hops: int | None = None) -> dict[symbol, Any]:
     """The attach properties of the relay's upstream link beyond the subscriber's own (the
     one place they are made): the selection, and ``behind``, the identities behind the relay
     (:mod:`.paths`) as the ``seqrepair-path`` the relay then extends with its own
-    (:meth:`~seqrepair.amqp.wire.hops.Hops.upstream_properties`)."""
+    (:meth:`~seqrepair.amqp.wire.hops.Hops.upstream_properties`), with ``hops``, the deepest
+    route behind it, as ``seqrepair-path-hops`` (None: the length of ``behind``)."""
     props: dict[symbol, Any] = {}
     if behind:
         props[PROP_PATH] = list(behind)
+        if hops is not None:
+            props[PROP_PATH_HOPS] = ulong(hops)
     if len(selection.patterns) > 1:
         props[PROP_SELECTION] = ",".join(str(p) for p in selection.patterns)
     if selection.tokens is not None:

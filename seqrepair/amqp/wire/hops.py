@@ -12,6 +12,13 @@ APEX answers with a TTL-like hop count; we carry a little more, so that the erro
   (:class:`RelayLoopError`, a loop) or when the path would get longer than its limit
   (:class:`HopLimitError`, a chain too long: ``--max-hops``, default 8). A component checks
   the path it is given the same way (:meth:`Hops.check`) without extending it;
+* the limit is on *hops*, the length of the longest route behind the attach, not on how many
+  identities its path holds: a relay's one upstream attach carries the union of its
+  subscribers' paths (fan-in), so it also sets ``seqrepair-path-hops`` (:data:`PROP_PATH_HOPS`,
+  ulong), the hops of its deepest route plus its own; every hop that extends a path sets it
+  (absent: the path's length). A path carries at most :data:`MAX_CARRIED` identities: past
+  that, those first on it (the farthest from the hop that cut it) are left out; a loop through
+  them is not seen by identity but still ends at the hop limit, each round adding a hop;
 * every request or frame a gateway forwards carries the application property
   ``seqrepair-hops`` (:data:`HOPS_PROPERTY`, ulong): how many hops it has crossed. Requests
   past the limit are refused (:meth:`Hops.forward_count`); frames are counted
@@ -37,7 +44,7 @@ import attrs
 from proton import symbol, ulong
 
 from seqrepair.amqp.wire.errors import AmqpAdapterError, InvalidLinkPropertyError
-from seqrepair.amqp.wire.vocabulary import PROP_PATH
+from seqrepair.amqp.wire.vocabulary import PROP_PATH, PROP_PATH_HOPS
 from seqrepair.core.errors import InvalidConfigError
 
 HOPS_PROPERTY = "seqrepair-hops"
@@ -48,6 +55,9 @@ MAX_HOPS_LIMIT = 255
 """The highest limit an operator may configure (APEX's hop count is 0..255)."""
 MAX_PATH = MAX_HOPS_LIMIT
 """The most elements a ``seqrepair-path`` may hold; a longer one is malformed."""
+MAX_CARRIED = 128
+"""The most identities a hop puts on a path it sends (a relay's fan-in may bring more: those
+first on the path are left out, the hop count still counts them)."""
 MAX_HOP_ID = 128
 """The most characters of one hop identity."""
 DESCRIPTION_LIMIT = 480
@@ -59,6 +69,8 @@ HOP_CONDITIONS = frozenset({HOP_LIMIT_CONDITION, LOOP_CONDITION})
 """The conditions of a refusal no reconnect cures: the clients stop on them."""
 
 Path = tuple[str, ...]
+Route = tuple[Path, int]
+"""A path and its hops (the length of the longest route it stands for)."""
 
 
 class MalformedPathError(InvalidLinkPropertyError):
@@ -144,6 +156,25 @@ def read_path(properties: Mapping[Any, Any] | None) -> Path:
     return tuple(path)
 
 
+def read_route(properties: Mapping[Any, Any] | None) -> Route:
+    """The path of attach ``properties`` (:func:`read_path`) and its hops: its
+    ``seqrepair-path-hops``, absent the path's length, at least 1 with any identity on the path
+    (a route through a hop crossed it). :class:`MalformedPathError` for a count that is not an
+    integer 0..2^64-1."""
+    path = read_path(properties)
+    value = None
+    for key, item in (properties or {}).items():
+        if str(key) == str(PROP_PATH_HOPS):
+            value = item
+            break
+    if value is None:
+        return path, len(path)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << 64:
+        raise MalformedPathError(f"{PROP_PATH_HOPS} must be an integer 0..2^64-1",
+                                 expected="ulong", got=value)
+    return path, max(int(value), 1 if path else 0)
+
+
 def check_max_hops(value: object, *, option: str = "max_hops") -> int:
     """``value`` if it is a limit an operator may set (1..:data:`MAX_HOPS_LIMIT`)."""
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_HOPS_LIMIT:
@@ -178,16 +209,27 @@ class Hops:
 
     def check(self, properties: Mapping[Any, Any] | None) -> Path:
         """The path of an attach this process takes as the end of it (a component): refused
-        (:class:`HopError`) when it holds this identity or is longer than the limit."""
-        path = read_path(properties)
+        (:class:`HopError`) when it holds this identity or crossed more hops than the limit."""
+        return self.check_route(properties)[0]
+
+    def check_route(self, properties: Mapping[Any, Any] | None) -> Route:
+        """:meth:`check`, and the hops the attach crossed (:func:`read_route`)."""
+        path, hops = read_route(properties)
         if self.identity in path:  # it came back here: name the loop as it closes
-            self._checked((*path, self.identity), "would cross")
-        return self._checked(path, "has crossed")
+            self._checked((*path, self.identity), hops + 1, "would cross")
+        return self._checked(path, hops, "has crossed"), hops
 
     def extend(self, properties: Mapping[Any, Any] | None) -> Path:
         """The path of an attach this process forwards: the path it came with plus this
-        identity, refused when that is a loop or longer than the limit."""
-        return self._checked((*read_path(properties), self.identity), "would cross")
+        identity (at most :data:`MAX_CARRIED`, the first left out), refused when that is a loop
+        or crosses more hops than the limit."""
+        return self.extend_route(properties)[0]
+
+    def extend_route(self, properties: Mapping[Any, Any] | None) -> Route:
+        """:meth:`extend`, and the hops it would cross: one more than it came with."""
+        path, hops = read_route(properties)
+        path = self._checked((*path, self.identity), hops + 1, "would cross")
+        return path[-MAX_CARRIED:], hops + 1
 
     def upstream_properties(self, properties: Mapping[Any, Any] | None) -> dict[symbol, Any]:
         """The link properties to attach upstream with, for an attach that came with
@@ -195,10 +237,11 @@ class Hops:
         behind it, ``relay/paths.py``): the same, keys made symbols, ``seqrepair-path``
         extended with this identity. :class:`HopError` or :class:`MalformedPathError` refuses
         it, with a description naming the path."""
-        path = self.extend(properties)
+        path, hops = self.extend_route(properties)
         out = {k if isinstance(k, symbol) else symbol(str(k)): v
                for k, v in dict(properties or {}).items()}
         out[PROP_PATH] = list(path)
+        out[PROP_PATH_HOPS] = ulong(hops)
         return out
 
     def forward_count(self, properties: Mapping[Any, Any] | None) -> int:
@@ -214,7 +257,7 @@ class Hops:
             )
         return count
 
-    def _checked(self, path: Path, crossing: str) -> Path:
+    def _checked(self, path: Path, hops: int, crossing: str) -> Path:
         seen: set[str] = set()
         for hop in path:
             if hop in seen:
@@ -224,11 +267,11 @@ class Hops:
                     path=path, expected="each hop once", got=hop,
                 )
             seen.add(hop)
-        if len(path) > self.max_hops:
+        if hops > self.max_hops:
             raise HopLimitError(
-                _cut(f"hop limit exceeded: this attach {crossing} {len(path)} hops, more "
+                _cut(f"hop limit exceeded: this attach {crossing} {hops} hops, more "
                      f"than {self.max_hops} (at {self.identity}): {describe_path(path)}"),
-                path=path, expected=self.max_hops, got=len(path),
+                path=path, expected=self.max_hops, got=hops,
             )
         return path
 
@@ -267,15 +310,18 @@ __all__ = [
     "HOP_CONDITIONS",
     "HOP_LIMIT_CONDITION",
     "LOOP_CONDITION",
+    "MAX_CARRIED",
     "MAX_HOPS_LIMIT",
     "MAX_HOP_ID",
     "MAX_PATH",
     "PROP_PATH",
+    "PROP_PATH_HOPS",
     "HopError",
     "HopLimitError",
     "Hops",
     "MalformedPathError",
     "RelayLoopError",
+    "Route",
     "check_hop_id",
     "check_max_hops",
     "count_hop",
@@ -284,4 +330,5 @@ __all__ = [
     "hop_refusal",
     "read_hops",
     "read_path",
+    "read_route",
 ]

@@ -55,6 +55,10 @@ PROP_DURABLE = symbol("seqrepair-durable")
 PROP_PATH = symbol("seqrepair-path")
 """Attach property (list of string) a gateway or relay sets on the attaches it makes upstream:
 the identities of the hops the attach crossed, in order (:mod:`seqrepair.amqp.wire.hops`)."""
+PROP_PATH_HOPS = symbol("seqrepair-path-hops")
+"""Attach property (ulong) set with ``seqrepair-path``: the hops crossed along the longest
+route behind the attach (a relay's path is the union of its subscribers' routes, so its length
+is not a hop count); absent, the length of ``seqrepair-path``."""
 
 PROP_SELECTION = symbol("seqrepair-selection")
 """Attach link property (string, comma-separated, or list of strings): the subscriber link's
