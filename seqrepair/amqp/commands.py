@@ -47,10 +47,11 @@ def register(subparsers: Any) -> None:
                        metavar="N", help="contributions one owner may leave unanswered "
                                          "(default 256)")
     serve.add_argument("--subscription", action="append", default=[],
-                       metavar="NAME=PATTERN[;TOKENS]",
+                       metavar="NAME=PATTERN[;TOKENS[;PRINCIPALS]]",
                        help="a subscription queue /subscriptions/NAME (tokens comma-separated); "
-                            "who may attach to it: the --policy file's attach-queue rules "
-                            "(without a policy, anyone)")
+                            "who may attach to it: the PRINCIPALS named (comma-separated, "
+                            "'*' = any characters, anonymous included) and the --policy "
+                            "file's attach-queue rules; nobody else")
     serve.add_argument("--rest", type=host_port, metavar="HOST:PORT",
                        help="serve the subscription REST API (/subscriptions, /topics) here; "
                             "subscriptions made through it are kept in Redis")

@@ -122,6 +122,17 @@ def _unescape(line: str) -> bytes:
     return bytes(out)
 
 
+def canonical_user(user: str) -> str:
+    """``user`` as one principal name whichever way it was written: ``alice@<this host>``
+    (Cyrus SASL's default realm, which a client may name or leave out) is ``alice``, as
+    :func:`_name` lists it; any other name as it is. The AMQP and REST ports both use it,
+    so one user is never two principals."""
+    name, at, realm = user.rpartition("@")
+    if at and name and realm in (socket.gethostname(), socket.getfqdn()):
+        return name
+    return user
+
+
 def _name(key: bytes) -> str:
     """The user name of a sasldb key ``user\\0realm\\0property``, as SASL and HTTP Basic
     give it: Cyrus keeps ``alice@example.com`` as user ``alice`` of realm ``example.com``, and

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import attrs
 
-from seqrepair.auth.credentials import CredentialsError, CredentialStore
+from seqrepair.auth.credentials import CredentialsError, CredentialStore, canonical_user
 from seqrepair.core.errors import InvalidConfigError
 
 ANONYMOUS = "anonymous"
@@ -132,6 +132,7 @@ class RestAuth:
         if not sep or not user:
             return None
         try:
+            user = canonical_user(user)  # "alice@<this host>" is alice, as over AMQP
             return user if self.credentials.verify(user, password) else None
         except CredentialsError:
             return None  # an unreadable file lets nobody in (logged by the caller's 401)

@@ -108,6 +108,8 @@ ALL_OPERATIONS = frozenset(Operation) - {Operation.ADMIN, Operation.ACT_FOR,
 ``own-source``, which are only ever named."""
 
 EVERY_TOPIC = TopicPattern("/#")
+WITHOUT_POLICY = (ALL_OPERATIONS - {Operation.ATTACH_QUEUE}) | {Operation.OWN_SOURCE}
+"""What :meth:`Policy.allow_all` grants everyone."""
 
 
 class Effect(enum.Enum):
@@ -326,9 +328,12 @@ class Policy:
 
     @classmethod
     def allow_all(cls) -> Policy:
-        """No policy configured: everything but ``admin`` to everyone (every source is
-        everyone's: ``own-source`` of every source to everyone)."""
-        return cls((Rule(Effect.ALLOW, ("*",), ("*", Operation.OWN_SOURCE)),), permissive=True)
+        """No policy configured: everything but ``admin`` and ``attach-queue`` to everyone
+        (every source is everyone's: ``own-source`` of every source to everyone). An
+        operator-configured queue is then attachable only by those its configuration names
+        (:func:`may_access`): a queue hands out its permission tokens, so nobody gets them
+        by default."""
+        return cls((Rule(Effect.ALLOW, ("*",), WITHOUT_POLICY),), permissive=True)
 
     @classmethod
     def from_json(cls, value: object) -> Policy:
@@ -385,6 +390,21 @@ class Policy:
             granted = any(covers(a, pattern) for r in allows for a in r.topics)
         if not granted:
             return _refused(principal, operation, pattern)
+        exclude = tuple(dict.fromkeys(
+            d for r in denies for d in r.topics if overlaps(d, pattern)))
+        return Decision(True, exclude, "allowed")
+
+    def exclusions(self, principal: str, operation: Operation,
+                   topic: TopicPattern | str) -> Decision:
+        """What the denies alone say of ``principal`` doing ``operation`` on pattern
+        ``topic``, whatever the allows grant: refused when a deny covers it all, else allowed
+        with the denied patterns inside it as :attr:`Decision.exclude` (an operator-configured
+        queue: whoever may attach to it sees its topic but what is denied to them)."""
+        _, denies = self._rules(principal, operation)
+        pattern = topic if isinstance(topic, TopicPattern) else TopicPattern(topic)
+        if any(covers(d, pattern) for r in denies for d in r.topics):
+            return Decision(False, why=f"{operation.value} on {pattern} denied to "
+                                       f"{principal!r}")
         exclude = tuple(dict.fromkeys(
             d for r in denies for d in r.topics if overlaps(d, pattern)))
         return Decision(True, exclude, "allowed")
@@ -459,16 +479,21 @@ def may_act_for(policy: Policy, actor: str, principal: str) -> Decision:
 
 
 def may_access(policy: Policy, principal: str, *, sub_id: str, owner: str | None,
-               configured: bool) -> bool:
+               configured: bool, attachers: Iterable[str] = ()) -> bool:
     """Whether ``principal`` may read, change, delete or attach to a subscription: an
     administrator may; an operator-configured one, whoever the policy lets attach to it
-    (``attach-queue``); an API-made one, its owner. One without an owner (stored before
-    subscriptions had owners) or made by an anonymous client is everyone's: without an
-    identity there is nobody to keep it for."""
+    (``attach-queue``) or its configuration names (``attachers``, ``*`` = any characters),
+    unless a deny of ``attach-queue`` names it; an API-made one, its owner. One without an
+    owner (stored before subscriptions had owners) or made by an anonymous client is
+    everyone's: without an identity there is nobody to keep it for."""
     if policy.is_admin(principal):
         return True
     if configured:
-        return bool(policy.may_attach_queue(principal, sub_id))
+        if policy.may_attach_queue(principal, sub_id):
+            return True
+        _, denies = policy._rules(principal, Operation.ATTACH_QUEUE)
+        return not any(r.names_queue(sub_id) for r in denies) and any(
+            _actor_regex(a).fullmatch(principal) for a in attachers)
     return owner is None or owner in (ANONYMOUS, principal)
 
 

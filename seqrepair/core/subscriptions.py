@@ -147,6 +147,10 @@ class Subscription:
     owner: str | None = None
     """The principal that created it (the API sets it; a proposal cannot choose it). None:
     the operator's (configured), or stored before subscriptions had owners."""
+    attachers: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    """A configured one's: the principals its configuration lets attach (``*`` = any
+    characters; ``serve --subscription NAME=PATTERN;TOKENS;PRINCIPALS``), besides those the
+    policy's ``attach-queue`` names. Not shown by the API (the operator's business)."""
 
     @property
     def queue(self) -> str:

@@ -37,7 +37,7 @@ entitled to everything published since it subscribed, including sources it has n
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterator, Mapping
+from collections.abc import Callable, Collection, Generator, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, cast
 
 import attrs
@@ -604,8 +604,14 @@ class GapFillService:
         *,
         carried_after: Mapping[str, int] | None = None,
         fetcher: Fetcher | None = None,
+        visible: Callable[[Iterable[str]], Collection[str]] | None = None,
     ) -> Replay | GapError:
         """A :class:`Replay` of the journal after the requested numbers, or a GapError.
+
+        ``visible`` (None: every source): the sources, of those given, the caller may learn
+        of; any other is answered exactly as a source the journal has never held (no
+        high-water, no trimmed numbers, not named unless the request names it), so the
+        answer is no oracle of hidden sources.
 
         ``carried_after`` (used with the request's ``link_through``): per source, the number
         after which the transport sends everything on the link from now on (what a component
@@ -621,8 +627,14 @@ class GapFillService:
         if not isinstance(request, SourceGapRequest):
             raise InvalidMessageError("answer_source_gap takes a SourceGapRequest", got=request)
         sources = sorted(set(request.after) | set(self.journal.sources()))
+        if visible is not None:
+            shown = set(visible(sources))
+            sources = [s for s in sources if s in shown or s in request.after]
+        else:
+            shown = set(sources)
         # a name the journal cannot hold (see check_source) has nothing journaled
-        marks = self.journal.high_waters([s for s in sources if can_name_journal(s)])
+        marks = self.journal.high_waters([s for s in sources
+                                          if s in shown and can_name_journal(s)])
         segments: list[_Segment] = []
         through: dict[str, int] = {}
         trimmed_through: dict[str, int] = {}

@@ -96,7 +96,8 @@ class SubscriptionManager:
     def may_access(self, sub: Subscription, principal: str | None) -> bool:
         """Whether ``principal`` (None: a trusted caller) may see ``sub`` at all."""
         return principal is None or may_access(
-            self.policy(), principal, sub_id=sub.id, owner=sub.owner, configured=sub.configured)
+            self.policy(), principal, sub_id=sub.id, owner=sub.owner, configured=sub.configured,
+            attachers=sub.attachers)
 
     def _check(self, principal: str | None, operation: Operation, topic: Any = None) -> None:
         if principal is None:
@@ -124,6 +125,18 @@ class SubscriptionManager:
         with self._lock:
             subs = self.registry.query()
         return [sub for sub in subs if self.may_access(sub, principal)]
+
+    def readable(self, principal: str | None = None) -> list[Subscription]:
+        """The subscriptions ``principal`` may read (None: every one): those it may access
+        with ``read-subscription`` on their topic; none, never a refusal, when it may read
+        none (``GET /topics/<t>`` names only these)."""
+        with self._lock:
+            subs = self.registry.query()
+        if principal is None:
+            return subs
+        policy = self.policy()
+        return [sub for sub in subs if self.may_access(sub, principal)
+                and policy.decide(principal, Operation.READ_SUBSCRIPTION, sub.topic)]
 
     def create(self, proposal: Any, principal: str | None = None) -> Subscription:
         """Create a subscription from a proposed JSON object; return it as realized (owned by

@@ -93,5 +93,6 @@ def _check_listed(policy: Policy, principal: str, topic: str) -> None:
 
 
 def _wanted(manager: SubscriptionManager, principal: str, topic: str) -> list[str]:
-    """The ids of ``principal``'s subscriptions that may select ``topic``."""
-    return [sub.id for sub in manager.query(principal) if sub.may_select(topic)]
+    """The ids of the subscriptions ``principal`` may read that may select ``topic`` (none
+    when it may read none: listing a topic needs ``list-topics`` alone)."""
+    return [sub.id for sub in manager.readable(principal) if sub.may_select(topic)]

@@ -84,7 +84,9 @@ def test_a_client_never_names_whom_the_gateway_acts_for() -> None:
     assert upstream_properties(claimed, None) == {symbol("seqrepair-resume"): True}
     assert upstream_properties(claimed, BOB) == {symbol("seqrepair-resume"): True,
                                                  ON_BEHALF_OF: BOB}
-    assert upstream_properties(claimed, ANON) == {symbol("seqrepair-resume"): True}
+    # an anonymous client is forwarded as anonymous, never left to act as the gateway
+    assert upstream_properties(claimed, ANON) == {symbol("seqrepair-resume"): True,
+                                                  ON_BEHALF_OF: ANON}
 
 
 @pytest.fixture
@@ -115,7 +117,7 @@ def test_who_may_name_another_principal_at_the_component(
         (ANON, ALICE, "amqp:unauthorized-access"),
         (GW, CAROL, "amqp:unauthorized-access"),  # not among its principals
         (GW, OPS, "amqp:unauthorized-access"),  # an administrator
-        (GW, ANON, "amqp:unauthorized-access"),
+        (GW, ANON, "amqp:unauthorized-access"),  # anonymous: no act-for, no subscribe
         (GW, 42, "amqp:invalid-field"),
         (GW, "x" * 300, "amqp:invalid-field"),
         (GW, None, "amqp:unauthorized-access"),  # as itself: it may subscribe to nothing

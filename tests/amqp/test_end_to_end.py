@@ -53,7 +53,7 @@ def test_losses_connection_cut_and_component_kill(
     component: Callable[..., ComponentProcess], redis_url: str
 ) -> None:
     comp = component("--drop-rate", "0.02", "--drop-seed", "7", "--heartbeat", "0.2",
-                     "--subscription", "vip=/#;gold")
+                     "--subscription", "vip=/#;gold;*")  # anyone may attach
     specs = {
         "all": ("/weather/#", Entitlement(topics=("/weather/#",))),
         "wind": ("/weather/wind/*", Entitlement(topics=("/weather/wind/*",))),

@@ -18,7 +18,9 @@ Every check reads the policy in force (the subscription manager's ``policy``: a 
   detached (:func:`revoked`);
 * a link or request that names ``seqrepair-on-behalf-of`` acts as that principal, when the
   connection's principal has ``act-for`` on it (a gateway forwarding the identity its client
-  proved, :func:`effective_principal`); else it is refused (``amqp:unauthorized-access``);
+  proved, :func:`effective_principal`); else it is refused (``amqp:unauthorized-access``).
+  ``anonymous`` needs no ``act-for``: a connection may always make itself anonymous (a
+  forwarding gateway's anonymous clients act as ``anonymous``, never as the gateway);
 * the attach reply's ``seqrepair-start-after`` and CAPABILITIES' ``source-bits`` name only the
   sources the caller may subscribe to a topic of (learned as publications are fanned out,
   when a policy restricts anything).
@@ -42,7 +44,14 @@ from seqrepair.amqp.wire.vocabulary import (
     SUBSCRIPTION_PREFIX,
     plain_properties,
 )
-from seqrepair.core.policy import Operation, Policy, may_access, may_act_for
+from seqrepair.core.policy import (
+    ANONYMOUS,
+    Decision,
+    Operation,
+    Policy,
+    may_access,
+    may_act_for,
+)
 from seqrepair.core.subscriptions import Subscription
 from seqrepair.core.topics import TopicPattern
 
@@ -70,6 +79,8 @@ def effective_principal(component: Component, connection: Any,
     claimed = (properties or {}).get(str(PROP_ON_BEHALF_OF))
     if claimed is None:
         return actor
+    if claimed == ANONYMOUS:  # acting as nobody only takes privileges away: no act-for needed
+        return ANONYMOUS
     if not isinstance(claimed, str) or not claimed or len(claimed) > MAX_PRINCIPAL_LENGTH:
         raise InvalidLinkPropertyError(
             f"{PROP_ON_BEHALF_OF} names a principal",
@@ -138,13 +149,30 @@ def subscribe_exclusions(component: Component, principal: str,
 def queue_exclusions(component: Component, principal: str, address: str,
                      sub: Subscription | None) -> tuple[TopicPattern, ...]:
     """A subscriber link on queue ``address`` (``sub``: the subscription, None when there is
-    none): refuse it as not found unless ``principal`` may access it; the patterns of its
-    topic the principal must not see."""
-    policy = policy_of(component)
-    if sub is None or not may_access(policy, principal, sub_id=sub.id, owner=sub.owner,
-                                     configured=sub.configured):
+    none): refuse it as not found unless ``principal`` may access it, and as unauthorized
+    when its topic is refused to it (:func:`queue_decision`); the patterns of its topic the
+    principal must not see."""
+    decision = queue_decision(policy_of(component), principal, sub)
+    if decision is None:
         raise UnknownAddressError(f"no subscription queue {address!r}", got=address)
-    return policy.decide(principal, Operation.SUBSCRIBE, sub.topic).exclude
+    if not decision:
+        raise UnauthorizedAccessError(decision.why, expected="subscribe", got=address)
+    return decision.exclude
+
+
+def queue_decision(policy: Policy, principal: str, sub: Subscription | None) -> Decision | None:
+    """What ``principal`` may see of subscription queue ``sub``: None when it may not access
+    it (no such queue, another's); else the ``subscribe`` decision on its topic. An API-made
+    queue needs the ``subscribe`` grant of its topic (as the pattern would at attach: a queue
+    is never wider than its holder's grant, and a revoked grant takes the queue too); an
+    operator-configured one is granted by ``attach-queue`` (or its configuration), and only the
+    denies speak of its topic (:meth:`~seqrepair.core.policy.Policy.exclusions`)."""
+    if sub is None or not may_access(policy, principal, sub_id=sub.id, owner=sub.owner,
+                                     configured=sub.configured, attachers=sub.attachers):
+        return None
+    if sub.configured:
+        return policy.exclusions(principal, Operation.SUBSCRIBE, sub.topic)
+    return policy.decide(principal, Operation.SUBSCRIBE, sub.topic)
 
 
 def check_link_name(component: Component, name: str, principal: str) -> None:
@@ -201,16 +229,16 @@ def revoked(component: Component) -> list[tuple[SubscriberLink, str, str]]:
             continue
         if link.address.startswith(SUBSCRIPTION_PREFIX):
             sub = component.subscriptions.find(link.address[len(SUBSCRIPTION_PREFIX):])
-            if sub is None or not may_access(policy, principal, sub_id=sub.id,
-                                             owner=sub.owner, configured=sub.configured):
+            queued = queue_decision(policy, principal, sub)
+            if queued is None:
                 ended.append((link, "amqp:not-found", "no subscription queue"))
                 continue
-            decision = policy.decide(principal, Operation.SUBSCRIBE, sub.topic)
+            decision = queued
         else:
             decision = policy.decide(principal, Operation.SUBSCRIBE, link.address)
-            if not decision:
-                ended.append((link, UnauthorizedAccessError.condition, decision.why))
-                continue
+        if not decision:
+            ended.append((link, UnauthorizedAccessError.condition, decision.why))
+            continue
         if frozenset(decision.exclude) != frozenset(link.entitlement.exclude):
             ended.append((link, "amqp:link:detach-forced", "access policy changed: attach "
                                                           "again"))

@@ -29,6 +29,7 @@ from seqrepair.amqp.wire.errors import (
     UnknownMessageTypeError,
 )
 from seqrepair.amqp.wire.respann import RESPONSE_ADDRESS_SUPPORTED
+from seqrepair.amqp.wire.security import ANONYMOUS
 from seqrepair.amqp.wire.technical import (
     DEFAULT_SOURCE_BITS,
     Ack,
@@ -190,9 +191,12 @@ def answer_gap(
     if link.name not in route.replays:  # a new replay (one for the same link replaces it)
         check_replay_room(component.routes.values(), route, config, component.stats)
     # what the component fans out next goes to this link too: the replay stops there
+    # the sources the link's principal may not learn of are answered as unknown ones
+    principal = component.principals.get(link.name, ANONYMOUS)
     replay = component.gapfill.answer_source_gap(
         link.name, request, now, carried_after=component.ingest.ingested,
         fetcher=component.fetcher,  # a relay's: what its journal lacks comes from upstream
+        visible=lambda sources: visible_sources(component, principal, dict.fromkeys(sources)),
     )
     if isinstance(replay, GapError):
         link.log.info("source request not answered", reason=replay.reason,

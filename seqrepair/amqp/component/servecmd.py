@@ -46,11 +46,13 @@ def serve(args: argparse.Namespace) -> int:
         subs = {}
         for spec in args.subscription:
             name, _, rest = spec.partition("=")
-            pattern, _, tokens = rest.partition(";")
+            pattern, _, tail = rest.partition(";")
+            tokens, _, attachers = tail.partition(";")
             if not name or not rest:
                 raise InvalidConfigError(f"--subscription wants NAME=PATTERN, got {spec!r}")
             subs[name] = Subscription(name, pattern, permtokens=[t for t in tokens.split(",") if t],
-                                      configured=True)
+                                      configured=True,
+                                      attachers=[p for p in attachers.split(",") if p])
         security = ServerSecurity.from_args(args)
         security.check(args.url)
     except SeqRepairError as exc:  # a bad grant, subscription, topic, policy, retention or security

@@ -77,7 +77,7 @@ def upstream_properties(props: Mapping[Any, Any] | None,
     its client proved, when the gateway forwards principals; a client never names its own)."""
     out = relayed_properties(props)
     out.pop(PROP_ON_BEHALF_OF, None)
-    if on_behalf_of is not None and on_behalf_of != ANONYMOUS:
+    if on_behalf_of is not None:  # anonymous too: it must not act as the gateway
         out[PROP_ON_BEHALF_OF] = on_behalf_of
     return out
 

@@ -49,7 +49,6 @@ from seqrepair.amqp.gateway.rewrite import (
 from seqrepair.amqp.wire.errors import UnknownAddressError
 from seqrepair.amqp.wire.hops import HOPS_PROPERTY, count_hop
 from seqrepair.amqp.wire.respann import RESPONSE_ADDRESS_SUPPORTED, RESPONSE_ANNOTATIONS
-from seqrepair.amqp.wire.security import ANONYMOUS
 from seqrepair.amqp.wire.technical import MessageType
 from seqrepair.amqp.wire.vocabulary import (
     LINK_PREFIX,
@@ -247,7 +246,7 @@ def _upstream_message(
     ``seqrepair-on-behalf-of`` is the gateway's to set (``on_behalf_of``), never the client's."""
     given: dict[Any, Any] = dict(message.properties or {})
     properties = {k: v for k, v in given.items() if str(k) != str(PROP_ON_BEHALF_OF)}
-    if on_behalf_of is not None and on_behalf_of != ANONYMOUS:
+    if on_behalf_of is not None:  # anonymous too: it must not act as the gateway
         properties[str(PROP_ON_BEHALF_OF)] = on_behalf_of
     out = Message(body=message.body, properties=properties,
                   id=addressing.message_id, reply_to=addressing.reply_to,

@@ -43,6 +43,7 @@ from typing import Any
 
 import attrs
 
+from seqrepair.auth.credentials import canonical_user
 from seqrepair.core.errors import InvalidConfigError
 
 __all__ = [
@@ -97,11 +98,16 @@ def principal_of(connection: Any) -> str:
     """Who a connection is: the user its transport authenticated (SASL SCRAM, or EXTERNAL with
     the certificate's subject), else :data:`ANONYMOUS`. Never the claimed container id, nor
     the authorization id the client asked SASL for: ``transport.user`` is the authentication
-    id, and proton's server accepts any authorization id (its Cyrus proxy policy allows all)."""
+    id, and proton's server accepts any authorization id (its Cyrus proxy policy allows all).
+    A name in this host's realm is the bare user, as REST names it
+    (:func:`~seqrepair.auth.credentials.canonical_user`)."""
     transport = getattr(connection, "transport", None)
     user = getattr(transport, "user", None) if transport is not None else None
-    if isinstance(user, str) and user and user.lower() != ANONYMOUS:
-        return user
+    if isinstance(user, str) and user:
+        # Cyrus takes "alice@<this host>" for "alice" (its default realm): one principal
+        user = canonical_user(user)
+        if user.lower() != ANONYMOUS:
+            return user
     return ANONYMOUS
 
 
