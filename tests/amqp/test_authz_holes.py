@@ -1,0 +1,371 @@
+"""Authorization holes an audit of issue 25 found, each closed and tried here over the real
+component, REST server, gateway and redis-server (WIRE.md "Authorization"):
+
+* a subscription queue's link takes its principal's ``subscribe`` decision (an API-made one
+  needs the grant; every queue excludes the denied patterns), and a reload that takes the
+  grant back ends the link;
+* a source replay's answers name a source the caller may not see exactly as one nobody has;
+* one user is one principal, whether or not it names Cyrus's default realm;
+* an anonymous client behind a forwarding gateway is anonymous, not the gateway;
+* without a policy, a configured queue is attachable only by whom its configuration names;
+* ``GET /topics/<t>`` needs ``list-topics`` alone.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from proton.utils import BlockingConnection, LinkDetached
+
+from seqrepair.amqp.client.subscriber import Subscriber
+from seqrepair.amqp.wire.codec import Decoder, encode
+from seqrepair.core.messages import (
+    GapError,
+    Publication,
+    ReplayComplete,
+    ReplayStarted,
+    SourceGapRequest,
+)
+
+from .conftest import ComponentProcess, free_port, wait_for
+from .principals import (
+    MISSING,
+    amqp_identity,
+    client_security,
+    password,
+    rest_token_file,
+    serve_args,
+)
+from .test_authz import POLICY, attach, publish_as, refusal, rest
+from .test_gateway_publish import gateway_process
+
+pytestmark = [pytest.mark.amqp, pytest.mark.redis]
+needs_scram = pytest.mark.skipif(MISSING is not None, reason=f"AMQP principals: {MISSING}")
+
+ALICE, BOB, ANON, SPY = "alice@example.com", "bob@example.com", "anonymous", "spy@secret.org"
+GUEST, READER, GW = "guest@partner.org", "reader@example.org", "gw@example.net"
+
+HOLES_POLICY = POLICY + """
+[[allow]]  # the operator's queue public-all, and no subscribe grant at all
+actors = ["guest@partner.org"]
+operations = ["attach-queue"]
+queues = ["public-*"]
+
+[[deny]]
+actors = ["guest@partner.org"]
+operations = ["subscribe"]
+topics = ["/weather/secret/#"]
+
+[[allow]]  # may list the topics, may read no subscription
+actors = ["reader@example.org"]
+operations = ["list-topics"]
+topics = ["/weather/#"]
+"""
+
+
+@pytest.fixture
+def holes(component: Callable[..., ComponentProcess],
+          tmp_path: Path) -> tuple[ComponentProcess, int, Path]:
+    policy = tmp_path / "policy.toml"
+    policy.write_text(HOLES_POLICY)
+    port = free_port()
+    tokens = rest_token_file(tmp_path / "tokens", ALICE, BOB, READER)
+    comp = component("--heartbeat", "0.2", *serve_args(tmp_path, ALICE, BOB, SPY, GUEST),
+                     "--policy", str(policy), "--rest", f"127.0.0.1:{port}",
+                     "--rest-token-file", tokens,
+                     "--subscription", "public-all=/weather/#")
+    return comp, port, policy
+
+
+def _reload(comp: ComponentProcess, policy: Path, text: str) -> None:
+    assert comp.proc is not None
+    before = comp.log_text().count("access policy reloaded")
+    policy.write_text(text)
+    os.kill(comp.proc.pid, signal.SIGHUP)
+    assert wait_for(lambda: comp.log_text().count("access policy reloaded") > before, 10)
+
+
+def _received(receiver: Any, seconds: float) -> list[Any]:
+    """Every frame ``receiver`` gets within ``seconds``."""
+    decoder = Decoder(link_bits=16)
+    frames: list[Any] = []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        try:
+            message = receiver.receive(timeout=max(0.05, end - time.monotonic()))
+        except Exception:  # proton's Timeout: nothing more came
+            break
+        frames.extend(decoder.decode(message))
+    return frames
+
+
+def _detached(receiver: Any, seconds: float) -> str | None:
+    """The condition ``receiver``'s link is detached with within ``seconds`` (None: not)."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        try:
+            receiver.receive(timeout=0.2)
+        except LinkDetached as exc:
+            return str(exc.condition)
+        except Exception:  # proton's Timeout: still attached
+            continue
+    return None
+
+
+def _topics_seen(receiver: Any, seconds: float) -> list[str]:
+    return [f.topic for f in _received(receiver, seconds) if isinstance(f, Publication)]
+
+
+@needs_scram
+def test_a_queue_link_takes_the_subscribe_decision_and_ends_when_it_is_taken_back(
+    holes: tuple[ComponentProcess, int, Path],
+) -> None:
+    comp, port, policy = holes
+    assert rest(port, ALICE)("POST", "/subscriptions",
+                             {"id": "alice-q", "topic": "/weather/#"})[0] == 201
+    outcome = attach(comp.url, "/subscriptions/alice-q", ALICE, "alice-q-link")
+    assert isinstance(outcome, tuple), outcome
+    receiver, conn = outcome
+    try:
+        time.sleep(0.3)
+        assert publish_as(comp.url, SPY, "/weather/secret/x", 2, "/weather/secret/#",
+                          source="feed.secret.1") == [None] * 2
+        assert publish_as(comp.url, BOB, "/weather/wind/LEMD", 2,
+                          source="feed.bob.1") == [None] * 2
+        assert _topics_seen(receiver, 1.5) == ["/weather/wind/LEMD"] * 2  # secrets excluded
+        # alice's subscribe grant taken back: her queue's link ends, never widens
+        _reload(comp, policy, HOLES_POLICY + '\n[[deny]]\nactors = ["alice@example.com"]\n'
+                                              'operations = ["subscribe"]\n'
+                                              'topics = ["/weather/#"]\n')
+        assert _detached(receiver, 10) == "amqp:unauthorized-access"
+    finally:
+        conn.close()
+    assert refusal(comp.url, "/subscriptions/alice-q", ALICE) == "amqp:unauthorized-access"
+    assert refusal(comp.url, "/weather/#", ALICE) == "amqp:unauthorized-access"
+    # another's queue stays not found, as one nobody has
+    assert refusal(comp.url, "/subscriptions/alice-q", BOB) == "amqp:not-found"
+
+
+@needs_scram
+def test_a_configured_queue_excludes_what_is_denied_to_whoever_attaches(
+    holes: tuple[ComponentProcess, int, Path],
+) -> None:
+    comp, _, _ = holes
+    assert refusal(comp.url, "/weather/#", GUEST) == "amqp:unauthorized-access"  # no grant
+    seen: dict[str, list[str]] = {}
+    for who in (GUEST, BOB, ANON):
+        outcome = attach(comp.url, "/subscriptions/public-all", who)
+        if who == ANON:  # attach-queue names nobody anonymous
+            assert outcome == "amqp:not-found"
+            continue
+        assert isinstance(outcome, tuple), (who, outcome)
+        receiver, conn = outcome
+        try:
+            time.sleep(0.3)
+            assert publish_as(comp.url, SPY, "/weather/secret/x", 2, "/weather/secret/#",
+                              source=f"feed.secret.{who}") == [None] * 2
+            assert publish_as(comp.url, BOB, "/weather/rain/LEMD", 1,
+                              source=f"feed.rain.{who}") == [None]
+            seen[who] = _topics_seen(receiver, 1.5)
+        finally:
+            conn.close()
+    # neither guest (attach-queue only) nor bob (a subscribe grant) gets the denied secrets
+    assert seen == {GUEST: ["/weather/rain/LEMD"], BOB: ["/weather/rain/LEMD"]}
+
+
+def _ask(sender: Any, receiver: Any, name: str, after: dict[str, int]) -> list[Any]:
+    """The answers to a SOURCE-GAP-REQUEST on link ``name`` (publications left out)."""
+    request = encode(SourceGapRequest(after=after, request_id=7))
+    request.reply_to = f"$link/{name}"
+    request.id = f"q-{uuid.uuid4().hex}"
+    sender.send(request)
+    return [f for f in _received(receiver, 1.5)
+            if isinstance(f, ReplayStarted | ReplayComplete | GapError)]
+
+
+def _shape(answers: list[Any]) -> list[tuple[str, dict[str, int], str]]:
+    return [(type(a).__name__, dict(getattr(a, "through", {}) or {}),
+             getattr(a, "reason", "")) for a in answers]
+
+
+@needs_scram
+def test_a_source_replay_answers_a_hidden_source_as_one_nobody_has(
+    holes: tuple[ComponentProcess, int, Path], redis_url: str,
+) -> None:
+    comp, _, _ = holes
+    assert publish_as(comp.url, ALICE, "/weather/wind/LEMD", 5, source="feed.wind") == [None] * 5
+    conn = BlockingConnection(comp.url, timeout=10, **amqp_identity(BOB))
+    try:
+        receiver = conn.create_receiver("/weather/#", name="bob-link", credit=100)
+        sender = conn.create_sender("$seqrepair")
+        # published after bob attached: a source his link would be owed, were it his to see
+        assert publish_as(comp.url, SPY, "/weather/secret/x", 7, "/weather/secret/#",
+                          source="feed.secret") == [None] * 7
+        assert publish_as(comp.url, ALICE, "/weather/wind/LEMD", 1,
+                          source="feed.wind") == [None]
+        _received(receiver, 1.0)
+        honest = _ask(sender, receiver, "bob-link", {"feed.wind": 4})
+        assert _shape(honest) == [("ReplayStarted", {"feed.wind": 5}, ""),
+                                  ("ReplayComplete", {"feed.wind": 5}, "")]
+        hidden = _ask(sender, receiver, "bob-link", {"feed.secret": 0})
+        nobodys = _ask(sender, receiver, "bob-link", {"nosuch.src": 0})
+        assert _shape(hidden) == [("ReplayStarted", {"feed.secret": 0}, ""),
+                                  ("ReplayComplete", {"feed.secret": 0}, "")]
+        assert _shape(nobodys) == [("ReplayStarted", {"nosuch.src": 0}, ""),
+                                   ("ReplayComplete", {"nosuch.src": 0}, "")]
+        trimmed = subprocess.run(
+            [sys.executable, "-m", "seqrepair.cli", "journal", "trim", "--redis-url", redis_url,
+             "--max-count", "2", "feed.secret"], capture_output=True, text=True, timeout=60)
+        assert trimmed.returncode == 0, trimmed.stderr
+        # trimmed numbers of a hidden source are not told either
+        assert _shape(_ask(sender, receiver, "bob-link", {"feed.secret": 0})) == _shape(hidden)
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def realm(component: Callable[..., ComponentProcess],
+          tmp_path: Path) -> tuple[ComponentProcess, int]:
+    """mallory, a user stored without ``@``, denied ``/open/secret/#``."""
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[[allow]]\nactors = ["*"]\noperations = ["subscribe", "publish", '
+                      '"read-subscription", "create-subscription"]\ntopics = ["/open/#"]\n'
+                      '[[deny]]\nactors = ["mallory"]\noperations = ["subscribe", '
+                      '"create-subscription"]\ntopics = ["/open/secret/#"]\n')
+    port = free_port()
+    comp = component(*serve_args(tmp_path, "mallory"), "--policy", str(policy),
+                     "--rest", f"127.0.0.1:{port}")
+    return comp, port
+
+
+def _basic(port: int, user: str, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    auth = base64.b64encode(f"{user}:{password('mallory')}".encode()).decode()
+    headers = {"Authorization": f"Basic {auth}", "Accept": "application/json"}
+    data = None
+    if body is not None:
+        data = json.dumps(body).encode()
+        headers["Content-Type"] = "application/json"
+    try:
+        conn.request(method, path, body=data, headers=headers)
+        answer = conn.getresponse()
+        text = answer.read()
+    finally:
+        conn.close()
+    return answer.status, json.loads(text) if text else None
+
+
+@needs_scram
+def test_a_user_in_the_default_realm_is_one_principal_on_both_ports(
+    realm: tuple[ComponentProcess, int],
+) -> None:
+    comp, port = realm
+    for user in ("mallory", f"mallory@{socket.gethostname()}"):
+        identity = {"user": user, "password": password("mallory"),
+                    "allowed_mechs": "SCRAM-SHA-256"}
+        conn = BlockingConnection(comp.url, timeout=10, **identity)
+        try:
+            with pytest.raises(LinkDetached) as refused:
+                conn.create_receiver("/open/secret/#", name=uuid.uuid4().hex)
+            assert refused.value.condition == "amqp:unauthorized-access", user
+        finally:
+            conn.close()
+        status, made = _basic(port, user, "POST", "/subscriptions", {"topic": "/open/wind/#"})
+        assert status == 201, made
+        assert made["owner"] == "mallory", user
+        assert _basic(port, user, "POST", "/subscriptions",
+                      {"topic": "/open/secret/#"})[0] == 403, user
+    assert wait_for(lambda: "principal=mallory@" not in comp.log_text()
+                    and comp.log_text().count("principal=mallory") >= 2, 5)
+
+
+@needs_scram
+def test_an_anonymous_client_behind_a_forwarding_gateway_is_anonymous(
+    component: Callable[..., ComponentProcess], tmp_path: Path,
+) -> None:
+    policy = tmp_path / "policy.toml"
+    policy.write_text(
+        '[[allow]]\nactors = ["*@example.com", "gw@example.net"]\n'
+        'operations = ["subscribe", "publish"]\ntopics = ["/weather/#"]\n'
+        '[[allow]]\nactors = ["gw@example.net"]\noperations = ["act-for"]\n'
+        'principals = ["*@example.com"]\n'
+        '[[allow]]\nactors = ["anonymous"]\noperations = ["subscribe"]\n'
+        'topics = ["/weather/public/#"]\n')
+    auth = serve_args(tmp_path, ALICE, GW)
+    comp = component("--heartbeat", "0.2", *auth, "--policy", str(policy))
+    secret = tmp_path / "gw-password"
+    secret.write_text(password(GW))
+    args = (*auth, "--upstream-user", GW, "--upstream-password-file", str(secret),
+            "--upstream-sasl-mechs", "SCRAM-SHA-256", "--forward-principals")
+    with gateway_process(comp.url, tmp_path, args) as url:
+        # the gateway may subscribe to /weather/#; its anonymous client may not
+        assert refusal(url, "/weather/#", ANON) == "amqp:unauthorized-access"
+        assert refusal(url, "/weather/#", ALICE) is None
+        got: list[str] = []
+        sub = Subscriber(url, "/weather/public/#", link_name="anon-edge", heartbeat_interval=0.2,
+                         on_publication=lambda p: got.append(p.topic),
+                         security=client_security(ANON)).start()
+        try:
+            assert sub.connected.wait(20), comp.log_text()[-2000:]
+            assert publish_as(comp.url, ALICE, "/weather/public/x", 3,
+                              source="feed.pub") == [None] * 3
+            assert wait_for(lambda: len(got) >= 3, 20), got
+            assert sub.error is None
+        finally:
+            sub.stop()
+    assert "principal=anonymous" in comp.log_text()
+
+
+def test_without_a_policy_a_configured_queue_is_only_for_whom_it_names(
+    component: Callable[..., ComponentProcess], tmp_path: Path,
+) -> None:
+    comp = component(*serve_args(tmp_path, ALICE, BOB),
+                     "--subscription", "closed=/#;gold",
+                     "--subscription", "open=/#;gold;*",
+                     "--subscription", "alices=/#;gold;alice@*")
+    cases = [  # principal, queue, refusal
+        (ANON, "closed", "amqp:not-found"),
+        (ANON, "open", None),
+        (ANON, "alices", "amqp:not-found"),
+    ]
+    if MISSING is None:
+        cases += [
+            (ALICE, "closed", "amqp:not-found"),  # the same answer as a queue nobody has
+            (ALICE, "alices", None),
+            (BOB, "alices", "amqp:not-found"),
+            (BOB, "open", None),
+        ]
+    for principal, queue, expected in cases:
+        assert refusal(comp.url, f"/subscriptions/{queue}", principal) == expected, (
+            principal, queue)
+    assert refusal(comp.url, "/subscriptions/none-such", ANON) == "amqp:not-found"
+
+
+def test_a_topic_lists_the_readable_subscriptions_to_whoever_may_list_it(
+    holes: tuple[ComponentProcess, int, Path],
+) -> None:
+    _, port, _ = holes
+    assert rest(port, ALICE)("POST", "/subscriptions",
+                             {"id": "a-wind", "topic": "/weather/wind/#"})[0] == 201
+    reader, alice = rest(port, READER), rest(port, ALICE)
+    assert alice("PUT", "/topics/%2Fweather%2Fwind%2FLEMD", {})[0] == 201
+    assert reader("GET", "/topics")[0] == 200
+    assert reader("GET", "/subscriptions")[0] == 403  # it may read no subscription
+    status, info = reader("GET", "/topics/%2Fweather%2Fwind%2FLEMD")
+    assert status == 200, info
+    assert info["subscriptions"] == []
+    status, info = alice("GET", "/topics/%2Fweather%2Fwind%2FLEMD")
+    assert (status, info["subscriptions"]) == (200, ["a-wind", "public-all"])
