@@ -98,7 +98,7 @@ def test_get_topics_lists_the_published_topics_and_still_does_after_a_crash(
 ) -> None:
     port = free_port()
     comp = component("--rest", f"127.0.0.1:{port}", "--topic", "/flight/LEMD",
-                     "--subscription", "ops=/weather/wind/*")
+                     "--subscription", "ops=/weather/wind/*;;*")  # anyone may see it
     rest = Rest(port)
     syntax = {"wordSeparator": "/", "singleWordWildcard": "*", "multiWordWildcard": "#"}
     assert rest("GET", "/topics") == (200, {"type": "Tree", "patternMatching": syntax,
@@ -144,7 +144,7 @@ def test_bad_requests_change_nothing_and_a_token_is_required_when_configured(
     port = free_port()
     (tmp_path / "token").write_text("s3cret\n")
     component("--rest", f"127.0.0.1:{port}", "--rest-token-file", str(tmp_path / "token"),
-              "--subscription", "ops=/#")
+              "--subscription", "ops=/#;;*")  # anyone may see it
     assert Rest(port)("GET", "/subscriptions")[0] == 401
     assert Rest(port, "wrong")("GET", "/subscriptions")[0] == 401
     rest = Rest(port, "s3cret")

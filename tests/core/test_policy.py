@@ -16,6 +16,7 @@ from seqrepair.core.policy import (
     Policy,
     Rule,
     covers,
+    may_access,
     overlaps,
 )
 from seqrepair.core.topics import TopicPattern
@@ -100,14 +101,42 @@ def test_operations_without_topic() -> None:
     assert not Policy().decide("x", Operation.READ_SUBSCRIPTION)  # no rule: refused
 
 
-def test_allow_all_is_everything_but_admin() -> None:
+def test_allow_all_is_everything_but_admin_and_attach_queue() -> None:
     policy = Policy.allow_all()
     assert policy.permissive
-    for op in ALL_OPERATIONS:
+    for op in ALL_OPERATIONS - {Operation.ATTACH_QUEUE}:
         assert policy.decide("anyone", op, "/#")
         assert policy.decide("anyone", op, "/a/b")
-    assert policy.may_attach_queue("anyone", "q")
+    # a configured queue hands out its tokens: without a policy, only whom it names
+    assert not policy.may_attach_queue("anyone", "q")
+    assert not may_access(policy, "anyone", sub_id="q", owner=None, configured=True)
+    assert may_access(policy, "anyone", sub_id="q", owner=None, configured=True,
+                      attachers=["*"])
+    assert may_access(policy, "alice@x", sub_id="q", owner=None, configured=True,
+                      attachers=["bob", "*@x"])
+    assert not may_access(policy, "bob@y", sub_id="q", owner=None, configured=True,
+                          attachers=["*@x"])
     assert not policy.is_admin("anyone")
+
+
+def test_a_queue_names_whom_it_admits_unless_a_deny_of_attach_queue_says_otherwise() -> None:
+    policy = Policy.from_json({"deny": [{"actors": ["mallory"], "operations": ["attach-queue"],
+                                         "queues": ["q*"]}]})
+    assert not may_access(policy, "mallory", sub_id="q1", owner=None, configured=True,
+                          attachers=["*"])
+    assert may_access(policy, "mallory", sub_id="r1", owner=None, configured=True,
+                      attachers=["*"])
+
+
+def test_exclusions_come_from_the_denies_whatever_the_allows() -> None:
+    policy = Policy.from_json({"deny": [{"actors": ["guest"], "operations": ["subscribe"],
+                                         "topics": ["/weather/secret/#"]}]})
+    assert not policy.decide("guest", Operation.SUBSCRIBE, "/weather/#")  # no allow
+    seen = policy.exclusions("guest", Operation.SUBSCRIBE, "/weather/#")
+    assert seen
+    assert seen.exclude == (TopicPattern("/weather/secret/#"),)
+    assert not policy.exclusions("guest", Operation.SUBSCRIBE, "/weather/secret/x/#")
+    assert policy.exclusions("other", Operation.SUBSCRIBE, "/weather/#").exclude == ()
 
 
 def test_actor_wildcards_are_whole_matches_and_escape_everything_else() -> None:

@@ -342,7 +342,8 @@ def test_a_full_registry_is_a_conflict() -> None:
 
 
 def test_the_operators_subscriptions_can_be_read_but_not_changed() -> None:
-    configured = Subscription("ops", "/#", permtokens=["all"], configured=True)
+    configured = Subscription("ops", "/#", permtokens=["all"], configured=True,
+                              attachers=["*"])  # whom the operator lets see it: anyone
     manager = new_manager(configured=[configured])
     api = SubscriptionApi(manager)
     shown = call(api, "GET", "/subscriptions/ops")

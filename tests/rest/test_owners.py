@@ -108,12 +108,15 @@ def test_topics_show_only_what_the_caller_may_list_and_its_own_ids(
 
 
 def test_without_a_policy_everyone_may_and_unowned_subscriptions_are_everyones() -> None:
-    manager = new_manager(configured=[Subscription("op", "/#", configured=True)])
+    # a configured queue is seen by whom its configuration names: "op" names nobody
+    manager = new_manager(configured=[Subscription("op", "/#", configured=True),
+                                      Subscription("open", "/#", configured=True,
+                                                   attachers=["*"])])
     manager.registry.load([Subscription("legacy", "/a")])  # stored before owners
     api = SubscriptionApi(manager)
     assert call(api, "POST", "/subscriptions", {"topic": "/#"}).json()["owner"] == "anonymous"
     assert [s["id"] for s in call(api, "GET", "/subscriptions").json()] == [
-        "legacy", "op", "sub-1"]
+        "legacy", "open", "sub-1"]
 
 
 def test_the_policy_file_loads_reloads_and_keeps_the_old_one_on_a_bad_file(
