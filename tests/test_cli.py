@@ -1,6 +1,7 @@
 """The ``seqrepair`` command: help, the demo's in-process stage end to end, and argument checks."""
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -88,5 +89,9 @@ def test_the_whole_demo_runs_every_stage_and_leaves_nothing_running(tmp_path):
     assert "Spark images == the cache of the in-process subscriber" in out
     assert "Spark images == the cache of the network subscriber of /demo/#" in out
     assert " NO" not in out
+    # authentication was on: the demo made its certificates (it needs openssl for them)
+    assert shutil.which("openssl") is not None, "the demo would run anonymous without openssl"
+    assert ("authentication: TLS with client certificates (SASL EXTERNAL) as CN=demo; REST "
+            "over HTTPS with a bearer token of CN=demo") in out
     leftover = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True)
     assert leftover.returncode == 1  # no redis-server, component or client left running

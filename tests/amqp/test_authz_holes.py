@@ -28,12 +28,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from proton import symbol
+from proton.handlers import MessagingHandler
+from proton.reactor import AtMostOnce, Container
 from proton.utils import BlockingConnection, LinkDetached
 
+from seqrepair.amqp.client.query import query_capabilities
 from seqrepair.amqp.client.subscriber import Subscriber
 from seqrepair.amqp.wire.codec import Decoder, encode
+from seqrepair.amqp.wire.technical import Ack
+from seqrepair.amqp.wire.vocabulary import CONTROL_ADDRESS, PROP_ACK, PROP_LINK
 from seqrepair.core.messages import (
     GapError,
+    GapRequest,
     Publication,
     ReplayComplete,
     ReplayStarted,
@@ -49,8 +56,10 @@ from .principals import (
     rest_token_file,
     serve_args,
 )
-from .test_authz import POLICY, attach, publish_as, refusal, rest
+from .test_act_for import _stopped_counters
+from .test_authz import POLICY, _capabilities, attach, publish_as, refusal, rest
 from .test_gateway_publish import gateway_process
+from .test_rest_serve import Rest
 
 pytestmark = [pytest.mark.amqp, pytest.mark.redis]
 needs_scram = pytest.mark.skipif(MISSING is not None, reason=f"AMQP principals: {MISSING}")
@@ -369,3 +378,134 @@ def test_a_topic_lists_the_readable_subscriptions_to_whoever_may_list_it(
     assert info["subscriptions"] == []
     status, info = alice("GET", "/topics/%2Fweather%2Fwind%2FLEMD")
     assert (status, info["subscriptions"]) == (200, ["a-wind", "public-all"])
+
+
+class _Requests(MessagingHandler):
+    """Sends ``messages`` on one requests link as ``principal``; records each delivery's
+    outcome (``accepted``, or the rejecting condition); pre-settled ones have none."""
+
+    def __init__(self, url: str, principal: str, messages: list[Any],
+                 settled: bool = False) -> None:
+        super().__init__(auto_settle=True)
+        self.url, self.principal, self.messages = url, principal, messages
+        self.settled = settled
+        self.expected = 0 if settled else len(messages)
+        self.outcomes: list[str] = []
+
+    def on_start(self, event: Any) -> None:
+        self.timer = event.container.schedule(1.0 if self.settled else 15, self)
+        self.conn = event.container.connect(self.url, reconnect=False,
+                                            **amqp_identity(self.principal))
+        event.container.create_sender(self.conn, CONTROL_ADDRESS,
+                                      options=AtMostOnce() if self.settled else None)
+
+    def on_sendable(self, event: Any) -> None:
+        while self.messages and event.sender.credit:
+            event.sender.send(self.messages.pop(0))
+
+    def _outcome(self, event: Any, outcome: str) -> None:
+        self.outcomes.append(outcome)
+        if len(self.outcomes) == self.expected:
+            self.timer.cancel()
+            event.connection.close()
+
+    def on_accepted(self, event: Any) -> None:
+        self._outcome(event, "accepted")
+
+    def on_rejected(self, event: Any) -> None:
+        cond = event.delivery.remote.condition
+        self._outcome(event, cond.name if cond else "rejected")
+
+    def on_timer_task(self, event: Any) -> None:
+        self.conn.close()
+
+    def run(self) -> list[str]:
+        Container(self).run()
+        return self.outcomes
+
+
+def _naming(request: Any, link: str) -> Any:
+    message = encode(request)
+    message.properties = {**(message.properties or {}), PROP_LINK: link}
+    message.reply_to = f"$link/{link}"
+    message.id = f"r-{uuid.uuid4().hex}"
+    return message
+
+
+@needs_scram
+def test_requests_naming_anothers_link_are_answered_as_for_a_link_nobody_has(
+    holes: tuple[ComponentProcess, int, Path],
+) -> None:
+    """bob's GAP-REQUEST and SOURCE-GAP-REQUEST naming alice's link get the answer a link
+    nobody has gets; his ACKs naming it are ignored (they would move her window); his
+    CAPABILITIES names only what he may see; alice's link goes on untouched."""
+    comp, _, _ = holes
+    assert publish_as(comp.url, SPY, "/weather/secret/x", 2, "/weather/secret/#",
+                      source="feed.secret") == [None] * 2
+    outcome = attach(comp.url, "/weather/#", ALICE, "alice-link",
+                     properties={PROP_ACK: True})
+    assert isinstance(outcome, tuple), outcome
+    receiver, conn = outcome
+    try:
+        epoch = dict(receiver.link.remote_properties or {})[symbol("seqrepair-epoch")]
+        answers = {link: _Requests(comp.url, BOB, [
+            _naming(GapRequest(1, 5), link),
+            _naming(SourceGapRequest(after={"feed.secret": 0}), link),
+        ]).run() for link in ("alice-link", "nobody-link")}
+        assert answers["alice-link"] == ["amqp:not-found"] * 2
+        assert answers["alice-link"] == answers["nobody-link"]
+        _Requests(comp.url, BOB, [encode(Ack("alice-link", str(epoch), n, taken={
+            "feed.secret": n})) for n in range(1, 4)], settled=True).run()
+        assert publish_as(comp.url, ALICE, "/weather/wind/LEMD", 3,
+                          source="feed.wind") == [None] * 3
+        assert _topics_seen(receiver, 1.5) == ["/weather/wind/LEMD"] * 3
+        assert _detached(receiver, 0.3) is None
+        assert set(_capabilities(comp.url, BOB).source_bits) == {"feed.wind"}
+    finally:
+        conn.close()
+    assert _stopped_counters(comp)["acks_ignored"] == 3
+
+
+def _start(redis_url: str, folder: Path, listen: str, *args: str) -> ComponentProcess:
+    folder.mkdir()
+    comp = ComponentProcess(redis_url, folder, *args)
+    comp.url = listen  # its --url: where it listens
+    return comp
+
+
+def test_insecure_lets_a_non_loopback_listener_start(redis_url: str, tmp_path: Path) -> None:
+    port = free_port()
+    refused = _start(redis_url, tmp_path / "refused", f"0.0.0.0:{port}")
+    with pytest.raises(RuntimeError):
+        refused.start()
+    assert "refused unless --insecure" in refused.log_text()
+    comp = _start(redis_url, tmp_path / "insecure", f"0.0.0.0:{port}", "--insecure").start()
+    try:  # it listens on every address: loopback among them
+        caps = query_capabilities(f"127.0.0.1:{port}", timeout=10)
+        assert caps.link_bits > 0
+    finally:
+        comp.stop()
+
+
+def test_a_non_loopback_rest_api_without_authentication_or_tls_is_refused(
+    redis_url: str, tmp_path: Path,
+) -> None:
+    rest_port = free_port()
+    (tmp_path / "token").write_text("s3cret\n")
+    cases = [  # serve options, what the one-line refusal says
+        (("--rest", f"0.0.0.0:{rest_port}"), "allows anonymous access"),
+        (("--rest", f"0.0.0.0:{rest_port}", "--rest-token-file", str(tmp_path / "token")),
+         "has no TLS"),
+    ]
+    for n, (args, says) in enumerate(cases):
+        comp = _start(redis_url, tmp_path / f"c{n}", f"127.0.0.1:{free_port()}", *args)
+        with pytest.raises(RuntimeError):
+            comp.start()
+        assert "refused unless --insecure" in comp.log_text()
+        assert says in comp.log_text()
+    comp = _start(redis_url, tmp_path / "insecure", f"127.0.0.1:{free_port()}",
+                  "--rest", f"0.0.0.0:{rest_port}", "--insecure").start()
+    try:
+        assert Rest(rest_port)("GET", "/topics")[0] == 200
+    finally:
+        comp.stop()
