@@ -509,3 +509,35 @@ def test_a_non_loopback_rest_api_without_authentication_or_tls_is_refused(
         assert Rest(rest_port)("GET", "/topics")[0] == 200
     finally:
         comp.stop()
+
+
+@needs_scram
+def test_after_a_restart_a_journaled_source_is_shown_to_whom_may_see_it_and_replayed(
+    holes: tuple[ComponentProcess, int, Path],
+) -> None:
+    """A source that published before the component restarted is no unknown one to a
+    principal that may see it (it would miss its replay), and stays hidden from another."""
+    comp, _, _ = holes
+    assert publish_as(comp.url, ALICE, "/weather/wind/LEMD", 5, source="feed.wind") == [None] * 5
+    assert publish_as(comp.url, SPY, "/weather/secret/x", 3, "/weather/secret/#",
+                      source="feed.secret") == [None] * 3
+    comp.kill()
+    comp.start()
+    conn = BlockingConnection(comp.url, timeout=10, **amqp_identity(BOB))
+    try:
+        receiver = conn.create_receiver("/weather/#", name="bob-after", credit=100)
+        props = {str(k): v for k, v in dict(receiver.link.remote_properties or {}).items()}
+        assert set(props["seqrepair-start-after"]) == {"feed.wind"}
+        sender = conn.create_sender("$seqrepair")
+        request = encode(SourceGapRequest(after={"feed.wind": 2, "feed.secret": 0},
+                                          request_id=3))
+        request.reply_to = "$link/bob-after"
+        request.id = "after-restart"
+        sender.send(request)
+        frames = _received(receiver, 2.0)
+        replayed = [(f.source, f.source_seq) for f in frames if isinstance(f, Publication)]
+        assert replayed == [("feed.wind", 3), ("feed.wind", 4), ("feed.wind", 5)]
+        complete = [f for f in frames if isinstance(f, ReplayComplete)]
+        assert [dict(f.through) for f in complete] == [{"feed.wind": 5, "feed.secret": 0}]
+    finally:
+        conn.close()

@@ -21,9 +21,10 @@ Every check reads the policy in force (the subscription manager's ``policy``: a 
   proved, :func:`effective_principal`); else it is refused (``amqp:unauthorized-access``).
   ``anonymous`` needs no ``act-for``: a connection may always make itself anonymous (a
   forwarding gateway's anonymous clients act as ``anonymous``, never as the gateway);
-* the attach reply's ``seqrepair-start-after`` and CAPABILITIES' ``source-bits`` name only the
-  sources the caller may subscribe to a topic of (learned as publications are fanned out,
-  when a policy restricts anything).
+* the attach reply's ``seqrepair-start-after``, CAPABILITIES' ``source-bits`` and a source
+  replay's answers name only the sources the caller may subscribe to a topic of (learned as
+  publications are fanned out, when a policy restricts anything, or from a source's latest
+  journaled publication when it has published nothing since the component started).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from seqrepair.amqp.wire.vocabulary import (
     SUBSCRIPTION_PREFIX,
     plain_properties,
 )
+from seqrepair.core.errors import SeqRepairError
 from seqrepair.core.policy import (
     ANONYMOUS,
     Decision,
@@ -207,12 +209,32 @@ def visible_sources(component: Component, principal: str,
     policy = policy_of(component)
     if policy.permissive:
         return dict(by_source)
-    known = component.source_topics
     return {
         source: value for source, value in by_source.items()
         if any(policy.decide(principal, Operation.SUBSCRIBE, topic)
-               for topic in known.get(source, ()))
+               for topic in _topics_of(component, source))
     }
+
+
+def _topics_of(component: Component, source: str) -> Iterable[str]:
+    """The topics ``source`` is known to publish: learned as they are fanned out, else (a
+    source journaled before this process started) its latest journaled publication's,
+    remembered. Nothing when the journal has none or does not answer now (the source is
+    then hidden: never revealed by mistake). Only sources the journal holds are
+    remembered, so naming made-up sources fills no memory."""
+    known = component.source_topics.get(source)
+    if known is not None:
+        return known
+    journal = component.gapfill.journal
+    try:
+        through = journal.high_water(source)
+        latest = journal.page_back(source, through, 1)[1] if through else []
+    except SeqRepairError:  # a name the journal cannot hold, or it does not answer
+        return ()
+    if not latest:
+        return ()
+    topics = component.source_topics[source] = {pub.topic for pub in latest}
+    return topics
 
 
 def revoked(component: Component) -> list[tuple[SubscriberLink, str, str]]:
