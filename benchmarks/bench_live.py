@@ -46,6 +46,9 @@ TOPIC = "/load/a"
 # --- the two worker processes (run with PYTHONPATH set to the tree under test) -------------
 
 def subscriber_main(url: str, count: int, ready: str) -> None:
+    from livetrace import install
+
+    install("subscriber")
     from seqrepair.amqp.client.subscriber import Subscriber
 
     lat: list[float] = []
@@ -72,6 +75,9 @@ def subscriber_main(url: str, count: int, ready: str) -> None:
 
 
 def publisher_main(url: str, redis_url: str, count: int, rate: float) -> None:
+    from livetrace import install
+
+    install("publisher")
     from seqrepair.amqp.client.subscriber import Publisher
     from seqrepair.journal.journal import Journal
 
@@ -203,7 +209,15 @@ def main() -> None:
                         help="CPU-bound processes kept running throughout (a loaded machine)")
     parser.add_argument("--profile", type=Path,
                         help="run every process under py-spy, collapsed stacks into DIR")
+    parser.add_argument("--trace", type=Path,
+                        help="one paced run of this tree with the probes of livetrace.py: "
+                             "where the milliseconds go, per step, into DIR")
+    parser.add_argument("--cprofile", action="store_true",
+                        help="with --trace: cProfile every thread of every process too")
     args = parser.parse_args()
+    if args.trace is not None:
+        trace(args)
+        return
     global PROFILE
     PROFILE = args.profile
     trees = {"this": ROOT} if args.base is None else {"base": args.base.resolve(), "this": ROOT}
@@ -216,6 +230,30 @@ def main() -> None:
             hog.kill()
             hog.wait()
     print(json.dumps(summary, indent=1))
+
+
+def trace(args: argparse.Namespace) -> None:
+    """One paced run (and one unpaced with ``--throughput``) with the probes of
+    :mod:`livetrace`; prints the breakdown of each."""
+    from livetrace import breakdown
+
+    runs = [("paced", args.count, args.rate)]
+    if args.throughput:
+        runs.append(("saturated", args.throughput, 0.0))
+    for label, count, rate in runs:
+        folder = (args.trace / label).resolve()
+        folder.mkdir(parents=True, exist_ok=True)
+        os.environ["BENCH_TRACE"] = str(folder)
+        if args.cprofile:
+            os.environ["BENCH_CPROFILE"] = "1"
+        os.environ["BENCH_COMPONENT_RUN"] = str(HERE.parent / "livetrace.py")
+        result = one_run(ROOT, count, rate)
+        summary = {"run": label, "load_avg": os.getloadavg()[0], **breakdown(folder),
+                   "p50_ms": result["p50_ms"], "p99_ms": result["p99_ms"],
+                   "pubs_per_transfer": result["pubs_per_transfer"], "rate": result["rate"],
+                   "cpu_us_per_pub": result["cpu_us_per_pub"]}
+        (folder / "breakdown.json").write_text(json.dumps(summary, indent=1))
+        print(json.dumps(summary, indent=1))
 
 
 def measure(args: argparse.Namespace, trees: dict[str, Path]) -> dict[str, Any]:
