@@ -25,6 +25,10 @@ Redis (per source; ``{<source>}`` is a Cluster hash tag, so one source's keys sh
 ``seqrepair:sources``
     A set of every source name journaled.
 
+``seqrepair:journaled`` (a Pub/Sub channel, not a key)
+    Each append announces ``"<high-water> <source>"`` there, from inside its script, after
+    the append (the component's journal check without a round trip: ``journalfeed``).
+
 Parquet archive (written by retention before trimming, read by Spark)
 ---------------------------------------------------------------------
 Files ``<archive_root>/<urllib.parse.quote(source, safe='')>/seq-<first:020d>-<last:020d>.parquet``

@@ -10,6 +10,13 @@ of the two, because redis-py packs one argument instead of ~17 per publication.
 
 from __future__ import annotations
 
+JOURNALED_CHANNEL = "seqrepair:journaled"
+"""The Pub/Sub channel :data:`APPEND` announces each append on: ``"<high-water> <source>"``,
+published inside the script, after the append (a component learns there, without a round trip
+of its own, that a journaling publisher's publications are held: see
+:class:`seqrepair.amqp.component.journalfeed.JournaledFeed`). A fact of the journal as good as
+reading the high-water: only Redis writes it, in the same atomic script as the append."""
+
 APPEND = """
 -- ARGV: source, bits, envelope = JSON [[seq, topic, ptype, fields, permtoken|null, ts|null, wire]],
 -- and optionally the not-selected selection (below)
@@ -72,8 +79,9 @@ end
 local last = batch[#batch][1]
 redis.call('HSET', KEYS[2], 'high_water', last, 'bits', ARGV[2])
 redis.call('HSETNX', KEYS[2], 'trimmed_through', '0')
+redis.call('PUBLISH', 'CHANNEL', last .. ' ' .. source)
 return {'ok', last}
-"""
+""".replace("'CHANNEL'", repr(JOURNALED_CHANNEL))
 
 READ = """
 -- ARGV: start id, end id, count, 'rev' for newest first. Returns high_water, trimmed_through

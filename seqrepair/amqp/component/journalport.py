@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 import attrs
 
+from seqrepair.amqp.component.journalfeed import JournaledFeed
 from seqrepair.amqp.wire.errors import AmqpAdapterError
 from seqrepair.core.errors import InvalidMessageError
 from seqrepair.core.messages import Publication
@@ -181,6 +182,10 @@ class RedisJournalPort:
     """Sources whose publisher journals first (our last append found it already held): for
     those the high-water is read before appending, not learnt from a refused append, which
     would cost the encoding of the whole batch and a script run in Redis for nothing."""
+    feed: JournaledFeed | None = None
+    """The journal's append announcements (:class:`.journalfeed.JournaledFeed`), or None: for
+    a source in ``_ahead`` an announcement that covers a whole run stands for reading the
+    high-water (no round trip)."""
 
     @classmethod
     def from_url(cls, url: str) -> RedisJournalPort:
@@ -249,7 +254,7 @@ class RedisJournalPort:
             return  # a conflict: the journal wrote nothing of it (append raises)
         fresh = [p for p in pubs if p.source_seq > held]
         if fresh and source in self._ahead:
-            held = self._hw[source] = self.journal.high_water(source)  # type: ignore[attr-defined]
+            held = self._hw[source] = self._ahead_high_water(source, pubs[-1].source_seq)
             fresh = [p for p in pubs if p.source_seq > held]
         for _attempt in range(3):
             if not fresh:
@@ -296,6 +301,16 @@ class RedisJournalPort:
                     f"{source!r}: the journal moved under three appends; not journaled",
                     expected=held + 1, got=fresh[0].source_seq,
                 )
+
+    def _ahead_high_water(self, source: str, last: int) -> int:
+        """The journal's high-water of ``source`` (whose publisher journals first), as far as
+        a run through ``last`` needs it: what the journal announced when that covers ``last``,
+        else read."""
+        if self.feed is not None:
+            announced = self.feed.through(source, self._ahead)
+            if announced is not None and announced >= last:
+                return max(announced, self._hw.get(source, 0))
+        return int(self.journal.high_water(source))  # type: ignore[attr-defined]
 
     def note_lost(self, source: str | None, after: int | None) -> None:
         """A relay's upstream reported ``source``'s numbers after ``after`` lost (None: some

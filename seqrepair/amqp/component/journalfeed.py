@@ -1,0 +1,131 @@
+"""What the journal announces it took: a journal check without a round trip.
+
+The journal's append script publishes, inside the same atomic script and after the append,
+``"<high-water> <source>"`` on :data:`~seqrepair.journal.scripts.JOURNALED_CHANNEL`. A
+journaling publisher's publications reach the component after its append returned, so the
+announcement of that append is normally in the component's subscription socket before the
+transfer is read: :meth:`JournaledFeed.through` then tells the journal port that the journal
+holds them, where it would otherwise read the source's high-water (``HGET``: a round trip to
+Redis per transfer at low rates, and two context switches on a busy machine).
+
+What an announcement says is a fact of the journal as good as that read: only Redis writes it,
+from the script that appended. What the feed cannot vouch for, it does not answer (None: the
+port reads the high-water as before): an announcement not arrived yet, a subscription not
+confirmed, one lost or reconnected since (everything heard before is dropped: the journal may
+have restarted without it). Announcements are kept only for the sources the port asks about
+(``keep``), so sources journaled by others grow nothing here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Container
+from typing import Any
+
+from seqrepair.journal.scripts import JOURNALED_CHANNEL
+from seqrepair.logs import get_logger
+
+log = get_logger(__name__)
+
+RETRY = 1.0
+"""Seconds between tries to subscribe again after the subscription failed."""
+
+
+class JournaledFeed:
+    """The journal's append announcements, read without blocking when the port asks.
+
+    ``open_pubsub`` makes a redis-py ``PubSub`` (``client.pubsub``); the subscription is made
+    at once and again, at most every :data:`RETRY` seconds, after it failed.
+    """
+
+    def __init__(self, open_pubsub: Callable[[], Any], *,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._open = open_pubsub
+        self._clock = clock
+        self._pubsub: Any = None
+        self._confirmed = False
+        self._retry_at = 0.0
+        self._through: dict[str, int] = {}
+        self.heard = 0
+        """Announcements taken (for the sources asked about)."""
+        self._subscribe()
+
+    def _subscribe(self) -> None:
+        try:
+            pubsub = self._open()
+            pubsub.subscribe(JOURNALED_CHANNEL)
+        except Exception as exc:  # Redis away: the port reads high-waters meanwhile
+            self._failed(exc)
+            return
+        self._pubsub, self._confirmed = pubsub, False
+
+    def _failed(self, exc: BaseException) -> None:
+        if self._pubsub is not None:
+            log.warning("journal announcements lost: high-waters are read until subscribed "
+                        "again", error=f"{type(exc).__name__}: {exc}")
+            with contextlib.suppress(Exception):  # a broken connection: nothing to add
+                self._pubsub.close()
+        self._pubsub, self._confirmed = None, False
+        self._through.clear()  # heard on a connection that failed: not vouched for any more
+        self._retry_at = self._clock() + RETRY
+
+    def through(self, source: str, keep: Container[str]) -> int | None:
+        """The highest number the journal announced it holds of ``source`` (None: nothing
+        heard that can be vouched for), after taking every announcement waiting; announcements
+        of sources not in ``keep`` (those the port asks about) are dropped."""
+        if self._pubsub is None:
+            if self._clock() < self._retry_at:
+                return None
+            self._subscribe()
+            if self._pubsub is None:
+                return None
+        self._drain(keep)
+        return self._through.get(source) if self._confirmed else None
+
+    def _drain(self, keep: Container[str]) -> None:
+        pubsub = self._pubsub
+        through = self._through
+        try:
+            while True:
+                message = pubsub.get_message(timeout=0.0)
+                if message is None:
+                    return
+                kind = message.get("type")
+                if kind == "subscribe":
+                    self._confirmed = True  # announcements after this one are all heard
+                    continue
+                if kind != "message":
+                    continue
+                data = message.get("data")
+                if isinstance(data, bytes):
+                    data = data.decode()
+                number, _, source = str(data).partition(" ")
+                if source not in keep or not number.isdigit():
+                    continue
+                seq = int(number)
+                if seq > through.get(source, 0):
+                    through[source] = seq
+                self.heard += 1
+        except Exception as exc:  # the connection broke: start over, vouch for nothing
+            self._failed(exc)
+
+    def forget(self, source: str) -> None:
+        """Drop what was heard of ``source``."""
+        self._through.pop(source, None)
+
+    def close(self) -> None:
+        """End the subscription."""
+        if self._pubsub is not None:
+            with contextlib.suppress(Exception):
+                self._pubsub.close()
+        self._pubsub = None
+
+
+def journal_feed(journal: Any) -> JournaledFeed | None:
+    """The announcements of ``journal`` when it is a Redis journal (its ``client`` makes
+    subscriptions), else None."""
+    client = getattr(journal, "client", None)
+    if client is None or not hasattr(client, "pubsub"):
+        return None
+    return JournaledFeed(client.pubsub)
