@@ -64,6 +64,8 @@ def open_publisher(component: Component, receiver: Any, address: str | None) -> 
 def on_publish(component: Component, receiver: Any, delivery: Delivery, message: Message) -> None:
     """A message on a publishing link: journaled and fanned out, then accepted; or released."""
     released = component.ingest.publish(receiver, message)
+    if getattr(receiver, "queued", None) == 0:  # none of its transfers left in this read
+        component.pump_offered()
     if released is None:
         component.accept(delivery)
     else:

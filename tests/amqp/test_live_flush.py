@@ -1,0 +1,140 @@
+"""What leaves at once on the live path (issue 26): a transport's output is written at its
+transport event, not after every other event of the round and a ``select``; the component
+sends what one publishing link brought once that link has no further transfer in the read.
+No timing is asserted: what is checked is what is written, pumped and delivered, and when in
+the order of events."""
+
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+from typing import Any
+
+from proton import Delivery, ProtonException
+
+from seqrepair.amqp.client.subscriber import Publisher, Subscriber
+from seqrepair.amqp.wire.reactor import GuardedIOHandler, _write_now
+from seqrepair.core.messages import Publication
+from seqrepair.journal.journal import Journal
+
+from .conftest import wait_for
+from .inthread import HereComponent
+from .test_numbering import Harness
+
+
+class _Transport:
+    """A proton transport stand-in holding output bytes."""
+
+    def __init__(self, output: bytes, *, broken: bool = False) -> None:
+        self.output = output
+        self.broken = broken
+
+    def pending(self) -> int:
+        if self.broken:
+            raise ProtonException("transport closed")
+        return len(self.output)
+
+    def peek(self, n: int) -> bytes:
+        return self.output[:n]
+
+    def pop(self, n: int) -> None:
+        self.output = self.output[n:]
+
+
+class _Socket:
+    """A non-blocking socket stand-in: takes at most ``room`` bytes, else would block."""
+
+    def __init__(self, room: int) -> None:
+        self.room = room
+        self.written = b""
+
+    def send(self, data: bytes) -> int:
+        if self.room == 0:
+            raise BlockingIOError(11, "Resource temporarily unavailable")
+        n = min(self.room, len(data))
+        self.written += data[:n]
+        self.room -= n
+        return n
+
+
+def test_a_transports_output_is_written_at_once_as_far_as_the_socket_takes_it() -> None:
+    transport, sock = _Transport(b"abcdef"), _Socket(room=4)
+    assert _write_now(transport, sock) == 1
+    assert sock.written == b"abcd"
+    assert transport.output == b"ef"  # the rest waits for the selector, as before
+    assert _write_now(transport, sock) == 0  # would block: nothing taken, nothing lost
+    assert transport.output == b"ef"
+
+
+def test_nothing_pending_or_a_transport_in_error_writes_nothing() -> None:
+    sock = _Socket(room=100)
+    assert _write_now(_Transport(b""), sock) == 0
+    broken = _Transport(b"abc", broken=True)
+    assert _write_now(broken, sock) == 0  # left to the selector path, which ends it
+    assert sock.written == b""
+    assert broken.output == b"abc"
+
+
+def test_a_link_with_nothing_more_queued_is_sent_at_once_and_a_busy_one_waits() -> None:
+    """One message of a link with no further transfer in the read goes out before the
+    read's other events are handled; while the link has more queued, what fan-out offered
+    waits and goes out together (in order) with the last one."""
+    h = Harness()
+    pumped: list[list[int]] = []
+
+    def pump(link: Any, now: float) -> None:
+        pumped.append([p.source_seq for p, _ in link.pending])
+        link.pending.clear()
+
+    h.component._pump_link = pump  # type: ignore[method-assign]
+    h.component.container = SimpleNamespace()  # running: pumps may wait for the quiet point
+    h.receiver.queued = 0
+    assert h.publish(1).outcome == Delivery.ACCEPTED
+    assert pumped == [[1]]  # sent before the quiet point
+    h.receiver.queued = 2  # two more transfers of this link in the read
+    h.publish(2)
+    h.receiver.queued = 1
+    h.publish(3)
+    assert pumped == [[1]]
+    h.receiver.queued = 0
+    h.publish(4)
+    assert pumped == [[1], [2, 3, 4]]
+    h.component.on_reactor_quiesced(None)  # nothing left to send
+    assert pumped == [[1], [2, 3, 4]]
+
+
+def test_with_writes_at_once_every_publication_arrives_once_in_order(redis_url: str) -> None:
+    """The component, a journaling publisher and a subscriber over loopback, one
+    ``publish()`` per record: every one arrives once, in order, and the component's writes
+    were made at transport events."""
+    comp = HereComponent(redis_url).start()
+    got: list[Publication] = []
+    sub = Subscriber(comp.here_url, "/flush/#", on_publication=got.append).start()
+    pub = None
+    try:
+        assert sub.connected.wait(20)
+        pub = Publisher(comp.here_url, "flush.src", address="/#",
+                        journal=Journal.from_url(redis_url)).start()
+        for n in range(300):
+            pub.publish("/flush/a", {"n": n})
+            if n % 50 == 0:
+                time.sleep(0.01)  # idle moments too: one publication per transfer
+        assert pub.flush(30)
+        wait_for(lambda: len(got) >= 300, timeout=30)
+        assert [p.source_seq for p in got] == list(range(1, 301))
+        assert [p.fields["n"] for p in got] == list(range(300))
+        eager = comp.call(lambda: _io_handler(comp).eager)
+        assert eager > 0
+    finally:
+        if pub is not None:
+            pub.close(5)
+        sub.stop()
+        comp.shut()
+
+
+def _io_handler(comp: HereComponent) -> GuardedIOHandler:
+    handler = comp.container.global_handler.base  # type: ignore[attr-defined]
+    assert isinstance(handler, GuardedIOHandler)
+    return handler
+
+
