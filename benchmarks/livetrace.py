@@ -143,6 +143,15 @@ def _publisher_probes() -> None:
     _wrap(publisher.Publisher, "_journal",
           after=lambda r, self, stamped: _note("journaled", [p.source_seq for p in stamped]))
     _wrap(publisher.Publisher, "publish", after=returned)
+    original_linger = publisher.Publisher._linger
+    lingers = STEPS.setdefault("_linger_ms", {})
+
+    def linger(self: Any) -> None:  # how long the sender held a batch back, each time
+        began = time.perf_counter()
+        original_linger(self)
+        lingers[len(lingers)] = 1000 * (time.perf_counter() - began)
+
+    publisher.Publisher._linger = linger  # type: ignore[method-assign]
     original_sent = publisher.Publisher.__init__
 
     def init(self: Any, *args: Any, **kwargs: Any) -> None:
@@ -231,13 +240,20 @@ def breakdown(folder: Path) -> dict[str, Any]:
                 if name == "component" and step == "written":
                     step = "cwritten"
                 steps[step] = {int(k): v for k, v in marks.items()}
+    held = sorted(steps.pop("_linger_ms", {}).values())
+    lingered = [ms for ms in held if ms >= 0.05]
     times_t = steps.pop("t", {})
     order = ["t", "journaled", "returned", "sent", "written", "read", "received", "checked",
              "offered", "pumped", "cwritten", "sread", "arrived", "delivered"]
     steps["t"] = times_t
     present = [s for s in order if steps.get(s)]
     common = set.intersection(*(set(steps[s]) for s in present)) if present else set()
-    result: dict[str, Any] = {"publications": len(common), "steps": {}}
+    result: dict[str, Any] = {
+        "publications": len(common), "steps": {},
+        "sender_linger": {"sends": len(held), "held_0.05ms_or_more": len(lingered),
+                          "held_ms_total": round(sum(lingered), 1),
+                          "held_ms_max": round(max(lingered), 2) if lingered else 0.0},
+    }
     for before, after in itertools.pairwise(present):
         gaps = sorted(1000 * (steps[after][k] - steps[before][k]) for k in common)
         if gaps:

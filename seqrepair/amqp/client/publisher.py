@@ -28,6 +28,7 @@ from seqrepair.amqp.wire.backoff import Backoff
 from seqrepair.amqp.wire.batchsize import fitting
 from seqrepair.amqp.wire.errors import OversizedMessageError, PublishRejectedError
 from seqrepair.amqp.wire.framing import plain_value
+from seqrepair.amqp.wire.reactor import write_now
 from seqrepair.amqp.wire.security import NO_CLIENT_SECURITY, ClientSecurity
 from seqrepair.amqp.wire.vocabulary import CONTRIBUTIONS_PREFIX
 from seqrepair.core.errors import SeqRepairError
@@ -342,6 +343,7 @@ class Publisher(PublisherRunner[list[Publication]]):
             return  # nothing may overtake a released batch
         if sender.credit > 0 and len(self._unsettled) < self.max_unsettled:
             self._linger()
+        sent = False
         while sender.credit > 0 and len(self._unsettled) < self.max_unsettled:
             with self._lock:
                 if not self._pending:
@@ -355,8 +357,11 @@ class Publisher(PublisherRunner[list[Publication]]):
                     self._pending.extendleft(reversed(rest))
             delivery = sender.send(message)
             self._unsettled[delivery.tag] = batch
+            sent = True
             if self.on_sent is not None:
                 self.on_sent(batch)
+        if sent:  # out now, not after the round's other events and a select
+            write_now(getattr(sender, "connection", None))
 
     def _may_send(self) -> bool:
         return not self._backing_off and not self._released and super()._may_send()

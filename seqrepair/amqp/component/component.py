@@ -81,7 +81,13 @@ from seqrepair.amqp.wire.errors import (
 from seqrepair.amqp.wire.guard import Guarded
 from seqrepair.amqp.wire.hops import Hops, default_hop_id
 from seqrepair.amqp.wire.rawamqp import read_raw
-from seqrepair.amqp.wire.reactor import Call, listening_address, make_container, widen_backlog
+from seqrepair.amqp.wire.reactor import (
+    Call,
+    listening_address,
+    make_container,
+    widen_backlog,
+    write_now,
+)
 from seqrepair.amqp.wire.respann import RESPONSE_ANNOTATIONS, RESPONSE_COOKIE
 from seqrepair.amqp.wire.security import principal_of
 from seqrepair.amqp.wire.sizelimit import limit_size
@@ -356,6 +362,7 @@ class Component(MessagingHandler):
 
     def _pump_link(self, link: SubscriberLink, now: float) -> None:
         link.pump(now)
+        write_now(getattr(link.sender, "connection", None))  # out now, not after the round
         self._pump_later(link.route)
 
     def pump_soon(self, link: SubscriberLink) -> None:

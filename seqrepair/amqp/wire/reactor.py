@@ -34,7 +34,7 @@ from proton import ProtonException
 from proton.handlers import IOHandler
 from proton.reactor import Container, EventInjector
 
-__all__ = ["GuardedIOHandler", "Injector", "make_container"]
+__all__ = ["GuardedIOHandler", "Injector", "make_container", "write_now"]
 
 
 class GuardedIOHandler(IOHandler):
@@ -44,19 +44,9 @@ class GuardedIOHandler(IOHandler):
     of ``Container.run()``, seen once in the chaos test), are ignored (see the module
     docstring); ``skipped`` counts them."""
 
-    eager_writes = True
-    """Write a transport's output when it has some (its transport event), not only once
-    every event at hand is handled and ``select`` says the socket is writable: what a
-    handler sent (a publication to a subscriber, a transfer to the component, an accept)
-    leaves at once, not after the rest of the round's events (proton's Python dispatch, tens
-    of microseconds each; hundreds on a busy machine). A socket that cannot take it all
-    keeps the rest for the selector, as before."""
-
     def __init__(self) -> None:
         super().__init__()
         self.skipped = 0
-        self.eager = 0
-        """Writes made at a transport event (not after ``select``)."""
 
     def on_selectable_expired(self, event: Any) -> None:
         if event.selectable._transport is None:
@@ -65,13 +55,9 @@ class GuardedIOHandler(IOHandler):
         super().on_selectable_expired(event)
 
     def on_transport(self, event: Any) -> None:
-        transport = event.transport
-        if not _selected(transport):
+        if not _selected(event.transport):
             self.skipped += 1
             return
-        selectable = transport._selectable
-        if self.eager_writes and selectable is not None and not selectable.is_terminal:
-            self.eager += _write_now(transport, selectable)
         super().on_transport(event)
 
     def on_transport_closed(self, event: Any) -> None:
@@ -80,6 +66,20 @@ class GuardedIOHandler(IOHandler):
             event.transport.unbind()  # what proton's does last; there is no selectable to end
             return
         super().on_transport_closed(event)
+
+
+def write_now(connection: Any) -> bool:
+    """Write what ``connection``'s transport has to send now, as far as its socket takes it,
+    rather than once every event at hand is handled and ``select`` says the socket is
+    writable (proton's way): for what must leave at once (a publication to a subscriber, a
+    transfer to the component), not after the rest of the round's events (proton's Python
+    dispatch, tens of microseconds each, hundreds on a busy machine). What the socket does not
+    take waits for the selector, as before; True when something was written."""
+    transport = connection.transport if connection is not None else None
+    selectable = getattr(transport, "_selectable", None) if transport is not None else None
+    if selectable is None or selectable.is_terminal:
+        return False  # not bound to a socket (yet, or any more): the selector's business
+    return _write_now(transport, selectable) == 1
 
 
 def _write_now(transport: Any, selectable: Any) -> int:
