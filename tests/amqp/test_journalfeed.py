@@ -171,3 +171,25 @@ def test_a_lost_subscription_vouches_for_nothing_until_subscribed_again(journal:
 
 def test_no_feed_for_a_journal_without_a_redis_client() -> None:
     assert journal_feed(object()) is None
+
+
+def test_the_timer_takes_what_piles_up_without_subscribing_again(journal: Journal) -> None:
+    clock = Clock()
+    feed = JournaledFeed(journal.client.pubsub, clock=clock)
+    port = RedisJournalPort(journal, feed=feed)
+    journal.append(pubs(1, 2), 32)
+    port.append(pubs(1, 2))
+    journaled_first(journal, pubs(3, 4))
+    port.append(pubs(3, 4))  # "s" journals first
+    for first in range(5, 105, 2):
+        journaled_first(journal, pubs(first, first + 1))
+    port.listen()  # on the component's timer
+    assert feed._through == {"s": 104}
+    journal.client.client_kill_filter(_type="pubsub")
+    port.listen()  # the failure is seen; nothing vouched for
+    assert feed._through == {}
+    clock.now += 10 * RETRY
+    port.listen()  # the timer never subscribes again (a hanging Redis would hold the loop)
+    assert feed._pubsub is None
+    assert feed.through("s", {"s"}) is None  # the port's check does, past the retry delay
+    assert feed._pubsub is not None

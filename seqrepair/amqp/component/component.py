@@ -270,6 +270,7 @@ class Component(MessagingHandler):
         now = self.clock()
         self.gate.tick(now)  # the open deadline; sockets of connections closed by the gate
         self.ingest.poll(now)  # what the journal took unanswered goes out (backs off)
+        self.ingest.journal.listen()  # announcements do not pile up between transfers
         self.durables.flush()  # positions taken since the last tick, one pipeline
         self.contributions.poll(now)  # contributions their owner did not answer in time
         for name, link in list(self.links.items()):

@@ -29,7 +29,11 @@ from seqrepair.logs import get_logger
 log = get_logger(__name__)
 
 RETRY = 1.0
-"""Seconds between tries to subscribe again after the subscription failed."""
+"""Seconds before the first try to subscribe again after the subscription failed; doubled
+after each failed try, up to :data:`MAX_RETRY` (a Redis that hangs holds each try for the
+client's connect timeout), back to this once subscribed."""
+
+MAX_RETRY = 30.0
 
 
 class JournaledFeed:
@@ -46,6 +50,7 @@ class JournaledFeed:
         self._pubsub: Any = None
         self._confirmed = False
         self._retry_at = 0.0
+        self._retry = RETRY
         self._through: dict[str, int] = {}
         self.heard = 0
         """Announcements taken (for the sources asked about)."""
@@ -68,7 +73,8 @@ class JournaledFeed:
                 self._pubsub.close()
         self._pubsub, self._confirmed = None, False
         self._through.clear()  # heard on a connection that failed: not vouched for any more
-        self._retry_at = self._clock() + RETRY
+        self._retry_at = self._clock() + self._retry
+        self._retry = min(MAX_RETRY, 2 * self._retry)
 
     def through(self, source: str, keep: Container[str]) -> int | None:
         """The highest number the journal announced it holds of ``source`` (None: nothing
@@ -94,6 +100,7 @@ class JournaledFeed:
                 kind = message.get("type")
                 if kind == "subscribe":
                     self._confirmed = True  # announcements after this one are all heard
+                    self._retry = RETRY
                     continue
                 if kind != "message":
                     continue
@@ -109,6 +116,12 @@ class JournaledFeed:
                 self.heard += 1
         except Exception as exc:  # the connection broke: start over, vouch for nothing
             self._failed(exc)
+
+    def take(self, keep: Container[str]) -> None:
+        """Take the announcements waiting, without subscribing again (the component's timer:
+        they must not pile up in the subscription, or in Redis, between transfers)."""
+        if self._pubsub is not None:
+            self._drain(keep)
 
     def forget(self, source: str) -> None:
         """Drop what was heard of ``source``."""

@@ -73,6 +73,9 @@ class JournalPort(Protocol):
     def read(self, source: str, first: int, last: int) -> list[Publication]:
         """What the journal still holds of ``source`` from ``first`` through ``last``."""
 
+    def listen(self) -> None:
+        """Take what the journal announced meanwhile (nothing to do without announcements)."""
+
 
 @attrs.frozen
 class Unsent:
@@ -311,6 +314,11 @@ class RedisJournalPort:
             if announced is not None and announced >= last:
                 return max(announced, self._hw.get(source, 0))
         return int(self.journal.high_water(source))  # type: ignore[attr-defined]
+
+    def listen(self) -> None:
+        """Take the journal's announcements waiting (on the component's timer)."""
+        if self.feed is not None:
+            self.feed.take(self._ahead)
 
     def note_lost(self, source: str | None, after: int | None) -> None:
         """A relay's upstream reported ``source``'s numbers after ``after`` lost (None: some
