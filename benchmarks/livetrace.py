@@ -103,6 +103,12 @@ def _io_probes() -> None:
 
     _wrap(_handlers.IOHandler, "on_selectable_readable", before=read)
     _wrap(_handlers.IOHandler, "on_selectable_writable", after=wrote)
+    try:
+        from seqrepair.amqp.wire import reactor
+    except ImportError:
+        return
+    if hasattr(reactor, "_write_now"):  # what was sent written at once (this tree's)
+        _wrap(reactor, "_write_now", after=lambda n, *a: wrote(n, None, None) if n else None)
 
 
 def install(name: str) -> None:

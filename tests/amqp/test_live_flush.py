@@ -15,7 +15,7 @@ import pytest
 from proton import Delivery, ProtonException
 
 from seqrepair.amqp.client.subscriber import Publisher, Subscriber
-from seqrepair.amqp.wire import reactor
+from seqrepair.amqp.wire import guard, reactor
 from seqrepair.amqp.wire.reactor import _write_now, write_now
 from seqrepair.core.messages import Publication
 from seqrepair.journal.journal import Journal
@@ -156,3 +156,39 @@ def test_with_writes_at_once_every_publication_arrives_once_in_order(
             pub.close(5)
         sub.stop()
         comp.shut()
+
+
+class _Recorder:
+    """A handler tree stand-in: records the events dispatched to it."""
+
+    def __init__(self) -> None:
+        self.got: list[str] = []
+
+    def on_unhandled(self, method: str, event: Any) -> None:
+        self.got.append(method)
+
+
+class _Event:
+    """Dispatches as proton's events do: the method, else ``on_unhandled``."""
+
+    def __init__(self, method: str) -> None:
+        self.method = method
+
+    def dispatch(self, handler: Any) -> None:
+        fn = getattr(handler, self.method, None)
+        if fn is not None:
+            fn(self)
+        else:
+            handler.on_unhandled(self.method, self)
+
+
+def test_io_events_are_not_walked_through_the_handlers_the_rest_is() -> None:
+    for root in (guard.Guarded, guard.SkipIO):
+        inner = _Recorder()
+        handler = root(inner)
+        for method in ("on_selectable_updated", "on_selectable_readable", "on_transport",
+                       "on_delivery", "on_reactor_quiesced", "on_transport_error",
+                       "on_link_flow", "on_timer_task"):
+            handler.on_unhandled(method, _Event(method))
+        assert inner.got == ["on_delivery", "on_reactor_quiesced", "on_transport_error",
+                             "on_link_flow", "on_timer_task"]

@@ -46,6 +46,7 @@ from seqrepair.amqp.client.handoff import Handoff
 from seqrepair.amqp.client.taken import TakenPositions
 from seqrepair.amqp.wire.backoff import Backoff
 from seqrepair.amqp.wire.errors import AmqpAdapterError
+from seqrepair.amqp.wire.guard import SkipIO
 from seqrepair.amqp.wire.hops import HOP_CONDITIONS, hop_refusal
 from seqrepair.amqp.wire.reactor import Call, Injector, make_container
 from seqrepair.amqp.wire.security import NO_CLIENT_SECURITY, ClientSecurity
@@ -397,7 +398,7 @@ class SubscriberRunner(_Reconnecting):
         """Run in this thread until :meth:`stop` (or ``stop_when()`` turns true)."""
         self._stop_when = stop_when
         injector = self._injector = Injector()
-        container = make_container(self)
+        container = make_container(SkipIO(self))  # I/O events: proton's alone
         container.selectable(injector)
         try:
             container.run()
@@ -601,7 +602,7 @@ class PublisherRunner(_Reconnecting, Generic[Unsettled]):
 
     def run(self) -> None:
         """Run the proton container in this thread until :meth:`close`."""
-        container = make_container(self)
+        container = make_container(SkipIO(self))  # I/O events: proton's alone
         container.selectable(self._injector)
         try:
             container.run()

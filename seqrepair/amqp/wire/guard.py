@@ -23,9 +23,34 @@ from seqrepair.logs import get_logger
 log = get_logger(__name__)
 
 
+IO_ONLY = frozenset({
+    "on_selectable_init", "on_selectable_updated", "on_selectable_readable",
+    "on_selectable_writable", "on_selectable_expired", "on_selectable_error",
+    "on_selectable_final", "on_transport",
+})
+"""Events of sockets and transports that proton's I/O handler (the container's global
+handler) acts on and no seqrepair handler does: not walked through the handler's tree (a
+dispatch per child handler, for nothing: a few per message received or sent, tens of
+microseconds each in proton's Python dispatch)."""
+
+
+class SkipIO:
+    """The root handler for ``Container(SkipIO(handler))``: every event but the I/O-only
+    ones (:data:`IO_ONLY`) goes to ``handler`` and its child handlers, as proton dispatches
+    them (the clients' runners: what they raise ends ``run()`` as before)."""
+
+    def __init__(self, handler: Any) -> None:
+        self.handler = handler
+
+    def on_unhandled(self, method: str, event: Any) -> None:
+        if method not in IO_ONLY:
+            event.dispatch(self.handler)
+
+
 class Guarded:
-    """The root handler for ``Container(Guarded(handler))``: every event goes to ``handler``
-    (and its child handlers, as proton dispatches them); what it raises ends the event's
+    """The root handler for ``Container(Guarded(handler))``: every event but the I/O-only
+    ones (:data:`IO_ONLY`) goes to ``handler`` (and its child handlers, as proton dispatches
+    them); what it raises ends the event's
     connection, not the container. ``stats`` (optional) counts ``event_failures``."""
 
     def __init__(self, handler: Any, stats: dict[str, int] | None = None) -> None:
@@ -33,6 +58,8 @@ class Guarded:
         self.stats = stats if stats is not None else {}
 
     def on_unhandled(self, method: str, event: Any) -> None:
+        if method in IO_ONLY:
+            return  # the I/O handler's alone (proton's global handler gets it next)
         try:
             event.dispatch(self.handler)
         except Exception as exc:
