@@ -363,7 +363,8 @@ class Component(MessagingHandler):
 
     def _pump_link(self, link: SubscriberLink, now: float) -> None:
         link.pump(now)
-        write_now(getattr(link.sender, "connection", None))  # out now, not after the round
+        if not link.route.busy():  # live frames only: leave now, not after the round
+            write_now(getattr(link.sender, "connection", None))
         self._pump_later(link.route)
 
     def pump_soon(self, link: SubscriberLink) -> None:
