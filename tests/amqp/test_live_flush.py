@@ -7,6 +7,7 @@ the order of events."""
 
 from __future__ import annotations
 
+import threading
 import time
 from types import SimpleNamespace
 from typing import Any
@@ -192,3 +193,39 @@ def test_io_events_are_not_walked_through_the_handlers_the_rest_is() -> None:
             handler.on_unhandled(method, _Event(method))
         assert inner.got == ["on_delivery", "on_reactor_quiesced", "on_transport_error",
                              "on_link_flow", "on_timer_task"]
+
+
+def test_flush_does_not_return_while_a_batch_is_being_sent() -> None:
+    """A batch taken from the queue and not yet unsettled (its transfer being encoded and
+    sent) is neither queued nor unsettled: flush waits for it all the same (it returned True
+    there, with nothing accepted, and a CLI publisher exited with ``accepted: 0``)."""
+    publisher = Publisher("127.0.0.1:1", "flush.in-hand")
+    publisher._injector.trigger = lambda event: None  # type: ignore[method-assign]
+    entered, release = threading.Event(), threading.Event()
+
+    class Blocking:
+        credit = 100
+        remote_max_message_size = 0
+        connection = None
+
+        def send(self, message: Any) -> Any:
+            entered.set()
+            assert release.wait(10)
+            return SimpleNamespace(tag="1")
+
+    try:
+        publisher._sender = Blocking()
+        publisher.publish("/flush/a", {"n": 1})
+        sending = threading.Thread(target=publisher._send)
+        sending.start()
+        assert entered.wait(10)
+        assert not publisher._pending  # taken from the queue
+        assert not publisher._unsettled  # and not unsettled yet
+        assert publisher.flush(timeout=0.2) is False  # still in hand: not flushed
+        release.set()
+        sending.join(10)
+        assert list(publisher._unsettled) == ["1"]
+        assert publisher.flush(timeout=0.1) is False  # unsettled until accepted
+    finally:
+        release.set()
+        publisher._injector.close()

@@ -350,13 +350,17 @@ class Publisher(PublisherRunner[list[Publication]]):
                     break
                 n = min(self.max_batch, len(self._pending))
                 batch = [self._pending.popleft() for _ in range(n)]
+                self._in_hand = n  # neither queued nor unsettled until sent: flush waits
                 self._waiting_since = time.monotonic() if self._pending else None
-            batch, message, rest = fitting(batch, self.bits, sender.remote_max_message_size)
-            if rest:
-                with self._lock:
-                    self._pending.extendleft(reversed(rest))
-            delivery = sender.send(message)
-            self._unsettled[delivery.tag] = batch
+            try:
+                batch, message, rest = fitting(batch, self.bits, sender.remote_max_message_size)
+                if rest:
+                    with self._lock:
+                        self._pending.extendleft(reversed(rest))
+                delivery = sender.send(message)
+                self._unsettled[delivery.tag] = batch
+            finally:
+                self._in_hand = 0
             sent = True
             if self.on_sent is not None:
                 self.on_sent(batch)

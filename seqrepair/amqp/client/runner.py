@@ -576,6 +576,7 @@ class PublisherRunner(_Reconnecting, Generic[Unsettled]):
         self._idle = threading.Condition(self._lock)
         self._pending: deque[Publication] = deque()
         self._unsettled: dict[Any, Unsettled] = {}
+        self._in_hand = 0  # taken from _pending, not in _unsettled yet (being sent)
         self.error: AmqpAdapterError | None = None
         """Why it stopped by itself: the peer refused or ended the sender with a condition in
         :data:`FATAL_CONDITIONS` (the message starts with it, ``got`` is the address), or a
@@ -613,7 +614,7 @@ class PublisherRunner(_Reconnecting, Generic[Unsettled]):
         """Wait until everything handed over so far is accepted (False on timeout or error)."""
         deadline = time.monotonic() + timeout
         with self._idle:
-            while (self._pending or self._unsettled) and self.error is None:
+            while (self._pending or self._unsettled or self._in_hand) and self.error is None:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
