@@ -18,7 +18,6 @@ says what one is.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Protocol
 
 from seqrepair.core.messages import Publication
@@ -64,6 +63,10 @@ class UpstreamAnswer(Protocol):
         """Nothing more is wanted (the replay that asked went away)."""
 
 
-Fetcher = Callable[[Entitlement, str, int, int], UpstreamAnswer]
-"""Asks the upstream for ``source``'s numbers ``first``..``last`` for a link with the given
-entitlement (never wider: the upstream filters by it too), returning at once."""
+class Fetcher(Protocol):
+    """Asks the upstream for ``source``'s numbers ``first``..``last`` for a link with the
+    given entitlement (never wider: the upstream filters by it too), returning at once;
+    ``principal``: who the link acts for (a relay shares its fetch links fairly by it)."""
+
+    def __call__(self, entitlement: Entitlement, source: str, first: int, last: int, *,
+                 principal: str = "") -> UpstreamAnswer: ...

@@ -342,6 +342,45 @@ def test_fetches_run_at_most_limit_links_at_once() -> None:
     assert fetches.stats["fetches_failed"] >= 1
 
 
+def test_fetch_links_are_shared_fairly_among_principals() -> None:
+    """One principal asking eight fetches holds the four links; another's fetch, asked after,
+    takes the first link that frees (not the ninth), and the rest alternate by who runs the
+    fewest."""
+    started: list[str] = []
+
+    class Link:
+        error = None
+
+        def __init__(self, fetch: UpstreamFetch) -> None:
+            self.connected = threading.Event()
+            self.fetch = fetch
+
+        def start(self) -> None:
+            started.append(f"{self.fetch.principal}{self.fetch.first}")
+            self.connected.set()
+
+        def stop(self) -> None:
+            pass
+
+    fetches = UpstreamFetches(lambda fetch, tag: Link(fetch), lambda: 0.0, {}, limit=4,
+                              timeout=5.0)  # type: ignore[arg-type, return-value]
+    bulk = [fetches(Entitlement(topics=["/w/#"]), "feed.a", n, n, principal="bulk")
+            for n in range(1, 9)]
+    other = [fetches(Entitlement(topics=["/w/#"]), "feed.a", n, n, principal="other")
+             for n in (1, 2)]
+    assert started == ["bulk1", "bulk2", "bulk3", "bulk4"]
+    bulk[0].finish()
+    fetches.poll()
+    assert started[-1] == "other1"  # not behind bulk5..bulk8
+    bulk[1].finish()
+    fetches.poll()
+    assert started[-1] == "other2"  # bulk runs 2, other 1: other's next
+    bulk[2].finish()
+    fetches.poll()
+    assert started[-1] == "bulk5"  # other has none waiting: the link goes to bulk
+    assert not other[0].done and fetches.running.keys() >= {other[0], other[1]}
+
+
 def test_where_the_upstream_lacks_numbers_too_the_journal_still_serves_what_it_holds(
     journal: Journal
 ) -> None:

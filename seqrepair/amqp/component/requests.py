@@ -12,6 +12,7 @@ from the journal, :func:`answer_gap`). Answers go where the request says (:mod:`
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from proton import Data, Delivery, Message
@@ -195,7 +196,9 @@ def answer_gap(
     principal = component.principals.get(link.name, ANONYMOUS)
     replay = component.gapfill.answer_source_gap(
         link.name, request, now, carried_after=component.ingest.ingested,
-        fetcher=component.fetcher,  # a relay's: what its journal lacks comes from upstream
+        # a relay's: what its journal lacks comes from upstream, its links shared by principal
+        fetcher=None if component.fetcher is None else partial(
+            component.fetcher, principal=principal),
         visible=lambda sources: visible_sources(component, principal, dict.fromkeys(sources)),
     )
     if isinstance(replay, GapError):

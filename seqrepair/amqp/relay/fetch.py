@@ -38,7 +38,10 @@ through, a fetched publication is held from its arrival until the replay takes i
 dropped.
 
 Bounds (a hostile subscriber asking for everything must not exhaust the relay):
-:data:`MAX_FETCHES` upstream fetch links at once (more wait, in order); one fetch holds at
+:data:`MAX_FETCHES` upstream fetch links at once, shared fairly among the principals asking
+(more wait: a free link goes to the oldest waiting fetch of the principal running the fewest,
+so one principal's many fetches never starve another's: it waits for one fetch to end at
+most, not for all of the other's queue); one fetch holds at
 most :data:`MAX_HELD` publications and :data:`MAX_HELD_BYTES` bytes of them, then ends early
 (``through`` before the range's end): the replay sends them, then reads its journal on after
 them (a new fetch where it lacks again), so a relay holds at most ``MAX_FETCHES`` times that
@@ -102,8 +105,10 @@ class UpstreamFetch:
     read by the replay once :attr:`done`."""
 
     def __init__(self, entitlement: Entitlement, source: str, first: int, last: int,
-                 *, held: int = MAX_HELD, held_bytes: int = MAX_HELD_BYTES) -> None:
+                 *, held: int = MAX_HELD, held_bytes: int = MAX_HELD_BYTES,
+                 principal: str = "") -> None:
         self.entitlement = entitlement
+        self.principal = principal  # who asked (the fetch links are shared fairly by it)
         self.source = source
         self.first = first
         self.last = last
@@ -254,7 +259,8 @@ class FetchSubscriber(Subscriber):
 
 class UpstreamFetches:
     """A relay's upstream fetches (the :data:`~seqrepair.journal.lacking.Fetcher` its gap
-    fill uses): at most ``limit`` links at once, the rest waiting in order; ``link(fetch)``
+    fill uses): at most ``limit`` links at once, the rest waiting, started fairly by principal
+    (:meth:`_next`); ``link(fetch)``
     makes (does not start) a fetch's :class:`FetchSubscriber`. Called from the event loop;
     :meth:`poll` on its tick starts, times out and stops."""
 
@@ -280,9 +286,10 @@ class UpstreamFetches:
         for key in ("fetches", "fetches_lost", "fetches_failed", "fetched"):
             stats.setdefault(key, 0)
 
-    def __call__(self, entitlement: Entitlement, source: str, first: int, last: int
-                 ) -> UpstreamFetch:
-        fetch = UpstreamFetch(entitlement, source, first, last, held=self.held)
+    def __call__(self, entitlement: Entitlement, source: str, first: int, last: int,
+                 *, principal: str = "") -> UpstreamFetch:
+        fetch = UpstreamFetch(entitlement, source, first, last, held=self.held,
+                              principal=principal)
         self.stats["fetches"] += 1
         if self.clock() < self.down_until:
             fetch.finish(error=f"{self.down_error} (a fetch a moment ago)")
@@ -290,7 +297,7 @@ class UpstreamFetches:
             return fetch
         self.waiting.append(fetch)
         log.info("fetching from upstream what the journal lacks", source=source, first=first,
-                 last=last, topics=[str(t) for t in entitlement.topics],
+                 last=last, topics=[str(t) for t in entitlement.topics], principal=principal,
                  waiting=len(self.waiting), running=len(self.running))
         self.poll()
         return fetch
@@ -314,10 +321,11 @@ class UpstreamFetches:
                 del self.running[fetch]
                 self._account(fetch)
                 threading.Thread(target=sub.stop, name="relay-fetch-stop", daemon=True).start()
-        while self.waiting and len(self.running) < self.limit:
-            fetch = self.waiting.popleft()
-            if fetch.done:  # cancelled while it waited
-                continue
+        while len(self.running) < self.limit:
+            next_fetch = self._next()
+            if next_fetch is None:
+                break
+            fetch = next_fetch
             fetch.deadline = now + self.timeout
             fetch.attach_by = now + self.connect_timeout
             try:
@@ -327,7 +335,33 @@ class UpstreamFetches:
                 self._account(fetch)
                 continue
             self.running[fetch] = sub
+            log.info("upstream fetch started", source=fetch.source, first=fetch.first,
+                     last=fetch.last, principal=fetch.principal,
+                     running=self._of(fetch.principal),
+                     others_waiting=sum(f.principal != fetch.principal for f in self.waiting))
             sub.start()
+
+    def _of(self, principal: str) -> int:
+        return sum(f.principal == principal for f in self.running)
+
+    def _next(self) -> UpstreamFetch | None:
+        """The waiting fetch to start next: the oldest of the principal running the fewest
+        (cancelled ones dropped), so the links are shared fairly among those asking."""
+        while self.waiting and self.waiting[0].done:
+            self.waiting.popleft()
+        best: UpstreamFetch | None = None
+        fewest = self.limit + 1
+        for fetch in self.waiting:
+            if fetch.done:
+                continue
+            count = self._of(fetch.principal)
+            if count < fewest:
+                best, fewest = fetch, count
+                if count == 0:
+                    break
+        if best is not None:
+            self.waiting.remove(best)
+        return best
 
     def _account(self, fetch: UpstreamFetch) -> None:
         self.stats["fetched"] += fetch.count
