@@ -58,6 +58,7 @@ from seqrepair.journal.errors import TrimmedRangeError, UnknownLinkError
 from seqrepair.journal.format import can_name_journal
 from seqrepair.journal.lacking import Fetcher, UpstreamAnswer
 from seqrepair.journal.selection import NotSelected
+from seqrepair.journal.trimsummary import trimmed_items, visible_topics
 from seqrepair.logs import get_logger
 
 if TYPE_CHECKING:
@@ -665,7 +666,8 @@ class GapFillService:
                 f"{source}: numbers after {trimmed_after[source]} through {seq} were trimmed"
                 for source, seq in trimmed_through.items()
             )
-            return GapError("trimmed", request, detail, trimmed_through)
+            return GapError("trimmed", request, detail, trimmed_through,
+                            items=self._trimmed_items(link, trimmed_after, trimmed_through))
         replay = Replay(self.journal, link, request, segments, through, self.page_size,
                         max_range=self.policy.max_range, carried_after=carried_after,
                         fetcher=fetcher)
@@ -674,6 +676,19 @@ class GapFillService:
             log.info("gapfill.refused", link=link_id, reason=reason)
             return GapError("refused", request, reason)
         return replay
+
+    def _trimmed_items(self, link: SubscriberLink, after: Mapping[str, int],
+                       through: Mapping[str, int]) -> dict[str, tuple[str, ...]] | None:
+        """Per source, the topics the link may see that its trimmed numbers held, where the
+        retention summary knows them all (:mod:`seqrepair.journal.trimsummary`)."""
+        entitlement = link.entitlement
+        named: dict[str, tuple[str, ...]] = {}
+        for source, seq in through.items():
+            held = trimmed_items(self.journal, source, after[source] + 1, seq)
+            if held is not None:
+                named[source] = visible_topics(held, lambda topic, token: (
+                    entitlement.allows_token(token) and entitlement.allows_topic(topic)))
+        return named or None
 
     def answer(
         self, link_id: str, request: GapRequest | SourceGapRequest, now: float

@@ -6,7 +6,8 @@ publication timestamp is older than ``now - max_age`` (entries without a timesta
 only together with a later, timestamped one that is too old). With ``archive_root`` set, the
 range is first written to Parquet (see :mod:`seqrepair.journal.format`); if that fails nothing
 is trimmed. The trim record (``trimmed_through``, ``trimmed_at``) is what turns later requests
-for those numbers into ``GapError("trimmed")``.
+for those numbers into ``GapError("trimmed")``; a bounded summary of the items the range held
+(:mod:`seqrepair.journal.trimsummary`) lets that error name them.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from seqrepair.core.errors import InvalidConfigError
 from seqrepair.journal.errors import ArchiveWriteError, JournalError
 from seqrepair.journal.format import archive_path, encode_archive_table
 from seqrepair.journal.selection import NotSelected
+from seqrepair.journal.trimsummary import record_trim
 from seqrepair.logs import get_logger
 
 if TYPE_CHECKING:
@@ -148,5 +150,7 @@ def apply_retention(
         archived = export_range(
             journal, source, first, through, policy.archive_root, chunk=policy.chunk
         )
+    # the items the range held, so a later GAP-ERROR trimmed can name them (trimsummary.py)
+    record_trim(journal, source, first, through)
     done, removed = journal.trim_through(source, through, now=now)
     return TrimReport(source, done, removed, tuple(archived))
