@@ -62,6 +62,7 @@ from seqrepair.amqp.component.detach import (
 from seqrepair.amqp.component.durable import Durables
 from seqrepair.amqp.component.fairness import RepairTurns, TurnBudget
 from seqrepair.amqp.component.gate import Gate
+from seqrepair.amqp.component.images import ImageFetcher
 from seqrepair.amqp.component.ingest import Ingest
 from seqrepair.amqp.component.journalfeed import journal_feed
 from seqrepair.amqp.component.journalport import RedisJournalPort
@@ -169,6 +170,8 @@ class Component(MessagingHandler):
         )
         self.fetcher: Fetcher | None = None
         """A relay's: asks its upstream for what its journal lacks (journal/lacking.py)."""
+        self.image_fetcher: ImageFetcher | None = None
+        """A relay's: answers image requests its journal cannot from upstream (images.py)."""
         self.memory = MemoryGuard(config, self.stats)
         # the attach paths it takes: no loop through it, no chain over max_hops (hops.py)
         self.hops = Hops(config.hop_id or default_hop_id("serve", config.url), config.max_hops)

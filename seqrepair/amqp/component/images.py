@@ -25,16 +25,17 @@ up its own allowance, not the gateway's; such a connection runs at most
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 from weakref import WeakKeyDictionary
 
 from seqrepair.amqp.component.grants import principal_of
 from seqrepair.amqp.component.links import ResponseRoute, SubscriberLink
 from seqrepair.amqp.wire.errors import NotImplementedAnnotationError, RequestFloodError
+from seqrepair.core.permissions import Entitlement
 from seqrepair.core.snapshot import ImageRequest
 from seqrepair.journal.format import can_name_journal
-from seqrepair.journal.imagefold import ImageFold, ImageStep
+from seqrepair.journal.imagefold import ImageFold
 
 if TYPE_CHECKING:
     from seqrepair.amqp.component.component import Component
@@ -46,6 +47,12 @@ MAX_IMAGE_ANSWERS_PER_PRINCIPAL = 16
 
 MAX_IMAGE_ANSWERS_FORWARDED = 64
 """Image answers in progress on one connection for all the principals it acts for."""
+
+ImageFetcher = Callable[[Entitlement, ImageRequest, str, list[str], Iterator[Any]],
+                        tuple[Iterator[Any], Callable[[], bool]]]
+"""A relay's (``relay/imagefetch.py``): given the asking link's entitlement, the request, its
+principal, the sources asked and the journal's answer, the answer to send instead (the
+journal's where it holds all the link may need, else the upstream's) and whether it waits."""
 
 _BY_PRINCIPAL: WeakKeyDictionary[Any, Counter[str]] = WeakKeyDictionary()
 """Per component, the image answers in progress per principal."""
@@ -88,6 +95,11 @@ def answer_image(
     marks = journal.high_waters([s for s in sources if can_name_journal(s)])
     fold = ImageFold(journal, request, {s: hw for s, (hw, _) in marks.items()}, link.allows,
                      page_size=component.config.replay_page)
+    steps: Iterator[Any] = fold.steps()
+    parked = None
+    if component.image_fetcher is not None:  # a relay's: what its journal lacks, from upstream
+        steps, parked = component.image_fetcher(link.entitlement, request, principal,
+                                                list(marks), steps)
     if conn is not None:
         on_conn[principal] += 1
         conn.seqrepair_image_answers = on_conn
@@ -95,11 +107,11 @@ def answer_image(
     component.stats["image_requests"] = component.stats.get("image_requests", 0) + 1
     link.log.info("image request", topics=len(request.topics), patterns=request.patterns,
                   request_id=request.request_id, principal=principal)
-    route.start_resend(_counted(fold.steps(), conn, by_principal, principal), correlation,
-                       cookie)
+    route.start_resend(_counted(steps, conn, by_principal, principal), correlation, cookie,
+                       parked=parked)
 
 
-def _counted(steps: Iterator[ImageStep], conn: Any, by_principal: Counter[str],
+def _counted(steps: Iterator[Any], conn: Any, by_principal: Counter[str],
              principal: str) -> Iterator[Any]:
     """The fold's steps; the counts of answers in progress (the connection's, the
     principal's) drop when it ends (read to its end, or dropped with its route)."""

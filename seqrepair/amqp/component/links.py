@@ -158,10 +158,12 @@ class ResponseRoute:
             )
 
     def start_resend(
-        self, frames: Iterable[AnswerFrame], correlation_id: Any, cookie: bytes | None = None
+        self, frames: Iterable[AnswerFrame], correlation_id: Any, cookie: bytes | None = None,
+        *, parked: Callable[[], bool] | None = None,
     ) -> None:
-        """Queue the answer to a link range (a :class:`~seqrepair.core.context.Resend`)."""
-        self.responses.append(_Stream(iter(frames), correlation_id, cookie))
+        """Queue the answer to a link range (a :class:`~seqrepair.core.context.Resend`), or an
+        image request's (``parked``: a relay's waits for its upstream, see :class:`_Stream`)."""
+        self.responses.append(_Stream(iter(frames), correlation_id, cookie, parked=parked))
 
     def start_replay(
         self,
@@ -267,7 +269,7 @@ class ResponseRoute:
         """Whether answers wait that must be read before they can be sent."""
         if self.responses:
             head = self.responses[0]
-            return isinstance(head, _Stream) and not head.ready and not head.done
+            return isinstance(head, _Stream) and head.waits()  # parked: a relay's image
         return any(stream.waits() for stream in self.replays.values())
 
     def pump(self) -> int:

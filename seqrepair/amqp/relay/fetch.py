@@ -264,7 +264,7 @@ class UpstreamFetches:
     makes (does not start) a fetch's :class:`FetchSubscriber`. Called from the event loop;
     :meth:`poll` on its tick starts, times out and stops."""
 
-    def __init__(self, link: Callable[[UpstreamFetch, str], FetchSubscriber],
+    def __init__(self, link: Callable[[Any, str], Subscriber],
                  clock: Callable[[], float], stats: dict[str, int], *,
                  limit: int = MAX_FETCHES, timeout: float = FETCH_TIMEOUT,
                  connect_timeout: float = CONNECT_TIMEOUT,
@@ -277,8 +277,8 @@ class UpstreamFetches:
         self.connect_timeout = connect_timeout
         self.held = held
         self.wake = wake
-        self.waiting: deque[UpstreamFetch] = deque()
-        self.running: dict[UpstreamFetch, FetchSubscriber] = {}
+        self.waiting: deque[Any] = deque()  # UpstreamFetch, UpstreamImage
+        self.running: dict[Any, Subscriber] = {}
         self.down_until = 0.0
         self.down_error = ""
         self._names = itertools.count(1)
@@ -290,17 +290,24 @@ class UpstreamFetches:
                  *, principal: str = "") -> UpstreamFetch:
         fetch = UpstreamFetch(entitlement, source, first, last, held=self.held,
                               principal=principal)
+        self.enqueue(fetch)
+        return fetch
+
+    def enqueue(self, fetch: Any) -> None:
+        """Queue ``fetch`` (an :class:`UpstreamFetch`, or an image request's
+        :class:`~seqrepair.amqp.relay.imagefetch.UpstreamImage`) for a fetch link."""
+        entitlement, source, first, last = fetch.entitlement, fetch.source, fetch.first, fetch.last
+        principal = fetch.principal
         self.stats["fetches"] += 1
         if self.clock() < self.down_until:
             fetch.finish(error=f"{self.down_error} (a fetch a moment ago)")
             self._account(fetch)
-            return fetch
+            return
         self.waiting.append(fetch)
         log.info("fetching from upstream what the journal lacks", source=source, first=first,
                  last=last, topics=[str(t) for t in entitlement.topics], principal=principal,
                  waiting=len(self.waiting), running=len(self.running))
         self.poll()
-        return fetch
 
     def poll(self) -> None:
         """End what is over (done, failed, too slow), start what waits while room is left."""
@@ -344,12 +351,12 @@ class UpstreamFetches:
     def _of(self, principal: str) -> int:
         return sum(f.principal == principal for f in self.running)
 
-    def _next(self) -> UpstreamFetch | None:
+    def _next(self) -> Any:
         """The waiting fetch to start next: the oldest of the principal running the fewest
         (cancelled ones dropped), so the links are shared fairly among those asking."""
         while self.waiting and self.waiting[0].done:
             self.waiting.popleft()
-        best: UpstreamFetch | None = None
+        best: Any = None
         fewest = self.limit + 1
         for fetch in self.waiting:
             if fetch.done:
@@ -363,7 +370,7 @@ class UpstreamFetches:
             self.waiting.remove(best)
         return best
 
-    def _account(self, fetch: UpstreamFetch) -> None:
+    def _account(self, fetch: Any) -> None:
         self.stats["fetched"] += fetch.count
         if fetch.lost is not None:
             self.stats["fetches_lost"] += 1

@@ -37,10 +37,12 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from proton import Condition
 
+from seqrepair.amqp.client.subscriber import Subscriber
 from seqrepair.amqp.component.attach import selection
 from seqrepair.amqp.component.authz import effective_principal, subscribe_exclusions
 from seqrepair.amqp.component.component import Component, ComponentConfig
@@ -48,6 +50,11 @@ from seqrepair.amqp.component.detach import forget
 from seqrepair.amqp.component.journalport import NotJournaledError
 from seqrepair.amqp.component.links import tokens
 from seqrepair.amqp.relay.fetch import FetchSubscriber, UpstreamFetch, UpstreamFetches
+from seqrepair.amqp.relay.imagefetch import (
+    ImageFetchSubscriber,
+    UpstreamImage,
+    relay_image_answer,
+)
 from seqrepair.amqp.relay.paths import RelayPaths, union_path
 from seqrepair.amqp.relay.selection import Selection, SelectionTable, upstream_properties
 from seqrepair.amqp.relay.upstream import UpstreamSubscriber
@@ -210,6 +217,9 @@ class RelayComponent(Component):
         # what its journal lacks for a subscriber comes from upstream, for it alone (fetch.py)
         self.fetches = UpstreamFetches(self._fetch_link, self.clock, self.stats)
         self.fetcher = self.fetches
+        # and image requests its journal cannot answer for the link that asks (imagefetch.py)
+        self.image_fetcher = partial(relay_image_answer, journal, self.fetches.enqueue,
+                                     config.replay_page)
 
     @property
     def link_name(self) -> str:
@@ -234,12 +244,16 @@ class RelayComponent(Component):
         )
         return subscriber
 
-    def _fetch_link(self, fetch: UpstreamFetch, tag: str) -> FetchSubscriber:
+    def _fetch_link(self, fetch: UpstreamFetch | UpstreamImage, tag: str) -> Subscriber:
         """The upstream link of ``fetch``: the asking link's selection and grant, the path
         the relay's upstream link has (identities behind it, then its own)."""
         selection = Selection.of_link(fetch.entitlement.topics, fetch.entitlement.grant)
         properties = self.hops.upstream_properties(upstream_properties(
             selection, self.paths.current[-(MAX_CARRIED - 1):], self.paths.current_hops))
+        if isinstance(fetch, UpstreamImage):
+            return ImageFetchSubscriber(
+                self.upstream_url, fetch, link_name=f"{self.link_name}.fetch.{tag}",
+                security=self.security, link_properties=properties, **self.subscriber_options)
         return FetchSubscriber(
             self.upstream_url, fetch, link_name=f"{self.link_name}.fetch.{tag}",
             security=self.security, link_properties=properties, **self.subscriber_options,
