@@ -54,7 +54,7 @@ from functools import lru_cache
 from math import isfinite
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import attrs
 
@@ -321,6 +321,21 @@ def decode_values(seq: int, text: Mapping[str, str], *, source: str | None = Non
         raise JournalCorruptError(
             f"journal entry {seq} does not decode: {exc!r}", source=source, got=dict(text)
         ) from exc
+
+
+class JournalRow(NamedTuple):
+    """One publication's stream entry as read, its fields not yet decoded: a reader that
+    relays entries as they are (a source replay, :mod:`.gapfill`) decodes only what it needs
+    and validates the rest its own way; :meth:`publication` is the full decode."""
+
+    seq: int
+    """The absolute number (the entry ID)."""
+    values: dict[str, str]
+    """The entry fields, as stored (see the module docstring)."""
+
+    def publication(self, source: str | None = None) -> Publication:
+        """The publication, decoded and validated (:func:`decode_values`)."""
+        return decode_values(self.seq, self.values, source=source)
 
 
 # --- Parquet archive -------------------------------------------------------------------------

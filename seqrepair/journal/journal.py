@@ -9,7 +9,7 @@ dropped connection, the outcome is unknown until :meth:`Journal.high_water` is r
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, cast
 
 import attrs
@@ -38,6 +38,7 @@ from seqrepair.journal.format import (
     SOURCES_KEY,
     check_seq,
     check_source,
+    JournalRow,
     decode_values,
     encode_fields,
     encode_json,
@@ -74,10 +75,12 @@ def _str(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def _span(item: Publication | NotSelected) -> tuple[int, int]:
+def _span(item: Publication | JournalRow | NotSelected) -> tuple[int, int]:
     """The first and last number a journal entry holds."""
     if type(item) is Publication:
         return item.source_seq, item.source_seq
+    if type(item) is JournalRow:
+        return item.seq, item.seq
     assert isinstance(item, NotSelected)
     return item.first, item.last
 
@@ -369,6 +372,15 @@ class Journal:
 
     @staticmethod
     def _decode_row(source: str, row: Any) -> Publication | NotSelected:
+        item = Journal._row(source, row)
+        if type(item) is JournalRow:
+            return decode_values(item.seq, item.values, source=source)
+        return item  # type: ignore[return-value]  # a NotSelected marker
+
+    @staticmethod
+    def _row(source: str, row: Any) -> JournalRow | NotSelected:
+        """A page row as a :class:`JournalRow` (its entry fields not decoded yet) or the
+        not-selected marker it is."""
         try:
             ident, flat = row
             seq = int(ident[:-2]) if ident.endswith("-0") else -1
@@ -379,7 +391,7 @@ class Journal:
             raise JournalCorruptError(f"entry ID {ident!r} is not <seq>-0", source=source)
         if values.get("ptype") == NOT_SELECTED:
             return _marker(source, seq, values)
-        return decode_values(seq, values, source=source)
+        return JournalRow(seq, values)
 
     def _marker_at(self, source: str, position: int) -> NotSelected | None:
         """The not-selected marker whose range holds ``position`` (it begins before it), if
@@ -416,6 +428,24 @@ class Journal:
         """:meth:`iter_range` with the not-selected markers of a relay's journal
         (:class:`~seqrepair.journal.selection.NotSelected`, a marker reaching back before
         ``first`` included) in their place."""
+        return cast(Iterator[Publication | NotSelected],
+                    self._iter(source, first, last, page_size, self._decode_row))
+
+    def iter_rows(
+        self, source: str, first: int, last: int | None = None, *, page_size: int | None = None
+    ) -> Iterator[JournalRow | NotSelected]:
+        """:meth:`iter_entries` with each publication's entry left undecoded, a
+        :class:`~seqrepair.journal.format.JournalRow` (the numbering, trim and marker checks
+        are the same): a reader that relays entries as they are (a source replay) decodes
+        only what it must, and :meth:`JournalRow.publication` decodes and validates one in
+        full."""
+        return cast(Iterator[JournalRow | NotSelected],
+                    self._iter(source, first, last, page_size, self._row))
+
+    def _iter(
+        self, source: str, first: int, last: int | None, page_size: int | None,
+        read_row: Callable[[str, Any], Publication | JournalRow | NotSelected],
+    ) -> Iterator[Publication | JournalRow | NotSelected]:
         check_source(source)
         check_seq(first, "first", low=1)
         if last is not None:
@@ -447,7 +477,7 @@ class Journal:
             # publications (a source replay waiting for credit) holds one page, not two.
             rows.reverse()
             while rows:
-                pub = self._decode_row(source, rows.pop())
+                pub = read_row(source, rows.pop())
                 begins, ends = _span(pub)
                 if begins != position:
                     raise JournalCorruptError(

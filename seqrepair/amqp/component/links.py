@@ -301,13 +301,13 @@ class ResponseRoute:
         return stream.ready.popleft() if stream.ready else None
 
     def _read_chunk(self, stream: _Stream) -> None:
-        chunk: list[Publication | Heartbeat] = []
+        chunk: list[Publication | Heartbeat | bytes] = []
         closing: Any = None
         single: ImageFrame | None = None
         for frame in stream.frames:
             if frame is None:
                 break  # a journal slice read: the rest on the next step
-            if isinstance(frame, Publication | Heartbeat):
+            if type(frame) is bytes or isinstance(frame, Publication | Heartbeat):
                 chunk.append(frame)
                 if len(chunk) >= self.max_batch:
                     break
@@ -325,9 +325,19 @@ class ResponseRoute:
         if chunk:
             if stream.replay:
                 self.replayed += len(chunk)
-            if self.batch:
+            if any(type(frame) is bytes for frame in chunk):
+                # a replay's fast path (replaywire.py): batch entries already, retransmissions
+                # without link numbers, as the rest of the replay (only when batching)
+                entries = [frame if type(frame) is bytes
+                           else encode_entry(frame, self.source_bits)  # type: ignore[arg-type]
+                           for frame in chunk]
+                stream.ready.append(_finish(encode_batch(entries, first_link_seq=None,
+                                                         retransmit=True),
+                                            correlation_id, cookie))
+            elif self.batch:
                 stream.ready.append(
-                    _finish(encode_frames(chunk, self.source_bits), correlation_id, cookie)
+                    _finish(encode_frames(chunk, self.source_bits),  # type: ignore[arg-type]
+                            correlation_id, cookie)
                 )
             else:
                 stream.ready.extend(
