@@ -59,7 +59,7 @@ from seqrepair.core.snapshot import ImageComplete, ImageFrame
 from seqrepair.core.window import LinkWindow
 from seqrepair.logs import get_logger
 
-ReplayFrame = Publication | ReplayComplete | GapError
+ReplayFrame = Publication | bytes | ReplayComplete | GapError
 
 
 ALLOWS_CACHE = 4096
@@ -72,7 +72,10 @@ def _new_epoch() -> str:
     return secrets.token_hex(6)
 
 
-AnswerFrame = Publication | Heartbeat | ReplayComplete | GapError | ImageFrame | ImageComplete
+AnswerFrame = (Publication | Heartbeat | ReplayComplete | GapError | ImageFrame | ImageComplete
+               | bytes)
+"""What an answer is read as; ``bytes`` are a source replay's batch entries, already encoded
+(:mod:`.replaywire`)."""
 
 ANSWERS_PER_TURN = 16
 """How many transfers of answers one :meth:`ResponseRoute.pump` makes. The component does not
@@ -341,7 +344,8 @@ class ResponseRoute:
                 )
             else:
                 stream.ready.extend(
-                    _finish(encode_frames([frame], self.source_bits), correlation_id, cookie)
+                    _finish(encode_frames([frame], self.source_bits),  # type: ignore[list-item]
+                            correlation_id, cookie)
                     for frame in chunk
                 )
         if single is not None:

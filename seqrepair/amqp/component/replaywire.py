@@ -21,13 +21,16 @@ import json
 import struct
 from collections.abc import Callable
 from math import isfinite
-from typing import Any
+from typing import Any, TypeVar
 
 from seqrepair.amqp.wire.rawamqp import encode_value
 from seqrepair.core.errors import SeqRepairError
 from seqrepair.core.limits import MAX_PUBLICATION_SIZE, MAX_TOPIC_BYTES
 from seqrepair.core.messages import Publication, PublishType
 from seqrepair.journal.format import JournalRow
+
+K = TypeVar("K")
+V = TypeVar("V")
 
 _CACHE = 4096
 """How many topics, tokens, field names and sources an encoder remembers encoded."""
@@ -185,7 +188,7 @@ class JournaledEntries:
         return _remember(self._sources, (source, bits), known)
 
 
-def _remember(cache: dict[Any, Any], key: Any, value: Any) -> Any:
+def _remember(cache: dict[K, V], key: K, value: V) -> V:
     if len(cache) >= _CACHE:
         cache.clear()
     cache[key] = value
