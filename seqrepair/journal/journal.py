@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, cast
 
 import attrs
@@ -151,6 +152,7 @@ class Journal:
         self._read = client.register_script(scripts.READ)
         self._trim = client.register_script(scripts.TRIM)
         self._registered: set[str] = set()
+        self._prefetcher: ThreadPoolExecutor | None = None
 
     @classmethod
     def from_url(cls, url: str, *, page_size: int = 1000, **client_kwargs: Any) -> Journal:
@@ -159,6 +161,9 @@ class Journal:
 
     def close(self) -> None:
         """Close the client's connections."""
+        if self._prefetcher is not None:
+            self._prefetcher.shutdown(wait=False, cancel_futures=True)
+            self._prefetcher = None
         self.client.close()
 
     def __enter__(self) -> Journal:
@@ -384,7 +389,10 @@ class Journal:
         try:
             ident, flat = row
             seq = int(ident[:-2]) if ident.endswith("-0") else -1
-            values = dict(zip(flat[::2], flat[1::2], strict=True))
+            if type(flat) is not list or len(flat) % 2:
+                raise TypeError("entry fields are not name/value pairs")
+            pairs = iter(flat)
+            values = dict(zip(pairs, pairs, strict=False))  # even: checked above
         except (TypeError, ValueError) as exc:
             raise JournalCorruptError(f"malformed entry in {source!r}", source=source) from exc
         if seq < 1:
@@ -392,6 +400,24 @@ class Journal:
         if values.get("ptype") == NOT_SELECTED:
             return _marker(source, seq, values)
         return JournalRow(seq, values)
+
+    def _read_ahead(
+        self, source: str, last_row: Any, end: str, count: int, last: int
+    ) -> tuple[int, Future[tuple[int, int, list[Any]]]] | None:
+        """Start reading the page after ``last_row`` (a full page's last) in a thread: the
+        position it starts at and its future; None when that position is not plain to see
+        (a not-selected marker ends the page, a malformed row: the reader finds out)."""
+        try:
+            ident, flat = last_row
+            after = int(ident[:-2]) + 1 if ident.endswith("-0") else 0
+        except (TypeError, ValueError):
+            return None
+        if not 1 < after <= last or NOT_SELECTED in flat:
+            return None
+        if self._prefetcher is None:
+            self._prefetcher = ThreadPoolExecutor(max_workers=2,
+                                                  thread_name_prefix="journal-read-ahead")
+        return after, self._prefetcher.submit(self._page, source, entry_id(after), end, count)
 
     def _marker_at(self, source: str, position: int) -> NotSelected | None:
         """The not-selected marker whose range holds ``position`` (it begins before it), if
@@ -438,13 +464,15 @@ class Journal:
         :class:`~seqrepair.journal.format.JournalRow` (the numbering, trim and marker checks
         are the same): a reader that relays entries as they are (a source replay) decodes
         only what it must, and :meth:`JournalRow.publication` decodes and validates one in
-        full."""
+        full. The next page is read (in a thread) while this one is taken: the reader does
+        not wait for Redis at each page boundary, and holds up to two pages."""
         return cast(Iterator[JournalRow | NotSelected],
-                    self._iter(source, first, last, page_size, self._row))
+                    self._iter(source, first, last, page_size, self._row, prefetch=True))
 
     def _iter(
         self, source: str, first: int, last: int | None, page_size: int | None,
         read_row: Callable[[str, Any], Publication | JournalRow | NotSelected],
+        *, prefetch: bool = False,
     ) -> Iterator[Publication | JournalRow | NotSelected]:
         check_source(source)
         check_seq(first, "first", low=1)
@@ -452,9 +480,14 @@ class Journal:
             check_seq(last, "last", low=0)
         count = page_size or self.page_size
         position = first
+        ahead: tuple[int, Future[tuple[int, int, list[Any]]]] | None = None
         while last is None or position <= last:
             end = entry_id(last) if last is not None else "+"
-            hw, trimmed, rows = self._page(source, entry_id(position), end, count)
+            if ahead is not None and ahead[0] == position:
+                hw, trimmed, rows = ahead[1].result()  # read while the last page was taken
+            else:
+                hw, trimmed, rows = self._page(source, entry_id(position), end, count)
+            ahead = None
             if position <= trimmed:
                 raise TrimmedRangeError(
                     f"{source!r} is trimmed through {trimmed}; {position} was requested",
@@ -473,8 +506,11 @@ class Journal:
                     yield marker
                     position = marker.last + 1
                     continue
+            if prefetch and page_rows == count and last is not None:
+                ahead = self._read_ahead(source, rows[-1], end, count, last)
             # Decoded one by one, each row dropped once decoded: a reader that pauses between
-            # publications (a source replay waiting for credit) holds one page, not two.
+            # publications (a source replay waiting for credit) holds one page (two with
+            # ``prefetch``: this one and the next, being read).
             rows.reverse()
             while rows:
                 pub = read_row(source, rows.pop())

@@ -35,7 +35,9 @@ V = TypeVar("V")
 _CACHE = 4096
 """How many topics, tokens, field names and sources an encoder remembers encoded."""
 
-_loads = json.JSONDecoder().decode
+_scan = json.JSONDecoder().scan_once
+"""The C scanner under ``json.loads`` (which also matches whitespace with two regexps): the
+journal's fields are compact JSON, and anything else is refused to the full path."""
 _double = struct.Struct(">d").pack
 _ulong = struct.Struct(">Q").pack
 _long = struct.Struct(">q").pack
@@ -75,7 +77,8 @@ class JournaledEntries:
     def __call__(self, source: str, row: JournalRow) -> bytes | None:
         try:
             entry = self._encode(source, row)
-        except (_Refused, KeyError, TypeError, ValueError, UnicodeError, RecursionError):
+        except (_Refused, KeyError, TypeError, ValueError, UnicodeError, RecursionError,
+                StopIteration):
             self.declined += 1
             return None
         self.vouched += 1
@@ -100,8 +103,9 @@ class JournaledEntries:
             if not isfinite(when):
                 raise _Refused
             stamp = b"\x82" + _double(when)
-        fields = _loads(values["fields"])
-        if type(fields) is not dict:
+        text = values["fields"]
+        fields, end = _scan(text, 0)
+        if type(fields) is not dict or end != len(text):
             raise _Refused
         bits = self.source_bits(source)
         known = self._sources.get((source, bits))
