@@ -35,7 +35,7 @@ V = TypeVar("V")
 _CACHE = 4096
 """How many topics, tokens, field names and sources an encoder remembers encoded."""
 
-_scan = json.JSONDecoder().scan_once
+_scan: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 """The C scanner under ``json.loads`` (which also matches whitespace with two regexps): the
 journal's fields are compact JSON, and anything else is refused to the full path."""
 _double = struct.Struct(">d").pack
