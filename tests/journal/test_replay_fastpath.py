@@ -28,8 +28,8 @@ from seqrepair.core.messages import (
 from seqrepair.core.permissions import Entitlement
 from seqrepair.journal import GapFillService, Journal, Replay
 from seqrepair.journal.errors import JournalCorruptError, TrimmedRangeError
-from seqrepair.journal.format import JournalRow, encode_entry as journal_entry
-from seqrepair.journal.format import meta_key, stream_key
+from seqrepair.journal.format import JournalRow, meta_key, stream_key
+from seqrepair.journal.format import encode_entry as journal_entry
 
 pytestmark = pytest.mark.redis
 
@@ -139,10 +139,9 @@ def test_a_corrupt_entry_is_still_reported(journal: Journal, redis_client: redis
             "L", SourceGapRequest(after={"feed.a": 0}), 0.0,
             encoder=JournaledEntries(bits_of) if fast else None)
         assert isinstance(answer, Replay)
-        got = []
+        got: list[object] = []
         with pytest.raises(JournalCorruptError, match="wire 9"):
-            for frame in answer:
-                got.append(frame)
+            got.extend(answer)  # extend keeps what came before the raise
         assert len(got) == 2  # 1 and 2, then the corrupt entry stops the replay
 
 
@@ -188,8 +187,10 @@ def test_an_undeliverable_entry_still_ends_the_replay_trimmed(
     fast = replay(journal, Entitlement.everything(), fast=True)
     slow = replay(journal, Entitlement.everything(), fast=False)
     assert len(fast) == len(slow) == 3
-    assert isinstance(fast[-1], GapError) and fast[-1].reason == "trimmed"
-    assert fast[-1].trimmed_through == slow[-1].trimmed_through == {"feed.a": 3}  # type: ignore[union-attr]
+    assert isinstance(fast[-1], GapError)
+    assert fast[-1].reason == "trimmed"
+    assert fast[-1].trimmed_through == slow[-1].trimmed_through  # type: ignore[union-attr]
+    assert fast[-1].trimmed_through == {"feed.a": 3}
 
 
 def test_the_fast_path_applies_the_links_entitlement(journal: Journal) -> None:
@@ -225,7 +226,6 @@ def test_iter_rows_reads_ahead_and_still_sees_a_trim(
     journal.trim_through("feed.a", 150, now=0.0)  # after page 1 and while page 2 is read
     seen = [1]
     with pytest.raises(TrimmedRangeError):
-        for row in rows:
-            seen.append(row.seq)  # type: ignore[union-attr]
+        seen.extend(row.seq for row in rows)  # type: ignore[union-attr]
     assert seen == list(range(1, len(seen) + 1))  # contiguous: nothing skipped
     assert len(seen) <= 100  # page 3 was read after the trim
