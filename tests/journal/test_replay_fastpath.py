@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import redis
 
-from seqrepair.amqp.component.replaywire import JournaledEntries
-from seqrepair.amqp.wire.framing import encode_entry
+from seqrepair.amqp.component.replaywire import JournaledEntries, plain_publication
+from seqrepair.amqp.wire.framing import encode_entry, pack_frame
 from seqrepair.core.filters import BasicFilter
 from seqrepair.core.messages import (
     GapError,
@@ -229,3 +229,14 @@ def test_iter_rows_reads_ahead_and_still_sees_a_trim(
         seen.extend(row.seq for row in rows)  # type: ignore[union-attr]
     assert seen == list(range(1, len(seen) + 1))  # contiguous: nothing skipped
     assert len(seen) <= 100  # page 3 was read after the trim
+
+
+def test_a_replayed_batch_of_one_is_sent_as_a_plain_publication() -> None:
+    """WIRE.md: a batch of one is sent as a plain PUBLICATION; the fast path's lone entry
+    too, the same message the full path sends."""
+    for pub in [*pubs("feed.a", 70_000, 2), *pubs("feed.a", 5, 1, permtoken="t")]:
+        entry = JournaledEntries(bits_of)("feed.a", JournalRow(pub.source_seq,
+                                                                journal_entry(pub, BITS)))
+        assert entry is not None
+        full = pack_frame(pub.with_link(None, retransmit=True), bits_of)
+        assert plain_publication(entry, bits_of).encode() == full.encode()  # type: ignore[union-attr]

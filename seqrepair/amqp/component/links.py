@@ -30,6 +30,7 @@ import attrs
 from proton import Condition
 
 from seqrepair.amqp.component.memory import Unsent
+from seqrepair.amqp.component.replaywire import plain_publication
 from seqrepair.amqp.wire.codec import encode
 from seqrepair.amqp.wire.errors import InvalidLinkPropertyError, RequestFloodError
 from seqrepair.amqp.wire.framing import (
@@ -328,7 +329,10 @@ class ResponseRoute:
         if chunk:
             if stream.replay:
                 self.replayed += len(chunk)
-            if any(type(frame) is bytes for frame in chunk):
+            if len(chunk) == 1 and type(chunk[0]) is bytes:  # a batch of one: PUBLICATION
+                stream.ready.append(_finish(plain_publication(chunk[0], self.source_bits),
+                                            correlation_id, cookie))
+            elif any(type(frame) is bytes for frame in chunk):
                 # a replay's fast path (replaywire.py): batch entries already, retransmissions
                 # without link numbers, as the rest of the replay (only when batching)
                 entries = [frame if type(frame) is bytes

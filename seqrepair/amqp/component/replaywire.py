@@ -23,7 +23,9 @@ from collections.abc import Callable
 from math import isfinite
 from typing import Any, TypeVar
 
-from seqrepair.amqp.wire.rawamqp import encode_value
+from seqrepair.amqp.wire.codec import Decoder
+from seqrepair.amqp.wire.framing import Outgoing, encode_batch, pack_frame
+from seqrepair.amqp.wire.rawamqp import decode_message, encode_value
 from seqrepair.core.errors import SeqRepairError
 from seqrepair.core.limits import MAX_PUBLICATION_SIZE, MAX_TOPIC_BYTES
 from seqrepair.core.messages import Publication, PublishType
@@ -190,6 +192,16 @@ class JournaledEntries:
             raise _Refused
         known = (_text(source.encode("utf-8")), _BITS[bits], (1 << bits) - 1)
         return _remember(self._sources, (source, bits), known)
+
+
+def plain_publication(entry: bytes, source_bits: Callable[[str], int]) -> Outgoing:
+    """A replay's one batch entry (a retransmission, no link number) as the plain
+    ``PUBLICATION`` a batch of one is sent as (WIRE.md), read back from its bytes (rare: a
+    chunk of one)."""
+    message = decode_message(encode_batch([entry], first_link_seq=None, retransmit=True).encode())
+    (publication,) = Decoder().decode(message)  # type: ignore[arg-type]
+    assert isinstance(publication, Publication)
+    return pack_frame(publication, source_bits)
 
 
 def _remember(cache: dict[K, V], key: K, value: V) -> V:
