@@ -323,15 +323,36 @@ def decode_values(seq: int, text: Mapping[str, str], *, source: str | None = Non
         ) from exc
 
 
+ROW_PARTS = ("source", "topic", "ptype", "fields", "permtoken", "ts", "wire", "bits")
+"""The entry fields of a :class:`JournalRow`'s ``parts``, in order (after the entry ID)."""
+
+
 class JournalRow(NamedTuple):
-    """One publication's stream entry as read, its fields not yet decoded: a reader that
-    relays entries as they are (a source replay, :mod:`.gapfill`) decodes only what it needs
-    and validates the rest its own way; :meth:`publication` is the full decode."""
+    """One publication's stream entry as read, not yet decoded: a reader that relays entries
+    as they are (a source replay, :mod:`.gapfill`) decodes only what it needs and validates the
+    rest its own way; :meth:`publication` is the full decode."""
 
     seq: int
     """The absolute number (the entry ID)."""
-    values: dict[str, str]
-    """The entry fields, as stored (see the module docstring)."""
+    parts: list[Any]
+    """The entry ID, then the fields :data:`ROW_PARTS` names, each its stored text or None
+    when the entry lacks it."""
+    stored: dict[str, str] | None = None
+    """Every entry field as stored, when the entry holds fields beyond :data:`ROW_PARTS` or
+    in another order (None: ``parts`` holds them all)."""
+
+    @classmethod
+    def of(cls, seq: int, values: dict[str, str]) -> JournalRow:
+        """The row of entry ``seq`` whose fields are ``values`` (any layout)."""
+        return cls(seq, [entry_id(seq), *map(values.get, ROW_PARTS)], values)
+
+    @property
+    def values(self) -> dict[str, str]:
+        """The entry fields, as stored (see the module docstring)."""
+        if self.stored is not None:
+            return self.stored
+        return {name: value for name, value in zip(ROW_PARTS, self.parts[1:], strict=True)
+                if value is not None}
 
     def publication(self, source: str | None = None) -> Publication:
         """The publication, decoded and validated (:func:`decode_values`)."""

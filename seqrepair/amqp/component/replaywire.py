@@ -87,17 +87,17 @@ class JournaledEntries:
         return entry
 
     def _encode(self, source: str, row: JournalRow) -> bytes:
-        seq, values = row
-        if values["source"] != source:
+        seq = row.seq
+        _, stored_source, topic_text, ptype_text, text, token, ts, wire_text, bits_text = (
+            row.parts)
+        if stored_source != source:
             raise _Refused
-        stored_max = _MAX_BY_BITS[values["bits"]]
-        if int(values["wire"]) != (seq - 1) % stored_max + 1:
+        stored_max = _MAX_BY_BITS[bits_text]
+        if int(wire_text) != (seq - 1) % stored_max + 1:
             raise _Refused
-        ptype = _PTYPES[values["ptype"]]
-        topic = self._topics.get(values["topic"]) or self._topic(values["topic"], source)
-        token = values.get("permtoken")
+        ptype = _PTYPES[ptype_text]
+        topic = self._topics.get(topic_text) or self._topic(topic_text, source)
         token_bytes = _NULL if token is None else (self._tokens.get(token) or self._token(token))
-        ts = values.get("ts")
         if ts is None:
             stamp = _NULL
         else:
@@ -105,7 +105,6 @@ class JournaledEntries:
             if not isfinite(when):
                 raise _Refused
             stamp = b"\x82" + _double(when)
-        text = values["fields"]
         fields, end = _scan(text, 0)
         if type(fields) is not dict or end != len(text):
             raise _Refused
