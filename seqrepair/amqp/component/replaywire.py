@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import struct
 from collections.abc import Callable
-from math import isfinite
 from typing import Any, TypeVar
 
 from seqrepair.amqp.wire.codec import Decoder
@@ -50,6 +49,7 @@ _MAX_BY_BITS = {str(bits): (1 << bits) - 1 for bits in range(2, 65)}
 """The journal's ``bits`` text -> the largest wire number of that space."""
 _BITS = {bits: encode_value(bits) for bits in range(2, 65)}
 _LONG = (-(1 << 63), (1 << 63) - 1)
+_SMALL_INTS = [b"\x55" + bytes((value & 0xFF,)) for value in range(-128, 128)]
 
 
 class _Refused(Exception):
@@ -62,14 +62,15 @@ def _text(raw: bytes) -> bytes:
 
 
 class JournaledEntries:
-    """The :data:`~seqrepair.journal.gapfill.RowEncoder` of a route: ``encoder(source, row)``
+    """The :data:`~seqrepair.journal.gapfill.RowEncoder` of one replay (a source's bits are
+    taken once): ``encoder(source, row)``
     is the batch entry of journal row ``row`` of ``source`` (no link number, its source number
     in the ``source_bits(source)``-bit space live frames use), or None (see the module
     docstring)."""
 
     def __init__(self, source_bits: Callable[[str], int]) -> None:
         self.source_bits = source_bits
-        self._sources: dict[tuple[str, int], tuple[bytes, bytes, int]] = {}
+        self._sources: dict[str, tuple[bytes, bytes, int]] = {}
         self._topics: dict[str, bytes] = {}
         self._tokens: dict[str, bytes] = {}
         self._names: dict[str, bytes] = {}
@@ -102,16 +103,15 @@ class JournaledEntries:
             stamp = _NULL
         else:
             when = float(ts)
-            if not isfinite(when):
+            if when - when != 0.0:  # NaN or an infinity (isfinite, without the call)
                 raise _Refused
             stamp = b"\x82" + _double(when)
         fields, end = _scan(text, 0)
         if type(fields) is not dict or end != len(text):
             raise _Refused
-        bits = self.source_bits(source)
-        known = self._sources.get((source, bits))
+        known = self._sources.get(source)  # a source's bits do not change during a replay
         if known is None:
-            known = self._source(source, bits)
+            known = self._source(source, self.source_bits(source))
         source_bytes, bits_bytes, max_wire = known
         wire = (seq - 1) % max_wire + 1
         body = b"".join((
@@ -134,29 +134,29 @@ class JournaledEntries:
     def _map(self, fields: dict[str, Any]) -> bytes:
         """The AMQP map of flat ``fields`` (rawamqp's ``encode_map`` bytes)."""
         parts: list[bytes] = []
+        add = parts.append
         names = self._names
         low, high = _LONG
         for name, value in fields.items():
-            key = names.get(name)
-            if key is None:
-                key = self._name(name)
-            parts.append(key)
+            add(names.get(name) or self._name(name))
             kind = type(value)
             if kind is str:
-                parts.append(_text(value.encode("utf-8")))
+                raw = value.encode("utf-8")
+                n = len(raw)
+                add(bytes((0xA1, n)) + raw if n < 256 else b"\xb1" + _uint(n) + raw)
             elif kind is int:
                 if -128 <= value <= 127:
-                    parts.append(b"\x55" + bytes((value & 0xFF,)))
+                    add(_SMALL_INTS[value + 128])
                 elif low <= value <= high:
-                    parts.append(b"\x81" + _long(value))
+                    add(b"\x81" + _long(value))
                 else:
                     raise _Refused  # beyond an AMQP long: undeliverable, the full check says so
             elif kind is float:
-                parts.append(b"\x82" + _double(value))
+                add(b"\x82" + _double(value))
             elif value is None:
-                parts.append(_NULL)
+                add(_NULL)
             elif kind is bool:
-                parts.append(_TRUE if value else _FALSE)
+                add(_TRUE if value else _FALSE)
             else:
                 raise _Refused  # nested lists and maps: the full path
         items = b"".join(parts)
@@ -190,7 +190,7 @@ class JournaledEntries:
         if bits not in _BITS:
             raise _Refused
         known = (_text(source.encode("utf-8")), _BITS[bits], (1 << bits) - 1)
-        return _remember(self._sources, (source, bits), known)
+        return _remember(self._sources, source, known)
 
 
 def plain_publication(entry: bytes, source_bits: Callable[[str], int]) -> Outgoing:
