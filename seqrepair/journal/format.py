@@ -41,6 +41,13 @@ too: ``seq`` its first number, ``ptype`` ``not-selected``, ``topic`` ``""``, ``f
 ``through`` (the last number it covers) and ``selection`` (JSON text, like every field value),
 ``wire_seq`` the wire number of ``seq``, ``permtoken`` and ``timestamp`` null.
 
+Reading for a replay (:meth:`~seqrepair.journal.journal.Journal.iter_rows`): the script
+``READ_ROWS`` returns an entry whose fields are in the order the append script writes them
+(``source topic ptype fields [permtoken] [ts] wire bits``) as one positional row, and any other
+entry (another order, other fields, a relay's not-selected marker) by name as ``READ`` does; a
+:class:`JournalRow` holds either undecoded. Nothing stored changes: entries written before, or
+by other writers, read as they always did.
+
 Helpers here encode and decode both forms; :func:`encode_archive_table` is what tests of other
 readers use to write archives.
 """
