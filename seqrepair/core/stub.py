@@ -378,8 +378,11 @@ class SubscriberStub(SourceRepairing, ImageResyncing):
         events: list[Event] = []
         taken = self._take_run(frames, 0, now, events, check_rest=True)
         while taken < len(frames):
-            events.extend(self.receive(frames[taken], now))
-            taken = self._take_run(frames, taken + 1, now, events, check_rest=False)
+            replayed = self._take_replayed(frames, taken, now, events)  # a replay's chunk
+            if replayed == taken:
+                events.extend(self.receive(frames[taken], now))
+                replayed += 1
+            taken = self._take_run(frames, replayed, now, events, check_rest=False)
         return events
 
     def _take_run(

@@ -10,8 +10,9 @@ give-up. See the theory of operation in :mod:`seqrepair.core.stub`.
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import attrs
@@ -19,6 +20,7 @@ import attrs
 from seqrepair.core.asked import AskedRequests
 from seqrepair.core.events import (
     BufferOverflow,
+    DeliveredRun,
     Event,
     LinkReset,
     RequestSourceGap,
@@ -75,6 +77,11 @@ class SourceRepairing:
     _stale_floor: dict[str, int]
     _stale_ahead: dict[str, int]
     _hold_through: dict[str, int]
+    _image_floor: dict[str, dict[str, int]]
+    _now: float
+    _last_frame_at: float | None
+    _overdue_at: float | None
+    _silence_limit: float
     max_buffer: int
 
     if TYPE_CHECKING:
@@ -465,6 +472,43 @@ class SourceRepairing:
         # the replay is making progress, so it is neither asked for again (which would restart
         # it from the start at the component) nor given up while answers keep coming.
         self._source.progress(now, self._progress_wait)
+
+    def _take_replayed(
+        self, frames: Sequence[object], start: int, now: float, events: list[Event]
+    ) -> int:
+        """Take the replayed publications (no link number) from ``frames[start]`` on, as
+        :meth:`_on_replayed` takes each in turn, those delivered as one :class:`DeliveredRun`;
+        return the index of the first frame not taken (``start``: none, the frame goes the
+        usual way). The frames were checked already (:meth:`receive_many`)."""
+        source = self._source
+        if source is None or self._image_floor:
+            return start  # stray, or judged against an image: one at a time
+        delivered = self._last_delivered
+        top = self._replay_top
+        stats = self._stats
+        taken: list[Publication] = []
+        end = start
+        for frame in itertools.islice(frames, start, None):
+            if type(frame) is not Publication or frame.link_seq is not None:
+                break
+            end += 1
+            name, seq = frame.source, frame.source_seq
+            if seq <= delivered.get(name, 0):
+                stats.duplicates += 1
+                continue
+            delivered[name] = top[name] = seq
+            taken.append(frame)
+        if end == start:
+            return start
+        stats.delivered += len(taken)
+        stats.source_repaired += len(taken)
+        self._now = now
+        self._last_frame_at = now
+        self._overdue_at = now + self._silence_limit
+        source.progress(now, self._progress_wait)
+        if taken:
+            events.append(DeliveredRun(tuple(taken)))
+        return end
 
     def _on_replay_complete(self, complete: ReplayComplete, now: float) -> None:
         source = self._source

@@ -41,6 +41,13 @@ too: ``seq`` its first number, ``ptype`` ``not-selected``, ``topic`` ``""``, ``f
 ``through`` (the last number it covers) and ``selection`` (JSON text, like every field value),
 ``wire_seq`` the wire number of ``seq``, ``permtoken`` and ``timestamp`` null.
 
+Reading for a replay (:meth:`~seqrepair.journal.journal.Journal.iter_rows`): the script
+``READ_ROWS`` returns an entry whose fields are in the order the append script writes them
+(``source topic ptype fields [permtoken] [ts] wire bits``) as one positional row, and any other
+entry (another order, other fields, a relay's not-selected marker) by name as ``READ`` does; a
+:class:`JournalRow` holds either undecoded. Nothing stored changes: entries written before, or
+by other writers, read as they always did.
+
 Helpers here encode and decode both forms; :func:`encode_archive_table` is what tests of other
 readers use to write archives.
 """
@@ -54,7 +61,7 @@ from functools import lru_cache
 from math import isfinite
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import attrs
 
@@ -321,6 +328,42 @@ def decode_values(seq: int, text: Mapping[str, str], *, source: str | None = Non
         raise JournalCorruptError(
             f"journal entry {seq} does not decode: {exc!r}", source=source, got=dict(text)
         ) from exc
+
+
+ROW_PARTS = ("source", "topic", "ptype", "fields", "permtoken", "ts", "wire", "bits")
+"""The entry fields of a :class:`JournalRow`'s ``parts``, in order (after the entry ID)."""
+
+
+class JournalRow(NamedTuple):
+    """One publication's stream entry as read, not yet decoded: a reader that relays entries
+    as they are (a source replay, :mod:`.gapfill`) decodes only what it needs and validates the
+    rest its own way; :meth:`publication` is the full decode."""
+
+    seq: int
+    """The absolute number (the entry ID)."""
+    parts: list[Any]
+    """The entry ID, then the fields :data:`ROW_PARTS` names, each its stored text or None
+    when the entry lacks it."""
+    stored: dict[str, str] | None = None
+    """Every entry field as stored, when the entry holds fields beyond :data:`ROW_PARTS` or
+    in another order (None: ``parts`` holds them all)."""
+
+    @classmethod
+    def of(cls, seq: int, values: dict[str, str]) -> JournalRow:
+        """The row of entry ``seq`` whose fields are ``values`` (any layout)."""
+        return cls(seq, [entry_id(seq), *map(values.get, ROW_PARTS)], values)
+
+    @property
+    def values(self) -> dict[str, str]:
+        """The entry fields, as stored (see the module docstring)."""
+        if self.stored is not None:
+            return self.stored
+        return {name: value for name, value in zip(ROW_PARTS, self.parts[1:], strict=True)
+                if value is not None}
+
+    def publication(self, source: str | None = None) -> Publication:
+        """The publication, decoded and validated (:func:`decode_values`)."""
+        return decode_values(self.seq, self.values, source=source)
 
 
 # --- Parquet archive -------------------------------------------------------------------------

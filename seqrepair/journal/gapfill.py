@@ -30,6 +30,13 @@ replayed per source only up to the source's first publication the link numbered 
 point (:class:`~seqrepair.core.context.LinkCover`, read as the replay goes): the link brings
 the rest. ``through`` then names where each source stopped.
 
+A transport may hand :meth:`GapFillService.answer_source_gap` an ``encoder``
+(:data:`RowEncoder`): the replay then reads undecoded rows (:meth:`Journal.iter_rows`, the next
+page read while one is sent), asks the entitlement once per topic and permission token (per
+source and publish type too when it has filters) from the first row of each decoded in full, and
+yields the encoder's bytes for every entry it vouches for; any entry it does not vouch for is
+decoded and checked as before (a corrupt one raises, an undeliverable one ends the replay).
+
 Sources a request does not name are replayed after the point the link started at (the
 journal's high-water when it attached, 0 for a source that appeared later): a subscriber is
 entitled to everything published since it subscribed, including sources it has not seen yet.
@@ -55,8 +62,9 @@ from seqrepair.core.messages import (
 )
 from seqrepair.core.permissions import Entitlement
 from seqrepair.journal.errors import TrimmedRangeError, UnknownLinkError
-from seqrepair.journal.format import can_name_journal
+from seqrepair.journal.format import JournalRow, can_name_journal
 from seqrepair.journal.lacking import Fetcher, UpstreamAnswer
+from seqrepair.journal.remembered import remembered, remembered_rows
 from seqrepair.journal.selection import NotSelected
 from seqrepair.journal.trimsummary import trimmed_items, visible_topics
 from seqrepair.logs import get_logger
@@ -66,7 +74,17 @@ if TYPE_CHECKING:
 
 log = get_logger(__name__)
 
-ReplayFrame = Publication | ReplayComplete | GapError
+ReplayFrame = Publication | bytes | ReplayComplete | GapError
+"""What a replay yields: publications (as retransmissions), the ``bytes`` of its ``encoder``
+for the entries it encoded, and the closing frame."""
+
+RowEncoder = Callable[[str, JournalRow], bytes | None]
+"""A transport's fast path for a source replay: ``encoder(source, row)`` is the journal entry
+``row`` of ``source`` as the transport sends it (a retransmission, no link number), or None
+when it cannot vouch for the entry. It returns bytes only for an entry that decodes, validates
+and can be delivered exactly as :meth:`JournalRow.publication` and :func:`undeliverable` would
+find; None sends the entry down the full path (a corrupt entry raises JournalCorruptError
+there, an undeliverable one ends the replay with ``GapError("trimmed")``)."""
 
 
 @attrs.define
@@ -110,9 +128,11 @@ class Replay:
         max_range: int | None = None,
         carried_after: Mapping[str, int] | None = None,
         fetcher: Fetcher | None = None,
+        encoder: RowEncoder | None = None,
     ) -> None:
         self.journal = journal
         self.fetcher = fetcher
+        self.encoder = encoder
         self.waiting: UpstreamAnswer | None = None
         """The upstream answer the replay waits for (it yields ``None`` meanwhile: see
         :attr:`parked`)."""
@@ -237,39 +257,62 @@ class Replay:
         asked (the first the journal lacks for this link, with a fetcher). ``not_asked``:
         lacking numbers through its first are answered ``trimmed`` at once (the upstream said
         it lacks them too, or could not be asked: its second says which)."""
-        allows = _remembered(self.link.entitlement)
+        allows = remembered(self.link.entitlement)
+        row_allows = remembered_rows(self.link.entitlement)
+        encoder = self.encoder
+        source = seg.source
         lacking: list[NotSelected] = []  # not selected for this link, not yet said
+        entries: Iterator[Publication | JournalRow | NotSelected] = (
+            self.journal.iter_entries(source, start, seg.last, page_size=self.page_size)
+            if encoder is None else
+            self.journal.iter_rows(source, start, seg.last, page_size=self.page_size)
+        )
         try:
-            for pub in self.journal.iter_entries(
-                seg.source, start, seg.last, page_size=self.page_size
-            ):
-                if isinstance(pub, NotSelected):  # a relay's journal: numbers not selected
-                    if pub.before:  # owed only to a link that asks for them by number
-                        if self._named(seg.source):
-                            lacking.append(pub)
-                    elif not pub.covers(self.link.entitlement.topics,
-                                        self.link.entitlement.grant):
-                        lacking.append(pub)
+            for item in entries:
+                pub: Publication | None
+                if type(item) is JournalRow:  # the fast path: decoded only if it must be
+                    seq, pub = item.seq, None
+                    allowed = row_allows(source, item)
+                elif isinstance(item, NotSelected):  # a relay's journal: numbers not selected
+                    if item.before:  # owed only to a link that asks for them by number
+                        if self._named(source):
+                            lacking.append(item)
+                    elif not item.covers(self.link.entitlement.topics,
+                                         self.link.entitlement.grant):
+                        lacking.append(item)
                     continue
-                cut = self.cover is not None and self._cut(seg, pub.source_seq)
-                if lacking and (cut or allows(pub)):  # the run before this one
+                else:
+                    pub = cast(Publication, item)
+                    seq = pub.source_seq
+                    allowed = allows(pub)
+                cut = self.cover is not None and self._cut(seg, seq)
+                if lacking and (cut or allowed):  # the run before this one
                     return (yield from self._said_or_asked(seg, start, lacking, not_asked))
                 if cut:
                     break
                 self.scanned += 1
-                if allows(pub):
+                if allowed:
+                    if pub is None:
+                        encoded = encoder(source, item)  # type: ignore[misc, arg-type]
+                        if encoded is not None:
+                            self.sent += 1
+                            yield encoded
+                            if scan_slice is not None and self.scanned % scan_slice == 0:
+                                yield None
+                            continue
+                        pub = cast(JournalRow, item).publication(source)  # raises if corrupt
                     poison = undeliverable(pub)
                     if poison is not None:
                         log.error("gapfill.undeliverable_entry", link=self.link.link_id,
-                                  source=seg.source, seq=pub.source_seq,
+                                  source=source, seq=pub.source_seq,
                                   error=poison.message)
                         yield GapError(
                             "trimmed", self.request,
-                            f"{seg.source} {pub.source_seq}: the journal entry cannot be "
+                            f"{source} {pub.source_seq}: the journal entry cannot be "
                             f"delivered: {poison.message}",
-                            {seg.source: pub.source_seq},
+                            {source: pub.source_seq},
                             # its item, unless its topic is what cannot be sent
-                            items=({seg.source: (pub.topic,)} if len(pub.topic.encode())
+                            items=({source: (pub.topic,)} if len(pub.topic.encode())
                                    <= MAX_TOPIC_BYTES else None),
                         )
                         return -1
@@ -331,7 +374,7 @@ class Replay:
         if first > last:
             return last + 1
         answer = self.fetcher(self.link.entitlement, seg.source, first, last)
-        allows = _remembered(self.link.entitlement)
+        allows = remembered(self.link.entitlement)
         through = first - 1
         self.waiting = answer
         try:  # what came is sent as it comes; parked while nothing has
@@ -432,29 +475,6 @@ class Replay:
             if limit is None or carried < limit:
                 limit = carried
         return limit
-
-
-def _remembered(entitlement: Entitlement) -> Callable[[Publication], bool]:
-    """``entitlement.allows``, remembered per (topic, permission token), and per source and
-    publish type too when it has filters (they may read those; nothing else decides): a
-    replay reads thousands of publications of a few topics."""
-    answers: dict[tuple[object, ...], bool] = {}
-    allows = entitlement.allows
-    filtered = bool(entitlement.filters)
-
-    def remembered(pub: Publication) -> bool:
-        key: tuple[object, ...] = (
-            (pub.topic, pub.permtoken, pub.source, pub.ptype) if filtered
-            else (pub.topic, pub.permtoken)
-        )
-        answer = answers.get(key)
-        if answer is None:
-            if len(answers) >= 4096:
-                answers.clear()
-            answer = answers[key] = allows(pub)
-        return answer
-
-    return remembered
 
 
 def undeliverable(pub: Publication) -> UndeliverableError | None:
@@ -606,6 +626,7 @@ class GapFillService:
         carried_after: Mapping[str, int] | None = None,
         fetcher: Fetcher | None = None,
         visible: Callable[[Iterable[str]], Collection[str]] | None = None,
+        encoder: RowEncoder | None = None,
     ) -> Replay | GapError:
         """A :class:`Replay` of the journal after the requested numbers, or a GapError.
 
@@ -623,6 +644,9 @@ class GapFillService:
         ``fetcher`` (a relay's, :mod:`seqrepair.journal.lacking`): numbers the journal lacks
         for this link (trimmed, or not selected for it) are asked of the upstream instead of
         answered ``trimmed``.
+
+        ``encoder``: the transport's fast path (:data:`RowEncoder`); the replay then yields its
+        bytes for the entries it encodes.
         """
         link = self.link(link_id)
         if not isinstance(request, SourceGapRequest):
@@ -670,7 +694,7 @@ class GapFillService:
                             items=self._trimmed_items(link, trimmed_after, trimmed_through))
         replay = Replay(self.journal, link, request, segments, through, self.page_size,
                         max_range=self.policy.max_range, carried_after=carried_after,
-                        fetcher=fetcher)
+                        fetcher=fetcher, encoder=encoder)
         reason = self.policy.refusal(replay.span, link.budget, now)
         if reason is not None:
             log.info("gapfill.refused", link=link_id, reason=reason)
@@ -704,4 +728,5 @@ class GapFillService:
             )
         if isinstance(result, GapError):
             return iter((result,))
-        return iter(result)
+        # no encoder given: a replay yields no bytes here
+        return cast(Iterator[LinkFrame | ReplayComplete | GapError], iter(result))

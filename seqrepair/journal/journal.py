@@ -9,7 +9,8 @@ dropped connection, the outcome is unknown until :meth:`Journal.high_water` is r
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, cast
 
 import attrs
@@ -36,9 +37,9 @@ from seqrepair.journal.format import (
     META_TRIMMED_AT,
     META_TRIMMED_THROUGH,
     SOURCES_KEY,
+    JournalRow,
     check_seq,
     check_source,
-    decode_values,
     encode_fields,
     encode_json,
     entry_id,
@@ -74,10 +75,12 @@ def _str(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def _span(item: Publication | NotSelected) -> tuple[int, int]:
+def _span(item: Publication | JournalRow | NotSelected) -> tuple[int, int]:
     """The first and last number a journal entry holds."""
     if type(item) is Publication:
         return item.source_seq, item.source_seq
+    if type(item) is JournalRow:
+        return item.seq, item.seq
     assert isinstance(item, NotSelected)
     return item.first, item.last
 
@@ -146,8 +149,10 @@ class Journal:
         self.page_size = page_size
         self._append = client.register_script(scripts.APPEND)
         self._read = client.register_script(scripts.READ)
+        self._read_rows = client.register_script(scripts.READ_ROWS)
         self._trim = client.register_script(scripts.TRIM)
         self._registered: set[str] = set()
+        self._prefetcher: ThreadPoolExecutor | None = None
 
     @classmethod
     def from_url(cls, url: str, *, page_size: int = 1000, **client_kwargs: Any) -> Journal:
@@ -156,6 +161,9 @@ class Journal:
 
     def close(self) -> None:
         """Close the client's connections."""
+        if self._prefetcher is not None:
+            self._prefetcher.shutdown(wait=False, cancel_futures=True)
+            self._prefetcher = None
         self.client.close()
 
     def __enter__(self) -> Journal:
@@ -347,13 +355,16 @@ class Journal:
         )
 
     def _page(
-        self, source: str, start: str, end: str, count: int, *, reverse: bool = False
+        self, source: str, start: str, end: str, count: int, *, reverse: bool = False,
+        positional: bool = False,
     ) -> tuple[int, int, list[Any]]:
         with map_redis_errors("read", source):
-            hw, trimmed, text = self._read(
-                keys=[stream_key(source), meta_key(source)],
-                args=[start, end, count, "rev" if reverse else "fwd"],
-            )
+            keys = [stream_key(source), meta_key(source)]
+            if positional:  # scripts.READ_ROWS: see _row
+                hw, trimmed, text = self._read_rows(keys=keys, args=[start, end, count])
+            else:
+                hw, trimmed, text = self._read(
+                    keys=keys, args=[start, end, count, "rev" if reverse else "fwd"])
         try:
             rows = _decode_page(text)
         except (UnicodeDecodeError, ValueError) as exc:
@@ -369,17 +380,59 @@ class Journal:
 
     @staticmethod
     def _decode_row(source: str, row: Any) -> Publication | NotSelected:
+        item = Journal._row(source, row)
+        if type(item) is JournalRow:
+            return item.publication(source)
+        return item  # type: ignore[return-value]  # a NotSelected marker
+
+    @staticmethod
+    def _row(source: str, row: Any) -> JournalRow | NotSelected:
+        """A page row as a :class:`JournalRow` (its entry fields not decoded yet) or the
+        not-selected marker it is. A row of scripts.READ_ROWS in the usual layout is
+        ``[id, *parts]``; any other is ``[id, [name, value, ...]]``, as scripts.READ gives."""
+        if len(row) == 9:  # READ_ROWS's layout (a list of 2 otherwise)
+            ident = row[0]
+            try:
+                seq = int(ident[:-2]) if ident.endswith("-0") else -1
+            except (AttributeError, TypeError, ValueError):
+                seq = -1
+            if seq < 1:
+                raise JournalCorruptError(f"entry ID {ident!r} is not <seq>-0", source=source)
+            return JournalRow(seq, row)
         try:
             ident, flat = row
             seq = int(ident[:-2]) if ident.endswith("-0") else -1
-            values = dict(zip(flat[::2], flat[1::2], strict=True))
+            if type(flat) is not list or len(flat) % 2:
+                raise TypeError("entry fields are not name/value pairs")
+            pairs = iter(flat)
+            values = dict(zip(pairs, pairs, strict=False))  # even: checked above
         except (TypeError, ValueError) as exc:
             raise JournalCorruptError(f"malformed entry in {source!r}", source=source) from exc
         if seq < 1:
             raise JournalCorruptError(f"entry ID {ident!r} is not <seq>-0", source=source)
         if values.get("ptype") == NOT_SELECTED:
             return _marker(source, seq, values)
-        return decode_values(seq, values, source=source)
+        return JournalRow.of(seq, values)
+
+    def _read_ahead(
+        self, source: str, last_row: Any, end: str, count: int, last: int
+    ) -> tuple[int, Future[tuple[int, int, list[Any]]]] | None:
+        """Start reading the page after ``last_row`` (a full page's last) in a thread: the
+        position it starts at and its future; None when that position is not plain to see
+        (a not-selected marker ends the page, a malformed row: the reader finds out)."""
+        try:
+            ident = last_row[0]
+            after = int(ident[:-2]) + 1 if ident.endswith("-0") else 0
+            marker = len(last_row) == 2 and NOT_SELECTED in last_row[1]
+        except (AttributeError, IndexError, TypeError, ValueError):
+            return None
+        if not 1 < after <= last or marker:
+            return None
+        if self._prefetcher is None:
+            self._prefetcher = ThreadPoolExecutor(max_workers=2,
+                                                  thread_name_prefix="journal-read-ahead")
+        return after, self._prefetcher.submit(self._page, source, entry_id(after), end, count,
+                                              positional=True)
 
     def _marker_at(self, source: str, position: int) -> NotSelected | None:
         """The not-selected marker whose range holds ``position`` (it begins before it), if
@@ -416,15 +469,43 @@ class Journal:
         """:meth:`iter_range` with the not-selected markers of a relay's journal
         (:class:`~seqrepair.journal.selection.NotSelected`, a marker reaching back before
         ``first`` included) in their place."""
+        return cast(Iterator[Publication | NotSelected],
+                    self._iter(source, first, last, page_size, self._decode_row))
+
+    def iter_rows(
+        self, source: str, first: int, last: int | None = None, *, page_size: int | None = None
+    ) -> Iterator[JournalRow | NotSelected]:
+        """:meth:`iter_entries` with each publication's entry left undecoded, a
+        :class:`~seqrepair.journal.format.JournalRow` (the numbering, trim and marker checks
+        are the same): a reader that relays entries as they are (a source replay) decodes
+        only what it must, and :meth:`JournalRow.publication` decodes and validates one in
+        full. The next page is read (in a thread) while this one is taken: the reader does
+        not wait for Redis at each page boundary, and holds up to two pages."""
+        return cast(Iterator[JournalRow | NotSelected],
+                    self._iter(source, first, last, page_size, self._row, rows=True))
+
+    def _iter(
+        self, source: str, first: int, last: int | None, page_size: int | None,
+        read_row: Callable[[str, Any], Publication | JournalRow | NotSelected],
+        *, rows: bool = False,
+    ) -> Iterator[Publication | JournalRow | NotSelected]:
+        """The entries ``first``..``last``; ``rows``: pages read by scripts.READ_ROWS, the
+        next one while this one is taken (:meth:`iter_rows`)."""
         check_source(source)
         check_seq(first, "first", low=1)
         if last is not None:
             check_seq(last, "last", low=0)
         count = page_size or self.page_size
         position = first
+        ahead: tuple[int, Future[tuple[int, int, list[Any]]]] | None = None
         while last is None or position <= last:
             end = entry_id(last) if last is not None else "+"
-            hw, trimmed, rows = self._page(source, entry_id(position), end, count)
+            if ahead is not None and ahead[0] == position:
+                hw, trimmed, page = ahead[1].result()  # read while the last page was taken
+            else:
+                hw, trimmed, page = self._page(source, entry_id(position), end, count,
+                                               positional=rows)
+            ahead = None
             if position <= trimmed:
                 raise TrimmedRangeError(
                     f"{source!r} is trimmed through {trimmed}; {position} was requested",
@@ -436,18 +517,21 @@ class Journal:
                 last = hw
                 if position > last:
                     return
-            page_rows = len(rows)
-            if position <= hw and (not rows or not rows[0][0].startswith(f"{position}-")):
+            page_rows = len(page)
+            if position <= hw and (not page or not page[0][0].startswith(f"{position}-")):
                 marker = self._marker_at(source, position)  # a read starting inside one
                 if marker is not None:
                     yield marker
                     position = marker.last + 1
                     continue
+            if rows and page_rows == count and last is not None:
+                ahead = self._read_ahead(source, page[-1], end, count, last)
             # Decoded one by one, each row dropped once decoded: a reader that pauses between
-            # publications (a source replay waiting for credit) holds one page, not two.
-            rows.reverse()
-            while rows:
-                pub = self._decode_row(source, rows.pop())
+            # publications (a source replay waiting for credit) holds one page (two with
+            # ``rows``: this one and the next, being read).
+            page.reverse()
+            while page:
+                pub = read_row(source, page.pop())
                 begins, ends = _span(pub)
                 if begins != position:
                     raise JournalCorruptError(

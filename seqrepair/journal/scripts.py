@@ -100,6 +100,39 @@ end
 return {meta[1] or '0', meta[2] or '0', text}
 """
 
+READ_ROWS = """
+-- ARGV: start id, end id, count. READ forward for a reader that relays entries (a source
+-- replay): an entry in the layout APPEND writes comes as [id, source, topic, ptype, fields,
+-- permtoken|null, ts|null, wire, bits] (half the strings to parse, no names to pair), any
+-- other entry (a not-selected marker, one written otherwise) as READ gives it.
+local meta = redis.call('HMGET', KEYS[2], 'high_water', 'trimmed_through')
+local rows = redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[2], 'COUNT', ARGV[3])
+if #rows == 0 then
+  return {meta[1] or '0', meta[2] or '0', '[]'}
+end
+local null = cjson.null
+local out = {}
+for i = 1, #rows do
+  local id, f = rows[i][1], rows[i][2]
+  local n = #f
+  local row = nil
+  if n >= 12 and f[1] == 'source' and f[3] == 'topic' and f[5] == 'ptype'
+     and f[7] == 'fields' and f[n - 3] == 'wire' and f[n - 1] == 'bits' then
+    if n == 12 then
+      row = {id, f[2], f[4], f[6], f[8], null, null, f[10], f[12]}
+    elseif n == 14 and f[9] == 'permtoken' then
+      row = {id, f[2], f[4], f[6], f[8], f[10], null, f[12], f[14]}
+    elseif n == 14 and f[9] == 'ts' then
+      row = {id, f[2], f[4], f[6], f[8], null, f[10], f[12], f[14]}
+    elseif n == 16 and f[9] == 'permtoken' and f[11] == 'ts' then
+      row = {id, f[2], f[4], f[6], f[8], f[10], f[12], f[14], f[16]}
+    end
+  end
+  out[i] = row or rows[i]
+end
+return {meta[1] or '0', meta[2] or '0', cjson.encode(out)}
+"""
+
 TRIM = """
 -- ARGV: through (absolute), now. Removes every entry numbered <= through (capped at the
 -- high-water; a not-selected marker covering through + 1 stays) and remembers it. Returns

@@ -50,7 +50,13 @@ the socket takes it grew the component ~13 MiB per connection). ``pending()`` sh
 the transport's output buffer (16-32 KiB), so this says "the socket is behind"."""
 
 RETRY_AHEAD = 0.005
-"""Seconds after which routes that waited for their peer to take what was sent are tried again."""
+"""Seconds after which routes that waited for their peer to take what was sent are tried
+again, at most: the first retry comes on the event loop's next pass (after its socket writes:
+a replay chunk alone passes :data:`TRANSPORT_BACKLOG`, and a loopback socket takes it at
+once), each retry that finds a route still waiting doubles the wait from
+:data:`RETRY_FIRST` up to this. A fixed 5 ms paced a replay at one chunk per 5 ms (256
+publications: ~50k/s at most; issue 26)."""
+RETRY_FIRST = 0.0005
 
 
 @attrs.define
@@ -145,6 +151,7 @@ class RepairTurns:
         self.ring: FairRing[ResponseRoute] = FairRing()
         self.waiting: set[ResponseRoute] = set()
         self.retry_scheduled = False
+        self.retry_delay = 0.0
         self.scheduled = False
         for key in ("repair_turns", "repair_steps", "repair_turns_cut", "repair_failures",
                     "repair_waits_ahead"):
@@ -206,17 +213,22 @@ class RepairTurns:
             self.schedule(self.turn)
         if self.waiting and not self.retry_scheduled and self.later is not None:
             self.retry_scheduled = True
-            self.later(RETRY_AHEAD, self._retry)
+            self.later(self.retry_delay, self._retry)
 
     def _retry(self) -> None:
-        """Ask again for the routes that waited for their peer (:meth:`too_far_ahead`)."""
+        """Ask again for the routes that waited for their peer (:meth:`too_far_ahead`); the
+        next retry waits longer while some still wait (:data:`RETRY_AHEAD`)."""
         self.retry_scheduled = False
         waiting, self.waiting = self.waiting, set()
         for route in waiting:
             self.want(route)
-        if self.waiting and not self.retry_scheduled and self.later is not None:
-            self.retry_scheduled = True
-            self.later(RETRY_AHEAD, self._retry)
+        if not self.waiting:
+            self.retry_delay = 0.0
+        elif self.later is not None:
+            self.retry_delay = min(RETRY_AHEAD, max(RETRY_FIRST, 2 * self.retry_delay))
+            if not self.retry_scheduled:
+                self.retry_scheduled = True
+                self.later(self.retry_delay, self._retry)
 
 
 def check_replay_room(

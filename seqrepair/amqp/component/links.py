@@ -30,6 +30,7 @@ import attrs
 from proton import Condition
 
 from seqrepair.amqp.component.memory import Unsent
+from seqrepair.amqp.component.replaywire import plain_publication
 from seqrepair.amqp.wire.codec import encode
 from seqrepair.amqp.wire.errors import InvalidLinkPropertyError, RequestFloodError
 from seqrepair.amqp.wire.framing import (
@@ -59,7 +60,7 @@ from seqrepair.core.snapshot import ImageComplete, ImageFrame
 from seqrepair.core.window import LinkWindow
 from seqrepair.logs import get_logger
 
-ReplayFrame = Publication | ReplayComplete | GapError
+ReplayFrame = Publication | bytes | ReplayComplete | GapError
 
 
 ALLOWS_CACHE = 4096
@@ -72,7 +73,10 @@ def _new_epoch() -> str:
     return secrets.token_hex(6)
 
 
-AnswerFrame = Publication | Heartbeat | ReplayComplete | GapError | ImageFrame | ImageComplete
+AnswerFrame = (Publication | Heartbeat | ReplayComplete | GapError | ImageFrame | ImageComplete
+               | bytes)
+"""What an answer is read as; ``bytes`` are a source replay's batch entries, already encoded
+(:mod:`.replaywire`)."""
 
 ANSWERS_PER_TURN = 16
 """How many transfers of answers one :meth:`ResponseRoute.pump` makes. The component does not
@@ -303,13 +307,13 @@ class ResponseRoute:
         return stream.ready.popleft() if stream.ready else None
 
     def _read_chunk(self, stream: _Stream) -> None:
-        chunk: list[Publication | Heartbeat] = []
+        chunk: list[Publication | Heartbeat | bytes] = []
         closing: Any = None
         single: ImageFrame | None = None
         for frame in stream.frames:
             if frame is None:
                 break  # a journal slice read: the rest on the next step
-            if isinstance(frame, Publication | Heartbeat):
+            if type(frame) is bytes or isinstance(frame, Publication | Heartbeat):
                 chunk.append(frame)
                 if len(chunk) >= self.max_batch:
                     break
@@ -327,13 +331,27 @@ class ResponseRoute:
         if chunk:
             if stream.replay:
                 self.replayed += len(chunk)
-            if self.batch:
+            if len(chunk) == 1 and type(chunk[0]) is bytes:  # a batch of one: PUBLICATION
+                stream.ready.append(_finish(plain_publication(chunk[0], self.source_bits),
+                                            correlation_id, cookie))
+            elif any(type(frame) is bytes for frame in chunk):
+                # a replay's fast path (replaywire.py): batch entries already, retransmissions
+                # without link numbers, as the rest of the replay (only when batching)
+                entries = [frame if type(frame) is bytes
+                           else encode_entry(frame, self.source_bits)  # type: ignore[arg-type]
+                           for frame in chunk]
+                stream.ready.append(_finish(encode_batch(entries, first_link_seq=None,
+                                                         retransmit=True),
+                                            correlation_id, cookie))
+            elif self.batch:
                 stream.ready.append(
-                    _finish(encode_frames(chunk, self.source_bits), correlation_id, cookie)
+                    _finish(encode_frames(chunk, self.source_bits),  # type: ignore[arg-type]
+                            correlation_id, cookie)
                 )
             else:
                 stream.ready.extend(
-                    _finish(encode_frames([frame], self.source_bits), correlation_id, cookie)
+                    _finish(encode_frames([frame], self.source_bits),  # type: ignore[list-item]
+                            correlation_id, cookie)
                     for frame in chunk
                 )
         if single is not None:

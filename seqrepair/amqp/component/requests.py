@@ -22,6 +22,7 @@ from seqrepair.amqp.component.authz import effective_principal, visible_sources
 from seqrepair.amqp.component.fairness import check_replay_room
 from seqrepair.amqp.component.images import answer_image
 from seqrepair.amqp.component.links import ResponseRoute, SubscriberLink
+from seqrepair.amqp.component.replaywire import JournaledEntries
 from seqrepair.amqp.component.routing import route_for
 from seqrepair.amqp.wire.codec import encode
 from seqrepair.amqp.wire.errors import (
@@ -200,6 +201,9 @@ def answer_gap(
         fetcher=None if component.fetcher is None else partial(
             component.fetcher, principal=principal),
         visible=lambda sources: visible_sources(component, principal, dict.fromkeys(sources)),
+        # batch entries straight from the journal's text (replaywire.py), when batching
+        encoder=JournaledEntries(route.source_bits) if route.batch and route.max_batch > 1
+        else None,
     )
     if isinstance(replay, GapError):
         link.log.info("source request not answered", reason=replay.reason,
