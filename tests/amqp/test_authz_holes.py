@@ -46,6 +46,7 @@ from seqrepair.core.messages import (
     ReplayStarted,
     SourceGapRequest,
 )
+from seqrepair.journal.journal import Journal
 
 from .conftest import ComponentProcess, free_port, wait_for
 from .principals import (
@@ -539,5 +540,57 @@ def test_after_a_restart_a_journaled_source_is_shown_to_whom_may_see_it_and_repl
         assert replayed == [("feed.wind", 3), ("feed.wind", 4), ("feed.wind", 5)]
         complete = [f for f in frames if isinstance(f, ReplayComplete)]
         assert [dict(f.through) for f in complete] == [{"feed.wind": 5, "feed.secret": 0}]
+    finally:
+        conn.close()
+
+
+@needs_scram
+def test_a_source_whose_known_topics_are_hidden_still_replays_what_the_caller_may_see(
+    holes: tuple[ComponentProcess, int, Path],
+) -> None:
+    """A source the component knows only by a topic bob may not see (after a restart: its
+    latest journaled publication's) still replays to bob the publications of it he may see,
+    when his request names it: it is no unknown source to him (authz.reveal_named_sources).
+    Without the reveal he was answered as for an unknown source and never got them."""
+    comp, _, _ = holes
+    journal = Journal.from_url(comp.redis_url)
+    try:
+        journal.register_source("feed.mixed", 16)
+        journal.append([Publication("/weather/wind/LEMD", "feed.mixed", n, fields={"n": n})
+                        for n in (1, 2, 3)], 16)
+        journal.append([Publication("/weather/secret/x", "feed.mixed", n, fields={"n": n})
+                        for n in (4, 5)], 16)
+        journal.register_source("feed.hidden", 16)
+        journal.append([Publication("/weather/secret/y", "feed.hidden", n, fields={"n": n})
+                        for n in (1, 2)], 16)
+    finally:
+        journal.close()
+    comp.kill()
+    comp.start()
+    conn = BlockingConnection(comp.url, timeout=10, **amqp_identity(BOB))
+    try:
+        receiver = conn.create_receiver("/weather/#", name="bob-mixed", credit=100)
+        props = {str(k): v for k, v in dict(receiver.link.remote_properties or {}).items()}
+        assert "feed.mixed" not in props["seqrepair-start-after"]  # known by a secret topic
+        sender = conn.create_sender("$seqrepair")
+        for request_id, after in ((5, 1), (6, 0)):  # the second is answered from memory
+            request = encode(SourceGapRequest(after={"feed.mixed": after},
+                                              request_id=request_id))
+            request.reply_to = "$link/bob-mixed"
+            request.id = f"mixed-{request_id}"
+            sender.send(request)
+            frames = _received(receiver, 2.0)
+            replayed = [(f.topic, f.source_seq) for f in frames if isinstance(f, Publication)]
+            assert replayed == [("/weather/wind/LEMD", n) for n in range(after + 1, 4)]
+        # a source of nothing bob may see, named, is still answered as an unknown one
+        for request_id in (7, 8):  # the second from the range remembered as unseen
+            request = encode(SourceGapRequest(after={"feed.hidden": 0}, request_id=request_id))
+            request.reply_to = "$link/bob-mixed"
+            request.id = f"mixed-{request_id}"
+            sender.send(request)
+            frames = _received(receiver, 2.0)
+            assert not [f for f in frames if isinstance(f, Publication)]
+            complete = [dict(f.through) for f in frames if isinstance(f, ReplayComplete)]
+            assert complete == [{"feed.hidden": 0}]
     finally:
         conn.close()

@@ -66,6 +66,11 @@ V = TypeVar("V")
 
 MAX_TOPICS_PER_SOURCE = 256
 """Topics remembered per source to decide who may learn of it (bounded memory)."""
+MAX_REVEALED = 65_536
+"""(principal, source) pairs remembered as shown by a source replay's scan (bounded memory;
+past it a scan is made again for each request)."""
+REVEAL_SCAN = 100_000
+"""Numbers a source replay's scan reads at most, looking for one its principal may see."""
 
 
 def policy_of(component: Component) -> Policy:
@@ -209,11 +214,59 @@ def visible_sources(component: Component, principal: str,
     policy = policy_of(component)
     if policy.permissive:
         return dict(by_source)
+    revealed = component.revealed_sources
     return {
         source: value for source, value in by_source.items()
-        if any(policy.decide(principal, Operation.SUBSCRIBE, topic)
+        if (principal, source) in revealed
+        or any(policy.decide(principal, Operation.SUBSCRIBE, topic)
                for topic in _topics_of(component, source))
     }
+
+
+def reveal_named_sources(component: Component, principal: str,
+                         after: Mapping[str, int]) -> set[str]:
+    """The sources a source replay names (``after``) that ``principal`` may not learn of
+    yet but that the journal holds, after the requested number, a publication of it may see:
+    shown to it from now on (remembered, at most :data:`MAX_REVEALED` pairs).
+
+    The topics the component knows of a source (:func:`learn_sources`) are those fanned out
+    since it started, at most :data:`MAX_TOPICS_PER_SOURCE`, or after a restart only the
+    latest journaled one's: a principal owed publications of a topic not among them would be
+    answered as for an unknown source and never get them. So the numbers the request asks
+    for (at most :data:`REVEAL_SCAN`) are read until one the principal may subscribe to. What
+    the principal may not see is never the reason for a reveal, so hidden sources stay hidden.
+    A range found to hold nothing it may see is remembered too, and not read again.
+    """
+    shown: set[str] = set()
+    policy = policy_of(component)
+    if policy.permissive:
+        return shown
+    journal = component.gapfill.journal
+    revealed, unseen = component.revealed_sources, component.unseen_ranges
+    for source in sorted(after):
+        key = (principal, source)
+        if key in revealed or visible_sources(component, principal, {source: None}):
+            continue
+        try:
+            high_water, trimmed = journal.high_waters([source]).get(source, (0, 0))
+            first = max(after[source], trimmed) + 1
+            known = unseen.get(key)
+            start = max(first, known[1] + 1) if known and first >= known[0] else first
+            last = min(high_water, start + REVEAL_SCAN - 1)
+            seen = start <= last and any(
+                policy.decide(principal, Operation.SUBSCRIBE, pub.topic)
+                for pub in journal.iter_range(source, start, last))
+        except SeqRepairError:  # a name the journal cannot hold, a trim racing, no answer
+            continue
+        if len(revealed) + len(unseen) >= MAX_REVEALED:
+            unseen.clear()  # forgotten ranges are only read again
+        if seen:
+            shown.add(source)
+            if len(revealed) < MAX_REVEALED:
+                revealed.add(key)
+        elif start <= last:
+            unseen[key] = (known[0] if known and start > first else first, last)
+    return shown
 
 
 def _topics_of(component: Component, source: str) -> Iterable[str]:

@@ -179,6 +179,9 @@ class Component(MessagingHandler):
         self._unpumped: dict[int, SubscriberLink] = {}  # offered to since the last pump
         self.principals: dict[str, str] = {}
         self.source_topics: dict[str, set[str]] = {}  # who may learn of a source (authz.py)
+        # (principal, source) a source replay's scan showed, or found nothing in (authz.py)
+        self.revealed_sources: set[tuple[str, str]] = set()
+        self.unseen_ranges: dict[tuple[str, str], tuple[int, int]] = {}
         self.routes: dict[tuple[int, str], ResponseRoute] = {}
         self._conn_ids = itertools.count(1)
         # routes whose answers must be read, served a step each per repair turn (fairness.py)
@@ -514,6 +517,8 @@ class Component(MessagingHandler):
         self._changes.inject("seqrepair_policy")
 
     def on_seqrepair_policy(self, event: Any) -> None:
+        self.revealed_sources.clear()  # decided under the old policy
+        self.unseen_ranges.clear()
         end_revoked(self)
         self.contributions.revoked()
 

@@ -18,7 +18,11 @@ from typing import TYPE_CHECKING, Any
 from proton import Data, Delivery, Message
 
 from seqrepair.amqp.component.ackdispatch import receive_ack
-from seqrepair.amqp.component.authz import effective_principal, visible_sources
+from seqrepair.amqp.component.authz import (
+    effective_principal,
+    reveal_named_sources,
+    visible_sources,
+)
 from seqrepair.amqp.component.fairness import check_replay_room
 from seqrepair.amqp.component.images import answer_image
 from seqrepair.amqp.component.links import ResponseRoute, SubscriberLink
@@ -195,12 +199,15 @@ def answer_gap(
     # what the component fans out next goes to this link too: the replay stops there
     # the sources the link's principal may not learn of are answered as unknown ones
     principal = component.principals.get(link.name, ANONYMOUS)
+    # a named source it is owed publications of is no unknown one (authz.py)
+    shown = reveal_named_sources(component, principal, request.after)
     replay = component.gapfill.answer_source_gap(
         link.name, request, now, carried_after=component.ingest.ingested,
         # a relay's: what its journal lacks comes from upstream, its links shared by principal
         fetcher=None if component.fetcher is None else partial(
             component.fetcher, principal=principal),
-        visible=lambda sources: visible_sources(component, principal, dict.fromkeys(sources)),
+        visible=lambda sources: shown.union(
+            visible_sources(component, principal, dict.fromkeys(sources))),
         # batch entries straight from the journal's text (replaywire.py), when batching
         encoder=JournaledEntries(route.source_bits) if route.batch and route.max_batch > 1
         else None,
