@@ -22,7 +22,8 @@ added here:
 
 Whose contribution it is, and who owns: with ``--forward-principals`` the upstream links carry
 ``seqrepair-on-behalf-of`` (the client's principal, honoured when the gateway has ``act-for``
-on it), so the contributor is the client, its rate its own, and the owner is the client;
+on it; an anonymous client's is ``anonymous``, never the gateway), so the contributor is the
+client, its rate its own, and the owner is the client;
 without it, the component sees the gateway's principal: every client's contribution is the
 gateway's (one rate for them all), and an owner behind it is the gateway.
 """

@@ -141,7 +141,8 @@ class PublishRelays:
             gw = self.gateway
             container_id = f"{gw.name}.{downstream.remote_container or 'anonymous'}"
             # authenticated as the gateway's own upstream connection is: the component's
-            # policy (and act-for, forwarding principals) sees the gateway, never anonymous
+            # policy sees the gateway; forwarding principals, each link names its client's
+            # (an anonymous one's too: :func:`.relays.upstream_properties`), never the gateway
             security = gw.upstream_security
             conn = gw._container.connect(security.url(gw.upstream_url), reconnect=False,
                                          heartbeat=gw.idle_timeout, container_id=container_id,
