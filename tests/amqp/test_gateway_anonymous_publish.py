@@ -84,8 +84,8 @@ def test_an_anonymous_contributor_behind_a_forwarding_gateway_is_not_the_gateway
     comp, gateway_args = forwarding
     with pytest.raises(ContributionLinkError) as direct:
         Contributor(comp.url, SOURCE, security=client_security(ANONYMOUS), timeout=10)
-    with gateway_process(comp.url, tmp_path, gateway_args) as url:
-        with pytest.raises(ContributionLinkError) as through:
-            Contributor(url, SOURCE, security=client_security(ANONYMOUS), timeout=10)
+    with (gateway_process(comp.url, tmp_path, gateway_args) as url,
+          pytest.raises(ContributionLinkError) as through):
+        Contributor(url, SOURCE, security=client_security(ANONYMOUS), timeout=10)
     assert "amqp:unauthorized-access" in str(direct.value)
     assert "amqp:unauthorized-access" in str(through.value), through.value

@@ -69,6 +69,7 @@ from seqrepair.amqp.wire.hops import (
     MAX_CARRIED,
     PROP_PATH,
     HopError,
+    HopLimitError,
     Hops,
     Path,
     Route,
@@ -203,6 +204,9 @@ class RelayComponent(Component):
         self._reattach = False  # attach upstream again now: a refusal dropped paths
         self._behind: Path = ()  # the identities the switch under way attaches with
         self._behind_hops = 0  # and the hops of the deepest route behind them
+        # the routes of attaches that waited for the switch under way (or made): carried
+        # upstream before they attach, and to blame if they make that attach too deep
+        self._carried_waiting: list[Route] = []
         self._switching: Selection | None = None  # the selection being switched to
         self._retry_at: float | None = None
         self.error: SeqRepairError | None = None
@@ -263,11 +267,11 @@ class RelayComponent(Component):
         """Attach upstream for ``selection`` (none without patterns), the identities
         ``behind`` the relay then its own on the path, ``hops`` the deepest route behind it;
         a path this relay may not send (over its own ``--max-hops``) is refused here as
-        upstream would."""
-        self.paths.current = behind
-        self.paths.current_hops = hops
+        upstream would. What the upstream link (and the fetch links) carry changes only once
+        the path passed that check."""
         self.upstream = None
         if not selection.patterns:
+            self.paths.current, self.paths.current_hops = behind, hops
             return
         try:
             # at most MAX_CARRIED identities go on the path (the first left out): the hops
@@ -277,6 +281,7 @@ class RelayComponent(Component):
         except HopError as exc:
             self._hop_refused(exc, (*behind, self.hops.identity))
             return
+        self.paths.current, self.paths.current_hops = behind, hops
         self.upstream_path = tuple(properties[PROP_PATH])
         self.stats["upstream_attaches"] += 1
         log.info("attaching upstream", link=self.link_name, upstream=self.upstream_url,
@@ -390,6 +395,7 @@ class RelayComponent(Component):
         self._switching = wanted  # the selection stays the old one until the new link starts
         self._behind = behind
         self._behind_hops = hops
+        self._carried_waiting = list(self.waiting.values())
         self.stats["relay_switches"] += 1
         old, self.upstream = self.upstream, None
         log.info("relay switching its upstream selection",
@@ -454,8 +460,10 @@ class RelayComponent(Component):
                       condition=error.condition, path=describe_path(path), error=text,
                       subscribers=len(self.links), seconds=lasts)
             self.waiting.clear()
-            self._end_links(list(self.links), refusal)
+            # the path refused holds nothing of any link's: told as it was refused
+            self._end_links(list(self.links), refusal, as_refused=True)
             return
+        others: list[str] = []  # ended on another link's account: they may come back
         if error.condition == LOOP_CONDITION:  # they would bring the loop back
             # the identity found twice (named by the refusal) is the loop: only the links that
             # brought it, and it alone, are to blame (a made-up path holding an identity
@@ -465,32 +473,59 @@ class RelayComponent(Component):
                 offenders = [n for n in offenders
                              if any(h in self.paths.links[n] for h in looping)]
                 identities = looping
+            else:
+                others = offenders
             self.paths.bar(identities, refusal, until)
             barred: list[Any] = list(identities)
+            self.waiting = {w: r for w, r in self.waiting.items() if not r[0]}
         else:  # too many hops: the deepest routes would be again, shallower ones may come
-            offenders = self.paths.deepest(offenders)
-            barred = [self.paths.links[n] for n in offenders]
-            barred += [p for p, _h in self.waiting.values() if p]
+            # deepest over the attached links and those waiting: a waiting attacher's claimed
+            # hops must never end a shallower attached link
+            waiting = [*self.waiting.values(), *self._carried_waiting]
+            most = max([0, *(self.paths.hops.get(n, 0) for n in offenders),
+                        *(h for _p, h in waiting)])
+            offenders = [n for n in offenders if self.paths.hops.get(n, 0) == most]
+            dropped = list(dict.fromkeys(p for p, h in waiting if h == most and p))
+            self._carried_waiting = [r for r in self._carried_waiting if r[1] != most]
+            barred = [self.paths.links[n] for n in offenders] + dropped
             self.paths.bar_paths(barred, refusal, until)
+            self.waiting = {w: r for w, r in self.waiting.items() if r[1] != most}
         log.error("relay upstream refused for its path: ending the subscriber links that "
                   "brought it, attaching again without them", condition=error.condition,
                   path=describe_path(path), error=text, links=offenders, barred=barred,
                   seconds=lasts)
-        self.waiting = {w: r for w, r in self.waiting.items() if not r[0]}
-        self._end_links(offenders, refusal)
+        own_fault = [n for n in offenders if n not in others]
+        self._end_links(own_fault, refusal)
+        self._end_links(others, refusal, retriable=True)
         self._reattach = True
 
-    def _end_links(self, names: list[str], refusal: HopError) -> None:
-        """Detach subscriber links ``names`` with ``refusal``'s condition. Their contexts (and
-        durable positions) are kept as for any detach, their paths are not: they no longer
-        count on the upstream path unless they attach again."""
+    def _end_links(self, names: list[str], refusal: HopError, *, retriable: bool = False,
+                   as_refused: bool = False) -> None:
+        """Detach subscriber links ``names`` with ``refusal``'s condition (``retriable``:
+        ``amqp:link:detach-forced`` instead, a link ended for a path another link brought, so
+        its client attaches again). Each is told only of its own path, never another link's
+        identities (``as_refused``: the refusal's own text, a path with nobody's on it). Their
+        contexts (and durable positions) are kept as for any detach, their paths are not:
+        they no longer count on the upstream path unless they attach again."""
+        own = self.hops.identity
+        kind = "relay loop" if refusal.condition == LOOP_CONDITION else "hop limit exceeded"
         for name in names:
             link = self.links.get(name)
             sender = None if link is None else link.sender
             if link is not None and sender is not None:
+                condition = "amqp:link:detach-forced" if retriable else refusal.condition
                 link.log.warning("link detached: the relay's upstream attach was refused for "
-                                 "its path", condition=refusal.condition)
-                sender.condition = Condition(refusal.condition, refusal.message[:500])
+                                 "its path", condition=condition)
+                mine = self.paths.links.get(name, ())
+                if as_refused:
+                    text = refusal.message
+                elif retriable:
+                    text = (f"the upstream attach of relay {own} was refused ({kind}) for a "
+                            "path another link brought: attach again")
+                else:
+                    text = (f"{kind}: the upstream attach of relay {own} was refused for the "
+                            f"route of this link's path {describe_path(mine)}")
+                sender.condition = Condition(condition, text[:500])
                 forget(self, sender)
                 sender.close()
         self.paths.forget(names)
@@ -498,7 +533,11 @@ class RelayComponent(Component):
     # --- subscribers and publishers ---------------------------------------------------
 
     def _open_subscriber(self, sender: Any) -> None:
-        path, hops = read_route(sender.remote_properties)  # checked already (Component.hops)
+        # a route this relay could not carry upstream (its hops plus this one past its own
+        # --max-hops, or a loop) is that link's alone to be refused: taken, it would make the
+        # relay's upstream attach too deep and end other links
+        self.hops.extend_route(sender.remote_properties)
+        path, hops = read_route(sender.remote_properties)
         refusal = self.paths.refusal(path, self.clock())
         if refusal is not None:  # cut off, or through a hop barred for a loop, for a while
             raise type(refusal)(refusal.message, path=refusal.path,
@@ -549,6 +588,11 @@ class RelayComponent(Component):
         next switch; past :data:`MAX_WAITING` selections or :data:`MAX_WAITING_IDENTITIES`
         identities waiting, :class:`WaitingFullError` refuses the attach instead."""
         path, hops = route
+        if hops + 1 > self.hops.max_hops:  # as at attach: the upstream route would be too deep
+            raise HopLimitError(
+                f"hop limit exceeded: this attach would cross {hops + 1} hops, more than "
+                f"{self.hops.max_hops} (at {self.hops.identity})",
+                path=path, expected=self.hops.max_hops, got=hops + 1)
         old_path, old_hops = self.waiting.get(wanted, ((), 0))
         joined = union_path([old_path, path])
         held = sum(len(p) for p, _h in self.waiting.values()) - len(old_path) + len(joined)
