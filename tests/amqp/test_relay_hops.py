@@ -153,16 +153,18 @@ def test_too_many_hops_are_blamed_on_the_deepest_links() -> None:
 
 @pytest.mark.amqp
 @pytest.mark.redis
-@pytest.mark.parametrize("made_up", [[f"fake-{i}" for i in range(8)], ["origin"]],
+@pytest.mark.parametrize("made_up", [[f"fake-{i}" for i in range(7)], ["origin"]],
                          ids=["too-long", "loop"])
 def test_a_made_up_path_ends_only_the_link_that_brought_it(
     redises: list[str], tmp_path: Path, made_up: list[str]  # noqa: F811
 ) -> None:
     """A subscriber attaching to a relay with a path of made-up identities, as long as the
-    relay lets in (``--max-hops``), makes the relay's upstream path too long; one naming the
-    origin's identity makes it a loop there: only that link is ended and what it brought
-    barred; the link behind a gateway (its path one identity) goes on."""
-    a = ComponentProcess(redises[0], tmp_path, "--hop-id", "origin").start()
+    relay lets in (its ``--max-hops`` 8: 7 and its own hop), makes the relay's upstream path
+    too long for the origin (``--max-hops`` 7); one naming the origin's identity makes it a
+    loop there: only that link is ended and what it brought barred; the link behind a gateway
+    (its path one identity) goes on. (One past the relay's own limit is refused at its attach:
+    test_relay_forged_hops.)"""
+    a = ComponentProcess(redises[0], tmp_path, "--hop-id", "origin", "--max-hops", "7").start()
     relay = RelayProcess(redises[1], tmp_path, a.url, "R", "--subscribe", "/w/#",
                          "--hop-id", "hop-r").start()
     conns = []

@@ -34,6 +34,7 @@ upstream component then pauses and repairs later).
 
 from __future__ import annotations
 
+import re
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -516,15 +517,16 @@ class RelayComponent(Component):
                 condition = "amqp:link:detach-forced" if retriable else refusal.condition
                 link.log.warning("link detached: the relay's upstream attach was refused for "
                                  "its path", condition=condition)
-                mine = self.paths.links.get(name, ())
                 if as_refused:
                     text = refusal.message
                 elif retriable:
                     text = (f"the upstream attach of relay {own} was refused ({kind}) for a "
                             "path another link brought: attach again")
-                else:
-                    text = (f"{kind}: the upstream attach of relay {own} was refused for the "
-                            f"route of this link's path {describe_path(mine)}")
+                else:  # the refusal, without the identities only other links brought
+                    mine = set(self.paths.links.get(name, ()))
+                    others = {h for n, p in self.paths.links.items() if n != name for h in p}
+                    others |= {h for p, _h in self.waiting.values() for h in p}
+                    text = _hide(refusal.message, others - mine)
                 sender.condition = Condition(condition, text[:500])
                 forget(self, sender)
                 sender.close()
@@ -622,6 +624,17 @@ class RelayComponent(Component):
         upstream, self.upstream = self.upstream, None
         if upstream is not None:
             threading.Thread(target=upstream.stop, daemon=True).start()
+
+
+_PATH_TEXT = re.compile(r"[^\s:(),'\"]+(?: -> [^\s:(),'\"]+)+")
+
+
+def _hide(text: str, hidden: set[str]) -> str:
+    """``text`` with the identities ``hidden`` left out of every path it describes."""
+    if not hidden:
+        return text
+    return _PATH_TEXT.sub(lambda m: " -> ".join(
+        h for h in m.group(0).split(" -> ") if h not in hidden) or "(others)", text)
 
 
 class _Later:
