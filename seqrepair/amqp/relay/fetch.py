@@ -24,8 +24,16 @@ lacks too (:attr:`UpstreamFetch.lost`): the replay sends what came before it, th
 ``trimmed`` naming those numbers (an ``Unrecoverable`` at the subscriber, which asks again
 after them), a lacking run at a time, and still sends what its journal holds among them. A
 refusal, a fatal attach error, no attach within :data:`CONNECT_TIMEOUT` (the upstream is
-down) or no answer within :data:`FETCH_TIMEOUT` ends it with :attr:`UpstreamFetch.error`,
-answered the same way (named, never passed over).
+down) or no answer for :data:`FETCH_TIMEOUT` (an idle timeout: answers coming keep it going)
+ends it with :attr:`UpstreamFetch.error`, answered ``GAP-ERROR refused`` (its subscriber asks
+again later: the upstream may well hold the numbers, so never ``trimmed``). Only the upstream
+not taking a fetch link at all makes other fetches fail at once for :data:`DOWN_HOLD`; one
+fetch's refusal or silence (its selection) is its own.
+
+A fetch keeps its link slot until its replay has taken what came (the link itself stops once
+the fetch is done), so the slots bound what a relay holds of fetched publications relay-wide,
+however many replays stall; what a replay leaves untaken for :data:`FETCH_TIMEOUT` is dropped
+and the fetch ends with an error before it (answered ``refused``, never passed over).
 
 Where fetched publications live: **passed through to the asking link only**, never written to
 the relay's journal nor kept in a shared cache; the replay sends them as they come. The journal
@@ -64,6 +72,7 @@ from typing import Any
 from seqrepair.amqp.client.subscriber import Subscriber
 from seqrepair.amqp.relay.selection import Selection
 from seqrepair.amqp.wire.codec import encode
+from seqrepair.amqp.wire.hops import HopError
 from seqrepair.core.events import Event
 from seqrepair.core.messages import (
     GapError,
@@ -87,12 +96,13 @@ MAX_HELD_BYTES = 16 << 20
 batch entries that carried them), then it ends early the same way."""
 
 FETCH_TIMEOUT = 30.0
-"""Seconds a fetch may take before it ends with an error (its numbers named lost)."""
+"""Seconds a fetch may go without an answer (or its replay without taking what came) before
+it ends with an error (answered ``refused``: asked again later)."""
 
 DOWN_HOLD = 5.0
-"""Seconds after a fetch found the upstream down (no attach, a fatal refusal, no answer)
-during which new fetches fail at once with the same error: a subscriber owed many lacking
-runs is told of each without waiting for the upstream again each time."""
+"""Seconds after a fetch found the upstream down (its link not taken within
+:data:`CONNECT_TIMEOUT`) during which new fetches fail at once with the same error: a
+subscriber owed many lacking runs is told without waiting for the upstream again each time."""
 
 CONNECT_TIMEOUT = 10.0
 """Seconds a fetch link may take to attach (an upstream relay first widens for it) before the
@@ -122,8 +132,9 @@ class UpstreamFetch:
         self.error: str | None = None
         self.asked: SourceGapRequest | None = None
         self.count = 0  # publications taken (the list is emptied as they are sent)
-        self.deadline = 0.0
+        self.deadline = 0.0  # no answer (nor publication taken) since: the fetch ends
         self.attach_by = 0.0
+        self._seen = (self.cursor, 0)  # what :meth:`progressed` last saw
         self._ids = itertools.count(1)
         self._done = threading.Event()
         self._lock = threading.RLock()  # the fetch link's thread fills, the event loop cancels
@@ -137,6 +148,25 @@ class UpstreamFetch:
     def ready(self) -> bool:
         """Whether publications wait to be taken, or the answer is complete."""
         return bool(self.publications) or self._done.is_set()
+
+    def progressed(self) -> bool:
+        """Whether answers came, or the replay took some, since the last call."""
+        now = (self.cursor, self.count - len(self.publications))
+        moved, self._seen = now != self._seen, now
+        return moved
+
+    def drop_untaken(self, why: str) -> None:
+        """The replay took nothing of what came for too long (its subscriber gives no
+        credit): what it holds is dropped and the fetch ends with an error before it (the
+        replay answers it refused: its subscriber asks again), never passed over."""
+        with self._lock:
+            if not self.publications:
+                return
+            self.through = self.cursor = self.publications[0].source_seq - 1
+            self.count -= len(self.publications)
+            self.publications = []
+            self.error, self.lost = why, None
+            self._done.set()
 
     def arrived(self) -> list[Publication]:
         """The publications that came since the last call (the replay sends them now)."""
@@ -219,6 +249,14 @@ class UpstreamFetch:
         return False
 
 
+def _why(error: Exception) -> str:
+    """A fetch link's refusal as its replay may say it: a refusal for the relay's path would
+    name the identities behind the relay (other links'), so only its condition is kept."""
+    if isinstance(error, HopError):
+        return f"{error.condition}: the upstream refused the relay's path"
+    return getattr(error, "message", None) or str(error)
+
+
 class FetchSubscriber(Subscriber):
     """The upstream link of one :class:`UpstreamFetch`: a plain, non-durable subscriber link
     whose stub is never fed (no live delivery, no repair of its own): it sends the fetch's
@@ -229,6 +267,7 @@ class FetchSubscriber(Subscriber):
         super().__init__(url, str(selection.patterns[0]), ack=False, durable=False,
                          acknowledge=False, **kwargs)
         self.fetch = fetch
+        self.fetch_stopped = False
 
     def on_link_opened(self, event: Any) -> None:
         super().on_link_opened(event)
@@ -243,7 +282,9 @@ class FetchSubscriber(Subscriber):
 
     def on_message(self, event: Any) -> None:
         items = getattr(event.message, "items", None)
-        self.fetch.bytes += sum(map(len, items)) if items else 256  # what it may hold
+        # what it may hold: a batch's entries as they came, else the message's body
+        self.fetch.bytes += (sum(map(len, items)) if items else
+                             256 + len(repr(getattr(event.message, "body", ""))))
         super().on_message(event)
 
     def _take(self, frames: list[object], now: float) -> None:
@@ -313,21 +354,30 @@ class UpstreamFetches:
         """End what is over (done, failed, too slow), start what waits while room is left."""
         now = self.clock()
         for fetch, sub in list(self.running.items()):
-            down = None
-            if not fetch.done and sub.error is not None:
-                down = sub.error.message
+            failed = down = None
+            if fetch.progressed():  # an idle timeout: answers coming keep the fetch going
+                fetch.deadline = now + self.timeout
+            if not fetch.done and sub.error is not None:  # this link refused (its selection)
+                failed = _why(sub.error)
             elif not fetch.done and now >= fetch.deadline:
-                down = f"no answer within {self.timeout:g} s"
+                failed = f"no answer within {self.timeout:g} s"
             elif not fetch.done and not sub.connected.is_set() and now >= fetch.attach_by:
-                down = (f"the upstream did not take the fetch link within "
-                        f"{self.connect_timeout:g} s")
-            if down is not None:
-                fetch.finish(error=down)
+                failed = down = (f"the upstream did not take the fetch link within "
+                                 f"{self.connect_timeout:g} s")
+            if failed is not None:
+                fetch.finish(error=failed)
+            if down is not None:  # the upstream itself, not this fetch: others fail at once
                 self.down_until, self.down_error = now + DOWN_HOLD, down
-            if fetch.done:
+            if fetch.done and not getattr(sub, "fetch_stopped", False):
+                sub.fetch_stopped = True
+                threading.Thread(target=sub.stop, name="relay-fetch-stop", daemon=True).start()
+            if fetch.done and fetch.publications and now >= fetch.deadline:
+                fetch.drop_untaken(f"the replay took nothing for {self.timeout:g} s")
+            # its slot is kept while its replay has not taken what came: a relay holds at
+            # most ``limit`` fetches' publications at once, however many replays stall
+            if fetch.done and not fetch.publications:
                 del self.running[fetch]
                 self._account(fetch)
-                threading.Thread(target=sub.stop, name="relay-fetch-stop", daemon=True).start()
         while len(self.running) < self.limit:
             next_fetch = self._next()
             if next_fetch is None:
@@ -338,7 +388,7 @@ class UpstreamFetches:
             try:
                 sub = self.link(fetch, f"{self._tag}.{next(self._names)}")
             except Exception as exc:  # a path the relay may not send, say: named, not hidden
-                fetch.finish(error=str(exc))
+                fetch.finish(error=_why(exc))
                 self._account(fetch)
                 continue
             self.running[fetch] = sub
