@@ -474,8 +474,10 @@ class RelayComponent(Component):
                 offenders = [n for n in offenders
                              if any(h in self.paths.links[n] for h in looping)]
                 identities = looping
-            else:
+            else:  # none of theirs is the loop: ended (it goes again), never barred
                 others = offenders
+                theirs = {h for n in offenders for h in self.paths.links[n]}
+                identities = tuple(h for h in identities if h not in theirs)
             self.paths.bar(identities, refusal, until)
             barred: list[Any] = list(identities)
             self.waiting = {w: r for w, r in self.waiting.items() if not r[0]}
