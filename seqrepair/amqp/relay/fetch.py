@@ -355,7 +355,9 @@ class UpstreamFetches:
         now = self.clock()
         for fetch, sub in list(self.running.items()):
             failed = down = None
-            if fetch.progressed():  # an idle timeout: answers coming keep the fetch going
+            # an idle timeout: answers coming keep the fetch going (the other kinds of
+            # fetch this runs, an image request's, may say nothing of progress or holdings)
+            if getattr(fetch, "progressed", lambda: False)():
                 fetch.deadline = now + self.timeout
             if not fetch.done and sub.error is not None:  # this link refused (its selection)
                 failed = _why(sub.error)
@@ -371,11 +373,11 @@ class UpstreamFetches:
             if fetch.done and not getattr(sub, "fetch_stopped", False):
                 sub.fetch_stopped = True
                 threading.Thread(target=sub.stop, name="relay-fetch-stop", daemon=True).start()
-            if fetch.done and fetch.publications and now >= fetch.deadline:
+            if fetch.done and getattr(fetch, "publications", None) and now >= fetch.deadline:
                 fetch.drop_untaken(f"the replay took nothing for {self.timeout:g} s")
             # its slot is kept while its replay has not taken what came: a relay holds at
             # most ``limit`` fetches' publications at once, however many replays stall
-            if fetch.done and not fetch.publications:
+            if fetch.done and not getattr(fetch, "publications", None):
                 del self.running[fetch]
                 self._account(fetch)
         while len(self.running) < self.limit:
