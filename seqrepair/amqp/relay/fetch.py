@@ -267,7 +267,6 @@ class FetchSubscriber(Subscriber):
         super().__init__(url, str(selection.patterns[0]), ack=False, durable=False,
                          acknowledge=False, **kwargs)
         self.fetch = fetch
-        self.fetch_stopped = False
 
     def on_link_opened(self, event: Any) -> None:
         super().on_link_opened(event)
@@ -322,6 +321,7 @@ class UpstreamFetches:
         self.running: dict[Any, Subscriber] = {}
         self.down_until = 0.0
         self.down_error = ""
+        self._stopped: set[Any] = set()  # running fetches whose link was told to stop
         self._names = itertools.count(1)
         self._tag = uuid.uuid4().hex[:8]
         for key in ("fetches", "fetches_lost", "fetches_failed", "fetched"):
@@ -370,8 +370,8 @@ class UpstreamFetches:
                 fetch.finish(error=failed)
             if down is not None:  # the upstream itself, not this fetch: others fail at once
                 self.down_until, self.down_error = now + DOWN_HOLD, down
-            if fetch.done and not getattr(sub, "fetch_stopped", False):
-                sub.fetch_stopped = True
+            if fetch.done and fetch not in self._stopped:  # its link goes, its slot may stay
+                self._stopped.add(fetch)
                 threading.Thread(target=sub.stop, name="relay-fetch-stop", daemon=True).start()
             if fetch.done and getattr(fetch, "publications", None) and now >= fetch.deadline:
                 fetch.drop_untaken(f"the replay took nothing for {self.timeout:g} s")
@@ -379,6 +379,7 @@ class UpstreamFetches:
             # most ``limit`` fetches' publications at once, however many replays stall
             if fetch.done and not getattr(fetch, "publications", None):
                 del self.running[fetch]
+                self._stopped.discard(fetch)
                 self._account(fetch)
         while len(self.running) < self.limit:
             next_fetch = self._next()
@@ -439,5 +440,7 @@ class UpstreamFetches:
         self.waiting.clear()
         for fetch, sub in self.running.items():
             fetch.cancel()
-            threading.Thread(target=sub.stop, name="relay-fetch-stop", daemon=True).start()
+            if fetch not in self._stopped:
+                threading.Thread(target=sub.stop, name="relay-fetch-stop", daemon=True).start()
         self.running.clear()
+        self._stopped.clear()
