@@ -28,7 +28,6 @@ class SourceRepair:
     progressed: bool = False  # a replayed publication arrived while it was in flight
     live: bool = False  # the component said it runs the replay, or its frames are coming
     first_after: Mapping[str, int] | None = None  # the first attempt's after (progress base)
-    refused: bool = False  # its last answer was a refusal: given up as "refused", not "give-up"
 
     def __attrs_post_init__(self) -> None:
         if self.first_after is None:

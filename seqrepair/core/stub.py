@@ -21,10 +21,7 @@ A replay that reaches into numbers retention trimmed is answered ``GapError("tri
 how far each source was trimmed; the stub reports those sources ``Unrecoverable`` and asks again
 after the trimmed numbers, so what the journal still holds is delivered. A replay that stopped
 at the component's per-request limit ends ``ReplayComplete(more=True)``: the stub asks again
-after the ``through`` it names, until one ends without ``more``. A source request refused
-(``GapError("refused")``: replays over a budget, a relay whose upstream could not be asked) is
-asked again after the retry wait, and is ``Unrecoverable`` only when refused until the
-retries run out: the numbers may still be held.
+after the ``through`` it names, until one ends without ``more``.
 A replay is a session that makes progress, never starts over: until the component's
 ``ReplayStarted`` or a replayed publication comes, the request is retried with backoff; from
 then on it is asked again only after a real silence (a heartbeat interval without a frame),

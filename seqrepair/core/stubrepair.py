@@ -436,7 +436,7 @@ class SourceRepairing:
         source = self._source
         assert source is not None
         if source.attempts >= self.max_retries:
-            self._abandon_source_repair("refused" if source.refused else "give-up", now)
+            self._abandon_source_repair("give-up", now)
             return
         source.attempts += 1
         # The cover point and the id stay the first attempt's: an answer may be to an earlier
@@ -581,14 +581,6 @@ class SourceRepairing:
             if error.reason == "trimmed" and trimmed and self._skip_trimmed(
                 trimmed, now, error.items
             ):
-                return
-            source = self._source
-            if error.reason == "refused" and source.attempts < self.max_retries:
-                # refused for now (replays over a budget, a relay whose upstream could not be
-                # asked): what it asked for may still be held, so it is asked again after the
-                # retry wait; Unrecoverable ("refused") only once the retries run out
-                source.refused = True
-                source.next_at = now + self._retry_wait(source.attempts)
                 return
             self._abandon_source_repair(error.reason, now)
             return

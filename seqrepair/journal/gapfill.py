@@ -362,10 +362,9 @@ class Replay:
         What the upstream answers, it answers whole (what the journal also holds included: one
         upstream link for the rest of the segment, not one per lacking run). Cut short (its
         bound), the journal is read on after what came. Where the upstream lacks numbers too,
-        the journal is read on from there, and a lacking run among those numbers is then
-        answered ``trimmed`` (:attr:`_not_asked`), so what the journal holds is never passed
-        over for what the upstream lacks. Where the upstream could not be asked, the replay
-        ends ``refused`` (the subscriber asks again later), never ``trimmed``."""
+        or could not be asked, the journal is read on from there, and a lacking run among
+        those numbers is then answered ``trimmed`` (:attr:`_not_asked`), so what the journal
+        holds is never passed over for what the upstream lacks."""
         assert self.fetcher is not None
         self._not_asked = None
         seg = self.segments[index]
@@ -418,17 +417,17 @@ class Replay:
             self._not_asked = (high, "trimmed upstream too")
             return low
         if answer.error is not None:
-            # could not be asked (the upstream down, too slow, this fetch refused): the
-            # numbers may well be held upstream, so never "trimmed" (the subscriber would pass
-            # over them as lost): "refused", and the subscriber asks again after what it got
             done = max(through, answer.through)
             log.warning("gapfill.upstream_not_asked", link=self.link.link_id,
                         source=seg.source, numbers=f"{done + 1}..{last}", error=answer.error)
-            yield GapError("refused", self.request,
-                           f"{seg.source} {done + 1}..{last}: not in this relay's journal for "
-                           f"this link, and its upstream could not be asked now "
-                           f"({answer.error}): ask again later")
-            return None
+            if seg.upstream_through > done:
+                yield GapError("trimmed", self.request,
+                               f"{seg.source} {done + 1}..{seg.upstream_through}: not in "
+                               f"this relay's journal, and its upstream could not be asked "
+                               f"({answer.error})", {seg.source: seg.upstream_through})
+                return None
+            self._not_asked = (last, f"its upstream could not be asked ({answer.error})")
+            return done + 1
         return max(through, answer.through) + 1
 
     def _lacking(self, source: str, markers: list[NotSelected], why: str = "",

@@ -8,9 +8,9 @@ A :class:`~seqrepair.journal.gapfill.Replay` given a :data:`Fetcher` asks it for
 instead of answering ``trimmed`` at once, waits (paused, without holding the event loop) while
 nothing has come, sends what came as it comes, in order, until the :class:`UpstreamAnswer` is
 :attr:`~UpstreamAnswer.done`, filtered by the link's entitlement; only what the upstream could
-not deliver either is answered ``trimmed``, a lacking run at a time, naming its numbers (an
-``Unrecoverable``); what the journal holds among them is still sent. What could not be asked
-for (the upstream down, too slow) ends the replay ``refused``: the subscriber asks again.
+not deliver either (or could not be asked for) is answered ``trimmed``, a lacking run at a
+time, naming its numbers (an ``Unrecoverable``); what the journal holds among them is still
+sent.
 
 The transport side (:mod:`seqrepair.amqp.relay.fetch`) makes the answers; this module only
 says what one is.

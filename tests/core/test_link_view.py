@@ -247,7 +247,7 @@ def test_consumed_through_names_the_last_wire_number_consumed():
 
 
 def test_a_refused_replay_after_losing_the_view_names_the_loss_and_releases_the_anchor():
-    stub = make(bits=3, max_retries=1)  # no retry: a refusal that lasts
+    stub = make(bits=3)
     for n in (1, 2, 3):
         stub.receive(pub(n, n), 0.0)
     (ask,) = of(RequestSourceGap, stub.receive(pub(1, 8), 0.1))

@@ -318,7 +318,7 @@ def test_a_trimmed_link_gap_is_unrecoverable_and_skipped(reason):
 
 
 def test_refused_source_replay_names_each_source_and_releases_held_frames():
-    stub = make(max_retries=1)  # no retry: a refusal that lasts
+    stub = make()
     stub.receive(pub(1, 3), now=0.0)
     events = stub.receive(pub(0, 9), now=0.1)
     (req,) = of(RequestSourceGap, events)

@@ -155,7 +155,7 @@ def test_answers_to_another_request_id_are_still_stray():
 
 
 def test_a_gap_error_for_an_earlier_attempt_ends_the_request():
-    stub = make(max_retries=2)  # one retry, then no more: a refusal that lasts
+    stub = make()
     request, _ = reset_owing_a_replay(stub)
     stub.receive(replayed(3), 0.2)
     source_requests(stub.poll(1.3))

@@ -63,8 +63,7 @@ def test_a_refused_coalesced_range_is_asked_by_source_and_every_publication_deli
 
 
 def test_a_refused_range_whose_source_request_is_refused_too_names_each_source():
-    # no retry: a refusal that lasts
-    stub = SubscriberStub(bits=16, jitter=0.0, seed=1, coalesce=2, max_retries=1)
+    stub = SubscriberStub(bits=16, jitter=0.0, seed=1, coalesce=2)
     request = coalesced_request(stub)
     events = stub.receive(GapError("refused", request), now=1.1)
     (source_request,) = of(RequestSourceGap, events)
@@ -120,37 +119,3 @@ def test_every_range_refused_under_steady_loss_loses_nothing():
         act(stub.poll(now), now)
     assert of(Unrecoverable, out) == []
     assert [seq for _, seq in delivered(out)] == list(range(1, 301))
-
-
-def test_a_refused_source_request_is_asked_again_and_loses_nothing_when_answered():
-    """A source request refused for now (a relay whose upstream could not be asked, replays
-    over a budget) is asked again after the retry wait: the numbers may still be held, so a
-    refusal is ``Unrecoverable`` only once the retries run out, never at once."""
-    stub = SubscriberStub(bits=16, jitter=0.0, seed=1, coalesce=2)
-    request = coalesced_request(stub)
-    events = stub.receive(GapError("refused", request), now=1.1)
-    (source_request,) = of(RequestSourceGap, events)
-    events = stub.receive(GapError("refused", source_request.request, "upstream down"), now=1.2)
-    assert of(Unrecoverable, events) == []
-    assert of(RequestSourceGap, stub.poll(now=1.25)) == []  # not before the retry wait
-    (again,) = of(RequestSourceGap, stub.poll(now=5.0))
-    events = stub.receive(pub(None, 2), now=5.1) + stub.receive(pub(None, 2, "feed.b"), now=5.1)
-    events += stub.receive(ReplayComplete(through={"feed.a": 3, "feed.b": 2},
-                                          request=again.request), now=5.2)
-    assert of(Unrecoverable, events) == []
-    assert delivered(events) == [("feed.a", 2), ("feed.b", 2), ("feed.a", 3)]
-
-
-def test_a_source_request_refused_until_the_retries_run_out_is_unrecoverable_refused():
-    stub = SubscriberStub(bits=16, jitter=0.0, seed=1, coalesce=2, max_retries=3)
-    request = coalesced_request(stub)
-    (asked,) = of(RequestSourceGap, stub.receive(GapError("refused", request), now=1.1))
-    now, events = 1.2, []
-    for _ in range(3):
-        events = stub.receive(GapError("refused", asked.request, "upstream down"), now=now)
-        if of(Unrecoverable, events):
-            break
-        now += 100.0
-        (asked,) = of(RequestSourceGap, stub.poll(now=now))
-    assert {u.reason for u in of(Unrecoverable, events)} == {"refused"}
-    assert Unrecoverable(source="feed.a", after=1, reason="refused") in events

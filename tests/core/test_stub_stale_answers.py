@@ -71,7 +71,7 @@ def test_an_answer_made_for_the_request_before_a_reset_does_not_release_the_new_
 
 
 def test_a_source_gap_error_for_an_earlier_request_asking_the_same_is_stray():
-    stub = make(max_retries=1)  # no retry: a refusal that lasts
+    stub = make()
     stub.receive(pub(1, 1), 0.0)
     stub.receive(pub(3, 3), 0.1)
     stub.poll(0.1)

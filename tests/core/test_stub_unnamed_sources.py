@@ -32,8 +32,7 @@ def reported_lost(events, source):
 
 
 def test_a_refused_replay_for_a_lost_context_reports_the_sources_it_did_not_name():
-    # no retry: a refusal that lasts
-    stub = SubscriberStub(bits=16, nak_delay=0.0, seed=1, max_retries=1)
+    stub = SubscriberStub(bits=16, nak_delay=0.0, seed=1)
     events = stub.receive(pub("feed.b", 1, 1), 0.0)
     events += stub.receive(pub("feed.b", 2, 3), 0.1)  # feed.a 1 went out on link 2: lost
     events += stub.poll(0.1)
@@ -46,8 +45,7 @@ def test_a_refused_replay_for_a_lost_context_reports_the_sources_it_did_not_name
 
 
 def test_a_refused_replay_after_a_reset_reports_the_sources_it_did_not_name():
-    # no retry: a refusal that lasts
-    stub = SubscriberStub(bits=16, nak_delay=0.0, seed=1, max_retries=1)
+    stub = SubscriberStub(bits=16, nak_delay=0.0, seed=1)
     events = stub.receive(pub("feed.a", 1, 1), 0.0)
     # feed.b 1 goes out on link 2 and is lost with the old link: the component resets
     events += stub.receive(pub("feed.a", 2, 0), 0.1)

@@ -25,15 +25,15 @@ lacks too (:attr:`UpstreamFetch.lost`): the replay sends what came before it, th
 after them), a lacking run at a time, and still sends what its journal holds among them. A
 refusal, a fatal attach error, no attach within :data:`CONNECT_TIMEOUT` (the upstream is
 down) or no answer for :data:`FETCH_TIMEOUT` (an idle timeout: answers coming keep it going)
-ends it with :attr:`UpstreamFetch.error`, answered ``GAP-ERROR refused`` (its subscriber asks
-again later: the upstream may well hold the numbers, so never ``trimmed``). Only the upstream
+ends it with :attr:`UpstreamFetch.error`, answered as numbers the upstream lacks too (named,
+``GAP-ERROR trimmed``; what the journal holds after them is still sent). Only the upstream
 not taking a fetch link at all makes other fetches fail at once for :data:`DOWN_HOLD`; one
 fetch's refusal or silence (its selection) is its own.
 
 A fetch keeps its link slot until its replay has taken what came (the link itself stops once
 the fetch is done), so the slots bound what a relay holds of fetched publications relay-wide,
 however many replays stall; what a replay leaves untaken for :data:`FETCH_TIMEOUT` is dropped
-and the fetch ends with an error before it (answered ``refused``, never passed over).
+and the fetch ends with an error before it (answered as above, never passed over).
 
 Where fetched publications live: **passed through to the asking link only**, never written to
 the relay's journal nor kept in a shared cache; the replay sends them as they come. The journal
@@ -97,7 +97,7 @@ batch entries that carried them), then it ends early the same way."""
 
 FETCH_TIMEOUT = 30.0
 """Seconds a fetch may go without an answer (or its replay without taking what came) before
-it ends with an error (answered ``refused``: asked again later)."""
+it ends with an error (answered as numbers the upstream lacks: named)."""
 
 DOWN_HOLD = 5.0
 """Seconds after a fetch found the upstream down (its link not taken within
@@ -158,7 +158,7 @@ class UpstreamFetch:
     def drop_untaken(self, why: str) -> None:
         """The replay took nothing of what came for too long (its subscriber gives no
         credit): what it holds is dropped and the fetch ends with an error before it (the
-        replay answers it refused: its subscriber asks again), never passed over."""
+        replay names those numbers), never passed over."""
         with self._lock:
             if not self.publications:
                 return
