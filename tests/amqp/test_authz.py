@@ -9,6 +9,9 @@ Cyrus SASL), bearer tokens on REST.
 
 from __future__ import annotations
 
+import base64
+import http.client
+import json
 import os
 import signal
 import time
@@ -33,6 +36,7 @@ from .principals import (
     MISSING,
     amqp_identity,
     client_security,
+    password,
     rest_token,
     rest_token_file,
     serve_args,
@@ -500,3 +504,69 @@ def test_a_bad_policy_file_refuses_to_start_with_one_line(
     with pytest.raises(RuntimeError):
         missing.start()
     assert "nope.toml" in missing.log_text()
+
+
+class _Door(Rest):
+    """The REST API with a raw ``Authorization`` header (a wrong password, a made-up token)."""
+
+    def __init__(self, port: int, authorization: str) -> None:
+        super().__init__(port)
+        self.authorization = authorization
+
+    def __call__(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        headers = {"Accept": "application/json", "Authorization": self.authorization}
+        data = None if body is None else json.dumps(body).encode()
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+        try:
+            conn.request(method, path, body=data, headers=headers)
+            response = conn.getresponse()
+            text = response.read()
+        finally:
+            conn.close()
+        return response.status, json.loads(text) if text else None
+
+
+@needs_scram
+def test_every_rest_operation_refuses_a_wrong_password_or_token_and_changes_nothing(
+    served: tuple[ComponentProcess, int, Path],
+) -> None:
+    """Each REST operation, asked with alice's name and a wrong password (HTTP Basic), a name
+    nobody has, or a bearer token nobody holds, is 401; nothing changes."""
+    _, port, _ = served
+    alice = rest(port, ALICE)
+    assert alice("POST", "/subscriptions", {"id": "door-wind", "topic": "/weather/wind/#"})[0] \
+        == 201
+    before = alice("GET", "/subscriptions/door-wind")[1]
+
+    def basic(user: str, secret: str) -> str:
+        return "Basic " + base64.b64encode(f"{user}:{secret}".encode()).decode()
+
+    callers = {
+        "wrong password": _Door(port, basic(ALICE, password(ALICE) + "x")),
+        "unknown user": _Door(port, basic("nobody@example.com", password(ALICE))),
+        "unknown token": _Door(port, "Bearer " + uuid.uuid4().hex),
+    }
+    item, station = "/subscriptions/door-wind", "/topics/%2Fweather%2Fstation%2FB"
+    operations: list[tuple[str, str, Any]] = [
+        ("GET", "/subscriptions", None),
+        ("POST", "/subscriptions", {"topic": "/weather/#"}),
+        ("GET", item, None),
+        ("PUT", item, {"topic": "/weather/rain/#"}),
+        ("PUT", item, {**before, "subscription_status": "PAUSED"}),
+        ("DELETE", item, None),
+        ("GET", "/topics", None),
+        ("GET", station, None),
+        ("PUT", station, {}),
+        ("DELETE", station, None),
+    ]
+    # the control row: the right password gets in
+    assert _Door(port, basic(ALICE, password(ALICE)))("GET", item)[0] == 200
+    for why, caller in callers.items():
+        for method, path, body in operations:
+            status, answer = caller(method, path, body)
+            assert status == 401, (why, method, path, answer)
+    assert alice("GET", item)[1] == before  # nothing changed
+    assert [s["id"] for s in alice("GET", "/subscriptions")[1]] == ["door-wind", "public-wind"]
+    assert alice("GET", station)[0] == 404  # never declared
