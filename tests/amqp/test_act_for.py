@@ -211,6 +211,7 @@ def test_an_ack_on_behalf_of_another_principal_moves_nothing_of_the_link(
     try:
         epoch = receiver.link.remote_properties[PROP_EPOCH]
         sender = conn.create_sender(CONTROL_ADDRESS, options=AtMostOnce())
+        conn.wait(lambda: sender.link.credit > 0, timeout=5, msg="no credit")
         for through in range(1, 6):
             sender.send(_on_behalf(Ack("alice-link", epoch, through,
                                        taken={"feed.wind": through}), BOB))
