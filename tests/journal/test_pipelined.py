@@ -110,3 +110,36 @@ def test_a_journal_publisher_rides_out_a_flushed_script_cache(journal: Journal) 
     publisher.close()
     assert [p.source_seq for p in sent] == [1, 2]
     assert journal.read_range("feed.b", 1, 2) == [first, second]
+
+
+def test_the_ready_append_frame_is_what_redis_py_would_send(journal: Journal) -> None:
+    """The prefix encoded once plus the framed envelope is byte for byte redis-py's packing
+    of the same EVALSHA, for a source with non-ASCII characters too."""
+    from seqrepair.journal.format import meta_key, stream_key
+    from seqrepair.journal.pipelined import APPEND_SHA, append_prefix
+
+    conn = journal.client.connection_pool.get_connection()
+    try:
+        for source in ("feed.a", "flux.é"):
+            envelope = b"\x00\x01 envelope\r\n" * 3
+            mine = append_prefix(conn.encoder.encode, source, 16)
+            mine += b"$%d\r\n%s\r\n" % (len(envelope), envelope)
+            theirs = b"".join(conn.pack_command(
+                "EVALSHA", APPEND_SHA, 2, stream_key(source), meta_key(source), source, "16",
+                envelope,
+            ))  # fmt: skip
+            assert mine == theirs
+    finally:
+        journal.client.connection_pool.release(conn)
+
+
+def test_appends_of_two_sources_on_one_pipeline(journal: Journal) -> None:
+    """Each source gets its own ready prefix: neither's publications land in the other's."""
+    a = stamp(5)
+    b = [SourceSequencer("feed.b", bits=16).stamp("/b", {"i": 0})]
+    pipe = AppendPipeline(journal, 16, depth=2)
+    held = pipe.submit(a[:3]) + pipe.submit(b) + pipe.submit(a[3:]) + pipe.drain()
+    assert [hw for _, hw in held] == [3, 1, 5]
+    assert journal.read_range("feed.a", 1, 5) == a
+    assert journal.read_range("feed.b", 1, 1) == b
+    pipe.close()
