@@ -10,8 +10,6 @@ Cyrus SASL), bearer tokens on REST.
 from __future__ import annotations
 
 import base64
-import http.client
-import json
 import os
 import signal
 import time
@@ -506,28 +504,6 @@ def test_a_bad_policy_file_refuses_to_start_with_one_line(
     assert "nope.toml" in missing.log_text()
 
 
-class _Door(Rest):
-    """The REST API with a raw ``Authorization`` header (a wrong password, a made-up token)."""
-
-    def __init__(self, port: int, authorization: str) -> None:
-        super().__init__(port)
-        self.authorization = authorization
-
-    def __call__(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
-        headers = {"Accept": "application/json", "Authorization": self.authorization}
-        data = None if body is None else json.dumps(body).encode()
-        if data is not None:
-            headers["Content-Type"] = "application/json"
-        try:
-            conn.request(method, path, body=data, headers=headers)
-            response = conn.getresponse()
-            text = response.read()
-        finally:
-            conn.close()
-        return response.status, json.loads(text) if text else None
-
-
 @needs_scram
 def test_every_rest_operation_refuses_a_wrong_password_or_token_and_changes_nothing(
     served: tuple[ComponentProcess, int, Path],
@@ -544,9 +520,9 @@ def test_every_rest_operation_refuses_a_wrong_password_or_token_and_changes_noth
         return "Basic " + base64.b64encode(f"{user}:{secret}".encode()).decode()
 
     callers = {
-        "wrong password": _Door(port, basic(ALICE, password(ALICE) + "x")),
-        "unknown user": _Door(port, basic("nobody@example.com", password(ALICE))),
-        "unknown token": _Door(port, "Bearer " + uuid.uuid4().hex),
+        "wrong password": Rest(port, authorization=basic(ALICE, password(ALICE) + "x")),
+        "unknown user": Rest(port, authorization=basic("nobody@example.com", password(ALICE))),
+        "unknown token": Rest(port, authorization="Bearer " + uuid.uuid4().hex),
     }
     item, station = "/subscriptions/door-wind", "/topics/%2Fweather%2Fstation%2FB"
     operations: list[tuple[str, str, Any]] = [
@@ -562,7 +538,7 @@ def test_every_rest_operation_refuses_a_wrong_password_or_token_and_changes_noth
         ("DELETE", station, None),
     ]
     # the control row: the right password gets in
-    assert _Door(port, basic(ALICE, password(ALICE)))("GET", item)[0] == 200
+    assert Rest(port, authorization=basic(ALICE, password(ALICE)))("GET", item)[0] == 200
     for why, caller in callers.items():
         for method, path, body in operations:
             status, answer = caller(method, path, body)

@@ -14,8 +14,6 @@ component, REST server, gateway and redis-server (WIRE.md "Authorization"):
 from __future__ import annotations
 
 import base64
-import http.client
-import json
 import os
 import signal
 import socket
@@ -262,20 +260,8 @@ def realm(component: Callable[..., ComponentProcess],
 
 
 def _basic(port: int, user: str, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     auth = base64.b64encode(f"{user}:{password('mallory')}".encode()).decode()
-    headers = {"Authorization": f"Basic {auth}", "Accept": "application/json"}
-    data = None
-    if body is not None:
-        data = json.dumps(body).encode()
-        headers["Content-Type"] = "application/json"
-    try:
-        conn.request(method, path, body=data, headers=headers)
-        answer = conn.getresponse()
-        text = answer.read()
-    finally:
-        conn.close()
-    return answer.status, json.loads(text) if text else None
+    return Rest(port, authorization=f"Basic {auth}")(method, path, body)
 
 
 @needs_scram

@@ -31,16 +31,21 @@ RAIN = {"topic": "/weather/#", "filters": [
 
 
 class Rest:
-    """A JSON client of the REST API at ``port`` (optionally with a bearer token)."""
+    """A JSON client of the REST API at ``port`` (optionally with a bearer token, or any
+    ``Authorization`` header: a Basic one, a wrong one)."""
 
-    def __init__(self, port: int, token: str | None = None) -> None:
+    def __init__(self, port: int, token: str | None = None,
+                 authorization: str | None = None) -> None:
         self.port = port
         self.token = token
+        self.authorization = authorization
 
     def __call__(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
         headers = {"Accept": "application/json"}
-        if self.token is not None:
+        if self.authorization is not None:
+            headers["Authorization"] = self.authorization
+        elif self.token is not None:
             headers["Authorization"] = f"Bearer {self.token}"
         data = None
         if body is not None:
