@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import random
 import shutil
 import signal
 import socket
@@ -51,6 +52,32 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+# A cluster node also listens on its port + 10000 (the cluster bus), so redis-server refuses
+# ports above this; the kernel's ephemeral range (32768-60999 here) often hands out such ports.
+CLUSTER_BUS_OFFSET = 10000
+MAX_CLUSTER_PORT = 65535 - CLUSTER_BUS_OFFSET
+
+
+def free_cluster_port(low: int = 20000) -> int:
+    """A port that a Redis Cluster node may take: at most 55535, with it and its bus port free
+    on 127.0.0.1 right now."""
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randint(low, MAX_CLUSTER_PORT)
+        if _bindable(port) and _bindable(port + CLUSTER_BUS_OFFSET):
+            return port
+    raise EmbeddedRedisError(f"no free port pair for a cluster node in {low}-{MAX_CLUSTER_PORT}")
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec
@@ -161,6 +188,11 @@ class EmbeddedRedis:
             *self.extra_args,
         ]  # fmt: skip
 
+    def _free_port(self) -> int:
+        if "--cluster-enabled" in self.extra_args:
+            return free_cluster_port()
+        return free_port()
+
     def start(self) -> EmbeddedRedis:
         """Start the server (again) and wait until it answers PING; return self."""
         if self.running:
@@ -174,7 +206,7 @@ class EmbeddedRedis:
         attempts = 1 if self.port is not None else 3
         last_error = ""
         for _ in range(attempts):
-            port = self.port if self.port is not None else free_port()
+            port = self.port if self.port is not None else self._free_port()
             proc = subprocess.Popen(
                 self._command(port),
                 stdin=subprocess.DEVNULL,

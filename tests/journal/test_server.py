@@ -11,6 +11,7 @@ import pytest
 import redis
 
 from seqrepair.journal import EmbeddedRedis, EmbeddedRedisError
+from seqrepair.journal.server import MAX_CLUSTER_PORT, free_cluster_port
 
 pytestmark = pytest.mark.redis
 
@@ -106,3 +107,17 @@ def test_bad_configuration_and_missing_binary(tmp_path: Path) -> None:
     with pytest.raises(EmbeddedRedisError, match=r"no-such-option|Bad directive"):
         broken.start()
     assert not broken.running
+
+
+def test_a_cluster_node_gets_a_port_whose_bus_port_exists(tmp_path: Path) -> None:
+    """redis-server refuses cluster mode above port 55535 (its bus listens 10000 higher); the
+    kernel's ephemeral range often gives such ports, which once failed a CI run."""
+    ports = {free_cluster_port() for _ in range(50)}
+    assert all(1024 < port <= MAX_CLUSTER_PORT for port in ports)
+    args = ("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
+    for n in range(3):
+        with EmbeddedRedis(data_dir=tmp_path / str(n), extra_args=args) as srv:
+            assert srv.port is not None
+            assert srv.port <= MAX_CLUSTER_PORT
+            info = redis.Redis(port=srv.port).execute_command("CLUSTER", "INFO")
+            assert b"cluster_state" in info
