@@ -66,7 +66,7 @@ from seqrepair.journal.format import JournalRow, can_name_journal
 from seqrepair.journal.lacking import Fetcher, UpstreamAnswer
 from seqrepair.journal.remembered import remembered, remembered_rows
 from seqrepair.journal.selection import NotSelected
-from seqrepair.journal.trimsummary import trimmed_items, visible_topics
+from seqrepair.journal.trimsummary import entitled_items, passed_on
 from seqrepair.logs import get_logger
 
 if TYPE_CHECKING:
@@ -96,6 +96,11 @@ class SubscriberLink:
     context: LinkContext
     budget: ResendBudget
     start_after: dict[str, int]
+
+
+NotAsked = tuple[int, str, tuple[str, ...] | None]
+"""Lacking numbers through the first the upstream was not asked for again, why (it lacks
+them too, or could not be asked), and the items it named for them (None: unknown)."""
 
 
 @attrs.define
@@ -137,7 +142,8 @@ class Replay:
         """The upstream answer the replay waits for (it yields ``None`` meanwhile: see
         :attr:`parked`)."""
         self.fetched = 0  # publications sent that came from upstream
-        self._not_asked: tuple[int, str] | None = None  # what the last fetch said it lacks
+        # what the last fetch said it lacks: through, why, the items the upstream named
+        self._not_asked: NotAsked | None = None
         self.link = link
         self.request = request
         self.through = dict(through)
@@ -224,7 +230,7 @@ class Replay:
                 if go_on is None:
                     return
                 start = go_on
-            not_asked: tuple[int, str] = (0, "")  # lacking numbers through here: not asked
+            not_asked: NotAsked = (0, "", None)  # lacking numbers through here: not asked
             while start <= seg.last:
                 fetch = yield from self._journal(seg, start, scan_slice, not_asked)
                 if fetch is None:
@@ -251,7 +257,7 @@ class Replay:
         yield ReplayComplete(through=self.through, request=self.request, more=more)
 
     def _journal(self, seg: _Segment, start: int, scan_slice: int | None,
-                 not_asked: tuple[int, str]) -> Generator[ReplayFrame | None, None, int | None]:
+                 not_asked: NotAsked) -> Generator[ReplayFrame | None, None, int | None]:
         """Read ``seg`` from ``start``: yield what the link may see; returns None at its end,
         -1 once a closing frame was yielded, or the number from which the upstream is to be
         asked (the first the journal lacks for this link, with a fetcher). ``not_asked``:
@@ -340,7 +346,7 @@ class Replay:
         return source in self.request.after or source in self.link.start_after
 
     def _said_or_asked(self, seg: _Segment, start: int, lacking: list[NotSelected],
-                       not_asked: tuple[int, str]
+                       not_asked: NotAsked
                        ) -> Generator[ReplayFrame | None, None, int | None]:
         """A run of numbers the journal lacks for the link: the number to ask the upstream
         from, or (no fetcher, lost upstream, or within ``not_asked``) ``trimmed`` said (-1)."""
@@ -349,7 +355,7 @@ class Replay:
             return -1
         if lacking[0].first <= not_asked[0]:  # the upstream lacks (some of) these too
             yield self._lacking(seg.source, lacking, not_asked[1],
-                                min(lacking[-1].last, not_asked[0]))
+                                min(lacking[-1].last, not_asked[0]), not_asked[2])
             return -1
         return max(lacking[0].first, start)
 
@@ -409,12 +415,15 @@ class Replay:
             low, high = answer.lost
             log.warning("gapfill.trimmed_upstream_too", link=self.link.link_id,
                         source=seg.source, numbers=f"{low}..{high}")
+            # the items the upstream named, passed on as the link may see them
+            named = passed_on(getattr(answer, "lost_items", None), self.link.entitlement)
             if seg.upstream_through >= low:  # below the journal's trim: nothing holds them
                 yield GapError("trimmed", self.request,
                                f"{seg.source} {low}..{high}: not in this relay's journal, "
-                               "and trimmed upstream too", {seg.source: high})
+                               "and trimmed upstream too", {seg.source: high},
+                               items=None if named is None else {seg.source: named})
                 return None
-            self._not_asked = (high, "trimmed upstream too")
+            self._not_asked = (high, "trimmed upstream too", named)
             return low
         if answer.error is not None:
             done = max(through, answer.through)
@@ -426,19 +435,21 @@ class Replay:
                                f"this relay's journal, and its upstream could not be asked "
                                f"({answer.error})", {seg.source: seg.upstream_through})
                 return None
-            self._not_asked = (last, f"its upstream could not be asked ({answer.error})")
+            self._not_asked = (last, f"its upstream could not be asked ({answer.error})", None)
             return done + 1
         return max(through, answer.through) + 1
 
     def _lacking(self, source: str, markers: list[NotSelected], why: str = "",
-                 through: int | None = None) -> GapError:
+                 through: int | None = None, items: tuple[str, ...] | None = None
+                 ) -> GapError:
         """The answer for numbers a relay's upstream selection did not select and whose
         selection does not cover this link (``markers``, one run of them with nothing the
         link is entitled to between): the relay lacks what the link may be owed there,
         ``trimmed`` through the last one (an ``Unrecoverable``; the subscriber asks again
         after it). Where the selection covers the link, its numbers are filtered out, as they
         would have been live, and nothing is said. ``why``: why the upstream was not asked
-        (a relay's, with a fetcher), and ``through``: where what it lacks too ends."""
+        (a relay's, with a fetcher), ``through``: where what it lacks too ends, and ``items``:
+        the topics the upstream named there (passed on)."""
         first, last = markers[0], markers[-1]
         end = last.last if through is None else through
         log.warning("gapfill.not_selected", link=self.link.link_id, source=source,
@@ -451,7 +462,7 @@ class Replay:
                f"not selected by this relay's upstream subscription ({last.selection}), "
                f"which does not cover this link" + (f", and {why}" if why else ""))
         return GapError("trimmed", self.request, f"{source} {first.first}..{end}: {why}",
-                        {source: end})
+                        {source: end}, items=None if items is None else {source: items})
 
     def _more(self) -> bool:
         """Whether the subscriber must ask again: only if the link does not itself carry what
@@ -705,13 +716,11 @@ class GapFillService:
                        through: Mapping[str, int]) -> dict[str, tuple[str, ...]] | None:
         """Per source, the topics the link may see that its trimmed numbers held, where the
         retention summary knows them all (:mod:`seqrepair.journal.trimsummary`)."""
-        entitlement = link.entitlement
         named: dict[str, tuple[str, ...]] = {}
         for source, seq in through.items():
-            held = trimmed_items(self.journal, source, after[source] + 1, seq)
+            held = entitled_items(self.journal, link.entitlement, source, after[source] + 1, seq)
             if held is not None:
-                named[source] = visible_topics(held, lambda topic, token: (
-                    entitlement.allows_token(token) and entitlement.allows_topic(topic)))
+                named[source] = held
         return named or None
 
     def answer(

@@ -56,6 +56,11 @@ class UpstreamAnswer(Protocol):
         the answer ends before it."""
 
     @property
+    def lost_items(self) -> tuple[str, ...] | None:
+        """The topics the upstream named as held by :attr:`lost` (its ``GAP-ERROR``'s
+        ``items``, for the asking link's entitlement), None when it did not name them."""
+
+    @property
     def error(self) -> str | None:
         """Why the upstream could not be asked (unreachable, refused, too slow), if so."""
 

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from seqrepair.journal.format import KEY_PREFIX
 
 if TYPE_CHECKING:
+    from seqrepair.core.permissions import Entitlement
     from seqrepair.journal.journal import Journal
 
 MAX_SCAN = 100_000
@@ -125,3 +126,22 @@ def visible_topics(items: Iterable[Item], allows: Callable[[str, str | None], bo
                    ) -> tuple[str, ...]:
     """The topics among ``items`` a subscriber may see (``allows(topic, token)``), sorted."""
     return tuple(sorted({topic for topic, token in items if allows(topic, token)}))
+
+
+def entitled_items(journal: Journal, entitlement: Entitlement, source: str, first: int,
+                   last: int) -> tuple[str, ...] | None:
+    """The topics a link with ``entitlement`` may see among what ``source``'s trimmed numbers
+    ``first``..``last`` held, or None when the summary does not know them all."""
+    held = trimmed_items(journal, source, first, last)
+    if held is None:
+        return None
+    return visible_topics(held, lambda topic, token: (
+        entitlement.allows_token(token) and entitlement.allows_topic(topic)))
+
+
+def passed_on(items: Iterable[str] | None, entitlement: Entitlement) -> tuple[str, ...] | None:
+    """The topics among ``items`` (an upstream's answer named them for a link's entitlement)
+    that the link with ``entitlement`` may see, or None when ``items`` is None (unknown)."""
+    if items is None:
+        return None
+    return tuple(sorted({topic for topic in items if entitlement.allows_topic(topic)}))

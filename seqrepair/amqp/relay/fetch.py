@@ -129,6 +129,7 @@ class UpstreamFetch:
         self.cursor = first - 1  # the last number answered so far
         self.through = first - 1
         self.lost: tuple[int, int] | None = None
+        self.lost_items: tuple[str, ...] | None = None  # the topics the upstream named there
         self.error: str | None = None
         self.asked: SourceGapRequest | None = None
         self.count = 0  # publications taken (the list is emptied as they are sent)
@@ -243,6 +244,7 @@ class UpstreamFetch:
         if isinstance(frame, GapError) and self._ours(frame):
             trimmed = (frame.trimmed_through or {}).get(self.source)
             if frame.reason == "trimmed" and trimmed is not None:
+                self.lost_items = (frame.items or {}).get(self.source)
                 self.finish(lost=(self.cursor + 1, max(self.cursor + 1, min(trimmed, self.last))))
             else:
                 self.finish(error=f"{frame.reason}: {frame.detail}")
