@@ -118,7 +118,8 @@ class Replay:
 
     Reads the journal lazily, ``page_size`` entries per round trip. Ends with
     ``ReplayComplete``, or with ``GapError("trimmed")`` if retention trims a range while it is
-    being replayed. Journal errors (Redis down) propagate from the iteration.
+    being replayed (naming the link's items there where the trimmed-items summary knows
+    them). Journal errors (Redis down) propagate from the iteration.
     """
 
     def __init__(
@@ -332,9 +333,13 @@ class Replay:
             log.warning(
                 "gapfill.trimmed_during_replay", link=self.link.link_id, source=seg.source
             )
-            yield GapError(
-                "trimmed", self.request, exc.message, {seg.source: exc.trimmed_through}
-            )
+            # everything before the number the journal was asked for went out, but numbers
+            # not selected for the link and not said yet (a relay's; their items unknown)
+            items = None if lacking else entitled_items(
+                self.journal, self.link.entitlement, source, exc.requested, exc.trimmed_through)
+            yield GapError("trimmed", self.request, exc.message,
+                           {seg.source: exc.trimmed_through},
+                           items=None if items is None else {source: items})
             return -1
         if lacking:
             return (yield from self._said_or_asked(seg, start, lacking, not_asked))
