@@ -202,7 +202,8 @@ class Journal:
         return info
 
     def append(
-        self, publications: Sequence[Publication], bits: int, *, not_selected: str | None = None
+        self, publications: Sequence[Publication], bits: int, *, not_selected: str | None = None,
+        before: tuple[int, str] | None = None,
     ) -> int:
         """Journal one contiguous batch of one source atomically; return the new high-water.
 
@@ -213,14 +214,16 @@ class Journal:
         ``not_selected`` (a relay's journal, :mod:`seqrepair.journal.selection`): the batch's
         numbers need only increase; each range it skips (after the high-water, between two
         of its publications) is journaled as not selected under that selection, in the same
-        atomic step.
+        atomic step. ``before`` (with ``not_selected``): ``(number, selection)``, the skipped
+        numbers through ``number`` are journaled under ``selection`` instead (a relay's numbers
+        published before it subscribed: :data:`~seqrepair.journal.selection.BEFORE_SUBSCRIPTION`).
         """
         source, envelope = self.prepare_append(publications, bits, not_selected=not_selected)
+        args = [source, str(bits), envelope, not_selected or ""]
+        if before is not None and not_selected:
+            args += [str(before[0]), before[1]]
         with map_redis_errors("append", source):
-            reply = self._append(
-                keys=[stream_key(source), meta_key(source)],
-                args=[source, str(bits), envelope, not_selected or ""],
-            )
+            reply = self._append(keys=[stream_key(source), meta_key(source)], args=args)
         return self.append_result(publications, bits, reply)
 
     def prepare_append(

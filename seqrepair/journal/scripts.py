@@ -35,6 +35,10 @@ local batch = cjson.decode(ARGV[3])
 -- relay's upstream subscription (selection.py); each skipped range becomes one marker entry
 local fill = ARGV[4]
 if fill == '' then fill = nil end
+-- ARGV[5], ARGV[6], when given: a skip's numbers through ARGV[5] are journaled under the
+-- selection ARGV[6] instead (published before the relay subscribed), the rest under fill
+local before = tonumber(ARGV[5] or '')
+local before_fill = ARGV[6]
 local expect = hw + 1
 local gaps = {}
 for i = 1, #batch do
@@ -57,8 +61,18 @@ for i = 1, #batch do
   local e = batch[i]
   local id = e[1] .. '-0'
   if gaps[i] then
-    call('XADD', key, gaps[i] .. '-0', 'source', source, 'ptype', 'not-selected',
-         'through', tostring(tonumber(e[1]) - 1), 'selection', fill, 'bits', bits)
+    local from = gaps[i]
+    local through = tonumber(e[1]) - 1
+    if before and from <= before then
+      local upto = math.min(before, through)
+      call('XADD', key, from .. '-0', 'source', source, 'ptype', 'not-selected',
+           'through', tostring(upto), 'selection', before_fill, 'bits', bits)
+      from = upto + 1
+    end
+    if from <= through then
+      call('XADD', key, from .. '-0', 'source', source, 'ptype', 'not-selected',
+           'through', tostring(through), 'selection', fill, 'bits', bits)
+    end
   end
   if e[5] == null then
     if e[6] == null then

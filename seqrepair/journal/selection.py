@@ -33,10 +33,11 @@ it answers that the relay lacks them (``trimmed``), never passes over them."""
 
 
 BEFORE_SUBSCRIPTION = "!before-subscription"
-"""The ``selection`` of the marker for a source's numbers before the first one a relay
-journaled when its upstream subscription started after them (the upstream's
-``seqrepair-start-after`` named the source): published before the relay subscribed, not
-filtered out by it. No subscriber is owed them by default (they precede every subscription
+"""The ``selection`` of the marker for a source's numbers through the one a relay's upstream
+subscription started after (the upstream's ``seqrepair-start-after`` named the source), written
+with the first publication it journals of the source: published before the relay subscribed,
+not filtered out by it (the numbers after that one and before the first journaled were: they
+are marked not selected). No subscriber is owed them by default (they precede every subscription
 the relay took); one that asks for them by number (its request or its link's start names the
 source: a durable position, a context from before the relay's journal was new) is owed them,
 and a relay asks its upstream (:mod:`seqrepair.journal.lacking`)."""

@@ -132,3 +132,27 @@ def test_paging_back_counts_publications_not_markers(journal: Journal) -> None:
     assert [p.source_seq for p in page] == [27, 24, 21, 18]
     _, last = journal.page_back("feed.a", 5, 4)
     assert [p.source_seq for p in last] == [3]
+
+
+def test_a_first_skip_is_before_the_subscription_only_through_where_it_started(
+        journal: Journal) -> None:
+    """A relay whose subscription started after 5 journals 8 first: 1..5 were published
+    before it subscribed, 6..7 after, not selected by it (issue 27: all of 1..7 were marked
+    before the subscription, so a link naming the source was owed 6..7 and the relay asked
+    its upstream for numbers it had filtered out)."""
+    from seqrepair.journal.selection import BEFORE_SUBSCRIPTION
+
+    assert journal.append([pub(8), pub(11)], 32, not_selected=SEL,
+                          before=(5, BEFORE_SUBSCRIPTION)) == 11
+    assert [e for e in journal.iter_entries("feed.a", 1) if isinstance(e, NotSelected)] == [
+        NotSelected("feed.a", 1, 5, BEFORE_SUBSCRIPTION), NotSelected("feed.a", 6, 7, SEL),
+        NotSelected("feed.a", 9, 10, SEL)]
+
+
+def test_a_subscription_that_started_at_the_first_skip_s_end_marks_it_all_before(
+        journal: Journal) -> None:
+    from seqrepair.journal.selection import BEFORE_SUBSCRIPTION
+
+    journal.append([pub(8)], 32, not_selected=SEL, before=(7, BEFORE_SUBSCRIPTION))
+    assert [e for e in journal.iter_entries("feed.a", 1) if isinstance(e, NotSelected)] == [
+        NotSelected("feed.a", 1, 7, BEFORE_SUBSCRIPTION)]

@@ -264,18 +264,16 @@ class RedisJournalPort:
                 break
             try:
                 self._writes += 1
+                started = self.subscribed_after.get(source, 0)
                 if self.not_selected and held == 0 and fresh[0].source_seq > 1 and (
-                        self.subscribed_after.get(source, 0) > 0
-                        and source not in self._lost and not self._lost_any):
-                    # its first numbers were published before the relay subscribed: the
-                    # first publication alone carries that marker, the rest as usual
-                    self._hw[source] = held = self.journal.append(  # type: ignore[attr-defined]
-                        fresh[:1], bits, not_selected=BEFORE_SUBSCRIPTION)
-                    fresh = fresh[1:]
-                    if not fresh:
-                        self._ahead.discard(source)
-                        break
-                if self.not_selected:
+                        started > 0 and source not in self._lost and not self._lost_any):
+                    # its numbers through where the subscription started were published
+                    # before the relay subscribed; those after, up to the first it journals,
+                    # were not selected by it (filtered out, as any later skip)
+                    self._hw[source] = self.journal.append(  # type: ignore[attr-defined]
+                        fresh, bits, not_selected=self.not_selected,
+                        before=(started, BEFORE_SUBSCRIPTION))
+                elif self.not_selected:
                     marker, lost = self._marker_for(source, held, fresh)
                     self._hw[source] = self.journal.append(  # type: ignore[attr-defined]
                         fresh, bits, not_selected=marker)
