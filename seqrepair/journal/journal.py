@@ -219,7 +219,7 @@ class Journal:
         published before it subscribed: :data:`~seqrepair.journal.selection.BEFORE_SUBSCRIPTION`).
         """
         source, envelope = self.prepare_append(publications, bits, not_selected=not_selected)
-        args = [source, str(bits), envelope, not_selected or ""]
+        args: list[str | bytes] = [source, str(bits), envelope, not_selected or ""]
         if before is not None and not_selected:
             args += [str(before[0]), before[1]]
         with map_redis_errors("append", source):
