@@ -20,18 +20,20 @@ bound at which a link is paused.
 
 How much repair may be in flight is bounded too: source replays
 per connection and per principal (``--max-replays-per-connection``,
-``--max-replays-per-principal``); a request past either is rejected
+``--max-replays-per-principal``; behind a forwarding gateway per principal it acts for:
+:func:`check_replay_room`); a request past either is rejected
 ``amqp:resource-limit-exceeded`` and its requester asks again later (a subscriber stub backs
 off and retries).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any, Generic, TypeVar
 
 import attrs
 
+from seqrepair.amqp.component.admission import FORWARDING_FACTOR
 from seqrepair.amqp.component.config import ComponentConfig
 from seqrepair.amqp.component.grants import principal_of
 from seqrepair.amqp.component.links import ResponseRoute
@@ -233,27 +235,44 @@ class RepairTurns:
 
 def check_replay_room(
     routes: Iterable[ResponseRoute], route: ResponseRoute, config: ComponentConfig,
-    stats: dict[str, int],
+    stats: dict[str, int], principal: str | None = None,
+    principals: Mapping[str, str] | None = None,
 ) -> None:
     """RequestFloodError (``amqp:resource-limit-exceeded``) when the connection, or the
     principal, of ``route`` runs as many source replays as ``max_replays_per_connection``
     (``max_replays_per_principal``) allow, counted over ``routes``; the requester asks again
-    later (a stub backs off and retries). Counted in ``stats["replays_refused"]``."""
+    later (a stub backs off and retries). Counted in ``stats["replays_refused"]``.
+
+    ``principal``: the asking link's (None: its connection's), ``principals``: every link's
+    by name. A replay counts for its link's principal, so on a connection acting for others
+    (a forwarding gateway) "this connection" is the principal it acts for on it: one client
+    uses up its own allowance, never the gateway's; such a connection runs at most
+    :data:`~.admission.FORWARDING_FACTOR` times ``max_replays_per_connection`` in all."""
     conn = route.sender.connection
-    principal = principal_of(conn)
-    by_conn = by_principal = 0
+    actor = principal_of(conn)
+    principal = actor if principal is None else principal
+    known = principals or {}
+    forwarded = principal != actor
+    on_conn = mine_on_conn = by_principal = 0
     for other in routes:
         if other.replays and other.sender is not None:
-            if other.sender.connection == conn:
-                by_conn += len(other.replays)
-            if principal_of(other.sender.connection) == principal:
-                by_principal += len(other.replays)
-    for count, limit, whose in (
-        (by_conn, config.max_replays_per_connection, "this connection"),
+            other_conn = other.sender.connection
+            owner = principal_of(other_conn)
+            for name in other.replays:
+                whose = known.get(name, owner)
+                if other_conn == conn:
+                    on_conn += 1
+                    mine_on_conn += whose == principal
+                by_principal += whose == principal
+    for count, limit, whose_text in (
+        (mine_on_conn if forwarded else on_conn, config.max_replays_per_connection,
+         f"principal {principal!r} on this connection" if forwarded else "this connection"),
+        (on_conn, FORWARDING_FACTOR * config.max_replays_per_connection,
+         "this connection, for all the principals it acts for"),
         (by_principal, config.max_replays_per_principal, f"principal {principal!r}"),
     ):
         if count >= limit:
             stats["replays_refused"] = stats.get("replays_refused", 0) + 1
             raise RequestFloodError(
-                f"{count} source replays already run for {whose} (at most {limit}); "
+                f"{count} source replays already run for {whose_text} (at most {limit}); "
                 "ask again later", expected=limit, got=count)

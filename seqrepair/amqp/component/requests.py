@@ -24,8 +24,10 @@ from seqrepair.amqp.component.authz import (
     visible_sources,
 )
 from seqrepair.amqp.component.fairness import check_replay_room
+from seqrepair.amqp.component.grants import principal_of
 from seqrepair.amqp.component.images import answer_image
 from seqrepair.amqp.component.links import ResponseRoute, SubscriberLink
+from seqrepair.amqp.component.ratelimit import request_allowance
 from seqrepair.amqp.component.replaywire import JournaledEntries
 from seqrepair.amqp.component.routing import route_for
 from seqrepair.amqp.wire.codec import encode
@@ -117,9 +119,19 @@ def on_request(
         return
     conn = receiver.connection
     now = component.clock()
-    if not conn.bucket.take(now):
-        raise RequestFloodError("request rate exceeded; slow down",
-                                got=component.stats["requests"])
+    raw = message.properties
+    # properties that are no map are the decoder's to refuse (amqp:decode-error), below
+    props: dict[Any, Any] = dict(raw) if isinstance(raw, dict) else {}
+    try:
+        principal = effective_principal(component, conn, plain_properties(props))
+    except Exception:
+        conn.bucket.take(now)  # a claim not honoured still costs its connection
+        raise
+    if not request_allowance(component, conn, principal, now):
+        raise RequestFloodError(
+            "request rate exceeded; slow down" if principal == principal_of(conn) else
+            f"request rate exceeded for principal {principal!r}; slow down",
+            got=component.stats["requests"])
     component.stats["requests"] += 1
     requests = component.decoder.decode_request(message)  # never a publication: no source state
     route, cookie = route_for(  # where the answers go (respann §2.3)
@@ -129,9 +141,7 @@ def on_request(
             sender=sender, target=target))
     route.check_room()
     correlation = message.id
-    props: dict[Any, Any] = dict(message.properties or {})
     name = props.get(PROP_LINK) or _link_name(message.reply_to)
-    principal = effective_principal(component, conn, plain_properties(props))
     for request in requests:
         if isinstance(request, CapabilitiesRequest):
             route.respond(encode(component.capabilities(principal)), correlation, cookie)
@@ -194,11 +204,13 @@ def answer_gap(
         route.respond(encode(ReplayStarted(request, live.through, continued=True)),
                       correlation, cookie)
         return
+    principal = component.principals.get(link.name, ANONYMOUS)
     if link.name not in route.replays:  # a new replay (one for the same link replaces it)
-        check_replay_room(component.routes.values(), route, config, component.stats)
+        # counted for the link's principal: a forwarding gateway's client is itself
+        check_replay_room(component.routes.values(), route, config, component.stats,
+                          principal, component.principals)
     # what the component fans out next goes to this link too: the replay stops there
     # the sources the link's principal may not learn of are answered as unknown ones
-    principal = component.principals.get(link.name, ANONYMOUS)
     # a named source it is owed publications of is no unknown one (authz.py)
     shown = reveal_named_sources(component, principal, request.after)
     replay = component.gapfill.answer_source_gap(
