@@ -310,3 +310,30 @@ def test_hostile_paths_are_refused_typed_and_leave_an_honest_pair_alone(
     assert gw.proc.poll() is None
     assert comp.proc is not None
     assert comp.proc.poll() is None
+
+
+def test_a_loop_of_two_gateways_is_barred_so_attaches_again_do_not_go_round(
+    gateways: Callable[..., GatewayProcess],
+) -> None:
+    """A client that attaches again and again into a loop of two gateways (a new link name
+    each time; the library's clients stop, others may not): the first goes round once, is
+    refused naming the path, and the gateway in the loop bars it (cut off, a circuit breaker:
+    2 s, doubled while it keeps coming, at most 8 s): the next attaches are refused at once,
+    naming the same path, without going upstream again (before, each went round: two
+    upstream attaches per gateway each). Memory stays flat."""
+    a_listen, b_listen = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    a = gateways("gw-a", b_listen, listen=a_listen)
+    b = gateways("gw-b", a_listen, listen=b_listen)
+    assert wait_for(lambda: a.upstream_connected() and b.upstream_connected(), DEADLINE)
+    refusals = [raw_attach(a.listen, f"storm-{i}", None) for i in range(20)]
+    rss = [gw.rss_kib() for gw in (a, b)]
+    refusals += [raw_attach(a.listen, f"storm-more-{i}", None) for i in range(20)]
+    assert all(cond == LOOP_CONDITION for cond, _ in refusals), refusals
+    assert all("gw-a -> gw-b -> gw-a" in text for _, text in refusals), refusals
+    # the loop is reported by the gateway in it, once per time it went round
+    assert 1 <= a.count("a loop runs through this gateway") <= 5, a.text()
+    # at most once per time the bar ran out (2 s, 4 s, 8 s...), never once per attach
+    assert a.count("attaching upstream") <= 5, a.text()
+    assert b.count("attaching upstream") <= 5, b.text()
+    for gw, before in zip((a, b), rss, strict=True):
+        assert gw.rss_kib() < before + 16 * 1024, (before, gw.rss_kib())

@@ -63,6 +63,7 @@ from seqrepair.amqp.gateway.relays import (
     CloseDownstreamConnection,
     DetachDownstream,
     Relay,
+    RelayState,
     RelayTable,
 )
 from seqrepair.amqp.gateway.requests import Requests
@@ -442,6 +443,23 @@ class Gateway(MessagingHandler):
                          condition=refusal.condition,
                          description=getattr(refusal, "description", None) or str(refusal))
 
+    def _learn(self, relay: Relay, refused: tuple[str, str]) -> None:
+        """The upstream refused ``relay`` (condition, description): for its path, what would
+        go round again is barred for a while (:meth:`~.relays.RelayTable.learn`), reported."""
+        now = time.monotonic()
+        barred = self.relays.learn(relay, *refused, now)
+        if barred is not None:
+            self.stats["loops_barred"] = self.stats.get("loops_barred", 0) + 1
+            bars = self.relays.bars
+            until = max([bars.cut_until, *(u for _e, u in bars.barred.values()),
+                         *(u for _e, u in bars.barred_paths.values())])
+            self.log.error("a loop runs through this gateway: every attach is refused at "
+                           "once for a while, then tried again" if barred.startswith("every")
+                           else "attach refused upstream for its path: attaches that would go "
+                           "round again are refused at once for a while", condition=refused[0],
+                           description=refused[1], refusing=barred,
+                           seconds=round(until - now, 1))
+
     def on_link_opened(self, event: Any) -> None:
         link = event.link
         if self.contributions.upstream_opened(link):
@@ -459,6 +477,7 @@ class Gateway(MessagingHandler):
             self.stats["refused"] += 1
             self.log.info("attach refused upstream", link=relay.name, condition=refused[0],
                           description=refused[1])
+            self._learn(relay, refused)
         perform(self, self.relays.upstream_attached(relay, link.remote_properties, refused))
 
     def on_link_error(self, event: Any) -> None:
@@ -477,7 +496,10 @@ class Gateway(MessagingHandler):
         if relay is None:
             return
         if _upstream(link):
-            perform(self, self.relays.upstream_detached(relay, _condition(link)))
+            condition = _condition(link)
+            if condition is not None and relay.state is RelayState.OPEN:  # ended for its path?
+                self._learn(relay, condition)
+            perform(self, self.relays.upstream_detached(relay, condition))
         else:
             perform(self, self.relays.downstream_detached(relay))
 

@@ -36,7 +36,8 @@ from proton import symbol
 
 from seqrepair.amqp.wire.backoff import Backoff  # re-exported: it lived here first
 from seqrepair.amqp.wire.errors import AmqpAdapterError, UnauthorizedAccessError
-from seqrepair.amqp.wire.hops import Hops
+from seqrepair.amqp.wire.hops import LOOP_CONDITION, Hops, hop_refusal, read_path, read_route
+from seqrepair.amqp.wire.loopbar import Bars, looping_identity
 from seqrepair.amqp.wire.security import ANONYMOUS
 from seqrepair.amqp.wire.vocabulary import PROP_ON_BEHALF_OF
 
@@ -174,6 +175,9 @@ class RelayTable:
     ``seqrepair-path`` extended, or refused (a loop, a chain too long, a malformed path)
     before anything else happens (:mod:`seqrepair.amqp.wire.hops`). None: paths pass as
     they came."""
+    bars: Bars = attrs.field(factory=Bars)
+    """What the upstream's refusals for a path taught the gateway (:meth:`learn`): attaches
+    refused at once for a while, a loop's storm stopped at the first gateway in it."""
     _relays: dict[str, Relay] = attrs.field(factory=dict)
     _upstream_names: set[str] = attrs.field(factory=set)
     """Names whose upstream link is attached or not yet seen detached at the component."""
@@ -223,6 +227,9 @@ class RelayTable:
                 relay.properties = self.hops.upstream_properties(relay.properties)
             except AmqpAdapterError as exc:
                 return relay, [DetachDownstream(relay, exc.condition, exc.message)]
+            barred = self.bars.refusal(read_path(properties), now)
+            if barred is not None:  # it would go round the loop (or too deep) again
+                return relay, [DetachDownstream(relay, barred.condition, barred.message)]
         old = self._relays.get(name)
         if old is not None and old.principal != principal:
             return relay, [DetachDownstream(relay, UNAUTHORIZED,
@@ -279,6 +286,35 @@ class RelayTable:
             return [DetachDownstream(relay, refused[0], refused[1])]
         relay.state = RelayState.OPEN
         return [AnswerDownstream(relay, relayed_properties(properties))]
+
+    def learn(self, relay: Relay, condition: str, description: str, now: float) -> str | None:
+        """The upstream refused (or ended) ``relay``'s attach with ``condition`` and
+        ``description``: when that is for its path, bar what would go round again
+        (:mod:`seqrepair.amqp.wire.loopbar`) and say what (for the log), else None.
+
+        A loop whose identity found twice is this gateway's own: every attach through it
+        goes round, so all are refused for a while (cut off). One whose identity found twice
+        is on the path behind it: attaches through that identity are. Past the hop limit:
+        that exact path (a route whose hop count its client claimed, or whose path was cut
+        short, is not barred: the count is not its path's)."""
+        error = hop_refusal(condition, description)
+        if error is None or self.hops is None:
+            return None
+        path, hops = read_route(relay.properties)
+        behind = path[:-1]
+        if condition == LOOP_CONDITION:
+            twice = looping_identity(description)
+            if twice == self.hops.identity:
+                self.bars.cut(error, self.bars.breaker.trip(now))
+                return "every attach (the loop runs through this gateway)"
+            if twice is None or twice not in behind:
+                return None
+            self.bars.bar([twice], error, self.bars.breaker.trip(now))
+            return f"attaches through {twice}"
+        if hops != len(path):
+            return None
+        self.bars.bar_paths([behind], error, self.bars.breaker.trip(now))
+        return "attaches with this path"
 
     def upstream_detached(
         self, relay: Relay, condition: tuple[str, str] | None = None

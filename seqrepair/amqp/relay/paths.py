@@ -43,17 +43,15 @@ from collections.abc import Iterable
 
 import attrs
 
-from seqrepair.amqp.wire.hops import HopError, Path, Route
-
-MAX_BARRED = 256
-"""Identities (and, apart, exact paths) a relay refuses at once at most (the oldest barred is
-forgotten first)."""
-BAR_FIRST = 2.0
-"""Seconds a first bar or cut-off lasts."""
-BAR_MOST = 8.0
-"""Seconds a bar or cut-off lasts at most, however often the loop was refused."""
-BAR_QUIET = 30.0
-"""Seconds without a refusal after which the next bar lasts :data:`BAR_FIRST` again."""
+from seqrepair.amqp.wire.hops import Path, Route
+from seqrepair.amqp.wire.loopbar import (  # re-exported: they lived here first
+    BAR_FIRST,
+    BAR_MOST,
+    BAR_QUIET,
+    MAX_BARRED,
+    Bars,
+    Breaker,
+)
 
 
 def union_path(paths: Iterable[Path]) -> Path:
@@ -67,26 +65,9 @@ def union_path(paths: Iterable[Path]) -> Path:
 
 
 @attrs.define
-class Breaker:
-    """How long the next bar or cut-off lasts: :data:`BAR_FIRST` seconds, doubled for each
-    refusal since the last quiet spell of :data:`BAR_QUIET` seconds, at most :data:`BAR_MOST`."""
-
-    strikes: int = 0
-    last: float | None = None
-
-    def trip(self, now: float) -> float:
-        """A refusal at ``now``: until when what it bars lasts."""
-        if self.last is None or now - self.last > BAR_QUIET:
-            self.strikes = 0
-        self.last = now
-        period: float = min(BAR_FIRST * 2.0 ** min(self.strikes, 16), BAR_MOST)
-        self.strikes += 1
-        return now + period
-
-
-@attrs.define
-class RelayPaths:
-    """The paths a relay's upstream attach is made of, and what refusals taught it."""
+class RelayPaths(Bars):
+    """The paths a relay's upstream attach is made of, and what refusals taught it (its
+    bars and cut-off: :class:`~seqrepair.amqp.wire.loopbar.Bars`)."""
 
     links: dict[str, Path] = attrs.Factory(dict)
     """The path each subscriber link (by name) attached with; those without a path are absent."""
@@ -97,15 +78,6 @@ class RelayPaths:
     current_hops: int = 0
     """The hops of the deepest route behind the relay its upstream attach carries."""
     _shrink_since: float | None = None
-    barred: dict[str, tuple[HopError, float]] = attrs.Factory(dict)
-    """Identities refused at once, with the refusal that barred them and until when (oldest
-    first)."""
-    barred_paths: dict[Path, tuple[HopError, float]] = attrs.Factory(dict)
-    """Exact paths refused at once (past the hop limit), with the refusal and until when."""
-    cut_off: HopError | None = None
-    """Why the relay gave up its upstream link (None: it did not), until :attr:`cut_until`."""
-    cut_until: float = 0.0
-    breaker: Breaker = attrs.Factory(Breaker)
 
     def attached(self, name: str, path: Path, hops: int | None = None) -> None:
         """Subscriber link ``name`` attached (again) with ``path`` (``hops``: its length)."""
@@ -165,49 +137,6 @@ class RelayPaths:
         with_path = [n for n in names if self.links.get(n)]
         most = max((self.hops.get(n, len(self.links[n])) for n in with_path), default=0)
         return [n for n in with_path if self.hops.get(n, len(self.links[n])) == most]
-
-    def bar(self, identities: Iterable[str], error: HopError, until: float) -> None:
-        """Refuse attaches through ``identities`` with ``error``'s condition until ``until``."""
-        for hop in identities:
-            self.barred.pop(hop, None)
-            self.barred[hop] = (error, until)
-        while len(self.barred) > MAX_BARRED:
-            del self.barred[next(iter(self.barred))]
-
-    def bar_paths(self, paths: Iterable[Path], error: HopError, until: float) -> None:
-        """Refuse attaches with exactly one of ``paths`` with ``error``'s condition until
-        ``until`` (a path past the hop limit: a shorter one may come)."""
-        for path in paths:
-            self.barred_paths.pop(path, None)
-            self.barred_paths[path] = (error, until)
-        while len(self.barred_paths) > MAX_BARRED:
-            del self.barred_paths[next(iter(self.barred_paths))]
-
-    def cut(self, error: HopError, until: float) -> None:
-        """The relay is cut off with ``error`` until ``until``."""
-        self.cut_off, self.cut_until = error, until
-
-    def cut_ended(self, now: float) -> bool:
-        """Whether the relay was cut off and that ended at ``now``: it tries again."""
-        if self.cut_off is None or now < self.cut_until:
-            return False
-        self.cut_off = None
-        return True
-
-    def refusal(self, path: Path, now: float) -> HopError | None:
-        """The refusal an attach with ``path`` gets at ``now`` (None: it may attach): the
-        relay's own when cut off, else the one that barred it or an identity on it, while
-        that lasts (an expired bar is forgotten)."""
-        if self.cut_off is not None and now < self.cut_until:
-            return self.cut_off
-        self.barred = {h: b for h, b in self.barred.items() if b[1] > now}
-        self.barred_paths = {p: b for p, b in self.barred_paths.items() if b[1] > now}
-        if path in self.barred_paths:
-            return self.barred_paths[path][0]
-        for hop in path:
-            if hop in self.barred:
-                return self.barred[hop][0]
-        return None
 
     def forget(self, names: Iterable[str]) -> None:
         """Links ``names`` were detached for the path they brought: it no longer counts."""
