@@ -1,0 +1,73 @@
+"""A fetch through an aggregating relay asks for the asking subscriber's selection alone
+(issue 27; relay/relay.py ``_fetch_link``, relay/fetch.py): over real processes (``seqrepair
+serve`` A, ``seqrepair relay`` B, each with its own redis-server), B carries /w/# and /x/#
+(its union); a durable subscriber on /w/a/* whose position lies below B's trim is fetched what
+B lacks on /w/a/* only (A's log: the fetch links attached on that pattern, never on B's union),
+gets exactly /w/a/*, and nothing fetched is journaled at B (its journal is what it was)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from seqrepair.core.messages import Publication
+from seqrepair.journal import Journal
+
+from .conftest import ComponentProcess, wait_for
+from .test_relay import RelayProcess, expected, publish, resumed
+from .test_relay_fetch import FAST, durable, redises, until_through
+
+pytestmark = [pytest.mark.amqp, pytest.mark.redis]
+
+__all__ = ["redises"]
+
+
+def _entries(redis_url: str) -> list[object]:
+    with Journal.from_url(redis_url) as journal:
+        trimmed = journal.info("feed.a").trimmed_through
+        return list(journal.iter_entries("feed.a", trimmed + 1))
+
+
+def test_a_fetch_asks_for_the_subscriber_s_selection_not_the_relay_s_union(
+    redises: list[str], tmp_path: Path
+) -> None:
+    a_redis, b_redis, _ = redises
+    a = ComponentProcess(a_redis, tmp_path, *FAST).start()
+    b = RelayProcess(b_redis, tmp_path, a.url, "B", "--subscribe", "/w/#", "/x/#",
+                     "--retain-count", "20", "--retention-interval", "0.3", *FAST).start()
+    first: list[Publication] = []
+    later: list[Publication] = []
+    try:
+        b.wait_upstream()
+        sub = durable(b.url, "/w/a/*", first)
+        assert sub.wait_connected(20)
+        publish(a.url, "feed.a", 50)
+        assert wait_for(lambda: len(first) >= len(expected(a_redis, "feed.a", "/w/a/*")), 30)
+        time.sleep(1.0)
+        sub.stop()
+        publish(a.url, "feed.a", 400, after=50)
+        with Journal.from_url(b_redis) as journal:
+            assert wait_for(lambda: journal.info("feed.a").trimmed_through > 300, 30)
+            time.sleep(1.0)  # retention done with what came
+            held = _entries(b_redis)
+        want = expected(a_redis, "feed.a", "/w/a/*")
+        again = durable(b.url, "/w/a/*", later)
+        until_through(later, want, b)
+        again.stop()
+        after = _entries(b_redis)
+    finally:
+        b.stop()
+        a.stop()
+    resumed(first, later, want)
+    assert all(p.topic.startswith("/w/a/") for p in later)
+    assert not again.unrecoverable
+    fetch_links = [line for line in a.log_text().splitlines()
+                   if "link attached" in line and "link=relay.B.fetch." in line]
+    assert fetch_links
+    assert all("topic=/w/a/*" in line for line in fetch_links), fetch_links
+    # B's own upstream link carries its union; what it fetched is not in its journal
+    assert any("link=relay.B " in line and "topic=/w/#" in line
+               for line in a.log_text().splitlines() if "link attached" in line)
+    assert after == held
