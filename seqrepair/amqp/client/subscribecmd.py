@@ -51,9 +51,29 @@ def publication_record(pub: Publication) -> dict[str, Any]:
     }
 
 
+UNRECOVERABLE_EXIT = 3
+"""``seqrepair subscribe``'s exit status when it stopped as told but publications were
+``Unrecoverable`` (lost to it, named on stderr) and not all made good by
+``--resync-on-unrecoverable`` (its image requests answered)."""
+
+
+def _outcome(subscriber: Any) -> int:
+    """0, or :data:`UNRECOVERABLE_EXIT` when losses were not all resynced."""
+    resynced = getattr(subscriber, "resynced", None)
+    made_good = resynced() if resynced is not None else not subscriber.unrecoverable
+    if made_good:
+        return 0
+    # not worded as an error ("seqrepair subscribe: ..."): the loss is owned up to, named
+    print(f"{len(subscriber.unrecoverable)} Unrecoverable (unrecoverable_events)"
+          + (", not all resynced" if getattr(subscriber, "resync_on_unrecoverable", False)
+             else "") + f": exit status {UNRECOVERABLE_EXIT}", file=sys.stderr)
+    return UNRECOVERABLE_EXIT
+
+
 def subscribe_command(args: argparse.Namespace) -> int:
     """``seqrepair subscribe``: 0 once it stops as told, 1 when it never connected or a
-    condition stopped it."""
+    condition stopped it, :data:`UNRECOVERABLE_EXIT` when it stopped as told after
+    publications were ``Unrecoverable`` and not all resynced."""
     if args.broker:
         return subscribe_brokered(args)
     from seqrepair.amqp.client.subscriber import Subscriber
@@ -88,7 +108,7 @@ def subscribe_command(args: argparse.Namespace) -> int:
     if subscriber.error is None and not subscriber.report.connections:
         print(f"seqrepair subscribe: never connected to {args.url}", file=sys.stderr)
         return 1
-    return 1 if subscriber.error is not None else 0
+    return 1 if subscriber.error is not None else _outcome(subscriber)
 
 
 class Sink:
@@ -270,4 +290,4 @@ def subscribe_brokered(args: argparse.Namespace) -> int:
         print(f"seqrepair subscribe: never connected to the broker at {args.broker}{why}",
               file=sys.stderr)
         return 1
-    return 1 if subscriber.error is not None else 0
+    return 1 if subscriber.error is not None else _outcome(subscriber)

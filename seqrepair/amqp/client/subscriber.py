@@ -227,6 +227,8 @@ class Subscriber(SubscriberRunner):
         self.resync_on_unrecoverable = resync_on_unrecoverable
         self.resyncs: list[ImageResynced] = []
         """The image requests answered, oldest first."""
+        self.resyncs_asked: list[ImageRequest] = []
+        """The image requests ``resync_on_unrecoverable`` made, oldest first."""
         self._image_asks: deque[ImageRequest] = deque()  # from other threads (request_image)
         self._images_handed: set[int] = set()  # ids of images queued for the iterator
         self._ids = itertools.count(1)
@@ -512,9 +514,25 @@ class Subscriber(SubscriberRunner):
         if all(u.items is not None for u in lost):
             topics = sorted({t for u in lost for t in u.items or ()})
             if topics:
-                self._perform(self.stub.request_image(topics, sources=sources))
+                self._perform(self._asked(self.stub.request_image(topics, sources=sources)))
             return
-        self._perform(self.stub.request_image(patterns=["/#"], sources=sources))
+        self._perform(self._asked(self.stub.request_image(patterns=["/#"], sources=sources)))
+
+    def _asked(self, events: list[Event]) -> list[Event]:
+        self.resyncs_asked += [e.request for e in events if isinstance(e, RequestImage)]
+        return events
+
+    def resynced(self) -> bool:
+        """Whether every :class:`Unrecoverable` so far was made good: there was none, or
+        ``resync_on_unrecoverable`` asked for the images of what each affected and every
+        such request was answered (an ``Unrecoverable`` naming no item it may see needs
+        none)."""
+        if not self.unrecoverable:
+            return True
+        if not self.resync_on_unrecoverable:
+            return False
+        answered = {r.request for r in self.resyncs}
+        return all(request in answered for request in self.resyncs_asked)
 
     def _taken_as_of(self, resync: ImageResynced) -> None:
         """An answer for every item the link may see (``/#``) of its sources: the application
