@@ -67,7 +67,7 @@ def register(subparsers: Any) -> None:
                        help="bearer tokens per principal, hashed: 'PRINCIPAL SHA256-HEX' lines "
                             "(seqrepair credentials token). The REST API also takes HTTP Basic "
                             "against --credentials, serves HTTPS with --tls-cert/--tls-key, and "
-                            "anonymous requests only with --allow-anonymous")
+                            "anonymous requests only with --allow-anonymous; reloaded on SIGHUP")
     # no default here: RestServer's apply (not imported here, to keep the command line quick)
     serve.add_argument("--rest-max-connections", type=positive_int, metavar="N",
                        help="REST connections served at once; one more is answered 503 "

@@ -101,3 +101,45 @@ def test_the_api_speaks_only_tls_to_clients_that_trust_its_certificate(
             plain.getresponse()  # a TLS server: no HTTP answer to plaintext
     finally:
         plain.close()
+
+
+def test_the_tokens_files_are_read_again_on_sighup_and_a_bad_one_keeps_those_in_force(
+        component: Callable[..., ComponentProcess], tmp_path: Path) -> None:
+    """A token made after the start is taken once the component is sent SIGHUP (like the
+    policy); one taken out of the file is 401 from then on; a file that cannot be read is
+    logged and the tokens in force stay (before: read at start only)."""
+    import os
+    import signal
+    import time
+
+    from .conftest import wait_for
+
+    pki = Pki.make(tmp_path / "pki", with_credentials=True)
+    tokens = tmp_path / "tokens"
+    alice = _token(tokens, "alice")
+    port = free_port()
+    comp = component("--tls-cert", pki.pem("server"), "--tls-key", pki.key("server"),
+                     "--credentials", pki.credentials, "--rest", f"127.0.0.1:{port}",
+                     "--rest-tokens", str(tokens))
+    assert comp.proc is not None
+    ca = pki.pem("ca")
+    bob = _token(tokens, "bob")
+    assert _get(port, ca, f"Bearer {alice}")[0] == 200
+    assert _get(port, ca, f"Bearer {bob}")[0] == 401  # not read yet
+
+    def hang_up(event: str, times: int) -> None:
+        os.kill(comp.proc.pid, signal.SIGHUP)  # type: ignore[union-attr]
+        assert wait_for(lambda: comp.log_text().count(event) >= times, 10), comp.log_text()
+
+    hang_up("REST tokens reloaded", 1)
+    assert _get(port, ca, f"Bearer {bob}")[0] == 200
+    assert _get(port, ca, f"Bearer {alice}")[0] == 200
+    tokens.write_text("".join(line + "\n" for line in tokens.read_text().splitlines()
+                              if not line.startswith("alice ")))
+    hang_up("REST tokens reloaded", 2)
+    assert _get(port, ca, f"Bearer {alice}")[0] == 401
+    assert _get(port, ca, f"Bearer {bob}")[0] == 200
+    tokens.write_text("bob not-a-hash\n")
+    hang_up("REST tokens not reloaded", 1)
+    time.sleep(0.2)
+    assert _get(port, ca, f"Bearer {bob}")[0] == 200  # those in force stay

@@ -10,6 +10,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +59,8 @@ def serve(args: argparse.Namespace) -> int:
     except SeqRepairError as exc:  # a bad grant, subscription, topic, policy, retention or security
         print(f"seqrepair serve: {exc.message}", file=sys.stderr)
         return 2
-    watch_policy(access)  # SIGHUP reads the policy file again
+    reloads: list[Callable[[], None]] = []  # the REST tokens' reload, once it listens
+    watch_policy(access, reloads)  # SIGHUP reads the policy file (and the tokens) again
     config = component_config(
         args,
         url=args.url,
@@ -94,7 +96,7 @@ def serve(args: argparse.Namespace) -> int:
         if args.rest is not None:
             try:
                 stack.enter_context(_rest_server(args, manager, token, topics,
-                                                 principal_tokens))
+                                                 principal_tokens, reloads))
             except (SeqRepairError, OSError) as exc:
                 print(f"seqrepair serve: --rest: {getattr(exc, 'message', exc)}",
                       file=sys.stderr)
@@ -164,20 +166,27 @@ def retention_worker(args: argparse.Namespace) -> Any:
     return RetentionWorker(Journal.from_url(args.redis_url), policy, args.retention_interval)
 
 
-def watch_policy(access: Any) -> None:
-    """Reload the access policy at each SIGHUP, off the signal handler (in a thread)."""
+def watch_policy(access: Any, also: Sequence[Callable[[], None]] = ()) -> None:
+    """Reload the access policy at each SIGHUP, off the signal handler (in a thread), then
+    run ``also`` (read at each SIGHUP: callers may add to it later)."""
     hangups = threading.Event()
     signal.signal(signal.SIGHUP, lambda *_: hangups.set())
-    threading.Thread(target=_reloader, args=(access, hangups), name="policy-reload",
+    threading.Thread(target=_reloader, args=(access, hangups, also), name="policy-reload",
                      daemon=True).start()
 
 
-def _reloader(access: Any, hangups: threading.Event) -> None:
+def _reloader(access: Any, hangups: threading.Event,
+              also: Sequence[Callable[[], None]]) -> None:
     """Reload the access policy at each SIGHUP (forever: a daemon thread)."""
     while True:
         hangups.wait()
         hangups.clear()
         access.reload()
+        for reload in list(also):
+            try:
+                reload()
+            except Exception:  # one reload must not end the thread for the next SIGHUP
+                log.exception("reload failed")
 
 
 def _stored_state(args: argparse.Namespace, configured: Any, declared: list[str],
@@ -249,8 +258,10 @@ def _rest_tokens(args: argparse.Namespace) -> tuple[str | None, dict[str, str]]:
 
 
 def _rest_server(args: argparse.Namespace, manager: Any, token: str | None,
-                 topics: Any, principal_tokens: dict[str, str]) -> Any:
-    """The REST API's server, listening (SeqRepairError: a bad token; OSError: no bind)."""
+                 topics: Any, principal_tokens: dict[str, str],
+                 reloads: list[Callable[[], None]] | None = None) -> Any:
+    """The REST API's server, listening (SeqRepairError: a bad token; OSError: no bind);
+    its bearer tokens reloaded by what it adds to ``reloads`` (run at each SIGHUP)."""
     import redis
 
     from seqrepair.rest.api import SubscriptionApi
@@ -266,10 +277,35 @@ def _rest_server(args: argparse.Namespace, manager: Any, token: str | None,
     server = RestServer(api, host=host, port=port, tls=tls,
                         **{name: value for name, value in limits.items() if value is not None})
     server.start()
+    if reloads is not None:
+        reloads.append(lambda: _reload_rest_tokens(args, api, host))
     log.info("subscription REST API listening", url=server.url,
              anonymous=auth.allow_anonymous, tokens=len(api.auth.tokens),
              basic=auth.credentials is not None)
     return server
+
+
+def _reload_rest_tokens(args: argparse.Namespace, api: Any, host: str) -> None:
+    """Read ``--rest-tokens`` and ``--rest-token-file`` again (SIGHUP): their tokens replace
+    those in force from the next request on; who may go without one stays as at start. A
+    file that cannot be read (or names nobody) is logged and the tokens in force stay."""
+    import attrs
+
+    from seqrepair.auth.restauth import token_hash
+
+    if not (args.rest_tokens or args.rest_token_file):
+        return
+    try:
+        token, principal_tokens = _rest_tokens(args)
+        auth = _rest_auth(args, token, principal_tokens, host)
+    except SeqRepairError as exc:
+        log.error("REST tokens not reloaded; those in force stay", error=exc.message)
+        return
+    tokens = dict(auth.tokens)
+    if token is not None:
+        tokens[token_hash(token)] = args.rest_token_principal
+    api.auth = attrs.evolve(api.auth, tokens=tokens)
+    log.info("REST tokens reloaded", tokens=len(tokens))
 
 
 def _rest_auth(args: argparse.Namespace, token: str | None, principal_tokens: dict[str, str],
