@@ -63,7 +63,7 @@ from seqrepair.core.messages import (
 from seqrepair.core.permissions import Entitlement
 from seqrepair.journal.errors import TrimmedRangeError, UnknownLinkError
 from seqrepair.journal.format import JournalRow, can_name_journal
-from seqrepair.journal.lacking import Fetcher, UpstreamAnswer
+from seqrepair.journal.lacking import Fetcher, UpstreamAnswer, lacking_answer
 from seqrepair.journal.remembered import remembered, remembered_rows
 from seqrepair.journal.selection import NotSelected
 from seqrepair.journal.trimsummary import entitled_items, passed_on
@@ -447,27 +447,10 @@ class Replay:
     def _lacking(self, source: str, markers: list[NotSelected], why: str = "",
                  through: int | None = None, items: tuple[str, ...] | None = None
                  ) -> GapError:
-        """The answer for numbers a relay's upstream selection did not select and whose
-        selection does not cover this link (``markers``, one run of them with nothing the
-        link is entitled to between): the relay lacks what the link may be owed there,
-        ``trimmed`` through the last one (an ``Unrecoverable``; the subscriber asks again
-        after it). Where the selection covers the link, its numbers are filtered out, as they
-        would have been live, and nothing is said. ``why``: why the upstream was not asked
-        (a relay's, with a fetcher), ``through``: where what it lacks too ends, and ``items``:
-        the topics the upstream named there (passed on)."""
-        first, last = markers[0], markers[-1]
-        end = last.last if through is None else through
-        log.warning("gapfill.not_selected", link=self.link.link_id, source=source,
-                    first=first.first, last=last.last, selection=last.selection, why=why)
-        why = ("lost upstream (the relay's upstream could not deliver them)"
-               if any(m.lost for m in markers) else
-               "published before this relay subscribed upstream"
-               + (f", and {why}" if why else "")
-               if all(m.before for m in markers) else
-               f"not selected by this relay's upstream subscription ({last.selection}), "
-               f"which does not cover this link" + (f", and {why}" if why else ""))
-        return GapError("trimmed", self.request, f"{source} {first.first}..{end}: {why}",
-                        {source: end}, items=None if items is None else {source: items})
+        """The answer for a run of numbers the relay lacks for this link
+        (:func:`~seqrepair.journal.lacking.lacking_answer`)."""
+        return lacking_answer(self.request, self.link.entitlement, self.link.link_id, source,
+                              markers, why, through, items)
 
     def _more(self) -> bool:
         """Whether the subscriber must ask again: only if the link does not itself carry what

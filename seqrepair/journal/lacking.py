@@ -20,8 +20,13 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from seqrepair.core.messages import Publication
+from seqrepair.core.messages import GapError, Publication, SourceGapRequest
 from seqrepair.core.permissions import Entitlement
+from seqrepair.journal.selection import NotSelected
+from seqrepair.journal.trimsummary import passed_on
+from seqrepair.logs import get_logger
+
+log = get_logger("seqrepair.journal.gapfill")
 
 
 class UpstreamAnswer(Protocol):
@@ -75,3 +80,35 @@ class Fetcher(Protocol):
 
     def __call__(self, entitlement: Entitlement, source: str, first: int, last: int, *,
                  principal: str = "") -> UpstreamAnswer: ...
+
+
+def lacking_answer(request: SourceGapRequest, entitlement: Entitlement, link_id: str,
+                   source: str, markers: list[NotSelected], why: str = "",
+                   through: int | None = None, items: tuple[str, ...] | None = None
+                   ) -> GapError:
+    """The answer for numbers a relay's upstream selection did not select and whose
+    selection does not cover the link with ``entitlement`` (``markers``, one run of them with
+    nothing the link is entitled to between): the relay lacks what the link may be owed there,
+    ``trimmed`` through the last one (an ``Unrecoverable``; the subscriber asks again after
+    it). Where the selection covers the link, its numbers are filtered out, as they would
+    have been live, and nothing is said. ``why``: why the upstream was not asked (a relay's,
+    with a fetcher), ``through``: where what it lacks too ends, and ``items``: the topics the
+    upstream named there (passed on); for numbers lost upstream, the items their markers
+    name for the link (:meth:`~seqrepair.journal.selection.NotSelected.lost_items`)."""
+    first, last = markers[0], markers[-1]
+    end = last.last if through is None else through
+    if items is None and all(m.lost for m in markers):  # the items its upstream named
+        named = [m.lost_items(entitlement.topics, entitlement.grant) for m in markers]
+        if all(n is not None for n in named):
+            items = passed_on({t for n in named for t in n or ()}, entitlement)
+    log.warning("gapfill.not_selected", link=link_id, source=source,
+                first=first.first, last=last.last, selection=last.selection, why=why)
+    why = ("lost upstream (the relay's upstream could not deliver them)"
+           if any(m.lost for m in markers) else
+           "published before this relay subscribed upstream"
+           + (f", and {why}" if why else "")
+           if all(m.before for m in markers) else
+           f"not selected by this relay's upstream subscription ({last.selection}), "
+           f"which does not cover this link" + (f", and {why}" if why else ""))
+    return GapError("trimmed", request, f"{source} {first.first}..{end}: {why}",
+                    {source: end}, items=None if items is None else {source: items})

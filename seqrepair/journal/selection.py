@@ -17,6 +17,9 @@ selection the marker's does not cover learns that the relay lacks them
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable
+
 import attrs
 
 from seqrepair.core.errors import InvalidTopicPatternError
@@ -30,6 +33,17 @@ LOST_UPSTREAM = "!lost-upstream"
 """The ``selection`` of a marker for numbers the relay's upstream said it cannot deliver (an
 ``Unrecoverable`` there): no topic pattern, so it covers no subscriber, and every replay over
 it answers that the relay lacks them (``trimmed``), never passes over them."""
+
+
+def lost_selection(items: Iterable[str] | None = None, under: str | None = None) -> str:
+    """The ``selection`` of a lost-upstream marker: :data:`LOST_UPSTREAM`, then, when the
+    upstream named the items the loss held (``items``, the topics, as the relay's upstream
+    selection ``under`` saw them), ``;`` and a JSON object ``{"items": [...], "under": ...}``
+    (:meth:`NotSelected.lost_items` reads it)."""
+    if items is None or under is None:
+        return LOST_UPSTREAM
+    return LOST_UPSTREAM + ";" + json.dumps({"items": sorted(set(items)), "under": under},
+                                            separators=(",", ":"))
 
 
 BEFORE_SUBSCRIPTION = "!before-subscription"
@@ -63,6 +77,26 @@ class NotSelected:
         """Whether these numbers precede the relay's subscription
         (:data:`BEFORE_SUBSCRIPTION`)."""
         return self.selection == BEFORE_SUBSCRIPTION
+
+    def lost_items(self, topics: tuple[TopicPattern, ...],
+                   grant: frozenset[str] | None = None) -> tuple[str, ...] | None:
+        """For numbers lost upstream: the topics the upstream named as lost there that a
+        subscriber on ``topics`` granted ``grant`` may be owed, when the marker knows them for
+        it (the upstream selection they were named under covers it: a wider subscriber may
+        be owed items nobody named); else None."""
+        text = self.selection
+        if not text.startswith(LOST_UPSTREAM + ";"):
+            return None
+        try:
+            named = json.loads(text[len(LOST_UPSTREAM) + 1:])
+            items, under = named["items"], named["under"]
+            if not isinstance(under, str) or not all(isinstance(t, str) for t in items):
+                return None
+        except (ValueError, TypeError, KeyError):
+            return None  # a marker is data: unreadable, the items are unknown
+        if not NotSelected(self.source, self.first, self.last, under).covers(topics, grant):
+            return None
+        return tuple(items)
 
     def patterns(self) -> tuple[TopicPattern, ...]:
         """The selection's topic patterns (an unreadable one is left out: covers nothing)."""

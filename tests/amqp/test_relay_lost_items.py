@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from seqrepair.amqp.client.subscriber import Subscriber
 from seqrepair.core.messages import Publication
 from seqrepair.journal import Journal
 from seqrepair.journal.trimsummary import record_trim
@@ -65,4 +66,51 @@ def test_numbers_trimmed_at_the_relay_and_the_origin_name_the_origin_s_items(
     [lost] = again.unrecoverable
     assert (lost.source, lost.reason) == ("feed.a", "trimmed"), lost
     assert lost.items == tuple(sorted(t for t in held if t.startswith("/w/"))), lost
-    assert lost.items and "/x/c/3" in held
+    assert lost.items
+    assert "/x/c/3" in held
+
+
+def test_numbers_lost_upstream_while_a_subscriber_stays_attached_name_the_items(
+    redises: list[str], tmp_path: Path
+) -> None:
+    """The relay stays up with a live subscriber while its upstream goes away and the origin
+    journals, then trims through its retention summary, numbers the relay never got: the
+    relay's own upstream link is told ``Unrecoverable`` naming their /w/# items, journals
+    them as lost with those items, and its subscriber's ``Unrecoverable`` carries them (was:
+    no items) before it gets what came after, once, in order."""
+    a_redis, b_redis, _ = redises
+    a = ComponentProcess(a_redis, tmp_path, *FAST).start()
+    b = RelayProcess(b_redis, tmp_path, a.url, "B", "--subscribe", "/w/#", *FAST).start()
+    got: list[Publication] = []
+    live = Subscriber(b.url, "/w/#", link_name="live", heartbeat_interval=0.2,
+                      on_publication=got.append)
+    try:
+        b.wait_upstream()
+        assert live.start().wait_connected(20)
+        publish(a.url, "feed.t", 10)
+        before = expected(a_redis, "feed.t", "/w/#")
+        assert wait_for(lambda: len(got) >= len(before), 30), (got, b.log_text()[-2000:])
+        a.stop()  # the relay's upstream goes away; the relay and its subscriber stay
+        topics = ["/w/a/1", "/w/b/2", "/x/c/3", "/w/z/9", "/x/d/5"]
+        with Journal.from_url(a_redis) as journal:  # the origin's publisher journals on
+            bits = journal.info("feed.t").bits or 32
+            journal.append([Publication(topics[i % 5] if i < 40 else "/w/a/1", "feed.t",
+                                        i + 1, fields={"n": i}) for i in range(10, 110)],
+                           bits)
+            after = [k for k in expected(a_redis, "feed.t", "/w/#") if k[1] > 40]
+            record_trim(journal, "feed.t", 1, 40)  # as retention does before it trims
+            journal.trim_through("feed.t", 40, now=time.time())
+        a.start()
+        assert wait_for(lambda: bool(got) and got[-1].source_seq >= after[-1][1], 40), (
+            [p.source_seq for p in got], b.log_text()[-3000:])
+        time.sleep(0.5)
+    finally:
+        live.stop()
+        b.stop()
+        a.stop()
+    assert [(p.topic, p.source_seq) for p in got] == before + after
+    lost = [u for u in live.unrecoverable if u.source == "feed.t"]
+    assert [u.reason for u in lost] == ["trimmed"], (lost, b.log_text()[-2000:])
+    # what the trimmed span (1..40, summarized whole) held on /w/#: /w/z/9 only after 10
+    # (never delivered live), not the /x/ topics
+    assert lost[0].items == ("/w/a/1", "/w/a/4", "/w/b/2", "/w/z/9"), lost

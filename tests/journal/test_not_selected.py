@@ -156,3 +156,23 @@ def test_a_subscription_that_started_at_the_first_skip_s_end_marks_it_all_before
     journal.append([pub(8)], 32, not_selected=SEL, before=(7, BEFORE_SUBSCRIPTION))
     assert [e for e in journal.iter_entries("feed.a", 1) if isinstance(e, NotSelected)] == [
         NotSelected("feed.a", 1, 7, BEFORE_SUBSCRIPTION)]
+
+
+def test_a_lost_marker_names_its_items_only_to_links_its_selection_covers() -> None:
+    """Numbers lost upstream of a relay carried under /weather/#: a link on /weather/wind/#
+    is told the items the upstream named (it could be owed no other); a wider link (/#)
+    may be owed items nobody named there: unknown (None), as is a marker without items."""
+    from seqrepair.journal.selection import LOST_UPSTREAM, lost_selection
+
+    marker = NotSelected("feed.a", 3, 9, lost_selection({"/weather/wind/a", "/weather/b"},
+                                                        SEL))
+    assert marker.lost
+    assert not marker.covers((TopicPattern("/weather/#"),))  # lacking for everyone
+    assert marker.lost_items((TopicPattern("/weather/wind/#"),)) == (
+        "/weather/b", "/weather/wind/a")  # narrowed to what the link sees by its caller
+    assert marker.lost_items((TopicPattern("/#"),)) is None
+    assert NotSelected("feed.a", 3, 9, LOST_UPSTREAM).lost_items(
+        (TopicPattern("/weather/#"),)) is None
+    assert lost_selection(None, SEL) == LOST_UPSTREAM
+    assert NotSelected("feed.a", 3, 9, LOST_UPSTREAM + ";{bad").lost_items(
+        (TopicPattern("/weather/#"),)) is None

@@ -33,7 +33,7 @@ from seqrepair.amqp.component.journalfeed import JournaledFeed
 from seqrepair.amqp.wire.errors import AmqpAdapterError
 from seqrepair.core.errors import InvalidMessageError
 from seqrepair.core.messages import Publication
-from seqrepair.journal.selection import BEFORE_SUBSCRIPTION, LOST_UPSTREAM
+from seqrepair.journal.selection import BEFORE_SUBSCRIPTION, lost_selection
 
 
 class JournalPort(Protocol):
@@ -175,6 +175,9 @@ class RedisJournalPort:
     started (the upstream's ``seqrepair-start-after``): a source's first numbers up to the
     first it journals are marked as before its subscription
     (:data:`~seqrepair.journal.selection.BEFORE_SUBSCRIPTION`) when that names the source."""
+    _lost_items: dict[str, frozenset[str] | None] = attrs.field(factory=dict)
+    """Per source of :attr:`_lost`, the topics the loss held as its upstream named them (None:
+    unknown), journaled with its marker."""
     _lost_any: bool = False
     """A loss upstream named no source: every source's next skip is journaled as lost."""
     _lost_done: set[str] = attrs.field(factory=set)
@@ -280,6 +283,7 @@ class RedisJournalPort:
                     if lost:
                         self.lost_journaled.add(source)
                         self._lost.pop(source, None)
+                        self._lost_items.pop(source, None)
                         if self._lost_any:
                             self._lost_done.add(source)
                 else:
@@ -318,15 +322,22 @@ class RedisJournalPort:
         if self.feed is not None:
             self.feed.take(self._ahead)
 
-    def note_lost(self, source: str | None, after: int | None) -> None:
+    def note_lost(self, source: str | None, after: int | None,
+                  items: Collection[str] | None = None) -> None:
         """A relay's upstream reported ``source``'s numbers after ``after`` lost (None: some
-        source's, unnamed): the numbers its next publication skips are journaled as lost
-        upstream (:data:`~seqrepair.journal.selection.LOST_UPSTREAM`), so a replay tells a
-        subscriber it lacks them instead of passing over them as not selected."""
+        source's, unnamed), holding the topics ``items`` (None: unknown): the numbers its
+        next publication skips are journaled as lost upstream
+        (:data:`~seqrepair.journal.selection.LOST_UPSTREAM`, with the items under the
+        relay's selection: :func:`~seqrepair.journal.selection.lost_selection`), so a replay
+        tells a subscriber it lacks them, and which items, instead of passing over them as
+        not selected."""
         if source is None:
             self._lost_any, self._lost_done = True, set()
-        else:
-            self._lost[source] = min(after or 0, self._lost.get(source, after or 0))
+            return
+        before = self._lost_items.get(source) if source in self._lost else frozenset()
+        self._lost[source] = min(after or 0, self._lost.get(source, after or 0))
+        self._lost_items[source] = (
+            None if before is None or items is None else before | frozenset(items))
 
     def _marker_for(self, source: str, held: int, fresh: Sequence[Publication]
                     ) -> tuple[str | None, bool]:
@@ -340,7 +351,9 @@ class RedisJournalPort:
             last = held
             for pub in fresh:
                 if pub.source_seq > last + 1 and last >= after:
-                    return LOST_UPSTREAM, True
+                    unnamed = self._lost_any and source not in self._lost_done
+                    items = None if unnamed else self._lost_items.get(source)
+                    return lost_selection(items, self.not_selected), True
                 last = pub.source_seq
         return self.not_selected, False
 

@@ -239,7 +239,7 @@ class RelayComponent(Component):
             self.handover.offer(publication, subscriber.entry_of(publication))
 
         def lost(event: Unrecoverable) -> None:
-            self.ingest.journal.note_lost(event.source, event.after)
+            self.ingest.journal.note_lost(event.source, event.after, event.items)
 
         subscriber = UpstreamSubscriber(
             self.upstream_url, str(selection.patterns[0]), link_name=self.link_name,
