@@ -96,3 +96,29 @@ def test_the_bars_are_bounded() -> None:
         [attach] = _attach(table, f"l{i}", {PROP_PATH: [f"h{i}"]}, 0.0)
         table.learn(attach.relay, LOOP_CONDITION, _loop(f"h{i}"), 0.0)
     assert len(table.bars.barred) == MAX_BARRED
+
+
+def test_while_cut_off_an_attach_is_refused_as_it_would_come_back() -> None:
+    """Cut off for the loop gw-a -> gw-b -> gw-a, gw-a refuses an attach that came through
+    gw-b with the refusal it would get once round (gw-b twice on gw-b -> gw-a -> gw-b), one
+    without a path with the loop as it was refused."""
+    from seqrepair.amqp.wire.loopbar import loop_cycle
+
+    assert loop_cycle(_loop("gw-a"), "gw-a") == ("gw-b",)
+    assert loop_cycle(_loop("gw-a"), "gw-x") is None
+    assert loop_cycle("relay loop: gw-a is twice on this attach's path gw-a -> ... 9 more "
+                      "... -> gw-a; gateways", "gw-a") is None
+    table = _table()
+    [attach] = _attach(table, "first", None, 0.0)
+    table.learn(attach.relay, LOOP_CONDITION, _loop("gw-a"), 0.0)
+    [direct] = _attach(table, "direct", None, 1.0)
+    assert isinstance(direct, DetachDownstream)
+    assert "gw-a is twice on this attach's path gw-a -> gw-b -> gw-a" in direct.description
+    [through_b] = _attach(table, "via-b", {PROP_PATH: ["gw-b"]}, 1.0)
+    assert isinstance(through_b, DetachDownstream)
+    assert through_b.condition == LOOP_CONDITION
+    assert "gw-b is twice on this attach's path gw-b -> gw-a -> gw-b" in (
+        through_b.description)
+    refused = table.refusal(("x", "gw-b"), 1.0)
+    assert refused is not None
+    assert "gw-b is twice on this attach's path x -> gw-b -> gw-a -> gw-b" in refused.message

@@ -157,13 +157,16 @@ def test_a_loop_of_two_gateways_is_refused_to_the_subscriber_naming_the_path(
         assert error.message.startswith(LOOP_CONDITION)
         second = "gw-b" if first == "gw-a" else "gw-a"
         assert f"{first} -> {second} -> {first}" in error.message  # the path, in order
-    # the loop went round once and stopped: one attach upstream per gateway per client (the
-    # subscriber's, the publisher's), one refusal each (where the loop closed), and the memory
-    # of a gateway that did nothing (767 MiB each before)
+    # the loop went round once and stopped: at most one attach upstream per gateway per
+    # client (the subscriber's, the publisher's: once a gateway has learnt that the loop runs
+    # through it, an attach that comes later is refused at once, as it would come back), one
+    # refusal per client where the loop closed (or where it was barred), and the memory of a
+    # gateway that did nothing (767 MiB each before)
     for gw in (a, b):
-        assert gw.count("attaching upstream") == 2, gw.text()
-        assert gw.count("attach refused for its path") == 1, gw.text()
+        assert 1 <= gw.count("attaching upstream") <= 2, gw.text()
         assert gw.rss_kib() < RSS_CEILING_KIB
+    assert a.count("attach refused for its path") + b.count(
+        "attach refused for its path") == 2, (a.text(), b.text())
 
 
 def test_a_request_sent_into_a_loop_of_gateways_stops_at_the_hop_limit(

@@ -76,6 +76,7 @@ from seqrepair.amqp.wire.hops import (
     HOP_CONDITIONS,
     Hops,
     MalformedPathError,
+    Route,
     check_max_hops,
     default_hop_id,
 )
@@ -443,11 +444,13 @@ class Gateway(MessagingHandler):
                          condition=refusal.condition,
                          description=getattr(refusal, "description", None) or str(refusal))
 
-    def _learn(self, relay: Relay, refused: tuple[str, str]) -> None:
-        """The upstream refused ``relay`` (condition, description): for its path, what would
-        go round again is barred for a while (:meth:`~.relays.RelayTable.learn`), reported."""
+    def _learn(self, relay: Relay | Route, refused: tuple[str, str]) -> None:
+        """The upstream refused ``relay`` (or an attach sent with that route: a publisher's)
+        with ``refused`` (condition, description): for its path, what would go round again is
+        barred for a while (:meth:`~.relays.RelayTable.learn_route`), reported."""
         now = time.monotonic()
-        barred = self.relays.learn(relay, *refused, now)
+        barred = (self.relays.learn(relay, *refused, now) if isinstance(relay, Relay)
+                  else self.relays.learn_route(relay, *refused, now))
         if barred is not None:
             self.stats["loops_barred"] = self.stats.get("loops_barred", 0) + 1
             bars = self.relays.bars

@@ -30,6 +30,7 @@ which the gateway accepts on their way, cross there.
 from __future__ import annotations
 
 import itertools
+import time
 from typing import Any
 
 from proton import Condition, Delivery, Endpoint, Message, ulong
@@ -43,6 +44,7 @@ from seqrepair.amqp.wire.errors import (
     MalformedMessageError,
     UnknownMessageTypeError,
 )
+from seqrepair.amqp.wire.hops import read_path
 from seqrepair.amqp.wire.rawamqp import proton_message
 from seqrepair.amqp.wire.security import principal_of
 from seqrepair.amqp.wire.sizelimit import refuse
@@ -163,6 +165,12 @@ class PublishRelays:
         on_behalf_of = self.gateway._on_behalf_of(principal_of(link.connection))
         try:
             path, hops = self.gateway.hops.extend_route(link.remote_properties)
+            barred = self.gateway.relays.refusal(read_path(link.remote_properties),
+                                                 time.monotonic())
+            if barred is not None:  # it would go round a loop (or too deep) again
+                # a new one each time: the stored error's traceback would grow per raise
+                raise type(barred)(barred.message, path=barred.path,
+                                   expected=barred.expected, got=barred.got)
         except AmqpAdapterError as exc:
             self.gateway.hop_refused(link, exc)
             link.open()  # a refusal: attach, then detach with the condition
@@ -177,6 +185,7 @@ class PublishRelays:
             options=LinkProperties(properties),
         )
         sender.seqrepair_downstream = link
+        sender.seqrepair_route = (path, hops)  # what a refusal for it bars (RelayTable.learn)
         link.seqrepair_upstream_link = sender
         self.stats["publish_links"] += 1
         self.stats["upstream_attaches"] += 1
@@ -189,7 +198,11 @@ class PublishRelays:
         if down is None:
             return False
         if sender.state & Endpoint.REMOTE_CLOSED:  # attached and detached at once: refused
-            self._detach(down, sender.remote_condition)
+            cond = sender.remote_condition
+            if cond is not None:  # for its path: what would go round again is barred
+                self.gateway._learn(sender.seqrepair_route,
+                                    (str(cond.name), str(cond.description or "")))
+            self._detach(down, cond)
             return True
         if down.state & Endpoint.LOCAL_UNINIT:
             down.max_message_size = sender.remote_max_message_size

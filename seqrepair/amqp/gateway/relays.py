@@ -36,8 +36,17 @@ from proton import symbol
 
 from seqrepair.amqp.wire.backoff import Backoff  # re-exported: it lived here first
 from seqrepair.amqp.wire.errors import AmqpAdapterError, UnauthorizedAccessError
-from seqrepair.amqp.wire.hops import LOOP_CONDITION, Hops, hop_refusal, read_path, read_route
-from seqrepair.amqp.wire.loopbar import Bars, looping_identity
+from seqrepair.amqp.wire.hops import (
+    LOOP_CONDITION,
+    HopError,
+    Hops,
+    Path,
+    Route,
+    hop_refusal,
+    read_path,
+    read_route,
+)
+from seqrepair.amqp.wire.loopbar import Bars, around, loop_cycle, looping_identity
 from seqrepair.amqp.wire.security import ANONYMOUS
 from seqrepair.amqp.wire.vocabulary import PROP_ON_BEHALF_OF
 
@@ -178,6 +187,8 @@ class RelayTable:
     bars: Bars = attrs.field(factory=Bars)
     """What the upstream's refusals for a path taught the gateway (:meth:`learn`): attaches
     refused at once for a while, a loop's storm stopped at the first gateway in it."""
+    _cycle: Path | None = None
+    """The identities the loop through this gateway crosses after it (the cut-off's)."""
     _relays: dict[str, Relay] = attrs.field(factory=dict)
     _upstream_names: set[str] = attrs.field(factory=set)
     """Names whose upstream link is attached or not yet seen detached at the component."""
@@ -227,7 +238,7 @@ class RelayTable:
                 relay.properties = self.hops.upstream_properties(relay.properties)
             except AmqpAdapterError as exc:
                 return relay, [DetachDownstream(relay, exc.condition, exc.message)]
-            barred = self.bars.refusal(read_path(properties), now)
+            barred = self.refusal(read_path(properties), now)
             if barred is not None:  # it would go round the loop (or too deep) again
                 return relay, [DetachDownstream(relay, barred.condition, barred.message)]
         old = self._relays.get(name)
@@ -287,8 +298,26 @@ class RelayTable:
         relay.state = RelayState.OPEN
         return [AnswerDownstream(relay, relayed_properties(properties))]
 
+    def refusal(self, path: Path, now: float) -> HopError | None:
+        """The refusal an attach with ``path`` (as it came) gets at ``now`` from what the
+        upstream's refusals taught the gateway (:attr:`bars`), None when it may go upstream;
+        while a loop through the gateway bars every attach, worded as that attach would come
+        back from it (the first identity it would meet twice, its path by then)."""
+        barred = self.bars.refusal(path, now)
+        if (barred is not None and barred is self.bars.cut_off and self._cycle is not None
+                and self.hops is not None):
+            return around(path, self.hops.identity, self._cycle)
+        return barred
+
     def learn(self, relay: Relay, condition: str, description: str, now: float) -> str | None:
-        """The upstream refused (or ended) ``relay``'s attach with ``condition`` and
+        """The upstream refused (or ended) ``relay``'s attach: :meth:`learn_route` of its
+        route upstream."""
+        return self.learn_route(read_route(relay.properties), condition, description, now)
+
+    def learn_route(self, route: Route, condition: str, description: str, now: float
+                    ) -> str | None:
+        """The upstream refused (or ended) an attach this gateway sent with ``route`` (its
+        path, this gateway's identity last, and hops) with ``condition`` and
         ``description``: when that is for its path, bar what would go round again
         (:mod:`seqrepair.amqp.wire.loopbar`) and say what (for the log), else None.
 
@@ -300,11 +329,12 @@ class RelayTable:
         error = hop_refusal(condition, description)
         if error is None or self.hops is None:
             return None
-        path, hops = read_route(relay.properties)
+        path, hops = route
         behind = path[:-1]
         if condition == LOOP_CONDITION:
             twice = looping_identity(description)
             if twice == self.hops.identity:
+                self._cycle = loop_cycle(description, twice)
                 self.bars.cut(error, self.bars.breaker.trip(now))
                 return "every attach (the loop runs through this gateway)"
             if twice is None or twice not in behind:

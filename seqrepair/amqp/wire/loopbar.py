@@ -25,7 +25,13 @@ from collections.abc import Iterable
 
 import attrs
 
-from seqrepair.amqp.wire.hops import HopError, Path
+from seqrepair.amqp.wire.hops import (
+    DESCRIPTION_LIMIT,
+    HopError,
+    Path,
+    RelayLoopError,
+    describe_path,
+)
 
 MAX_BARRED = 256
 """Identities (and, apart, exact paths) a hop refuses at once at most (the oldest barred is
@@ -38,6 +44,43 @@ BAR_QUIET = 30.0
 """Seconds without a refusal after which the next bar lasts :data:`BAR_FIRST` again."""
 
 _TWICE = re.compile(r"relay loop: (\S+) is twice")
+
+
+_PATH = re.compile(r"path (\S+(?: -> \S+)+)")
+
+
+def loop_cycle(description: str, own: str) -> Path | None:
+    """The identities a loop through ``own`` crosses after it before it comes back, read from
+    a loop refusal's ``description`` (``... path a -> own -> b -> c -> own; ...``: ``(b,
+    c)``), or None when it does not say (another hop's loop, a path described in part)."""
+    found = _PATH.search(description)
+    if found is None or "..." in found.group(1):
+        return None
+    path = found.group(1).rstrip(";,.").split(" -> ")
+    if path.count(own) < 2:
+        return None
+    first = path.index(own)
+    second = path.index(own, first + 1)
+    return tuple(path[first + 1:second])
+
+
+def around(path: Path, own: str, cycle: Path) -> RelayLoopError:
+    """The refusal an attach with ``path`` would come back with from upstream of ``own``,
+    a loop crossing ``cycle`` after it (:func:`loop_cycle`): the first identity it meets
+    twice, named with the path it would have by then, as a hop there words it."""
+    seen: set[str] = set()
+    walked: list[str] = []
+    for hop in (*path, own, *cycle, own):
+        walked.append(hop)
+        if hop in seen:
+            break
+        seen.add(hop)
+    twice = walked[-1]
+    text = (f"relay loop: {twice} is twice on this attach's path {describe_path(walked)}; "
+            "gateways or relays forward to each other")
+    if len(text) > DESCRIPTION_LIMIT:
+        text = text[: DESCRIPTION_LIMIT - 3] + "..."
+    return RelayLoopError(text, path=tuple(walked), expected="each hop once", got=twice)
 
 
 def looping_identity(description: str) -> str | None:
@@ -125,5 +168,5 @@ class Bars:
         return None
 
 
-__all__ = ["BAR_FIRST", "BAR_MOST", "BAR_QUIET", "MAX_BARRED", "Bars", "Breaker",
-           "looping_identity"]
+__all__ = ["BAR_FIRST", "BAR_MOST", "BAR_QUIET", "MAX_BARRED", "Bars", "Breaker", "around",
+           "loop_cycle", "looping_identity"]
