@@ -162,13 +162,13 @@ def _flood(url: str, who: str, requests: list[Message], receive: int
 def test_the_request_rate_counts_per_forwarded_principal(
     component: Callable[..., ComponentProcess], tmp_path: Path,
 ) -> None:
-    """``--request-rate 0.2 --request-burst 5``: alice behind the gateway sends 30 requests,
+    """``--request-rate 0.01 --request-burst 5``: alice behind the gateway sends 30 requests,
     25 are refused naming her; bob, behind the same gateway (the same upstream connection),
     then has his three answered (before, alice had used up the gateway connection's bucket:
     bob's were refused ``request rate exceeded``)."""
     auth = serve_args(tmp_path, ALICE, BOB, GW)
     comp = component("--heartbeat", "0.2", *auth, "--policy", _policy(tmp_path),
-                     "--request-rate", "0.2", "--request-burst", "5")
+                     "--request-rate", "0.01", "--request-burst", "5")
 
     def capabilities() -> Message:
         return Message(id=uuid.uuid4().hex, properties={MESSAGE_TYPE: "CAPABILITIES"})
