@@ -8,10 +8,12 @@ what the relay carried then: a subscriber that came later, widened the relay, an
 "everything after N"), or numbers below the relay's retention trim (a relay that trimmed, a
 durable subscriber from long ago). The replay asks :class:`UpstreamFetches` for the range
 (from the first lacking number to the end of what it replays of that source: a filtered
-feed's lacking runs are short and many, one upstream link each would be a connection per few
+feed's lacking runs are short and many, one upstream link each would be a link per few
 numbers) and waits, parked (no repair turn reads it meanwhile; the component's tick looks
 again). A fetch
-is one short-lived upstream link, ``relay.<name>.fetch.<n>``, on the **asking subscriber's**
+is one short-lived upstream link, ``relay.<name>.fetch.<n>``, on the relay's one upstream fetch
+connection (kept for the next fetches, reconnected with backoff: :mod:`.fetchconn`), on the
+**asking subscriber's**
 patterns (``seqrepair-selection``) and the tokens the relay grants it
 (``seqrepair-permtokens``): the upstream filters by that entitlement, so nothing comes that
 the subscriber may not see even when the relay's own principal sees more, and the replay
@@ -69,11 +71,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from seqrepair.amqp.client.subscriber import Subscriber
-from seqrepair.amqp.relay.selection import Selection
-from seqrepair.amqp.wire.codec import encode
 from seqrepair.amqp.wire.hops import HopError
-from seqrepair.core.events import Event
 from seqrepair.core.messages import (
     GapError,
     Publication,
@@ -196,6 +194,8 @@ class UpstreamFetch:
                                       request_id=next(self._ids) % (1 << 31))
         return self.asked
 
+    ask = request  # what its fetch link sends, attached (again: :mod:`.fetchconn`)
+
     def _ours(self, frame: ReplayComplete | GapError) -> bool:
         request = frame.request
         asked = self.asked
@@ -259,54 +259,15 @@ def _why(error: Exception) -> str:
     return getattr(error, "message", None) or str(error)
 
 
-class FetchSubscriber(Subscriber):
-    """The upstream link of one :class:`UpstreamFetch`: a plain, non-durable subscriber link
-    whose stub is never fed (no live delivery, no repair of its own): it sends the fetch's
-    requests and hands it every frame."""
-
-    def __init__(self, url: str, fetch: UpstreamFetch, **kwargs: Any) -> None:
-        selection = Selection.of_link(fetch.entitlement.topics, fetch.entitlement.grant)
-        super().__init__(url, str(selection.patterns[0]), ack=False, durable=False,
-                         acknowledge=False, **kwargs)
-        self.fetch = fetch
-
-    def on_link_opened(self, event: Any) -> None:
-        super().on_link_opened(event)
-        link = event.link
-        if link == self._receiver and link.remote_source.address is not None:
-            self._ask()  # attached (again): a replay cut off with a connection is asked anew
-
-    def _ask(self) -> None:
-        if not self.fetch.done:
-            self._request(encode(self.fetch.request()))
-            self._flush()
-
-    def on_message(self, event: Any) -> None:
-        items = getattr(event.message, "items", None)
-        # what it may hold: a batch's entries as they came, else the message's body
-        self.fetch.bytes += (sum(map(len, items)) if items else
-                             256 + len(repr(getattr(event.message, "body", ""))))
-        super().on_message(event)
-
-    def _take(self, frames: list[object], now: float) -> None:
-        again = False
-        for frame in frames:
-            again = self.fetch.take(frame) or again
-        if again:
-            self._ask()
-
-    def _perform(self, events: list[Event]) -> None:
-        """The stub is never fed: what it would do (probes, gap requests) is not wanted."""
-
-
 class UpstreamFetches:
     """A relay's upstream fetches (the :data:`~seqrepair.journal.lacking.Fetcher` its gap
     fill uses): at most ``limit`` links at once, the rest waiting, started fairly by principal
-    (:meth:`_next`); ``link(fetch)``
-    makes (does not start) a fetch's :class:`FetchSubscriber`. Called from the event loop;
-    :meth:`poll` on its tick starts, times out and stops."""
+    (:meth:`_next`); ``link(fetch, tag)`` makes (does not start) a fetch's link, a
+    :class:`~seqrepair.amqp.relay.fetchconn.FetchLink` on the relay's one upstream fetch
+    connection (its ``connected``, ``error``, ``start()``, ``stop()``). Called from the event
+    loop; :meth:`poll` on its tick starts, times out and stops."""
 
-    def __init__(self, link: Callable[[Any, str], Subscriber],
+    def __init__(self, link: Callable[[Any, str], Any],
                  clock: Callable[[], float], stats: dict[str, int], *,
                  limit: int = MAX_FETCHES, timeout: float = FETCH_TIMEOUT,
                  connect_timeout: float = CONNECT_TIMEOUT,
@@ -320,7 +281,7 @@ class UpstreamFetches:
         self.held = held
         self.wake = wake
         self.waiting: deque[Any] = deque()  # UpstreamFetch, UpstreamImage
-        self.running: dict[Any, Subscriber] = {}
+        self.running: dict[Any, Any] = {}  # fetch: its FetchLink
         self.down_until = 0.0
         self.down_error = ""
         self._stopped: set[Any] = set()  # running fetches whose link was told to stop
@@ -361,6 +322,11 @@ class UpstreamFetches:
             # fetch this runs, an image request's, may say nothing of progress or holdings)
             if getattr(fetch, "progressed", lambda: False)():
                 fetch.deadline = now + self.timeout
+            if sub.connected.is_set():
+                fetch.attached = True
+            elif getattr(fetch, "attached", False):  # its connection dropped: it reconnects
+                fetch.attached = False
+                fetch.attach_by = now + self.connect_timeout
             if not fetch.done and sub.error is not None:  # this link refused (its selection)
                 failed = _why(sub.error)
             elif not fetch.done and now >= fetch.deadline:

@@ -7,11 +7,12 @@ retention trim (an item's base may lie below it) and no *not selected* marker wh
 does not cover the link (numbers the relay did not carry for it, lost upstream, or from before
 it subscribed: :class:`~seqrepair.journal.selection.NotSelected`). It checks that first, a
 journal page per repair turn (:func:`lacks`); where the journal lacks, the answer comes from
-the upstream instead: one short-lived fetch link (``relay.<name>.fetch.<tag>``, a slot of the
-relay's fetch links: :mod:`seqrepair.amqp.relay.fetch`, fair by principal) on the **asking
-link's** patterns and grant (never the relay's wider grant), on which the relay sends the
-asking link's ``SNAPSHOT`` (its topics, patterns and sources; the fetch link's own
-``request_id``) and takes the ``IMAGE`` frames and the ``IMAGE-COMPLETE``. They are passed to
+the upstream instead: one short-lived fetch link (``relay.<name>.fetch.<tag>``, on the relay's
+one upstream fetch connection, :mod:`.fetchconn`; a slot of the relay's fetch links,
+:mod:`seqrepair.amqp.relay.fetch`, fair by principal) on the **asking link's** patterns and
+grant (never the relay's wider grant), on which the relay sends the asking link's
+``SNAPSHOT`` (its topics, patterns and sources; the fetch link's own ``request_id``) and
+takes the ``IMAGE`` frames and the ``IMAGE-COMPLETE``. They are passed to
 the asking link as they come, with its ``request_id``, filtered again by its full entitlement;
 the ``IMAGE-COMPLETE`` carries the upstream's ``as_of`` per source. The relay's journal keeps
 the origin's source numbers, and everything the relay fanned out to the link before the
@@ -32,10 +33,6 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from seqrepair.amqp.client.subscriber import Subscriber
-from seqrepair.amqp.relay.selection import Selection
-from seqrepair.amqp.wire.codec import encode
-from seqrepair.core.events import Event
 from seqrepair.core.messages import Publication
 from seqrepair.core.permissions import Entitlement
 from seqrepair.core.snapshot import ImageComplete, ImageFrame, ImageRequest
@@ -149,33 +146,6 @@ class UpstreamImage:
             elif isinstance(frame, ImageComplete) and frame.request_id == asked.request_id:
                 self.complete = frame
                 self.finish()
-
-
-class ImageFetchSubscriber(Subscriber):
-    """The upstream link of one :class:`UpstreamImage`: a plain, non-durable subscriber link
-    whose stub is never fed; it sends the ``SNAPSHOT`` once attached and hands the image
-    frames over."""
-
-    def __init__(self, url: str, fetch: UpstreamImage, **kwargs: Any) -> None:
-        selection = Selection.of_link(fetch.entitlement.topics, fetch.entitlement.grant)
-        super().__init__(url, str(selection.patterns[0]), ack=False, durable=False,
-                         acknowledge=False, **kwargs)
-        self.fetch = fetch
-
-    def on_link_opened(self, event: Any) -> None:
-        super().on_link_opened(event)
-        link = event.link
-        if (link == self._receiver and link.remote_source.address is not None
-                and not self.fetch.done):
-            self._request(encode(self.fetch.ask()))
-            self._flush()
-
-    def _take(self, frames: list[object], now: float) -> None:
-        for frame in frames:
-            self.fetch.take(frame)
-
-    def _perform(self, events: list[Event]) -> None:
-        """The stub is never fed."""
 
 
 def passed_through(fetch: UpstreamImage, request: ImageRequest, entitlement: Entitlement

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import re
 import threading
+import uuid
 from collections import deque
 from collections.abc import Callable
 from functools import partial
@@ -43,19 +44,15 @@ from typing import Any
 
 from proton import Condition
 
-from seqrepair.amqp.client.subscriber import Subscriber
 from seqrepair.amqp.component.attach import selection
 from seqrepair.amqp.component.authz import effective_principal, subscribe_exclusions
 from seqrepair.amqp.component.component import Component, ComponentConfig
 from seqrepair.amqp.component.detach import forget
 from seqrepair.amqp.component.journalport import NotJournaledError
 from seqrepair.amqp.component.links import tokens
-from seqrepair.amqp.relay.fetch import FetchSubscriber, UpstreamFetch, UpstreamFetches
-from seqrepair.amqp.relay.imagefetch import (
-    ImageFetchSubscriber,
-    UpstreamImage,
-    relay_image_answer,
-)
+from seqrepair.amqp.relay.fetch import UpstreamFetch, UpstreamFetches
+from seqrepair.amqp.relay.fetchconn import OPTIONS, FetchConnection, FetchLink
+from seqrepair.amqp.relay.imagefetch import UpstreamImage, relay_image_answer
 from seqrepair.amqp.relay.paths import RelayPaths, union_path
 from seqrepair.amqp.relay.selection import Selection, SelectionTable, upstream_properties
 from seqrepair.amqp.relay.upstream import UpstreamSubscriber
@@ -220,6 +217,7 @@ class RelayComponent(Component):
             self.stats[key] = 0
         self.ingest.on_lost_journaled = self._lost_upstream
         # what its journal lacks for a subscriber comes from upstream, for it alone (fetch.py)
+        self.fetch_connection: FetchConnection | None = None  # made at the first fetch
         self.fetches = UpstreamFetches(self._fetch_link, self.clock, self.stats)
         self.fetcher = self.fetches
         # and image requests its journal cannot answer for the link that asks (imagefetch.py)
@@ -249,20 +247,26 @@ class RelayComponent(Component):
         )
         return subscriber
 
-    def _fetch_link(self, fetch: UpstreamFetch | UpstreamImage, tag: str) -> Subscriber:
-        """The upstream link of ``fetch``: the asking link's selection and grant, the path
-        the relay's upstream link has (identities behind it, then its own)."""
+    def _fetch_link(self, fetch: UpstreamFetch | UpstreamImage, tag: str) -> FetchLink:
+        """The upstream link of ``fetch`` on the relay's fetch connection: the asking link's
+        selection and grant, the path the relay's upstream link has (identities behind it,
+        then its own)."""
         selection = Selection.of_link(fetch.entitlement.topics, fetch.entitlement.grant)
         properties = self.hops.upstream_properties(upstream_properties(
             selection, self.paths.current[-(MAX_CARRIED - 1):], self.paths.current_hops))
-        if isinstance(fetch, UpstreamImage):
-            return ImageFetchSubscriber(
-                self.upstream_url, fetch, link_name=f"{self.link_name}.fetch.{tag}",
-                security=self.security, link_properties=properties, **self.subscriber_options)
-        return FetchSubscriber(
-            self.upstream_url, fetch, link_name=f"{self.link_name}.fetch.{tag}",
-            security=self.security, link_properties=properties, **self.subscriber_options,
-        )
+        return self._fetch_connection().attach(
+            fetch, f"{self.link_name}.fetch.{tag}", str(selection.patterns[0]), properties)
+
+    def _fetch_connection(self) -> FetchConnection:
+        """The one upstream connection the fetch links share: made at the first fetch, made
+        again only once it stopped for good (refused: :mod:`.fetchconn`)."""
+        conn = self.fetch_connection
+        if conn is None or not conn.usable:
+            options = {k: v for k, v in self.subscriber_options.items() if k in OPTIONS}
+            conn = self.fetch_connection = FetchConnection(
+                self.upstream_url, name=f"{self.link_name}.fetch.{uuid.uuid4().hex[:8]}",
+                security=self.security, stats=self.stats, **options).start()
+        return conn
 
     def _start_upstream(self, selection: Selection, behind: Path, hops: int = 0) -> None:
         """Attach upstream for ``selection`` (none without patterns), the identities
@@ -622,6 +626,9 @@ class RelayComponent(Component):
     def stop(self) -> None:
         super().stop()
         self.fetches.stop()
+        fetching, self.fetch_connection = self.fetch_connection, None
+        if fetching is not None:
+            threading.Thread(target=fetching.stop, name="relay-fetch-stop", daemon=True).start()
         self.handover.closed = True
         upstream, self.upstream = self.upstream, None
         if upstream is not None:
