@@ -104,6 +104,11 @@ MAX_WAITING_IDENTITIES = 4 * MAX_CARRIED
 RETRY = 0.2
 """Seconds before publications the journal did not take are offered to it again."""
 
+UPSTREAM_TICK = 0.05
+"""Seconds between the upstream subscriber's timer turns (its stub's NAK and heartbeat
+timers, its ACKs; a client's default is 0.02): each turn is a pass of its event loop, a
+few percent of its thread's CPU at 0.02 s while it relays."""
+
 
 class NotCarriedYetError(AmqpAdapterError):
     """A subscriber's patterns are not carried by the relay's upstream link yet; the relay is
@@ -119,61 +124,71 @@ class WaitingFullError(RequestFloodError):
     attach again once its switch is done."""
 
 
-Relayed = tuple[Publication, bytes]
-"""A publication from upstream and the entry bytes it came in (or ``upstream.NO_ENTRY``)."""
+Relayed = tuple[list[Publication], list[bytes]]
+"""Publications from upstream and, by index, the entry bytes each came in (or
+``upstream.NO_ENTRY``)."""
 
 
 class Handover:
     """Publications from the upstream subscriber's thread to the component's event loop,
-    at most ``limit`` at once (the offering thread waits for room)."""
+    at most ``limit`` at once (the offering thread waits for room). Held as the runs they
+    were offered in: nothing is done per publication on either side but the lists' copies."""
 
     def __init__(self, wake: Callable[[], None], limit: int = HANDOVER_LIMIT) -> None:
         self._wake = wake
         self._limit = limit
-        self._items: deque[Relayed] = deque()
+        self._runs: deque[Relayed] = deque()
+        self._count = 0
         self._cond = threading.Condition()
         self._woken = False
         self.closed = False
 
     def offer(self, publication: Publication, entry: bytes) -> None:
         """Queue ``publication`` (the subscriber's thread); wake the event loop once."""
-        with self._cond:
-            while len(self._items) >= self._limit and not self.closed:
-                self._cond.wait(0.1)
-            self._items.append((publication, entry))
-            wake = not self._woken
-            self._woken = True
-        if wake:
-            self._wake()
+        self.offer_run([publication], [entry])
 
     def offer_run(self, publications: list[Publication], entries: list[bytes]) -> None:
         """Queue ``publications`` (a run delivered in order, ``entries`` by index) at once:
         one lock and at most one wake-up for the run."""
+        if len(entries) != len(publications):
+            raise ValueError(f"{len(publications)} publications, {len(entries)} entries")
         with self._cond:
-            while len(self._items) >= self._limit and not self.closed:
+            while self._count >= self._limit and not self.closed:
                 self._cond.wait(0.1)
-            self._items.extend(zip(publications, entries, strict=True))
+            self._runs.append((publications, entries))
+            self._count += len(publications)
             wake = not self._woken
             self._woken = True
         if wake:
             self._wake()
 
-    def take(self) -> list[Relayed]:
-        """Everything queued (the event loop)."""
+    def take(self) -> Relayed:
+        """Everything queued (the event loop), in order."""
         with self._cond:
-            items = list(self._items)
-            self._items.clear()
+            runs = list(self._runs)
+            self._runs.clear()
+            self._count = 0
             self._woken = False
             self._cond.notify_all()
-        return items
+        if len(runs) == 1:
+            return runs[0]
+        pubs: list[Publication] = []
+        entries: list[bytes] = []
+        for run_pubs, run_entries in runs:
+            pubs.extend(run_pubs)
+            entries.extend(run_entries)
+        return pubs, entries
 
-    def give_back(self, items: list[Relayed]) -> None:
-        """``items`` (taken, not journaled) go first again."""
+    def give_back(self, publications: list[Publication], entries: list[bytes]) -> None:
+        """``publications`` (taken, not journaled; ``entries`` by index) go first again."""
+        if not publications:
+            return
         with self._cond:
-            self._items.extendleft(reversed(items))
+            self._runs.appendleft((publications, entries))
+            self._count += len(publications)
 
     def __len__(self) -> int:
-        return len(self._items)
+        return self._count
 
 
 class RelayComponent(Component):
@@ -243,7 +258,8 @@ class RelayComponent(Component):
             self.upstream_url, str(selection.patterns[0]), link_name=self.link_name,
             on_publication=offer, on_run=self.handover.offer_run, on_lost=lost, durable=True,
             ack=True, acknowledge=False,
-            security=self.security, link_properties=properties, **self.subscriber_options,
+            security=self.security, link_properties=properties,
+            **{"tick": UPSTREAM_TICK, **self.subscriber_options},
         )
         return subscriber
 
@@ -317,18 +333,17 @@ class RelayComponent(Component):
         """Journal and fan out what came from upstream; acknowledge it there once held."""
         if self.error is not None:
             return
-        taken = self.handover.take()
-        if not taken:
+        pubs, entries = self.handover.take()
+        if not pubs:
             return
-        pubs = [pub for pub, _entry in taken]
         if self.upstream is not None:  # what it journals first of a source follows this
             self.ingest.journal.subscribed_after = self.upstream.started_after()
         try:
-            self.ingest.relayed(pubs, [entry for _pub, entry in taken])
+            self.ingest.relayed(pubs, entries)
         except NotJournaledError as exc:
             kept = set(self.ingest.journal.journaled(pubs))
-            rest = [item for i, item in enumerate(taken) if i not in kept]
-            self.handover.give_back(rest)
+            rest = [i for i in range(len(pubs)) if i not in kept]
+            self.handover.give_back([pubs[i] for i in rest], [entries[i] for i in rest])
             self._retry_at = self.clock() + RETRY
             log.warning("relayed publications not journaled yet: offered again",
                         count=len(rest), error=exc.message)
@@ -346,9 +361,9 @@ class RelayComponent(Component):
             self.request_stop()
             return
         self.stats["relayed"] += len(pubs)
-        held: dict[str, int] = {}
-        for pub in pubs:
-            held[pub.source] = max(held.get(pub.source, 0), pub.source_seq)
+        # each source's numbers come in order: its last one is its highest (were one lower,
+        # less would be acknowledged, never more than the journal holds)
+        held = {pub.source: pub.source_seq for pub in pubs}
         if held and self.upstream is not None:
             self.upstream.acknowledge(held)
 
