@@ -283,6 +283,46 @@ class Ingest:
             self._stalled(started, exc)
             raise
 
+    def relayed_unsent(self, pubs: list[Publication]) -> list[int] | None:
+        """Before a relay journals ``pubs`` (bare): the indexes of those that did not go
+        out yet (None: all of them); those that did are checked against the journal first
+        (:class:`ReusedNumberError` when it holds other publications under their numbers:
+        nothing is journaled past them) and counted as duplicates."""
+        ingested = self.ingested
+        if not any(p.source_seq <= ingested.get(p.source, 0) for p in pubs):
+            return None
+        unsent = [i for i, p in enumerate(pubs) if p.source_seq > ingested.get(p.source, 0)]
+        kept = set(unsent)
+        copies = [p for i, p in enumerate(pubs) if i not in kept]
+        self._check_copies(copies)
+        self.stats["duplicates"] += len(copies)
+        return unsent
+
+    def relayed_journaled(self, pubs: list[Publication], items: list[bytes]) -> int:
+        """Fan out publications a relay's journal already holds (its appends run off the
+        event loop: :mod:`seqrepair.amqp.relay.journaler`), as :meth:`relayed` would once it
+        journaled them: those that went out already are skipped (checked against the journal
+        as copies). ``items``: by index, the entry bytes they came in. The number fanned out."""
+        fresh: list[Publication] = []
+        copies: list[Publication] = []
+        ingested = self.ingested
+        entries: dict[int, bytes | None] = {}
+        for i, frame in enumerate(pubs):
+            bare = (frame.with_link(None, retransmit=False)
+                    if frame.link_seq is not None or frame.retransmit else frame)
+            if frame.source_seq <= ingested.get(frame.source, 0):
+                copies.append(bare)
+                continue
+            if _regular_entry(items[i]):
+                entries[len(fresh)] = items[i]
+            fresh.append(bare)
+        if copies:
+            self._check_copies(copies)
+            self.stats["duplicates"] += len(copies)
+        if fresh:
+            self._publish(fresh, entries)
+        return len(fresh)
+
     def _refused(self, sources: list[str]) -> None:
         """A message naming ``sources`` was not accepted: what the journal port learnt of the
         ones that never went out is forgotten, so the component keeps no state for a source

@@ -29,7 +29,9 @@ instead of publishers:
 
 Deliveries cross from the upstream subscriber's thread to the component's event loop through
 :class:`Handover` (bounded: a relay whose journal is slow slows its upstream link, which the
-upstream component then pauses and repairs later).
+upstream component then pauses and repairs later); the event loop hands them to the
+:class:`~.journaler.Journaler`, whose thread appends them while the loop fans out what was
+journaled before, and fans each batch out (and acknowledges it upstream) once journaled.
 """
 
 from __future__ import annotations
@@ -48,11 +50,11 @@ from seqrepair.amqp.component.attach import selection
 from seqrepair.amqp.component.authz import effective_principal, subscribe_exclusions
 from seqrepair.amqp.component.component import Component, ComponentConfig
 from seqrepair.amqp.component.detach import forget
-from seqrepair.amqp.component.journalport import NotJournaledError
 from seqrepair.amqp.component.links import tokens
 from seqrepair.amqp.relay.fetch import UpstreamFetch, UpstreamFetches
 from seqrepair.amqp.relay.fetchconn import OPTIONS, FetchConnection, FetchLink
 from seqrepair.amqp.relay.imagefetch import UpstreamImage, relay_image_answer
+from seqrepair.amqp.relay.journaler import Journaler, bare
 from seqrepair.amqp.relay.paths import RelayPaths, union_path
 from seqrepair.amqp.relay.selection import Selection, SelectionTable, upstream_properties
 from seqrepair.amqp.relay.upstream import UpstreamSubscriber
@@ -102,7 +104,8 @@ MAX_WAITING_IDENTITIES = 4 * MAX_CARRIED
 """Hop identities the waiting selections' paths hold at most, all together."""
 
 RETRY = 0.2
-"""Seconds before publications the journal did not take are offered to it again."""
+"""Seconds before a switch of the upstream selection looks again whether what the old
+subscription delivered is journaled (it waits for that)."""
 
 UPSTREAM_TICK = 0.05
 """Seconds between the upstream subscriber's timer turns (its stub's NAK and heartbeat
@@ -221,10 +224,14 @@ class RelayComponent(Component):
         # upstream before they attach, and to blame if they make that attach too deep
         self._carried_waiting: list[Route] = []
         self._switching: Selection | None = None  # the selection being switched to
-        self._retry_at: float | None = None
         self.error: SeqRepairError | None = None
         """Why the relay stopped by itself (its journal refused what came from upstream)."""
-        self.ingest.journal.not_selected = table.current.marker_text()
+        self._marker = table.current.marker_text()  # what skipped numbers are journaled as
+        self._after: dict[str, int] = {}  # where the upstream subscription started
+        self.ingest.journal.not_selected = self._marker
+        # its appends run in a thread of their own, fanned out once done (journaler.py)
+        self.journaler = Journaler(self.ingest.journal,
+                                   lambda: self._changes.inject("seqrepair_journaled"))
         if config.hop_id is None:  # named as a relay on the paths (hops.py), not as serve
             self.hops = Hops(default_hop_id(f"relay.{name}", config.url), config.max_hops)
         for key in ("relayed", "relay_switches", "relay_refused", "upstream_attaches",
@@ -330,48 +337,76 @@ class RelayComponent(Component):
                     links=len(self.links))
 
     def on_seqrepair_relayed(self, event: Any) -> None:
-        """Journal and fan out what came from upstream; acknowledge it there once held."""
-        if self.error is not None:
+        """Hand what came from upstream to the journaler (:mod:`.journaler`), under the
+        selection it is journaled under, while it holds less than :data:`HANDOVER_LIMIT`
+        (else the handover fills and the upstream subscriber waits)."""
+        if self.error is not None or self.journaler.closed:
             return
+        if self.journaler.pending >= HANDOVER_LIMIT:
+            return  # taken when a batch is done (on_seqrepair_journaled)
         pubs, entries = self.handover.take()
         if not pubs:
             return
-        if self.upstream is not None:  # what it journals first of a source follows this
-            self.ingest.journal.subscribed_after = self.upstream.started_after()
-        try:
-            self.ingest.relayed(pubs, entries)
-        except NotJournaledError as exc:
-            kept = set(self.ingest.journal.journaled(pubs))
-            rest = [i for i in range(len(pubs)) if i not in kept]
-            self.handover.give_back([pubs[i] for i in rest], [entries[i] for i in rest])
-            self._retry_at = self.clock() + RETRY
-            log.warning("relayed publications not journaled yet: offered again",
-                        count=len(rest), error=exc.message)
-            pubs = [pubs[i] for i in sorted(kept)]
-        except SeqRepairError as exc:  # the relay's journal holds these numbers differently
-            # going on would journal what follows past them, the skip as "not selected":
-            # a loss nobody is told of. The relay stops instead, and says why.
-            self.stats["relay_refused"] += len(pubs)
-            self.error = exc
-            log.error("relayed publications refused by the relay's journal (it holds other "
-                      "publications under these numbers: another origin?); the relay stops",
-                      count=len(pubs), error=exc.message,
-                      first={p.source: p.source_seq for p in pubs[:1]})
-            self.handover.closed = True
-            self.request_stop()
+        pubs = bare(pubs)
+        try:  # what went out already is checked against the journal before anything after
+            unsent = self.ingest.relayed_unsent(pubs)
+        except SeqRepairError as exc:
+            self._refused_by_journal(pubs, exc)
             return
-        self.stats["relayed"] += len(pubs)
+        if unsent is not None:  # those that went out are journaled: acknowledged again
+            fresh = set(unsent)
+            self._acknowledge([p for i, p in enumerate(pubs) if i not in fresh])
+            pubs, entries = [pubs[i] for i in unsent], [entries[i] for i in unsent]
+            if not pubs:
+                return
+        if self.upstream is not None:  # what it journals first of a source follows this
+            self._after = self.upstream.started_after()
+        self.journaler.submit(pubs, entries, self._marker, self._after)
+
+    def on_seqrepair_journaled(self, event: Any) -> None:
+        """Fan out what the journal now holds, in order, and acknowledge it upstream."""
+        for job in self.journaler.take_done():
+            if job.error is not None:
+                self._refused_by_journal(job.pubs, job.error)
+                return
+            if self.error is not None:
+                return
+            try:
+                self.ingest.relayed_journaled(job.pubs, job.entries)
+            except SeqRepairError as exc:  # a copy the journal holds differently
+                self._refused_by_journal(job.pubs, exc)
+                return
+            self.stats["relayed"] += len(job.pubs)
+            self._acknowledge(job.pubs)
+        if self.handover:
+            self.on_seqrepair_relayed(event)  # what waited for room
+
+    def _acknowledge(self, pubs: list[Publication]) -> None:
+        """Tell upstream the journal holds ``pubs`` (their durable position moves)."""
         # each source's numbers come in order: its last one is its highest (were one lower,
         # less would be acknowledged, never more than the journal holds)
         held = {pub.source: pub.source_seq for pub in pubs}
         if held and self.upstream is not None:
             self.upstream.acknowledge(held)
 
+    def _refused_by_journal(self, pubs: list[Publication], exc: SeqRepairError) -> None:
+        """The relay's journal holds these numbers differently: going on would journal what
+        follows past them, the skip as "not selected": a loss nobody is told of. The relay
+        stops instead, and says why."""
+        self.stats["relay_refused"] += len(pubs)
+        self.error = exc
+        log.error("relayed publications refused by the relay's journal (it holds other "
+                  "publications under these numbers: another origin?); the relay stops",
+                  count=len(pubs), error=exc.message,
+                  first={p.source: p.source_seq for p in pubs[:1]})
+        self.handover.closed = True
+        self.journaler.stop()
+        self.request_stop()
+
     def on_timer_task(self, event: Any) -> None:
         if not self._stop_requested:
             now = self.clock()
-            if self._retry_at is not None and now >= self._retry_at:
-                self._retry_at = None
+            if self.handover:  # a wake-up missed, or room made meanwhile
                 self.on_seqrepair_relayed(event)
             self._check_upstream()
             self._follow_subscribers(now)
@@ -431,10 +466,10 @@ class RelayComponent(Component):
     def on_seqrepair_relay_switch(self, event: Any) -> None:
         _old, wanted = event.subject
         self.on_seqrepair_relayed(event)  # what the old one delivered: journaled first
-        if self.handover and self._retry_at is not None:  # the journal is away: try later
+        if self.handover or self.journaler.pending:  # not journaled yet: look again later
             self.container.schedule(RETRY, _Later(lambda: self.on_seqrepair_relay_switch(event)))
             return
-        self.ingest.journal.not_selected = wanted.marker_text()
+        self._marker = wanted.marker_text()
         self._start_upstream(wanted, self._behind, self._behind_hops)
         self.table.current = wanted  # journaled from here on under it: subscribers may attach
         self.waiting = {w: p for w, p in self.waiting.items() if not self.table.carries(w)}
@@ -641,6 +676,7 @@ class RelayComponent(Component):
     def stop(self) -> None:
         super().stop()
         self.fetches.stop()
+        self.journaler.stop()
         fetching, self.fetch_connection = self.fetch_connection, None
         if fetching is not None:
             threading.Thread(target=fetching.stop, name="relay-fetch-stop", daemon=True).start()
