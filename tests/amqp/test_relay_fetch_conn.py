@@ -3,7 +3,8 @@ processes (``seqrepair serve`` A, ``seqrepair relay`` B trimming its journal, ea
 redis-server), durable subscribers far below B's trim come back one after another: each is
 fetched what B lacks from A, exactly, and A sees one fetch connection (its container id
 ``relay.B.fetch.<tag>``) carrying all their fetch links; with A restarted between two fetches,
-the same connection reconnects and the next fetch goes over it, exact again."""
+the same connection reconnects and the next fetch goes over it, exact again; a fetch whose
+connection drops while its answer comes is asked again after what it got, exact."""
 
 from __future__ import annotations
 
@@ -16,7 +17,10 @@ import pytest
 import redis
 
 from seqrepair.amqp.client.subscriber import Subscriber
+from seqrepair.amqp.relay.fetch import UpstreamFetch
+from seqrepair.amqp.relay.fetchconn import FetchConnection
 from seqrepair.core.messages import Publication
+from seqrepair.core.permissions import Entitlement
 from seqrepair.journal import EmbeddedRedis, Journal
 from seqrepair.journal.positions import create_position, link_durable
 
@@ -113,3 +117,31 @@ def test_a_restarted_upstream_is_reconnected_and_the_next_fetch_goes_over_it(
     assert FETCH_CONTAINER.findall(second_log) == first  # the same connection, reconnected
     assert fetch_links(second_log), second_log[-3000:]  # and the second fetch went over it
     assert re.findall(r"fetch connection opened .*connections=(\d+)", b_log)[-1] == "2"
+
+
+def test_a_fetch_in_progress_when_the_connection_drops_is_asked_again_after_what_it_got(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """The fetch connection itself against A (``serve``), one fetch of 30,000 numbers: its
+    connection is torn down while the answer comes; it reconnects, the link attaches again
+    and asks after the last number it took: every number once, in order, no error."""
+    a = ComponentProcess(redis_url, tmp_path, *FAST).start()
+    conn = FetchConnection(a.url, name="relay.T.fetch.test", max_reconnect_delay=0.5).start()
+    try:
+        publish(a.url, "feed.a", 30_000)
+        fetch = UpstreamFetch(Entitlement(topics=["/w/#"]), "feed.a", 1, 30_000, held=30_000)
+        taken: list[Publication] = []
+        link = conn.attach(fetch, "relay.T.fetch.test.1", "/w/#", {}).start()
+        assert wait_for(lambda: fetch.count > 0 or fetch.done, 30)
+        assert not fetch.done  # in progress
+        conn.drop_connection()
+        assert wait_for(lambda: bool(taken.extend(fetch.arrived())) or fetch.done, 60)
+        taken.extend(fetch.arrived())
+        link.stop()
+    finally:
+        conn.stop()
+        a.stop()
+    assert fetch.error is None
+    assert fetch.lost is None
+    assert conn.stats["fetch_connections"] == 2  # dropped, reconnected
+    assert [(p.topic, p.source_seq) for p in taken] == expected(redis_url, "feed.a", "/w/#")

@@ -154,6 +154,16 @@ class FetchConnection(SubscriberRunner):
             link.error = self.error or AmqpAdapterError(
                 "the relay's upstream fetch connection stopped", got=self.url)
 
+    def drop_connection(self) -> None:
+        """Tear the connection down abruptly (tests: a lost connection); it reconnects."""
+        if self._injector is not None:
+            self._injector.trigger(ApplicationEvent("seqrepair_drop"))
+
+    def on_seqrepair_drop(self, event: Any) -> None:
+        if self._conn is not None and self._conn.transport is not None:
+            self._conn.transport.close_tail()
+            self._conn.transport.close_head()
+
     # --- the connection ---------------------------------------------------------------
 
     def _connect(self) -> None:
