@@ -107,12 +107,6 @@ RETRY = 0.2
 """Seconds before a switch of the upstream selection looks again whether what the old
 subscription delivered is journaled (it waits for that)."""
 
-UPSTREAM_TICK = 0.05
-"""Seconds between the upstream subscriber's timer turns (its stub's NAK and heartbeat
-timers, its ACKs; a client's default is 0.02): each turn is a pass of its event loop, a
-few percent of its thread's CPU at 0.02 s while it relays."""
-
-
 class NotCarriedYetError(AmqpAdapterError):
     """A subscriber's patterns are not carried by the relay's upstream link yet; the relay is
     switching it to a selection that carries them: attach again shortly (a client does so by
@@ -265,8 +259,7 @@ class RelayComponent(Component):
             self.upstream_url, str(selection.patterns[0]), link_name=self.link_name,
             on_publication=offer, on_run=self.handover.offer_run, on_lost=lost, durable=True,
             ack=True, acknowledge=False,
-            security=self.security, link_properties=properties,
-            **{"tick": UPSTREAM_TICK, **self.subscriber_options},
+            security=self.security, link_properties=properties, **self.subscriber_options,
         )
         return subscriber
 
