@@ -148,7 +148,7 @@ class Journaler:
             jobs = self._next()
             if jobs is None:
                 return
-            pubs = [pub for job in jobs for pub in job.pubs]
+            pubs = jobs[0].pubs if len(jobs) == 1 else [p for job in jobs for p in job.pubs]
             failed = self._append(jobs[0], pubs)
             if failed is _STOPPED:
                 return
