@@ -266,23 +266,6 @@ class Ingest:
             unwrapper.rollback(self.ingested)
         return outcome
 
-    def relayed(self, pubs: list[Publication], items: list[bytes] | None = None) -> None:
-        """Journal and fan out publications a relay received from its upstream component
-        (``seqrepair relay``): numbered by their origin, checked there, a filtered feed whose
-        skipped numbers the journal port records as not selected; ``items``, by index, the
-        entry bytes they came in (sent on as they are where they are plain entries). Raises
-        :class:`NotJournaledError` when the journal does not take them now (send again later:
-        what it took is skipped then)."""
-        started = self.clock()
-        try:
-            self._refuse_while_quiet()
-            # their fields are as the origin's journal holds them already (its live delivery
-            # and its replays send that form): no second conversion
-            self._journal(pubs, items, (), filtered=True)
-        except NotJournaledError as exc:
-            self._stalled(started, exc)
-            raise
-
     def relayed_unsent(self, pubs: list[Publication]) -> list[int] | None:
         """Before a relay journals ``pubs`` (bare): the indexes of those that did not go
         out yet (None: all of them); those that did are checked against the journal first
