@@ -150,3 +150,50 @@ def test_clients_run_one_after_another_leave_no_descriptors_behind(
     for _ in range(20):
         one_round()
     assert _open_descriptors() - before < 10  # was 80 more: 2 per client run
+
+
+def test_the_global_handler_walks_only_events_proton_acts_on() -> None:
+    """Every event goes through the global handler after the container's handlers; proton's
+    I/O handler and a connection's connector act on a few kinds only. Those still reach
+    them (the connector first, as proton's GlobalOverrides does); the others (deliveries,
+    flows, link events...) stop at once: in proton they reach only ``Handler.on_unhandled``,
+    which does nothing."""
+    from proton._events import Event
+    from proton._reactor import _Connector
+
+    from seqrepair.amqp.wire.reactor import QuietOverrides
+
+    container = make_container()
+    quiet = container.global_handler
+    assert isinstance(quiet, QuietOverrides)
+    seen: list[tuple[str, str]] = []
+
+    class Spy:
+        def __init__(self, who: str) -> None:
+            self.who = who
+
+        def on_unhandled(self, method: str, event: Any) -> None:
+            seen.append((self.who, method))
+
+    connection = SimpleNamespace(_overrides=Spy("connector"))
+    quiet.base = Spy("io")
+    kinds = [t for t in vars(Event).values() if hasattr(t, "method") and t.method]
+    assert len(kinds) > 30
+    for kind in kinds:
+        event = SimpleNamespace(connection=connection, type=kind,
+                                dispatch=lambda h, k=kind: Event.dispatch(event_of(k), h))
+        quiet.on_unhandled(kind.method, event)
+    acted = {m for m in {*dir(GuardedIOHandler), *dir(_Connector)} if m.startswith("on_")}
+    acted.discard("on_unhandled")
+    walked = {method for _, method in seen}
+    assert walked == {k.method for k in kinds} & acted
+    assert "on_delivery" not in walked
+    assert {"on_transport", "on_selectable_readable", "on_reactor_quiesced"} <= walked
+    assert seen.index(("connector", "on_transport")) < seen.index(("io", "on_transport"))
+
+
+def event_of(kind: Any) -> Any:
+    """A bare proton event of ``kind`` for dispatch (no context needed by the spies)."""
+    from proton._events import EventBase
+
+    return EventBase(kind)
