@@ -31,11 +31,6 @@ from collections.abc import Callable
 from typing import Any
 
 from proton import ProtonException
-
-# proton's global handler and the handler ``connect`` puts on its connection (the binding's
-# own modules: :func:`quiet_enough` checks they are as expected before relying on them)
-from proton._handler import Handler as _Handler
-from proton._reactor import GlobalOverrides, _Connector
 from proton.handlers import IOHandler
 from proton.reactor import Container, EventInjector
 
@@ -112,45 +107,9 @@ def _selected(transport: Any) -> bool:
     return True
 
 
-def _acting(handler_type: type) -> frozenset[str]:
-    """The event methods ``handler_type`` defines (``on_...``, not ``on_unhandled``)."""
-    return frozenset(name for name in dir(handler_type)
-                     if name.startswith("on_") and name != "on_unhandled")
-
-
-class QuietOverrides(GlobalOverrides):
-    """proton's global handler (every event goes through it after the container's
-    handlers: a connection's connector, then the I/O handler), but an event that neither
-    the I/O handler nor a connector has a method for is not walked through them: there it
-    reaches only ``Handler.on_unhandled``, which does nothing. That is most events per
-    message (deliveries, flows, link and session events): tens of microseconds each in
-    proton's Python dispatch, for nothing. Events either acts on go as before."""
-
-    def __init__(self, base: Any) -> None:
-        super().__init__(base)
-        self.acts = _acting(type(base)) | _acting(_Connector)
-
-    def on_unhandled(self, name: str, event: Any) -> None:
-        if name in self.acts:
-            super().on_unhandled(name, event)
-
-
-def quiet_enough(base: Any) -> bool:
-    """Whether events ``base`` has no method for may skip it: it has no child handlers and
-    its ``on_unhandled`` is proton's, which does nothing (so is a connector's)."""
-    return (not getattr(base, "handlers", None)
-            and type(base).on_unhandled is _Handler.on_unhandled
-            and _Connector.on_unhandled is _Handler.on_unhandled)
-
-
 def make_container(*handlers: Any) -> Container:
-    """``Container(*handlers)`` with :class:`GuardedIOHandler` as its I/O handler (behind
-    :class:`QuietOverrides` where proton is as expected)."""
-    base = GuardedIOHandler()
-    container = Container(*handlers, global_handler=base)
-    if quiet_enough(base):
-        container.global_handler = QuietOverrides(base)
-    return container
+    """``Container(*handlers)`` with :class:`GuardedIOHandler` as its I/O handler."""
+    return Container(*handlers, global_handler=GuardedIOHandler())
 
 
 class Injector(EventInjector):
