@@ -12,6 +12,7 @@ import redis
 
 from seqrepair.amqp.component import journalfeed
 from seqrepair.amqp.component.journalfeed import RETRY, JournaledFeed, journal_feed
+from seqrepair.amqp.component.journalfeed import _hand_reader as hand_reader
 from seqrepair.amqp.component.journalport import RedisJournalPort
 from seqrepair.core.messages import Publication
 from seqrepair.journal import EmbeddedRedis, Journal
@@ -223,3 +224,26 @@ def test_a_plain_subscription_is_read_by_hand_and_a_burst_is_taken_whole(
     assert feed.heard == 5000
     assert "other" not in feed._through
     feed.close()
+
+
+def test_a_tls_subscription_or_one_with_bytes_held_by_redis_py_stays_with_redis_py() -> None:
+    """Over TLS (a non-blocking recv of an SSL socket is another matter) and when redis-py's
+    buffer holds bytes it read, the feed keeps redis-py's get_message."""
+    import socket
+    import ssl
+    from types import SimpleNamespace
+
+    def pubsub_over(sock: socket.socket, unread: int) -> Any:
+        buffer = SimpleNamespace(unread_bytes=lambda: unread)
+        return SimpleNamespace(connection=SimpleNamespace(_sock=sock,
+                                                          _parser=SimpleNamespace(_buffer=buffer)))
+
+    plain = socket.socket()
+    tls = ssl.create_default_context().wrap_socket(socket.socket(), do_handshake_on_connect=False,
+                                                   server_hostname="localhost")
+    with plain, tls:
+        assert hand_reader(pubsub_over(tls, 0)) is None
+        assert hand_reader(pubsub_over(plain, 5)) is None
+        assert hand_reader(SimpleNamespace()) is None
+        assert hand_reader(pubsub_over(plain, 0)) is not None
+        assert plain.gettimeout() == 0.0  # non-blocking: never waits in the event loop
