@@ -121,7 +121,10 @@ class AppendPipeline:
                     prefix = append_prefix(conn.encoder.encode, source, self.bits)
                     self._prefixes[source] = prefix
                 conn.send_packed_command(  # a list: it writes each item of what it is given
-                    [b"%s$%d\r\n%s\r\n" % (prefix, len(envelope), envelope)]
+                    [b"%s$%d\r\n%s\r\n" % (prefix, len(envelope), envelope)],
+                    # no PING of its own (a client's health_check_interval): its PONG would
+                    # be read as it comes, behind the replies of the appends in flight
+                    check_health=False,
                 )
         except JournalError:
             self._discard()
