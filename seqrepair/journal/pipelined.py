@@ -21,7 +21,9 @@ the caller re-reads the high-water and appends again on a new connection, which 
 The ``EVALSHA`` is written as one ready RESP frame: every part but the envelope is the same for
 a source and bit width, so it is encoded once per connection (:func:`append_prefix`) and each
 append only frames its envelope. redis-py's generic packer (an encode and length per argument)
-was a quarter of the publishing thread's CPU at one publication per append.
+was a quarter of the publishing thread's CPU at one publication per append. Its replies are
+read by hand too (:class:`~seqrepair.journal.resp.ReplyReader`: what redis-py's parser returns
+and raises for the same bytes, without its line-by-line socket buffer).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from seqrepair.journal.errors import (
     map_redis_errors,
 )
 from seqrepair.journal.format import meta_key, stream_key
+from seqrepair.journal.resp import ReplyReader
 
 if TYPE_CHECKING:
     from seqrepair.journal.journal import Journal
@@ -73,6 +76,7 @@ class AppendPipeline:
         self.bits = bits
         self.depth = depth
         self._conn: Any = None
+        self._reader: ReplyReader | None = None  # reads every reply on _conn once made
         self._pool: Any = None
         self._inflight: deque[Batch] = deque()
         self._prefixes: dict[str, bytes] = {}  # per source, for this connection's encoder
@@ -99,6 +103,8 @@ class AppendPipeline:
                     pool.release(conn)
                     raise
                 self._conn = conn
+                sock = getattr(conn, "_sock", None)  # redis-py's; else its own reads
+                self._reader = ReplyReader(sock) if sock is not None else None
                 self._pool = pool
                 self._prefixes.clear()
         return self._conn
@@ -115,7 +121,10 @@ class AppendPipeline:
                     prefix = append_prefix(conn.encoder.encode, source, self.bits)
                     self._prefixes[source] = prefix
                 conn.send_packed_command(  # a list: it writes each item of what it is given
-                    [b"%s$%d\r\n%s\r\n" % (prefix, len(envelope), envelope)]
+                    [b"%s$%d\r\n%s\r\n" % (prefix, len(envelope), envelope)],
+                    # no PING of its own (a client's health_check_interval): its PONG would
+                    # be read as it comes, behind the replies of the appends in flight
+                    check_health=False,
                 )
         except JournalError:
             self._discard()
@@ -141,7 +150,8 @@ class AppendPipeline:
                 raise JournalUnavailableError("the append connection was lost", operation="append")
             with map_redis_errors("append", batch[0].source):
                 try:
-                    reply = self._conn.read_response()
+                    reader = self._reader
+                    reply = self._conn.read_response() if reader is None else reader.read()
                 except NoScriptError as exc:  # flushed under us: nothing ran, load it again
                     raise JournalUnavailableError(
                         f"the append script left Redis's cache ({exc}); appending again on a "
@@ -157,6 +167,7 @@ class AppendPipeline:
 
     def _discard(self) -> None:
         conn, self._conn = self._conn, None
+        self._reader = None
         if conn is not None:
             conn.disconnect()
             self._pool.release(conn)

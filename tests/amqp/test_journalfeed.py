@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 import redis
 
+from seqrepair.amqp.component import journalfeed
 from seqrepair.amqp.component.journalfeed import RETRY, JournaledFeed, journal_feed
+from seqrepair.amqp.component.journalfeed import _hand_reader as hand_reader
 from seqrepair.amqp.component.journalport import RedisJournalPort
 from seqrepair.core.messages import Publication
 from seqrepair.journal import EmbeddedRedis, Journal
@@ -30,6 +32,15 @@ def journal(server: EmbeddedRedis) -> Iterator[Journal]:
     client.flushall()
     with Journal(client) as j:
         yield j
+
+
+@pytest.fixture(autouse=True, params=["by hand", "redis-py"])
+def reading(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test with the announcements read by hand (a plain socket) and by redis-py's
+    ``get_message`` (TLS, or a connection not as expected)."""
+    if request.param == "redis-py":
+        monkeypatch.setattr(journalfeed, "_hand_reader", lambda pubsub: None)
+    return str(request.param)
 
 
 class Counting:
@@ -193,3 +204,46 @@ def test_the_timer_takes_what_piles_up_without_subscribing_again(journal: Journa
     assert feed._pubsub is None
     assert feed.through("s", {"s"}) is None  # the port's check does, past the retry delay
     assert feed._pubsub is not None
+
+
+def test_a_plain_subscription_is_read_by_hand_and_a_burst_is_taken_whole(
+    journal: Journal, reading: str
+) -> None:
+    """Thousands of announcements waiting (more than one socket read) are all taken, in
+    order, the last one standing; on a plain socket by hand."""
+    feed = JournaledFeed(journal.client.pubsub)
+    assert (feed._reader is not None) == (reading == "by hand")
+    assert feed.through("s", {"s"}) is None  # confirmation not read yet, or nothing heard
+    pipe = journal.client.pipeline(transaction=False)
+    for n in range(1, 5001):
+        pipe.publish(JOURNALED_CHANNEL, f"{n} s")
+        pipe.publish(JOURNALED_CHANNEL, f"{n} other")
+    pipe.execute()
+    journal.client.ping()
+    assert feed.through("s", {"s"}) == 5000
+    assert feed.heard == 5000
+    assert "other" not in feed._through
+    feed.close()
+
+
+def test_a_tls_subscription_or_one_with_bytes_held_by_redis_py_stays_with_redis_py() -> None:
+    """Over TLS (a non-blocking recv of an SSL socket is another matter) and when redis-py's
+    buffer holds bytes it read, the feed keeps redis-py's get_message."""
+    import socket
+    import ssl
+    from types import SimpleNamespace
+
+    def pubsub_over(sock: socket.socket, unread: int) -> Any:
+        buffer = SimpleNamespace(unread_bytes=lambda: unread)
+        return SimpleNamespace(connection=SimpleNamespace(_sock=sock,
+                                                          _parser=SimpleNamespace(_buffer=buffer)))
+
+    plain = socket.socket()
+    tls = ssl.create_default_context().wrap_socket(socket.socket(), do_handshake_on_connect=False,
+                                                   server_hostname="localhost")
+    with plain, tls:
+        assert hand_reader(pubsub_over(tls, 0)) is None
+        assert hand_reader(pubsub_over(plain, 5)) is None
+        assert hand_reader(SimpleNamespace()) is None
+        assert hand_reader(pubsub_over(plain, 0)) is not None
+        assert plain.gettimeout() == 0.0  # non-blocking: never waits in the event loop

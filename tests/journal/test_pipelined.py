@@ -143,3 +143,26 @@ def test_appends_of_two_sources_on_one_pipeline(journal: Journal) -> None:
     assert journal.read_range("feed.a", 1, 5) == a
     assert journal.read_range("feed.b", 1, 1) == b
     pipe.close()
+
+
+def test_a_client_health_check_never_reads_an_append_reply(redis_server: EmbeddedRedis) -> None:
+    """With ``health_check_interval`` set, redis-py would PING before a command once the
+    interval passed and read the next reply as its PONG: with appends in flight that is an
+    append's reply (a ConnectionError, the batches in flight abandoned). The pipeline sends
+    without the check."""
+    import time
+
+    journal = Journal.from_url(redis_server.url, health_check_interval=0.01)
+    journal.client.flushall()
+    pubs = stamp(30)
+    pipe = AppendPipeline(journal, 16, depth=3)
+    held = pipe.submit(pubs[:10])
+    time.sleep(0.05)  # past the interval: redis-py's check would run at the next send
+    held += pipe.submit(pubs[10:20])
+    time.sleep(0.05)
+    held += pipe.submit(pubs[20:30])
+    held += pipe.drain()
+    assert [hw for _, hw in held] == [10, 20, 30]
+    assert journal.read_range("feed.a", 1, 30) == pubs
+    pipe.close()
+    journal.close()
