@@ -1,8 +1,10 @@
 """Image requests a relay's journal cannot answer, asked of its upstream for the one link
 that asks (XEP-0040 §1, §3; WIRE.md "Relays", "Image requests").
 
-A relay answers a ``SNAPSHOT`` from its own journal (:mod:`seqrepair.amqp.component.images`)
-when the journal holds, for every source asked, everything the asking link may see: no
+A relay answers a ``SNAPSHOT`` that names its sources from its own journal
+(:mod:`seqrepair.amqp.component.images`) when the journal holds, for every source asked,
+everything the asking link may see (one naming none goes upstream: the relay's journal knows
+only the sources that sent it something since it subscribed): no
 retention trim (an item's base may lie below it) and no *not selected* marker whose selection
 does not cover the link (numbers the relay did not carry for it, lost upstream, or from before
 it subscribed: :class:`~seqrepair.journal.selection.NotSelected`). It checks that first, a
@@ -182,8 +184,12 @@ def relay_image_answer(
     asked: list[UpstreamImage] = []
 
     def answer() -> Iterator[Any]:
-        lacking = False
-        for step in lacks(journal, sources, entitlement, page):
+        # a request naming no source asks about every source upstream has, and the relay's
+        # journal knows only those that sent it something since it subscribed: one that
+        # published only before (or nothing the relay carried) is upstream's alone, so such
+        # a request is answered there (else its items would be told gone: none in the answer)
+        lacking = not request.sources
+        for step in ([] if lacking else lacks(journal, sources, entitlement, page)):
             if step is None:
                 yield None
             else:

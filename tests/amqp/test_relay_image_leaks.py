@@ -1,0 +1,68 @@
+"""Image requests at a relay (issue 27 audit). A request naming no source is answered
+upstream: the relay's journal knows only the sources that sent it something since it
+subscribed. An image a relay fetches from its upstream carries nothing of what the asking subscriber
+may not see (issue 27 audit): the upstream answers the fetch link with the relay's own grant
+less what the link narrowed, so its ``IMAGE-COMPLETE`` may name items and sources the asking
+link's full entitlement (its deny exceptions) hides. Over real processes: ``seqrepair serve``
+A granting every token and trimming, ``seqrepair relay`` B denying ``secret`` to its
+subscribers; a subscriber of B asks for the image of ``/w/#``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from seqrepair.amqp.client.subscriber import Publisher, Subscriber
+from seqrepair.journal import EmbeddedRedis
+
+from .conftest import ComponentProcess, wait_for
+from .test_images import App
+from .test_relay import RelayProcess
+
+pytestmark = [pytest.mark.amqp, pytest.mark.redis]
+
+FAST = ("--heartbeat", "0.2")
+SECRET = "/w/s/1"
+
+
+@pytest.fixture
+def redises() -> Iterator[list[str]]:
+    servers = [EmbeddedRedis(appendfsync="always") for _ in range(2)]
+    for server in servers:
+        server.start()
+    yield [server.url for server in servers]
+    for server in servers:
+        server.stop()
+
+
+def test_a_fresh_relay_answers_an_image_of_a_pattern_with_what_upstream_holds(
+    redises: list[str], tmp_path: Path
+) -> None:
+    a_redis, b_redis = redises
+    a = ComponentProcess(a_redis, tmp_path, *FAST).start()
+    try:
+        with Publisher(a.url, "feed.a") as publisher:  # all before B subscribes
+            publisher.publish_many([("/w/a/1", {"n": i}, "update", None) for i in range(5)])
+            assert publisher.flush(30)
+        b = RelayProcess(b_redis, tmp_path, a.url, "B", "--subscribe", "/w/#", *FAST).start()
+        app = App()
+        sub = Subscriber(b.url, "/w/#", on_publication=app.publication, on_image=app.image,
+                         on_event=app.events.append, link_name="fresh",
+                         heartbeat_interval=0.2).start()
+        try:
+            assert sub.wait_connected(20)
+            b.wait_upstream()
+            sub.request_image(patterns=["/w/#"])
+            assert wait_for(lambda: bool(app.resyncs()), 60), (app.events, b.log_text()[-3000:])
+        finally:
+            sub.stop()
+            b.stop()
+    finally:
+        a.stop()
+    [resync] = app.resyncs()
+    # was: B's journal held no source, so the answer held nothing (every item "gone")
+    assert resync.as_of == {"feed.a": 5}
+    assert resync.topics == {"/w/a/1"}
+    assert [(p.topic, dict(p.fields)) for p in app.images] == [("/w/a/1", {"n": 4})]
