@@ -38,6 +38,7 @@ from seqrepair.amqp.wire.vocabulary import (
     LINK_PREFIX,
     PROP_ACK,
     PROP_BATCH,
+    PROP_DENY,
     PROP_DURABLE,
     PROP_EPOCH,
     PROP_GRANTS,
@@ -96,6 +97,7 @@ def open_subscriber(component: Component, sender: Any) -> None:
         claimed = props.get(str(PROP_GRANTS))
         entitlement = component.config.grants.entitlement(
             principal, patterns, None if claimed is None else tokens(claimed), exclude=exclude,
+            denied=tokens(props.get(str(PROP_DENY)), str(PROP_DENY)),
         )
     name = sender.name
     check_link_name(component, name, principal)  # a link name is never taken over

@@ -120,9 +120,13 @@ class GrantTable:
     def entitlement(
         self, principal: str, topics: Iterable[TopicPattern], claimed: Iterable[str] | None,
         filters: Sequence[BasicFilter] = (), exclude: Sequence[TopicPattern] = (),
+        denied: Iterable[str] = (),
     ) -> Entitlement:
-        r"""The entitlement of a subscriber link: the principal's grant, narrowed by ``claimed``,
-        with the subscription's ``filters`` and the topics the access policy ``exclude``\ s."""
+        r"""The entitlement of a subscriber link: the principal's grant, narrowed by ``claimed``
+        and by the tokens it asks to be ``denied`` (added to the grant's deny exceptions: only
+        narrows), with the subscription's ``filters`` and the topics the access policy
+        ``exclude``\ s."""
         grant = self.grant_for(principal)
         return Entitlement(topics=tuple(topics), grant=narrow(grant.tokens, claimed),
-                           deny=grant.deny, filters=filters, exclude=exclude)
+                           deny=grant.deny | frozenset(denied), filters=filters,
+                           exclude=exclude)

@@ -722,8 +722,9 @@ def start_map(value: Any) -> dict[str, int]:
         raise InvalidLinkPropertyError(f"{problem}: {exc.message}", got=exc.got) from None
 
 
-def tokens(value: Any) -> list[str]:
-    """A subscriber's ``seqrepair-permtokens`` property: the permission tokens it names."""
+def tokens(value: Any, name: str = "seqrepair-permtokens") -> list[str]:
+    """A subscriber's ``seqrepair-permtokens`` (or ``name``) property: the permission tokens
+    it names."""
     if value is None:
         return []
     if isinstance(value, str):
@@ -731,6 +732,6 @@ def tokens(value: Any) -> list[str]:
     if isinstance(value, list | tuple) and all(isinstance(t, str) for t in value):
         return [str(t) for t in value]
     raise InvalidLinkPropertyError(
-        "seqrepair-permtokens must be a comma-separated string of tokens",
+        f"{name} must be a comma-separated string of tokens",
         expected="string", got=repr(value)[:100],
     )

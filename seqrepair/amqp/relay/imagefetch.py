@@ -156,11 +156,15 @@ def passed_through(fetch: UpstreamImage, request: ImageRequest, entitlement: Ent
     entitlement allows; None while nothing waits (the stream is parked meanwhile). Ends
     without a closing frame when the upstream could not answer."""
     allows = entitlement.allows
+    topics: set[str] = set()
+    sources: set[str] = set()
     while True:
         finished = fetch.done
         for frame in fetch.arrived():
             pub: Publication = frame.publication
             if allows(pub):
+                topics.add(pub.topic)
+                sources.add(pub.source)
                 yield ImageFrame(pub, request.request_id)
         if finished:
             break
@@ -170,7 +174,10 @@ def passed_through(fetch: UpstreamImage, request: ImageRequest, entitlement: Ent
         log.warning("upstream image request failed: the subscriber asks again",
                     error=fetch.error, request_id=request.request_id)
         return
-    yield ImageComplete(dict(complete.as_of), request.request_id, tuple(complete.partial))
+    # only what the link was given is named: a partial item or a source the link may not see
+    # (taken out above) is not told to it, as its own journal's answer would not
+    yield ImageComplete({s: n for s, n in complete.as_of.items() if s in sources},
+                        request.request_id, tuple(t for t in complete.partial if t in topics))
 
 
 def relay_image_answer(

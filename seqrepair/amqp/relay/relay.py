@@ -80,6 +80,7 @@ from seqrepair.amqp.wire.hops import (
 from seqrepair.amqp.wire.security import NO_CLIENT_SECURITY, ClientSecurity
 from seqrepair.amqp.wire.vocabulary import (
     CONTROL_ADDRESS,
+    PROP_DENY,
     PROP_GRANTS,
     PROP_SELECTION,
     plain_properties,
@@ -270,6 +271,9 @@ class RelayComponent(Component):
         selection = Selection.of_link(fetch.entitlement.topics, fetch.entitlement.grant)
         properties = self.hops.upstream_properties(upstream_properties(
             selection, self.paths.current[-(MAX_CARRIED - 1):], self.paths.current_hops))
+        if fetch.entitlement.deny:  # the link's deny exceptions: an image's frames carry no
+            # permission token, so the relay could not take out what they would let through
+            properties[PROP_DENY] = ",".join(sorted(fetch.entitlement.deny))
         return self._fetch_connection().attach(
             fetch, f"{self.link_name}.fetch.{tag}", str(selection.patterns[0]), properties)
 

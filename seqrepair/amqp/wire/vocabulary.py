@@ -38,6 +38,9 @@ PROP_RESUME = symbol("seqrepair-resume")
 PROP_EPOCH = symbol("seqrepair-epoch")
 PROP_START = symbol("seqrepair-start-after")
 PROP_GRANTS = symbol("seqrepair-permtokens")
+PROP_DENY = symbol("seqrepair-permdeny")
+"""Subscriber attach property (string): permission tokens the link asks to be denied on top of
+the server's deny exceptions (only narrows: a relay's fetch link carries the asking link's)."""
 PROP_LINK = "link"
 
 PROP_ON_BEHALF_OF = symbol("seqrepair-on-behalf-of")
