@@ -98,7 +98,8 @@ def lacking_answer(request: SourceGapRequest, entitlement: Entitlement, link_id:
     first, last = markers[0], markers[-1]
     end = last.last if through is None else through
     if items is None and all(m.lost for m in markers):  # the items its upstream named
-        named = [m.lost_items(entitlement.topics, entitlement.grant) for m in markers]
+        named = [m.lost_items(entitlement.topics, entitlement.grant, entitlement.deny)
+                 for m in markers]
         if all(n is not None for n in named):
             items = passed_on({t for n in named for t in n or ()}, entitlement)
     log.warning("gapfill.not_selected", link=link_id, source=source,

@@ -79,11 +79,15 @@ class NotSelected:
         return self.selection == BEFORE_SUBSCRIPTION
 
     def lost_items(self, topics: tuple[TopicPattern, ...],
-                   grant: frozenset[str] | None = None) -> tuple[str, ...] | None:
+                   grant: frozenset[str] | None = None,
+                   deny: frozenset[str] = frozenset()) -> tuple[str, ...] | None:
         """For numbers lost upstream: the topics the upstream named as lost there that a
-        subscriber on ``topics`` granted ``grant`` may be owed, when the marker knows them for
-        it (the upstream selection they were named under covers it: a wider subscriber may
-        be owed items nobody named); else None."""
+        subscriber on ``topics`` granted ``grant`` and denied ``deny`` may be owed, when the
+        marker knows them for it (the upstream selection they were named under covers it: a
+        wider subscriber may be owed items nobody named) and it sees every token that
+        selection did (the items are topics only: of a narrower view, which of them it may
+        see is not known, and naming them all would tell it of items it may not see); else
+        None."""
         text = self.selection
         if not text.startswith(LOST_UPSTREAM + ";"):
             return None
@@ -94,8 +98,16 @@ class NotSelected:
                 return None
         except (ValueError, TypeError, KeyError):
             return None  # a marker is data: unreadable, the items are unknown
-        if not NotSelected(self.source, self.first, self.last, under).covers(topics, grant):
+        named_under = NotSelected(self.source, self.first, self.last, under)
+        if not named_under.covers(topics, grant):
             return None
+        if grant is not None:
+            asked = named_under.tokens()
+            if asked is None:  # every token the relay was granted: only a link that sees all
+                if ANY_TOKEN not in grant or deny:
+                    return None
+            elif (ANY_TOKEN not in grant and not asked <= grant) or asked & deny:
+                return None
         return tuple(items)
 
     def patterns(self) -> tuple[TopicPattern, ...]:

@@ -176,3 +176,23 @@ def test_a_lost_marker_names_its_items_only_to_links_its_selection_covers() -> N
     assert lost_selection(None, SEL) == LOST_UPSTREAM
     assert NotSelected("feed.a", 3, 9, LOST_UPSTREAM + ";{bad").lost_items(
         (TopicPattern("/weather/#"),)) is None
+
+
+def test_a_lost_marker_names_its_items_only_to_links_that_see_every_token_it_was_named_for(
+) -> None:
+    """The items are topics only, named for the relay's view: a link that sees fewer tokens
+    (a narrower grant, a deny exception) cannot be told which of them it may see, so none
+    (None) rather than items it may not see."""
+    from seqrepair.journal.selection import lost_selection
+
+    wind = (TopicPattern("/weather/wind/#"),)
+    every = NotSelected("feed.a", 3, 9, lost_selection({"/weather/wind/a"}, "/weather/#"))
+    assert every.lost_items(wind, frozenset({"*"})) == ("/weather/wind/a",)
+    assert every.lost_items(wind, frozenset({"*"}), frozenset({"secret"})) is None
+    assert every.lost_items(wind, frozenset({"gold"})) is None
+    narrowed = NotSelected("feed.a", 3, 9, lost_selection(
+        {"/weather/wind/a"}, "/weather/#;tokens=gold,silver"))
+    assert narrowed.lost_items(wind, frozenset({"gold", "silver"})) == ("/weather/wind/a",)
+    assert narrowed.lost_items(wind, frozenset({"gold"})) is None
+    assert narrowed.lost_items(wind, frozenset({"gold", "silver"}),
+                               frozenset({"silver"})) is None

@@ -1,0 +1,72 @@
+"""Items a relay names as lost upstream are never ones its subscriber may not see (issue 27
+audit): over real processes (``seqrepair serve`` A granting every token, ``seqrepair relay``
+B denying ``secret`` to its subscribers), numbers B's upstream link lost held an item whose
+publications carry the token ``secret``. B's lost-upstream marker keeps the items by topic
+only (as its upstream named them for B's own, wider, view), so for a link that sees fewer
+tokens than that view it cannot tell which it may see: the link's ``Unrecoverable`` names
+none (unknown: the resync asks for every item) rather than the hidden one. Was: the hidden
+item's topic was named."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from seqrepair.amqp.client.subscriber import Subscriber
+from seqrepair.core.messages import Publication
+from seqrepair.journal import Journal
+from seqrepair.journal.trimsummary import record_trim
+
+from .conftest import ComponentProcess, wait_for
+from .test_relay import RelayProcess, expected, publish
+from .test_relay_fetch import FAST, redises
+
+pytestmark = [pytest.mark.amqp, pytest.mark.redis]
+
+__all__ = ["redises"]
+
+HIDDEN = "/w/z/9"
+
+
+def test_items_lost_upstream_name_nothing_a_narrower_link_may_not_see(
+    redises: list[str], tmp_path: Path
+) -> None:
+    a_redis, b_redis, _ = redises
+    a = ComponentProcess(a_redis, tmp_path, *FAST, "--default-grant", "*").start()
+    b = RelayProcess(b_redis, tmp_path, a.url, "B", "--subscribe", "/w/#",
+                     "--default-grant", "*;deny=secret", *FAST).start()
+    got: list[Publication] = []
+    live = Subscriber(b.url, "/w/#", link_name="live", heartbeat_interval=0.2,
+                      on_publication=got.append)
+    try:
+        b.wait_upstream()
+        assert live.start().wait_connected(20)
+        publish(a.url, "feed.t", 10)
+        before = expected(a_redis, "feed.t", "/w/#")
+        assert wait_for(lambda: len(got) >= len(before), 30), (got, b.log_text()[-2000:])
+        a.stop()  # B's upstream goes away; B and its subscriber stay
+        with Journal.from_url(a_redis) as journal:  # the origin's publisher journals on
+            bits = journal.info("feed.t").bits or 32
+            journal.append([Publication(HIDDEN if i % 2 else "/w/a/1", "feed.t", i + 1,
+                                        fields={"n": i},
+                                        permtoken="secret" if i % 2 else None)
+                            for i in range(10, 40)]
+                           + [Publication("/w/a/1", "feed.t", i + 1, fields={"n": i})
+                              for i in range(40, 60)], bits)
+            after = [k for k in expected(a_redis, "feed.t", "/w/#") if k[1] > 40]
+            record_trim(journal, "feed.t", 1, 40)  # as retention does before it trims
+            journal.trim_through("feed.t", 40, now=time.time())
+        a.start()
+        assert wait_for(lambda: bool(got) and got[-1].source_seq >= after[-1][1], 40), (
+            [p.source_seq for p in got], b.log_text()[-3000:])
+        time.sleep(0.5)
+    finally:
+        live.stop()
+        b.stop()
+        a.stop()
+    assert [(p.topic, p.source_seq) for p in got] == before + after
+    lost = [u for u in live.unrecoverable if u.source == "feed.t"]
+    assert [u.reason for u in lost] == ["trimmed"], (lost, b.log_text()[-2000:])
+    assert lost[0].items is None, lost  # not which of them it may see
