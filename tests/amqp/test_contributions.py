@@ -492,3 +492,34 @@ def test_nobody_takes_the_contributions_of_a_source_nobody_owns(served: Componen
     with Contributor(url, "feed.open", security=client_security(BOB)) as bob:
         result = bob.contribute("/weather/wind/LEMD", {"speed": 1})
     assert not result.accepted  # no owner is connected, none can be
+
+
+def test_a_contributor_over_its_rate_through_several_connections_is_throttled_as_one(
+    served: ComponentProcess, owner: Owner, journal: Journal,
+) -> None:
+    """bob floods through three connections at once: his rate is his principal's (burst 10,
+    5/s), not each connection's, so all three together get no more than one would."""
+    url = served.url
+    results: list[list[Any]] = [[], [], []]
+    spans: list[float] = []
+    started = time.monotonic()
+
+    def flooding(out: list[Any]) -> None:
+        with Contributor(url, SOURCE, security=client_security(BOB)) as bob:
+            while len(out) < 150:
+                out.append(bob.contribute("/weather/bob", {"n": len(out)}))
+        spans.append(time.monotonic() - started)
+
+    threads = [threading.Thread(target=flooding, args=(out,)) for out in results]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert len(spans) == 3
+    flood = [r for out in results for r in out]
+    taken = [r for r in flood if r.accepted]
+    assert {r.condition for r in flood} <= {None, "amqp:resource-limit-exceeded"}
+    assert [r for r in flood if r.condition == "amqp:resource-limit-exceeded"]
+    # one principal's bucket over the whole run, whatever the connections
+    assert len(taken) <= 10 + 5 * max(spans) + 1, (len(taken), max(spans))
+    assert journal.high_water(SOURCE) == len(taken)
