@@ -22,7 +22,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -42,9 +41,10 @@ LFPG = {"id": "demo-lfpg", "topic": "/demo/#", "filters": [
 
 
 def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    # outside the kernel's ephemeral range: no outgoing connection takes it before we listen
+    from seqrepair.journal.server import free_port
+
+    return free_port()
 
 
 def _cli(*args: str) -> list[str]:

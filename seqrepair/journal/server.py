@@ -21,6 +21,7 @@ snapshots, and is gone when the block ends, whatever ends it. Nothing is left be
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import ctypes
 import os
@@ -31,6 +32,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import weakref
 from pathlib import Path
@@ -46,12 +48,55 @@ AppendFsync = Literal["always", "everysec", "no"]
 _PR_SET_PDEATHSIG = 1
 
 
+# Ports handed out by a bind to port 0, and the local ports of every outgoing connection on
+# the machine, come from the kernel's ephemeral range: a port found free there may be taken by
+# anyone's connect() before the process it is meant for binds it. Below that range nothing
+# takes a port unless asked to by number, so free ports are chosen there when there is room.
+_FLOOR = 10000
+_ROOM = 2000
+_recent: collections.deque[int] = collections.deque(maxlen=2048)
+_rng = random.Random()
+_lock = threading.Lock()
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
+def _pick(low: int, high: int, *, bus_offset: int = 0) -> int | None:
+    """A random port in ``low``..``high`` (and its port + ``bus_offset``) bindable right now and
+    not handed out recently by this process; None after 200 tries."""
+    if high < low:
+        return None
+    with _lock:
+        for _ in range(200):
+            port = _rng.randint(low, high)
+            if port in _recent:
+                continue
+            if _bindable(port) and (not bus_offset or _bindable(port + bus_offset)):
+                _recent.append(port)
+                return port
+    return None
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    """A TCP port on 127.0.0.1 that nothing listens on right now: below the kernel's ephemeral
+    range when there is room (no outgoing connection takes it meanwhile), and not one this
+    process handed out recently."""
+    low, high = _ephemeral_range()
+    port = _pick(_FLOOR, low - 1) if low - _FLOOR >= _ROOM else None
+    if port is None and 65535 - high >= _ROOM:
+        port = _pick(high + 1, 65535)
+    if port is not None:
+        return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+        bound: int = sock.getsockname()[1]
+        return bound
 
 
 # A cluster node also listens on its port + 10000 (the cluster bus), so redis-server refuses
@@ -60,15 +105,21 @@ CLUSTER_BUS_OFFSET = 10000
 MAX_CLUSTER_PORT = 65535 - CLUSTER_BUS_OFFSET
 
 
-def free_cluster_port(low: int = 20000) -> int:
+def free_cluster_port(low: int = _FLOOR) -> int:
     """A port that a Redis Cluster node may take: at most 55535, with it and its bus port free
-    on 127.0.0.1 right now."""
-    rng = random.Random()
-    for _ in range(200):
-        port = rng.randint(low, MAX_CLUSTER_PORT)
-        if _bindable(port) and _bindable(port + CLUSTER_BUS_OFFSET):
-            return port
-    raise EmbeddedRedisError(f"no free port pair for a cluster node in {low}-{MAX_CLUSTER_PORT}")
+    on 127.0.0.1 right now (both below the kernel's ephemeral range when there is room)."""
+    ephemeral_low, _ = _ephemeral_range()
+    below = ephemeral_low - 1 - CLUSTER_BUS_OFFSET
+    port = None
+    if below - low >= _ROOM:
+        port = _pick(low, below, bus_offset=CLUSTER_BUS_OFFSET)
+    if port is None:
+        port = _pick(low, MAX_CLUSTER_PORT, bus_offset=CLUSTER_BUS_OFFSET)
+    if port is None:
+        raise EmbeddedRedisError(
+            f"no free port pair for a cluster node in {low}-{MAX_CLUSTER_PORT}"
+        )
+    return port
 
 
 def _bindable(port: int) -> bool:

@@ -11,7 +11,13 @@ import pytest
 import redis
 
 from seqrepair.journal import EmbeddedRedis, EmbeddedRedisError
-from seqrepair.journal.server import MAX_CLUSTER_PORT, free_cluster_port
+from seqrepair.journal.server import (
+    CLUSTER_BUS_OFFSET,
+    MAX_CLUSTER_PORT,
+    _ephemeral_range,
+    free_cluster_port,
+    free_port,
+)
 
 pytestmark = pytest.mark.redis
 
@@ -121,3 +127,17 @@ def test_a_cluster_node_gets_a_port_whose_bus_port_exists(tmp_path: Path) -> Non
             assert srv.port <= MAX_CLUSTER_PORT
             info = redis.Redis(port=srv.port).execute_command("CLUSTER", "INFO")
             assert b"cluster_state" in info
+
+
+def test_free_ports_lie_below_the_ephemeral_range_and_do_not_repeat() -> None:
+    """A port from the kernel's ephemeral range may be taken by any outgoing connection on the
+    machine before the process it was found for listens on it: free ports come from below it
+    (room permitting), and one process never hands the same port out twice in a row."""
+    low, _ = _ephemeral_range()
+    ports = [free_port() for _ in range(200)]
+    assert len(set(ports)) == len(ports)
+    cluster = [free_cluster_port() for _ in range(50)]
+    assert len(set(cluster)) == len(cluster)
+    if low > 12000:  # room below the range (Linux's default 32768-60999, this machine's)
+        assert all(1024 < port < low for port in ports)
+        assert all(port + CLUSTER_BUS_OFFSET < low for port in cluster)

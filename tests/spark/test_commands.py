@@ -6,7 +6,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ import pytest
 from seqrepair.cli import main
 from seqrepair.core.messages import Publication, PublishType
 from seqrepair.journal.format import archive_path, encode_archive_table
+from seqrepair.journal.server import free_port
 
 from .journals import actual_images, expected_images
 
@@ -121,9 +121,7 @@ def test_cli_rejects_missing_input(capsys):
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_port()  # outside the ephemeral range: no connect() takes it meanwhile
 
 
 def _start(args: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
