@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import shutil
 import signal
@@ -18,6 +19,7 @@ import pytest
 from polling import wait_for as wait_for  # re-exported: the amqp tests import it from here
 
 from seqrepair.journal.server import EmbeddedRedis
+from seqrepair.journal.server import free_port as _free_port
 
 if TYPE_CHECKING:
     from .inthread import HereComponent
@@ -26,10 +28,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def free_port() -> int:
-    """A TCP port nobody listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A TCP port nobody listens on right now, outside the kernel's ephemeral range (no
+    outgoing connection takes it before the process it is meant for listens on it)."""
+    return _free_port()
 
 
 def _env() -> dict[str, str]:
@@ -38,44 +39,85 @@ def _env() -> dict[str, str]:
     return env
 
 
+BIND_ATTEMPTS = 3
+"""Starts of a component whose port someone else took before it listened."""
+_COMPONENTS = itertools.count(1)
+
 AUTH_OPTIONS = frozenset({"--credentials", "--client-cert", "--tls-cert", "--allow-anonymous"})
 
 
 class ComponentProcess:
     """``seqrepair serve`` in a child process; :meth:`kill` is SIGKILL, :meth:`start` again
     restarts it on the same port. Anonymous (``--allow-anonymous``) unless ``args`` name an
-    authentication option."""
+    authentication option.
+
+    Its port is found free before the process binds it: if someone took it meanwhile (the
+    component exits with "Address already in use"), :meth:`start` tries again, on a new port
+    if the test has not seen :attr:`url` yet, else on the same one a moment later."""
 
     def __init__(self, redis_url: str, tmp: Path, *args: str) -> None:
         self.redis_url = redis_url
-        self.url = f"127.0.0.1:{free_port()}"
+        self._url = f"127.0.0.1:{free_port()}"
+        self._url_seen = False
+        self._listened = False
         self.args = args
         self.secured = bool(AUTH_OPTIONS.intersection(args))
         self.tmp = tmp
+        # its own file names: several components may share a folder, and the ready file of
+        # another one (or of an earlier one) must not pass for this one's
+        self.name = f"component-{next(_COMPONENTS)}"
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
 
+    @property
+    def url(self) -> str:
+        """``127.0.0.1:PORT``, where it listens."""
+        if self.proc is None:  # the test may hand it out before the first start
+            self._url_seen = True
+        return self._url
+
+    @url.setter
+    def url(self, url: str) -> None:
+        self._url = url
+        self._url_seen = True
+
     def start(self) -> ComponentProcess:
+        for attempt in range(1, BIND_ATTEMPTS + 1):
+            if self._start_once():
+                return self
+            log = self.log_text()
+            if "Address already in use" not in log or attempt == BIND_ATTEMPTS:
+                raise RuntimeError(f"component exited: {log}")
+            if not self._listened and not self._url_seen:
+                self._url = f"127.0.0.1:{free_port()}"
+            else:
+                time.sleep(0.5 * attempt)
+        raise AssertionError("unreachable")
+
+    def _start_once(self) -> bool:
+        """Start the process; True once it is ready, False if it exited first."""
         self.starts += 1
-        ready = self.tmp / f"ready-{self.starts}"
-        log = open(self.tmp / f"component-{self.starts}.log", "wb")  # noqa: SIM115
+        ready = self.tmp / f"{self.name}-ready-{self.starts}"
+        log = open(self.tmp / f"{self.name}-{self.starts}.log", "wb")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "seqrepair.cli", "--log-level", "info", "serve",
-             "--url", self.url, "--redis-url", self.redis_url, "--ready-file", str(ready),
+             "--url", self._url, "--redis-url", self.redis_url, "--ready-file", str(ready),
              *(() if self.secured else ("--allow-anonymous",)), *self.args],
             env=_env(), stdout=log, stderr=subprocess.STDOUT,
         )
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 60  # a ceiling: a loaded 2-core machine can be slow
         while not ready.exists():
             if self.proc.poll() is not None:
-                raise RuntimeError(f"component exited: {self.log_text()}")
+                return False
             if time.monotonic() > deadline:
-                raise RuntimeError("component did not start")
+                self.kill()
+                raise RuntimeError(f"component did not start: {self.log_text()}")
             time.sleep(0.02)
-        return self
+        self._listened = True
+        return True
 
     def log_text(self) -> str:
-        return (self.tmp / f"component-{self.starts}.log").read_text(errors="replace")
+        return (self.tmp / f"{self.name}-{self.starts}.log").read_text(errors="replace")
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
