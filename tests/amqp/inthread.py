@@ -19,8 +19,6 @@ from seqrepair.core.messages import GapRequest
 from seqrepair.journal.journal import Journal
 from seqrepair.rest.manager import SubscriptionManager
 
-from .conftest import free_port
-
 
 class HereComponent(Component):
     """The component in a thread of the test; :meth:`call` runs code in that thread, where
@@ -30,18 +28,24 @@ class HereComponent(Component):
         self, redis_url: str, *, subscriptions: SubscriptionManager | None = None,
         **settings: Any,
     ) -> None:
-        self.here_url = f"127.0.0.1:{free_port()}"
+        # port 0: the listener takes a port the system chooses as it binds, so nothing can
+        # take it first; here_url names it once started
+        self.here_url = "127.0.0.1:0"
         self.here_ready = threading.Event()
         settings.setdefault("security", ANONYMOUS_LISTENER)
         config = ComponentConfig(url=self.here_url, heartbeat_interval=0.2, **settings)
         super().__init__(config, Journal.from_url(redis_url),
-                         on_ready=lambda _url: self.here_ready.set(), subscriptions=subscriptions)
+                         on_ready=self._here_listening, subscriptions=subscriptions)
         self._here_injector = Injector()
         self._here_calls: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]] = (
             queue.SimpleQueue()
         )
         self._here_thread = threading.Thread(target=self._here_run, name="component",
                                              daemon=True)
+
+    def _here_listening(self, url: str) -> None:
+        self.here_url = url
+        self.here_ready.set()
 
     def _here_run(self) -> None:
         try:
