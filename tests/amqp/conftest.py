@@ -55,6 +55,9 @@ class ComponentProcess:
     component exits with "Address already in use"), :meth:`start` tries again, on a new port
     if the test has not seen :attr:`url` yet, else on the same one a moment later."""
 
+    kind = "component"
+    """What it is, in its file names and errors."""
+
     def __init__(self, redis_url: str, tmp: Path, *args: str) -> None:
         self.redis_url = redis_url
         self._url = f"127.0.0.1:{free_port()}"
@@ -65,7 +68,7 @@ class ComponentProcess:
         self.tmp = tmp
         # its own file names: several components may share a folder, and the ready file of
         # another one (or of an earlier one) must not pass for this one's
-        self.name = f"component-{next(_COMPONENTS)}"
+        self.files = f"{self.kind}-{next(_COMPONENTS)}"
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
 
@@ -87,37 +90,39 @@ class ComponentProcess:
                 return self
             log = self.log_text()
             if "Address already in use" not in log or attempt == BIND_ATTEMPTS:
-                raise RuntimeError(f"component exited: {log}")
+                raise RuntimeError(f"{self.kind} exited: {log}")
             if not self._listened and not self._url_seen:
                 self._url = f"127.0.0.1:{free_port()}"
             else:
                 time.sleep(0.5 * attempt)
         raise AssertionError("unreachable")
 
+    def command(self, ready: Path) -> list[str]:
+        """The command line that starts it, writing ``ready`` once it listens."""
+        return [sys.executable, "-m", "seqrepair.cli", "--log-level", "info", "serve",
+                "--url", self._url, "--redis-url", self.redis_url, "--ready-file", str(ready),
+                *(() if self.secured else ("--allow-anonymous",)), *self.args]
+
     def _start_once(self) -> bool:
         """Start the process; True once it is ready, False if it exited first."""
         self.starts += 1
-        ready = self.tmp / f"{self.name}-ready-{self.starts}"
-        log = open(self.tmp / f"{self.name}-{self.starts}.log", "wb")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "seqrepair.cli", "--log-level", "info", "serve",
-             "--url", self._url, "--redis-url", self.redis_url, "--ready-file", str(ready),
-             *(() if self.secured else ("--allow-anonymous",)), *self.args],
-            env=_env(), stdout=log, stderr=subprocess.STDOUT,
-        )
+        ready = self.tmp / f"{self.files}-ready-{self.starts}"
+        log = open(self.tmp / f"{self.files}-{self.starts}.log", "wb")  # noqa: SIM115
+        self.proc = subprocess.Popen(self.command(ready), env=_env(), stdout=log,
+                                     stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 60  # a ceiling: a loaded 2-core machine can be slow
         while not ready.exists():
             if self.proc.poll() is not None:
                 return False
             if time.monotonic() > deadline:
                 self.kill()
-                raise RuntimeError(f"component did not start: {self.log_text()}")
+                raise RuntimeError(f"{self.kind} did not start: {self.log_text()}")
             time.sleep(0.02)
         self._listened = True
         return True
 
     def log_text(self) -> str:
-        return (self.tmp / f"{self.name}-{self.starts}.log").read_text(errors="replace")
+        return (self.tmp / f"{self.files}-{self.starts}.log").read_text(errors="replace")
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

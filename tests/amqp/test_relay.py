@@ -6,7 +6,6 @@ selection, once, in order, as A's journal holds it."""
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 import threading
 import time
@@ -21,7 +20,7 @@ from seqrepair.core.topics import TopicPattern
 from seqrepair.journal import EmbeddedRedis, Journal
 from seqrepair.journal.selection import NotSelected
 
-from .conftest import ComponentProcess, _env, wait_for
+from .conftest import ComponentProcess, wait_for
 
 pytestmark = [pytest.mark.amqp, pytest.mark.redis]
 
@@ -31,38 +30,27 @@ LOSS = ("--drop-rate", "0.03", "--heartbeat", "0.2")
 class RelayProcess(ComponentProcess):
     """``seqrepair relay`` in a child process (kill -9 and restart on the same port)."""
 
+    kind = "relay"
+
     def __init__(self, redis_url: str, tmp: Path, upstream: str, name: str, *args: str) -> None:
         super().__init__(redis_url, tmp, *args)
         self.upstream = upstream
         self.name = name
 
-    def start(self) -> RelayProcess:
-        self.starts += 1
-        ready = self.tmp / f"ready-{self.name}-{self.starts}"
-        log = open(self.tmp / f"relay-{self.name}-{self.starts}.log", "wb")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "seqrepair.cli", "--log-level", "info", "relay",
-             "--listen", self.url, "--upstream", self.upstream, "--name", self.name,
-             "--redis-url", self.redis_url, "--ready-file", str(ready), "--allow-anonymous",
-             *self.args],
-            env=_env(), stdout=log, stderr=subprocess.STDOUT,
-        )
-        deadline = time.monotonic() + 20
-        while not ready.exists():
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"relay exited: {self.log_text()}")
-            if time.monotonic() > deadline:
-                raise RuntimeError("relay did not start")
-            time.sleep(0.02)
-        return self
+    def command(self, ready: Path) -> list[str]:
+        return [sys.executable, "-m", "seqrepair.cli", "--log-level", "info", "relay",
+                "--listen", self._url, "--upstream", self.upstream, "--name", self.name,
+                "--redis-url", self.redis_url, "--ready-file", str(ready), "--allow-anonymous",
+                *self.args]
 
-    def log_text(self) -> str:
-        return (self.tmp / f"relay-{self.name}-{self.starts}.log").read_text(errors="replace")
+    def start(self) -> RelayProcess:
+        super().start()
+        return self
 
     def wait_upstream(self) -> None:
         """Until its upstream link is attached (what is published before is not its own)."""
-        assert wait_for(lambda: "] connected" in self.log_text(), 20), self.log_text()
-        time.sleep(0.3)  # the attach follows the open
+        assert wait_for(lambda: "upstream link attached" in self.log_text(), 60), (
+            self.log_text())
 
 
 @pytest.fixture

@@ -96,6 +96,13 @@ class UpstreamSubscriber(Subscriber):
         self._kept: dict[tuple[str, int], bytes] = {}
         self.decoder = _KeepingEntries(self.decoder, self._kept)  # type: ignore[assignment]
 
+    def on_link_opened(self, event: Any) -> None:
+        super().on_link_opened(event)
+        if event.link == self._receiver and self.connected.is_set():
+            # from here on upstream routes every publication to this link: what a test (or
+            # an operator) waits for before publishing what the relay must carry
+            self.log.info("upstream link attached")
+
     def _follow(self, props: Any) -> None:
         super()._follow(props)
         if not isinstance(self.decoder, _KeepingEntries):  # a new stub: a new decoder
