@@ -112,8 +112,9 @@ def test_connections_that_never_open_are_closed_after_the_open_timeout(tmp_path:
                 socks = connect_all(host, int(port), 50)
                 for sock, _ in socks[40:]:
                     sock.sendall(AMQP_HEADER)
-                # accepted from the listen backlog within moments, each one descriptor
-                assert wait_for(lambda: fds(comp) >= baseline + 45, 1.2), (fds(comp), baseline)
+                # accepted from the listen backlog, each one descriptor, held --open-timeout
+                # from its accept: a loaded machine may accept late, never close them early
+                assert wait_for(lambda: fds(comp) >= baseline + 45, 10), (fds(comp), baseline)
                 assert query_capabilities(comp.url, timeout=5).link_bits == 16  # still served
                 held_for = []
                 for i, (sock, connected) in enumerate(socks):
@@ -131,7 +132,7 @@ def test_connections_that_never_open_are_closed_after_the_open_timeout(tmp_path:
                     sock.close()
                 assert min(held_for) >= 1.4, held_for
                 assert max(held_for) < 6, held_for
-                assert wait_for(lambda: fds(comp) <= baseline + 2, 5), (fds(comp), baseline)
+                assert wait_for(lambda: fds(comp) <= baseline + 2, 20), (fds(comp), baseline)
         finally:
             comp.stop()
         counters = stop_counters(comp)
@@ -308,9 +309,9 @@ def test_what_ends_is_released_however_it_ends(here: Any) -> None:
     links = [attach(conn, f"g{i}") for i in range(3)]
     assert counts() == (1, 3, 1)
     links[0].close()
-    assert wait_for(lambda: counts() == (1, 2, 1), 5)
+    assert wait_for(lambda: counts() == (1, 2, 1))
     conn.close()
-    assert wait_for(lambda: counts() == (0, 0, 0), 5)
+    assert wait_for(lambda: counts() == (0, 0, 0))
     # a peer process that dies holding three links: its socket goes, its open never closes
     peer = subprocess.Popen([sys.executable, "-c", (
         "import sys, time\n"
@@ -326,7 +327,7 @@ def test_what_ends_is_released_however_it_ends(here: Any) -> None:
     finally:
         peer.kill()
         peer.wait(10)
-    assert wait_for(lambda: counts() == (0, 0, 0), 5)
+    assert wait_for(lambda: counts() == (0, 0, 0))
     again = BlockingConnection(comp.here_url, timeout=10, container_id="greedy")
     try:
         for i in range(3):
