@@ -7,8 +7,17 @@ from pathlib import Path
 
 import pytest
 import structlog
+from hypothesis import HealthCheck, settings
 
 from seqrepair.journal import EmbeddedRedis
+
+# Property tests check behaviour, never speed: no per-example deadline (200 ms by default) and
+# no "too slow" health check, both of which a loaded 2-core machine fails at random (CI runs
+# the suite once; a failure prints the example and a reproduction blob).
+settings.register_profile(
+    "seqrepair", deadline=None, suppress_health_check=[HealthCheck.too_slow], print_blob=True
+)
+settings.load_profile("seqrepair")
 
 
 @pytest.fixture(autouse=True)

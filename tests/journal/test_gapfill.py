@@ -291,7 +291,8 @@ TOKENS = [None, "gold", "silver", "secret"]
 
 
 @settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=40, deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(
     rows=st.dictionaries(
