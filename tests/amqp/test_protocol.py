@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -63,6 +64,7 @@ class Session(MessagingHandler):
         self.outcomes: list[tuple[Any, Any]] = []
         self.link_errors: list[Any] = []
         self.conn: Any = None
+        self.attached = threading.Event()  # the component answered the receiver's attach
 
     def on_start(self, event: Any) -> None:
         self.timer = event.container.schedule(15, self)
@@ -71,6 +73,10 @@ class Session(MessagingHandler):
             event.container.create_receiver(self.conn, self.receive_from, name=self.reply_link)
         if self.send_to:
             event.container.create_sender(self.conn, self.send_to)
+
+    def on_link_opened(self, event: Any) -> None:
+        if event.receiver is not None:
+            self.attached.set()
 
     def on_timer_task(self, event: Any) -> None:
         self._close()
@@ -129,9 +135,6 @@ def served(url: str) -> bool:
 def test_plain_client_publishes_and_reads_publications_and_heartbeats(
     server: ComponentProcess,
 ) -> None:
-    import threading
-    import time
-
     def heartbeat_after_the_publications(received: list[Message]) -> bool:
         kinds = [m.properties["message-type"] for m in received]
         return kinds.count("PUBLICATION") == 3 and kinds[-1] == "HEARTBEAT"
@@ -139,7 +142,7 @@ def test_plain_client_publishes_and_reads_publications_and_heartbeats(
     reader = Session(server.url, receive="/plain/#", until=heartbeat_after_the_publications)
     t = threading.Thread(target=reader.run)
     t.start()
-    time.sleep(0.5)
+    assert reader.attached.wait(15)  # what is published before its attach is not its own
     writer = Session(server.url, send="/plain/x",
                      messages=[Message(body={"speed": i, "gust": None}) for i in range(3)]).run()
     t.join(20)
