@@ -223,3 +223,34 @@ def test_subscribe_that_never_connects_says_so(capsys):
     err = capsys.readouterr().err
     assert "never connected to 127.0.0.1:1" in err
     assert json.loads(err.splitlines()[0])["delivered"] == 0
+
+
+@pytest.mark.redis
+@pytest.mark.amqp
+@pytest.mark.parametrize("command", ["serve", "relay", "gateway"])
+def test_a_listener_whose_address_is_taken_exits_1_with_one_line(command, tmp_path):
+    """``serve`` used to log the bind failure and exit 0, ``gateway`` to run on listening
+    nowhere: each now says where it cannot listen and why, and exits 1 at once."""
+    import socket
+
+    from seqrepair.journal import EmbeddedRedis
+
+    with socket.socket() as taken, EmbeddedRedis() as redis_server:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        address = f"127.0.0.1:{taken.getsockname()[1]}"
+        argv = {
+            "serve": ["serve", "--url", address, "--redis-url", redis_server.url],
+            "relay": ["relay", "--listen", address, "--redis-url", redis_server.url,
+                      "--upstream", "127.0.0.1:1", "--subscribe", "/x/#"],
+            "gateway": ["gateway", "--listen", address, "--upstream", "127.0.0.1:1"],
+        }[command]
+        done = subprocess.run(
+            [sys.executable, "-m", "seqrepair.cli", *argv, "--allow-anonymous"],
+            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+            capture_output=True, text=True, timeout=60,
+        )
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    last = done.stderr.strip().splitlines()[-1]
+    assert last == f"seqrepair {command}: cannot listen on {address}: Address already in use"
+    assert "Traceback" not in done.stderr

@@ -141,6 +141,8 @@ class Component(MessagingHandler):
         config.security.check(config.url)  # InvalidConfigError: it would let in whom it must not
         self.config = config
         self.listening = config.url  # host:port bound (the chosen port when url names port 0)
+        self.listen_error: str | None = None
+        """Why it could not listen (its address taken...): it stopped at once then."""
         self.clock = clock
         self._stop_requested = False
         self.on_ready = on_ready
@@ -253,8 +255,14 @@ class Component(MessagingHandler):
     def on_start(self, event: Any) -> None:
         self.container = event.container
         self.config.security.prepare()
-        self.acceptor = event.container.listen(self.config.url,
-                                               ssl_domain=self.config.security.ssl_domain())
+        try:
+            self.acceptor = event.container.listen(self.config.url,
+                                                   ssl_domain=self.config.security.ssl_domain())
+        except OSError as exc:  # its address taken, or not this host's: nothing to serve
+            self.listen_error = f"cannot listen on {self.config.url}: {exc.strerror or exc}"
+            log.error("cannot listen", url=self.config.url, error=str(exc))
+            event.container.stop()
+            return
         widen_backlog(self.acceptor)  # a burst of connects is taken, not left to retransmit
         self.listening = listening_address(self.acceptor, self.config.url)
         if self.config.hop_id is None:  # the address bound (a port 0 chosen) says more

@@ -105,6 +105,9 @@ def serve(args: argparse.Namespace) -> int:
             stack.enter_context(retention)
         stack.callback(lambda: log.info("component stopped", **component.stats))
         make_container(Guarded(component, component.stats)).run()  # a bad peer ends its own
+    if component.listen_error is not None:
+        print(f"seqrepair serve: {component.listen_error}", file=sys.stderr)
+        return 1
     return 0
 
 

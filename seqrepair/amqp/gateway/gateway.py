@@ -275,8 +275,14 @@ class Gateway(MessagingHandler):
     def on_start(self, event: Any) -> None:
         self._container = event.container
         self.security.prepare()
-        self._acceptor = event.container.listen(self.listen_url,
-                                                ssl_domain=self.security.ssl_domain())
+        try:
+            self._acceptor = event.container.listen(self.listen_url,
+                                                    ssl_domain=self.security.ssl_domain())
+        except OSError as exc:  # its address taken, or not this host's: nothing to relay
+            self.error = f"cannot listen on {self.listen_url}: {exc.strerror or exc}"
+            self.log.error("cannot listen", listen=self.listen_url, error=str(exc))
+            event.container.stop()
+            return
         self.listening = listening_address(self._acceptor, self.listen_url)
         if self.hop_id is None:  # the address bound (a port 0 chosen) says more
             self.hops = self.relays.hops = Hops(default_hop_id(self.name, self.listening),

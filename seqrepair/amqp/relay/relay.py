@@ -315,6 +315,8 @@ class RelayComponent(Component):
 
     def on_start(self, event: Any) -> None:
         super().on_start(event)
+        if self.listen_error is not None:
+            return
         log.info("relay hop", hop_id=self.hops.identity, max_hops=self.hops.max_hops)
         self._start_upstream(self.table.current, ())  # no link without patterns
         log.info("relay upstream selection", upstream=self.upstream_url, link=self.link_name,

@@ -84,6 +84,9 @@ def relay_command(args: argparse.Namespace) -> int:
             stack.enter_context(retention)
         _tune_gc()
         make_container(Guarded(relay, relay.stats)).run()
+    if relay.listen_error is not None:
+        print(f"seqrepair relay: {relay.listen_error}", file=sys.stderr)
+        return 1
     if relay.error is not None:
         print(f"seqrepair relay: {relay.error.message}", file=sys.stderr)
         return 1
