@@ -153,11 +153,13 @@ def test_kill_9_three_times_mid_stream_loses_nothing_and_repeats_only_the_unackn
     subs = [subscribe(comp, tmp_path, "0", *name)]
     ready(tmp_path, "0", subs[0])
     counts = {"feed.a": 6000, "feed.b": 4000}
-    publishers = [publish(comp, redis_url, "feed.a", counts["feed.a"], rate=1000),
-                  publish(comp, redis_url, "feed.b", counts["feed.b"], rate=700)]
+    # about 9 s of publishing: three rounds of kill -9 and a new subscriber process (its
+    # start alone takes 2-3 s on a loaded machine) must all fall inside it
+    publishers = [publish(comp, redis_url, "feed.a", counts["feed.a"], rate=650),
+                  publish(comp, redis_url, "feed.b", counts["feed.b"], rate=450)]
     positions: list[dict[str, int]] = []
     for k in range(1, 4):
-        # mid-stream (the publishers run for about 6 s): once this process has written some
+        # mid-stream: once this process has written some
         assert wait_for(lambda k=k: len(records(tmp_path / f"out-{k - 1}.jsonl")) >= 300, 30)
         time.sleep(0.1 * k)
         assert all(proc.poll() is None for proc in publishers)  # still publishing
@@ -339,8 +341,10 @@ def test_with_resume_the_output_file_holds_each_publication_once_across_three_ki
 
     counts = {"feed.a": 4000, "feed.b": 3000}
     proc = start(0)
-    publishers = [publish(comp, redis_url, "feed.a", counts["feed.a"], rate=1000),
-                  publish(comp, redis_url, "feed.b", counts["feed.b"], rate=750)]
+    # about 8 s of publishing: three rounds of kill -9 and a new subscriber process (its
+    # start alone takes 2-3 s on a loaded machine) must all fall inside it
+    publishers = [publish(comp, redis_url, "feed.a", counts["feed.a"], rate=500),
+                  publish(comp, redis_url, "feed.b", counts["feed.b"], rate=375)]
     for k in range(1, 4):
         before = written()
         assert wait_for(lambda before=before: written() >= before + 300, 30)
