@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from polling import wait_for as wait_for  # re-exported: the amqp tests import it from here
 
-from seqrepair.journal.server import EmbeddedRedis
+from seqrepair.journal.server import EmbeddedRedis, _die_with_parent
 from seqrepair.journal.server import free_port as _free_port
 
 if TYPE_CHECKING:
@@ -108,8 +108,12 @@ class ComponentProcess:
         self.starts += 1
         ready = self.tmp / f"{self.files}-ready-{self.starts}"
         log = open(self.tmp / f"{self.files}-{self.starts}.log", "wb")  # noqa: SIM115
+        # dies with the test process however it ends: an interrupted run leaves no component
+        # listening and spending CPU on a machine other runs share
         self.proc = subprocess.Popen(self.command(ready), env=_env(), stdout=log,
-                                     stderr=subprocess.STDOUT)
+                                     stderr=subprocess.STDOUT,
+                                     preexec_fn=_die_with_parent if sys.platform == "linux"
+                                     else None)
         deadline = time.monotonic() + 60  # a ceiling: a loaded 2-core machine can be slow
         while not ready.exists():
             if self.proc.poll() is not None:
