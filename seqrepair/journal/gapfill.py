@@ -330,6 +330,16 @@ class Replay:
                 if scan_slice is not None and self.scanned % scan_slice == 0:
                     yield None
         except TrimmedRangeError as exc:
+            if self.fetcher is not None:
+                # a relay's retention trimmed on while the replay read (its journal grows as
+                # publications come): what it took is asked upstream, as what lay below the
+                # trim when the replay began was
+                seg.upstream_through = max(seg.upstream_through, exc.trimmed_through)
+                resume = max(start, lacking[0].first if lacking else exc.requested)
+                log.info("gapfill.trimmed_during_replay", link=self.link.link_id,
+                         source=seg.source, trimmed_through=exc.trimmed_through,
+                         asked_upstream_from=resume)
+                return resume
             log.warning(
                 "gapfill.trimmed_during_replay", link=self.link.link_id, source=seg.source
             )

@@ -198,6 +198,35 @@ def test_below_the_trim_the_upstream_answers_then_the_journal(journal: Journal) 
     assert not frames[-1].more
 
 
+def test_what_retention_trims_while_the_upstream_answers_is_asked_upstream_too(
+    journal: Journal,
+) -> None:
+    """A relay's journal keeps growing, and its retention trimming, while a replay waits for
+    the upstream's answer for what lay below the trim: the numbers trimmed meanwhile are
+    asked upstream too, not answered ``trimmed`` (the upstream holds them: no loss to name).
+    Seen under load in test_relay_fetch: 428..429 trimmed while 50..427 were fetched."""
+    journal.append(ORIGIN, 32, not_selected=NARROW)
+    journal.trim_through("feed.a", 20, now=0.0)
+    service = GapFillService(journal)
+    service.attach("s", Entitlement(topics=["/w/#"], grant={"t2"}), start_after={})
+
+    class Trimming(Upstream):
+        def answer_all(self) -> None:
+            if len(self.answers) == 1:
+                journal.trim_through("feed.a", 24, now=0.0)  # while the first was out
+            super().answer_all()
+
+    upstream = Trimming(ORIGIN)
+    replay = service.answer_source_gap("s", SourceGapRequest({"feed.a": 10}), 0.0,
+                                       fetcher=upstream)
+    assert isinstance(replay, Replay)
+    frames, _ = run(replay, upstream)
+    assert [f.source_seq for f in frames if isinstance(f, Publication)] == list(range(11, 31))
+    assert [(f, last) for _e, f, last in upstream.asked] == [(11, 20), (21, 30)]
+    assert isinstance(frames[-1], ReplayComplete)
+    assert not [f for f in frames if isinstance(f, GapError)]
+
+
 def test_what_the_upstream_trimmed_too_is_trimmed_naming_it(journal: Journal) -> None:
     journal.append(ORIGIN, 32, not_selected=NARROW)
     journal.trim_through("feed.a", 20, now=0.0)
