@@ -70,7 +70,8 @@ class ComponentProcess:
         # another one (or of an earlier one) must not pass for this one's
         self.files = f"{self.kind}-{next(_COMPONENTS)}"
         self.proc: subprocess.Popen[bytes] | None = None
-        self.starts = 0
+        self.starts = 0  # times it came up (a start retried for its port counts once)
+        self._attempts = 0  # processes started, each with its own log and ready files
 
     @property
     def url(self) -> str:
@@ -105,9 +106,9 @@ class ComponentProcess:
 
     def _start_once(self) -> bool:
         """Start the process; True once it is ready, False if it exited first."""
-        self.starts += 1
-        ready = self.tmp / f"{self.files}-ready-{self.starts}"
-        log = open(self.tmp / f"{self.files}-{self.starts}.log", "wb")  # noqa: SIM115
+        self._attempts += 1
+        ready = self.tmp / f"{self.files}-ready-{self._attempts}"
+        log = open(self.tmp / f"{self.files}-{self._attempts}.log", "wb")  # noqa: SIM115
         # dies with the test process however it ends: an interrupted run leaves no component
         # listening and spending CPU on a machine other runs share
         self.proc = subprocess.Popen(self.command(ready), env=_env(), stdout=log,
@@ -123,10 +124,11 @@ class ComponentProcess:
                 raise RuntimeError(f"{self.kind} did not start: {self.log_text()}")
             time.sleep(0.02)
         self._listened = True
+        self.starts += 1
         return True
 
     def log_text(self) -> str:
-        return (self.tmp / f"{self.files}-{self.starts}.log").read_text(errors="replace")
+        return (self.tmp / f"{self.files}-{self._attempts}.log").read_text(errors="replace")
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
