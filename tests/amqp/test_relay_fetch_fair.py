@@ -8,6 +8,7 @@ selection."""
 from __future__ import annotations
 
 import re
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -72,9 +73,21 @@ def test_a_second_principal_s_fetch_is_not_starved_behind_one_principal_s_many(
                                    security=client_security("bulk")).start())
         # bulk holds the four links and queues the rest before other asks
         assert wait_for(lambda: _waiting(b.log_text()) >= 4, 60), b.log_text()[-3000:]
-        subs.append(Subscriber(b.url, "/w/#", on_publication=got[many].append,
-                               link_name=f"fair{many}", durable=True, heartbeat_interval=0.2,
-                               security=client_security("other")).start())
+        # and keeps them queued until it has asked: the upstream answers nothing meanwhile
+        # (one fetch connection drains a queue of fetches faster than other's subscriber
+        # attaches and asks; a few seconds, well inside the fetch and idle timeouts)
+        assert a.proc is not None
+        a.proc.send_signal(signal.SIGSTOP)
+        try:
+            subs.append(Subscriber(b.url, "/w/#", on_publication=got[many].append,
+                                   link_name=f"fair{many}", durable=True,
+                                   heartbeat_interval=0.2,
+                                   security=client_security("other")).start())
+            assert wait_for(lambda: re.search(
+                r"fetching from upstream what the journal lacks .*principal=other",
+                b.log_text()) is not None, 20), b.log_text()[-3000:]
+        finally:
+            a.proc.send_signal(signal.SIGCONT)
         wants = [[w for w in expected(a_redis, "feed.a", "/w/#") if w[1] > i]
                  for i in range(many + 1)]
         assert wait_for(lambda: all(len(g) >= len(w) for g, w in zip(got, wants, strict=True)),
