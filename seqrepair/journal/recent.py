@@ -75,7 +75,8 @@ class RecentEntries:
     publication (the transport's reading of its own entries), to check blocks against the
     journal."""
 
-    def __init__(self, max_bytes: int, same: Callable[[bytes, Publication], bool]) -> None:
+    def __init__(self, max_bytes: int, same: Callable[[bytes, Publication], bool],
+                 stats: dict[str, int] | None = None) -> None:
         self.max_bytes = max_bytes
         self.same = same
         self.bytes = 0
@@ -86,6 +87,12 @@ class RecentEntries:
         self._order: deque[tuple[_Run, int]] = deque()
         """(run, bytes counted) per entry, oldest first: what eviction takes."""
         self.stats = {"served": 0, "evicted": 0, "runs_started": 0, "mismatched": 0}
+        """Entries sent from here, evicted, runs begun, and blocks the journal did not match
+        (kept in ``stats`` when given, a component's counters, prefixed ``replay_cache_``)."""
+        self._shared = stats
+        if stats is not None:
+            for key in self.stats:
+                stats.setdefault(f"replay_cache_{key}", 0)
 
     def add(self, pub: Publication, entry: bytes | None) -> None:
         """Keep ``pub``'s batch entry ``entry`` (journaled and fanned out); None (an entry only
@@ -161,6 +168,13 @@ class RecentEntries:
         end = min(last, run.last) - run.first + 1
         return run.entries[start:end], run.keys[start:end]  # type: ignore[return-value]
 
+    def publish_stats(self) -> None:
+        """Copy the counters into the shared ``stats`` (per block, not per entry)."""
+        shared = self._shared
+        if shared is not None:
+            for key, value in self.stats.items():
+                shared[f"replay_cache_{key}"] = value
+
     def sample(self, source: str, key: tuple[Any, ...]) -> Publication:
         """The publication of ``source`` remembered for ``key`` (of an entry :meth:`block`
         gave, so it is held)."""
@@ -213,6 +227,7 @@ def replay_recent(replay: Replay, seg: Segment, start: int, scan_slice: int | No
             # the journal holds something else there (emptied and written again under the
             # component, say): what it holds, from the journal path
             recent.stats["mismatched"] += 1
+            recent.publish_stats()
             return start
         for offset, entry in enumerate(entries):
             seq = start + offset
@@ -220,6 +235,7 @@ def replay_recent(replay: Replay, seg: Segment, start: int, scan_slice: int | No
                 if numbered.recorded != seen:
                     seen, limit = numbered.recorded, replay.link_limit(source)
                 if limit is not None and seq > limit and replay.cut(seg, seq):
+                    recent.publish_stats()
                     return None
             replay.scanned += 1
             key = keys[offset]
@@ -235,4 +251,5 @@ def replay_recent(replay: Replay, seg: Segment, start: int, scan_slice: int | No
             if scan_slice is not None and replay.scanned % scan_slice == 0:
                 yield None
         start += len(entries)
+        recent.publish_stats()
     return None

@@ -170,7 +170,7 @@ class Component(MessagingHandler):
             page_size=config.replay_page,
             context_bytes=config.link_context_bytes,
         )
-        self.recent = RecentEntries(config.replay_cache_bytes, entry_matches)
+        self.recent = RecentEntries(config.replay_cache_bytes, entry_matches, self.stats)
         """What was fanned out lately, encoded: sent from here by source replays."""
         self.fetcher: Fetcher | None = None
         """A relay's: asks its upstream for what its journal lacks (journal/lacking.py)."""
