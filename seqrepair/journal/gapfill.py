@@ -334,22 +334,26 @@ class Replay:
                 if scan_slice is not None and self.scanned % scan_slice == 0:
                     yield None
         except TrimmedRangeError as exc:
-            log.warning(
-                "gapfill.trimmed_during_replay", link=self.link.link_id, source=seg.source
-            )
             # everything before the number the journal was asked for went out, but numbers
             # not selected for the link and not said yet (a relay's; their items unknown)
-            items = None if lacking else entitled_items(
-                self.journal, self.link.entitlement, source, exc.requested, exc.trimmed_through)
-            yield GapError("trimmed", self.request, exc.message,
-                           {seg.source: exc.trimmed_through},
-                           items=None if items is None else {source: items})
+            yield self.trimmed_meanwhile(source, exc, named=not lacking)
             return -1
         if lacking:
             return (yield from self._said_or_asked(seg, start, lacking, not_asked))
         if end < seg.last:  # read up to what the transport holds: on from there
             return (yield from self._journal(seg, end + 1, scan_slice, not_asked))
         return None
+
+    def trimmed_meanwhile(self, source: str, exc: TrimmedRangeError, *,
+                          named: bool = True) -> GapError:
+        """The answer when retention trimmed ``exc.requested`` of ``source`` while the replay
+        ran: what it removed through ``exc.trimmed_through``, with the link's items there when
+        ``named``."""
+        log.warning("gapfill.trimmed_during_replay", link=self.link.link_id, source=source)
+        items = entitled_items(self.journal, self.link.entitlement, source, exc.requested,
+                               exc.trimmed_through) if named else None
+        return GapError("trimmed", self.request, exc.message, {source: exc.trimmed_through},
+                        items=None if items is None else {source: items})
 
     def _named(self, source: str) -> bool:
         """Whether the request or the link's start names ``source``: a number the link is

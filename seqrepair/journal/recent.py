@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from seqrepair.core.messages import GapError, Publication
+from seqrepair.core.messages import Publication
 from seqrepair.journal.errors import JournalCorruptError, TrimmedRangeError
 from seqrepair.journal.remembered import remembered
 from seqrepair.logs import get_logger
@@ -214,13 +214,10 @@ def replay_recent(replay: Replay, seg: Segment, start: int, scan_slice: int | No
             last = probe(source, end)[2] if trimmed < start < end else first
         except JournalCorruptError:  # the journal path says so, as it would have
             return start
-        if start <= trimmed:
-            exc = TrimmedRangeError(
+        if start <= trimmed:  # answered as the journal path's page read would
+            yield replay.trimmed_meanwhile(source, TrimmedRangeError(
                 f"{source!r} is trimmed through {trimmed}; {start} was requested",
-                source=source, trimmed_through=trimmed, requested=start)
-            log.warning("gapfill.trimmed_during_replay", link=replay.link.link_id,
-                        source=source)
-            yield GapError("trimmed", replay.request, exc.message, {source: trimmed})
+                source=source, trimmed_through=trimmed, requested=start))
             return -1
         if (high_water < end or type(first) is not Publication or type(last) is not Publication
                 or not recent.same(entries[0], first) or not recent.same(entries[-1], last)):

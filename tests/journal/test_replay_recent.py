@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import redis
 
 from seqrepair.amqp.component.replaywire import JournaledEntries, entry_matches
 from seqrepair.amqp.wire.framing import encode_entry
@@ -164,23 +165,44 @@ def test_the_per_request_cap_and_the_link_cover_hold(journal: Journal) -> None:
     assert closing.through == {"feed.a": 201}
 
 
-def test_numbers_trimmed_meanwhile_are_answered_trimmed(journal: Journal) -> None:
-    recent = RecentEntries(1 << 20, entry_matches)
-    fanned_out(journal, recent, pubs("feed.a", 1, 120))
+def _trimmed(journal: Journal, recent: RecentEntries | None, sent_first: int) -> list[object]:
+    """A replay of 1..120 whose numbers through 80 retention trims once it has sent
+    ``sent_first`` (0: as soon as it was answered, before it read anything)."""
     service = GapFillService(journal, page_size=50)
     service.attach("L", Entitlement(["/t/#"]), start_after={})
     replay = service.answer_source_gap("L", SourceGapRequest(after={"feed.a": 0}), 0.0,
                                        encoder=JournaledEntries(bits_of), recent=recent)
     assert isinstance(replay, Replay)
     frames = iter(replay)
-    first = [next(frames) for _ in range(50)]
+    first = [next(frames) for _ in range(sent_first)]
     assert all(type(f) is bytes for f in first)
     journal.trim_through("feed.a", 80, now=0.0)
-    rest = list(frames)
+    return list(frames)
+
+
+def test_numbers_trimmed_meanwhile_are_answered_trimmed(
+    journal: Journal, redis_client: redis.Redis
+) -> None:
+    recent = RecentEntries(1 << 20, entry_matches)
+    fanned_out(journal, recent, pubs("feed.a", 1, 120))
+    rest = _trimmed(journal, recent, 50)  # trimmed before its next block is read
     assert len(rest) == 1, rest
     assert isinstance(rest[0], GapError)
     assert rest[0].reason == "trimmed"
     assert rest[0].trimmed_through == {"feed.a": 80}
+    assert recent.stats["served"] == 50
+    # trimmed before anything was read: the journal path's answer, items named included
+    redis_client.flushdb()
+    recent = RecentEntries(1 << 20, entry_matches)
+    fanned_out(journal, recent, pubs("feed.a", 1, 120))
+    cached = _trimmed(journal, recent, 0)
+    assert recent.stats["served"] == 0
+    redis_client.flushdb()
+    fanned_out(journal, None, pubs("feed.a", 1, 120))
+    plain = _trimmed(journal, None, 0)
+    assert len(plain) == 1
+    assert isinstance(plain[0], GapError)
+    assert cached == plain
 
 
 def test_an_emptied_journal_is_not_answered_from_the_cache(journal: Journal) -> None:
