@@ -393,6 +393,11 @@ def add_component_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--replay-page", type=positive_int, default=1_000, metavar="N",
                         help="journal entries a replay reads per step, sent or skipped by the "
                              "link's filters: one step of a repair turn (default 1000)")
+    parser.add_argument("--replay-cache-bytes", type=non_negative_int, default=64 << 20,
+                        metavar="BYTES",
+                        help="most bytes of recently fanned-out publications kept encoded, "
+                             "so a source replay of recent history sends them without reading "
+                             "the journal (0: none; default: 64 MiB)")
     parser.add_argument("--max-replays-per-connection", type=positive_int, default=16,
                         metavar="N",
                         help="source replays one connection may have in progress; a "

@@ -64,6 +64,9 @@ class LinkContext:
     # absolute link number = position + _base; after a reset position 1 is the 0 frame.
     _base: int = attrs.field(init=False, default=0)
     _generation: int = attrs.field(init=False, default=0)  # counts resets
+    recorded: int = attrs.field(init=False, default=0)
+    """Frames recorded so far, every context together: what a reader of the numbering (a
+    replay's :class:`LinkCover`) compares to know nothing was numbered since it last read."""
 
     @space.default
     def _space(self) -> SequenceSpace:
@@ -85,6 +88,7 @@ class LinkContext:
             self._head = 0
             self._base = -1
         self._head += 1
+        self.recorded += 1
         self._frames.append(frame)
         self._through.append(
             (self._through[-1] if self._through else self._evicted)

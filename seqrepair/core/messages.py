@@ -274,6 +274,34 @@ class Publication:
         return new
 
 
+def decoded_publication(
+    topic: str, source: str, source_seq: int, ptype: PublishType, fields: dict[str, Any],
+    link_seq: int | None, permtoken: str | None, timestamp: float | None, retransmit: bool,
+) -> Publication:
+    """:class:`Publication` of values a decoder read as their types (``topic`` a str,
+    ``source`` a non-empty str, the numbers ints, a :class:`PublishType`, ``fields`` a dict it
+    made and hands over: kept, not copied, ``permtoken`` a non-empty str or None,
+    ``timestamp`` a float or None, ``retransmit`` a bool). Only what the types do not say is
+    checked here (the topic, the field names, the number ranges, a finite time); anything
+    else goes through ``Publication()``, which raises as ever."""
+    if (
+        topic in _KNOWN_TOPICS
+        and 1 <= source_seq <= _MAX_WIRE
+        and (link_seq is None or 0 <= link_seq <= _MAX_WIRE)
+        and (timestamp is None or -inf < timestamp < inf)
+    ):
+        for key in fields:
+            if type(key) is not str or not key:
+                break
+        else:
+            new: Publication = object.__new__(Publication)
+            _fill(new, topic, source, source_seq, ptype, MappingProxyType(fields), link_seq,
+                  permtoken, timestamp, retransmit)
+            return new
+    return Publication(topic, source, source_seq, ptype, fields, link_seq, permtoken, timestamp,
+                       retransmit)
+
+
 _ATTRS = attrs.fields(Publication)
 _SOURCE_SEQ = _int_in(1, _MAX_WIRE)
 _LINK_SEQ = _optional(_int_in(0, _MAX_WIRE))

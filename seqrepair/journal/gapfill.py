@@ -64,7 +64,9 @@ from seqrepair.core.permissions import Entitlement
 from seqrepair.journal.errors import TrimmedRangeError, UnknownLinkError
 from seqrepair.journal.format import JournalRow, can_name_journal
 from seqrepair.journal.lacking import Fetcher, UpstreamAnswer, lacking_answer
+from seqrepair.journal.recent import RecentEntries, replay_recent
 from seqrepair.journal.remembered import remembered, remembered_rows
+from seqrepair.journal.segments import Segment, capped
 from seqrepair.journal.selection import NotSelected
 from seqrepair.journal.trimsummary import entitled_items, passed_on
 from seqrepair.logs import get_logger
@@ -103,16 +105,6 @@ NotAsked = tuple[int, str, tuple[str, ...] | None]
 them too, or could not be asked), and the items it named for them (None: unknown)."""
 
 
-@attrs.define
-class _Segment:
-    source: str
-    first: int
-    last: int
-    upstream_through: int = 0
-    """Numbers ``first``..this are below the journal's trim: asked of the upstream (a relay's
-    :data:`~seqrepair.journal.lacking.Fetcher`), the rest read from the journal."""
-
-
 class Replay:
     """The answer to an accepted :class:`SourceGapRequest`: iterate it to get the frames.
 
@@ -127,7 +119,7 @@ class Replay:
         journal: Journal,
         link: SubscriberLink,
         request: SourceGapRequest,
-        segments: list[_Segment],
+        segments: list[Segment],
         through: Mapping[str, int],
         page_size: int,
         *,
@@ -135,8 +127,10 @@ class Replay:
         carried_after: Mapping[str, int] | None = None,
         fetcher: Fetcher | None = None,
         encoder: RowEncoder | None = None,
+        recent: RecentEntries | None = None,
     ) -> None:
         self.journal = journal
+        self.recent = recent
         self.fetcher = fetcher
         self.encoder = encoder
         self.waiting: UpstreamAnswer | None = None
@@ -156,6 +150,7 @@ class Replay:
         self.cover = (
             None if request.link_through is None else link.context.cover(request.link_through)
         )
+        self._limits: dict[str, tuple[int, int | None]] = {}  # per source: (numbered, limit)
         # what the transport had carried when asked, of the sources asked (0: nothing)
         self.carried_after = None if self.cover is None or carried_after is None else {
             seg.source: carried_after.get(seg.source, 0) for seg in segments
@@ -169,12 +164,12 @@ class Replay:
         # What the link already carries is cut before the per-request limit is applied: the
         # limit spent on numbers the link brings would leave an answer that says ``more``
         # without reaching anything (the subscriber then gives up for lack of progress).
-        carried = [seg for seg in segments if self._cut(seg, seg.first)]
+        carried = [seg for seg in segments if self.cut(seg, seg.first)]
         segments = [seg for seg in segments if seg.first <= seg.last]
         wanted = {seg.source: (seg.first, seg.last) for seg in segments}
         self.more = False
         if max_range is not None:
-            segments, self.through, self.more = _capped(segments, self.through, max_range)
+            segments, self.through, self.more = capped(segments, self.through, max_range)
         segments += carried  # nothing to read: their ``through`` says where the link took over
         kept = {seg.source: seg.last for seg in segments}
         # per source, the first number the per-request limit left out (why ``more``)
@@ -196,12 +191,12 @@ class Replay:
         """How many source numbers the replay reads."""
         return sum(seg.last - seg.first + 1 for seg in self.segments)
 
-    def _cut(self, seg: _Segment, seq: int) -> bool:
+    def cut(self, seg: Segment, seq: int) -> bool:
         """Does the link itself carry ``seg.source`` from ``seq`` on? Then the segment ends
         before it, and so does what the replay answers for the source."""
         if self.cover is None:
             return False
-        limit = self._link_limit(seg.source)
+        limit = self.link_limit(seg.source)
         if limit is None or seq <= limit:
             return False
         last = max(limit, seg.first - 1)
@@ -223,7 +218,7 @@ class Replay:
         one step of it could scan the whole range (thousands of entries, many journal pages).
         """
         for index, seg in enumerate(self.segments):
-            if self._cut(seg, seg.first):
+            if self.cut(seg, seg.first):
                 continue
             start = seg.first
             while start <= min(seg.upstream_through, seg.last):  # below the trim: upstream
@@ -257,22 +252,31 @@ class Replay:
         )
         yield ReplayComplete(through=self.through, request=self.request, more=more)
 
-    def _journal(self, seg: _Segment, start: int, scan_slice: int | None,
+    def _journal(self, seg: Segment, start: int, scan_slice: int | None,
                  not_asked: NotAsked) -> Generator[ReplayFrame | None, None, int | None]:
         """Read ``seg`` from ``start``: yield what the link may see; returns None at its end,
         -1 once a closing frame was yielded, or the number from which the upstream is to be
         asked (the first the journal lacks for this link, with a fetcher). ``not_asked``:
         lacking numbers through its first are answered ``trimmed`` at once (the upstream said
         it lacks them too, or could not be asked: its second says which)."""
+        end = seg.last
+        if self.recent is not None:  # what the transport fanned out lately: no page to read
+            resumed = yield from replay_recent(self, seg, start, scan_slice)
+            if resumed is None or resumed < 0 or resumed > seg.last:
+                return None if resumed is None or resumed > seg.last else -1
+            start = resumed
+            held = self.recent.oldest(seg.source)  # the journal only up to what it holds
+            if held is not None and start < held <= end:
+                end = held - 1
         allows = remembered(self.link.entitlement)
         row_allows = remembered_rows(self.link.entitlement)
         encoder = self.encoder
         source = seg.source
         lacking: list[NotSelected] = []  # not selected for this link, not yet said
         entries: Iterator[Publication | JournalRow | NotSelected] = (
-            self.journal.iter_entries(source, start, seg.last, page_size=self.page_size)
+            self.journal.iter_entries(source, start, end, page_size=self.page_size)
             if encoder is None else
-            self.journal.iter_rows(source, start, seg.last, page_size=self.page_size)
+            self.journal.iter_rows(source, start, end, page_size=self.page_size)
         )
         try:
             for item in entries:
@@ -292,7 +296,7 @@ class Replay:
                     pub = cast(Publication, item)
                     seq = pub.source_seq
                     allowed = allows(pub)
-                cut = self.cover is not None and self._cut(seg, seq)
+                cut = self.cover is not None and self.cut(seg, seq)
                 if lacking and (cut or allowed):  # the run before this one
                     return (yield from self._said_or_asked(seg, start, lacking, not_asked))
                 if cut:
@@ -340,27 +344,33 @@ class Replay:
                          source=seg.source, trimmed_through=exc.trimmed_through,
                          asked_upstream_from=resume)
                 return resume
-            log.warning(
-                "gapfill.trimmed_during_replay", link=self.link.link_id, source=seg.source
-            )
             # everything before the number the journal was asked for went out, but numbers
             # not selected for the link and not said yet (a relay's; their items unknown)
-            items = None if lacking else entitled_items(
-                self.journal, self.link.entitlement, source, exc.requested, exc.trimmed_through)
-            yield GapError("trimmed", self.request, exc.message,
-                           {seg.source: exc.trimmed_through},
-                           items=None if items is None else {source: items})
+            yield self.trimmed_meanwhile(source, exc, named=not lacking)
             return -1
         if lacking:
             return (yield from self._said_or_asked(seg, start, lacking, not_asked))
+        if end < seg.last:  # read up to what the transport holds: on from there
+            return (yield from self._journal(seg, end + 1, scan_slice, not_asked))
         return None
+
+    def trimmed_meanwhile(self, source: str, exc: TrimmedRangeError, *,
+                          named: bool = True) -> GapError:
+        """The answer when retention trimmed ``exc.requested`` of ``source`` while the replay
+        ran: what it removed through ``exc.trimmed_through``, with the link's items there when
+        ``named``."""
+        log.warning("gapfill.trimmed_during_replay", link=self.link.link_id, source=source)
+        items = entitled_items(self.journal, self.link.entitlement, source, exc.requested,
+                               exc.trimmed_through) if named else None
+        return GapError("trimmed", self.request, exc.message, {source: exc.trimmed_through},
+                        items=None if items is None else {source: items})
 
     def _named(self, source: str) -> bool:
         """Whether the request or the link's start names ``source``: a number the link is
         owed from, not a start of 0 for a source unknown when it attached."""
         return source in self.request.after or source in self.link.start_after
 
-    def _said_or_asked(self, seg: _Segment, start: int, lacking: list[NotSelected],
+    def _said_or_asked(self, seg: Segment, start: int, lacking: list[NotSelected],
                        not_asked: NotAsked
                        ) -> Generator[ReplayFrame | None, None, int | None]:
         """A run of numbers the journal lacks for the link: the number to ask the upstream
@@ -390,7 +400,7 @@ class Replay:
         self._not_asked = None
         seg = self.segments[index]
         if self.cover is not None:
-            self._cut(seg, last)  # what the link itself carries is not asked for
+            self.cut(seg, last)  # what the link itself carries is not asked for
         first, last = max(first, seg.first), min(last, seg.last)
         if first > last:
             return last + 1
@@ -469,20 +479,25 @@ class Replay:
         if not self.more or self.cover is None:
             return self.more
         for source, seq in self.capped_from.items():
-            limit = self._link_limit(source)
+            limit = self.link_limit(source)
             if limit is None or seq <= limit:
                 return True
         return False
 
-    def _link_limit(self, source: str) -> int | None:
+    def link_limit(self, source: str) -> int | None:
         """The last number of ``source`` the replay must carry (the link brings the rest), or
         None: all the journal holds."""
         assert self.cover is not None
+        numbered = self.cover.context.recorded
+        known = self._limits.get(source)
+        if known is not None and known[0] == numbered:  # nothing numbered since: the same
+            return known[1]
         limit = self.cover.limit(source)
         if self.carried_after is not None:
             carried = self.carried_after[source]
             if limit is None or carried < limit:
                 limit = carried
+        self._limits[source] = (numbered, limit)
         return limit
 
 
@@ -495,30 +510,6 @@ def undeliverable(pub: Publication) -> UndeliverableError | None:
     except UndeliverableError as exc:
         return exc
     return None
-
-
-def _capped(
-    segments: list[_Segment], through: dict[str, int], limit: int
-) -> tuple[list[_Segment], dict[str, int], bool]:
-    """The first ``limit`` numbers of ``segments``, and ``through`` cut to what they cover.
-
-    A source the cut does not reach is left out of ``through``: nothing was answered for it.
-    """
-    kept: list[_Segment] = []
-    room = limit
-    more = False
-    for seg in segments:
-        if room == 0:
-            more = True
-            del through[seg.source]
-            continue
-        last = min(seg.last, seg.first + room - 1)
-        if last < seg.last:
-            more = True
-            through[seg.source] = last
-        kept.append(_Segment(seg.source, seg.first, last, seg.upstream_through))
-        room -= last - seg.first + 1
-    return kept, through, more
 
 
 class GapFillService:
@@ -636,6 +627,7 @@ class GapFillService:
         fetcher: Fetcher | None = None,
         visible: Callable[[Iterable[str]], Collection[str]] | None = None,
         encoder: RowEncoder | None = None,
+        recent: RecentEntries | None = None,
     ) -> Replay | GapError:
         """A :class:`Replay` of the journal after the requested numbers, or a GapError.
 
@@ -655,7 +647,9 @@ class GapFillService:
         answered ``trimmed``.
 
         ``encoder``: the transport's fast path (:data:`RowEncoder`); the replay then yields its
-        bytes for the entries it encodes.
+        bytes for the entries it encodes. ``recent`` (with an encoder): the transport's
+        encoded entries of what it fanned out lately (:mod:`.recent`), sent where they hold
+        the numbers instead of reading the journal's pages.
         """
         link = self.link(link_id)
         if not isinstance(request, SourceGapRequest):
@@ -669,7 +663,7 @@ class GapFillService:
         # a name the journal cannot hold (see check_source) has nothing journaled
         marks = self.journal.high_waters([s for s in sources
                                           if s in shown and can_name_journal(s)])
-        segments: list[_Segment] = []
+        segments: list[Segment] = []
         through: dict[str, int] = {}
         trimmed_through: dict[str, int] = {}
         trimmed_after: dict[str, int] = {}
@@ -685,12 +679,12 @@ class GapFillService:
                 continue
             if after < trimmed:
                 if fetcher is not None:  # below the trim: the upstream may still hold it
-                    segments.append(_Segment(source, after + 1, high_water, trimmed))
+                    segments.append(Segment(source, after + 1, high_water, trimmed))
                     continue
                 trimmed_through[source] = trimmed
                 trimmed_after[source] = after
                 continue
-            segments.append(_Segment(source, after + 1, high_water))
+            segments.append(Segment(source, after + 1, high_water))
         if trimmed_through:
             # One answer names every source that lost numbers; the subscriber reports them and
             # asks again after these points for what the journal still holds.
@@ -703,7 +697,8 @@ class GapFillService:
                             items=self._trimmed_items(link, trimmed_after, trimmed_through))
         replay = Replay(self.journal, link, request, segments, through, self.page_size,
                         max_range=self.policy.max_range, carried_after=carried_after,
-                        fetcher=fetcher, encoder=encoder)
+                        fetcher=fetcher, encoder=encoder,
+                        recent=recent if encoder is not None else None)
         reason = self.policy.refusal(replay.span, link.budget, now)
         if reason is not None:
             log.info("gapfill.refused", link=link_id, reason=reason)

@@ -451,6 +451,14 @@ class Journal:
             return marker if marker.first <= position <= marker.last else None
         return None
 
+    def probe(self, source: str, seq: int) -> tuple[int, int, Publication | NotSelected | None]:
+        """``(high_water, trimmed_through, entry)`` of ``source`` in one round trip: its
+        marks and its entry numbered ``seq``, decoded (None: not held)."""
+        check_source(source)
+        check_seq(seq, "seq", low=1)
+        hw, trimmed, page = self._page(source, entry_id(seq), entry_id(seq), 1)
+        return hw, trimmed, self._decode_row(source, page[0]) if page else None
+
     def iter_range(
         self, source: str, first: int, last: int | None = None, *, page_size: int | None = None
     ) -> Iterator[Publication]:

@@ -434,10 +434,29 @@ class Subscriber(SubscriberRunner):
     def _take(self, frames: list[object], now: float) -> None:
         events = self.stub.receive_many(frames, now)
         if self.on_event is None and len(events) == 1 and type(events[0]) is DeliveredRun:
-            for publication in events[0].publications:  # the usual outcome, in short
-                self._deliver(publication)
+            self._deliver_run(events[0].publications)  # the usual outcome, in short
         else:
             self._perform(events)
+
+    def _deliver_run(self, publications: Sequence[Publication]) -> None:
+        """:meth:`_deliver` for each of a run, in order, with what was taken said once per
+        source for the run: the last publication of each whose callback returned (the same
+        positions as one :meth:`TakenPositions.take` each, since an ACK is drained on this
+        thread, not while the run is delivered)."""
+        deliver = self.on_publication
+        if deliver is None or not self.acknowledge_on_return:
+            for publication in publications:
+                self._deliver(publication)
+            return
+        newest: dict[str, Publication] = {}
+        try:
+            for publication in publications:
+                deliver(publication)
+                newest[publication.source] = publication
+        finally:
+            take = self.taken.take
+            for publication in newest.values():
+                take(publication)
 
     def _enter_epoch(self, epoch: str | None) -> None:
         """The component named the link context; a different one than ours restarted at 0."""

@@ -69,6 +69,7 @@ from seqrepair.amqp.component.journalport import RedisJournalPort
 from seqrepair.amqp.component.links import ResponseRoute, SubscriberLink
 from seqrepair.amqp.component.memory import MemoryGuard
 from seqrepair.amqp.component.publishing import fan_out, on_publish, open_publisher, oversized
+from seqrepair.amqp.component.replaywire import entry_matches
 from seqrepair.amqp.component.requests import capabilities, on_request, open_control
 from seqrepair.amqp.component.routing import MAX_RESPONSE_TARGETS as MAX_RESPONSE_TARGETS
 from seqrepair.amqp.component.subqueues import SubscriptionChanges, apply_change
@@ -109,6 +110,7 @@ from seqrepair.core.window import window_size
 from seqrepair.journal.gapfill import GapFillService
 from seqrepair.journal.journal import Journal
 from seqrepair.journal.lacking import Fetcher
+from seqrepair.journal.recent import RecentEntries
 from seqrepair.logs import get_logger
 from seqrepair.rest.catalog import SharedCatalog
 from seqrepair.rest.manager import SubscriptionManager
@@ -170,6 +172,8 @@ class Component(MessagingHandler):
             page_size=config.replay_page,
             context_bytes=config.link_context_bytes,
         )
+        self.recent = RecentEntries(config.replay_cache_bytes, entry_matches, self.stats)
+        """What was fanned out lately, encoded: sent from here by source replays."""
         self.fetcher: Fetcher | None = None
         """A relay's: asks its upstream for what its journal lacks (journal/lacking.py)."""
         self.image_fetcher: ImageFetcher | None = None

@@ -13,7 +13,13 @@ from seqrepair.amqp.component.grants import GrantTable
 from seqrepair.amqp.wire import hops
 from seqrepair.amqp.wire.security import ServerSecurity
 from seqrepair.amqp.wire.sizelimit import DEFAULT_MAX_MESSAGE_SIZE
-from seqrepair.core.config import non_negative_number, optional, positive_int, positive_number
+from seqrepair.core.config import (
+    non_negative_int,
+    non_negative_number,
+    optional,
+    positive_int,
+    positive_number,
+)
 from seqrepair.core.errors import InvalidConfigError
 from seqrepair.core.subscriptions import Subscription
 
@@ -100,6 +106,9 @@ class ComponentConfig:
     """Seconds of event-loop time one repair turn may take (:mod:`.fairness`)."""
     replay_page: int = _positive(1_000)
     """Journal entries a source replay reads per step (per page), sent or skipped."""
+    replay_cache_bytes: int = attrs.field(default=64 << 20, validator=non_negative_int)
+    """Most bytes (estimated) of recently fanned-out publications kept encoded for source
+    replays (:mod:`seqrepair.journal.recent`); 0 keeps none (replays read the journal)."""
     max_replays_per_connection: int = _positive(16)
     """Source replays one connection may have in progress; past it requests are rejected."""
     max_replays_per_principal: int = _positive(64)
@@ -159,6 +168,7 @@ class ComponentConfig:
             "open-timeout": self.open_timeout,
             "repair-turn": self.repair_turn,
             "replay-page": self.replay_page,
+            "replay-cache-bytes": self.replay_cache_bytes,
             "max-replays-per-connection": self.max_replays_per_connection,
             "max-replays-per-principal": self.max_replays_per_principal,
             "link-context-bytes": self.link_context_bytes,

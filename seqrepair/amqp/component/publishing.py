@@ -119,6 +119,13 @@ def fan_out(
             touched.append(link)
     for link in touched:
         component.pump_soon(link)
+    recent = component.recent
+    if recent.max_bytes:  # kept encoded for source replays (journal/recent.py)
+        for i, pub in enumerate(pubs):
+            entry = entries.get(i, _MISSING)
+            if entry is _MISSING:
+                entry = entries[i] = _entry(component, pub)
+            recent.add(pub, entry)
     component.contributions.published(list(pubs))  # contributors whose publication this is
 
 

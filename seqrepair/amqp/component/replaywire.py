@@ -203,6 +203,21 @@ def plain_publication(entry: bytes, source_bits: Callable[[str], int]) -> Outgoi
     return pack_frame(publication, source_bits)
 
 
+def entry_matches(entry: bytes, pub: Publication) -> bool:
+    """Whether the batch entry ``entry`` carries the journaled publication ``pub`` (its
+    number, topic, type, fields, token and time): how a replay from the recently fanned-out
+    entries (:mod:`seqrepair.journal.recent`) checks them against the journal."""
+    try:
+        message = decode_message(
+            encode_batch([entry], first_link_seq=None, retransmit=True).encode())
+        decoder = Decoder()
+        decoder.unwrapper.seed(pub.source, pub.source_seq - 1)
+        (got,) = decoder.decode(message)  # type: ignore[arg-type]
+    except Exception:  # whatever cannot be read back matches nothing
+        return False
+    return isinstance(got, Publication) and got.with_link(None, retransmit=False) == pub
+
+
 def _remember(cache: dict[K, V], key: K, value: V) -> V:
     if len(cache) >= _CACHE:
         cache.clear()

@@ -223,6 +223,8 @@ def answer_gap(
         # batch entries straight from the journal's text (replaywire.py), when batching
         encoder=JournaledEntries(route.source_bits) if route.batch and route.max_batch > 1
         else None,
+        # what it fanned out lately, sent as encoded then (journal/recent.py)
+        recent=component.recent if component.recent.max_bytes else None,
     )
     if isinstance(replay, GapError):
         link.log.info("source request not answered", reason=replay.reason,

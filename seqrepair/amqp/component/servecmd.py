@@ -141,6 +141,7 @@ def component_config(args: argparse.Namespace, **fields: Any) -> Any:
         request_burst=args.request_burst,
         repair_turn=args.repair_turn,
         replay_page=args.replay_page,
+        replay_cache_bytes=args.replay_cache_bytes,
         max_replays_per_connection=args.max_replays_per_connection,
         max_replays_per_principal=args.max_replays_per_principal,
         max_connections=args.max_connections,

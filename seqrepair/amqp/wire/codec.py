@@ -76,6 +76,7 @@ from seqrepair.core.messages import (
     ReplayComplete,
     ReplayStarted,
     SourceGapRequest,
+    decoded_publication,
 )
 from seqrepair.core.snapshot import ImageComplete, ImageFrame, ImageRequest
 
@@ -410,7 +411,7 @@ class Decoder:
                 ):
                     # every value already of the type the readers below would check for: the
                     # same publication, without the calls (anything else takes the long way)
-                    out.append(Publication(
+                    out.append(decoded_publication(
                         topic, source, unwrap(source, wire, bits), PTYPE_BY_NAME[ptype],
                         fields, seq, permtoken, stamp, batch_retransmit,
                     ))

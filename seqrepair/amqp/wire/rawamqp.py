@@ -20,6 +20,7 @@ decoder can skip that pass.
 
 from __future__ import annotations
 
+import itertools
 import struct
 import uuid
 from collections.abc import Mapping
@@ -184,12 +185,13 @@ class ReceivedMessage:
     look-alike with plain Python values)."""
 
     __slots__ = (
+        "_ends",
+        "_raw",
         "address",
         "body",
         "correlation_id",
         "id",
         "instructions",
-        "items",
         "malformed",
         "plain",
         "properties",
@@ -204,12 +206,33 @@ class ReceivedMessage:
         self.reply_to: str | None = None
         self.correlation_id: Any = None
         self.instructions: dict[Any, Any] | None = None
-        self.items: list[bytes] | None = None
-        """When the body is a list: the encoded bytes of each item (a batch's entries)."""
+        self._raw: bytes = b""
+        self._ends: list[int] | None = None  # where each item of a list body ends in _raw
         self.plain = True
         """Values are plain Python values already."""
         self.malformed: str | None = None
         """Why the bytes could not be read as an AMQP message (None: they could)."""
+
+    @property
+    def items(self) -> list[bytes] | None:
+        """When the body is a list: the encoded bytes of each item (a batch's entries), cut
+        from the message when asked (a subscriber that only decodes never copies them)."""
+        ends = self._ends
+        if ends is None:
+            return None
+        raw = self._raw
+        return [raw[start:end] for start, end in itertools.pairwise(ends)]
+
+    @items.setter
+    def items(self, items: list[bytes] | None) -> None:
+        if items is None:
+            self._ends = None
+            return
+        self._raw = b"".join(items)
+        ends = [0]
+        for item in items:
+            ends.append(ends[-1] + len(item))
+        self._ends = ends
 
 
 _u32 = struct.Struct(">I").unpack_from
@@ -311,7 +334,21 @@ def _read_pairs(buf: bytes, pos: int, pairs: int) -> tuple[dict[Any, Any], int]:
             pos = end
         else:
             key, pos = _read(buf, pos)
-        value, pos = _read_scalar(buf, pos)
+        code = buf[pos]  # the value: _read_scalar's common cases in line (a call per value)
+        if code == 0xA1 or code == 0xA3:  # str8, sym8
+            end = pos + 2 + buf[pos + 1]
+            value: Any = buf[pos + 2 : end].decode("utf-8")
+            pos = end
+        elif code == 0x82:  # double
+            value = _double_at(buf, pos + 1)[0]
+            pos += 9
+        elif code == 0x55 or code == 0x54:  # smalllong, smallint
+            value = buf[pos + 1]
+            if value > 127:
+                value -= 256
+            pos += 2
+        else:
+            value, pos = _read_scalar(buf, pos)
         try:
             mapping[key] = value
         except TypeError:  # an unhashable key: let proton say what it makes of it
@@ -498,8 +535,9 @@ def _skip_value(buf: bytes, pos: int, code: int, depth: int) -> int:
     return end
 
 
-def _read_list_keeping_items(data: bytes, pos: int) -> tuple[list[Any], list[bytes], int]:
-    """The list at ``pos`` (list8 or list32), the encoded bytes of each item, the end."""
+def _read_list_keeping_items(data: bytes, pos: int) -> tuple[list[Any], list[int], int]:
+    """The list at ``pos`` (list8 or list32), where each item begins (then where the last
+    ends), the end."""
     if data[pos] == 0xC0:
         end = pos + 2 + data[pos + 1]
         count, pos = data[pos + 2], pos + 3
@@ -507,18 +545,17 @@ def _read_list_keeping_items(data: bytes, pos: int) -> tuple[list[Any], list[byt
         end = pos + 5 + _u32(data, pos + 1)[0]
         count, pos = _u32(data, pos + 5)[0], pos + 9
     values: list[Any] = []
-    items: list[bytes] = []
+    starts = [pos]
     for _ in range(count):
         if data[pos] == 0xC0 and data[pos + 2] == 8:
-            value, after = _read_entry(data, pos)
+            value, pos = _read_entry(data, pos)
         else:
-            value, after = _read(data, pos)
+            value, pos = _read(data, pos)
         values.append(value)
-        items.append(data[pos:after])
-        pos = after
+        starts.append(pos)
     if pos != end:
         raise Unsupported("compound size does not match its items")
-    return values, items, pos
+    return values, starts, pos
 
 
 def _read_entry(buf: bytes, start: int) -> tuple[Any, int]:
@@ -589,7 +626,8 @@ def _read_message(data: bytes) -> ReceivedMessage:
         code = data[pos + 2]
         start = pos + 3
         if code == 0x77 and (data[start] == 0xC0 or data[start] == 0xD0):
-            msg.body, msg.items, pos = _read_list_keeping_items(data, start)
+            msg.body, msg._ends, pos = _read_list_keeping_items(data, start)
+            msg._raw = data
             continue
         value, pos = _read(data, start)
         if code == 0x77:

@@ -27,14 +27,16 @@ from __future__ import annotations
 
 import os
 import threading
+import uuid
 from collections.abc import Callable
 from typing import Any
 
 from proton import ProtonException
+from proton._reactor import GlobalOverrides, Reactor, SSLConfig
 from proton.handlers import IOHandler
 from proton.reactor import Container, EventInjector
 
-__all__ = ["GuardedIOHandler", "Injector", "make_container", "write_now"]
+__all__ = ["GuardedIOHandler", "Injector", "LazySSLContainer", "make_container", "write_now"]
 
 
 class GuardedIOHandler(IOHandler):
@@ -108,8 +110,69 @@ def _selected(transport: Any) -> bool:
 
 
 def make_container(*handlers: Any) -> Container:
-    """``Container(*handlers)`` with :class:`GuardedIOHandler` as its I/O handler."""
-    return Container(*handlers, global_handler=GuardedIOHandler())
+    """``Container(*handlers)`` with :class:`GuardedIOHandler` as its I/O handler, its default
+    TLS configuration built when first used (:class:`LazySSLContainer`)."""
+    return LazySSLContainer(*handlers, global_handler=GuardedIOHandler())
+
+
+class _LazySSLConfig:
+    """proton's ``SSLConfig`` (a container's default client and server TLS domains), built
+    when first asked for: each domain is an OpenSSL context, and building the two took 20-40
+    ms of CPU at every client's start (a subscriber catching up is timed from its start,
+    issue 26). seqrepair gives proton its own ``ssl_domain`` wherever it uses TLS
+    (:mod:`.security`); these defaults serve only an ``amqps://`` URL given none."""
+
+    def __init__(self) -> None:
+        self._config: SSLConfig | None = None
+
+    def _built(self) -> SSLConfig:
+        if self._config is None:
+            self._config = SSLConfig()  # raises SSLUnavailable as proton's would
+        return self._config
+
+    @property
+    def client(self) -> Any:
+        # proton reads this at every connect given no ssl_domain (it uses it for amqps only)
+        return _LazyDomain(self, "client")
+
+    @property
+    def server(self) -> Any:
+        return _LazyDomain(self, "server")
+
+    def set_credentials(self, cert_file: str, key_file: str, password: str | None) -> None:
+        self._built().set_credentials(cert_file, key_file, password)  # type: ignore[no-untyped-call]
+
+    def set_trusted_ca_db(self, certificate_db: str) -> None:
+        self._built().set_trusted_ca_db(certificate_db)  # type: ignore[no-untyped-call]
+
+
+class _LazyDomain:
+    """One of :class:`_LazySSLConfig`'s domains, built when proton first reads it."""
+
+    def __init__(self, config: _LazySSLConfig, which: str) -> None:
+        self._config = config
+        self._which = which
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(getattr(self._config._built(), self._which), name)
+
+
+class LazySSLContainer(Container):
+    """:class:`~proton.reactor.Container` whose ``ssl`` (default TLS domains) is built when
+    first used (:class:`_LazySSLConfig`). proton's ``Container.__init__`` builds it at once,
+    so this one sets what that sets itself (a test holds the attributes equal to proton's)."""
+
+    def __init__(self, *handlers: Any, **kwargs: Any) -> None:
+        Reactor.__init__(self, *handlers, **kwargs)
+        self.ssl = _LazySSLConfig()  # type: ignore[assignment]  # an SSLConfig when used
+        self.global_handler = GlobalOverrides(kwargs.get("global_handler", self.global_handler))
+        self.trigger = None
+        self.container_id = kwargs.get("container_id", str(uuid.uuid4()))
+        self.allow_insecure_mechs = True
+        self.allowed_mechs = None
+        self.sasl_enabled = True
+        self.user = None
+        self.password = None
 
 
 class Injector(EventInjector):
