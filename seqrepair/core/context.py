@@ -99,6 +99,44 @@ class LinkContext:
         if self.max_bytes is not None:
             self.trim(keep)
 
+    def record_run(
+        self, frames: list[LinkFrame], keep: int = 0, sizes: list[int | None] | None = None
+    ) -> None:
+        """:meth:`record` each of ``frames`` in order (``sizes`` by index, None: estimated),
+        in one pass: the same frames held and evicted as recording them one by one (eviction
+        takes the oldest first, and what one record's trim evicts the last one's would too)."""
+        if sizes is not None and len(sizes) != len(frames):
+            raise InvalidConfigError("one size per frame", expected=len(frames), got=len(sizes))
+        if not frames:
+            return  # as recording nothing: no bound applied anew
+        check = self.space.check
+        held = self._frames
+        through = self._through
+        total = through[-1] if through else self._evicted
+        for i, frame in enumerate(frames):
+            seq = frame.link_seq
+            if seq is None:
+                raise InvalidConfigError("only frames with a link number can be recorded")
+            if seq == RESET:  # starts a new context: the one-by-one way (rare)
+                self._settle()
+                self.record(frame, keep, None if sizes is None else sizes[i])
+                total = through[-1]
+                continue
+            check(seq, allow_reset=True)
+            size = None if sizes is None else sizes[i]
+            total += frame_size(frame) if size is None else size
+            held.append(frame)
+            through.append(total)
+            self._head += 1
+        self._settle(keep)
+
+    def _settle(self, keep: int = 0) -> None:
+        """Evict past the capacity, then past the byte bound (keeping the newest ``keep``)."""
+        while len(self._frames) > self.capacity:
+            self._evict()
+        if self.max_bytes is not None:
+            self.trim(keep)
+
     @property
     def bytes(self) -> int:
         """The estimated bytes of the frames held."""

@@ -302,6 +302,17 @@ def decoded_publication(
                        retransmit)
 
 
+def relinked(publication: Publication, link_seq: int) -> Publication:
+    """``publication`` with link number ``link_seq``, its retransmit flag kept: what
+    :meth:`Publication.with_link` gives, unchecked. Only for a caller whose ``link_seq`` is a
+    wire number by construction (a link's sequencer, :meth:`LinkSequencer.stamp_many`)."""
+    new: Publication = object.__new__(Publication)
+    _fill(new, publication.topic, publication.source, publication.source_seq,
+          publication.ptype, publication.fields, link_seq, publication.permtoken,
+          publication.timestamp, publication.retransmit)
+    return new
+
+
 _ATTRS = attrs.fields(Publication)
 _SOURCE_SEQ = _int_in(1, _MAX_WIRE)
 _LINK_SEQ = _optional(_int_in(0, _MAX_WIRE))

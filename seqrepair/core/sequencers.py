@@ -18,7 +18,7 @@ import attrs
 from seqrepair.core.config import check_now, non_negative_int, positive_number
 from seqrepair.core.errors import InvalidConfigError, InvalidMessageError
 from seqrepair.core.limits import check_deliverable
-from seqrepair.core.messages import Heartbeat, Publication, PublishType
+from seqrepair.core.messages import Heartbeat, Publication, PublishType, relinked
 from seqrepair.core.sequence import RESET, SequenceSpace
 
 
@@ -125,6 +125,32 @@ class LinkSequencer:
                 "a link stamps publications", expected="Publication", got=type(publication).__name__
             )
         return publication.with_link(self._take(now))
+
+    def stamp_many(self, publications: list[Publication], now: float) -> list[Publication]:
+        """``publications``, each with the next link number: what :meth:`stamp` gives one by
+        one (the same numbers, wraps and a reset's 0 included), its checks made once for the
+        run. Fan-out stamps every publication of every link this way."""
+        if type(now) is not float or not -inf < now < inf:
+            now = check_now(now)
+        for publication in publications:
+            if type(publication) is not Publication:
+                raise InvalidMessageError(
+                    "a link stamps publications", expected="Publication",
+                    got=type(publication).__name__,
+                )
+        if not publications:
+            return []
+        top = self.space.max
+        wire = self.space.check(self._next_wire, allow_reset=True)
+        out: list[Publication] = []
+        append = out.append
+        for publication in publications:
+            append(relinked(publication, wire))
+            wire = 1 if wire == top else wire + 1
+        self._next_wire = wire
+        self.absolute += len(out)
+        self._last_sent = now
+        return out
 
     def heartbeat(self, now: float) -> Heartbeat:
         """A heartbeat with the next link number, whether or not one is due.

@@ -543,8 +543,8 @@ class SubscriberLink:
                         break
                     most = min(most, room)
                 chunk = [pending.popleft() for _ in range(min(most, len(pending)))]
-                stamp = self.sequencer.stamp
-                frames: list[Publication | Heartbeat] = [stamp(pub, now) for pub, _ in chunk]
+                frames: list[Publication | Heartbeat] = list(
+                    self.sequencer.stamp_many([pub for pub, _ in chunk], now))
                 if window is not None:
                     self._counted(window, len(frames))
                 self._send_frames(frames, [entry for _, entry in chunk])
@@ -654,15 +654,16 @@ class SubscriberLink:
     def _send_frames(
         self, frames: list[Publication | Heartbeat], entries: list[bytes | None] | None = None
     ) -> None:
-        record = self.context.record
         # the byte bound never evicts what the subscriber has not acknowledged (pump)
         keep = self.window.outstanding if self.window is not None else 0
         if entries is None:
-            for frame in frames:
-                record(frame, keep)
+            self.context.record_run(frames, keep)
         else:  # a publication's encoded entry, shared by every link, sizes it at once
-            for frame, entry in zip(frames, entries, strict=True):
-                record(frame, keep, None if entry is None else FRAME_OVERHEAD + len(entry))
+            if len(entries) != len(frames):
+                raise ValueError(f"{len(frames)} frames, {len(entries)} entries")
+            self.context.record_run(
+                frames, keep,
+                [None if entry is None else FRAME_OVERHEAD + len(entry) for entry in entries])
         drop = self.drop
         kept = [i for i, frame in enumerate(frames) if not drop(frame)]
         self.stats["dropped"] += len(frames) - len(kept)
