@@ -286,22 +286,7 @@ class Ingest:
         event loop: :mod:`seqrepair.amqp.relay.journaler`), as :meth:`relayed` would once it
         journaled them: those that went out already are skipped (checked against the journal
         as copies). ``items``: by index, the entry bytes they came in. The number fanned out."""
-        fresh: list[Publication] = []
-        copies: list[Publication] = []
-        ingested = self.ingested
-        entries: dict[int, bytes | None] = {}
-        for i, frame in enumerate(pubs):
-            bare = (frame.with_link(None, retransmit=False)
-                    if frame.link_seq is not None or frame.retransmit else frame)
-            if frame.source_seq <= ingested.get(frame.source, 0):
-                copies.append(bare)
-                continue
-            if _regular_entry(items[i]):
-                entries[len(fresh)] = items[i]
-            fresh.append(bare)
-        if copies:
-            self._check_copies(copies)
-            self.stats["duplicates"] += len(copies)
+        fresh, entries = self._fresh(pubs, items)
         if fresh:
             self._publish(fresh, entries)
         return len(fresh)
@@ -413,22 +398,7 @@ class Ingest:
             behind.add(source)
         for source in behind:
             self._catch_up(source)
-        fresh: list[Publication] = []
-        copies: list[Publication] = []
-        ingested = self.ingested
-        entries: dict[int, bytes | None] = {}
-        for i, frame in enumerate(pubs):
-            bare = (frame.with_link(None, retransmit=False)
-                    if frame.link_seq is not None or frame.retransmit else frame)
-            if frame.source_seq <= ingested.get(frame.source, 0):
-                copies.append(bare)
-                continue
-            if items is not None and _regular_entry(items[i]):
-                entries[len(fresh)] = items[i]
-            fresh.append(bare)
-        if copies:
-            self._check_copies(copies)
-            self.stats["duplicates"] += len(copies)
+        fresh, entries = self._fresh(pubs, items)
         if not fresh:
             return
         try:
@@ -446,6 +416,29 @@ class Ingest:
                           {j: entries[i] for j, i in enumerate(kept) if i in entries})
             raise
         self._publish(fresh, entries)
+
+    def _fresh(self, pubs: list[Publication], items: list[bytes] | None
+               ) -> tuple[list[Publication], dict[int, bytes | None]]:
+        """``pubs`` not ingested yet, bare (no link number, not a retransmission), with the
+        entry bytes they came in by index among them (``items``: by index in ``pubs``, where
+        regular); the rest are copies, checked against the journal and counted."""
+        fresh: list[Publication] = []
+        copies: list[Publication] = []
+        ingested = self.ingested
+        entries: dict[int, bytes | None] = {}
+        for i, frame in enumerate(pubs):
+            bare = (frame.with_link(None, retransmit=False)
+                    if frame.link_seq is not None or frame.retransmit else frame)
+            if frame.source_seq <= ingested.get(frame.source, 0):
+                copies.append(bare)
+                continue
+            if items is not None and _regular_entry(items[i]):
+                entries[len(fresh)] = items[i]
+            fresh.append(bare)
+        if copies:
+            self._check_copies(copies)
+            self.stats["duplicates"] += len(copies)
+        return fresh, entries
 
     def _check_copies(self, copies: list[Publication]) -> None:
         """``copies`` (bare) carry numbers that already went out: a resend is the same

@@ -105,7 +105,6 @@ class JournaledFeed:
             self._drain_by_hand(keep)
             return
         pubsub = self._pubsub
-        through = self._through
         try:
             while True:
                 message = pubsub.get_message(timeout=0.0)
@@ -122,12 +121,7 @@ class JournaledFeed:
                 if isinstance(data, bytes):
                     data = data.decode()
                 number, _, source = str(data).partition(" ")
-                if source not in keep or not number.isdigit():
-                    continue
-                seq = int(number)
-                if seq > through.get(source, 0):
-                    through[source] = seq
-                self.heard += 1
+                self._heard(number, source, keep)
         except Exception as exc:  # the connection broke: start over, vouch for nothing
             self._failed(exc)
 
@@ -135,7 +129,6 @@ class JournaledFeed:
         """:meth:`_drain` of the replies on the subscription's socket, read by hand: the
         same announcements taken, the same confirmation, the same failures."""
         assert self._reader is not None
-        through = self._through
         try:
             for reply in self._reader.read_ready():
                 if not isinstance(reply, list) or len(reply) != 3:
@@ -149,15 +142,18 @@ class JournaledFeed:
                 if kind != b"message" or not isinstance(data, bytes):
                     continue
                 number, _, name = data.partition(b" ")
-                source = name.decode(errors="replace")
-                if source not in keep or not number.isdigit():
-                    continue
-                seq = int(number)
-                if seq > through.get(source, 0):
-                    through[source] = seq
-                self.heard += 1
+                self._heard(number, name.decode(errors="replace"), keep)
         except Exception as exc:  # the connection broke: start over, vouch for nothing
             self._failed(exc)
+
+    def _heard(self, number: str | bytes, source: str, keep: Container[str]) -> None:
+        """One announcement: ``source`` journaled through ``number`` (kept when wanted)."""
+        if source not in keep or not number.isdigit():
+            return
+        seq = int(number)
+        if seq > self._through.get(source, 0):
+            self._through[source] = seq
+        self.heard += 1
 
     def take(self, keep: Container[str]) -> None:
         """Take the announcements waiting, without subscribing again (the component's timer:
