@@ -1,0 +1,344 @@
+"""The answers a component sends a peer on one link: its :class:`ResponseRoute`.
+
+A route holds the link's first two queues (see :mod:`.links`): ``responses`` (link range
+resends read from the context a chunk per transfer, GAP-ERROR, SUBSCRIPTION, CAPABILITIES), at
+most ``MAX_WAITING_ANSWERS`` before requests are refused, and the source replays in progress,
+read from the journal one chunk per transfer. It sends what is ready when the link has credit
+and reads the rest a step at a time (:mod:`.fairness`).
+"""
+
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+import attrs
+
+from seqrepair.amqp.component.memory import Unsent
+from seqrepair.amqp.component.replaywire import plain_publication
+from seqrepair.amqp.wire.codec import encode
+from seqrepair.amqp.wire.errors import RequestFloodError
+from seqrepair.amqp.wire.framing import (
+    Outgoing,
+    encode_batch,
+    encode_entry,
+    encode_frames,
+)
+from seqrepair.amqp.wire.respann import ADDRESS_COOKIE
+from seqrepair.core.messages import (
+    GapError,
+    Heartbeat,
+    Publication,
+    ReplayComplete,
+    SourceGapRequest,
+)
+from seqrepair.core.permissions import Entitlement
+from seqrepair.core.snapshot import ImageComplete, ImageFrame
+from seqrepair.logs import get_logger
+
+# the links' logger, as before the route moved here: its events keep their name
+log = get_logger("seqrepair.amqp.component.links")
+
+ReplayFrame = Publication | bytes | ReplayComplete | GapError
+
+
+AnswerFrame = (Publication | Heartbeat | ReplayComplete | GapError | ImageFrame | ImageComplete
+               | bytes)
+"""What an answer is read as; ``bytes`` are a source replay's batch entries, already encoded
+(:mod:`.replaywire`)."""
+
+ANSWERS_PER_TURN = 16
+"""How many transfers of answers one :meth:`ResponseRoute.pump` makes. The component does not
+read answers in a pump: it sends what is ready (:meth:`ResponseRoute.send_ready`) and reads the
+rest one step per repair turn (:mod:`.fairness`), so a large resend or replay never stalls the
+links of others while it is read and encoded."""
+
+MAX_WAITING_ANSWERS = 64
+"""How many answers a route holds for a peer that gives no credit; requests beyond are refused
+(see :meth:`ResponseRoute.check_room`)."""
+
+
+@attrs.define(eq=False)
+class _Stream:
+    """An answer read as it is sent: frames a chunk per transfer, a closing frame on its own.
+
+    A ``None`` among the frames ends a chunk early: the reader scanned a slice of the journal
+    (see :meth:`seqrepair.journal.gapfill.Replay.steps`) and lets others have the event loop.
+    """
+
+    frames: Iterator[AnswerFrame | None]
+    correlation_id: Any
+    cookie: bytes | None = None
+    replay: bool = False
+    ready: deque[Outgoing] = attrs.field(factory=deque)
+    done: bool = False
+    request: SourceGapRequest | None = None
+    """The source request a replay answers (the attempt it started from)."""
+    answered: SourceGapRequest | None = None
+    """The latest attempt of ``request`` (a repeat continues it): what its closing frame and
+    ``REPLAY-STARTED`` echo, so a client that matches answers by ``after`` takes them."""
+    through: Mapping[str, int] = attrs.field(factory=dict)
+    """Per source, the last number the replay reads at most (REPLAY-STARTED)."""
+    parked: Callable[[], bool] | None = None
+    """Whether the replay waits for something else (a relay's upstream fetch,
+    :mod:`seqrepair.journal.lacking`): no repair turn reads it meanwhile (the tick asks
+    again), so waiting costs the event loop nothing."""
+
+    def waits(self) -> bool:
+        """Whether it must be read before it can send, and can be read now."""
+        return not self.ready and not self.done and not (
+            self.parked is not None and self.parked())
+
+
+@attrs.define(eq=False)
+class ResponseRoute:
+    """Where answers go: a sender, the answers waiting for it and a source replay in progress.
+
+    A subscriber link is its own route; requests that carried response annotations share one
+    route per ``response-link-target-address`` of their connection (``target``). Each answer
+    carries the ``address-cookie`` its request gave, if any (respann §2.3). Link ranges and
+    source replays are read lazily, a chunk per transfer as credit allows, so one large answer
+    neither stalls the component nor sits encoded in memory. A route runs one source replay
+    per requesting link (``replays``, in the order they started).
+    """
+
+    entitlement: Entitlement
+    max_batch: int
+    source_bits: Callable[[str], int]
+    batch: bool = True
+    sender: Any = None
+    target: str | None = None
+    responses: deque[Outgoing | _Stream] = attrs.field(factory=deque)
+    replays: dict[str, _Stream] = attrs.field(factory=dict)
+    replayed: int = 0
+    unsent: Unsent = attrs.field(factory=Unsent)
+    """The transfers sent on ``sender`` its peer has not yet taken (:mod:`.memory`)."""
+
+    def respond(
+        self, message: Outgoing, correlation_id: Any, cookie: bytes | None = None
+    ) -> None:
+        """Queue an answer (requests are refused first when too many wait: check_room)."""
+        self.responses.append(_finish(message, correlation_id, cookie))
+
+    def check_room(self) -> None:
+        """RequestFloodError when :data:`MAX_WAITING_ANSWERS` answers wait already: a peer
+        that gives no credit but keeps asking must not fill the component's memory."""
+        if len(self.responses) >= MAX_WAITING_ANSWERS:
+            raise RequestFloodError(
+                f"{len(self.responses)} answers wait for credit on this route; grant credit"
+                " before asking again",
+                got=len(self.responses),
+            )
+
+    def start_resend(
+        self, frames: Iterable[AnswerFrame], correlation_id: Any, cookie: bytes | None = None,
+        *, parked: Callable[[], bool] | None = None,
+    ) -> None:
+        """Queue the answer to a link range (a :class:`~seqrepair.core.context.Resend`), or an
+        image request's (``parked``: a relay's waits for its upstream, see :class:`_Stream`)."""
+        self.responses.append(_Stream(iter(frames), correlation_id, cookie, parked=parked))
+
+    def start_replay(
+        self,
+        requester: str,
+        replay: Iterable[ReplayFrame | None],
+        correlation_id: Any,
+        cookie: bytes | None = None,
+        *,
+        request: SourceGapRequest | None = None,
+        through: Mapping[str, int] | None = None,
+        parked: Callable[[], bool] | None = None,
+    ) -> None:
+        """Send the gap-fill service's answer to ``request``, a source request about the link
+        ``requester``, a chunk per transfer (``through``: how far it reads per source;
+        ``parked``: whether the answer waits for something else now, see :class:`_Stream`).
+
+        The answer is read lazily (the journal is paged as credit allows); a new replay for
+        the same link replaces one in progress, whose requester has moved on to another
+        request (a repeat of the same one continues it instead: :meth:`live_replay`).
+        """
+        self.replays.pop(requester, None)
+        self.replays[requester] = _Stream(
+            iter(replay), correlation_id, cookie, replay=True, request=request,
+            answered=request, through=dict(through or {}), parked=parked,
+        )
+
+    def live_replay(self, requester: str, request: SourceGapRequest) -> _Stream | None:
+        """The replay in progress for ``requester`` that ``request`` repeats, if any: one
+        started by a request with the same ``request_id`` and ``link_through`` whose ``after``
+        ``request``'s does not go below (a stub asks again "still going?" with the remainder
+        it still lacks). Continuing it sends nothing twice; restarting it from the remainder
+        would send again all it has sent that the stub has not received yet."""
+        stream = self.replays.get(requester)
+        first = None if stream is None else stream.request
+        if (
+            stream is None or first is None or request.request_id is None
+            or first.request_id != request.request_id
+            or first.link_through != request.link_through
+        ):
+            return None
+        after = request.after
+        if any(after.get(name, 0) < seq for name, seq in first.after.items()):
+            return None
+        stream.answered = request
+        return stream
+
+    def drop_replay(self, requester: str) -> None:
+        """Stop the replay for ``requester`` (its link detached: what was sent on the lost
+        connection may not have arrived, so continuing it on a new one could skip that)."""
+        self.replays.pop(requester, None)
+
+    def busy(self) -> bool:
+        """Whether answers are waiting."""
+        return bool(self.responses) or bool(self.replays)
+
+    def send_one(self, read: bool = True) -> bool:
+        """Send one waiting answer or answer chunk; False when there was nothing to send.
+
+        ``read`` False sends only what is ready (no chunk is read or encoded): False then also
+        when the next answer must be read first. A read that scans a journal slice without a
+        frame to show sends nothing (False) and leaves the rest for the next call.
+        """
+        while True:
+            if self.responses:
+                head = self.responses[0]
+                if not isinstance(head, _Stream):
+                    self.unsent.sent(self.sender.send(self.responses.popleft()))
+                    return True
+                message = self._next(head, read)
+                if head.done and not head.ready:
+                    self.responses.popleft()  # over: not busy for it any more
+                if message is None:
+                    if not head.done:
+                        return False
+                    continue
+            elif self.replays:
+                requester, stream = next(iter(self.replays.items()))
+                reading = read and not stream.ready
+                message = self._next(stream, read)
+                if stream.done and not stream.ready:
+                    log.info("replay finished", link=requester, replayed=self.replayed)
+                    del self.replays[requester]
+                elif reading and len(self.replays) > 1:  # the route's other replays go next
+                    self.replays[requester] = self.replays.pop(requester)
+                if message is None:
+                    if not stream.done:
+                        return False
+                    continue
+            else:
+                return False
+            self.unsent.sent(self.sender.send(message))
+            return True
+
+    def send_ready(self) -> int:
+        """Send, while credit lasts, the answers that are ready (nothing read or encoded);
+        the number sent."""
+        sent = 0
+        while self.sender is not None and self.sender.credit > 0 and self.send_one(read=False):
+            sent += 1
+        return sent
+
+    def needs_reading(self) -> bool:
+        """Whether answers wait that must be read before they can be sent."""
+        if self.responses:
+            head = self.responses[0]
+            return isinstance(head, _Stream) and head.waits()  # parked: a relay's image
+        return any(stream.waits() for stream in self.replays.values())
+
+    def pump(self) -> int:
+        """Send answers while credit lasts, at most :data:`ANSWERS_PER_TURN`."""
+        sent = 0
+        while (
+            sent < ANSWERS_PER_TURN
+            and self.sender is not None
+            and self.sender.credit > 0
+            and self.send_one()
+        ):
+            sent += 1
+        return sent
+
+    def wants_turn(self) -> bool:
+        """Whether answers wait that the sender has credit for (a pump stopped at its quota)."""
+        return self.sender is not None and self.sender.credit > 0 and self.busy()
+
+    def _next(self, stream: _Stream, read: bool = True) -> Outgoing | None:
+        """The stream's next message; None once it is over (``stream.done``), or while it
+        must be read (``read`` False) or its last read found nothing to send yet."""
+        if not stream.ready and not stream.done and read:
+            try:
+                self._read_chunk(stream)
+            except Exception:
+                # the answer ends here (a journal that failed, say): no closing frame, so its
+                # requester asks again; the caller logs what was raised
+                stream.done = True
+                stream.ready.clear()
+                raise
+        return stream.ready.popleft() if stream.ready else None
+
+    def _read_chunk(self, stream: _Stream) -> None:
+        chunk: list[Publication | Heartbeat | bytes] = []
+        closing: Any = None
+        single: ImageFrame | None = None
+        for frame in stream.frames:
+            if frame is None:
+                break  # a journal slice read: the rest on the next step
+            if type(frame) is bytes or isinstance(frame, Publication | Heartbeat):
+                chunk.append(frame)
+                if len(chunk) >= self.max_batch:
+                    break
+            elif isinstance(frame, ImageFrame):
+                single = frame  # an IMAGE goes in a transfer of its own (component/images.py)
+                break
+            else:
+                closing = frame  # ReplayComplete, a GapError or an ImageComplete ends it
+                break
+        else:
+            stream.done = True
+        if closing is not None:
+            stream.done = True
+        correlation_id, cookie = stream.correlation_id, stream.cookie
+        if chunk:
+            if stream.replay:
+                self.replayed += len(chunk)
+            if len(chunk) == 1 and type(chunk[0]) is bytes:  # a batch of one: PUBLICATION
+                stream.ready.append(_finish(plain_publication(chunk[0], self.source_bits),
+                                            correlation_id, cookie))
+            elif any(type(frame) is bytes for frame in chunk):
+                # a replay's fast path (replaywire.py): batch entries already, retransmissions
+                # without link numbers, as the rest of the replay (only when batching)
+                entries = [frame if type(frame) is bytes
+                           else encode_entry(frame, self.source_bits)  # type: ignore[arg-type]
+                           for frame in chunk]
+                stream.ready.append(_finish(encode_batch(entries, first_link_seq=None,
+                                                         retransmit=True),
+                                            correlation_id, cookie))
+            elif self.batch:
+                stream.ready.append(
+                    _finish(encode_frames(chunk, self.source_bits),  # type: ignore[arg-type]
+                            correlation_id, cookie)
+                )
+            else:
+                stream.ready.extend(
+                    _finish(encode_frames([frame], self.source_bits),  # type: ignore[list-item]
+                            correlation_id, cookie)
+                    for frame in chunk
+                )
+        if single is not None:
+            stream.ready.append(_finish(encode(single), correlation_id, cookie))
+        if closing is not None:
+            answered = stream.answered
+            if answered is not None and answered is not stream.request:
+                # continued for a repeat: echo its after (everything after it is answered too)
+                closing = attrs.evolve(closing, request=answered)
+            stream.ready.append(_finish(encode(closing), correlation_id, cookie))
+
+
+def _finish(message: Outgoing, correlation_id: Any, cookie: bytes | None) -> Outgoing:
+    """An answer as it goes out: the request's id, and its cookie echoed (respann §2.3)."""
+    if correlation_id is not None:
+        message.correlation_id = correlation_id
+    if cookie is not None:
+        message.instructions = {ADDRESS_COOKIE: cookie}
+    return message
