@@ -39,6 +39,16 @@ def _state(name: str, sub: Subscriber, got: list[Publication]) -> str:
             f"buffered {sorted(getattr(stub, '_buffer', {}))}, gaps {gaps!r}, stub {inner}")
 
 
+def _stalled(what: str, subs: list[tuple[str, Subscriber, list[Publication]]],
+             procs: list[ComponentProcess]) -> str:
+    """A stall's failure message: the subscribers' state, then the processes stopped (each
+    logs its links' counters and windows as it stops) and the tails of their logs."""
+    states = [_state(name, sub, got) for name, sub, got in subs]
+    for proc in procs:
+        proc.stop()
+    return "\n".join([what, *states, _logs(*procs)])
+
+
 def _logs(*procs: ComponentProcess) -> str:
     """The tails of every log the processes wrote (each start of a restarted one)."""
     out = []
@@ -84,8 +94,8 @@ def test_a_relay_over_3_and_4_bit_links_restarted_wider_serves_everything(
         want_n = expected(a_redis, "feed.a", "/w/a/*")
         assert wait_for(lambda: bool(wide) and wide[-1].source_seq >= want_w[-1][1]
                         and bool(narrow) and narrow[-1].source_seq >= want_n[-1][1], 60), (
-            f"want {len(want_w)} wide, {len(want_n)} narrow\n{_state('wide', w, wide)}\n"
-            f"{_state('narrow', n, narrow)}\n{_logs(a, b)}")
+            _stalled(f"want {len(want_w)} wide, {len(want_n)} narrow", [
+                ("wide", w, wide), ("narrow", n, narrow)], [a, b]))
         time.sleep(1)
         w.request_image(patterns=["/w/#"])  # no source named: answered by A, through B
         assert wait_for(lambda: bool(w.resyncs), 60), b.log_text()[-3000:]
