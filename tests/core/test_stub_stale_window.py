@@ -8,7 +8,11 @@ subscriber of a 4-bit relay link stopped at its replay's end, the relay's link w
 (7 outstanding, none acknowledged) and 1170 tail probes of its newest frame all dropped by
 the stub as stale, no gap ever detected, no request sent.
 
-NOT FIXED YET (strict xfail: it fails on the current stub and must pass once fixed). The
+The relay's side is fixed (journal/gapfill.py: a replay's upstream fetch stops where the
+link began carrying the source while it waited, tests/journal/test_lacking.py), so the
+replay's ``through`` no longer covers the link's frames. The stub itself still cannot recover
+from such a context, should a component ever send one: NOT FIXED (strict xfail: it fails on
+the current stub and must pass once fixed). The
 obvious stub change (a retransmitted stale frame past the highest number moves it and asks
 the slots by source) breaks tests/core/test_link_view.py's
 test_stale_publications_after_resets_never_cost_a_publication (bits=4, seed=0, loss=0.2,
