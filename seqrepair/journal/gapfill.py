@@ -427,7 +427,7 @@ class Replay:
                     # stops where the link starts, as it does reading the journal. Past it, a
                     # stub reads the link's frames as stale (at or below the replay's
                     # through) and takes no slot for them: a windowed link never moves again
-                    if self.cover is not None and self._cut(seg, pub.source_seq):
+                    if self.cover is not None and self.cut(seg, pub.source_seq):
                         cut = True
                         break
                     through = pub.source_seq
