@@ -374,8 +374,9 @@ class Replay:
         allows = remembered(self.link.entitlement)
         through = first - 1
         self.waiting = answer
+        cut = False
         try:  # what came is sent as it comes; parked while nothing has
-            while True:
+            while not cut:
                 finished = answer.done  # read first: what arrived before it is taken below
                 batch = answer.arrived()
                 if not batch:
@@ -387,6 +388,14 @@ class Replay:
                     # what the answer holds is checked again: the link's entitlement decides
                     if pub.source != seg.source or not through < pub.source_seq <= last:
                         continue
+                    # the link may have begun carrying the source while the fetch waited (a
+                    # relay's upstream catching up fans out what it fetches too): the replay
+                    # stops where the link starts, as it does reading the journal. Past it, a
+                    # stub reads the link's frames as stale (at or below the replay's
+                    # through) and takes no slot for them: a windowed link never moves again
+                    if self.cover is not None and self.cut(seg, pub.source_seq):
+                        cut = True
+                        break
                     through = pub.source_seq
                     self.scanned += 1
                     if allows(pub):  # it came as a message: it can go as one
@@ -401,7 +410,9 @@ class Replay:
         self.waiting = None
         log.info("gapfill.fetched_upstream", link=self.link.link_id, source=seg.source,
                  first=first, last=last, through=answer.through, lost=answer.lost,
-                 error=answer.error)
+                 error=answer.error, cut=cut)
+        if cut:  # the link carries the rest of the segment
+            return seg.last + 1
         if answer.lost is not None:
             low, high = answer.lost
             log.warning("gapfill.trimmed_upstream_too", link=self.link.link_id,

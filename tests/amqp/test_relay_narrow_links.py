@@ -25,6 +25,40 @@ from .test_relay import RelayProcess, expected, publish, redises  # noqa: F401
 pytestmark = [pytest.mark.amqp, pytest.mark.redis]
 
 
+def _state(name: str, sub: Subscriber, got: list[Publication]) -> str:
+    """What a subscriber holds, for a failure message: its counters and its stub's position,
+    gaps, buffer and source repair (read from another thread: a diagnostic, not a check)."""
+    stub = sub.stub
+    fields = ("_expected", "_expected_wire", "_highest", "_source", "_covered_through",
+              "_given_up", "_last_delivered", "_overdue_at", "_last_frame_at", "_held",
+              "_reset_announced", "_resumed_at", "_probe")
+    inner = {f: repr(getattr(stub, f, None))[:300] for f in fields}
+    gaps = getattr(getattr(stub, "_gaps", None), "_gaps", None)
+    return (f"{name}: {len(got)} taken, last {got[-1].source_seq if got else None}, "
+            f"unrecoverable {sub.unrecoverable!r}, stats {sub.stats()!r}, "
+            f"buffered {sorted(getattr(stub, '_buffer', {}))}, gaps {gaps!r}, stub {inner}")
+
+
+def _stalled(what: str, subs: list[tuple[str, Subscriber, list[Publication]]],
+             procs: list[ComponentProcess]) -> str:
+    """A stall's failure message: the subscribers' state, then the processes stopped (each
+    logs its links' counters and windows as it stops) and the tails of their logs."""
+    states = [_state(name, sub, got) for name, sub, got in subs]
+    for proc in procs:
+        proc.stop()
+    return "\n".join([what, *states, _logs(*procs)])
+
+
+def _logs(*procs: ComponentProcess) -> str:
+    """The tails of every log the processes wrote (each start of a restarted one)."""
+    out = []
+    for proc in procs:
+        for log in sorted(proc.tmp.glob("*.log")):
+            out.append(f"--- {log.name}\n{log.read_text(errors='replace')[-4000:]}")
+        break  # one tmp dir holds them all
+    return "\n".join(out)
+
+
 def test_a_relay_over_3_and_4_bit_links_restarted_wider_serves_everything(
     redises: list[str], tmp_path: Path  # noqa: F811
 ) -> None:
@@ -60,7 +94,8 @@ def test_a_relay_over_3_and_4_bit_links_restarted_wider_serves_everything(
         want_n = expected(a_redis, "feed.a", "/w/a/*")
         assert wait_for(lambda: bool(wide) and wide[-1].source_seq >= want_w[-1][1]
                         and bool(narrow) and narrow[-1].source_seq >= want_n[-1][1], 60), (
-            len(wide), len(narrow), b.log_text()[-3000:])
+            _stalled(f"want {len(want_w)} wide, {len(want_n)} narrow", [
+                ("wide", w, wide), ("narrow", n, narrow)], [a, b]))
         time.sleep(1)
         w.request_image(patterns=["/w/#"])  # no source named: answered by A, through B
         assert wait_for(lambda: bool(w.resyncs), 60), b.log_text()[-3000:]

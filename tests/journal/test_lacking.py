@@ -14,6 +14,7 @@ import pytest
 from seqrepair.amqp.relay.fetch import UpstreamFetch, UpstreamFetches
 from seqrepair.core.messages import (
     GapError,
+    Heartbeat,
     Publication,
     PublishType,
     ReplayComplete,
@@ -515,3 +516,38 @@ def test_what_comes_is_sent_as_it_comes(journal: Journal) -> None:
     rest = [f for f in steps if f is not None]
     assert [f.source_seq for f in rest if isinstance(f, Publication)] == list(range(4, 31))
     assert isinstance(rest[-1], ReplayComplete)
+
+
+def test_a_fetch_stops_where_the_link_began_carrying_the_source_while_it_waited(
+    journal: Journal
+) -> None:
+    """Issue 27 audit stall: a restarted relay's link began carrying feed.a (its upstream's
+    catch-up fanned out) while the replay's upstream fetch waited; the fetch then answered
+    past those numbers, so the replay's ``through`` covered the link's frames and the stub
+    dropped them all as stale (no slot taken, never acknowledged: a full window for good).
+    The fetch stops where the link starts, as the journal path does."""
+    relay_journal(journal)
+    upstream = Upstream(ORIGIN)
+    service = GapFillService(journal)
+    wide = Entitlement(topics=["/w/#"], grant={"t2"})
+    service.attach("wide", wide, start_after={"feed.a": 0})
+    link = service.link("wide")
+    link.context.record(Heartbeat(link_seq=0))  # the link's new context (a reset)
+    request = SourceGapRequest({"feed.a": 4}, request_id=1, link_through=0)
+    replay = service.answer_source_gap("wide", request, 0.0, fetcher=upstream,
+                                       carried_after={"feed.a": 29})
+    assert isinstance(replay, Replay)
+    steps = replay.steps()
+    frames = []
+    for frame in steps:
+        if frame is None and replay.parked:
+            break
+        frames.append(frame)
+    # while the fetch waits, the link carries feed.a from 12 on
+    for link_seq, seq in enumerate(range(12, 15), start=1):
+        link.context.record(ORIGIN[seq - 1].with_link(link_seq))
+    upstream.answer_all()
+    frames += [f for f in steps if f is not None]
+    pubs = [f.source_seq for f in frames if isinstance(f, Publication)]
+    assert pubs == [p.source_seq for p in ORIGIN if 4 < p.source_seq < 12]
+    assert frames[-1] == ReplayComplete(through={"feed.a": 11}, request=request)

@@ -541,7 +541,16 @@ class Component(MessagingHandler):
         self._stop_requested = True
 
     def stop(self) -> None:
-        """Close the listener (the container then ends when its connections do)."""
+        """Close the listener (the container then ends when its connections do). Each link's
+        counters and window go to the log first: what a stalled subscriber's link did is
+        known afterwards only from there."""
+        for name, link in self.links.items():
+            window = link.window
+            log.info("link stats at stop", link=name, is_paused=link.paused, held=link.held,
+                     pending=len(link.pending), attached=link.sender is not None,
+                     window=None if window is None else
+                     {"acked": window.acked_through, "outstanding": window.outstanding},
+                     **link.stats)
         self._changes.stop()
         if self.acceptor is not None:
             self.acceptor.close()
