@@ -276,6 +276,10 @@ class SourceRepairing:
         if not frame.retransmit or not self._expected:
             return
         number = self._position(wire)
+        if number == self._expected > self._highest:
+            # the answer to the probe for the next number: the component has sent it
+            self._highest = number
+            self._gaps.add(number, number, now)
         if self._expected <= number <= self._highest and number not in self._buffer and (
             self._gaps.mark(number, number, GapState.SOURCE) and self._source is None
         ):
