@@ -43,6 +43,19 @@ from seqrepair.core.stubstats import StubStats
 LinkFrame = Publication | Heartbeat
 
 
+def _same_frame(frame: LinkFrame, other: LinkFrame | None) -> bool:
+    """Whether ``frame`` is ``other`` or a copy of it, resent or not: a retransmission (a
+    range request's answer, which may repeat a context's frame 0) differs only by its flag."""
+    if other is None or type(frame) is not type(other):
+        return False
+    if frame.retransmit is not other.retransmit:
+        if isinstance(frame, Publication):
+            frame = frame.with_link(frame.link_seq, retransmit=other.retransmit)
+        else:
+            frame = attrs.evolve(frame, retransmit=other.retransmit)
+    return frame == other
+
+
 class SourceRepairing:
     """Reset and source-level repair for :class:`~seqrepair.core.stub.SubscriberStub`, which
     defines the state declared here (attrs fields) and the link-side methods named below."""
@@ -100,7 +113,8 @@ class SourceRepairing:
 
 
     def _on_reset(self, frame: LinkFrame, now: float) -> None:
-        if isinstance(frame, Publication) and frame != self._reset_frame and (
+        same = _same_frame(frame, self._reset_frame)
+        if isinstance(frame, Publication) and not same and (
             frame.source_seq <= self._stale_floor.get(frame.source, 0)
             or (not self._expected and frame.source_seq <= self._last_delivered.get(
                 frame.source, 0))
@@ -127,14 +141,15 @@ class SourceRepairing:
             else:
                 self._consume(frame)  # the replay has released the context already
             return
-        if frame == self._reset_frame and (
+        if same and (
             (self._expected == 0 and self._highest == 0 and not self._held)
             or (type(frame) is Heartbeat and frame.timestamp is not None)
         ):
-            # a copy of this context's frame 0, still held, or a heartbeat that says when it
-            # was sent (no new reset sends the same); otherwise, once the context has moved on
-            # (a later frame, or the frame itself released), a 0 is a new reset: taking a copy
-            # for one costs a replay, taking a new reset for a copy would lose what it voided
+            # a copy of this context's frame 0 (resent or not), still held, or a heartbeat
+            # that says when it was sent (no new reset sends the same); otherwise, once the
+            # context has moved on (a later frame, or the frame itself released), a 0 is a new
+            # reset: taking a copy for one costs a replay, taking a new reset for a copy would
+            # lose what it voided
             self._stats.duplicates += 1
             return
         self._new_context(frame, now)
@@ -261,6 +276,10 @@ class SourceRepairing:
         if not frame.retransmit or not self._expected:
             return
         number = self._position(wire)
+        if number == self._expected > self._highest:
+            # the answer to the probe for the next number: the component has sent it
+            self._highest = number
+            self._gaps.add(number, number, now)
         if self._expected <= number <= self._highest and number not in self._buffer and (
             self._gaps.mark(number, number, GapState.SOURCE) and self._source is None
         ):

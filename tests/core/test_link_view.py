@@ -23,6 +23,7 @@ from test_stub import delivered, make, of, pub, replayed
 from seqrepair import (
     GapError,
     Heartbeat,
+    LinkReset,
     PublishType,
     ReplayComplete,
     RequestGap,
@@ -530,6 +531,56 @@ def test_a_replay_that_stops_answering_is_given_up_named_and_counted():
     assert delivered(events) == [("feed.a", 9)]
 
 
+def test_a_resent_copy_of_an_announced_reset_heartbeat_is_no_new_reset():
+    """A range request of the old context that the component answers from the new one (the
+    numbers straddle the reset) resends its frame 0, flagged as a retransmission. That copy
+    of the announced reset's heartbeat, arriving after the replay released the new context,
+    is a duplicate: taken for a new reset, it voided the context the component goes on
+    numbering, and the window stalled (bits=4, seed=60, resets {12, 33}, announced)."""
+    stub = make(bits=4)
+    stub.receive(pub(1, 1), 0.0)
+    (ask,) = of(RequestSourceGap, stub.link_reset(0.1))
+    beat = Heartbeat(link_seq=0, timestamp=0.1)
+    assert stub.receive(beat, 0.1) == []
+    assert stub.receive(pub(1, 3), 0.1) == []  # held until the replay says how far
+    out = delivered(stub.receive(replayed(2), 0.2))
+    out += delivered(stub.receive(complete(ask.request, **{"feed.a": 2}), 0.2))
+    out += delivered(stub.receive(pub(2, 4), 0.3))
+    assert out == [("feed.a", 2), ("feed.a", 3), ("feed.a", 4)]
+    events = stub.receive(attrs.evolve(beat, retransmit=True), 0.4)
+    assert of(LinkReset, events) == []
+    assert of(RequestSourceGap, events) == []
+    assert stub.stats.resets == 1
+    assert stub.expected_link_seq == 3
+    assert delivered(stub.receive(pub(3, 5), 0.5)) == [("feed.a", 5)]
+
+
+def test_a_stale_copy_answering_the_probe_for_the_next_number_asks_the_source():
+    """The replay a reset owed ran past the new context's start (the stub asked after what
+    an answer of the old context had delivered), so the new context's first frames sit at or
+    below the stale floor and none takes a slot. The copy that answers the probe for the next
+    number proves the component sent it: the slot goes to source repair rather than staying
+    asked for forever (bits=5, seed=64778, resets {1, 18, 154, 169}, announced)."""
+    stub = make(bits=8)
+    stub.receive(pub(1, 1), 0.0)
+    (ask,) = of(RequestSourceGap, stub.link_reset(0.1))
+    stub.receive(Heartbeat(link_seq=0, timestamp=0.1), 0.1)
+    out = []
+    for seq in (2, 3, 4, 5):
+        out += delivered(stub.receive(replayed(seq), 0.2))
+    stub.receive(complete(ask.request, **{"feed.a": 5}), 0.2)
+    assert out == [("feed.a", 2), ("feed.a", 3), ("feed.a", 4), ("feed.a", 5)]
+    assert stub.expected_link_seq == 1
+    # the new context's frame 1 carried feed.a 4: the answer to the probe for number 1
+    (again,) = of(RequestSourceGap, stub.receive(pub(1, 4, retransmit=True), 0.3))
+    assert again.request.after == {"feed.a": 5}
+    assert again.request.link_through == 1
+    stub.receive(complete(again.request, **{"feed.a": 5}), 0.4)
+    assert stub.expected_link_seq == 2
+    assert delivered(stub.receive(pub(2, 6), 0.5)) == [("feed.a", 6)]
+    assert stub.stats.unrecoverable == 0
+
+
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     bits=st.sampled_from([3, 4, 5, 8]),
@@ -541,6 +592,10 @@ def test_a_replay_that_stops_answering_is_given_up_named_and_counted():
     sources=st.sampled_from(["a", "abc"]),
     announce=st.booleans(),
 )
+@example(bits=4, seed=60, loss=0.2, reorder=0.5, size=60, resets={12, 33}, sources="a",
+         announce=True)  # a resent copy of the announced reset's heartbeat: no new reset
+@example(bits=5, seed=64778, loss=0.1, reorder=0.2, size=205, resets={1, 18, 154, 169},
+         sources="a", announce=True)  # the probe's stale answer proves the next number sent
 def test_stale_publications_after_resets_never_cost_a_publication(
     bits, seed, loss, reorder, size, resets, sources, announce
 ):
