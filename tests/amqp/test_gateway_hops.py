@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from proton import Message, symbol, ulong
 from proton.reactor import LinkOption
 from proton.utils import BlockingConnection, LinkDetached
 
+from seqrepair.amqp.client.contributor import ContributionLinkError, Contributor
 from seqrepair.amqp.client.publisher import Publisher
 from seqrepair.amqp.client.query import query_capabilities
 from seqrepair.amqp.client.subscriber import Subscriber
@@ -27,6 +29,7 @@ from seqrepair.amqp.wire.hops import (
     HopLimitError,
     RelayLoopError,
 )
+from seqrepair.amqp.wire.vocabulary import CONTRIBUTIONS_PREFIX
 from seqrepair.core.messages import Publication
 
 from .conftest import ComponentProcess, _env, free_port, wait_for
@@ -340,3 +343,66 @@ def test_a_loop_of_two_gateways_is_barred_so_attaches_again_do_not_go_round(
     assert b.count("attaching upstream") <= 5, b.text()
     for gw, before in zip((a, b), rss, strict=True):
         assert gw.rss_kib() < before + 16 * 1024, (before, gw.rss_kib())
+
+
+def _owner_attach(url: str, name: str, source: str) -> tuple[str, str]:
+    """An owner's ``$contributions/<source>`` link over a raw connection: the refusal's
+    (condition, description), or ("attached", "")."""
+    conn = BlockingConnection(url, timeout=DEADLINE)
+    try:
+        conn.create_receiver(CONTRIBUTIONS_PREFIX + source, name=name)
+        return "attached", ""
+    except LinkDetached as exc:
+        cond = exc.link.remote_condition
+        return str(cond.name), str(cond.description)
+    finally:
+        conn.close()
+
+
+def test_contribution_links_into_a_loop_of_gateways_are_refused_and_barred(
+    gateways: Callable[..., GatewayProcess],
+) -> None:
+    """Contribution links (a contributor's ``$contribute/<source>``, an owner's
+    ``$contributions/<source>``) into two gateways pointed at each other: each is refused
+    naming the path it went round, within seconds, and obeys the gateway's loop bars as
+    subscriber and publishing links do: once the loop was learnt, an owner's attach is
+    refused at once at the gateway, without going upstream (before, every owner's attach
+    went round; a contributor's refusal said nothing of the path). Nothing runs away."""
+    a_listen, b_listen = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    a = gateways("gw-a", b_listen, listen=a_listen)
+    b = gateways("gw-b", a_listen, listen=b_listen)
+    assert wait_for(lambda: a.upstream_connected() and b.upstream_connected(), DEADLINE)
+    first = _owner_attach(a.listen, "own-0", "feed.x")
+    assert first[0] == LOOP_CONDITION, first
+    assert "gw-a -> gw-b -> gw-a" in first[1], first
+    attaches = 1
+    for i in range(1, 6):
+        for gw, loop in ((a, "gw-a -> gw-b -> gw-a"), (b, "gw-b -> gw-a -> gw-b")):
+            started = time.monotonic()
+            condition, text = _owner_attach(gw.listen, f"own-{i}", "feed.x")
+            assert condition == LOOP_CONDITION, (condition, text)
+            assert loop in text, text
+            with pytest.raises(ContributionLinkError) as refused:
+                Contributor(gw.listen, "feed.x", timeout=DEADLINE)
+            assert refused.value.condition == LOOP_CONDITION
+            assert loop in refused.value.message, refused.value.message
+            assert time.monotonic() - started < DEADLINE
+            attaches += 2
+
+    def at_once(gw: GatewayProcess, prefix: str) -> int:
+        """Attaches the gateway refused for its path as they came (their own link names:
+        a refusal that came back from upstream names the upstream link)."""
+        return sum("attach refused for its path" in line and f" link={prefix}" in line
+                   for line in gw.text().splitlines())
+
+    # the loop's bars held owners' links back as they hold the others: refused at once
+    assert at_once(a, "own-") >= 1, a.text()
+    assert at_once(a, "contrib-") >= 1, a.text()
+    # nothing runs away: at most one upstream attach per client attach, none once idle
+    counts = [gw.count("attaching upstream") for gw in (a, b)]
+    assert all(count <= attaches for count in counts), counts
+    wait_for(lambda: [gw.count("attaching upstream") for gw in (a, b)] != counts, 3)
+    assert [gw.count("attaching upstream") for gw in (a, b)] == counts
+    for gw in (a, b):
+        assert gw.rss_kib() < RSS_CEILING_KIB
+        assert gw.proc.poll() is None

@@ -138,9 +138,12 @@ class Contributor:
             self._answers = self._conn.create_receiver(self._reply_to, name=name, credit=16)
             self._sender = self._conn.create_sender(CONTRIBUTE_PREFIX + source)
         except LinkDetached as exc:
+            # the link's own condition, read before the connection (and the link) is freed:
+            # LinkDetached.condition is its name alone, and the description says why (a
+            # loop's names the path it went round)
+            cond = exc.link.remote_condition
             self._conn.close()
-            cond = exc.condition
-            raise ContributionLinkError(str(getattr(cond, "name", cond) or "refused"),
+            raise ContributionLinkError(str(getattr(cond, "name", None) or "refused"),
                                         str(getattr(cond, "description", "") or ""),
                                         got=source) from None
         except ProtonException as exc:

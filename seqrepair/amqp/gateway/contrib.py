@@ -30,6 +30,7 @@ gateway's (one rate for them all), and an owner behind it is the gateway.
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 from proton import Condition, Delivery, Endpoint, Link, Message, ulong
@@ -37,7 +38,7 @@ from proton import Condition, Delivery, Endpoint, Link, Message, ulong
 from seqrepair.amqp.gateway.relaylinks import LinkProperties
 from seqrepair.amqp.gateway.relays import upstream_name, upstream_properties
 from seqrepair.amqp.wire.errors import AmqpAdapterError
-from seqrepair.amqp.wire.hops import count_hop
+from seqrepair.amqp.wire.hops import count_hop, read_path
 from seqrepair.amqp.wire.security import principal_of
 from seqrepair.amqp.wire.vocabulary import (
     CONTRIBUTE_PREFIX,
@@ -85,6 +86,10 @@ class Contributions:
         on_behalf_of = gw._on_behalf_of(principal_of(link.connection))
         try:
             path, hops = gw.hops.extend_route(link.remote_properties)
+            barred = gw.relays.refusal(read_path(link.remote_properties), time.monotonic())
+            if barred is not None:  # it would go round a loop (or too deep) again
+                raise type(barred)(barred.message, path=barred.path,
+                                   expected=barred.expected, got=barred.got)
         except AmqpAdapterError as exc:
             gw.hop_refused(link, exc)
             _refuse(link, Condition(exc.condition, exc.message[:500]))
@@ -94,6 +99,7 @@ class Contributions:
         up = gw._container.create_receiver(
             gw.publishing.upstream_for(link.connection), address,
             name=upstream_name(gw.name, link.name), options=LinkProperties(properties))
+        up.seqrepair_route = (path, hops)  # what a refusal for it bars (RelayTable.learn)
         up.seqrepair_owner_down = link
         link.seqrepair_owner_up = up
         self.stats["owner_links"] += 1
@@ -110,6 +116,7 @@ class Contributions:
         if down is None:
             return False
         if link.state & Endpoint.REMOTE_CLOSED:  # refused: the owner is told why
+            self._learn(link)
             _refuse(down, link.remote_condition)
             return True
         if down.state & Endpoint.LOCAL_UNINIT:
@@ -179,6 +186,7 @@ class Contributions:
             return True
         down = getattr(link, "seqrepair_owner_down", None)
         if down is not None:
+            self._learn(link)
             _refuse(down, link.remote_condition)
             return True
         up = getattr(link, "seqrepair_owner_up", None)
@@ -187,6 +195,14 @@ class Contributions:
                 up.close()
             return True
         return False
+
+    def _learn(self, up: Any) -> None:
+        """The component (or a hop upstream) refused or ended an owner's upstream link: when
+        for its path, what would go round again is barred (as for subscribers' links)."""
+        cond = up.remote_condition
+        if cond is not None and getattr(up, "seqrepair_route", None) is not None:
+            self.gateway._learn(up.seqrepair_route, (str(cond.name), str(cond.description or "")))
+            up.seqrepair_route = None  # learnt once: the detach that follows says it again
 
     # --- contributors' answers --------------------------------------------------------------
 

@@ -198,11 +198,8 @@ class PublishRelays:
         if down is None:
             return False
         if sender.state & Endpoint.REMOTE_CLOSED:  # attached and detached at once: refused
-            cond = sender.remote_condition
-            if cond is not None:  # for its path: what would go round again is barred
-                self.gateway._learn(sender.seqrepair_route,
-                                    (str(cond.name), str(cond.description or "")))
-            self._detach(down, cond)
+            self._learn(sender)
+            self._detach(down, sender.remote_condition)
             return True
         if down.state & Endpoint.LOCAL_UNINIT:
             down.max_message_size = sender.remote_max_message_size
@@ -216,6 +213,7 @@ class PublishRelays:
         """A publishing link ended on one side: end the other with the same condition."""
         down = getattr(link, "seqrepair_downstream", None)
         if down is not None:
+            self._learn(link)  # ended later for its path (a hop upstream learnt of a loop)
             self._detach(down, link.remote_condition)
             return True
         up = getattr(link, "seqrepair_upstream_link", None)
@@ -224,6 +222,16 @@ class PublishRelays:
                 up.close()
             return True
         return False
+
+    def _learn(self, sender: Any) -> None:
+        """The component (or a hop upstream) refused or ended ``sender``: when for its path,
+        what would go round again is barred (publishers' and contributors' links as
+        subscribers' are), once per link."""
+        cond = sender.remote_condition
+        route = getattr(sender, "seqrepair_route", None)
+        if cond is not None and route is not None:
+            self.gateway._learn(route, (str(cond.name), str(cond.description or "")))
+            sender.seqrepair_route = None
 
     @staticmethod
     def _detach(down: Any, condition: Any) -> None:
