@@ -282,12 +282,13 @@ class SubscriptionApi:
 
     def _handle(self, method: str, target: str, raw_headers: Headers, body: bytes) -> Response:
         headers = _lowered(raw_headers)
-        principal = self.request_principal(headers.get("authorization"))
+        auth = self.auth  # read once: a reload (SIGHUP) swaps it whole between requests
+        principal = auth.principal(headers.get("authorization"))
         if principal is None:
             raise _Refusal(error_response(
                 401, "unauthorized", "this API needs 'Authorization: Bearer <token>' or "
                 "'Authorization: Basic <user:password>' naming a principal",
-                headers=self.auth.challenges()))
+                headers=auth.challenges()))
         route = _route(target, with_topics=self.topics is not None)
         allow = ("Allow", ", ".join(route.allow))
         if method == "OPTIONS":

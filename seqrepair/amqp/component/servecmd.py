@@ -290,26 +290,36 @@ def _rest_server(args: argparse.Namespace, manager: Any, token: str | None,
 
 
 def _reload_rest_tokens(args: argparse.Namespace, api: Any, host: str) -> None:
-    """Read ``--rest-tokens`` and ``--rest-token-file`` again (SIGHUP): their tokens replace
-    those in force from the next request on; who may go without one stays as at start. A
-    file that cannot be read (or names nobody) is logged and the tokens in force stay."""
-    import attrs
-
-    from seqrepair.auth.restauth import token_hash
-
+    """Read ``--rest-tokens`` and ``--rest-token-file`` again (SIGHUP) and decide again, by
+    the rule applied at start, who may go without a token (``--allow-anonymous`` and no bearer
+    token configured: :func:`_rest_auth`): the whole of it replaces what was in force in one
+    assignment, from the next request on (a request reads it once). A file that cannot be
+    read, names nobody, or would open a non-loopback API to anyone without ``--insecure`` is
+    logged and what is in force stays."""
     if not (args.rest_tokens or args.rest_token_file):
-        return
+        return  # nothing read from a file: who may come in cannot have changed
     try:
         token, principal_tokens = _rest_tokens(args)
         auth = _rest_auth(args, token, principal_tokens, host)
     except SeqRepairError as exc:
-        log.error("REST tokens not reloaded; those in force stay", error=exc.message)
+        log.error("REST tokens not reloaded; those in force stay", error=exc.message,
+                  anonymous=api.auth.allow_anonymous)
         return
-    tokens = dict(auth.tokens)
-    if token is not None:
-        tokens[token_hash(token)] = args.rest_token_principal
-    api.auth = attrs.evolve(api.auth, tokens=tokens)
-    log.info("REST tokens reloaded", tokens=len(tokens))
+    api.auth = rest_access(auth, token, args.rest_token_principal)
+    log.info("REST tokens reloaded", tokens=len(api.auth.tokens),
+             anonymous=api.auth.allow_anonymous)
+
+
+def rest_access(auth: Any, token: str | None, token_principal: str) -> Any:
+    """``auth`` with the ``--rest-token-file`` operator token (when there is one) among its
+    tokens, as :class:`~seqrepair.rest.api.SubscriptionApi` adds it at start."""
+    import attrs
+
+    from seqrepair.auth.restauth import token_hash
+
+    if token is None:
+        return auth
+    return attrs.evolve(auth, tokens={**auth.tokens, token_hash(token): token_principal})
 
 
 def _rest_auth(args: argparse.Namespace, token: str | None, principal_tokens: dict[str, str],

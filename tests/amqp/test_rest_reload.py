@@ -1,0 +1,74 @@
+"""Who may reach the REST API without a token is decided again on SIGHUP, with the tokens
+(WIRE.md "Authentication"): ``--allow-anonymous`` lets anonymous requests in only while no
+bearer token is configured. Over a real ``seqrepair serve --rest`` process (plain HTTP on
+loopback, a private redis-server), SIGHUP sent to the process, requests through
+``http.client``."""
+
+from __future__ import annotations
+
+import http.client
+import os
+import signal
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from seqrepair.auth.restauth import new_token
+
+from .conftest import ComponentProcess, free_port, wait_for
+
+pytestmark = [pytest.mark.amqp, pytest.mark.redis]
+
+
+def _status(port: int, authorization: str | None = None) -> int:
+    """GET /subscriptions: the status."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    headers = {"Accept": "application/json"}
+    if authorization is not None:
+        headers["Authorization"] = authorization
+    try:
+        conn.request("GET", "/subscriptions", headers=headers)
+        response = conn.getresponse()
+        response.read()
+        return response.status
+    finally:
+        conn.close()
+
+
+def test_anonymous_access_is_decided_again_on_sighup_with_the_tokens(
+        component: Callable[..., ComponentProcess], tmp_path: Path) -> None:
+    """Started with ``--allow-anonymous`` and an empty tokens file, the API lets anonymous
+    requests in; once a token is in the file and the process is sent SIGHUP, an anonymous
+    request is 401 and the token's is 200 (before: anonymous stayed in, as decided at start,
+    beside the new tokens); the tokens taken out again, anonymous is back. A file that cannot
+    be read keeps all of what is in force, anonymous access included."""
+    tokens = tmp_path / "rest.tokens"
+    tokens.write_text("")
+    port = free_port()
+    comp = component("--rest", f"127.0.0.1:{port}", "--rest-tokens", str(tokens))
+    assert comp.proc is not None
+    assert "--allow-anonymous" in comp.command(tmp_path / "unused")
+    assert _status(port) == 200
+
+    def hang_up(event: str, times: int) -> None:
+        os.kill(comp.proc.pid, signal.SIGHUP)  # type: ignore[union-attr]
+        assert wait_for(lambda: comp.log_text().count(event) >= times, 10), comp.log_text()
+
+    alice = new_token(tokens, "alice")
+    assert _status(port) == 200  # not read yet
+    assert _status(port, f"Bearer {alice}") == 401
+    hang_up("REST tokens reloaded", 1)
+    assert _status(port) == 401  # a token is configured: anonymous is out
+    assert _status(port, f"Bearer {alice}") == 200
+    assert "anonymous=False" in comp.log_text().split("REST tokens reloaded")[1]
+
+    tokens.write_text("bob not-a-hash\n")  # unreadable: what is in force stays, all of it
+    hang_up("REST tokens not reloaded", 1)
+    assert _status(port) == 401
+    assert _status(port, f"Bearer {alice}") == 200
+
+    tokens.write_text("")  # no token any more: anonymous is let in again
+    hang_up("REST tokens reloaded", 2)
+    assert _status(port) == 200
+    assert _status(port, f"Bearer {alice}") == 401
