@@ -137,6 +137,19 @@ class ImageCache:
             corrected = corrected.difference(pub.fields)
         self._items[topic] = _Item(fields, partial, corrected, field_seq)
 
+    def restore(self, topic: str, fields: Mapping[str, Any], *, partial: bool,
+                corrected: frozenset[str] = _EMPTY_CORRECTED) -> None:
+        """Put back an item as a saved copy of the cache held it (``subscribe --images``
+        loading its file): its fields, whether it is partial and which fields are
+        corrections. Which publication set each field is not saved: ``field_seq`` of a
+        restored field is absent until a publication sets it again."""
+        if not isinstance(topic, str) or not isinstance(fields, Mapping):
+            raise InvalidMessageError("ImageCache.restore takes a topic and a mapping",
+                                      expected="str, Mapping", got=type(fields).__name__)
+        names = frozenset(corrected)
+        self._items[topic] = _Item(dict(fields), bool(partial),
+                                   names if names else _EMPTY_CORRECTED, {})
+
     def get(self, topic: str) -> Mapping[str, Any] | None:
         """The current fields of the item at ``topic`` (read-only), or None if there is none."""
         item = self._items.get(topic) if isinstance(topic, str) else None

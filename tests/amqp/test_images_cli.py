@@ -48,7 +48,7 @@ def test_subscribe_resyncs_an_unrecoverable_gap_and_keeps_the_images_file(
             published = publisher.publish_many(items(1, 10))
             assert publisher.flush(30)
             assert wait_for(lambda: images.exists() and len(images.read_text().splitlines())
-                            == 4, 30)  # written every second: the four items
+                            == 5, 30)  # written every second: its position, the four items
             comp.kill()
             published += publisher.publish_many(items(11, 100))
         finally:
@@ -74,7 +74,9 @@ def test_subscribe_resyncs_an_unrecoverable_gap_and_keeps_the_images_file(
     for pub in published:
         whole.apply(pub)
     kept: dict[str, Any] = {}
-    for line in images.read_text().splitlines():
+    lines = images.read_text().splitlines()
+    assert json.loads(lines[0]) == {"current_through": {"feed.a": 130}}
+    for line in lines[1:]:
         entry = json.loads(line)
         kept[entry["topic"]] = entry["fields"]
     assert kept == whole.snapshot()

@@ -15,27 +15,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
+from seqrepair.amqp.client.imagesfile import IMAGES_EVERY, ImagesFile, write_images  # noqa: F401 (re-exported: they lived here)
 from seqrepair.amqp.client.publishcmd import report_error
-from seqrepair.core.image import ImageCache
 from seqrepair.core.messages import Publication
-
-
-def write_images(cache: ImageCache, path: Path) -> None:
-    """``cache`` as JSON lines ``{"topic", "fields", "partial"}`` in topic order, replacing
-    ``path`` whole (written beside it, then renamed)."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        for topic in cache:
-            entry = cache.entry(topic)
-            assert entry is not None
-            fields = {k: (v.hex() if isinstance(v, bytes) else v) for k, v in entry.fields.items()}
-            fh.write(json.dumps({"topic": topic, "fields": fields, "partial": entry.partial})
-                     + "\n")
-    tmp.replace(path)
-
-
-IMAGES_EVERY = 1.0
-"""Seconds between writes of ``--images``."""
 
 
 def publication_record(pub: Publication) -> dict[str, Any]:
@@ -92,6 +74,7 @@ def subscribe_command(args: argparse.Namespace) -> int:
         resync_on_unrecoverable=args.resync_on_unrecoverable,
     )
     sink.taken = subscriber.acknowledge if subscriber.durable else None
+    sink.began = lambda: subscriber.began
     if args.resume and args.output and Path(args.output).exists():
         sink.written = resume_after(Path(args.output))  # the output is the position file
     if args.ready_file:
@@ -129,19 +112,36 @@ class Sink:
         subscriber's acknowledgement: a kill -9 after it loses none of those lines)."""
         self._unflushed: dict[str, int] = {}
         self._image_lines = False  # image lines written and not yet flushed
-        self.images: ImageCache | None = None
-        """The item images of what was delivered (``--images``), written by :meth:`save_images`."""
-        self.images_file: Path | None = None
+        self.images: ImagesFile | None = None
+        """The item images of what was delivered (``--images``), written by :meth:`save_images`
+        (:mod:`~seqrepair.amqp.client.imagesfile`): begun once :attr:`began` says where the
+        subscription started, acknowledgements held until the file holds what they name."""
         if getattr(args, "images", None):
-            self.images, self.images_file = ImageCache(), Path(args.images)
-        self._images_saved = time.monotonic()
+            self.images = ImagesFile(Path(args.images))
+        self.began: Callable[[], tuple[dict[str, int], bool] | None] = lambda: ({}, False)
+        """Where the subscription started and whether a durable position was resumed
+        (:attr:`~seqrepair.amqp.client.subscriber.Subscriber.began`; brokered mode: from
+        nothing kept, so the images start empty)."""
         self.written: dict[str, int] = {}
         self.already_written = 0
         """Per source, the last number the output held when it started (``--resume``):
         deliveries at or below it are in the file already (a restart's repeats)."""
 
+    def _images(self) -> ImagesFile | None:
+        """``--images``, begun (loaded or not) once the subscription's start is known."""
+        images = self.images
+        if images is not None and not images.begun:
+            began = self.began()
+            if began is None:
+                return None
+            images.begin(*began)
+        return images
+
     def write(self, pub: Publication) -> None:
         """One delivery as one JSON line (none for one the output holds already)."""
+        images = self._images()
+        if images is not None:  # first: one the output holds may be past the images file
+            images.apply(pub)
         if pub.source_seq <= self.written.get(pub.source, 0):
             self._unflushed[pub.source] = pub.source_seq  # taken: acknowledged with the rest
             self.already_written += 1
@@ -150,8 +150,6 @@ class Sink:
         self._unflushed[pub.source] = pub.source_seq
         self.n += 1
         self.last = time.monotonic()
-        if self.images is not None:
-            self.images.apply(pub)
 
     def write_image(self, pub: Publication) -> None:
         """An image the subscriber asked for: a line marked ``"image": true`` (its
@@ -162,23 +160,23 @@ class Sink:
         self.out.write(json.dumps(record) + "\n")
         self._image_lines = True
         self.last = time.monotonic()
-        if self.images is not None:
-            self.images.apply(pub)
+        images = self._images()
+        if images is not None:
+            images.apply_image(pub)
 
     def save_images(self, force: bool = False) -> None:
-        """Write ``--images`` (at most every :data:`IMAGES_EVERY` s unless ``force``): one
-        JSON line per item, in topic order, written to a temporary file then renamed, so the
-        file is always whole."""
-        if self.images is None or self.images_file is None:
+        """Write ``--images`` (at most every :data:`IMAGES_EVERY` s unless ``force``; whole:
+        a temporary file renamed), then acknowledge what it now holds."""
+        images = self._images()
+        if images is None:
             return
-        now = time.monotonic()
-        if not force and now - self._images_saved < IMAGES_EVERY:
-            return
-        self._images_saved = now
-        write_images(self.images, self.images_file)
+        taken = images.save(force)
+        if taken and self.taken is not None:
+            self.taken(taken)
 
     def flush(self) -> None:
-        """Hand what was written to the operating system, then acknowledge it."""
+        """Hand what was written to the operating system, then acknowledge it (with
+        ``--images``, once the images file holds it too: :meth:`save_images`)."""
         if not self._unflushed:
             if self._image_lines:
                 self._image_lines = False
@@ -186,7 +184,9 @@ class Sink:
             return
         self.out.flush()
         written, self._unflushed = self._unflushed, {}
-        if self.taken is not None:
+        if self.images is not None:
+            self.images.hold(written)
+        elif self.taken is not None:
             self.taken(written)
 
     def stop_when(self, connected: bool = True) -> bool:
@@ -215,11 +215,12 @@ def run_subscriber(subscriber: Any, sink: Sink, args: argparse.Namespace) -> Non
 
         def stop() -> bool:
             sink.flush()  # every tick: what the output holds is acknowledged
-            sink.save_images()
-            return terminated.is_set() or sink.stop_when(connected is None or connected.is_set())
+            done = terminated.is_set() or sink.stop_when(connected is None or connected.is_set())
+            sink.save_images(force=done)  # the last acknowledgement goes before the close
+            return done
 
         subscriber.run(stop_when=stop)
-    sink.out.flush()
+    sink.flush()
     sink.save_images(force=True)
     stats: dict[str, Any] = dict(subscriber.stats().as_dict())
     stats["unrecoverable_events"] = [str(u) for u in subscriber.unrecoverable]

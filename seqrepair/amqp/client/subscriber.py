@@ -240,9 +240,19 @@ class Subscriber(SubscriberRunner):
         # where the subscription started per source (the component's first attach reply): kept
         # so a component that lost the context replays sources not yet delivered from there
         self._start: dict[str, int] | None = None
+        self._began: tuple[dict[str, int], bool] | None = None
         self.log = log.bind(link=self.link_name, topic=address)
 
     # --- public API ---------------------------------------------------------------------
+
+    @property
+    def began(self) -> tuple[dict[str, int], bool] | None:
+        """Where this subscriber's first attach started it, per source (the reply's
+        ``seqrepair-start-after``: what comes is after it), and whether that is a durable
+        subscription's stored position resumed (reply ``seqrepair-durable`` true; false: a
+        new subscription, or none kept); None before the component answered. Read it in the
+        client's thread (the callbacks) or once :meth:`wait_connected` returned."""
+        return self._began
 
     def request_image(
         self, topics: Sequence[str] = (), patterns: Sequence[str] = (),
@@ -341,6 +351,9 @@ class Subscriber(SubscriberRunner):
                     self._start = {str(k): int(v) for k, v in start.items()}
                 except (TypeError, ValueError):
                     self.log.warning("unreadable seqrepair-start-after ignored", value=start)
+            if self._began is None:
+                self._began = (dict(self._start or {}),
+                               props.get(str(PROP_DURABLE)) is True)
             try:
                 self._follow(props)
             except SettingsMismatchError as exc:

@@ -1,0 +1,174 @@
+"""``seqrepair subscribe --images FILE``: the item images of what was delivered, kept in a
+file that survives a restart of a durable subscriber.
+
+The file is JSON lines: first ``{"current_through": {source: number}}``, the position per
+source the images are current through, then one line per item in topic order, ``{"topic",
+"fields", "partial"}`` (and ``"corrected"``: the fields a correction set, when there are
+some). It is written whole, beside itself then renamed, so it is never torn.
+
+Kept in step with the durable position: what the subscriber acknowledges (its position at the
+component) is only what the file holds; the file is written, then the acknowledgement sent
+(:meth:`ImagesFile.save` hands back what may now be acknowledged). So where a durable
+subscription resumes is never past the file, and at most behind it by what was in flight when
+the process ended. On start, the file is loaded when the subscription resumes a durable
+position (the attach reply's ``seqrepair-durable``) that it is current through, source by
+source (what is delivered again up to the file's positions is not folded in twice); otherwise
+it is discarded, with a log line saying why, and the images start empty from where the
+subscription starts.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from seqrepair.core.image import ImageCache
+from seqrepair.core.messages import Publication
+from seqrepair.logs import get_logger
+
+log = get_logger("seqrepair.amqp.client.images")
+
+IMAGES_EVERY = 1.0
+"""Seconds between writes of ``--images`` (and so between acknowledgements with it)."""
+THROUGH = "current_through"
+"""The first line's key: the position per source the images are current through."""
+
+
+def _plain(value: Any) -> Any:
+    return value.hex() if isinstance(value, bytes) else value
+
+
+def write_images(cache: ImageCache, path: Path, through: dict[str, int] | None = None) -> None:
+    """``cache`` as the file's JSON lines (the module's format), the first line naming
+    ``through`` (none when None), replacing ``path`` whole (written beside it, then renamed).
+    Byte fields are written as hex strings."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        if through is not None:
+            fh.write(json.dumps({THROUGH: dict(sorted(through.items()))}) + "\n")
+        for topic in cache:
+            entry = cache.entry(topic)
+            assert entry is not None
+            record: dict[str, Any] = {"topic": topic,
+                                      "fields": {k: _plain(v) for k, v in entry.fields.items()},
+                                      "partial": entry.partial}
+            if entry.corrected:
+                record["corrected"] = sorted(entry.corrected)
+            fh.write(json.dumps(record) + "\n")
+    tmp.replace(path)
+
+
+def read_images(path: Path) -> tuple[dict[str, int], ImageCache]:
+    """The position and the images a file holds (ValueError naming what is wrong: a file of
+    the format before positions, a line that is not one of the module's)."""
+    cache = ImageCache()
+    lines = path.read_text(encoding="utf-8").splitlines()
+    if not lines:
+        raise ValueError("empty")
+    head = json.loads(lines[0])
+    if not isinstance(head, dict) or not isinstance(head.get(THROUGH), dict):
+        raise ValueError(f"its first line names no {THROUGH} position")
+    through = {str(k): int(v) for k, v in head[THROUGH].items()}
+    for number, line in enumerate(lines[1:], 2):
+        record = json.loads(line)
+        if (not isinstance(record, dict) or not isinstance(record.get("topic"), str)
+                or not isinstance(record.get("fields"), dict)):
+            raise ValueError(f"line {number} is not an item")
+        cache.restore(record["topic"], record["fields"], partial=bool(record.get("partial")),
+                      corrected=frozenset(record.get("corrected") or ()))
+    return through, cache
+
+
+class ImagesFile:
+    """The images ``seqrepair subscribe`` keeps (see the module): nothing is folded in or
+    written before :meth:`begin` says where the subscription starts."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.cache = ImageCache()
+        self.through: dict[str, int] | None = None
+        """The position per source the images are current through (None: not begun)."""
+        self._held: dict[str, int] = {}
+        """Positions flushed to the output, acknowledged once the file holds them."""
+        self._saved = time.monotonic()
+        self._dirty = False
+
+    @property
+    def begun(self) -> bool:
+        return self.through is not None
+
+    def begin(self, start: dict[str, int], resumed: bool) -> bool:
+        """The subscription starts after ``start`` (per source), resuming a durable position
+        when ``resumed``: load the file when it is current through at least that, source by
+        source, else start empty there (saying why). True when loaded."""
+        self.through = dict(start)
+        self._dirty = True
+        if not self.path.exists():
+            return False
+        try:
+            through, cache = read_images(self.path)
+        except (OSError, ValueError) as exc:
+            log.warning("images file discarded: it cannot be read; images start empty",
+                        file=str(self.path), error=str(exc))
+            return False
+        if not resumed:
+            log.warning("images file discarded: the subscription does not resume a durable "
+                        "position (a new one, or none kept); images start empty",
+                        file=str(self.path), current_through=through, starts_after=start)
+            return False
+        behind = {s: n for s, n in start.items() if through.get(s, 0) < n}
+        if behind:
+            log.warning("images file discarded: it is not current through where the durable "
+                        "subscription resumes; images start empty", file=str(self.path),
+                        current_through=through, resumes_after=start)
+            return False
+        self.cache = cache
+        self.through = {s: max(n, start.get(s, 0)) for s, n in through.items()}
+        for source, n in start.items():
+            self.through.setdefault(source, n)
+        self._dirty = False
+        log.info("images file loaded", file=str(self.path), items=len(cache),
+                 current_through=self.through, resumes_after=start)
+        return True
+
+    def apply(self, pub: Publication) -> None:
+        """A delivered publication, folded in unless the images are current past it (one
+        delivered again after a restart)."""
+        if self.through is None or pub.source_seq <= self.through.get(pub.source, 0):
+            return
+        self.cache.apply(pub)
+        self.through[pub.source] = pub.source_seq
+        self._dirty = True
+
+    def apply_image(self, pub: Publication) -> None:
+        """An image the subscriber asked for (its number is no position: not recorded)."""
+        if self.through is None:
+            return
+        self.cache.apply(pub)
+        self._dirty = True
+
+    def hold(self, written: dict[str, int]) -> None:
+        """``written`` is flushed to the output: acknowledged once the file holds it."""
+        for source, n in written.items():
+            self._held[source] = max(n, self._held.get(source, 0))
+
+    def save(self, force: bool = False) -> dict[str, int]:
+        """Write the file when due (every :data:`IMAGES_EVERY` s) or ``force`` and return
+        what may now be acknowledged (empty: nothing yet)."""
+        if self.through is None:
+            return {}
+        now = time.monotonic()
+        if not force and now - self._saved < IMAGES_EVERY:
+            return {}
+        self._saved = now
+        if self._dirty or not self.path.exists():
+            write_images(self.cache, self.path, self.through)
+            self._dirty = False
+        held, self._held = self._held, {}
+        # never past what the file holds (a held number above it: not folded in yet)
+        return {s: min(n, self.through.get(s, n)) for s, n in held.items()}
+
+
+__all__ = ["IMAGES_EVERY", "THROUGH", "ImagesFile", "read_images", "write_images"]

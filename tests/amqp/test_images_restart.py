@@ -1,0 +1,166 @@
+"""``seqrepair subscribe --images FILE`` across restarts of a durable subscriber (killed with
+SIGKILL mid-stream, stopped with SIGTERM): the file survives, so it ends equal to the image
+built from the whole stream. Real processes over loopback: redis-server, ``seqrepair serve``,
+``seqrepair subscribe``; the publisher is the library's, journaling to the same Redis."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from seqrepair.amqp.client.imagesfile import write_images
+from seqrepair.amqp.client.subscriber import Publisher
+from seqrepair.core.image import ImageCache
+from seqrepair.core.messages import Publication
+from seqrepair.journal.journal import Journal
+
+from .conftest import ComponentProcess, _env, wait_for
+from .test_images import items
+
+pytestmark = [pytest.mark.amqp, pytest.mark.redis]
+
+DEADLINE = 60.0
+
+
+class Run:
+    """One ``seqrepair subscribe --images`` process, logging at info to a file of its own."""
+
+    def __init__(self, comp: ComponentProcess, tmp: Path, tag: str, images: Path,
+                 link_name: str = "keeper") -> None:
+        self.log = tmp / f"sub-{tag}.log"
+        ready = tmp / f"ready-{tag}"
+        with open(self.log, "wb") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "seqrepair.cli", "--log-level", "info", "subscribe",
+                 "--url", comp.url, "--address", "/weather/#", "--link-name", link_name,
+                 "--heartbeat", "0.2", "--output", str(tmp / f"out-{tag}.jsonl"),
+                 "--ready-file", str(ready), "--images", str(images)],
+                env=_env(), stdout=out, stderr=subprocess.STDOUT)
+        assert wait_for(lambda: ready.exists() or self.proc.poll() is not None, DEADLINE)
+        assert self.proc.poll() is None, self.text()
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def end(self, how: signal.Signals) -> int:
+        self.proc.send_signal(how)
+        try:
+            return self.proc.wait(DEADLINE)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+@pytest.fixture
+def runs() -> Iterator[list[Run]]:
+    started: list[Run] = []
+    yield started
+    for run in started:
+        if run.proc.poll() is None:
+            run.proc.kill()
+            run.proc.wait(10)
+
+
+def through(images: Path) -> dict[str, int]:
+    """The position the images file says it is current through ({} before it is written)."""
+    try:
+        head = json.loads(images.read_text().splitlines()[0])
+    except (OSError, IndexError, ValueError):
+        return {}
+    return {str(k): int(v) for k, v in head["current_through"].items()}
+
+
+def expected(published: list[Publication], path: Path, last: int) -> str:
+    """The images file the whole stream makes, current through ``last`` of feed.a."""
+    whole = ImageCache()
+    for pub in published:
+        whole.apply(pub)
+    write_images(whole, path, {"feed.a": last})
+    return path.read_text()
+
+
+def test_the_images_file_survives_sigkill_and_sigterm_of_a_durable_subscriber(
+    component: Callable[..., ComponentProcess], redis_url: str, tmp_path: Path,
+    runs: list[Run],
+) -> None:
+    comp = component("--heartbeat", "0.2")
+    journal = Journal.from_url(redis_url)
+    images = tmp_path / "images.jsonl"
+    published: list[Publication] = []
+    publisher = Publisher(comp.url, "feed.a", journal=journal).start()
+    try:
+        runs.append(Run(comp, tmp_path, "1", images))
+        published += publisher.publish_many(items(1, 40))
+        assert publisher.flush(DEADLINE)
+        assert wait_for(lambda: through(images).get("feed.a", 0) >= 20, DEADLINE)
+
+        # killed while the stream goes on: the file holds what it held at its last write
+        def more() -> None:
+            for first in range(41, 121, 5):
+                published.extend(publisher.publish_many(items(first, 5)))
+
+        going = threading.Thread(target=more)
+        going.start()
+        assert runs[0].end(signal.SIGKILL) == -signal.SIGKILL
+        going.join(DEADLINE)
+        assert publisher.flush(DEADLINE)
+        runs.append(Run(comp, tmp_path, "2", images))
+        assert wait_for(lambda: through(images).get("feed.a") == 120, DEADLINE), runs[1].text()
+        assert "images file loaded" in runs[1].text()
+        assert runs[1].end(signal.SIGTERM) == 0, runs[1].text()
+
+        published += publisher.publish_many(items(121, 40))  # while it is stopped
+        assert publisher.flush(DEADLINE)
+        runs.append(Run(comp, tmp_path, "3", images))
+        assert wait_for(lambda: through(images).get("feed.a") == 160, DEADLINE), runs[2].text()
+        assert "images file loaded" in runs[2].text()
+        assert "images file discarded" not in "".join(run.text() for run in runs)
+        assert images.read_text() == expected(published, tmp_path / "whole.jsonl", 160)
+        assert runs[2].end(signal.SIGTERM) == 0, runs[2].text()
+        assert images.read_text() == expected(published, tmp_path / "whole.jsonl", 160)
+
+        # another subscription (a new durable, starting now) does not take this file: it says
+        # so and starts its images empty where it starts
+        runs.append(Run(comp, tmp_path, "4", images, link_name="stranger"))
+        assert wait_for(lambda: "images file discarded" in runs[3].text(), DEADLINE)
+        assert wait_for(lambda: images.read_text().splitlines() == [
+            json.dumps({"current_through": {"feed.a": 160}})], DEADLINE), images.read_text()
+        assert runs[3].end(signal.SIGTERM) == 0, runs[3].text()
+    finally:
+        publisher.close(timeout=0.0)
+        journal.close()
+
+
+def test_a_file_of_another_position_is_discarded_and_said_so(tmp_path: Path) -> None:
+    """The rule, without processes: loaded only when resuming a durable position the file is
+    current through (per source); a file of the format before positions is discarded."""
+    from seqrepair.amqp.client.imagesfile import ImagesFile
+
+    images = tmp_path / "images.jsonl"
+    cache = ImageCache()
+    pubs: list[Any] = [Publication(topic="/weather/x", source="feed.a", source_seq=n,
+                                   fields={"n": n}) for n in (1, 2, 3)]
+    for pub in pubs:
+        cache.apply(pub)
+    write_images(cache, images, {"feed.a": 3})
+    for start, resumed, loaded in (({"feed.a": 3}, True, True), ({"feed.a": 2}, True, True),
+                                   ({"feed.a": 4}, True, False), ({"feed.b": 1}, True, False),
+                                   ({"feed.a": 3}, False, False)):
+        kept = ImagesFile(images)
+        assert kept.begin(start, resumed) is loaded, (start, resumed)
+        assert len(kept.cache) == (1 if loaded else 0)
+        if loaded:  # delivered again up to the file's position: not folded in twice
+            kept.apply(Publication(topic="/weather/x", source="feed.a", source_seq=3,
+                                   fields={"n": 99}))
+            assert kept.cache.get("/weather/x") == {"n": 3}
+    images.write_text(json.dumps({"topic": "/weather/x", "fields": {}, "partial": False}) + "\n")
+    assert ImagesFile(images).begin({"feed.a": 3}, True) is False
