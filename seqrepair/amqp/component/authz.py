@@ -32,6 +32,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from seqrepair.amqp.component.sourceviews import (
+    MAX_TOPICS_PER_SOURCE as MAX_TOPICS_PER_SOURCE,  # re-exported: it lived here
+)
 from seqrepair.amqp.wire.errors import (
     AmqpAdapterError,
     InvalidLinkPropertyError,
@@ -64,8 +67,6 @@ if TYPE_CHECKING:
 
 V = TypeVar("V")
 
-MAX_TOPICS_PER_SOURCE = 256
-"""Topics remembered per source to decide who may learn of it (bounded memory)."""
 MAX_REVEALED = 65_536
 """(principal, source) pairs remembered as shown by a source replay's scan (bounded memory;
 past it a scan is made again for each request)."""
@@ -195,16 +196,14 @@ def check_link_name(component: Component, name: str, principal: str) -> None:
 
 
 def learn_sources(component: Component, pubs: Iterable[Publication]) -> None:
-    """Remember the topics each source published (only when the policy restricts anyone)."""
-    if policy_of(component).permissive:
+    """Remember the topics each source published, one per class of the policy
+    (:mod:`.sourceviews`; only when the policy restricts anyone)."""
+    policy = policy_of(component)
+    if policy.permissive:
         return
-    known = component.source_topics
+    views = component.source_views
     for pub in pubs:
-        topics = known.get(pub.source)
-        if topics is None:
-            topics = known[pub.source] = set()
-        if len(topics) < MAX_TOPICS_PER_SOURCE:
-            topics.add(pub.topic)
+        views.learn(policy, pub.source, pub.topic)
 
 
 def visible_sources(component: Component, principal: str,
@@ -219,7 +218,7 @@ def visible_sources(component: Component, principal: str,
         source: value for source, value in by_source.items()
         if (principal, source) in revealed
         or any(policy.decide(principal, Operation.SUBSCRIBE, topic)
-               for topic in _topics_of(component, source))
+               for topic in _topics_of(component, policy, source))
     }
 
 
@@ -230,9 +229,9 @@ def reveal_named_sources(component: Component, principal: str,
     shown to it from now on (remembered, at most :data:`MAX_REVEALED` pairs).
 
     The topics the component knows of a source (:func:`learn_sources`) are those fanned out
-    since it started, at most :data:`MAX_TOPICS_PER_SOURCE`, or after a restart only the
-    latest journaled one's: a principal owed publications of a topic not among them would be
-    answered as for an unknown source and never get them. So the numbers the request asks
+    since it started (one per class of the policy, :mod:`.sourceviews`), or after a restart
+    only the latest journaled one's: a principal owed publications of a topic not among them
+    would be answered as for an unknown source and never get them. So the numbers the request asks
     for (at most :data:`REVEAL_SCAN`) are read until one the principal may subscribe to. What
     the principal may not see is never the reason for a reveal, so hidden sources stay hidden.
     A range found to hold nothing it may see is remembered too, and not read again.
@@ -269,13 +268,14 @@ def reveal_named_sources(component: Component, principal: str,
     return shown
 
 
-def _topics_of(component: Component, source: str) -> Iterable[str]:
-    """The topics ``source`` is known to publish: learned as they are fanned out, else (a
-    source journaled before this process started) its latest journaled publication's,
-    remembered. Nothing when the journal has none or does not answer now (the source is
-    then hidden: never revealed by mistake). Only sources the journal holds are
-    remembered, so naming made-up sources fills no memory."""
-    known = component.source_topics.get(source)
+def _topics_of(component: Component, policy: Policy, source: str) -> Iterable[str]:
+    """The topics ``source`` is known to publish, one per class of ``policy``
+    (:mod:`.sourceviews`): learned as they are fanned out, else (a source journaled before
+    this process started) its latest journaled publication's, remembered. Nothing when the
+    journal has none or does not answer now (the source is then hidden: never revealed by
+    mistake). Only sources the journal holds are remembered, so naming made-up sources
+    fills no memory."""
+    known = component.source_views.topics(policy, source)
     if known is not None:
         return known
     journal = component.gapfill.journal
@@ -286,8 +286,9 @@ def _topics_of(component: Component, source: str) -> Iterable[str]:
         return ()
     if not latest:
         return ()
-    topics = component.source_topics[source] = {pub.topic for pub in latest}
-    return topics
+    for pub in latest:
+        component.source_views.learn(policy, source, pub.topic)
+    return component.source_views.topics(policy, source) or ()
 
 
 def revoked(component: Component) -> list[tuple[SubscriberLink, str, str]]:

@@ -72,6 +72,7 @@ from seqrepair.amqp.component.publishing import fan_out, on_publish, open_publis
 from seqrepair.amqp.component.replaywire import entry_matches
 from seqrepair.amqp.component.requests import capabilities, on_request, open_control
 from seqrepair.amqp.component.routing import MAX_RESPONSE_TARGETS as MAX_RESPONSE_TARGETS
+from seqrepair.amqp.component.sourceviews import SourceViews
 from seqrepair.amqp.component.subqueues import SubscriptionChanges, apply_change
 from seqrepair.amqp.wire.codec import Decoder
 from seqrepair.amqp.wire.errors import (
@@ -184,7 +185,7 @@ class Component(MessagingHandler):
         self.links: dict[str, SubscriberLink] = {}
         self._unpumped: dict[int, SubscriberLink] = {}  # offered to since the last pump
         self.principals: dict[str, str] = {}
-        self.source_topics: dict[str, set[str]] = {}  # who may learn of a source (authz.py)
+        self.source_views = SourceViews()  # who may learn of a source (authz.py)
         # (principal, source) a source replay's scan showed, or found nothing in (authz.py)
         self.revealed_sources: set[tuple[str, str]] = set()
         self.unseen_ranges: dict[tuple[str, str], tuple[int, int]] = {}

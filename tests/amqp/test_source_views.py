@@ -1,0 +1,110 @@
+"""Who may learn of a source (the attach reply's ``seqrepair-start-after``, CAPABILITIES'
+sources) is decided on the topics the principal is entitled to, however many topics the
+source published before them (:mod:`seqrepair.amqp.component.sourceviews`). Before, the
+component kept the first 256 topics of a source: a principal entitled only to a later one
+never learnt of the source. Over a real ``seqrepair serve`` with a policy, then the rule
+(classes, a policy reload) without processes."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from proton import symbol
+from proton.utils import BlockingConnection
+
+from seqrepair.amqp.client.subscriber import Publisher
+from seqrepair.amqp.component.sourceviews import MAX_TOPICS_PER_SOURCE, SourceViews
+from seqrepair.amqp.wire.codec import Decoder, encode
+from seqrepair.amqp.wire.technical import CapabilitiesRequest
+from seqrepair.core.policy import Operation, Policy
+
+from .conftest import ComponentProcess
+
+POLICY = """
+[[allow]]
+actors = ["anonymous"]
+operations = ["publish"]
+topics = ["/#"]
+
+[[allow]]
+actors = ["anonymous"]
+operations = ["subscribe"]
+topics = ["/late/#"]
+"""
+
+
+def _capabilities(url: str) -> Any:
+    conn = BlockingConnection(url, timeout=10)
+    try:
+        name = f"caps-{uuid.uuid4().hex}"
+        receiver = conn.create_receiver("$reply", name=name, credit=1)
+        sender = conn.create_sender("$seqrepair")
+        request = encode(CapabilitiesRequest())
+        request.reply_to = f"$link/{name}"
+        request.id = "caps"
+        sender.send(request)
+        (answer,) = Decoder(link_bits=16).decode(receiver.receive(timeout=10))
+        return answer
+    finally:
+        conn.close()
+
+
+def _start_after(url: str, address: str) -> set[str]:
+    conn = BlockingConnection(url, timeout=10)
+    try:
+        receiver = conn.create_receiver(address, name=f"views-{uuid.uuid4().hex}")
+        props = dict(receiver.link.remote_properties or {})
+        return {str(k) for k in props[symbol("seqrepair-start-after")]}
+    finally:
+        conn.close()
+
+
+@pytest.mark.amqp
+@pytest.mark.redis
+def test_a_source_is_shown_to_a_principal_entitled_only_to_topics_past_the_first_256(
+    component: Callable[..., ComponentProcess], tmp_path: Path,
+) -> None:
+    policy = tmp_path / "policy.toml"
+    policy.write_text(POLICY)
+    comp = component("--heartbeat", "0.2", "--policy", str(policy))
+    early = [(f"/early/{i}", {"n": i}, "update") for i in range(MAX_TOPICS_PER_SOURCE + 44)]
+    with Publisher(comp.url, "feed.many") as publisher:
+        publisher.publish_many(early)
+        publisher.publish("/late/x", {"n": 1})  # the only topic anonymous may subscribe to
+        assert publisher.flush(30)
+    with Publisher(comp.url, "feed.early") as publisher:
+        publisher.publish_many(early[:10])
+        assert publisher.flush(30)
+    assert _start_after(comp.url, "/late/#") == {"feed.many"}
+    assert set(_capabilities(comp.url).source_bits) == {"feed.many"}
+
+
+def test_one_topic_per_class_decides_and_a_reload_classes_them_again() -> None:
+    first = Policy.from_json({"allow": [
+        {"actors": ["a"], "operations": ["subscribe"], "topics": ["/x/#"]},
+        {"actors": ["b"], "operations": ["subscribe"], "topics": ["/x/late/#"]},
+    ]})
+    views = SourceViews()
+    for i in range(10 * MAX_TOPICS_PER_SOURCE):
+        views.learn(first, "s", f"/x/{i}")
+    views.learn(first, "s", "/x/late/1")
+    views.learn(first, "s", "/y/1")
+    kept = list(views.topics(first, "s") or ())
+    assert len(kept) == 3  # /x/..., /x/late/..., /y/... : three classes, whatever the count
+    for who in ("a", "b"):
+        assert any(first.decide(who, Operation.SUBSCRIBE, t) for t in kept), who
+    assert not any(first.decide("c", Operation.SUBSCRIBE, t) for t in kept)
+    assert views.topics(first, "unknown") is None
+    # reloaded: c may subscribe to /y/#, a only to a topic kept among the first 256
+    second = Policy.from_json({"allow": [
+        {"actors": ["c"], "operations": ["subscribe"], "topics": ["/y/#"]},
+        {"actors": ["a"], "operations": ["subscribe"], "topics": ["/x/7"]},
+    ]})
+    again = list(views.topics(second, "s") or ())
+    for who in ("a", "c"):
+        assert any(second.decide(who, Operation.SUBSCRIBE, t) for t in again), who
+    assert not any(second.decide("b", Operation.SUBSCRIBE, t) for t in again)
