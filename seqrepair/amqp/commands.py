@@ -245,9 +245,9 @@ def register(subparsers: Any) -> None:
                           "as lines with \"image\": true)")
     sub.add_argument("--images", metavar="FILE",
                      help="keep the item images of what is delivered and write them here (JSON "
-                          "lines: the position they are current through, then topic, fields, "
-                          "partial) every second and at the end; a durable subscriber's "
-                          "restart loads it when it resumes where the file is current")
+                          "lines: topic, fields, partial) every second and at the end, then "
+                          "FILE.position (the position they are current through); a durable "
+                          "subscriber's restart loads it when it resumes where it is current")
     add_client_security(sub)
     sub.set_defaults(func=_subscribe)
 

@@ -5,6 +5,7 @@ built from the whole stream. Real processes over loopback: redis-server, ``seqre
 
 from __future__ import annotations
 
+import hashlib
 import json
 import signal
 import subprocess
@@ -15,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog.testing
 
-from seqrepair.amqp.client.imagesfile import write_images
+from seqrepair.amqp.client.imagesfile import ImagesFile, position_path, write_images
 from seqrepair.amqp.client.subscriber import Publisher
 from seqrepair.core.image import ImageCache
 from seqrepair.core.messages import Publication
@@ -71,21 +73,31 @@ def runs() -> Iterator[list[Run]]:
 
 
 def through(images: Path) -> dict[str, int]:
-    """The position the images file says it is current through ({} before it is written)."""
+    """The position the images file's position file says it is current through ({} before it
+    is written, or while it names other bytes than the file's: between the two renames)."""
     try:
-        head = json.loads(images.read_text().splitlines()[0])
-    except (OSError, IndexError, ValueError):
+        head = json.loads(position_path(images).read_text())
+        if head["images_sha256"] != hashlib.sha256(images.read_bytes()).hexdigest():
+            return {}
+    except (OSError, KeyError, ValueError):
         return {}
     return {str(k): int(v) for k, v in head["current_through"].items()}
 
 
-def expected(published: list[Publication], path: Path, last: int) -> str:
-    """The images file the whole stream makes, current through ``last`` of feed.a."""
+def expected(published: list[Publication], path: Path) -> str:
+    """The images file the whole stream makes."""
     whole = ImageCache()
     for pub in published:
         whole.apply(pub)
-    write_images(whole, path, {"feed.a": last})
+    write_images(whole, path)
     return path.read_text()
+
+
+def items_only(images: Path) -> bool:
+    """Every line of the file is an item, exactly as before positions: ``{"topic", "fields",
+    "partial"}``."""
+    return all(set(json.loads(line)) == {"topic", "fields", "partial"}
+               for line in images.read_text().splitlines())
 
 
 def test_the_images_file_survives_sigkill_and_sigterm_of_a_durable_subscriber(
@@ -124,16 +136,18 @@ def test_the_images_file_survives_sigkill_and_sigterm_of_a_durable_subscriber(
         assert wait_for(lambda: through(images).get("feed.a") == 160, DEADLINE), runs[2].text()
         assert "images file loaded" in runs[2].text()
         assert "images file discarded" not in "".join(run.text() for run in runs)
-        assert images.read_text() == expected(published, tmp_path / "whole.jsonl", 160)
+        assert images.read_text() == expected(published, tmp_path / "whole.jsonl")
+        assert items_only(images)
         assert runs[2].end(signal.SIGTERM) == 0, runs[2].text()
-        assert images.read_text() == expected(published, tmp_path / "whole.jsonl", 160)
+        assert images.read_text() == expected(published, tmp_path / "whole.jsonl")
+        assert through(images) == {"feed.a": 160}
 
         # another subscription (a new durable, starting now) does not take this file: it says
         # so and starts its images empty where it starts
         runs.append(Run(comp, tmp_path, "4", images, link_name="stranger"))
         assert wait_for(lambda: "images file discarded" in runs[3].text(), DEADLINE)
-        assert wait_for(lambda: images.read_text().splitlines() == [
-            json.dumps({"current_through": {"feed.a": 160}})], DEADLINE), images.read_text()
+        assert wait_for(lambda: images.read_text() == ""
+                        and through(images) == {"feed.a": 160}, DEADLINE), images.read_text()
         assert runs[3].end(signal.SIGTERM) == 0, runs[3].text()
     finally:
         publisher.close(timeout=0.0)
@@ -142,16 +156,10 @@ def test_the_images_file_survives_sigkill_and_sigterm_of_a_durable_subscriber(
 
 def test_a_file_of_another_position_is_discarded_and_said_so(tmp_path: Path) -> None:
     """The rule, without processes: loaded only when resuming a durable position the file is
-    current through (per source); a file of the format before positions is discarded."""
-    from seqrepair.amqp.client.imagesfile import ImagesFile
-
+    current through (per source)."""
     images = tmp_path / "images.jsonl"
-    cache = ImageCache()
-    pubs: list[Any] = [Publication(topic="/weather/x", source="feed.a", source_seq=n,
-                                   fields={"n": n}) for n in (1, 2, 3)]
-    for pub in pubs:
-        cache.apply(pub)
-    write_images(cache, images, {"feed.a": 3})
+    write_images(cache_of(1, 2, 3), images, {"feed.a": 3})
+    assert items_only(images)
     for start, resumed, loaded in (({"feed.a": 3}, True, True), ({"feed.a": 2}, True, True),
                                    ({"feed.a": 4}, True, False), ({"feed.b": 1}, True, False),
                                    ({"feed.a": 3}, False, False)):
@@ -162,5 +170,52 @@ def test_a_file_of_another_position_is_discarded_and_said_so(tmp_path: Path) -> 
             kept.apply(Publication(topic="/weather/x", source="feed.a", source_seq=3,
                                    fields={"n": 99}))
             assert kept.cache.get("/weather/x") == {"n": 3}
-    images.write_text(json.dumps({"topic": "/weather/x", "fields": {}, "partial": False}) + "\n")
-    assert ImagesFile(images).begin({"feed.a": 3}, True) is False
+
+
+def cache_of(*numbers: int) -> ImageCache:
+    cache = ImageCache()
+    for n in numbers:
+        cache.apply(Publication(topic="/weather/x", source="feed.a", source_seq=n,
+                                fields={"n": n}))
+    return cache
+
+
+def discarded(images: Path) -> list[dict[str, Any]]:
+    """Begin ``images`` resuming after 3 of feed.a: it must be discarded; the log lines."""
+    with structlog.testing.capture_logs() as logs:
+        kept = ImagesFile(images)
+        assert kept.begin({"feed.a": 3}, True) is False
+    assert len(kept.cache) == 0
+    assert kept.through == {"feed.a": 3}
+    return [dict(e) for e in logs if e["event"].startswith("images file discarded")]
+
+
+def test_a_file_its_position_file_does_not_name_is_discarded(tmp_path: Path) -> None:
+    """The images file goes with its position file only when that names its bytes: one
+    without (the format before positions, or a process ended before the first position was
+    written) or with another's (ended between writing the file and its position) is
+    discarded, said so, and the next save writes both again."""
+    images = tmp_path / "images.jsonl"
+    write_images(cache_of(1, 2, 3), images)  # items only: no position file
+    [line] = discarded(images)
+    assert "position file" in line["error"]
+    assert "images.jsonl.position" in line["error"]
+
+    write_images(cache_of(1, 2), images, {"feed.a": 2})
+    write_images(cache_of(1, 2, 3), images)  # the file renamed, its position not yet
+    assert json.loads(position_path(images).read_text())["current_through"] == {"feed.a": 2}
+    [line] = discarded(images)
+    assert "other bytes" in line["error"]
+
+    write_images(cache_of(1, 2, 3), images, {"feed.a": 3})
+    images.write_bytes(images.read_bytes().replace(b'"n": 3', b'"n": 4'))  # same length
+    [line] = discarded(images)
+    assert "other bytes" in line["error"]
+
+    kept = ImagesFile(images)
+    kept.begin({"feed.a": 3}, True)
+    kept.hold({"feed.a": 3})
+    assert kept.save(force=True) == {"feed.a": 3}  # acknowledged once both are written
+    assert images.read_text() == ""
+    assert through(images) == {"feed.a": 3}
+    assert ImagesFile(images).begin({"feed.a": 3}, True) is True

@@ -1,24 +1,29 @@
 """``seqrepair subscribe --images FILE``: the item images of what was delivered, kept in a
 file that survives a restart of a durable subscriber.
 
-The file is JSON lines: first ``{"current_through": {source: number}}``, the position per
-source the images are current through, then one line per item in topic order, ``{"topic",
-"fields", "partial"}`` (and ``"corrected"``: the fields a correction set, when there are
-some). It is written whole, beside itself then renamed, so it is never torn.
+``FILE`` is JSON lines, one per item in topic order, ``{"topic", "fields", "partial"}`` (the
+format it always had: byte fields as hex strings). Beside it, ``FILE.position`` is one JSON
+object ``{"current_through": {source: number}, "images_sha256": hex}``: the position per
+source the images are current through and the SHA-256 of the bytes of ``FILE`` it goes with.
+Each is written whole, beside itself then renamed, so neither is ever torn; ``FILE`` first,
+then its position.
 
 Kept in step with the durable position: what the subscriber acknowledges (its position at the
-component) is only what the file holds; the file is written, then the acknowledgement sent
-(:meth:`ImagesFile.save` hands back what may now be acknowledged). So where a durable
+component) is only what the position file holds; both are written, then the acknowledgement
+sent (:meth:`ImagesFile.save` hands back what may now be acknowledged). So where a durable
 subscription resumes is never past the file, and at most behind it by what was in flight when
-the process ended. On start, the file is loaded when the subscription resumes a durable
-position (the attach reply's ``seqrepair-durable``) that it is current through, source by
-source (what is delivered again up to the file's positions is not folded in twice); otherwise
-it is discarded, with a log line saying why, and the images start empty from where the
-subscription starts.
+the process ended. On start, the file is loaded when its position file is there and names
+its bytes (a process ended between the two renames leaves a file its position does not
+describe: neither applied twice nor skipped, it is discarded) and the subscription resumes a
+durable position (the attach reply's ``seqrepair-durable``) that it is current through,
+source by source (what is delivered again up to the file's positions is not folded in twice);
+otherwise it is discarded, with a log line saying why, and the images start empty from where
+the subscription starts.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from pathlib import Path
@@ -33,51 +38,79 @@ log = get_logger("seqrepair.amqp.client.images")
 IMAGES_EVERY = 1.0
 """Seconds between writes of ``--images`` (and so between acknowledgements with it)."""
 THROUGH = "current_through"
-"""The first line's key: the position per source the images are current through."""
+"""The position file's key: the position per source the images are current through."""
+SHA256 = "images_sha256"
+"""The position file's key: the SHA-256 (hex) of the bytes of the images file it goes with."""
+
+
+class UnmatchedImages(ValueError):
+    """The images file has no position file, or one written for other bytes."""
+
+
+def position_path(path: Path) -> Path:
+    """The position file of the images file ``path``: ``FILE.position``."""
+    return path.with_name(path.name + ".position")
 
 
 def _plain(value: Any) -> Any:
     return value.hex() if isinstance(value, bytes) else value
 
 
-def write_images(cache: ImageCache, path: Path, through: dict[str, int] | None = None) -> None:
-    """``cache`` as the file's JSON lines (the module's format), the first line naming
-    ``through`` (none when None), replacing ``path`` whole (written beside it, then renamed).
-    Byte fields are written as hex strings."""
+def _replace(path: Path, data: bytes) -> None:
+    """``path`` replaced whole by ``data``: written beside it, then renamed."""
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        if through is not None:
-            fh.write(json.dumps({THROUGH: dict(sorted(through.items()))}) + "\n")
-        for topic in cache:
-            entry = cache.entry(topic)
-            assert entry is not None
-            record: dict[str, Any] = {"topic": topic,
-                                      "fields": {k: _plain(v) for k, v in entry.fields.items()},
-                                      "partial": entry.partial}
-            if entry.corrected:
-                record["corrected"] = sorted(entry.corrected)
-            fh.write(json.dumps(record) + "\n")
+    tmp.write_bytes(data)
     tmp.replace(path)
 
 
+def images_bytes(cache: ImageCache) -> bytes:
+    """``cache`` as the images file's JSON lines (the module's format)."""
+    lines = []
+    for topic in cache:
+        entry = cache.entry(topic)
+        assert entry is not None
+        lines.append(json.dumps({"topic": topic,
+                                 "fields": {k: _plain(v) for k, v in entry.fields.items()},
+                                 "partial": entry.partial}) + "\n")
+    return "".join(lines).encode("utf-8")
+
+
+def write_images(cache: ImageCache, path: Path, through: dict[str, int] | None = None) -> None:
+    """``cache`` as JSON lines ``{"topic", "fields", "partial"}`` in topic order, replacing
+    ``path`` whole (written beside it, then renamed); then, when ``through`` is given, its
+    position file (:func:`position_path`) naming ``through`` and those bytes. Byte fields are
+    written as hex strings."""
+    data = images_bytes(cache)
+    _replace(path, data)
+    if through is not None:
+        position = {THROUGH: dict(sorted(through.items())),
+                    SHA256: hashlib.sha256(data).hexdigest()}
+        _replace(position_path(path), (json.dumps(position) + "\n").encode("utf-8"))
+
+
 def read_images(path: Path) -> tuple[dict[str, int], ImageCache]:
-    """The position and the images a file holds (ValueError naming what is wrong: a file of
-    the format before positions, a line that is not one of the module's)."""
-    cache = ImageCache()
-    lines = path.read_text(encoding="utf-8").splitlines()
-    if not lines:
-        raise ValueError("empty")
-    head = json.loads(lines[0])
-    if not isinstance(head, dict) or not isinstance(head.get(THROUGH), dict):
-        raise ValueError(f"its first line names no {THROUGH} position")
+    """The position and the images a file holds: :class:`UnmatchedImages` when its position
+    file is missing or names other bytes, ValueError naming what is wrong when either file is
+    not of the module's format."""
+    data = path.read_bytes()
+    try:
+        head = json.loads(position_path(path).read_bytes())
+    except FileNotFoundError:
+        raise UnmatchedImages(f"it has no position file ({position_path(path).name})") from None
+    if (not isinstance(head, dict) or not isinstance(head.get(THROUGH), dict)
+            or not isinstance(head.get(SHA256), str)):
+        raise ValueError(f"its position file names no {THROUGH} and {SHA256}")
+    if head[SHA256] != hashlib.sha256(data).hexdigest():
+        raise UnmatchedImages("its position file was written for other bytes (ended between "
+                              "writing the file and its position)")
     through = {str(k): int(v) for k, v in head[THROUGH].items()}
-    for number, line in enumerate(lines[1:], 2):
+    cache = ImageCache()
+    for number, line in enumerate(data.decode("utf-8").splitlines(), 1):
         record = json.loads(line)
         if (not isinstance(record, dict) or not isinstance(record.get("topic"), str)
                 or not isinstance(record.get("fields"), dict)):
             raise ValueError(f"line {number} is not an item")
-        cache.restore(record["topic"], record["fields"], partial=bool(record.get("partial")),
-                      corrected=frozenset(record.get("corrected") or ()))
+        cache.restore(record["topic"], record["fields"], partial=bool(record.get("partial")))
     return through, cache
 
 
@@ -109,6 +142,11 @@ class ImagesFile:
             return False
         try:
             through, cache = read_images(self.path)
+        except UnmatchedImages as exc:
+            log.warning("images file discarded: its position file is missing or was written "
+                        "for other bytes; images start empty", file=str(self.path),
+                        error=str(exc))
+            return False
         except (OSError, ValueError) as exc:
             log.warning("images file discarded: it cannot be read; images start empty",
                         file=str(self.path), error=str(exc))
@@ -150,20 +188,21 @@ class ImagesFile:
         self._dirty = True
 
     def hold(self, written: dict[str, int]) -> None:
-        """``written`` is flushed to the output: acknowledged once the file holds it."""
+        """``written`` is flushed to the output: acknowledged once the position file holds
+        it."""
         for source, n in written.items():
             self._held[source] = max(n, self._held.get(source, 0))
 
     def save(self, force: bool = False) -> dict[str, int]:
-        """Write the file when due (every :data:`IMAGES_EVERY` s) or ``force`` and return
-        what may now be acknowledged (empty: nothing yet)."""
+        """Write the file, then its position file, when due (every :data:`IMAGES_EVERY` s)
+        or ``force`` and return what may now be acknowledged (empty: nothing yet)."""
         if self.through is None:
             return {}
         now = time.monotonic()
         if not force and now - self._saved < IMAGES_EVERY:
             return {}
         self._saved = now
-        if self._dirty or not self.path.exists():
+        if self._dirty or not self.path.exists() or not position_path(self.path).exists():
             write_images(self.cache, self.path, self.through)
             self._dirty = False
         held, self._held = self._held, {}
@@ -171,4 +210,5 @@ class ImagesFile:
         return {s: min(n, self.through.get(s, n)) for s, n in held.items()}
 
 
-__all__ = ["IMAGES_EVERY", "THROUGH", "ImagesFile", "read_images", "write_images"]
+__all__ = ["IMAGES_EVERY", "SHA256", "THROUGH", "ImagesFile", "UnmatchedImages", "images_bytes",
+           "position_path", "read_images", "write_images"]
