@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from seqrepair.amqp.relay.upstream import NO_ENTRY, UpstreamSubscriber
 from seqrepair.amqp.wire.framing import encode_entry, encode_frames
-from seqrepair.amqp.wire.rawamqp import read_message
+from seqrepair.amqp.wire.rawamqp import RawIncomingHandler, read_message
 from seqrepair.core.messages import Publication
 
 
@@ -30,9 +32,14 @@ def _pub(seq: int) -> Publication:
                        link_seq=seq)
 
 
+LAZY = True
+"""Whether transfers are read as the upstream subscriber's handler reads them (the list body
+left to its decoder, read in one pass) or as other receivers do."""
+
+
 def _transfer(seqs: range) -> _Event:
     packed = encode_frames([_pub(seq) for seq in seqs], 32)
-    message = read_message(packed.encode())  # as the subscriber reads it off the wire
+    message = read_message(packed.encode(), LAZY)  # as the subscriber reads it off the wire
     assert message is not None
     return _Event(message)
 
@@ -57,7 +64,23 @@ def _upstream() -> tuple[UpstreamSubscriber, list[tuple[list[Publication], list[
     return sub, runs, singles
 
 
-def test_an_in_order_transfer_is_handed_over_at_once_with_the_entries_it_came_in() -> None:
+@pytest.fixture(params=[True, False], ids=["lazy", "eager"])
+def lazy(request: pytest.FixtureRequest) -> Any:
+    global LAZY
+    LAZY = request.param
+    yield request.param
+    LAZY = True
+
+
+def test_the_upstream_handler_leaves_list_bodies_to_the_decoder() -> None:
+    sub, _runs, _singles = _upstream()
+    raw = [h for h in sub.handlers if isinstance(h, RawIncomingHandler)]  # type: ignore[union-attr]
+    assert raw
+    assert all(h.lazy_body for h in raw)
+
+
+def test_an_in_order_transfer_is_handed_over_at_once_with_the_entries_it_came_in(
+        lazy: bool) -> None:
     sub, runs, singles = _upstream()
     sub.on_message(_transfer(range(1, 5)))
     sub.on_message(_transfer(range(5, 9)))
@@ -67,7 +90,7 @@ def test_an_in_order_transfer_is_handed_over_at_once_with_the_entries_it_came_in
     assert sub._kept == {}  # nothing left behind
 
 
-def test_a_held_back_transfer_keeps_its_entries_until_it_is_delivered() -> None:
+def test_a_held_back_transfer_keeps_its_entries_until_it_is_delivered(lazy: bool) -> None:
     sub, runs, _singles = _upstream()
     sub.on_message(_transfer(range(1, 3)))
     sub.on_message(_transfer(range(5, 8)))  # early: 3..4 missing, the stub holds these back

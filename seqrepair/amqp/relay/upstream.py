@@ -23,7 +23,9 @@ from collections.abc import Callable
 from typing import Any
 
 from seqrepair.amqp.client.subscriber import Subscriber
+from seqrepair.amqp.wire.batchread import read_publications
 from seqrepair.amqp.wire.codec import Decoder
+from seqrepair.amqp.wire.rawamqp import RawIncomingHandler, decode_message
 from seqrepair.core.events import DeliveredRun, Event, Unrecoverable
 from seqrepair.core.messages import Publication
 
@@ -50,16 +52,31 @@ def _same(pubs: list[Publication], frames: list[Any]) -> bool:
 
 class _KeepingEntries:
     """A :class:`Decoder` that also keeps each decoded publication's entry bytes: the last
-    message's frames and entries as they are (:attr:`last`), and, once :meth:`keep` is asked
-    (the stub did not deliver that message's run as it came), by source and number."""
+    message's frames and entries as they are (:attr:`last`; :attr:`regular` when every entry
+    is a regular publication entry), and, once :meth:`keep` is asked (the stub did not deliver
+    that message's run as it came), by source and number.
+
+    The upstream subscriber's messages come with their list body unread
+    (:attr:`~seqrepair.amqp.wire.rawamqp.RawIncomingHandler.lazy_body`): a usual transfer is
+    read straight into publications (:func:`~seqrepair.amqp.wire.batchread.read_publications`,
+    one pass instead of a read and a decode), anything else the usual way."""
 
     def __init__(self, inner: Decoder, kept: dict[tuple[str, int], bytes]) -> None:
         self.inner = inner
         self.kept = kept
         self.last: tuple[list[Any], list[bytes]] | None = None
+        self.regular = False
 
     def decode(self, message: Any, **kwargs: Any) -> list[Any]:
         self.last = None
+        self.regular = False
+        if getattr(message, "body_at", None) is not None:
+            read = None if kwargs else read_publications(message, self.inner)
+            if read is not None:
+                self.last = read
+                self.regular = True
+                return list(read[0])
+            message = decode_message(message._raw)  # read (or refused) the usual way
         frames = self.inner.decode(message, **kwargs)
         items: list[bytes] | None = getattr(message, "items", None)
         if items is not None and len(items) == len(frames):
@@ -95,6 +112,10 @@ class UpstreamSubscriber(Subscriber):
         self.on_run = on_run
         self._kept: dict[tuple[str, int], bytes] = {}
         self.decoder = _KeepingEntries(self.decoder, self._kept)  # type: ignore[assignment]
+        handlers: list[Any] = self.handlers  # type: ignore[assignment]  # read_raw's list
+        for handler in handlers:  # list bodies read by the decoder, in one pass
+            if isinstance(handler, RawIncomingHandler):
+                handler.lazy_body = True
 
     def on_link_opened(self, event: Any) -> None:
         super().on_link_opened(event)
@@ -122,7 +143,8 @@ class UpstreamSubscriber(Subscriber):
             last = decoder.last
             if last is not None and _same(pubs, last[0]):  # this message's, as they came
                 decoder.last = None
-                on_run(pubs, [item if _regular(item) else NO_ENTRY for item in last[1]])
+                on_run(pubs, last[1] if decoder.regular
+                       else [item if _regular(item) else NO_ENTRY for item in last[1]])
                 return
             decoder.keep()
             pop = self._kept.pop

@@ -189,6 +189,7 @@ class ReceivedMessage:
         "_raw",
         "address",
         "body",
+        "body_at",
         "correlation_id",
         "id",
         "instructions",
@@ -201,6 +202,9 @@ class ReceivedMessage:
     def __init__(self) -> None:
         self.properties: dict[str, Any] | None = None
         self.body: Any = None
+        self.body_at: int | None = None
+        """Where a list body begins in the bytes when it was left unread (``lazy``:
+        :func:`read_message`); ``body`` is None then."""
         self.id: Any = None
         self.address: str | None = None
         self.reply_to: str | None = None
@@ -415,10 +419,12 @@ def _read_other(buf: bytes, pos: int, code: int) -> tuple[Any, int]:
     raise Unsupported(f"AMQP type code 0x{code:02x}")
 
 
-def read_message(data: bytes) -> ReceivedMessage | None:
-    """The sections of a message, or None when proton's codec should read it instead."""
+def read_message(data: bytes, lazy: bool = False) -> ReceivedMessage | None:
+    """The sections of a message, or None when proton's codec should read it instead.
+    ``lazy``: a list body is left unread (:attr:`ReceivedMessage.body_at`; its reader reads
+    it, and :func:`decode_message` of the same bytes when that reader cannot)."""
     try:
-        return _read_message(data)
+        return _read_message(data, lazy)
     except (Unsupported, IndexError, UnicodeDecodeError, struct.error, ValueError,
             OverflowError, RecursionError):
         # bad bytes (a char past U+10FFFF, values nested past Python's recursion limit...):
@@ -432,7 +438,7 @@ _LAZY_STRINGS = ("id", "correlation_id", "address", "reply_to", "subject", "cont
 that is not UTF-8 raises then, wherever the component happens to read it)."""
 
 
-def decode_message(data: bytes) -> ReceivedMessage | Message:
+def decode_message(data: bytes, lazy: bool = False) -> ReceivedMessage | Message:
     """What a receiver makes of ``data``: :func:`read_message`, else proton's codec when the
     bytes are well-formed AMQP, else a :class:`ReceivedMessage` whose ``malformed`` says why
     (the :class:`~seqrepair.amqp.wire.codec.Decoder` rejects it).
@@ -441,7 +447,7 @@ def decode_message(data: bytes) -> ReceivedMessage | Message:
     to an empty message, which a topic link would take for an empty publication) and raises
     from deep inside for a string that is not UTF-8: neither may reach the caller unchecked.
     """
-    message = read_message(data)
+    message = read_message(data, lazy)
     if message is not None:
         return message
     decoded = proton_message(data)
@@ -617,7 +623,7 @@ def _read_entry(buf: bytes, start: int) -> tuple[Any, int]:
     return [ptype, stamp, source, wire, bits, topic, fields, token], pos
 
 
-def _read_message(data: bytes) -> ReceivedMessage:
+def _read_message(data: bytes, lazy: bool = False) -> ReceivedMessage:
     msg = ReceivedMessage()
     pos, end = 0, len(data)
     while pos < end:
@@ -625,6 +631,11 @@ def _read_message(data: bytes) -> ReceivedMessage:
             raise Unsupported("not a section")
         code = data[pos + 2]
         start = pos + 3
+        if lazy and code == 0x77 and (data[start] == 0xC0 or data[start] == 0xD0):
+            msg.body_at, msg._raw = start, data  # its reader checks its size
+            pos = (start + 2 + data[start + 1] if data[start] == 0xC0
+                   else start + 5 + _u32(data, start + 1)[0])
+            continue
         if code == 0x77 and (data[start] == 0xC0 or data[start] == 0xD0):
             msg.body, msg._ends, pos = _read_list_keeping_items(data, start)
             msg._raw = data
@@ -658,7 +669,10 @@ class RawIncomingHandler(IncomingMessageHandler):
 
     ``event.message`` is a :class:`ReceivedMessage` when this module could read the bytes and a
     :class:`proton.Message` otherwise; the rest (accept, reject, settle) is proton's.
+    ``lazy_body``: list bodies are left for the handler's own reader (``read_message(lazy)``).
     """
+
+    lazy_body = False
 
     def on_delivery(self, event: Any) -> None:
         dlv = event.delivery
@@ -671,7 +685,7 @@ class RawIncomingHandler(IncomingMessageHandler):
         data = link.recv(dlv.pending) or b""
         link.advance()
         try:
-            event.message = decode_message(data)
+            event.message = decode_message(data, self.lazy_body)
         except Exception as exc:  # what a peer sends must never end the event loop
             bad = ReceivedMessage()
             bad.malformed = f"unreadable: {exc!r}"[:200]

@@ -1,0 +1,162 @@
+"""A ``PUBLICATIONS`` transfer read straight from its bytes into publications (WIRE.md).
+
+The usual way reads a received message's list body into Python lists
+(:func:`~seqrepair.amqp.wire.rawamqp.read_message`), then the
+:class:`~seqrepair.amqp.wire.codec.Decoder` takes each entry list apart again, checks every
+value's type and builds the :class:`~seqrepair.core.messages.Publication`. For the usual
+transfer (every entry a regular 8-element publication entry, as a component writes them)
+:func:`read_publications` does both in one pass over the bytes: each value's AMQP type code
+already says its Python type, so only what the codes do not say is checked (the values'
+ranges, by :func:`~seqrepair.core.messages.decoded_publication` as on the usual way).
+
+It gives exactly what ``Decoder.decode`` gives for such a message (the same publications, the
+source numbers unwrapped by the decoder's own unwrapper, in order), plus each entry's bytes;
+for anything else (another message type, a heartbeat or 10-element entry, a value of another
+type code, bytes that do not add up, a value the usual way would refuse) it returns None having
+changed nothing, and the caller reads the message the usual way, which decodes or raises as
+ever. Used by a relay's upstream subscriber (``seqrepair.amqp.relay.upstream``), which
+receives such transfers at its full rate.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from seqrepair.amqp.wire.framing import PTYPE_BY_NAME
+from seqrepair.amqp.wire.rawamqp import (
+    ReceivedMessage,
+    _double_at,
+    _read_pairs,
+    _u32,
+    _ulong_at,
+)
+from seqrepair.amqp.wire.technical import MESSAGE_TYPE, MessageType
+from seqrepair.core.messages import Publication, decoded_publication
+
+_PUBLICATIONS = MessageType.PUBLICATIONS.value
+
+
+class _Irregular(Exception):
+    """Not a transfer :func:`read_publications` reads: the usual way reads it."""
+
+
+def read_publications(
+    message: ReceivedMessage, decoder: Any
+) -> tuple[list[Publication], list[bytes]] | None:
+    """The publications of ``message`` (read with its list body left unread:
+    ``read_message(data, lazy=True)``) and each entry's bytes, as ``decoder.decode(message)``
+    would give them (its unwrapper advanced the same way), or None, nothing changed, when
+    the message is not a batch of regular publication entries (see the module)."""
+    at = message.body_at
+    props = message.properties
+    if at is None or props is None or props.get(MESSAGE_TYPE) != _PUBLICATIONS:
+        return None
+    unwrapper = decoder.unwrapper
+    if unwrapper.in_trial:  # its owner decides what is kept: the usual way
+        return None
+    buf = message._raw
+    try:
+        if buf[at] == 0xC0:
+            end, count, pos = at + 2 + buf[at + 1], buf[at + 2], at + 3
+        else:
+            end, count, pos = at + 5 + _u32(buf, at + 1)[0], _u32(buf, at + 5)[0], at + 9
+        if end > len(buf) or not count:
+            return None
+        declared = props.get("count")
+        if declared is not None and (type(declared) is not int or declared != count):
+            return None
+        most = decoder.max_publications
+        if most is not None and count > most:
+            return None
+        first = props.get("link_seq")
+        if first is not None and (type(first) is not int or first < 0
+                                  or first + count - 1 > (1 << decoder.link_bits) - 1):
+            return None
+        again = props.get("retransmit", False)
+        if again is not True and again is not False:
+            return None
+    except IndexError:
+        return None
+    unwrap = unwrapper.unwrap
+    pubs: list[Publication] = []
+    items: list[bytes] = []
+    unwrapper.begin()
+    try:
+        for i in range(count):
+            start = pos
+            if buf[pos] == 0xC0 and buf[pos + 2] == 8:  # list8 of 8 (list32 when large)
+                stop = pos + 2 + buf[pos + 1]
+                pos += 3
+            elif buf[pos] == 0xD0 and _u32(buf, pos + 5)[0] == 8:
+                stop = pos + 5 + _u32(buf, pos + 1)[0]
+                pos += 9
+            else:
+                raise _Irregular
+            if buf[pos] != 0xA1:  # ptype
+                raise _Irregular
+            cut = pos + 2 + buf[pos + 1]
+            ptype = PTYPE_BY_NAME[buf[pos + 2 : cut].decode("utf-8")]
+            code = buf[cut]  # timestamp
+            if code == 0x82:
+                stamp: float | None = _double_at(buf, cut + 1)[0]
+                pos = cut + 9
+            elif code == 0x40:
+                stamp, pos = None, cut + 1
+            else:
+                raise _Irregular
+            if buf[pos] != 0xA1 or not buf[pos + 1]:  # source: a non-empty string
+                raise _Irregular
+            cut = pos + 2 + buf[pos + 1]
+            source = buf[pos + 2 : cut].decode("utf-8")
+            code = buf[cut]  # wire number
+            if code == 0x80:
+                wire = _ulong_at(buf, cut + 1)[0]
+                pos = cut + 9
+            elif code == 0x53:
+                wire, pos = buf[cut + 1], cut + 2
+            else:
+                raise _Irregular
+            bits = buf[pos + 1]  # smalllong: a width of 2..64 is positive
+            if buf[pos] != 0x55 or not 2 <= bits <= 64:
+                raise _Irregular
+            pos += 2
+            if buf[pos] != 0xA1 or not buf[pos + 1]:  # topic: a non-empty string
+                raise _Irregular
+            cut = pos + 2 + buf[pos + 1]
+            topic = buf[pos + 2 : cut].decode("utf-8")
+            code = buf[cut]  # fields: a map8 (map32 when large)
+            if code == 0xC1:
+                pairs, fields_at, fields_end = buf[cut + 2], cut + 3, cut + 2 + buf[cut + 1]
+            elif code == 0xD1:
+                pairs, fields_at = _u32(buf, cut + 5)[0], cut + 9
+                fields_end = cut + 5 + _u32(buf, cut + 1)[0]
+            else:
+                raise _Irregular
+            if pairs % 2:
+                raise _Irregular
+            fields, pos = _read_pairs(buf, fields_at, pairs // 2)
+            if pos != fields_end:
+                raise _Irregular
+            code = buf[pos]  # permtoken
+            if code == 0x40:
+                token: str | None = None
+                pos += 1
+            elif code == 0xA1 and buf[pos + 1]:
+                cut = pos + 2 + buf[pos + 1]
+                token = buf[pos + 2 : cut].decode("utf-8")
+                pos = cut
+            else:
+                raise _Irregular
+            if pos != stop:
+                raise _Irregular
+            pubs.append(decoded_publication(
+                topic, source, unwrap(source, wire, bits), ptype, fields,
+                None if first is None else first + i, token, stamp, again))
+            items.append(buf[start:stop])
+        if pos != end:
+            raise _Irregular
+    except Exception:  # _Irregular, Unsupported, bytes cut short, a value refused...
+        unwrapper.rollback({})  # as the usual way leaves it: it reads (or refuses) it again
+        return None
+    unwrapper.commit()
+    return pubs, items
