@@ -17,11 +17,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from seqrepair.amqp.wire.batchread import read_publications  # noqa: E402
-from seqrepair.amqp.wire.codec import Decoder  # noqa: E402
-from seqrepair.amqp.wire.framing import encode_frames  # noqa: E402
-from seqrepair.amqp.wire.rawamqp import ReceivedMessage, decode_message  # noqa: E402
-from seqrepair.core.messages import Publication  # noqa: E402
+from seqrepair.amqp.wire.batchread import read_publications
+from seqrepair.amqp.wire.codec import Decoder
+from seqrepair.amqp.wire.framing import encode_frames
+from seqrepair.amqp.wire.rawamqp import ReceivedMessage, decode_message
+from seqrepair.core.messages import Publication
 
 N = 256
 
