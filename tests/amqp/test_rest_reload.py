@@ -72,3 +72,56 @@ def test_anonymous_access_is_decided_again_on_sighup_with_the_tokens(
     hang_up("REST tokens reloaded", 2)
     assert _status(port) == 200
     assert _status(port, f"Bearer {alice}") == 401
+
+
+def _https_status(port: int, ca: str, authorization: str | None) -> int:
+    """GET /subscriptions over HTTPS trusting ``ca``: the status."""
+    import ssl
+
+    conn = http.client.HTTPSConnection("localhost", port, timeout=10,
+                                       context=ssl.create_default_context(cafile=ca))
+    headers = {"Accept": "application/json"}
+    if authorization is not None:
+        headers["Authorization"] = authorization
+    try:
+        conn.request("GET", "/subscriptions", headers=headers)
+        response = conn.getresponse()
+        response.read()
+        return response.status
+    finally:
+        conn.close()
+
+
+def test_the_last_token_taken_out_is_revoked_on_sighup(
+        component: Callable[..., ComponentProcess], tmp_path: Path) -> None:
+    """A component whose AMQP port takes client certificates and whose REST API takes only
+    bearer tokens: the operator takes the last token out of the tokens file (it leaked) and
+    sends SIGHUP. The token must stop working (401 for everyone: nobody has a way in until a
+    token is added again), not stay in force because "nobody could authenticate" (the rule
+    that refuses to *start* such an API) made the reload keep the old tokens."""
+    from .pki import Pki
+
+    pki = Pki.make(tmp_path / "pki", with_credentials=False)
+    tokens = tmp_path / "rest.tokens"
+    leaked = new_token(tokens, "alice")
+    port = free_port()
+    comp = component(*pki.server_args(), "--rest", f"127.0.0.1:{port}",
+                     "--rest-tokens", str(tokens))
+    assert comp.proc is not None
+    ca = pki.pem("ca")
+    assert _https_status(port, ca, f"Bearer {leaked}") == 200
+    assert _https_status(port, ca, None) == 401
+
+    tokens.write_text("")  # revoked: the only token there was
+    os.kill(comp.proc.pid, signal.SIGHUP)
+    assert wait_for(lambda: "REST tokens" in comp.log_text().split("listening", 1)[-1], 10), \
+        comp.log_text()
+    assert wait_for(lambda: _https_status(port, ca, f"Bearer {leaked}") == 401, 10), \
+        comp.log_text()
+    assert _https_status(port, ca, None) == 401  # nobody is let in instead
+
+    fresh = new_token(tokens, "bob")  # a token added again: it works, the old one does not
+    os.kill(comp.proc.pid, signal.SIGHUP)
+    assert wait_for(lambda: _https_status(port, ca, f"Bearer {fresh}") == 200, 10), \
+        comp.log_text()
+    assert _https_status(port, ca, f"Bearer {leaked}") == 401

@@ -235,10 +235,12 @@ def _declared_topic(text: str) -> str:
                                  got=text) from None
 
 
-def _rest_tokens(args: argparse.Namespace) -> tuple[str | None, dict[str, str]]:
+def _rest_tokens(args: argparse.Namespace, *, starting: bool = True
+                 ) -> tuple[str | None, dict[str, str]]:
     """The bearer tokens of ``--rest-token-file``: the operator's (a line holding only a
     token, the principal ``--rest-token-principal``; None without one) and, by principal,
-    those of ``PRINCIPAL TOKEN`` lines (plaintext; ``--rest-tokens`` keeps only hashes)."""
+    those of ``PRINCIPAL TOKEN`` lines (plaintext; ``--rest-tokens`` keeps only hashes). An
+    empty file is refused at start (``starting``); on a reload it revokes them all."""
     if not args.rest_token_file:
         return None, {}
     try:
@@ -256,7 +258,7 @@ def _rest_tokens(args: argparse.Namespace) -> tuple[str | None, dict[str, str]]:
         else:
             raise InvalidConfigError("--rest-token-file: two operator tokens",
                                      got=args.rest_token_file)
-    if token is None and not principals:
+    if token is None and not principals and starting:
         raise InvalidConfigError("--rest-token-file is empty", got=args.rest_token_file)
     return token, principals
 
@@ -299,13 +301,18 @@ def _reload_rest_tokens(args: argparse.Namespace, api: Any, host: str) -> None:
     if not (args.rest_tokens or args.rest_token_file):
         return  # nothing read from a file: who may come in cannot have changed
     try:
-        token, principal_tokens = _rest_tokens(args)
-        auth = _rest_auth(args, token, principal_tokens, host)
+        token, principal_tokens = _rest_tokens(args, starting=False)
+        auth = _rest_auth(args, token, principal_tokens, host, starting=False)
     except SeqRepairError as exc:
         log.error("REST tokens not reloaded; those in force stay", error=exc.message,
                   anonymous=api.auth.allow_anonymous)
         return
     api.auth = rest_access(auth, token, args.rest_token_principal)
+    if not api.auth.anyone_can_authenticate:
+        # the last token was taken out (revoked): it must stop working, so nobody is let in
+        # until one is added again (not the old tokens kept, as for a file that cannot be read)
+        log.warning("REST tokens reloaded: none is left and nothing else names a principal; "
+                    "every request is 401 until a token is added and SIGHUP sent")
     log.info("REST tokens reloaded", tokens=len(api.auth.tokens),
              anonymous=api.auth.allow_anonymous)
 
@@ -323,9 +330,10 @@ def rest_access(auth: Any, token: str | None, token_principal: str) -> Any:
 
 
 def _rest_auth(args: argparse.Namespace, token: str | None, principal_tokens: dict[str, str],
-               host: str) -> Any:
-    """How the REST API establishes principals (InvalidConfigError when nobody could, or when
-    a non-loopback API would go without TLS or let anyone in, unless --insecure)."""
+               host: str, *, starting: bool = True) -> Any:
+    """How the REST API establishes principals (InvalidConfigError when nobody could at start
+    (``starting``; on a reload that is the last token revoked, applied), or when a
+    non-loopback API would go without TLS or let anyone in, unless --insecure)."""
     from seqrepair.amqp.wire.security import is_loopback
     from seqrepair.auth.credentials import CredentialStore
     from seqrepair.auth.restauth import RestAuth, read_tokens, token_hash
@@ -339,7 +347,7 @@ def _rest_auth(args: argparse.Namespace, token: str | None, principal_tokens: di
         credentials=CredentialStore(args.credentials) if args.credentials else None,
         allow_anonymous=args.allow_anonymous and not tokens and token is None,
     )
-    if not auth.anyone_can_authenticate and token is None:
+    if starting and not auth.anyone_can_authenticate and token is None:
         raise InvalidConfigError("--rest: nobody could authenticate: give --rest-tokens, "
                                  "--rest-token-file, --credentials or --allow-anonymous")
     if not is_loopback(host) and (auth.allow_anonymous or not args.tls_cert) and not args.insecure:
