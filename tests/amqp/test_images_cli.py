@@ -82,7 +82,8 @@ def test_subscribe_resyncs_an_unrecoverable_gap_and_keeps_the_images_file(
     # the position is beside the file, naming its bytes
     assert json.loads((tmp_path / "images.jsonl.position").read_text()) == {
         "current_through": {"feed.a": 130},
-        "images_sha256": hashlib.sha256(images.read_bytes()).hexdigest()}
+        "images_sha256": hashlib.sha256(images.read_bytes()).hexdigest(),
+        "subscription": {"address": "/weather/#", "link_name": "cli-away"}}
     report = json.loads(stats.read_text())
     assert report["images_delivered"] == len(imaged)
     assert len(report["unrecoverable_events"]) == 1

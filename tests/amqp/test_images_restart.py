@@ -36,13 +36,13 @@ class Run:
     """One ``seqrepair subscribe --images`` process, logging at info to a file of its own."""
 
     def __init__(self, comp: ComponentProcess, tmp: Path, tag: str, images: Path,
-                 link_name: str = "keeper") -> None:
+                 link_name: str = "keeper", address: str = "/weather/#") -> None:
         self.log = tmp / f"sub-{tag}.log"
         ready = tmp / f"ready-{tag}"
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "seqrepair.cli", "--log-level", "info", "subscribe",
-                 "--url", comp.url, "--address", "/weather/#", "--link-name", link_name,
+                 "--url", comp.url, "--address", address, "--link-name", link_name,
                  "--heartbeat", "0.2", "--output", str(tmp / f"out-{tag}.jsonl"),
                  "--ready-file", str(ready), "--images", str(images)],
                 env=_env(), stdout=out, stderr=subprocess.STDOUT)
@@ -219,3 +219,49 @@ def test_a_file_its_position_file_does_not_name_is_discarded(tmp_path: Path) -> 
     assert images.read_text() == ""
     assert through(images) == {"feed.a": 3}
     assert ImagesFile(images).begin({"feed.a": 3}, True) is True
+
+
+def test_a_file_of_another_subscription_is_not_loaded(
+    component: Callable[..., ComponentProcess], redis_url: str, tmp_path: Path,
+    runs: list[Run],
+) -> None:
+    """Two durable subscriptions, one ``--images`` path: ``keeper`` (``/weather/#``) wrote the
+    file through 120; ``temps`` (``/weather/temp/#``), whose durable position is 40, starts with
+    the same FILE. The file is current through 40 for it by the numbers, but it is another
+    subscription's: loaded, it would hand ``temps`` items outside its selection and count
+    as folded in what ``temps`` never saw. It must be discarded (said so), and the file end
+    as the image of ``temps``' own deliveries after its position."""
+    comp = component("--heartbeat", "0.2")
+    journal = Journal.from_url(redis_url)
+    images = tmp_path / "images.jsonl"
+    published: list[Publication] = []
+    publisher = Publisher(comp.url, "feed.a", journal=journal).start()
+    try:
+        runs.append(Run(comp, tmp_path, "t1", tmp_path / "temps-own.jsonl", link_name="temps",
+                        address="/weather/temp/#"))
+        published += publisher.publish_many(items(1, 40))
+        assert publisher.flush(DEADLINE)
+        last = max(pub.source_seq for pub in published if pub.topic.startswith("/weather/temp/"))
+        assert wait_for(lambda: through(tmp_path / "temps-own.jsonl").get("feed.a") == last,
+                        DEADLINE), runs[0].text()
+        assert runs[0].end(signal.SIGTERM) == 0, runs[0].text()
+
+        runs.append(Run(comp, tmp_path, "k1", images))  # keeper: a new durable, from here
+        published += publisher.publish_many(items(41, 80))
+        assert publisher.flush(DEADLINE)
+        assert wait_for(lambda: through(images).get("feed.a") == 120, DEADLINE), runs[1].text()
+        assert runs[1].end(signal.SIGTERM) == 0, runs[1].text()
+        assert any("/weather/wind/" in line for line in images.read_text().splitlines())
+
+        runs.append(Run(comp, tmp_path, "t2", images, link_name="temps",
+                        address="/weather/temp/#"))
+        last = max(pub.source_seq for pub in published if pub.topic.startswith("/weather/temp/"))
+        assert wait_for(lambda: through(images).get("feed.a", 0) >= last
+                        and "images file" in runs[2].text(), DEADLINE), runs[2].text()
+        assert runs[2].end(signal.SIGTERM) == 0, runs[2].text()
+        assert "images file discarded" in runs[2].text(), runs[2].text()
+        own = [pub for pub in published[40:] if pub.topic.startswith("/weather/temp/")]
+        assert images.read_text() == expected(own, tmp_path / "temps-whole.jsonl")
+    finally:
+        publisher.close(timeout=0.0)
+        journal.close()

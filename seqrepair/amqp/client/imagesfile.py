@@ -4,7 +4,8 @@ file that survives a restart of a durable subscriber.
 ``FILE`` is JSON lines, one per item in topic order, ``{"topic", "fields", "partial"}`` (the
 format it always had: byte fields as hex strings). Beside it, ``FILE.position`` is one JSON
 object ``{"current_through": {source: number}, "images_sha256": hex}``: the position per
-source the images are current through and the SHA-256 of the bytes of ``FILE`` it goes with.
+source the images are current through and the SHA-256 of the bytes of ``FILE`` it goes with,
+and (``"subscription"``) the link name and address of the subscription that wrote them.
 Each is written whole, beside itself then renamed, so neither is ever torn; ``FILE`` first,
 then its position.
 
@@ -15,7 +16,9 @@ subscription resumes is never past the file, and at most behind it by what was i
 the process ended. On start, the file is loaded when its position file is there and names
 its bytes (a process ended between the two renames leaves a file its position does not
 describe: neither applied twice nor skipped, it is discarded) and the subscription resumes a
-durable position (the attach reply's ``seqrepair-durable``) that it is current through,
+durable position (the attach reply's ``seqrepair-durable``) of the subscription that wrote
+it (its link name and address: another's file is of another selection, its numbers say
+nothing of this one's deliveries) that it is current through,
 source by source (what is delivered again up to the file's positions is not folded in twice);
 otherwise it is discarded, with a log line saying why, and the images start empty from where
 the subscription starts.
@@ -41,6 +44,8 @@ THROUGH = "current_through"
 """The position file's key: the position per source the images are current through."""
 SHA256 = "images_sha256"
 """The position file's key: the SHA-256 (hex) of the bytes of the images file it goes with."""
+SUBSCRIPTION = "subscription"
+"""The position file's key: the subscription that wrote it (``{"link_name", "address"}``)."""
 
 
 class UnmatchedImages(ValueError):
@@ -75,23 +80,27 @@ def images_bytes(cache: ImageCache) -> bytes:
     return "".join(lines).encode("utf-8")
 
 
-def write_images(cache: ImageCache, path: Path, through: dict[str, int] | None = None) -> None:
+def write_images(cache: ImageCache, path: Path, through: dict[str, int] | None = None,
+                 subscription: dict[str, str] | None = None) -> None:
     """``cache`` as JSON lines ``{"topic", "fields", "partial"}`` in topic order, replacing
     ``path`` whole (written beside it, then renamed); then, when ``through`` is given, its
-    position file (:func:`position_path`) naming ``through`` and those bytes. Byte fields are
-    written as hex strings."""
+    position file (:func:`position_path`) naming ``through``, those bytes and
+    ``subscription`` (when given). Byte fields are written as hex strings."""
     data = images_bytes(cache)
     _replace(path, data)
     if through is not None:
-        position = {THROUGH: dict(sorted(through.items())),
-                    SHA256: hashlib.sha256(data).hexdigest()}
+        position: dict[str, Any] = {THROUGH: dict(sorted(through.items())),
+                                    SHA256: hashlib.sha256(data).hexdigest()}
+        if subscription is not None:
+            position[SUBSCRIPTION] = dict(sorted(subscription.items()))
         _replace(position_path(path), (json.dumps(position) + "\n").encode("utf-8"))
 
 
-def read_images(path: Path) -> tuple[dict[str, int], ImageCache]:
+def read_images(path: Path, subscription: dict[str, str] | None = None
+                ) -> tuple[dict[str, int], ImageCache]:
     """The position and the images a file holds: :class:`UnmatchedImages` when its position
-    file is missing or names other bytes, ValueError naming what is wrong when either file is
-    not of the module's format."""
+    file is missing, names other bytes or another subscription than ``subscription``,
+    ValueError naming what is wrong when either file is not of the module's format."""
     data = path.read_bytes()
     try:
         head = json.loads(position_path(path).read_bytes())
@@ -103,6 +112,9 @@ def read_images(path: Path) -> tuple[dict[str, int], ImageCache]:
     if head[SHA256] != hashlib.sha256(data).hexdigest():
         raise UnmatchedImages("its position file was written for other bytes (ended between "
                               "writing the file and its position)")
+    if head.get(SUBSCRIPTION) != (None if subscription is None else dict(subscription)):
+        raise UnmatchedImages(f"it was written by another subscription "
+                              f"({head.get(SUBSCRIPTION)}, not {subscription})")
     through = {str(k): int(v) for k, v in head[THROUGH].items()}
     cache = ImageCache()
     for number, line in enumerate(data.decode("utf-8").splitlines(), 1):
@@ -118,8 +130,11 @@ class ImagesFile:
     """The images ``seqrepair subscribe`` keeps (see the module): nothing is folded in or
     written before :meth:`begin` says where the subscription starts."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, subscription: dict[str, str] | None = None) -> None:
         self.path = path
+        self.subscription = subscription
+        """Who keeps the file (``{"link_name", "address"}``): a file another wrote is not
+        loaded."""
         self.cache = ImageCache()
         self.through: dict[str, int] | None = None
         """The position per source the images are current through (None: not begun)."""
@@ -141,10 +156,11 @@ class ImagesFile:
         if not self.path.exists():
             return False
         try:
-            through, cache = read_images(self.path)
+            through, cache = read_images(self.path, self.subscription)
         except UnmatchedImages as exc:
             log.warning("images file discarded: its position file is missing or was written "
-                        "for other bytes; images start empty", file=str(self.path),
+                        "for other bytes or by another subscription; images start empty",
+                        file=str(self.path),
                         error=str(exc))
             return False
         except (OSError, ValueError) as exc:
@@ -203,12 +219,12 @@ class ImagesFile:
             return {}
         self._saved = now
         if self._dirty or not self.path.exists() or not position_path(self.path).exists():
-            write_images(self.cache, self.path, self.through)
+            write_images(self.cache, self.path, self.through, self.subscription)
             self._dirty = False
         held, self._held = self._held, {}
         # never past what the file holds (a held number above it: not folded in yet)
         return {s: min(n, self.through.get(s, n)) for s, n in held.items()}
 
 
-__all__ = ["IMAGES_EVERY", "SHA256", "THROUGH", "ImagesFile", "UnmatchedImages", "images_bytes",
-           "position_path", "read_images", "write_images"]
+__all__ = ["IMAGES_EVERY", "SHA256", "SUBSCRIPTION", "THROUGH", "ImagesFile", "UnmatchedImages",
+           "images_bytes", "position_path", "read_images", "write_images"]

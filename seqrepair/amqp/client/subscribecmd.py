@@ -117,7 +117,9 @@ class Sink:
         (:mod:`~seqrepair.amqp.client.imagesfile`): begun once :attr:`began` says where the
         subscription started, acknowledgements held until the file holds what they name."""
         if getattr(args, "images", None):
-            self.images = ImagesFile(Path(args.images))
+            self.images = ImagesFile(Path(args.images), subscription={
+                "link_name": str(getattr(args, "link_name", None) or ""),
+                "address": str(getattr(args, "address", None) or "")})
         self.began: Callable[[], tuple[dict[str, int], bool] | None] = lambda: ({}, False)
         """Where the subscription started and whether a durable position was resumed
         (:attr:`~seqrepair.amqp.client.subscriber.Subscriber.began`; brokered mode: from
