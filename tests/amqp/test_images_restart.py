@@ -265,3 +265,55 @@ def test_a_file_of_another_subscription_is_not_loaded(
     finally:
         publisher.close(timeout=0.0)
         journal.close()
+
+
+class Ended(Exception):
+    """The process ended here (a kill between two steps of a save)."""
+
+
+@pytest.mark.parametrize("step", range(4))
+def test_a_save_ended_at_any_step_leaves_images_that_load(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step: int) -> None:
+    """A save is four file operations (write and rename of FILE's bytes and of its position):
+    a process killed after any of them (here: the next one raises) leaves FILE and
+    FILE.position that load on restart, current through the old position (nothing of the
+    new acknowledged yet) or the new one, never a discarded file (before: killed between
+    FILE's rename and its position's, the images were discarded and started empty, every
+    item not published again lost from them)."""
+    images = tmp_path / "images.jsonl"
+    kept = ImagesFile(images)
+    kept.begin({"feed.a": 0}, True)
+    for n in (1, 2, 3):
+        kept.apply(Publication(topic="/weather/x", source="feed.a", source_seq=n,
+                               fields={"n": n}))
+    kept.hold({"feed.a": 3})
+    assert kept.save(force=True) == {"feed.a": 3}
+    kept.apply(Publication(topic="/weather/y", source="feed.a", source_seq=4, fields={"m": 4}))
+    kept.hold({"feed.a": 4})
+
+    done = [0]
+    real_write, real_replace = Path.write_bytes, Path.replace
+
+    def counted(real: Callable[..., Any]) -> Callable[..., Any]:
+        def op(self: Path, *args: Any) -> Any:
+            if done[0] == step:
+                raise Ended(f"ended before operation {step}")
+            done[0] += 1
+            return real(self, *args)
+        return op
+
+    monkeypatch.setattr(Path, "write_bytes", counted(real_write))
+    monkeypatch.setattr(Path, "replace", counted(real_replace))
+    with pytest.raises(Ended):
+        kept.save(force=True)
+    monkeypatch.undo()
+
+    again = ImagesFile(images)
+    assert again.begin({"feed.a": 3}, True) is True  # resumes where 3 was acknowledged
+    assert again.through in ({"feed.a": 3}, {"feed.a": 4})
+    snapshot = again.cache.snapshot()
+    if again.through == {"feed.a": 3}:
+        assert snapshot == {"/weather/x": {"n": 3}}
+    else:
+        assert snapshot == {"/weather/x": {"n": 3}, "/weather/y": {"m": 4}}
+        assert json.loads(images.read_text().splitlines()[-1])["topic"] == "/weather/y"

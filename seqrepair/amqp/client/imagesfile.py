@@ -6,16 +6,18 @@ format it always had: byte fields as hex strings). Beside it, ``FILE.position`` 
 object ``{"current_through": {source: number}, "images_sha256": hex}``: the position per
 source the images are current through and the SHA-256 of the bytes of ``FILE`` it goes with,
 and (``"subscription"``) the link name and address of the subscription that wrote them.
-Each is written whole, beside itself then renamed, so neither is ever torn; ``FILE`` first,
-then its position.
+Each is written whole, beside itself then renamed, so neither is ever torn: ``FILE``'s bytes
+beside it (``FILE.tmp``), then its position, then ``FILE.tmp`` renamed over ``FILE`` (a
+position naming ``FILE.tmp``'s bytes finishes that rename when it is read).
 
 Kept in step with the durable position: what the subscriber acknowledges (its position at the
 component) is only what the position file holds; both are written, then the acknowledgement
 sent (:meth:`ImagesFile.save` hands back what may now be acknowledged). So where a durable
 subscription resumes is never past the file, and at most behind it by what was in flight when
 the process ended. On start, the file is loaded when its position file is there and names
-its bytes (a process ended between the two renames leaves a file its position does not
-describe: neither applied twice nor skipped, it is discarded) and the subscription resumes a
+its bytes, or those of ``FILE.tmp`` (a process ended before the last rename: the save is
+finished; a file its position names neither way, e.g. edited, is discarded: neither applied
+twice nor skipped) and the subscription resumes a
 durable position (the attach reply's ``seqrepair-durable``) of the subscription that wrote
 it (its link name and address: another's file is of another selection, its numbers say
 nothing of this one's deliveries) that it is current through,
@@ -61,9 +63,14 @@ def _plain(value: Any) -> Any:
     return value.hex() if isinstance(value, bytes) else value
 
 
+def _staged(path: Path) -> Path:
+    """Where ``path``'s next bytes are written before they are renamed over it."""
+    return path.with_name(path.name + ".tmp")
+
+
 def _replace(path: Path, data: bytes) -> None:
     """``path`` replaced whole by ``data``: written beside it, then renamed."""
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = _staged(path)
     tmp.write_bytes(data)
     tmp.replace(path)
 
@@ -87,13 +94,20 @@ def write_images(cache: ImageCache, path: Path, through: dict[str, int] | None =
     position file (:func:`position_path`) naming ``through``, those bytes and
     ``subscription`` (when given). Byte fields are written as hex strings."""
     data = images_bytes(cache)
-    _replace(path, data)
-    if through is not None:
-        position: dict[str, Any] = {THROUGH: dict(sorted(through.items())),
-                                    SHA256: hashlib.sha256(data).hexdigest()}
-        if subscription is not None:
-            position[SUBSCRIPTION] = dict(sorted(subscription.items()))
-        _replace(position_path(path), (json.dumps(position) + "\n").encode("utf-8"))
+    if through is None:
+        _replace(path, data)
+        return
+    # staged, then its position, then renamed over FILE: a process ended at any step leaves
+    # FILE and FILE.position that go together, or FILE.position naming the staged bytes
+    # (read_images finishes that rename); FILE renamed first would leave FILE's old images
+    # gone and the new ones without a position, to be discarded
+    _staged(path).write_bytes(data)
+    position: dict[str, Any] = {THROUGH: dict(sorted(through.items())),
+                                SHA256: hashlib.sha256(data).hexdigest()}
+    if subscription is not None:
+        position[SUBSCRIPTION] = dict(sorted(subscription.items()))
+    _replace(position_path(path), (json.dumps(position) + "\n").encode("utf-8"))
+    _staged(path).replace(path)
 
 
 def read_images(path: Path, subscription: dict[str, str] | None = None
@@ -101,7 +115,7 @@ def read_images(path: Path, subscription: dict[str, str] | None = None
     """The position and the images a file holds: :class:`UnmatchedImages` when its position
     file is missing, names other bytes or another subscription than ``subscription``,
     ValueError naming what is wrong when either file is not of the module's format."""
-    data = path.read_bytes()
+    data = path.read_bytes() if path.exists() else None
     try:
         head = json.loads(position_path(path).read_bytes())
     except FileNotFoundError:
@@ -109,6 +123,15 @@ def read_images(path: Path, subscription: dict[str, str] | None = None
     if (not isinstance(head, dict) or not isinstance(head.get(THROUGH), dict)
             or not isinstance(head.get(SHA256), str)):
         raise ValueError(f"its position file names no {THROUGH} and {SHA256}")
+    if data is None or head[SHA256] != hashlib.sha256(data).hexdigest():
+        staged = _staged(path)
+        pending = staged.read_bytes() if staged.exists() else None
+        if pending is not None and head[SHA256] == hashlib.sha256(pending).hexdigest():
+            staged.replace(path)  # a save that ended before its last rename: finished
+            data = pending
+    if data is None:
+        raise UnmatchedImages(f"its position file names bytes neither it nor {_staged(path).name}"
+                              " holds")
     if head[SHA256] != hashlib.sha256(data).hexdigest():
         raise UnmatchedImages("its position file was written for other bytes (ended between "
                               "writing the file and its position)")
@@ -153,7 +176,7 @@ class ImagesFile:
         source, else start empty there (saying why). True when loaded."""
         self.through = dict(start)
         self._dirty = True
-        if not self.path.exists():
+        if not self.path.exists() and not _staged(self.path).exists():
             return False
         try:
             through, cache = read_images(self.path, self.subscription)
