@@ -108,3 +108,24 @@ def test_one_topic_per_class_decides_and_a_reload_classes_them_again() -> None:
     for who in ("a", "c"):
         assert any(second.decide(who, Operation.SUBSCRIBE, t) for t in again), who
     assert not any(second.decide("b", Operation.SUBSCRIBE, t) for t in again)
+
+
+def test_the_topics_kept_for_a_publisher_of_many_long_topics_are_few() -> None:
+    """A hostile publisher (any principal that may publish, under a policy that restricts
+    anyone) publishing distinct topics of the longest kind (1 KiB, ``MAX_TOPIC_BYTES``): the
+    topics the component keeps to decide who may learn of its source (the topics kept, the
+    cache of their classes) stay under 5 MiB, whatever their number (here 6,000: 6 MiB).
+    Before, the cache of classes kept 65,536 topics (about 70 MiB of topics alone) before it
+    was emptied."""
+    from seqrepair.core.limits import MAX_TOPIC_BYTES
+
+    policy = Policy.from_json({"allow": [
+        {"actors": ["a"], "operations": ["subscribe"], "topics": ["/x/#"]},
+    ]})
+    views = SourceViews()
+    padding = "p" * (MAX_TOPIC_BYTES - 16)
+    for i in range(6000):
+        views.learn(policy, "s", f"/x/{padding}/{i}")
+    held = {*views._classed, *(t for kept in views._kept.values() for t in kept)}
+    assert sum(len(t) for t in held) < 5 << 20, len(held)
+    assert list(views.topics(policy, "s") or ())  # still decides: one topic of the class

@@ -31,8 +31,10 @@ MAX_TOPICS_PER_SOURCE = 256
 MAX_CLASSES_PER_SOURCE = 256
 """Classes (one topic each) kept per source: far more than a policy makes of one source's
 topics; past it the oldest class is kept and a new one is not."""
-MAX_CLASSED_TOPICS = 65_536
-"""Topics whose class is remembered (a cache: emptied when full, or on a policy reload)."""
+MAX_CLASSED_TOPICS = 4096
+"""Topics whose class is remembered (a cache: emptied when full, or on a policy reload). Its
+keys are topics a publisher chose, up to 1 KiB each: 4096 is at most about 5 MiB (65,536 was
+about 80 MiB a publisher of distinct long topics could make the component hold)."""
 
 Class = frozenset[int]
 
