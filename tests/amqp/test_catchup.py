@@ -17,16 +17,28 @@ import re
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from types import SimpleNamespace
+
+from proton import Message
 
 from seqrepair.amqp.client.subscriber import Publisher, Subscriber
+from seqrepair.amqp.component.component import Component, ComponentConfig
 from seqrepair.amqp.component.links import ResponseRoute, SubscriberLink
+from seqrepair.amqp.component.requests import answer_gap
+from seqrepair.amqp.wire.security import ANONYMOUS_LISTENER
 from seqrepair.core.context import LinkContext
-from seqrepair.core.messages import Publication, SourceGapRequest
+from seqrepair.core.messages import (
+    Publication,
+    ReplayComplete,
+    ReplayStarted,
+    SourceGapRequest,
+)
 from seqrepair.core.permissions import Entitlement
 from seqrepair.core.sequencers import LinkSequencer
 
 from .conftest import ComponentProcess, wait_for
+from .test_journalport import FakeJournal
 
 N = 4_000
 
@@ -168,3 +180,115 @@ def test_a_link_attached_again_before_its_old_connection_closed_ends_its_replay(
     link.attach(object())  # the same link on a new connection (the old one stolen)
     repeat = SourceGapRequest(after={"a": 40, "b": 3}, request_id=5, link_through=7)
     assert link.route.live_replay("link", repeat) is None
+
+
+class _Sender:
+    """A proton sender's credit and what it was given to send."""
+
+    def __init__(self) -> None:
+        self.credit = 1_000_000
+        self.connection = SimpleNamespace(seqrepair_id=1)
+        self.sent: list[Message] = []
+
+    def send(self, message: Message) -> SimpleNamespace:
+        self.sent.append(message)
+        self.credit -= 1
+        return SimpleNamespace(pending=0)
+
+
+def _sending_link(name: str) -> tuple[SubscriberLink, _Sender]:
+    """A link that sends one publication per transfer (what went out is countable)."""
+    link = SubscriberLink(
+        name=name, address="/#", entitlement=Entitlement.everything(),
+        sequencer=LinkSequencer(16, 1.0), context=LinkContext(16, 1000), batch=False,
+        max_batch=1, max_pending=100, source_bits=lambda _s: 64,
+    )
+    sender = _Sender()
+    link.attach(sender)
+    return link, sender
+
+
+class _PagedJournal(FakeJournal):
+    """The fake journal, read as a replay reads it (its pages are one read here)."""
+
+    def iter_entries(
+        self, source: str, first: int, last: int | None = None, *, page_size: int | None = None
+    ) -> Iterator[Publication]:
+        assert last is not None
+        return iter(self.read_range(source, first, last))
+
+
+def test_a_repeat_that_arrives_after_its_replay_ended_sends_nothing_again() -> None:
+    """The sequence of the catch-up that counted 200 duplicates under load: the replay of
+    request 2 (after 1500, through 3000 with ``more``) had sent everything and its
+    REPLAY-COMPLETE when the stub, which had read up to 2900 only, asked "still going?" (after
+    2900, request 2). The component took it for a new request and replayed from 2901, one page
+    before the stub's request 3 (after 3000, sent on reading the REPLAY-COMPLETE) replaced it:
+    2901..3100 went twice. The repeat now gets its REPLAY-COMPLETE again, nothing else."""
+    journal = _PagedJournal()
+    journal.append([Publication("/catch/t", "feed.c", n, "update", {"n": n})
+                    for n in range(1, 4001)], 64)
+    component = Component(ComponentConfig(security=ANONYMOUS_LISTENER, max_gap_range=1500,
+                                          replay_page=200), journal)  # type: ignore[arg-type]
+    component.ingest.ingested["feed.c"] = 4000
+    link, sender = _sending_link("catching")
+    component.links[link.name] = link
+    component.gapfill.attach(link.name, Entitlement.everything(), start_after={})
+    sent: list[object] = []
+
+    def ask(after: int, request_id: int) -> None:
+        request = SourceGapRequest(after={"feed.c": after}, request_id=request_id,
+                                   link_through=0)
+        answer_gap(component, link, link.route, request, None, None)
+
+    def turn() -> None:  # one repair turn of the component
+        link.route.pump()
+        collect()
+
+    def collect() -> None:
+        for message in sender.sent:
+            wire = Message()
+            wire.decode(message.encode())
+            sent.extend(component.decoder.decode(wire))
+        sender.sent.clear()
+
+    ask(1500, 2)
+    while link.route.busy():
+        turn()
+    ask(2900, 2)  # the stub had not read 2901..3000 yet
+    turn()
+    ask(3000, 3)  # on reading request 2's REPLAY-COMPLETE
+    while link.route.busy():
+        turn()
+
+    numbers = [frame.source_seq for frame in sent if isinstance(frame, Publication)]
+    assert numbers == list(range(1501, 4001))  # each once, in order
+    closings = [frame for frame in sent if isinstance(frame, ReplayComplete)]
+    assert [(c.request.after["feed.c"], c.request.request_id, c.through, c.more)
+            for c in closings if c.request is not None] == [
+        (1500, 2, {"feed.c": 3000}, True),
+        (2900, 2, {"feed.c": 3000}, True),  # the repeat's: the same end, echoing it
+        (3000, 3, {"feed.c": 4000}, False),
+    ]
+    started = [frame for frame in sent if isinstance(frame, ReplayStarted)]
+    assert [s.continued for s in started] == [False, True, False]
+    assert component.stats["replays_continued"] == 1
+
+
+def test_a_replay_ended_before_its_link_detached_is_not_ended_again() -> None:
+    """What an ended replay sent went out on the connection its link had then; once the link
+    detaches, a repeat is a request for the remainder again."""
+    route = _route()
+    route.sender = _Sender()
+    route.start_replay("link", iter([ReplayComplete(through={"a": 90}, request=FIRST)]), 1,
+                       request=FIRST, through={"a": 90})
+    while route.busy():
+        route.pump()
+    repeat = SourceGapRequest(after={"a": 40, "b": 3}, request_id=5, link_through=7)
+    again = route.ended_replay("link", repeat)
+    assert again is not None
+    assert (again.request, again.through) == (repeat, {"a": 90})
+    other = SourceGapRequest(after={"a": 40, "b": 3}, request_id=6, link_through=7)
+    assert route.ended_replay("link", other) is None  # a new request: replayed
+    route.drop_replay("link")  # its link detached
+    assert route.ended_replay("link", repeat) is None

@@ -204,6 +204,14 @@ def answer_gap(
         route.respond(encode(ReplayStarted(request, live.through, continued=True)),
                       correlation, cookie)
         return
+    ended = route.ended_replay(link.name, request)
+    if ended is not None:
+        # it asked while the end of that replay was on its way: nothing is sent again
+        component.stats["replays_continued"] += 1
+        route.respond(encode(ReplayStarted(request, ended.through, continued=True)),
+                      correlation, cookie)
+        route.respond(encode(ended), correlation, cookie)
+        return
     principal = component.principals.get(link.name, ANONYMOUS)
     if link.name not in route.replays:  # a new replay (one for the same link replaces it)
         # counted for the link's principal: a forwarding gateway's client is itself

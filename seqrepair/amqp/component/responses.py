@@ -81,6 +81,8 @@ class _Stream:
     ``REPLAY-STARTED`` echo, so a client that matches answers by ``after`` takes them."""
     through: Mapping[str, int] = attrs.field(factory=dict)
     """Per source, the last number the replay reads at most (REPLAY-STARTED)."""
+    closing: ReplayComplete | None = None
+    """The ``REPLAY-COMPLETE`` that ended the replay, as read (before any echo)."""
     parked: Callable[[], bool] | None = None
     """Whether the replay waits for something else (a relay's upstream fetch,
     :mod:`seqrepair.journal.lacking`): no repair turn reads it meanwhile (the tick asks
@@ -112,6 +114,10 @@ class ResponseRoute:
     target: str | None = None
     responses: deque[Outgoing | _Stream] = attrs.field(factory=deque)
     replays: dict[str, _Stream] = attrs.field(factory=dict)
+    ended: dict[str, _Stream] = attrs.field(factory=dict)
+    """Per requesting link, its last replay that ended with a ``REPLAY-COMPLETE`` sent (until
+    another starts or the link detaches): a repeat of its request that arrives after it is
+    answered without replaying anything again (:meth:`ended_replay`)."""
     replayed: int = 0
     unsent: Unsent = attrs.field(factory=Unsent)
     """The transfers sent on ``sender`` its peer has not yet taken (:mod:`.memory`)."""
@@ -160,6 +166,7 @@ class ResponseRoute:
         request (a repeat of the same one continues it instead: :meth:`live_replay`).
         """
         self.replays.pop(requester, None)
+        self.ended.pop(requester, None)
         self.replays[requester] = _Stream(
             iter(replay), correlation_id, cookie, replay=True, request=request,
             answered=request, through=dict(through or {}), parked=parked,
@@ -172,23 +179,34 @@ class ResponseRoute:
         it still lacks). Continuing it sends nothing twice; restarting it from the remainder
         would send again all it has sent that the stub has not received yet."""
         stream = self.replays.get(requester)
-        first = None if stream is None else stream.request
-        if (
-            stream is None or first is None or request.request_id is None
-            or first.request_id != request.request_id
-            or first.link_through != request.link_through
-        ):
-            return None
-        after = request.after
-        if any(after.get(name, 0) < seq for name, seq in first.after.items()):
+        if stream is None or not _repeats(stream.request, request):
             return None
         stream.answered = request
         return stream
+
+    def ended_replay(self, requester: str, request: SourceGapRequest) -> ReplayComplete | None:
+        """The closing frame to send again when ``request`` repeats (as :meth:`live_replay`
+        tells) the request of the replay for ``requester`` that has ended already, echoing
+        ``request``; None when it repeats none.
+
+        Everything that replay read went out on this link before its ``REPLAY-COMPLETE``, and
+        the link is still the same (a detach forgets it: :meth:`drop_replay`): the repeat
+        asked while it was on its way (a stub slow to read it, or one that asked while the
+        component was paused with the last page sent). Replaying the remainder again would
+        send all of it twice, and the replay's requester, which takes the first answer and
+        then asks for what follows, would also take the part of the second that went past
+        it, which its next request then asks for again: JetStream's pull consumers and Aeron
+        archive replays never resend what is on its way either."""
+        stream = self.ended.get(requester)
+        if stream is None or stream.closing is None or not _repeats(stream.request, request):
+            return None
+        return attrs.evolve(stream.closing, request=request)
 
     def drop_replay(self, requester: str) -> None:
         """Stop the replay for ``requester`` (its link detached: what was sent on the lost
         connection may not have arrived, so continuing it on a new one could skip that)."""
         self.replays.pop(requester, None)
+        self.ended.pop(requester, None)
 
     def busy(self) -> bool:
         """Whether answers are waiting."""
@@ -221,6 +239,8 @@ class ResponseRoute:
                 if stream.done and not stream.ready:
                     log.info("replay finished", link=requester, replayed=self.replayed)
                     del self.replays[requester]
+                    if stream.closing is not None:  # sent now: a late repeat is answered so
+                        self.ended[requester] = stream
                 elif reading and len(self.replays) > 1:  # the route's other replays go next
                     self.replays[requester] = self.replays.pop(requester)
                 if message is None:
@@ -328,11 +348,27 @@ class ResponseRoute:
         if single is not None:
             stream.ready.append(_finish(encode(single), correlation_id, cookie))
         if closing is not None:
+            if stream.replay and isinstance(closing, ReplayComplete):
+                stream.closing = closing
             answered = stream.answered
             if answered is not None and answered is not stream.request:
                 # continued for a repeat: echo its after (everything after it is answered too)
                 closing = attrs.evolve(closing, request=answered)
             stream.ready.append(_finish(encode(closing), correlation_id, cookie))
+
+
+def _repeats(first: SourceGapRequest | None, request: SourceGapRequest) -> bool:
+    """Whether ``request`` repeats ``first``: the same ``request_id`` (present) and
+    ``link_through``, and an ``after`` nowhere below ``first``'s (a stub asks again "still
+    going?" with the remainder it still lacks)."""
+    if (
+        first is None or request.request_id is None
+        or first.request_id != request.request_id
+        or first.link_through != request.link_through
+    ):
+        return False
+    after = request.after
+    return all(after.get(name, 0) >= seq for name, seq in first.after.items())
 
 
 def _finish(message: Outgoing, correlation_id: Any, cookie: bytes | None) -> Outgoing:
