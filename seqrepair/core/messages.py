@@ -483,15 +483,19 @@ class ReplayStarted:
     sent twice, and what follows (frames, ``ReplayComplete``) answers the first attempt, whose
     ``after`` ``request`` names. A stub that hears nothing of a replay after a real silence
     asks again with the same ``request_id``: it is continued if still running, started again
-    from the stub's remainder if not.
+    from the stub's remainder if not. ``more``: the per-request limit stops the replay at
+    ``through`` (its ``ReplayComplete`` will say ``more`` unless the link carries the rest):
+    the stub may ask at once for what follows, and the component answers that request when
+    this replay ends (pipelined, as a JetStream consumer's pull requests).
     """
 
     request: SourceGapRequest = attrs.field(validator=_instance_of(SourceGapRequest))
     through: Mapping[str, int] = attrs.field(factory=dict, converter=_source_numbers)
     continued: bool = attrs.field(default=False, validator=_instance_of(bool), kw_only=True)
+    more: bool = attrs.field(default=False, validator=_instance_of(bool), kw_only=True)
 
     def __hash__(self) -> int:
-        return hash((self.request, frozenset(self.through.items()), self.continued))
+        return hash((self.request, frozenset(self.through.items()), self.continued, self.more))
 
 
 def same_attempt(answered: SourceGapRequest, request: SourceGapRequest) -> bool:

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 import attrs
 
-from seqrepair.core.messages import ReplayComplete, SourceGapRequest, same_attempt
+from seqrepair.core.messages import ReplayComplete, ReplayStarted, SourceGapRequest, same_attempt
 
 
 @attrs.define(on_setattr=attrs.setters.NO_OP)
@@ -28,6 +28,10 @@ class SourceRepair:
     progressed: bool = False  # a replayed publication arrived while it was in flight
     live: bool = False  # the component said it runs the replay, or its frames are coming
     first_after: Mapping[str, int] | None = None  # the first attempt's after (progress base)
+    # the request sent for what follows the replay, asked on its REPLAY-STARTED with ``more``
+    # (pipelined: the component answers it when this one ends), and its own REPLAY-STARTED
+    following: SourceGapRequest | None = None
+    following_started: ReplayStarted | None = None
 
     def __attrs_post_init__(self) -> None:
         if self.first_after is None:

@@ -418,8 +418,46 @@ class SourceRepairing:
         for name, seq in read.items():
             self._replay_floor[name] = max(seq, self._replay_floor.get(name, 0))
         self._stats.source_continued += 1
+        following = source.following
+        if following is not None and all(
+            following.after.get(name, 0) <= seq for name, seq in through.items()
+        ):
+            # asked already (pipelined), after no more than this replay reached: its answer
+            # comes next on the link, nothing is skipped
+            self._take_following(source, following, now)
+            return True
         self._ask_again(source, now)
         return True
+
+    def _ask_following(self, source: SourceRepair, started: ReplayStarted) -> None:
+        """The replay in flight stops at the per-request limit (``started.more``): ask now for
+        what follows it, after its ``through`` (after what was delivered for the sources it
+        does not reach), so the component answers it as soon as this one ends instead of a
+        round trip later (JetStream's clients pull the next batch before this one ends)."""
+        after = resume_after(self._last_delivered, dict(self._replay_floor))
+        for name, seq in started.through.items():
+            after[name] = max(after.get(name, 0), seq)
+        self._source_ids += 1
+        following = SourceGapRequest(after=after, request_id=self._source_ids,
+                                     link_through=source.request.link_through)
+        source.following = following
+        source.following_started = None
+        self._stats.source_requests_sent += 1
+        self._events.append(RequestSourceGap(following))
+
+    def _take_following(self, source: SourceRepair, following: SourceGapRequest,
+                        now: float) -> None:
+        """The pipelined request is the one in flight now (its replay comes next)."""
+        started = source.following_started
+        source.request = following
+        source.first_after = following.after
+        source.following = source.following_started = None
+        source.attempts = 1
+        source.next_at = now + self._retry_wait(1)
+        if started is not None:
+            source.progress(now, self._progress_wait)  # the component said it runs it
+            if started.more:
+                self._ask_following(source, started)
 
     def _ask_again(self, source: SourceRepair, now: float) -> None:
         """Send the request in flight again from the current resume points, as a fresh try."""
@@ -443,9 +481,16 @@ class SourceRepairing:
         """The component runs the replay of the request in flight (or of an earlier attempt
         of it, which it continues): it is live, and only a real silence asks again."""
         source = self._source
-        if source is None or not same_attempt(started.request, source.request):
+        if source is None:
+            return
+        if source.following is not None and same_attempt(started.request, source.following):
+            source.following_started = started  # it runs once the replay in flight ends
+            return
+        if not same_attempt(started.request, source.request):
             return  # about a request given up or replaced: its frames are dropped as stray
         source.progress(now, self._progress_wait)
+        if started.more and source.following is None:
+            self._ask_following(source, started)
 
     def _retry_wait(self, attempts: int) -> float:
         wait = self.retry_interval * self.backoff ** (attempts - 1)

@@ -218,6 +218,50 @@ class _PagedJournal(FakeJournal):
         return iter(self.read_range(source, first, last))
 
 
+class _Replaying:
+    """A component on the fake journal holding feed.c 1..4000 (``--max-gap-range 1500``,
+    ``--replay-page 200``) and one subscriber link; requests are answered as ``$seqrepair``
+    answers them, and what the link was sent is read back as the subscriber reads it."""
+
+    def __init__(self) -> None:
+        journal = _PagedJournal()
+        journal.append([Publication("/catch/t", "feed.c", n, "update", {"n": n})
+                        for n in range(1, N + 1)], 64)
+        self.component = Component(
+            ComponentConfig(security=ANONYMOUS_LISTENER, max_gap_range=1500, replay_page=200),
+            journal)  # type: ignore[arg-type]
+        self.component.ingest.ingested["feed.c"] = N
+        self.link, self.sender = _sending_link("catching")
+        self.component.links[self.link.name] = self.link
+        self.component.gapfill.attach(self.link.name, Entitlement.everything(), start_after={})
+        self.sent: list[object] = []
+
+    def ask(self, after: int, request_id: int) -> None:
+        request = SourceGapRequest(after={"feed.c": after}, request_id=request_id,
+                                   link_through=0)
+        answer_gap(self.component, self.link, self.link.route, request, None, None)
+
+    def turn(self) -> None:
+        """One repair turn of the component, and what it sent read back."""
+        self.link.route.pump()
+        for message in self.sender.sent:
+            wire = Message()
+            wire.decode(message.encode())
+            self.sent.extend(self.component.decoder.decode(wire))
+        self.sender.sent.clear()
+
+    def drain(self) -> None:
+        while self.link.route.busy():
+            self.turn()
+
+    def numbers(self) -> list[int]:
+        return [frame.source_seq for frame in self.sent if isinstance(frame, Publication)]
+
+    def ends(self) -> list[tuple[int, int | None, dict[str, int], bool]]:
+        return [(c.request.after["feed.c"], c.request.request_id, dict(c.through), c.more)
+                for c in self.sent if isinstance(c, ReplayComplete) and c.request is not None]
+
+
 def test_a_repeat_that_arrives_after_its_replay_ended_sends_nothing_again() -> None:
     """The sequence of the catch-up that counted 200 duplicates under load: the replay of
     request 2 (after 1500, through 3000 with ``more``) had sent everything and its
@@ -225,54 +269,56 @@ def test_a_repeat_that_arrives_after_its_replay_ended_sends_nothing_again() -> N
     2900, request 2). The component took it for a new request and replayed from 2901, one page
     before the stub's request 3 (after 3000, sent on reading the REPLAY-COMPLETE) replaced it:
     2901..3100 went twice. The repeat now gets its REPLAY-COMPLETE again, nothing else."""
-    journal = _PagedJournal()
-    journal.append([Publication("/catch/t", "feed.c", n, "update", {"n": n})
-                    for n in range(1, 4001)], 64)
-    component = Component(ComponentConfig(security=ANONYMOUS_LISTENER, max_gap_range=1500,
-                                          replay_page=200), journal)  # type: ignore[arg-type]
-    component.ingest.ingested["feed.c"] = 4000
-    link, sender = _sending_link("catching")
-    component.links[link.name] = link
-    component.gapfill.attach(link.name, Entitlement.everything(), start_after={})
-    sent: list[object] = []
+    h = _Replaying()
+    h.ask(1500, 2)
+    h.drain()
+    h.ask(2900, 2)  # the stub had not read 2901..3000 yet
+    h.turn()
+    h.ask(3000, 3)  # on reading request 2's REPLAY-COMPLETE
+    h.drain()
 
-    def ask(after: int, request_id: int) -> None:
-        request = SourceGapRequest(after={"feed.c": after}, request_id=request_id,
-                                   link_through=0)
-        answer_gap(component, link, link.route, request, None, None)
-
-    def turn() -> None:  # one repair turn of the component
-        link.route.pump()
-        collect()
-
-    def collect() -> None:
-        for message in sender.sent:
-            wire = Message()
-            wire.decode(message.encode())
-            sent.extend(component.decoder.decode(wire))
-        sender.sent.clear()
-
-    ask(1500, 2)
-    while link.route.busy():
-        turn()
-    ask(2900, 2)  # the stub had not read 2901..3000 yet
-    turn()
-    ask(3000, 3)  # on reading request 2's REPLAY-COMPLETE
-    while link.route.busy():
-        turn()
-
-    numbers = [frame.source_seq for frame in sent if isinstance(frame, Publication)]
-    assert numbers == list(range(1501, 4001))  # each once, in order
-    closings = [frame for frame in sent if isinstance(frame, ReplayComplete)]
-    assert [(c.request.after["feed.c"], c.request.request_id, c.through, c.more)
-            for c in closings if c.request is not None] == [
+    assert h.numbers() == list(range(1501, N + 1))  # each once, in order
+    assert h.ends() == [
         (1500, 2, {"feed.c": 3000}, True),
         (2900, 2, {"feed.c": 3000}, True),  # the repeat's: the same end, echoing it
         (3000, 3, {"feed.c": 4000}, False),
     ]
-    started = [frame for frame in sent if isinstance(frame, ReplayStarted)]
-    assert [s.continued for s in started] == [False, True, False]
-    assert component.stats["replays_continued"] == 1
+    started = [frame for frame in h.sent if isinstance(frame, ReplayStarted)]
+    assert [(s.continued, s.more) for s in started] == [(False, True), (True, True),
+                                                        (False, False)]
+    assert h.component.stats["replays_continued"] == 1
+
+
+def test_a_request_for_what_follows_a_replay_in_progress_is_answered_after_it() -> None:
+    """Pipelined: request 3 (after 3000, request 2's ``through``) comes while request 2's
+    replay still runs. It is queued, not a replacement: REPLAY-STARTED at once, its replay
+    once request 2's REPLAY-COMPLETE is out. Each number once, in order."""
+    h = _Replaying()
+    h.ask(1500, 2)
+    h.turn()
+    h.ask(3000, 3)
+    h.drain()
+    assert h.numbers() == list(range(1501, N + 1))
+    assert h.ends() == [(1500, 2, {"feed.c": 3000}, True), (3000, 3, {"feed.c": 4000}, False)]
+    first_of_3 = next(i for i, frame in enumerate(h.sent)
+                      if isinstance(frame, Publication) and frame.source_seq == 3001)
+    before = h.sent[first_of_3 - 1]  # 2's end, then 3's publications
+    assert isinstance(before, ReplayComplete)
+    assert before.request is not None
+    assert before.request.request_id == 2
+    assert h.component.stats["replays_queued"] == 1
+
+
+def test_a_request_that_does_not_follow_the_replay_in_progress_replaces_it() -> None:
+    """One that asks after less than the replay in progress reaches is no follower: the
+    replay in progress stops where it is (the requester moved on), as before."""
+    h = _Replaying()
+    h.ask(1500, 2)
+    h.turn()
+    h.ask(2000, 3)
+    h.drain()
+    assert h.ends() == [(2000, 3, {"feed.c": 3500}, True)]
+    assert h.component.stats["replays_queued"] == 0
 
 
 def test_a_replay_ended_before_its_link_detached_is_not_ended_again() -> None:

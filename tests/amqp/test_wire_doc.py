@@ -206,7 +206,7 @@ def written() -> dict[str, list[Any]]:
         "GAP-ERROR": [encode(GapError("context-lost", GapRequest(1, 2), "gone")),
                       encode(GapError("trimmed", AFTER, "cut", {"src": 3}))],
         "REPLAY-COMPLETE": [encode(ReplayComplete({"src": 9}, AFTER, more=True))],
-        "REPLAY-STARTED": [encode(ReplayStarted(AFTER, {"src": 9}, continued=True))],
+        "REPLAY-STARTED": [encode(ReplayStarted(AFTER, {"src": 9}, continued=True, more=True))],
         "CAPABILITIES": [encode(CapabilitiesRequest()), encode(CAPS)],
         "SUBSCRIPTION": [encode(SubscriptionState("ACTIVE", "/w/#", "l", "/w/#", epoch="e"))],
         "ACK": [encode(Ack("data-link", "e", 7, {"src": 9})), encode(Ack("data-link", "e"))],
@@ -266,7 +266,7 @@ def test_everything_documented_that_the_code_writes_it_reads_back() -> None:
     assert (complete.through, complete.more, complete.request.request_id) == ({"src": 9}, True, 7)
     [started] = _read_back(w["REPLAY-STARTED"][0])
     assert (started.request.after, started.request.request_id, started.through,
-            started.continued) == ({"src": 4}, 7, {"src": 9}, True)
+            started.continued, started.more) == ({"src": 4}, 7, {"src": 9}, True, True)
     assert _read_back(w["CAPABILITIES"][1]) == [CAPS]
     [state] = _read_back(w["SUBSCRIPTION"][0])
     assert (state.status, state.epoch) == ("ACTIVE", "e")

@@ -175,3 +175,53 @@ def test_a_live_replay_that_stays_silent_is_given_up_in_the_end():
         asked += len(source_requests(events))
     assert asked == 2  # "still going?" twice, unanswered, then given up as before
     assert now > 1.15 + 2.0  # a heartbeat interval of silence at least before each
+
+
+def test_a_replay_stopped_at_the_limit_asks_for_what_follows_at_once_and_takes_its_answer():
+    """Pipelined: the component says the replay stops at its per-request limit (``more`` on
+    REPLAY-STARTED), so the stub asks at once for what follows it (another id, after its
+    ``through``); when the first ends with ``more`` nothing is asked again: the answer to the
+    second comes next (the component queued it), and completes the repair."""
+    stub = make()
+    request, out = reset_owing_a_replay(stub)
+    events = stub.receive(ReplayStarted(request, {"feed.a": 5}, more=True), 0.15)
+    [following] = source_requests(events)
+    assert dict(following.after) == {"feed.a": 5}
+    assert following.request_id != request.request_id
+    assert following.link_through == request.link_through
+    out += events
+    out += stub.receive(ReplayStarted(following, {"feed.a": 8}), 0.16)
+    for seq in (3, 4, 5):
+        out += stub.receive(replayed(seq), 0.2)
+    events = stub.receive(ReplayComplete(through={"feed.a": 5}, request=request, more=True),
+                          0.2)
+    assert source_requests(events) == []  # asked already
+    out += events
+    for seq in (6, 7, 8):
+        out += stub.receive(replayed(seq), 0.25)
+    out += stub.receive(ReplayComplete(through={"feed.a": 8}, request=following), 0.25)
+    out += stub.receive(pub(9, 1), 0.3)
+    assert delivered(out) == list(range(1, 10))
+    assert stub.stats.source_requests_sent == 2
+    assert stub.stats.duplicates == stub.stats.stray_dropped == 0
+    assert not any(isinstance(e, Unrecoverable) for e in out)
+    assert source_requests(stub.poll(5.0)) == []  # nothing in flight
+
+
+def test_the_following_request_asks_again_when_its_predecessor_ends_short_of_it():
+    """A replay that ends before the ``through`` its REPLAY-STARTED named (the link carries
+    on from there, or the component stopped earlier) leaves numbers the pipelined request does
+    not ask for: the stub asks again after what the replay reached, under a new id."""
+    stub = make()
+    request, _ = reset_owing_a_replay(stub)
+    [following] = source_requests(
+        stub.receive(ReplayStarted(request, {"feed.a": 5}, more=True), 0.15))
+    stub.receive(replayed(3), 0.2)
+    stub.receive(replayed(4), 0.2)
+    [again] = source_requests(
+        stub.receive(ReplayComplete(through={"feed.a": 4}, request=request, more=True), 0.2))
+    assert dict(again.after) == {"feed.a": 4}
+    assert again.request_id not in (request.request_id, following.request_id)
+    # the pipelined request's answers are stray now
+    stub.receive(ReplayComplete(through={"feed.a": 8}, request=following), 0.3)
+    assert stub.stats.stray_dropped == 1

@@ -154,7 +154,8 @@ class Component(MessagingHandler):
         )
         self.stats = {"ingested": 0, "duplicates": 0, "rejected": 0, "released": 0, "requests": 0,
                       "trimmed_unsent": 0, "oversized": 0, "acks": 0, "acks_ignored": 0,
-                      "window_peak": 0, "replays_refused": 0, "replays_continued": 0}
+                      "window_peak": 0, "replays_refused": 0, "replays_continued": 0,
+                      "replays_queued": 0}
         # connections and links held against the count limits (admission.py); its counters
         # (refused, timed out, peaks) are among the stop counters
         self.admission = Admission(config.count_limits(), self.stats)

@@ -201,17 +201,19 @@ def answer_gap(
         # "still going?": the replay of an earlier attempt of this request runs; it goes on
         # where it is (restarting it would send again all that is on its way)
         component.stats["replays_continued"] += 1
-        route.respond(encode(ReplayStarted(request, live.through, continued=True)),
-                      correlation, cookie)
+        route.respond(encode(ReplayStarted(request, live.through, continued=True,
+                                           more=live.more)), correlation, cookie)
         return
     ended = route.ended_replay(link.name, request)
     if ended is not None:
         # it asked while the end of that replay was on its way: nothing is sent again
         component.stats["replays_continued"] += 1
-        route.respond(encode(ReplayStarted(request, ended.through, continued=True)),
-                      correlation, cookie)
+        route.respond(encode(ReplayStarted(request, ended.through, continued=True,
+                                           more=ended.more)), correlation, cookie)
         route.respond(encode(ended), correlation, cookie)
         return
+    # asked before the replay in progress ended, for what follows it: answered after it
+    following = route.follows(link.name, request)
     principal = component.principals.get(link.name, ANONYMOUS)
     if link.name not in route.replays:  # a new replay (one for the same link replaces it)
         # counted for the link's principal: a forwarding gateway's client is itself
@@ -237,14 +239,21 @@ def answer_gap(
     if isinstance(replay, GapError):
         link.log.info("source request not answered", reason=replay.reason,
                       detail=replay.detail)
-        route.respond(encode(replay), correlation, cookie)
+        if following:  # its answer comes after the replay it follows, as a replay would
+            route.start_replay(link.name, (replay,), correlation, cookie, request=request,
+                               queue=True)
+        else:
+            route.respond(encode(replay), correlation, cookie)
         return
     component.ingest.owe(replay.owed_to_link)
+    if following:
+        component.stats["replays_queued"] += 1
     # answered at once: the subscriber knows the replay runs and waits for a real silence
-    route.respond(encode(ReplayStarted(request, replay.through)), correlation, cookie)
+    route.respond(encode(ReplayStarted(request, replay.through, more=replay.more)),
+                  correlation, cookie)
     route.start_replay(link.name, replay.steps(config.replay_page), correlation, cookie,
                        request=request, through=replay.through,
-                       parked=lambda: replay.parked)
+                       parked=lambda: replay.parked, more=replay.more, queue=following)
 
 
 def _link_name(reply_to: Any) -> str | None:

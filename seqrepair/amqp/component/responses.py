@@ -81,6 +81,8 @@ class _Stream:
     ``REPLAY-STARTED`` echo, so a client that matches answers by ``after`` takes them."""
     through: Mapping[str, int] = attrs.field(factory=dict)
     """Per source, the last number the replay reads at most (REPLAY-STARTED)."""
+    more: bool = False
+    """Whether ``through`` is where the per-request limit stops it (REPLAY-STARTED)."""
     closing: ReplayComplete | None = None
     """The ``REPLAY-COMPLETE`` that ended the replay, as read (before any echo)."""
     parked: Callable[[], bool] | None = None
@@ -114,6 +116,9 @@ class ResponseRoute:
     target: str | None = None
     responses: deque[Outgoing | _Stream] = attrs.field(factory=deque)
     replays: dict[str, _Stream] = attrs.field(factory=dict)
+    queued: dict[str, _Stream] = attrs.field(factory=dict)
+    """Per requesting link, the replay of a request that follows the one in progress (asked
+    before that one ended: :meth:`follows`); it starts when that one has sent its end."""
     ended: dict[str, _Stream] = attrs.field(factory=dict)
     """Per requesting link, its last replay that ended with a ``REPLAY-COMPLETE`` sent (until
     another starts or the link detaches): a repeat of its request that arrives after it is
@@ -156,21 +161,51 @@ class ResponseRoute:
         request: SourceGapRequest | None = None,
         through: Mapping[str, int] | None = None,
         parked: Callable[[], bool] | None = None,
+        more: bool = False,
+        queue: bool = False,
     ) -> None:
         """Send the gap-fill service's answer to ``request``, a source request about the link
         ``requester``, a chunk per transfer (``through``: how far it reads per source;
-        ``parked``: whether the answer waits for something else now, see :class:`_Stream`).
+        ``more``: whether the per-request limit stops it there; ``parked``: whether the
+        answer waits for something else now, see :class:`_Stream`).
 
         The answer is read lazily (the journal is paged as credit allows); a new replay for
         the same link replaces one in progress, whose requester has moved on to another
-        request (a repeat of the same one continues it instead: :meth:`live_replay`).
+        request (a repeat of the same one continues it instead: :meth:`live_replay`), unless
+        ``queue``: ``request`` follows the one in progress (:meth:`follows`), and its answer
+        starts when that one has sent its end.
         """
+        stream = _Stream(
+            iter(replay), correlation_id, cookie, replay=True, request=request,
+            answered=request, through=dict(through or {}), parked=parked, more=more,
+        )
+        self.queued.pop(requester, None)
+        if queue and requester in self.replays:
+            self.queued[requester] = stream
+            return
         self.replays.pop(requester, None)
         self.ended.pop(requester, None)
-        self.replays[requester] = _Stream(
-            iter(replay), correlation_id, cookie, replay=True, request=request,
-            answered=request, through=dict(through or {}), parked=parked,
-        )
+        self.replays[requester] = stream
+
+    def follows(self, requester: str, request: SourceGapRequest) -> bool:
+        """Whether ``request`` asks for what comes after the replay in progress for
+        ``requester`` (a subscriber that pipelines: it asked on that replay's
+        ``REPLAY-STARTED`` with ``more``, before its end): another ``request_id``, the same
+        ``link_through``, and an ``after`` at or past, per source, that replay's ``after``
+        and ``through``. Its answer then waits for the end of that replay instead of
+        replacing it, as JetStream queues a consumer's pull requests and serves them in turn."""
+        stream = self.replays.get(requester)
+        first = None if stream is None else stream.request
+        if (
+            stream is None or first is None or not stream.more
+            or request.request_id is None or first.request_id is None
+            or first.request_id == request.request_id
+            or first.link_through != request.link_through
+        ):
+            return False
+        after = request.after
+        return all(after.get(name, 0) >= seq for name, seq in first.after.items()) and all(
+            after.get(name, 0) >= seq for name, seq in stream.through.items())
 
     def live_replay(self, requester: str, request: SourceGapRequest) -> _Stream | None:
         """The replay in progress for ``requester`` that ``request`` repeats, if any: one
@@ -180,7 +215,9 @@ class ResponseRoute:
         would send again all it has sent that the stub has not received yet."""
         stream = self.replays.get(requester)
         if stream is None or not _repeats(stream.request, request):
-            return None
+            stream = self.queued.get(requester)  # asked again before it started
+            if stream is None or not _repeats(stream.request, request):
+                return None
         stream.answered = request
         return stream
 
@@ -206,6 +243,7 @@ class ResponseRoute:
         """Stop the replay for ``requester`` (its link detached: what was sent on the lost
         connection may not have arrived, so continuing it on a new one could skip that)."""
         self.replays.pop(requester, None)
+        self.queued.pop(requester, None)
         self.ended.pop(requester, None)
 
     def busy(self) -> bool:
@@ -241,6 +279,9 @@ class ResponseRoute:
                     del self.replays[requester]
                     if stream.closing is not None:  # sent now: a late repeat is answered so
                         self.ended[requester] = stream
+                    following = self.queued.pop(requester, None)
+                    if following is not None:  # the request that follows it: its turn
+                        self.replays[requester] = following
                 elif reading and len(self.replays) > 1:  # the route's other replays go next
                     self.replays[requester] = self.replays.pop(requester)
                 if message is None:

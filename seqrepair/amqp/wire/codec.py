@@ -169,6 +169,8 @@ def encode(obj: Decoded) -> Message:
         }
         if obj.continued:
             started["continued"] = True
+        if obj.more:
+            started["more"] = True
         return Message(
             body=started,
             properties=_request_id({MESSAGE_TYPE: MessageType.REPLAY_STARTED.value}, obj.request),
@@ -582,11 +584,16 @@ class Decoder:
                         "REPLAY-STARTED continued must be a boolean", expected="bool",
                         got=continued,
                     )
+                more = body.get("more", False)
+                if not isinstance(more, bool):
+                    raise MalformedMessageError(
+                        "REPLAY-STARTED more must be a boolean", expected="bool", got=more
+                    )
                 return ReplayStarted(
                     SourceGapRequest(_source_numbers(body.get("after"), "after"),
                                      request_id=_read_request_id(props)),
                     _source_numbers(body.get("through", {}), "through"),
-                    continued=continued,
+                    continued=continued, more=more,
                 )
             if mtype is MessageType.GAP_ERROR:
                 reason = props.get("reason")
