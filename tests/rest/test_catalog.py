@@ -108,7 +108,9 @@ def test_the_event_loop_does_not_wait_for_a_store_that_hangs(store: MemoryTopicS
         started = time.monotonic()
         for n in range(100):
             assert catalog.learn(f"/load/{n}")
-        assert time.monotonic() - started < 0.5
+        # a save waits 10 s for the gate: one learn() waiting for it would take that; the
+        # bound only has to tell it from a loaded machine's stalls
+        assert time.monotonic() - started < 5
         assert len(catalog.topics()) == 100
         store.gate.set()
         assert wait_for(lambda: len(store.stored) == 100)
