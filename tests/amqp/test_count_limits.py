@@ -250,15 +250,23 @@ def test_links_and_connections_past_their_limits_are_refused_alone(tmp_path: Pat
         assert f"principal='{modest}'" in comp.log_text()
 
 
+PROMPT_CLOSE_S = 30.0
+"""A refused connection's close comes "at once" (a second's hold to be told why): anything
+well short of the open timeout below tells that from a connection held until it, and leaves a
+loaded 2-core machine's stalls room."""
+LONG_OPEN_TIMEOUT = "120"
+
+
 def test_the_connection_past_max_connections_is_closed_at_once(tmp_path: Path) -> None:
     with EmbeddedRedis(appendfsync="always") as redis:
-        comp = ComponentProcess(redis.url, tmp_path, "--max-connections", "3").start()
+        comp = ComponentProcess(redis.url, tmp_path, "--max-connections", "3",
+                                "--open-timeout", LONG_OPEN_TIMEOUT).start()
         conns: list[BlockingConnection] = []
         try:
             conns += [BlockingConnection(comp.url, timeout=10) for _ in range(3)]
             started = time.monotonic()
             assert "--max-connections" in refused_connection(comp.url)
-            assert time.monotonic() - started < 5
+            assert time.monotonic() - started < PROMPT_CLOSE_S
             # a flood past the limit: a few are held a second to be told why, the rest closed
             # unread; the descriptors held stay bounded
             baseline = fds(comp)
@@ -270,10 +278,10 @@ def test_the_connection_past_max_connections_is_closed_at_once(tmp_path: Path) -
                 peak = max(peak, fds(comp))
             assert peak <= baseline + 16 + 2, (peak, baseline)
             for sock, connected in flood:
-                sock.settimeout(5)
+                sock.settimeout(PROMPT_CLOSE_S)
                 while sock.recv(4096):
                     pass
-                assert time.monotonic() - connected < 4
+                assert time.monotonic() - connected < PROMPT_CLOSE_S
                 sock.close()
             conns.pop().close()
             assert wait_for(lambda: _served(comp.url), 10)  # room again
