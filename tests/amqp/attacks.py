@@ -367,6 +367,7 @@ class NeverOpen(Attack):
         self.open: dict[socket.socket, float] = {}
         self.closed_after: list[float] = []
         self.failed = 0
+        self.open_at_end: int | None = None  # still open when the attack's duration ended
 
     def _connect(self, now: float) -> None:
         """Open the connections due by now at ``rate``/s: a burst past the component's listen
@@ -379,8 +380,9 @@ class NeverOpen(Attack):
             self.pending[sock] = (time.monotonic(), bool(self.made % 2))
             self.made += 1
 
-    def poll(self, now: float) -> None:
-        self._connect(now)
+    def poll(self, now: float, connect: bool = True) -> None:
+        if connect:
+            self._connect(now)
         if self.pending:
             _, writable, _ = select.select([], list(self.pending), [], 0)
             for sock in writable:
@@ -415,6 +417,7 @@ class NeverOpen(Attack):
             "never_connected": len(self.pending),
             "connections_closed_by_component": len(after),
             "closed_after_s": [round(a, 2) for a in (after[:1] + after[-1:])],
+            "open_at_end": self.open_at_end,
             "still_open": len(self.open),
         }
 
@@ -423,8 +426,11 @@ class NeverOpen(Attack):
             sock.close()
 
 
-def run(attacks: list[Attack], duration: float, tick: float = 0.05) -> list[dict[str, Any]]:
-    """Drive the attacks for ``duration`` seconds (or until SIGTERM); their reports."""
+def run(attacks: list[Attack], duration: float, tick: float = 0.05,
+        close_grace: float = 0.0) -> list[dict[str, Any]]:
+    """Drive the attacks for ``duration`` seconds (or until SIGTERM), then wait at most
+    ``close_grace`` more for the component to close the never-open connections; their
+    reports."""
     stop = time.monotonic() + duration
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
@@ -448,12 +454,23 @@ def run(attacks: list[Attack], duration: float, tick: float = 0.05) -> list[dict
             attack.step(now)
             if isinstance(attack, NeverOpen):
                 attack.poll(now)
-    reports = [attack.report() for attack in attacks]
     for attack in attacks:
         for peer in attack.peers:
             peer.close()
-        if isinstance(attack, NeverOpen):
-            attack.close()
+    never_open = [a for a in attacks if isinstance(a, NeverOpen)]
+    for attack in never_open:
+        attack.open_at_end = len(attack.open)
+    # a starved component accepts and times out late: wait for it (a liveness bound), the
+    # report says how many were open when the attack ended and how many never were closed
+    until = time.monotonic() + close_grace
+    while any(a.open or a.pending for a in never_open) and time.monotonic() < until \
+            and not stopping:
+        time.sleep(tick)
+        for attack in never_open:
+            attack.poll(time.monotonic(), connect=False)
+    reports = [attack.report() for attack in attacks]
+    for attack in never_open:
+        attack.close()
     return reports
 
 
@@ -503,12 +520,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--never-open", type=int, default=300, help="all: how many")
     parser.add_argument("--open-rate", type=float, default=100.0,
                         help="never-open: connections opened per second")
+    parser.add_argument("--close-grace", type=float, default=0.0,
+                        help="never-open: seconds more to wait for the component to close "
+                             "what is still open when the duration ends")
     args = parser.parse_args(argv)
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     started = time.monotonic()
     attacks = build(args)
-    reports = run(attacks, args.duration)
+    reports = run(attacks, args.duration, close_grace=args.close_grace)
     print(json.dumps({"attack": args.attack, "ran_s": round(time.monotonic() - started, 2),
                       "parts": reports}), flush=True)
     return 0

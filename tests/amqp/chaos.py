@@ -83,20 +83,56 @@ def proc_status(pid: int) -> dict[str, int]:
     return out
 
 
+def run_delays(pid: int) -> dict[int, float]:
+    """Seconds each thread of a live process has spent runnable but not running (waiting for
+    a CPU the machine gave to others: ``/proc/PID/task/TID/schedstat``), by thread id."""
+    delays: dict[int, float] = {}
+    with contextlib.suppress(OSError):
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                text = Path(f"/proc/{pid}/task/{tid}/schedstat").read_text()
+                delays[int(tid)] = int(text.split()[1]) / 1e9
+    return delays
+
+
+def starved(before: dict[int, float], after: dict[int, float]) -> float:
+    """How long the most starved thread waited for a CPU between two :func:`run_delays`."""
+    return max((after[tid] - before.get(tid, 0.0) for tid in after), default=0.0)
+
+
 class Sampler(threading.Thread):
-    """RSS (KiB) and descriptors of a process every ``interval`` seconds, with the time."""
+    """RSS (KiB) and descriptors of a process every ``interval`` seconds, with the time, and
+    the latest :func:`run_delays` of every process it watches (it and those of
+    :meth:`watch`)."""
 
     def __init__(self, pid: int, interval: float = 0.5) -> None:
         super().__init__(daemon=True)
         self.pid, self.interval = pid, interval
         self.samples: list[tuple[float, int, int]] = []
         self.done = threading.Event()
+        self.watched: dict[str, int] = {"component": pid}
+        self.delays: dict[str, dict[int, float]] = {}
+        self._lock = threading.Lock()
+
+    def watch(self, name: str, pid: int) -> None:
+        with self._lock:
+            self.watched[name] = pid
+
+    def run_delays(self) -> dict[str, dict[int, float]]:
+        """The latest run delays of every watched process (a process that ended: its last)."""
+        with self._lock:
+            for name, pid in self.watched.items():
+                now = run_delays(pid)
+                if now:
+                    self.delays[name] = now
+            return {name: dict(d) for name, d in self.delays.items()}
 
     def run(self) -> None:
         while not self.done.is_set():
             status = proc_status(self.pid)
             if "VmRSS" in status:
                 self.samples.append((time.monotonic(), status["VmRSS"], status["fds"]))
+            self.run_delays()
             self.done.wait(self.interval)
 
     def between(self, start: float, end: float) -> list[tuple[float, int, int]]:
@@ -123,6 +159,11 @@ class Outcome:
     publisher: dict[str, Any]
     caps_limits: dict[str, float]
     late_connect_s: float | None  # a fresh client's CAPABILITIES query during the attack
+    # seconds the machine kept each process of the honest path (component, feed, subscriber)
+    # from running from the attack's start to the end of the deliveries, and the component
+    # and this process during the fresh client's query: load, not the component's doing
+    starved_s: dict[str, float] = attrs.field(factory=dict)
+    late_starved_s: float = 0.0
     component_alive: bool = True  # still running when the run ended
     log_tail: list[str] = attrs.field(factory=list)  # its warnings, errors and stop counters
 
@@ -157,6 +198,8 @@ class Outcome:
                         "end": round(self.end_rss, 1)},
             "fds": {"baseline": self.baseline_fds, "peak": self.peak_fds, "end": self.end_fds},
             "late_connect_s": self.late_connect_s,
+            "starved_s": {k: round(v, 2) for k, v in self.starved_s.items()},
+            "late_starved_s": round(self.late_starved_s, 2),
             "subscriber": {k: v for k, v in self.subscriber.items() if v},
             "attacker": self.attacker,
         }
@@ -184,6 +227,7 @@ class Scenario:
     attack_s: float = 12.0
     tail: float = 3.0
     drain_timeout: float = 60.0
+    close_grace: float = 20.0  # the attacker's wait for never-open connections to be closed
 
     def run(self) -> Outcome:
         from seqrepair.amqp.client.query import query_capabilities
@@ -200,6 +244,7 @@ class Scenario:
             stack.callback(comp.stop)
             assert comp.proc is not None
             sampler = Sampler(comp.proc.pid)
+            sampler.watch("subscriber", os.getpid())
             sampler.start()
             stack.callback(sampler.done.set)
             if self.fill:
@@ -225,6 +270,7 @@ class Scenario:
             feed = self._feed(comp.url, redis.url, HONEST_SOURCE, "/honest/a", total, self.rate,
                               self.pad)
             stack.callback(lambda: feed.poll() is None and feed.kill())
+            sampler.watch("feed", feed.pid)
             time.sleep(self.warm)
             base = sampler.between(0, time.monotonic())[-3:]
             baseline_rss = max(s[1] for s in base) / 1024
@@ -232,10 +278,13 @@ class Scenario:
             report: dict[str, Any] = {}
             late: float | None = None
             attack_started = time.monotonic()
+            delays_before = sampler.run_delays()
+            late_starved = 0.0
             if self.attack is not None:
                 attacker = subprocess.Popen(
                     [sys.executable, str(ATTACKER), self.attack, "--url", comp.url,
-                     "--duration", str(self.attack_s), *self.attack_args],
+                     "--duration", str(self.attack_s), "--close-grace", str(self.close_grace),
+                     *self.attack_args],
                     env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                     # on 2 shared cores an attacker at full priority would measure the host's
                     # CPU split, not the component: its load on the component is what it sends
@@ -244,10 +293,13 @@ class Scenario:
                 stack.callback(lambda: attacker.poll() is None and attacker.kill())
                 time.sleep(min(self.attack_s / 2, 5.0))
                 began = time.monotonic()
+                asking = [run_delays(comp.proc.pid), run_delays(os.getpid())]
                 with contextlib.suppress(Exception):
-                    query_capabilities(comp.url, timeout=10)
+                    query_capabilities(comp.url, timeout=30)
                     late = round(time.monotonic() - began, 3)
-                out, err = attacker.communicate(timeout=self.attack_s + 60)
+                late_starved = (starved(asking[0], run_delays(comp.proc.pid))
+                                + starved(asking[1], run_delays(os.getpid())))
+                out, err = attacker.communicate(timeout=self.attack_s + self.close_grace + 60)
                 try:
                     report = json.loads(out.strip().splitlines()[-1])
                 except (ValueError, IndexError):
@@ -266,6 +318,7 @@ class Scenario:
             while len(delivered) < len(journaled) and time.monotonic() < deadline:
                 time.sleep(0.1)
             time.sleep(0.5)  # anything delivered twice would come now
+            delays_after = sampler.run_delays()
             end = time.monotonic()
             sampler.done.set()
             sampler.join(2)
@@ -282,6 +335,9 @@ class Scenario:
                 end_fds=min(s[2] for s in after),
                 attacker=report, subscriber=sub.stats().as_dict(), publisher=publisher,
                 caps_limits=limits, late_connect_s=late, component_alive=comp.proc.poll() is None,
+                starved_s={name: starved(delays_before.get(name, {}), after_)
+                           for name, after_ in delays_after.items()},
+                late_starved_s=late_starved,
             )
         outcome.log_tail = notable(comp.log_text())
         return outcome

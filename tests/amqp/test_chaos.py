@@ -7,14 +7,26 @@ traffic an attacker process (:mod:`attacks`, at nice 10) runs one attack for 12 
 more of honest traffic. For each attack (:data:`chaos.ATTACKS`) and for all of them at once:
 
 * the honest stream never stalls: inter-delivery gaps p99 <= 1 s and max <= 3 s, and
-  publish -> delivery delay p99 <= 2 s;
+  publish -> delivery delay p99 <= 2 s plus the time the machine kept the honest path's
+  processes (component, feed, subscriber) off the CPU meanwhile (``schedstat``'s run delay,
+  measured in the same run; ~0 on a quiet machine);
 * nothing honest is lost: the honest source arrives exactly once, in order, and is exactly
   what the journal holds;
 * the component's RSS (``/proc``, every 0.5 s) stays under :func:`ceiling_mib`: the baseline
   before the attack + the ``component-bytes`` it reports in CAPABILITIES + 48 MiB;
-* a fresh client is served within 5 s during the attack (a CAPABILITIES query);
-* what the attack itself got is bounded: never-open connections are all closed within the 12
-  s (``--open-timeout 2``), a hoarder gets at most ``max-links-per-connection`` links.
+* a fresh client is served within 5 s during the attack (a CAPABILITIES query), plus the time
+  the machine kept the component and the client off the CPU during the query;
+* what the attack itself got is bounded: never-open connections are all closed
+  (``--open-timeout 2``; the attacker waits up to 20 s after its 12 s for the last ones a
+  starved component accepted late), a hoarder gets at most ``max-links-per-connection`` links.
+
+Why the allowances: on a 2-core machine shared with other work (load 8-11) the honest stream
+flowed (gap p99 0.05 s, max 0.3-0.6 s) but the delay p99 reached 3.3-7.8 s, a fresh client
+waited 7.8-9.7 s and 85-162 never-open connections were still open when the 12 s ended: in
+those runs the component's busiest thread waited 12-17 s for a CPU, 9-10 s during the query.
+A wall-clock bound alone measured the machine. The stall, loss and memory bounds stay absolute;
+the tight latency figures (delay p99 and max as ratios to a same-run baseline, the fresh
+client's time) are ``benchmarks/bench_attacks.py``'s.
 
 All at once went over the RSS ceiling (166-223 MiB against ~157) until repair steps waited for
 a peer's socket to take what was sent (proton kept each replay's frames, ~13 MiB a connection):
@@ -78,14 +90,18 @@ def check(outcome: Outcome) -> list[str]:
         broken.append(f"inter-delivery gap p99 {figures['gap_p99_s']} s > {GAP_P99_S}")
     if figures["gap_max_s"] > GAP_MAX_S:
         broken.append(f"inter-delivery gap max {figures['gap_max_s']} s > {GAP_MAX_S}")
-    if figures["delay_p99_s"] > DELAY_P99_S:
-        broken.append(f"delay p99 {figures['delay_p99_s']} s > {DELAY_P99_S}")
+    starved = sum(outcome.starved_s.values())
+    if figures["delay_p99_s"] > DELAY_P99_S + starved:
+        broken.append(f"delay p99 {figures['delay_p99_s']} s > {DELAY_P99_S} + {starved:.2f} "
+                      f"(the honest path's processes kept off the CPU by the machine)")
     if outcome.peak_rss > ceiling_mib(outcome):
         broken.append(f"RSS peak {outcome.peak_rss:.0f} MiB > ceiling "
                       f"{ceiling_mib(outcome):.0f} MiB")
-    if outcome.late_connect_s is None or outcome.late_connect_s > FRESH_CLIENT_S:
+    if outcome.late_connect_s is None or \
+            outcome.late_connect_s > FRESH_CLIENT_S + outcome.late_starved_s:
         broken.append(f"a fresh client's CAPABILITIES during the attack: "
-                      f"{outcome.late_connect_s} s")
+                      f"{outcome.late_connect_s} s > {FRESH_CLIENT_S} + "
+                      f"{outcome.late_starved_s:.2f} (kept off the CPU by the machine)")
     return broken + attack_bounds(outcome)
 
 
@@ -100,7 +116,8 @@ def attack_bounds(outcome: Outcome) -> list[str]:
                 broken.append("the component reports no open-timeout")
             elif part["still_open"] > 0:
                 broken.append(f"{part['still_open']} of {part['connected']} never-open "
-                              f"connections still open after 12 s (open-timeout {deadline} s)")
+                              f"connections never closed (open-timeout {deadline} s; "
+                              f"{part['open_at_end']} open when the attack ended)")
         if part["attack"] == "hoard":
             most = limits.get("max-links-per-connection")
             if most is None or part["links_attached"] > most:
