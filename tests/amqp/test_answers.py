@@ -17,6 +17,7 @@ import pytest
 from seqrepair.amqp.client.subscriber import Publisher, Subscriber
 from seqrepair.amqp.component.links import MAX_WAITING_ANSWERS
 from seqrepair.amqp.wire.errors import RequestFloodError
+from seqrepair.core.events import Event, HeartbeatOverdue
 from seqrepair.core.messages import GapRequest, Publication
 
 from .conftest import wait_for
@@ -30,10 +31,13 @@ def test_an_answer_of_many_ranges_reaches_the_subscriber_whole_and_in_order(
 ) -> None:
     comp = here()
     got: list[Publication] = []
+    overdue: list[Event] = []
     # ack=False: no window, so the numbers it already has are resent (an acknowledging
     # subscriber is not sent what it acknowledged: test_window_parts)
     with Subscriber(comp.here_url, "/weather/#", link_name="big", heartbeat_interval=0.2,
-                    on_publication=got.append, ack=False) as sub:
+                    on_publication=got.append, ack=False,
+                    on_event=lambda e: overdue.extend(
+                        [e] if isinstance(e, HeartbeatOverdue) else [])) as sub:
         assert sub.connected.wait(10)
         with Publisher(comp.here_url, "feed.b", address="/weather/#") as publisher:
             publisher.publish_many([("/weather/a", {"n": i}, "update") for i in range(2000)])
@@ -45,7 +49,11 @@ def test_an_answer_of_many_ranges_reaches_the_subscriber_whole_and_in_order(
         time.sleep(0.3)
         report = sub.stats()
     assert [p.source_seq for p in got] == list(range(1, 2001))
-    assert (report.duplicates, report.unrecoverable, report.requests_sent) == (80_000, 0, 0)
+    assert report.unrecoverable == 0
+    # no request of its own: the only one a subscriber makes here is an overdue probe (a
+    # stall of this loaded machine, 0.6 s at --heartbeat 0.2), whose answer is a duplicate
+    assert report.requests_sent == len(overdue), (report, overdue)
+    assert 80_000 <= report.duplicates <= 80_000 + report.requests_sent, report
 
 
 def test_requests_are_refused_while_answers_wait_for_credit_the_subscriber_never_gives(
