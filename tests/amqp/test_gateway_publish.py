@@ -13,6 +13,7 @@ publisher with the component's condition.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import subprocess
 import sys
@@ -28,32 +29,53 @@ from seqrepair.amqp.client.subscriber import Subscriber
 from seqrepair.core.messages import Publication
 from seqrepair.journal.journal import Journal
 
-from .conftest import ComponentProcess, _env, free_port, wait_for
+from .conftest import (
+    BIND_ATTEMPTS,
+    ComponentProcess,
+    _die_with_parent,
+    _env,
+    free_port,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.amqp, pytest.mark.redis]
+
+
+_GATEWAYS = itertools.count(1)
 
 
 @contextlib.contextmanager
 def gateway_process(upstream: str, tmp_path: Path,
                     security: tuple[str, ...] = ("--allow-anonymous",)) -> Iterator[str]:
     """``seqrepair gateway`` in front of ``upstream`` (``security``: its authentication
-    options, by default anonymous on loopback); yields its listen address."""
-    ready = tmp_path / "gateway-ready"
-    listen = f"127.0.0.1:{free_port()}"
-    log = open(tmp_path / "gateway.log", "wb")  # noqa: SIM115
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "seqrepair.cli", "--log-level", "info", "gateway", "--listen",
-         listen, "--upstream", upstream, "--name", "edge", "--ready-file", str(ready),
-         *security],
-        env=_env(), stdout=log, stderr=subprocess.STDOUT,
-    )
+    options, by default anonymous on loopback); yields its listen address. Its log is
+    ``tmp_path / "gateway.log"``. Started again on a new port if the one found free was taken
+    before it listened (as :class:`ComponentProcess` does); its ready file is its own."""
+    for attempt in range(1, BIND_ATTEMPTS + 1):
+        ready = tmp_path / f"gateway-ready-{next(_GATEWAYS)}"
+        listen = f"127.0.0.1:{free_port()}"
+        log = open(tmp_path / "gateway.log", "wb")  # noqa: SIM115
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "seqrepair.cli", "--log-level", "info", "gateway",
+             "--listen", listen, "--upstream", upstream, "--name", "edge", "--ready-file",
+             str(ready), *security],
+            env=_env(), stdout=log, stderr=subprocess.STDOUT,
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+        )
+        # a ceiling: a loaded 2-core machine can take long to start it
+        assert wait_for(lambda r=ready, p=proc: r.exists() or p.poll() is not None, 60), (
+            (tmp_path / "gateway.log").read_text())
+        if proc.poll() is None:
+            break
+        log.close()
+        text = (tmp_path / "gateway.log").read_text()
+        assert "Address already in use" in text, text
+        assert attempt < BIND_ATTEMPTS, text
     try:
-        assert wait_for(lambda: ready.exists() or proc.poll() is not None, 20)
-        assert proc.poll() is None, (tmp_path / "gateway.log").read_text()
         yield listen
     finally:
         proc.terminate()
-        assert proc.wait(10) == 0
+        assert proc.wait(30) == 0
         log.close()
 
 
