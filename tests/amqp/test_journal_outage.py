@@ -146,6 +146,36 @@ def test_what_a_publisher_journaled_and_never_sent_goes_out_when_its_link_ends()
     assert h.component.ingested[SOURCE] == 5
 
 
+@pytest.mark.parametrize("skipped", [1, 3])
+def test_a_source_born_after_the_component_started_goes_out_from_its_first_number(
+    skipped: int,
+) -> None:
+    # its publisher journaled its first numbers and died before sending any: nothing of it
+    # went out, so what it sends next skips them, as for a source already fanned out
+    h = Harness()
+    h.journal.append(numbered_publications(1, skipped, "feed.new"), 32)  # then it died
+    after = h.send(numbered(skipped + 1, skipped + 2, "feed.new"))
+
+    assert outcome(after) == ACCEPTED
+    assert h.received() == [("feed.new", seq, seq) for seq in range(1, skipped + 3)]
+    assert h.component.ingested["feed.new"] == skipped + 2
+
+
+def test_what_a_publisher_sent_during_an_outage_goes_out_when_its_link_ends() -> None:
+    # it journaled 1..3 (a new source) and sent them while the component's journal was out:
+    # released, and its link ended before it sent them again (it gave up, or died)
+    h = Harness()
+    h.journal.append(numbered_publications(1, 3, "feed.gone"), 32)
+    h.journal.down.add("feed.gone")
+    released = h.send(numbered(1, 3, "feed.gone"))
+    h.journal.down.clear()
+    h.component.on_link_closed(SimpleNamespace(link=h.receiver))
+    h.component.ingest.poll(0.0)
+
+    assert outcome(released) == RELEASED
+    assert h.received() == [("feed.gone", seq, seq) for seq in range(1, 4)]  # in order, once
+
+
 def test_a_publisher_that_skips_numbers_the_journal_does_not_hold_is_still_refused() -> None:
     h = Harness()
     assert outcome(h.send(numbered(1, 2))) == ACCEPTED

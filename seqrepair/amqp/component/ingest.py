@@ -335,6 +335,9 @@ class Ingest:
             except NotJournaledError as exc:  # numbered by the publisher: a resend is safe
                 self._stalled(started, exc)
                 holdback.hold(held, pubs)
+                # sent all the same: a publisher that journals them did so first, and should
+                # its link end before it sends them again, its end must put them in doubt
+                receiver.own_sources.update(pub.source for pub in pubs)
                 return Released(exc.message)
             except BaseException:
                 if held:  # rejected: nothing to wait for
@@ -471,15 +474,17 @@ class Ingest:
         high-water, so what it journaled and never sent is skipped on its link. Subscribers
         would see no gap (link numbers stay contiguous), so what the journal holds of those
         numbers goes out first (:meth:`_catch_up`); numbers it does not hold are refused by
-        the append as ever. Only sources already fanned out in this run count: after a restart
-        of the component, links start again at 0 and subscribers repair by source.
+        the append as ever. ``ingested`` starts at the journal's high-waters: after a restart of
+        the component, links start again at 0 and subscribers repair by source what was
+        journaled before it. A source the journal did not hold then was born in this run, so
+        nothing of it went out before what ``ingested`` says: none, if it is not there yet (its
+        publisher may have journaled its first numbers and died before sending any).
         """
         ingested = self.ingested
         first: dict[str, int] = {}
         for pub in pubs:
             first.setdefault(pub.source, pub.source_seq)
-        return [source for source, seq in first.items()
-                if source in ingested and seq > ingested[source] + 1]
+        return [source for source, seq in first.items() if seq > ingested.get(source, 0) + 1]
 
     def _publish(self, pubs: list[Publication], entries: dict[int, bytes | None]) -> None:
         """Count journaled ``pubs`` as ingested, list their topics and fan them out (after
