@@ -39,6 +39,19 @@ def journaled_ns(w: Watched, source: str, count: int) -> list[int]:
     return [p.fields["n"] for p in journal.read_range(source, 1, count)]
 
 
+def wait_journaling(w: Watched, source: str, proc: subprocess.Popen[str]) -> None:
+    """Until the command has journaled some of ``source`` (it registered it and publishes):
+    a loaded machine can take seconds to start it, and Redis stopped before its first call
+    fails it at once ("redis unavailable during register"), which is not the outage under
+    test. The command must still be running then."""
+    journal = Journal.from_url(w.server.url)
+    try:
+        assert wait_for(lambda: journal.high_water(source) > 0 or proc.poll() is not None, 60)
+    finally:
+        journal.close()
+    assert proc.poll() is None, proc.communicate()[1][-3000:]
+
+
 def test_a_two_second_redis_restart_loses_nothing_and_publishes_nothing_twice(
     tmp_path: Path,
 ) -> None:
@@ -49,8 +62,7 @@ def test_a_two_second_redis_restart_loses_nothing_and_publishes_nothing_twice(
                             "--count", str(count), "--rate", "4000", "--timeout", "60"),
             env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
-        time.sleep(1.5)  # well inside the run (about 5 s at 4,000/s)
-        assert proc.poll() is None
+        wait_journaling(w, "feed.cli", proc)  # well inside the run (about 5 s at 4,000/s)
         w.server.stop()
         time.sleep(2.0)
         w.server.start()  # same port, same data
@@ -75,7 +87,7 @@ def test_an_outage_longer_than_the_timeout_is_reported_exactly_and_resumed_witho
                             "--count", "5000", "--rate", "2000", "--timeout", "2"),
             env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
-        time.sleep(1.0)
+        wait_journaling(w, "feed.out", first)  # inside the run (about 2.5 s at 2,000/s)
         w.server.stop()  # and it stays down past the command's --timeout
         out, err = first.communicate(timeout=60)
         assert first.returncode == 1, err[-3000:]
@@ -95,7 +107,8 @@ def test_an_outage_longer_than_the_timeout_is_reported_exactly_and_resumed_witho
         )
         assert again.returncode == 0, again.stderr
         assert Journal.from_url(w.server.url).high_water("feed.out") == held + 10
-        assert wait_for(lambda: len(w.got) >= held + 10, 60), (len(w.got), held)
+        assert wait_for(lambda: len(w.got) >= held + 10, 60), (
+            len(w.got), held, w.numbers()[:5], w.subscriber.stats())
         time.sleep(0.5)
         assert w.numbers() == list(range(1, held + 11))
 
