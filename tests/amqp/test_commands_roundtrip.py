@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -91,7 +90,9 @@ def test_sigterm_ends_a_subscriber_with_its_output_and_statistics_written(
         subprocess.run(cli("publish", "--url", comp.url, "--source", "feed.term",
                            "--redis-url", redis_url, "--file", str(rows)),
                        check=True, capture_output=True, timeout=60)
-        time.sleep(2.0)  # delivered by now; the file is written in blocks, the last at the end
+        # delivered: the output is flushed every tick (then acknowledged), not only at the end
+        assert wait_for(lambda: out.exists() and out.read_text().count("\n") >= 2, 30), (
+            subscriber.poll(), out.exists() and out.read_text())
         subscriber.terminate()
         assert subscriber.wait(30) == 0
     finally:
