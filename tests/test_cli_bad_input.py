@@ -17,6 +17,7 @@ import pytest
 
 from seqrepair.amqp.client import publishcmd
 from seqrepair.amqp.client.publishcmd import file_items as _file_items
+from seqrepair.amqp.client.query import query_capabilities
 from seqrepair.amqp.component.component import ComponentConfig
 from seqrepair.cli import build_parser, main
 from seqrepair.core.errors import InvalidConfigError
@@ -210,9 +211,9 @@ def test_serve_on_port_zero_writes_the_port_it_listens_on(tmp_path):
             host, port = ready.read_text().rsplit(":", 1)
             assert host == "127.0.0.1"
             assert int(port) > 0
-            subprocess.run([sys.executable, "-m", "seqrepair.cli", "subscribe", "--url",
-                            f"127.0.0.1:{port}", "--address", "/#", "--duration", "1"],
-                           check=True, capture_output=True, timeout=60)
+            # it answers there (a subscriber given 1 s, as before, exits 1 "never connected"
+            # when a loaded machine takes longer than that to connect)
+            assert query_capabilities(f"127.0.0.1:{port}", timeout=60).link_bits > 0
         finally:
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(timeout=30) == 0
