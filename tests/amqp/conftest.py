@@ -139,7 +139,9 @@ class ComponentProcess:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             try:
-                self.proc.wait(5)
+                # a ceiling: its stop on a loaded machine can take seconds, and a component
+                # killed first logs no "component stopped" line (the counters tests read)
+                self.proc.wait(30)
             except subprocess.TimeoutExpired:
                 self.kill()
 
