@@ -164,7 +164,14 @@ class LossyRelay:
         self._lose = threading.Event()
         self._cut = threading.Event()
         self._lock = threading.Lock()
+        self._awaiting: dict[int, bool] = {}  # per connection: a request awaits its answer
         threading.Thread(target=self._accept, name="relay", daemon=True).start()
+
+    def quiet(self) -> bool:
+        """No request carried to Redis awaits its answer (the last thing each connection
+        carried was an answer)."""
+        with self._lock:
+            return not any(self._awaiting.values())
 
     def lose_next_answer(self) -> None:
         self._lose.set()
@@ -191,12 +198,15 @@ class LossyRelay:
                 client.close()
                 continue
             for src, dst, answers in ((client, server, False), (server, client, True)):
-                threading.Thread(target=self._pump, args=(src, dst, answers), daemon=True,
-                                 name="relay-pump").start()
+                threading.Thread(target=self._pump, args=(src, dst, answers, id(client)),
+                                 daemon=True, name="relay-pump").start()
 
-    def _pump(self, src: socket.socket, dst: socket.socket, answers: bool) -> None:
+    def _pump(self, src: socket.socket, dst: socket.socket, answers: bool, conn: int) -> None:
         try:
             while data := src.recv(65536):
+                if not answers:  # a request awaits its answer from before it is carried
+                    with self._lock:
+                        self._awaiting[conn] = True
                 if answers and self._lose.is_set():
                     with self._lock:
                         self._lose.clear()
@@ -205,9 +215,14 @@ class LossyRelay:
                 if self._cut.is_set():
                     break
                 dst.sendall(data)
+                if answers:  # carried (past the loss decision): nothing awaits
+                    with self._lock:
+                        self._awaiting[conn] = False
         except OSError:
             pass
         finally:
+            with self._lock:
+                self._awaiting.pop(conn, None)
             for sock in (src, dst):
                 with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)
@@ -217,13 +232,14 @@ class LossyRelay:
 RETRY_EVENT = "journaled publications not fanned out yet: the journal cannot be read"
 
 
-def wait_topic_stored(server: EmbeddedRedis) -> None:
+def wait_topic_stored(server: EmbeddedRedis, relay: LossyRelay) -> None:
     """Wait until the component has stored the new topic :data:`TOPIC` (``GET /topics``), a
-    Redis write of its own in the background after the topic's first publication, so the
-    answer the relay loses next is the journal's."""
+    Redis write of its own in the background after the topic's first publication, and its
+    answer came back through the relay (no request awaits one), so the answer the relay
+    loses next is the journal's."""
     with Journal.from_url(server.url) as journal:
         assert wait_for(lambda: journal.client.sismember("seqrepair:topics", TOPIC), 20)
-    time.sleep(0.2)  # its answer on the way back through the relay
+    assert wait_for(relay.quiet, 20)
 
 
 def test_a_plain_publication_whose_answer_redis_lost_reaches_subscribers_without_a_next_publish(
@@ -236,7 +252,7 @@ def test_a_plain_publication_whose_answer_redis_lost_reaches_subscribers_without
         with watched_plain_publisher(comp.url, "lost-answer-watcher") as (sub, got, publisher):
             first = publisher.send(1)
             assert wait_for(lambda: len(got) >= 1, 20)
-            wait_topic_stored(private_server)
+            wait_topic_stored(private_server, relay)
             relay.lose_next_answer()
             second = publisher.send(2)  # journaled; Redis's answer is lost on its way back
             with Journal.from_url(private_server.url) as journal:
@@ -319,7 +335,7 @@ def test_what_retention_trims_before_a_lost_answers_publications_went_out_is_pas
         with watched_plain_publisher(comp.url, "trimmed-watcher") as (sub, got, publisher):
             first = publisher.send(1)
             assert wait_for(lambda: len(got) >= 1, 20)
-            wait_topic_stored(private_server)
+            wait_topic_stored(private_server, relay)
             relay.lose_next_answer()
             lost = publisher.sender.send(  # 2..4 journaled; Redis's answer lost on its way
                 Message(body=[{"fields": {"n": n}} for n in (2, 3, 4)],
