@@ -10,8 +10,6 @@ order, and nothing outside the subscriber's entitlement ever given to it.
 from __future__ import annotations
 
 import contextlib
-import subprocess
-import sys
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -30,8 +28,9 @@ from seqrepair.core.messages import Publication
 from seqrepair.core.snapshot import ImageResynced
 from seqrepair.journal.journal import Journal
 
-from .conftest import ComponentProcess, _env, free_port, wait_for
+from .conftest import ComponentProcess, wait_for
 from .principals import MISSING, amqp_identity, client_security, serve_args
+from .test_gateway_publish import gateway_process
 
 pytestmark = [pytest.mark.amqp, pytest.mark.redis]
 
@@ -298,17 +297,9 @@ def test_an_image_request_through_a_gateway(
     answers by response annotations rewrites a SNAPSHOT), so the images come on it, in order
     with the stream, and the subscriber takes them."""
     comp = component("--heartbeat", "0.2")
-    ready = tmp_path / "gateway-ready"
-    listen = f"127.0.0.1:{free_port()}"
-    gateway = subprocess.Popen(
-        [sys.executable, "-m", "seqrepair.cli", "gateway", "--listen", listen, "--upstream",
-         comp.url, "--name", "edge", "--ready-file", str(ready), "--allow-anonymous", *mode],
-        env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )
     journal = Journal.from_url(redis_url)
     app = App()
-    try:
-        assert wait_for(ready.exists), gateway.stderr.read() if gateway.poll() is not None else ""
+    with gateway_process(comp.url, tmp_path, ("--allow-anonymous", *mode)) as listen:
         with Publisher(comp.url, "feed.g", journal=journal) as publisher:
             published = publisher.publish_many(items(1, 40))
             assert publisher.flush(30)
@@ -318,9 +309,6 @@ def test_an_image_request_through_a_gateway(
             assert sub.connected.wait(10)
             sub.request_image(patterns=["/#"])
             assert wait_for(lambda: app.resyncs(), 30), app.events
-    finally:
-        gateway.terminate()
-        gateway.wait(10)
     assert app.cache.snapshot() == image_of(published)
     assert {p.source_seq for p in app.images} == {40}
     journal.close()
