@@ -42,6 +42,7 @@ from seqrepair.amqp.wire.technical import DEFAULT_SOURCE_BITS
 from seqrepair.core.messages import Publication
 from seqrepair.core.stubstats import StubStats
 from seqrepair.journal.journal import Journal
+from seqrepair.journal.positions import link_durable, position_key
 from seqrepair.journal.server import EmbeddedRedis
 
 from .conftest import ComponentProcess, wait_for
@@ -232,13 +233,18 @@ class LossyRelay:
 RETRY_EVENT = "journaled publications not fanned out yet: the journal cannot be read"
 
 
-def wait_topic_stored(server: EmbeddedRedis, relay: LossyRelay) -> None:
-    """Wait until the component has stored the new topic :data:`TOPIC` (``GET /topics``), a
-    Redis write of its own in the background after the topic's first publication, and its
-    answer came back through the relay (no request awaits one), so the answer the relay
-    loses next is the journal's."""
+def wait_topic_stored(server: EmbeddedRedis, relay: LossyRelay, link: str, source: str
+                      ) -> None:
+    """Wait until the component's own Redis writes in the background after the first
+    publication are done: the new topic :data:`TOPIC` stored (``GET /topics``) and ``link``'s
+    position through it (its ACK), and their answers came back through the relay (no request
+    awaits one), so the answer the relay loses next is the journal's. (A position write
+    still to come took the loss under load: the append was then never carried.)"""
     with Journal.from_url(server.url) as journal:
         assert wait_for(lambda: journal.client.sismember("seqrepair:topics", TOPIC), 20)
+        key = position_key(link_durable(link))
+        assert wait_for(lambda: journal.client.hget(key, source) == b"1", 20), (
+            journal.client.hgetall(key))
     assert wait_for(relay.quiet, 20)
 
 
@@ -252,7 +258,7 @@ def test_a_plain_publication_whose_answer_redis_lost_reaches_subscribers_without
         with watched_plain_publisher(comp.url, "lost-answer-watcher") as (sub, got, publisher):
             first = publisher.send(1)
             assert wait_for(lambda: len(got) >= 1, 20)
-            wait_topic_stored(private_server, relay)
+            wait_topic_stored(private_server, relay, "lost-answer-watcher", publisher.source)
             relay.lose_next_answer()
             second = publisher.send(2)  # journaled; Redis's answer is lost on its way back
             with Journal.from_url(private_server.url) as journal:
@@ -273,7 +279,7 @@ def test_a_plain_publication_whose_answer_redis_lost_reaches_subscribers_without
     tries = log.count(RETRY_EVENT)
     assert (first, second) == ("accepted", "amqp:internal-error"), log[-3000:]
     assert relay.answers_lost == 1
-    assert held_then == 2  # the journal took it: it is published
+    assert held_then == 2, log[-3000:]  # the journal took it: it is published
     assert alive, log[-3000:]
     assert [(p.source_seq, p.fields["n"]) for p in during] == [(1, 1)]
     assert arrived, (len(got), report, log[-3000:])
@@ -335,7 +341,7 @@ def test_what_retention_trims_before_a_lost_answers_publications_went_out_is_pas
         with watched_plain_publisher(comp.url, "trimmed-watcher") as (sub, got, publisher):
             first = publisher.send(1)
             assert wait_for(lambda: len(got) >= 1, 20)
-            wait_topic_stored(private_server, relay)
+            wait_topic_stored(private_server, relay, "trimmed-watcher", publisher.source)
             relay.lose_next_answer()
             lost = publisher.sender.send(  # 2..4 journaled; Redis's answer lost on its way
                 Message(body=[{"fields": {"n": n}} for n in (2, 3, 4)],
