@@ -42,7 +42,7 @@ def test_a_file_published_is_printed_by_a_subscriber_in_order_with_its_statistic
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
-        assert wait_for(ready.exists, 30), "the subscriber did not attach"
+        assert wait_for(ready.exists, 60), "the subscriber did not attach"
         published = subprocess.run(
             cli("publish", "--url", comp.url, "--source", "feed.cli", "--redis-url", redis_url,
                 "--file", str(rows)),
@@ -84,7 +84,7 @@ def test_sigterm_ends_a_subscriber_with_its_output_and_statistics_written(
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
-        assert wait_for(ready.exists, 30), "the subscriber did not attach"
+        assert wait_for(ready.exists, 60), "the subscriber did not attach"
         rows = tmp_path / "rows.jsonl"
         rows.write_text("".join(json.dumps(row) + "\n" for row in ROWS[:2]))
         subprocess.run(cli("publish", "--url", comp.url, "--source", "feed.term",

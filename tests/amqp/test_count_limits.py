@@ -75,7 +75,7 @@ def honest_pair(comp: ComponentProcess, redis_url: str, tmp: Path,
               "--output", str(out), "--ready-file", str(ready), "--count", str(COUNT))
     pub: subprocess.Popen[str] | None = None
     try:
-        assert wait_for(lambda: ready.exists() or sub.poll() is not None, 20)
+        assert wait_for(lambda: ready.exists() or sub.poll() is not None, 60)
         pub = cli("publish", "--url", url, "--source", HONEST, "--redis-url", redis_url, *tls,
                   "--count", str(COUNT), "--rate", "100", "--batch", "8",
                   "--topics", "/honest/a,/honest/b", "--timeout", "60")

@@ -86,7 +86,7 @@ def numbers(recs: list[dict[str, Any]], source: str) -> list[int]:
 
 
 def ready(tmp: Path, tag: str, proc: subprocess.Popen[bytes]) -> None:
-    assert wait_for(lambda: (tmp / f"ready-sub-{tag}").exists() or proc.poll() is not None, 20)
+    assert wait_for(lambda: (tmp / f"ready-sub-{tag}").exists() or proc.poll() is not None, 60)
     assert proc.poll() is None, (tmp / f"sub-{tag}.log").read_text()
 
 
@@ -296,7 +296,7 @@ def test_a_durable_subscriber_behind_a_gateway_resumes_after_what_it_took(
     client = redis.Redis.from_url(redis_url)
     journal = Journal.from_url(redis_url)
     try:
-        assert wait_for(ready_file.exists)
+        assert wait_for(ready_file.exists, 60)
         got: list[int] = []
         with Publisher(comp.url, "feed.g", journal=journal) as publisher:
             with Subscriber(listen, "/load/#", link_name="far", heartbeat_interval=0.2,

@@ -60,7 +60,7 @@ class GatewayProcess:
                  "--hop-id", hop_id, "--ready-file", str(ready), "--allow-anonymous", *args],
                 env=_env(), stdout=out, stderr=subprocess.STDOUT,
             )
-        assert wait_for(lambda: ready.exists() or self.proc.poll() is not None), self.text()
+        assert wait_for(lambda: ready.exists() or self.proc.poll() is not None, 60), self.text()
         assert self.proc.poll() is None, self.text()
 
     def text(self) -> str:

@@ -311,7 +311,7 @@ def test_a_hostile_client_disturbs_no_honest_pair(via: str, tmp_path: Path) -> N
         hostile = Hostile(url)
         refused_frames: list[Any] = []
         try:
-            assert wait_for(lambda: ready.exists() or subscriber.poll() is not None, 20)
+            assert wait_for(lambda: ready.exists() or subscriber.poll() is not None, 60)
             publishers.append(cli("publish", "--url", comp.url, "--source", HONEST, "--bits", "8",
                                   "--redis-url", redis_url, "--count", str(FIRST_RUN),
                                   "--rate", "200", "--batch", "16", "--topics",

@@ -44,7 +44,7 @@ def test_subscribe_resyncs_an_unrecoverable_gap_and_keeps_the_images_file(
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
-        assert wait_for(ready.exists, 30), "the subscriber did not attach"
+        assert wait_for(ready.exists, 60), "the subscriber did not attach"
         publisher = Publisher(comp.url, "feed.a", journal=journal).start()
         try:
             published = publisher.publish_many(items(1, 10))
@@ -125,7 +125,7 @@ def test_on_overdue_decides_what_a_silent_link_does(
         return len(re.findall(r"\] connected ", log.read_text(errors="replace")))
 
     try:
-        assert wait_for(ready.exists, 30), "the subscriber did not attach"
+        assert wait_for(ready.exists, 60), "the subscriber did not attach"
         time.sleep(0.5)
         _silent_component(comp, 2.0)  # ten heartbeat intervals without a frame
         if reconnects:

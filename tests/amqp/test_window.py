@@ -66,7 +66,7 @@ def _burst(comp: ComponentProcess, tmp: Path, count: int, *sub_args: str) -> tup
              "--duration", "120", *sub_args),
         env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
-    assert wait_for(lambda: ready.exists() or sub.poll() is not None, 20)
+    assert wait_for(lambda: ready.exists() or sub.poll() is not None, 60)
     subprocess.run(
         _cli("publish", "--url", comp.url, "--redis-url", comp.redis_url, "--source", "burst",
              "--count", str(count), "--rate", "0", "--topics", "/w/a,/w/b"),
