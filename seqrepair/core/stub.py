@@ -174,6 +174,11 @@ class SubscriberStub(SourceRepairing, ImageResyncing):
     _stale_floor: dict[str, int] = attrs.field(init=False, factory=dict)
     # the part of _stale_floor above the last delivered (what the fast paths must check)
     _stale_ahead: dict[str, int] = attrs.field(init=False, factory=dict)
+    # the highest number a stale copy moved _highest to, no frame having proved it sent (see
+    # stubrepair._on_stale); 0 when none: a source request covering through it is not cut
+    _unproven_top: int = attrs.field(init=False, default=0)
+    # stale originals past the highest number, by absolute number: what a tail probe repeats
+    _stale_seen: dict[int, tuple[str, int]] = attrs.field(init=False, factory=dict)
     # the replay owed by the held reset context answers through here so far (``more``, trims)
     _hold_through: dict[str, int] = attrs.field(init=False, factory=dict)
     _now: float = attrs.field(init=False, default=0.0)  # the latest now given (reopened gaps)
