@@ -179,6 +179,7 @@ class SubscriberStub(SourceRepairing, ImageResyncing):
     _unproven_top: int = attrs.field(init=False, default=0)
     # stale originals past the highest number, by absolute number: what a tail probe repeats
     _stale_seen: dict[int, tuple[str, int]] = attrs.field(init=False, factory=dict)
+    _releasing: bool = attrs.field(init=False, default=False)  # reading the held frames
     # the replay owed by the held reset context answers through here so far (``more``, trims)
     _hold_through: dict[str, int] = attrs.field(init=False, factory=dict)
     _now: float = attrs.field(init=False, default=0.0)  # the latest now given (reopened gaps)

@@ -91,6 +91,7 @@ class SourceRepairing:
     _stale_ahead: dict[str, int]
     _unproven_top: int
     _stale_seen: dict[int, tuple[str, int]]
+    _releasing: bool
     _hold_through: dict[str, int]
     _image_floor: dict[str, dict[str, int]]
     _now: float
@@ -240,11 +241,15 @@ class SourceRepairing:
     def _release_held(self, now: float) -> None:
         """Read the frames held while a reset context's replay was owed, in arrival order."""
         held, self._held = self._held, []
-        for index, (frame, wire) in enumerate(held):
-            if not self._expected and self._source is not None and self._source.hold:
-                self._held.extend(held[index:])  # reset again meanwhile: after its replay
-                return
-            self._on_link_frame(frame, wire, now)
+        self._releasing = True
+        try:
+            for index, (frame, wire) in enumerate(held):
+                if not self._expected and self._source is not None and self._source.hold:
+                    self._held.extend(held[index:])  # reset again meanwhile: after its replay
+                    return
+                self._on_link_frame(frame, wire, now)
+        finally:
+            self._releasing = False
 
     def _note_hold_through(self, through: Mapping[str, int]) -> None:
         for name, seq in through.items():
@@ -280,12 +285,15 @@ class SourceRepairing:
         when this context brought the same publication at that number before (its original,
         unread as stale) and nothing of its source newer than the floor has been delivered or
         is held (a link numbers each source in order: this context's frames before it carried
-        older ones): then the copy is most likely this context's newest frame, not an answer of an
-        old context (whose number says nothing here). Still unproven: the replay
-        that covers it runs to the journal's high-water (no ``link_through``: see
-        :meth:`_new_source_request`), so whatever the component sent up to it is delivered
-        once by source, and a later frame at a covered number that its source proves new
-        anchors a new view. A lone copy past the highest number moves nothing, as before."""
+        older ones), both having come once the context was released (a tail probe repeats
+        while the window stays full; the frames held until the replay's end are where an old
+        context's stragglers gather): then the copy is most likely this context's newest
+        frame, not an answer of an old context (whose number says nothing here). Still
+        unproven: the replay that covers it runs to the journal's high-water (no
+        ``link_through``: see :meth:`_new_source_request`), so whatever the component sent up
+        to it is delivered once by source, and a later frame at a covered number that its
+        source proves new anchors a new view. A lone copy past the highest number moves
+        nothing, as before."""
         self._stats.duplicates += 1
         self._stats.stale_dropped += 1
         ahead = self._stale_ahead.get(frame.source)
@@ -295,7 +303,7 @@ class SourceRepairing:
             return
         number = self._position(wire)
         if not frame.retransmit:
-            if number > self._highest:
+            if number > self._highest and not self._releasing:
                 self._note_stale_seen(number, frame)
             return
         first = number
@@ -305,6 +313,7 @@ class SourceRepairing:
             self._gaps.add(number, number, now)
         elif (
             number > self._highest
+            and not self._releasing
             and self._stale_seen.get(number) == (frame.source, frame.source_seq)
             and self._last_delivered.get(frame.source, 0)
             <= self._stale_floor.get(frame.source, 0)
