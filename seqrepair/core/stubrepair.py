@@ -282,18 +282,21 @@ class SourceRepairing:
         no heartbeat and nothing new, only its newest frame again (a tail probe), and unless
         the slots up to it are consumed the window never opens (issue 27 audit: the stub's ACK
         is the component's window). So a resent copy past the highest number seen moves it
-        when this context brought the same publication at that number before (its original,
-        unread as stale) and nothing of its source newer than the floor has been delivered or
-        is held (a link numbers each source in order: this context's frames before it carried
-        older ones), both having come once the context was released (a tail probe repeats
-        while the window stays full; the frames held until the replay's end are where an old
-        context's stragglers gather): then the copy is most likely this context's newest
-        frame, not an answer of an old context (whose number says nothing here). Still
-        unproven: the replay that covers it runs to the journal's high-water (no
-        ``link_through``: see :meth:`_new_source_request`), so whatever the component sent up
-        to it is delivered once by source, and a later frame at a covered number that its
-        source proves new anchors a new view. A lone copy past the highest number moves
-        nothing, as before."""
+        when, since the context was released:
+
+        * this context brought the same publication at that number before (its original,
+          unread as stale, or an earlier copy: the original may have been lost; a tail probe
+          repeats while the window stays full, and the frames held until the replay's end are
+          where an old context's stragglers gather);
+        * nothing of its source newer than the floor has been delivered or is held (a link
+          numbers each source in order: this context's frames before it carried older ones).
+
+        Then the copy is most likely this context's newest frame, not an answer of an old
+        context (whose number says nothing here). Still unproven: the replay that covers it
+        runs to the journal's high-water (no ``link_through``: see
+        :meth:`_new_source_request`), so whatever the component sent up to it is delivered
+        once by source, and a later frame at a covered number that its source proves new
+        anchors a new view. A lone copy past the highest number moves nothing, as before."""
         self._stats.duplicates += 1
         self._stats.stale_dropped += 1
         ahead = self._stale_ahead.get(frame.source)
@@ -326,6 +329,8 @@ class SourceRepairing:
             self._gaps.add(first, number, now)
             self._highest = self._unproven_top = number
             self._stale_seen = {n: key for n, key in self._stale_seen.items() if n > number}
+        elif number > self._highest and not self._releasing:
+            self._note_stale_seen(number, frame)  # the next tail probe repeats it
         if self._expected <= number <= self._highest and number not in self._buffer and (
             self._gaps.mark(first, number, GapState.SOURCE) and self._source is None
         ):
