@@ -34,7 +34,9 @@ numbers read as slots of the new context. So the new context's frames are held u
 the replay the reset owes completes; its ``through`` covers per source everything the old
 contexts carried (the component cuts it where the new context starts), and from then on a
 link publication at or below it is stale: it takes no slot, moves no highest number and
-anchors no view (``stats.stale_dropped``; see :meth:`SourceRepairing._hold`).
+anchors no view (``stats.stale_dropped``; see :meth:`SourceRepairing._hold`). A window full of
+such frames (a replay that ran past the new context's start) still moves: the component's tail
+probe, repeating one, covers the numbers up to it by source (see ``SourceRepairing._on_stale``).
 An adapter that learns of a reset out of band (a component announces a new link context when
 the link attaches) calls ``link_reset(now)``; the in-band frame 0 is then optional, and the
 first one that comes (a heartbeat) is that reset's frame, even after later frames.
