@@ -284,10 +284,11 @@ class SourceRepairing:
         is the component's window). So a resent copy past the highest number seen moves it
         when, since the context was released:
 
-        * this context brought the same publication at that number before (its original,
-          unread as stale, or an earlier copy: the original may have been lost; a tail probe
-          repeats while the window stays full, and the frames held until the replay's end are
-          where an old context's stragglers gather);
+        * this context brought the same publication at that number before, as an original
+          (unread as stale; the frames held until the replay's end, where an old context's
+          stragglers gather, do not count). An earlier resent copy does not count either: an
+          old context's answer comes duplicated too. So a window whose newest original was
+          lost stays shut as before;
         * nothing of its source newer than the floor has been delivered or is held (a link
           numbers each source in order: this context's frames before it carried older ones).
 
@@ -329,8 +330,6 @@ class SourceRepairing:
             self._gaps.add(first, number, now)
             self._highest = self._unproven_top = number
             self._stale_seen = {n: key for n, key in self._stale_seen.items() if n > number}
-        elif number > self._highest and not self._releasing:
-            self._note_stale_seen(number, frame)  # the next tail probe repeats it
         if self._expected <= number <= self._highest and number not in self._buffer and (
             self._gaps.mark(first, number, GapState.SOURCE) and self._source is None
         ):

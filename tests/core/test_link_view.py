@@ -608,6 +608,8 @@ def test_a_stale_copy_answering_the_probe_for_the_next_number_asks_the_source():
          announce=True)
 @example(bits=5, seed=506, loss=0.02, reorder=0.2, size=152, resets={1, 7, 135}, sources="a",
          announce=True)  # an old original and its resent copy, both held until the replay
+@example(bits=4, seed=49382, loss=0.02, reorder=0.5, size=190, resets={119, 121, 136},
+         sources="abc", announce=True)  # an old answer and its duplicate: no tail probe
 def test_stale_publications_after_resets_never_cost_a_publication(
     bits, seed, loss, reorder, size, resets, sources, announce
 ):
