@@ -34,7 +34,9 @@ numbers read as slots of the new context. So the new context's frames are held u
 the replay the reset owes completes; its ``through`` covers per source everything the old
 contexts carried (the component cuts it where the new context starts), and from then on a
 link publication at or below it is stale: it takes no slot, moves no highest number and
-anchors no view (``stats.stale_dropped``; see :meth:`SourceRepairing._hold`).
+anchors no view (``stats.stale_dropped``; see :meth:`SourceRepairing._hold`). A window full of
+such frames (a replay that ran past the new context's start) still moves: the component's tail
+probe, repeating one, covers the numbers up to it by source (see ``SourceRepairing._on_stale``).
 An adapter that learns of a reset out of band (a component announces a new link context when
 the link attaches) calls ``link_reset(now)``; the in-band frame 0 is then optional, and the
 first one that comes (a heartbeat) is that reset's frame, even after later frames.
@@ -174,6 +176,12 @@ class SubscriberStub(SourceRepairing, ImageResyncing):
     _stale_floor: dict[str, int] = attrs.field(init=False, factory=dict)
     # the part of _stale_floor above the last delivered (what the fast paths must check)
     _stale_ahead: dict[str, int] = attrs.field(init=False, factory=dict)
+    # the highest number a stale copy moved _highest to, no frame having proved it sent (see
+    # stubrepair._on_stale); 0 when none: a source request covering through it is not cut
+    _unproven_top: int = attrs.field(init=False, default=0)
+    # stale originals past the highest number, by absolute number: what a tail probe repeats
+    _stale_seen: dict[int, tuple[str, int]] = attrs.field(init=False, factory=dict)
+    _releasing: bool = attrs.field(init=False, default=False)  # reading the held frames
     # the replay owed by the held reset context answers through here so far (``more``, trims)
     _hold_through: dict[str, int] = attrs.field(init=False, factory=dict)
     _now: float = attrs.field(init=False, default=0.0)  # the latest now given (reopened gaps)

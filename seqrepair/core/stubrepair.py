@@ -89,6 +89,9 @@ class SourceRepairing:
     _held: list[tuple[LinkFrame, int]]
     _stale_floor: dict[str, int]
     _stale_ahead: dict[str, int]
+    _unproven_top: int
+    _stale_seen: dict[int, tuple[str, int]]
+    _releasing: bool
     _hold_through: dict[str, int]
     _image_floor: dict[str, dict[str, int]]
     _now: float
@@ -186,6 +189,8 @@ class SourceRepairing:
         top = self.space.max
         number = (max(self._expected, self._highest) // top + 1) * top + wire  # wire(n) == wire
         self._expected = self._highest = number
+        self._unproven_top = 0
+        self._stale_seen.clear()
         self._expected_wire = wire
         self._buffer[number] = frame
         self._request_source(now, hold=True)
@@ -236,11 +241,15 @@ class SourceRepairing:
     def _release_held(self, now: float) -> None:
         """Read the frames held while a reset context's replay was owed, in arrival order."""
         held, self._held = self._held, []
-        for index, (frame, wire) in enumerate(held):
-            if not self._expected and self._source is not None and self._source.hold:
-                self._held.extend(held[index:])  # reset again meanwhile: after its replay
-                return
-            self._on_link_frame(frame, wire, now)
+        self._releasing = True
+        try:
+            for index, (frame, wire) in enumerate(held):
+                if not self._expected and self._source is not None and self._source.hold:
+                    self._held.extend(held[index:])  # reset again meanwhile: after its replay
+                    return
+                self._on_link_frame(frame, wire, now)
+        finally:
+            self._releasing = False
 
     def _note_hold_through(self, through: Mapping[str, int]) -> None:
         for name, seq in through.items():
@@ -264,26 +273,77 @@ class SourceRepairing:
         self._hold_through = {}
 
     def _on_stale(self, frame: Publication, wire: int, now: float) -> None:
-        """A link publication at or below the stale floor: it takes no slot and moves
-        nothing. One sent again in answer to a link request may be the true frame of its slot
-        (a copy of one the replay delivered) or a stale answer: a replay decides, the slot
-        being left to source repair."""
+        """A link publication at or below the stale floor: it takes no slot. One sent again
+        (a range answer, or a component's tail probe: its newest frame resent while its window
+        is full) may be the true frame of its slot (a copy of one the replay delivered) or a
+        stale answer: a replay decides, the slot being left to source repair.
+
+        A window full of frames carrying only publications the reset's replay delivered sends
+        no heartbeat and nothing new, only its newest frame again (a tail probe), and unless
+        the slots up to it are consumed the window never opens (issue 27 audit: the stub's ACK
+        is the component's window). So a resent copy past the highest number seen moves it
+        when, since the context was released:
+
+        * this context brought the same publication at that number before, as an original
+          (unread as stale; the frames held until the replay's end, where an old context's
+          stragglers gather, do not count). An earlier resent copy does not count either: an
+          old context's answer comes duplicated too. So a window whose newest original was
+          lost stays shut as before;
+        * nothing of its source newer than the floor has been delivered or is held (a link
+          numbers each source in order: this context's frames before it carried older ones).
+
+        Then the copy is most likely this context's newest frame, not an answer of an old
+        context (whose number says nothing here). Still unproven: the replay that covers it
+        runs to the journal's high-water (no ``link_through``: see
+        :meth:`_new_source_request`), so whatever the component sent up to it is delivered
+        once by source, and a later frame at a covered number that its source proves new
+        anchors a new view. A lone copy past the highest number moves nothing, as before."""
         self._stats.duplicates += 1
         self._stats.stale_dropped += 1
         ahead = self._stale_ahead.get(frame.source)
         if ahead is not None and ahead <= self._last_delivered.get(frame.source, 0):
             del self._stale_ahead[frame.source]
-        if not frame.retransmit or not self._expected:
+        if not self._expected:
             return
         number = self._position(wire)
+        if not frame.retransmit:
+            if number > self._highest and not self._releasing:
+                self._note_stale_seen(number, frame)
+            return
+        first = number
         if number == self._expected > self._highest:
             # the answer to the probe for the next number: the component has sent it
             self._highest = number
             self._gaps.add(number, number, now)
+        elif (
+            number > self._highest
+            and not self._releasing
+            and self._stale_seen.get(number) == (frame.source, frame.source_seq)
+            and self._last_delivered.get(frame.source, 0)
+            <= self._stale_floor.get(frame.source, 0)
+            and not any(
+                type(held) is Publication and held.source == frame.source
+                for held in self._buffer.values()
+            )
+        ):  # a tail probe (behind the expected number never gets here): see above
+            first = self._highest + 1
+            self._gaps.add(first, number, now)
+            self._highest = self._unproven_top = number
+            self._stale_seen = {n: key for n, key in self._stale_seen.items() if n > number}
         if self._expected <= number <= self._highest and number not in self._buffer and (
-            self._gaps.mark(number, number, GapState.SOURCE) and self._source is None
+            self._gaps.mark(first, number, GapState.SOURCE) and self._source is None
         ):
             self._request_source(now, hold=False)
+
+    def _note_stale_seen(self, number: int, frame: Publication) -> None:
+        """Remember what a stale original past the highest number carried at ``number``
+        (bounded: what the highest number has passed is forgotten first)."""
+        seen = self._stale_seen
+        if len(seen) >= self.space.half:
+            seen = self._stale_seen = {n: k for n, k in seen.items() if n > self._highest}
+            if len(seen) >= self.space.half:
+                return
+        seen[number] = (frame.source, frame.source_seq)
 
     def _new_context(self, frame: LinkFrame, now: float) -> None:
         """Void the old link context; ``frame`` is the new context's number 0.
@@ -318,7 +378,8 @@ class SourceRepairing:
         self._given_up.clear()
         self._expected = 0
         self._expected_wire = RESET
-        self._highest = 0
+        self._highest = self._unproven_top = 0
+        self._stale_seen.clear()
         if source is not None and source.resume and source.quiet:
             # the new context of the (re)attach; a later reset voids frames the replay of
             # resume_point() may not reach, so it asks again like any other
@@ -361,10 +422,13 @@ class SourceRepairing:
         request that asked the same (before a reset, say) does not end this one. It names the
         link number it covers through: what the link numbered after that, it brings."""
         self._source_ids += 1
+        link_through: int | None = self.space.wire(cover_through) if cover_through else RESET
+        if cover_through and cover_through == self._unproven_top:
+            link_through = None  # a number no frame of this context proved sent: see _on_stale
         return SourceGapRequest(
             after=resume_after(self._last_delivered, self._replay_floor),
             request_id=self._source_ids,
-            link_through=self.space.wire(cover_through) if cover_through else RESET,
+            link_through=link_through,
         )
 
     def _skip_trimmed(

@@ -596,6 +596,20 @@ def test_a_stale_copy_answering_the_probe_for_the_next_number_asks_the_source():
          announce=True)  # a resent copy of the announced reset's heartbeat: no new reset
 @example(bits=5, seed=64778, loss=0.1, reorder=0.2, size=205, resets={1, 18, 154, 169},
          sources="a", announce=True)  # the probe's stale answer proves the next number sent
+# An old context's resent frame past the highest number, taken for a tail probe, claimed
+# numbers the new context had not sent (issue 27 audit: the stub's stale-window stall): a
+# lone resent copy, or one older than what its source carried or holds in this context,
+# moves nothing.
+@example(bits=4, seed=0, loss=0.2, reorder=0.2, size=120, resets={117}, sources="a",
+         announce=False)
+@example(bits=5, seed=587, loss=0.02, reorder=0.5, size=104, resets={1, 86}, sources="a",
+         announce=True)
+@example(bits=5, seed=591, loss=0.02, reorder=0.5, size=108, resets={12, 85}, sources="a",
+         announce=True)
+@example(bits=5, seed=506, loss=0.02, reorder=0.2, size=152, resets={1, 7, 135}, sources="a",
+         announce=True)  # an old original and its resent copy, both held until the replay
+@example(bits=4, seed=49382, loss=0.02, reorder=0.5, size=190, resets={119, 121, 136},
+         sources="abc", announce=True)  # an old answer and its duplicate: no tail probe
 def test_stale_publications_after_resets_never_cost_a_publication(
     bits, seed, loss, reorder, size, resets, sources, announce
 ):

@@ -10,19 +10,19 @@ the stub as stale, no gap ever detected, no request sent.
 
 The relay's side is fixed (journal/gapfill.py: a replay's upstream fetch stops where the
 link began carrying the source while it waited, tests/journal/test_lacking.py), so the
-replay's ``through`` no longer covers the link's frames. The stub itself still cannot recover
-from such a context, should a component ever send one: NOT FIXED (strict xfail: it fails on
-the current stub and must pass once fixed). The
-obvious stub change (a retransmitted stale frame past the highest number moves it and asks
-the slots by source) breaks tests/core/test_link_view.py's
+replay's ``through`` no longer covers the link's frames. The stub recovers too, should a
+component ever send such a context: the tail probe (the component's newest frame resent
+while its window is full) repeats a stale original this context brought at that number, so
+the stub takes the numbers up to it as sent and covers them by a source replay that runs to
+the journal's high-water (no ``link_through``: the number is unproven), and its ACK opens the
+window. The obvious version of that (any resent stale frame past the highest number moves
+it) lost a publication in tests/core/test_link_view.py's
 test_stale_publications_after_resets_never_cost_a_publication (bits=4, seed=0, loss=0.2,
-reorder=0.2, size=120, resets={117}, sources='a', announce=False: one publication lost), as a
-retransmitted old-context frame then claims slots the new context has not sent. Filtering
-the relay's link offers at or below the replay's final ``through`` would not cover frames
-stamped before the ReplayComplete either.
+reorder=0.2, size=120, resets={117}): an old context's answer claimed slots the new context
+had not sent, and the replay cut there skipped the new context's frame 2. So a lone resent
+copy moves nothing, nor does one whose source the link already carried newer in this
+context (a link numbers each source in order).
 """
-
-import pytest
 
 from seqrepair import (
     Delivered,
@@ -48,7 +48,6 @@ def source_requests(events):
     return [e.request for e in events if isinstance(e, RequestSourceGap)]
 
 
-@pytest.mark.xfail(strict=True, reason="issue 27 audit stall: stale frames fill a window")
 def test_stale_frames_filling_a_window_are_consumed_once_the_tail_probe_comes():
     stub = SubscriberStub(bits=4, nak_delay=0.0, jitter=0.0, seed=1)
     stub.poll(0.0)
@@ -73,3 +72,50 @@ def test_stale_frames_filling_a_window_are_consumed_once_the_tail_probe_comes():
     events += stub.receive(pub(11, 8), 0.8)
     assert [e.publication.source_seq for e in events if isinstance(e, Delivered)] == [11]
     assert not any(isinstance(e, Unrecoverable) for e in out + events)
+
+
+def released_context():
+    """A stub whose reset context was released by a replay through feed.a 10."""
+    stub = SubscriberStub(bits=4, nak_delay=0.0, jitter=0.0, seed=1)
+    stub.poll(0.0)
+    [asked] = source_requests(stub.link_reset(0.0))
+    stub.receive(Heartbeat(link_seq=0), 0.01)
+    for seq in range(1, 11):
+        stub.receive(replayed(seq), 0.02)
+    stub.receive(ReplayComplete(through={"feed.a": 10}, request=asked), 0.03)
+    return stub
+
+
+def test_a_lone_resent_stale_copy_past_the_highest_number_moves_nothing():
+    # an old context's answer, duplicated: nothing of this context came at that number
+    stub = released_context()
+    events = stub.receive(pub(9, 7, retransmit=True), 0.5)
+    events += stub.poll(0.6)
+    events += stub.receive(pub(9, 7, retransmit=True), 0.61)  # a duplicate of that answer
+    assert source_requests(events) == []
+    assert stub.consumed_through == 0
+    assert stub.stats.stale_dropped == 2
+    # the context's own frames still go on as ever
+    assert [e.publication.source_seq for e in stub.receive(pub(11, 1), 0.7)
+            if isinstance(e, Delivered)] == [11]
+
+
+def test_a_resent_stale_copy_older_than_what_its_source_holds_moves_nothing():
+    # feed.a 12 at number 3 is this context's (newer than the floor): a frame of this
+    # context at 7 carries something newer still, never feed.a 9, whatever came at 7 before
+    stub = released_context()
+    stub.receive(pub(12, 3), 0.04)  # held behind the gap 1..2
+    stub.receive(pub(9, 7), 0.05)  # stale, unread
+    events = stub.receive(pub(9, 7, retransmit=True), 0.5)
+    assert source_requests(events) == []
+    assert stub.expected_link_seq == 1
+
+
+def test_the_replay_a_tail_probe_asks_for_runs_to_the_high_water():
+    stub = released_context()
+    for link in range(2, 8):
+        stub.receive(pub(link + 2, link), 0.04)
+    [again] = source_requests(stub.receive(pub(9, 7, retransmit=True), 0.5))
+    assert again.link_through is None  # 7 is unproven: no cut at a number not proven sent
+    assert again.after == {"feed.a": 10}
+
