@@ -524,7 +524,12 @@ class SourceRepairing:
                 self._ask_following(source, started)
 
     def _ask_again(self, source: SourceRepair, now: float) -> None:
-        """Send the request in flight again from the current resume points, as a fresh try."""
+        """Send the request in flight again from the current resume points, as a fresh try.
+
+        A request it pipelined is dropped: the component takes this one as a replacement and
+        drops the one queued behind the replay in progress (WIRE.md, One replay per link), so
+        waiting for its answer would wait for a silence, and this one pipelines its own."""
+        source.following = source.following_started = None
         source.request = self._new_source_request(source.cover_through)
         source.first_after = source.request.after
         source.attempts = 1

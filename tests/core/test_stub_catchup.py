@@ -225,3 +225,43 @@ def test_the_following_request_asks_again_when_its_predecessor_ends_short_of_it(
     # the pipelined request's answers are stray now
     stub.receive(ReplayComplete(through={"feed.a": 8}, request=following), 0.3)
     assert stub.stats.stray_dropped == 1
+
+
+def test_a_request_asked_again_drops_the_following_one_the_component_dropped_too():
+    """The replay in flight ends short (a trimmed range) after its follower was asked: the stub
+    asks again under a new id, which the component takes as a replacement, dropping the queued
+    follower. That follower is no longer the stub's either: the new request's REPLAY-STARTED
+    (more) pipelines a follower of its own, and its end hands over to that one, with no
+    silence waited for a request the component forgot."""
+    stub = make()
+    request, out = reset_owing_a_replay(stub)
+    [stale] = source_requests(
+        stub.receive(ReplayStarted(request, {"feed.a": 5}, more=True), 0.15))
+    out += stub.receive(ReplayStarted(stale, {"feed.a": 8}, more=True), 0.16)
+    out += stub.receive(replayed(3), 0.2)
+    error = GapError("trimmed", request, "trimmed", trimmed_through={"feed.a": 4})
+    out_error = stub.receive(error, 0.2)
+    out += out_error
+    [again] = source_requests(out_error)
+    assert dict(again.after) == {"feed.a": 4}
+    # the component replaced the replay (and the follower queued behind it) by ``again``
+    events = stub.receive(ReplayStarted(again, {"feed.a": 14}, more=True), 0.25)
+    [following] = source_requests(events)  # pipelined again, under a new id
+    assert following.request_id not in (request.request_id, stale.request_id,
+                                         again.request_id)
+    assert dict(following.after) == {"feed.a": 14}
+    out += events
+    out += stub.receive(ReplayStarted(following, {"feed.a": 20}), 0.26)
+    for seq in range(5, 15):
+        out += stub.receive(replayed(seq), 0.3)
+    events = stub.receive(ReplayComplete(through={"feed.a": 14}, request=again, more=True), 0.3)
+    assert source_requests(events) == []  # the follower asked already is the one in flight
+    out += events
+    for seq in range(15, 21):
+        out += stub.receive(replayed(seq), 0.35)
+    out += stub.receive(ReplayComplete(through={"feed.a": 20}, request=following), 0.35)
+    assert stub.stats.stray_dropped == 0
+    out += stub.receive(pub(21, 1), 0.4)
+    assert delivered(out) == [1, 2, 3, *range(5, 22)]
+    assert [e.after for e in out if isinstance(e, Unrecoverable)] == [3]
+    assert source_requests(stub.poll(5.0)) == []  # nothing in flight
