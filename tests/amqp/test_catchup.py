@@ -29,6 +29,7 @@ from seqrepair.amqp.component.requests import answer_gap
 from seqrepair.amqp.wire.security import ANONYMOUS_LISTENER
 from seqrepair.core.context import LinkContext
 from seqrepair.core.messages import (
+    GapError,
     Publication,
     ReplayComplete,
     ReplayStarted,
@@ -223,9 +224,10 @@ class _Replaying:
     ``--replay-page 200``) and one subscriber link; requests are answered as ``$seqrepair``
     answers them, and what the link was sent is read back as the subscriber reads it."""
 
-    def __init__(self) -> None:
-        journal = _PagedJournal()
-        journal.append([Publication("/catch/t", "feed.c", n, "update", {"n": n})
+    def __init__(self, poison: int | None = None) -> None:
+        journal = _PagedJournal()  # ``poison``: a number journaled that cannot be sent
+        journal.append([Publication("/catch/" + "t" * (1100 if n == poison else 1), "feed.c",
+                                    n, "update", {"n": n})
                         for n in range(1, N + 1)], 64)
         self.component = Component(
             ComponentConfig(security=ANONYMOUS_LISTENER, max_gap_range=1500, replay_page=200),
@@ -307,6 +309,30 @@ def test_a_request_for_what_follows_a_replay_in_progress_is_answered_after_it() 
     assert before.request is not None
     assert before.request.request_id == 2
     assert h.component.stats["replays_queued"] == 1
+
+
+def test_a_follower_does_not_start_behind_a_replay_that_ended_short_of_it() -> None:
+    """Request 2 (after 1500, through 3000, ``more``) ends at 2500 with a GAP-ERROR (an entry
+    that cannot be sent) after request 3 (after 3000) was queued behind it. The stub reports
+    2500 and asks after it again, under a new id: 2501..3000 come from that request. Request
+    3's replay must not start meanwhile: the stub delivers any replayed publication above what
+    it delivered while a request is in flight (source numbers may have holes), so 3001.. sent
+    first would make 2501..3000 duplicates to it, dropped: lost, and no Unrecoverable says so.
+    The follower is dropped instead (its requester asks again)."""
+    h = _Replaying(poison=2500)
+    h.ask(1500, 2)
+    h.turn()
+    h.ask(3000, 3)  # pipelined, on request 2's REPLAY-STARTED
+    h.drain()  # the stub's next request is on its way meanwhile
+    assert h.numbers() == list(range(1501, 2500))  # nothing after the GAP-ERROR
+    [error] = [frame for frame in h.sent if isinstance(frame, GapError)]
+    assert error.request is not None
+    assert error.request.request_id == 2
+    assert dict(error.trimmed_through or {}) == {"feed.c": 2500}
+    assert h.ends() == []
+    h.ask(2500, 4)  # the stub asks again after what it reported
+    h.drain()
+    assert h.numbers() == [*range(1501, 2500), *range(2501, 4001)]  # each once, in order
 
 
 def test_a_request_that_does_not_follow_the_replay_in_progress_replaces_it() -> None:

@@ -280,8 +280,8 @@ class ResponseRoute:
                     if stream.closing is not None:  # sent now: a late repeat is answered so
                         self.ended[requester] = stream
                     following = self.queued.pop(requester, None)
-                    if following is not None:  # the request that follows it: its turn
-                        self.replays[requester] = following
+                    if following is not None and _reached(stream.closing, following.request):
+                        self.replays[requester] = following  # what follows it: its turn
                 elif reading and len(self.replays) > 1:  # the route's other replays go next
                     self.replays[requester] = self.replays.pop(requester)
                 if message is None:
@@ -396,6 +396,22 @@ class ResponseRoute:
                 # continued for a repeat: echo its after (everything after it is answered too)
                 closing = attrs.evolve(closing, request=answered)
             stream.ready.append(_finish(encode(closing), correlation_id, cookie))
+
+
+def _reached(closing: ReplayComplete | None, following: SourceGapRequest | None) -> bool:
+    """Whether a replay that ended with ``closing`` reached the ``after`` of the request
+    queued behind it (:meth:`ResponseRoute.follows`), which then answers what comes next.
+
+    Not when it ended short (a GAP-ERROR, a journal that failed, a ``through`` the link cut
+    back, or no ``more``): its requester asks again after what it got, and a stub delivers a
+    replayed publication above what it delivered while a request is in flight (source
+    numbers have holes), so the follower's, sent first, would make the numbers between
+    duplicates to it: lost. The follower is dropped; the requester's next request replaces
+    it anyway (the seqrepair stub drops it too, as it takes it only on such an end)."""
+    if closing is None or not closing.more or following is None:
+        return False
+    after = following.after
+    return all(after.get(name, 0) <= seq for name, seq in closing.through.items())
 
 
 def _repeats(first: SourceGapRequest | None, request: SourceGapRequest) -> bool:
