@@ -335,6 +335,26 @@ def test_a_follower_does_not_start_behind_a_replay_that_ended_short_of_it() -> N
     assert h.numbers() == [*range(1501, 2500), *range(2501, 4001)]  # each once, in order
 
 
+def test_a_follower_arriving_after_its_replay_ended_short_is_not_answered() -> None:
+    """The same end short of the follower, but request 2's GAP-ERROR (at 1600) went out
+    before request 3 (pipelined on its REPLAY-STARTED) arrived: nothing runs for it to queue
+    behind. Started then, its 3001.. would reach the stub before its new request's answer
+    (after 1600) and pass 1601..3000. It is not answered; the new request is, and a request
+    that follows after that is again."""
+    h = _Replaying(poison=1600)
+    h.ask(1500, 2)
+    h.drain()  # request 2 ended with its GAP-ERROR
+    h.ask(3000, 3)  # the follower, on its way meanwhile
+    h.drain()
+    assert h.numbers() == list(range(1501, 1600))
+    h.ask(1600, 4)  # the stub's new request, on the GAP-ERROR
+    h.drain()
+    assert h.numbers() == [*range(1501, 1600), *range(1601, 3101)]
+    h.ask(3100, 5)  # after what 4 reached, once it ended: answered
+    h.drain()
+    assert h.numbers() == [*range(1501, 1600), *range(1601, N + 1)]  # each once, in order
+
+
 def test_a_request_that_does_not_follow_the_replay_in_progress_replaces_it() -> None:
     """One that asks after less than the replay in progress reaches is no follower: the
     replay in progress stops where it is (the requester moved on), as before."""

@@ -212,6 +212,11 @@ def answer_gap(
                                            more=ended.more)), correlation, cookie)
         route.respond(encode(ended), correlation, cookie)
         return
+    if route.follows_short(link.name, request):
+        # pipelined on a replay that ended short before it came: asked again after what
+        # that replay sent, which this one's publications would pass (responses._reached)
+        link.log.info("source request following a replay ended short: not answered")
+        return
     # asked before the replay in progress ended, for what follows it: answered after it
     following = route.follows(link.name, request)
     principal = component.principals.get(link.name, ANONYMOUS)

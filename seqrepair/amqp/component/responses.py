@@ -85,6 +85,8 @@ class _Stream:
     """Whether ``through`` is where the per-request limit stops it (REPLAY-STARTED)."""
     closing: ReplayComplete | None = None
     """The ``REPLAY-COMPLETE`` that ended the replay, as read (before any echo)."""
+    followed: bool = False
+    """A request that follows it came already (queued, then started or dropped)."""
     parked: Callable[[], bool] | None = None
     """Whether the replay waits for something else (a relay's upstream fetch,
     :mod:`seqrepair.journal.lacking`): no repair turn reads it meanwhile (the tick asks
@@ -120,9 +122,10 @@ class ResponseRoute:
     """Per requesting link, the replay of a request that follows the one in progress (asked
     before that one ended: :meth:`follows`); it starts when that one has sent its end."""
     ended: dict[str, _Stream] = attrs.field(factory=dict)
-    """Per requesting link, its last replay that ended with a ``REPLAY-COMPLETE`` sent (until
-    another starts or the link detaches): a repeat of its request that arrives after it is
-    answered without replaying anything again (:meth:`ended_replay`)."""
+    """Per requesting link, its last replay that ended (until another starts or the link
+    detaches): a repeat of its request that arrives after it is answered without replaying
+    anything again (:meth:`ended_replay`, when it sent a ``REPLAY-COMPLETE``), a request
+    that follows it is refused if it ended short (:meth:`follows_short`)."""
     replayed: int = 0
     unsent: Unsent = attrs.field(factory=Unsent)
     """The transfers sent on ``sender`` its peer has not yet taken (:mod:`.memory`)."""
@@ -195,17 +198,24 @@ class ResponseRoute:
         and ``through``. Its answer then waits for the end of that replay instead of
         replacing it, as JetStream queues a consumer's pull requests and serves them in turn."""
         stream = self.replays.get(requester)
-        first = None if stream is None else stream.request
+        return stream is not None and _follows(stream, request)
+
+    def follows_short(self, requester: str, request: SourceGapRequest) -> bool:
+        """Whether ``request`` follows (as :meth:`follows` tells) the replay for ``requester``
+        that has ended already, short of it (:func:`_reached`), and is the first to: it was
+        asked on that replay's ``REPLAY-STARTED`` and arrives after its end. Not answered, as
+        one queued is dropped: the requester asks again after what it got, and this one's
+        publications, sent first, would pass the numbers between. Only the first: a request
+        after the end that happens to follow it (a trimmed range reaching past it) is
+        answered when asked again."""
+        stream = self.ended.get(requester)
         if (
-            stream is None or first is None or not stream.more
-            or request.request_id is None or first.request_id is None
-            or first.request_id == request.request_id
-            or first.link_through != request.link_through
+            stream is None or stream.followed or not _follows(stream, request)
+            or _reached(stream.closing, request)
         ):
             return False
-        after = request.after
-        return all(after.get(name, 0) >= seq for name, seq in first.after.items()) and all(
-            after.get(name, 0) >= seq for name, seq in stream.through.items())
+        stream.followed = True
+        return True
 
     def live_replay(self, requester: str, request: SourceGapRequest) -> _Stream | None:
         """The replay in progress for ``requester`` that ``request`` repeats, if any: one
@@ -277,9 +287,9 @@ class ResponseRoute:
                 if stream.done and not stream.ready:
                     log.info("replay finished", link=requester, replayed=self.replayed)
                     del self.replays[requester]
-                    if stream.closing is not None:  # sent now: a late repeat is answered so
-                        self.ended[requester] = stream
+                    self.ended[requester] = stream  # a late repeat or follower is told so
                     following = self.queued.pop(requester, None)
+                    stream.followed = stream.followed or following is not None
                     if following is not None and _reached(stream.closing, following.request):
                         self.replays[requester] = following  # what follows it: its turn
                 elif reading and len(self.replays) > 1:  # the route's other replays go next
@@ -396,6 +406,21 @@ class ResponseRoute:
                 # continued for a repeat: echo its after (everything after it is answered too)
                 closing = attrs.evolve(closing, request=answered)
             stream.ready.append(_finish(encode(closing), correlation_id, cookie))
+
+
+def _follows(stream: _Stream, request: SourceGapRequest) -> bool:
+    """The follow rule of :meth:`ResponseRoute.follows`, for ``stream``, running or ended."""
+    first = stream.request
+    if (
+        first is None or not stream.more
+        or request.request_id is None or first.request_id is None
+        or first.request_id == request.request_id
+        or first.link_through != request.link_through
+    ):
+        return False
+    after = request.after
+    return all(after.get(name, 0) >= seq for name, seq in first.after.items()) and all(
+        after.get(name, 0) >= seq for name, seq in stream.through.items())
 
 
 def _reached(closing: ReplayComplete | None, following: SourceGapRequest | None) -> bool:
