@@ -224,9 +224,10 @@ class _Replaying:
     ``--replay-page 200``) and one subscriber link; requests are answered as ``$seqrepair``
     answers them, and what the link was sent is read back as the subscriber reads it."""
 
-    def __init__(self, poison: int | None = None) -> None:
-        journal = _PagedJournal()  # ``poison``: a number journaled that cannot be sent
-        journal.append([Publication("/catch/" + "t" * (1100 if n == poison else 1), "feed.c",
+    def __init__(self, poison: int | set[int] | None = None) -> None:
+        journal = _PagedJournal()  # ``poison``: numbers journaled that cannot be sent
+        poisons = {poison} if isinstance(poison, int) else poison or set()
+        journal.append([Publication("/catch/" + "t" * (1100 if n in poisons else 1), "feed.c",
                                     n, "update", {"n": n})
                         for n in range(1, N + 1)], 64)
         self.component = Component(
