@@ -356,6 +356,25 @@ def test_a_follower_arriving_after_its_replay_ended_short_is_not_answered() -> N
     assert h.numbers() == [*range(1501, 1600), *range(1601, N + 1)]  # each once, in order
 
 
+def test_a_repeat_arriving_after_the_request_that_followed_it_ended_sends_nothing_again(
+) -> None:
+    """Pipelined, the stub slow to read: it asks "still going?" for request 2 (after 2900)
+    once 2 and request 3, queued behind it, have both ended. 2's end is echoed, nothing
+    replayed again: a new replay from 2901 would send 2901..4000 a second time (the stub
+    takes them from 2 and 3 before it reads the new one). Likewise once 3 ended short."""
+    for poison, last in ((None, N), (3502, 3501)):
+        h = _Replaying(poison=poison)
+        h.ask(1500, 2)
+        h.turn()
+        h.ask(3000, 3)
+        h.drain()  # 2's REPLAY-COMPLETE, then 3's publications and its end
+        h.ask(2900, 2)  # sent before the stub read 2901..
+        h.drain()
+        assert h.numbers() == list(range(1501, last + 1))  # each once
+        assert h.ends()[-1] == (2900, 2, {"feed.c": 3000}, True)  # 2's end again
+        assert h.component.stats["replays_continued"] == 1
+
+
 def test_a_request_that_does_not_follow_the_replay_in_progress_replaces_it() -> None:
     """One that asks after less than the replay in progress reaches is no follower: the
     replay in progress stops where it is (the requester moved on), as before."""

@@ -55,6 +55,11 @@ read answers in a pump: it sends what is ready (:meth:`ResponseRoute.send_ready`
 rest one step per repair turn (:mod:`.fairness`), so a large resend or replay never stalls the
 links of others while it is read and encoded."""
 
+ENDED_KEPT = 4
+"""How many replays that ended a route keeps per link, for repeats of their requests that
+arrive late (:attr:`ResponseRoute.ended`): a pipelining subscriber may repeat one after the
+request that followed it has ended too, and a replay restarted for it sends all again."""
+
 MAX_WAITING_ANSWERS = 64
 """How many answers a route holds for a peer that gives no credit; requests beyond are refused
 (see :meth:`ResponseRoute.check_room`)."""
@@ -121,11 +126,15 @@ class ResponseRoute:
     queued: dict[str, _Stream] = attrs.field(factory=dict)
     """Per requesting link, the replay of a request that follows the one in progress (asked
     before that one ended: :meth:`follows`); it starts when that one has sent its end."""
-    ended: dict[str, _Stream] = attrs.field(factory=dict)
-    """Per requesting link, its last replay that ended (until another starts or the link
-    detaches): a repeat of its request that arrives after it is answered without replaying
-    anything again (:meth:`ended_replay`, when it sent a ``REPLAY-COMPLETE``), a request
-    that follows it is refused if it ended short (:meth:`follows_short`)."""
+    ended: dict[str, list[_Stream]] = attrs.field(factory=dict)
+    """Per requesting link, its last replays (:data:`ENDED_KEPT`, newest last) that ended
+    with a ``REPLAY-COMPLETE`` sent, one after another (queued ones), until a replay starts
+    that follows none or the link detaches: a repeat of one's request that arrives after it
+    is answered without replaying anything again (:meth:`ended_replay`), even once the
+    request that followed it has ended too."""
+    last_ended: dict[str, _Stream] = attrs.field(factory=dict)
+    """Per requesting link, its last replay that ended, however (the same lifetime): a
+    request that follows it is refused if it ended short (:meth:`follows_short`)."""
     replayed: int = 0
     unsent: Unsent = attrs.field(factory=Unsent)
     """The transfers sent on ``sender`` its peer has not yet taken (:mod:`.memory`)."""
@@ -188,6 +197,7 @@ class ResponseRoute:
             return
         self.replays.pop(requester, None)
         self.ended.pop(requester, None)
+        self.last_ended.pop(requester, None)
         self.replays[requester] = stream
 
     def follows(self, requester: str, request: SourceGapRequest) -> bool:
@@ -208,7 +218,7 @@ class ResponseRoute:
         publications, sent first, would pass the numbers between. Only the first: a request
         after the end that happens to follow it (a trimmed range reaching past it) is
         answered when asked again."""
-        stream = self.ended.get(requester)
+        stream = self.last_ended.get(requester)
         if (
             stream is None or stream.followed or not _follows(stream, request)
             or _reached(stream.closing, request)
@@ -244,10 +254,10 @@ class ResponseRoute:
         then asks for what follows, would also take the part of the second that went past
         it, which its next request then asks for again: JetStream's pull consumers and Aeron
         archive replays never resend what is on its way either."""
-        stream = self.ended.get(requester)
-        if stream is None or stream.closing is None or not _repeats(stream.request, request):
-            return None
-        return attrs.evolve(stream.closing, request=request)
+        for stream in reversed(self.ended.get(requester, ())):
+            if stream.closing is not None and _repeats(stream.request, request):
+                return attrs.evolve(stream.closing, request=request)
+        return None
 
     def drop_replay(self, requester: str) -> None:
         """Stop the replay for ``requester`` (its link detached: what was sent on the lost
@@ -255,6 +265,7 @@ class ResponseRoute:
         self.replays.pop(requester, None)
         self.queued.pop(requester, None)
         self.ended.pop(requester, None)
+        self.last_ended.pop(requester, None)
 
     def busy(self) -> bool:
         """Whether answers are waiting."""
@@ -287,7 +298,11 @@ class ResponseRoute:
                 if stream.done and not stream.ready:
                     log.info("replay finished", link=requester, replayed=self.replayed)
                     del self.replays[requester]
-                    self.ended[requester] = stream  # a late repeat or follower is told so
+                    self.last_ended[requester] = stream  # a late follower is told so
+                    if stream.closing is not None:  # sent now: a late repeat is answered so
+                        ended = self.ended.setdefault(requester, [])
+                        ended.append(stream)
+                        del ended[:-ENDED_KEPT]
                     following = self.queued.pop(requester, None)
                     stream.followed = stream.followed or following is not None
                     if following is not None and _reached(stream.closing, following.request):
