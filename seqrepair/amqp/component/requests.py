@@ -49,6 +49,7 @@ from seqrepair.core.messages import (
     GapError,
     GapRequest,
     PublishType,
+    ReplayComplete,
     ReplayStarted,
     SourceGapRequest,
 )
@@ -208,8 +209,9 @@ def answer_gap(
     if ended is not None:
         # it asked while the end of that replay was on its way: nothing is sent again
         component.stats["replays_continued"] += 1
-        route.respond(encode(ReplayStarted(request, ended.through, continued=True,
-                                           more=ended.more)), correlation, cookie)
+        if isinstance(ended, ReplayComplete):  # a GAP-ERROR that ended it is sent alone
+            route.respond(encode(ReplayStarted(request, ended.through, continued=True,
+                                               more=ended.more)), correlation, cookie)
         route.respond(encode(ended), correlation, cookie)
         return
     if route.follows_short(link.name, request):

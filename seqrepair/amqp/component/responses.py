@@ -88,8 +88,9 @@ class _Stream:
     """Per source, the last number the replay reads at most (REPLAY-STARTED)."""
     more: bool = False
     """Whether ``through`` is where the per-request limit stops it (REPLAY-STARTED)."""
-    closing: ReplayComplete | None = None
-    """The ``REPLAY-COMPLETE`` that ended the replay, as read (before any echo)."""
+    closing: ReplayComplete | GapError | None = None
+    """The ``REPLAY-COMPLETE`` or ``GAP-ERROR`` that ended the replay, as read (before any
+    echo)."""
     followed: bool = False
     """A request that follows it came already (queued, then started or dropped)."""
     parked: Callable[[], bool] | None = None
@@ -128,10 +129,10 @@ class ResponseRoute:
     before that one ended: :meth:`follows`); it starts when that one has sent its end."""
     ended: dict[str, list[_Stream]] = attrs.field(factory=dict)
     """Per requesting link, its last replays (:data:`ENDED_KEPT`, newest last) that ended
-    with a ``REPLAY-COMPLETE`` sent, one after another (queued ones), until a replay starts
-    that follows none or the link detaches: a repeat of one's request that arrives after it
-    is answered without replaying anything again (:meth:`ended_replay`), even once the
-    request that followed it has ended too."""
+    with a ``REPLAY-COMPLETE`` or a ``GAP-ERROR`` sent, one after another (queued ones),
+    until a replay starts that follows none or the link detaches: a repeat of one's request
+    that arrives after it is answered without replaying anything again
+    (:meth:`ended_replay`), even once the request that followed it has ended too."""
     last_ended: dict[str, _Stream] = attrs.field(factory=dict)
     """Per requesting link, its last replay that ended, however (the same lifetime): a
     request that follows it is refused if it ended short (:meth:`follows_short`)."""
@@ -241,12 +242,13 @@ class ResponseRoute:
         stream.answered = request
         return stream
 
-    def ended_replay(self, requester: str, request: SourceGapRequest) -> ReplayComplete | None:
+    def ended_replay(self, requester: str, request: SourceGapRequest
+                     ) -> ReplayComplete | GapError | None:
         """The closing frame to send again when ``request`` repeats (as :meth:`live_replay`
         tells) the request of the replay for ``requester`` that has ended already, echoing
         ``request``; None when it repeats none.
 
-        Everything that replay read went out on this link before its ``REPLAY-COMPLETE``, and
+        Everything that replay read went out on this link before its closing frame, and
         the link is still the same (a detach forgets it: :meth:`drop_replay`): the repeat
         asked while it was on its way (a stub slow to read it, or one that asked while the
         component was paused with the last page sent). Replaying the remainder again would
@@ -414,7 +416,7 @@ class ResponseRoute:
         if single is not None:
             stream.ready.append(_finish(encode(single), correlation_id, cookie))
         if closing is not None:
-            if stream.replay and isinstance(closing, ReplayComplete):
+            if stream.replay and isinstance(closing, ReplayComplete | GapError):
                 stream.closing = closing
             answered = stream.answered
             if answered is not None and answered is not stream.request:
@@ -438,7 +440,8 @@ def _follows(stream: _Stream, request: SourceGapRequest) -> bool:
         after.get(name, 0) >= seq for name, seq in stream.through.items())
 
 
-def _reached(closing: ReplayComplete | None, following: SourceGapRequest | None) -> bool:
+def _reached(closing: ReplayComplete | GapError | None, following: SourceGapRequest | None
+             ) -> bool:
     """Whether a replay that ended with ``closing`` reached the ``after`` of the request
     queued behind it (:meth:`ResponseRoute.follows`), which then answers what comes next.
 
@@ -448,7 +451,7 @@ def _reached(closing: ReplayComplete | None, following: SourceGapRequest | None)
     numbers have holes), so the follower's, sent first, would make the numbers between
     duplicates to it: lost. The follower is dropped; the requester's next request replaces
     it anyway (the seqrepair stub drops it too, as it takes it only on such an end)."""
-    if closing is None or not closing.more or following is None:
+    if not isinstance(closing, ReplayComplete) or not closing.more or following is None:
         return False
     after = following.after
     return all(after.get(name, 0) <= seq for name, seq in closing.through.items())
