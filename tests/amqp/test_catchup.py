@@ -158,11 +158,27 @@ def test_anything_else_restarts_it() -> None:
         SourceGapRequest(after={"a": 40, "b": 3}, request_id=5, link_through=9),  # other cover
         SourceGapRequest(after={"a": 9, "b": 3}, request_id=5, link_through=7),  # went back
         SourceGapRequest(after={"a": 40, "b": 3}, link_through=7),  # names no request
+        SourceGapRequest(after={"a": 40, "b": 3, "c": 0}, request_id=5, link_through=7),  # more
     ):
         assert route.live_replay("link", other) is None, other
     assert route.live_replay("another link", FIRST) is None
     route.drop_replay("link")  # its link detached
     assert route.live_replay("link", FIRST) is None
+
+
+def test_an_id_reused_for_another_source_is_a_new_ask_unless_the_first_asked_for_all() -> None:
+    """A client reusing a request id for sources its first ask did not name is asking anew:
+    answered as a repeat, it would get the first ask's answer (found by test_authz_holes,
+    whose probes reuse one id)."""
+    route = _route()
+    zero = SourceGapRequest(after={"hidden": 0}, request_id=7)
+    route.start_replay("link", iter(()), 1, request=zero)
+    assert route.live_replay("link", SourceGapRequest(after={"nosuch": 0}, request_id=7)) is None
+    everything = SourceGapRequest(after={}, request_id=1)
+    route.start_replay("link", iter(()), 1, request=everything)
+    live = route.live_replay("link", SourceGapRequest(after={"a": 40}, request_id=1))
+    assert live is not None
+    assert live.request is everything
 
 
 def test_a_link_attached_again_before_its_old_connection_closed_ends_its_replay() -> None:

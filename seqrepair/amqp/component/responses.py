@@ -460,7 +460,8 @@ def _reached(closing: ReplayComplete | GapError | None, following: SourceGapRequ
 def _repeats(first: SourceGapRequest | None, request: SourceGapRequest) -> bool:
     """Whether ``request`` repeats ``first``: the same ``request_id`` (present) and
     ``link_through``, and an ``after`` nowhere below ``first``'s (a stub asks again "still
-    going?" with the remainder it still lacks)."""
+    going?" with the remainder it still lacks), naming no source ``first`` did not name
+    unless ``first`` asked for every source (an id reused for other sources is a new ask)."""
     if (
         first is None or request.request_id is None
         or first.request_id != request.request_id
@@ -468,6 +469,8 @@ def _repeats(first: SourceGapRequest | None, request: SourceGapRequest) -> bool:
     ):
         return False
     after = request.after
+    if first.after and not after.keys() <= first.after.keys():
+        return False
     return all(after.get(name, 0) >= seq for name, seq in first.after.items())
 
 
