@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import re
 import shutil
 import signal
 import socket
@@ -129,6 +130,13 @@ class ComponentProcess:
 
     def log_text(self) -> str:
         return (self.tmp / f"{self.files}-{self._attempts}.log").read_text(errors="replace")
+
+    def stop_counters(self) -> dict[str, int]:
+        """The counters of the component's ``component stopped`` log line (after :meth:`stop`)."""
+        log = self.log_text()
+        stopped = re.search(r"component stopped.*", log)
+        assert stopped is not None, log[-2000:]
+        return {key: int(value) for key, value in re.findall(r"(\w+)=(\d+)", stopped.group(0))}
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -13,7 +13,6 @@ No timing is asserted: only what arrived, and the stub's own count of duplicates
 from __future__ import annotations
 
 import os
-import re
 import signal
 import threading
 import time
@@ -42,12 +41,6 @@ from .conftest import ComponentProcess, wait_for
 from .test_journalport import FakeJournal
 
 N = 4_000
-
-
-def _counters(log: str) -> dict[str, int]:
-    stopped = re.search(r"component stopped.*", log)
-    assert stopped is not None, log[-2000:]
-    return {key: int(value) for key, value in re.findall(r"(\w+)=(\d+)", stopped.group(0))}
 
 
 def test_a_catch_up_paused_on_both_sides_ends_exact_with_under_one_percent_twice(
@@ -89,7 +82,7 @@ def test_a_catch_up_paused_on_both_sides_ends_exact_with_under_one_percent_twice
                 timer.join(5)
         stats = second.stats()
     comp.stop()
-    counters = _counters(comp.log_text())
+    counters = comp.stop_counters()
     assert got == list(range(1, N + 1))  # exactly once, in order
     assert second.unrecoverable == []
     assert stats.duplicates < N // 100, (stats, counters)

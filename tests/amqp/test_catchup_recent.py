@@ -7,7 +7,6 @@ journal answers the rest the same way. No timing is asserted."""
 from __future__ import annotations
 
 import os
-import re
 import signal
 import threading
 import time
@@ -21,12 +20,6 @@ from seqrepair.core.messages import Publication
 from .conftest import ComponentProcess, wait_for
 
 N = 3_000
-
-
-def _counters(log: str) -> dict[str, int]:
-    stopped = re.search(r"component stopped.*", log)
-    assert stopped is not None, log[-2000:]
-    return {key: int(value) for key, value in re.findall(r"(\w+)=(\d+)", stopped.group(0))}
 
 
 def _catch_up(comp: ComponentProcess, *, restart: bool = False, freeze_at: int = 0
@@ -62,7 +55,7 @@ def _catch_up(comp: ComponentProcess, *, restart: bool = False, freeze_at: int =
             for timer in thawed:
                 timer.join(5)
     comp.stop()
-    return got, second, _counters(comp.log_text())
+    return got, second, comp.stop_counters()
 
 
 @pytest.mark.parametrize("freeze_at", [0, N // 3])
