@@ -435,9 +435,7 @@ def _follows(stream: _Stream, request: SourceGapRequest) -> bool:
         or first.link_through != request.link_through
     ):
         return False
-    after = request.after
-    return all(after.get(name, 0) >= seq for name, seq in first.after.items()) and all(
-        after.get(name, 0) >= seq for name, seq in stream.through.items())
+    return _at_or_past(request.after, first.after) and _at_or_past(request.after, stream.through)
 
 
 def _reached(closing: ReplayComplete | GapError | None, following: SourceGapRequest | None
@@ -468,10 +466,15 @@ def _repeats(first: SourceGapRequest | None, request: SourceGapRequest) -> bool:
         or first.link_through != request.link_through
     ):
         return False
-    after = request.after
-    if first.after and not after.keys() <= first.after.keys():
+    if first.after and not request.after.keys() <= first.after.keys():
         return False
-    return all(after.get(name, 0) >= seq for name, seq in first.after.items())
+    return _at_or_past(request.after, first.after)
+
+
+def _at_or_past(after: Mapping[str, int], positions: Mapping[str, int]) -> bool:
+    """Whether ``after`` is at or past each of ``positions``, per source (a source ``after``
+    does not name counts as 0)."""
+    return all(after.get(name, 0) >= seq for name, seq in positions.items())
 
 
 def _finish(message: Outgoing, correlation_id: Any, cookie: bytes | None) -> Outgoing:
