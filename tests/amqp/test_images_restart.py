@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -18,7 +19,8 @@ from typing import Any
 import pytest
 import structlog.testing
 
-from seqrepair.amqp.client.imagesfile import ImagesFile, position_path, write_images
+from seqrepair.amqp.client import imagesfile
+from seqrepair.amqp.client.imagesfile import ImagesFile, position_path, read_images, write_images
 from seqrepair.amqp.client.subscriber import Publisher
 from seqrepair.core.image import ImageCache
 from seqrepair.core.messages import Publication
@@ -292,7 +294,6 @@ def test_a_save_ended_at_any_step_leaves_images_that_load(
     kept.hold({"feed.a": 4})
 
     done = [0]
-    real_write, real_replace = Path.write_bytes, Path.replace
 
     def counted(real: Callable[..., Any]) -> Callable[..., Any]:
         def op(self: Path, *args: Any) -> Any:
@@ -302,8 +303,9 @@ def test_a_save_ended_at_any_step_leaves_images_that_load(
             return real(self, *args)
         return op
 
-    monkeypatch.setattr(Path, "write_bytes", counted(real_write))
-    monkeypatch.setattr(Path, "replace", counted(real_replace))
+    # the save's writes and renames (each fsynced: test_a_save_is_on_disk_before_...)
+    monkeypatch.setattr(imagesfile, "_write_synced", counted(imagesfile._write_synced))
+    monkeypatch.setattr(imagesfile, "_rename_synced", counted(imagesfile._rename_synced))
     with pytest.raises(Ended):
         kept.save(force=True)
     monkeypatch.undo()
@@ -317,3 +319,93 @@ def test_a_save_ended_at_any_step_leaves_images_that_load(
     else:
         assert snapshot == {"/weather/x": {"n": 3}, "/weather/y": {"m": 4}}
         assert json.loads(images.read_text().splitlines()[-1])["topic"] == "/weather/y"
+
+
+def _fsyncs_and_renames(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
+    """What reaches the disk, in order: ("fsync", name) of a file or ("fsync", "<dir>") of the
+    folder, ("rename", "src>dst")."""
+    events: list[tuple[str, str]] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd: int) -> None:
+        target = Path(os.readlink(f"/proc/self/fd/{fd}"))
+        events.append(("fsync", "<dir>" if target.is_dir() else target.name))
+        real_fsync(fd)
+
+    def replace(src: Any, dst: Any, **kwargs: Any) -> None:
+        events.append(("rename", f"{Path(src).name}>{Path(dst).name}"))
+        real_replace(src, dst, **kwargs)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    return events
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="names an fd by /proc/self/fd")
+def test_a_save_is_on_disk_before_it_hands_back_what_may_be_acknowledged(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A power loss, unlike a kill, loses what was written but not fsynced: a rename may
+    reach the disk before the bytes it names (an empty FILE.position, or one naming bytes
+    FILE.tmp does not hold: discarded on start), and an acknowledgement sent after an
+    unsynced save names a position the disk may not hold. Each file is fsynced before the
+    rename that publishes it, and the folder after each rename, before the save returns (before:
+    nothing was fsynced)."""
+    images = tmp_path / "images.jsonl"
+    kept = ImagesFile(images)
+    kept.begin({"feed.a": 0}, True)
+    kept.apply(Publication(topic="/weather/x", source="feed.a", source_seq=1, fields={"n": 1}))
+    kept.hold({"feed.a": 1})
+    events = _fsyncs_and_renames(monkeypatch)
+    assert kept.save(force=True) == {"feed.a": 1}
+    assert events == [
+        ("fsync", "images.jsonl.tmp"),  # the bytes, before the position names them
+        ("fsync", "images.jsonl.position.tmp"),
+        ("rename", "images.jsonl.position.tmp>images.jsonl.position"),
+        ("fsync", "<dir>"),  # the position on disk: what it names may be acknowledged
+        ("rename", "images.jsonl.tmp>images.jsonl"),
+        ("fsync", "<dir>"),
+    ]
+    # a start that finishes a save ended before its last rename syncs that rename too
+    kept.apply(Publication(topic="/weather/y", source="feed.a", source_seq=2, fields={"n": 2}))
+    real_rename = imagesfile._rename_synced
+
+    def rename(src: Path, dst: Path) -> None:
+        if dst == images:
+            raise Ended("ended before the last rename")
+        real_rename(src, dst)
+
+    monkeypatch.setattr(imagesfile, "_rename_synced", rename)
+    with pytest.raises(Ended):
+        kept.save(force=True)
+    monkeypatch.setattr(imagesfile, "_rename_synced", real_rename)
+    events.clear()
+    through, _ = read_images(images)
+    assert through == {"feed.a": 2}
+    assert events == [("rename", "images.jsonl.tmp>images.jsonl"), ("fsync", "<dir>")]
+
+
+def test_a_start_hashes_each_file_once(tmp_path: Path,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reading the images back hashes FILE's bytes (and FILE.tmp's, when FILE is not the
+    ones its position names) once each (before: up to three times, a large file's start
+    paying for it)."""
+    images = tmp_path / "images.jsonl"
+    write_images(cache_of(1, 2, 3), images, {"feed.a": 3})
+    hashed: list[int] = []
+    real = hashlib.sha256
+
+    def sha256(data: bytes = b"") -> Any:
+        hashed.append(len(data))
+        return real(data)
+
+    monkeypatch.setattr(imagesfile.hashlib, "sha256", sha256)
+    assert read_images(images)[0] == {"feed.a": 3}
+    assert hashed == [images.stat().st_size]
+    # FILE.tmp holds what the position names, FILE older bytes: each hashed once
+    staged = images.with_name(images.name + ".tmp")
+    staged.write_bytes(images.read_bytes())
+    images.write_bytes(b"")
+    hashed.clear()
+    assert read_images(images)[0] == {"feed.a": 3}
+    assert sorted(hashed) == sorted([0, staged.stat().st_size if staged.exists()
+                                     else images.stat().st_size])

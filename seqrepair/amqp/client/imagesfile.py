@@ -8,7 +8,11 @@ source the images are current through and the SHA-256 of the bytes of ``FILE`` i
 and (``"subscription"``) the link name and address of the subscription that wrote them.
 Each is written whole, beside itself then renamed, so neither is ever torn: ``FILE``'s bytes
 beside it (``FILE.tmp``), then its position, then ``FILE.tmp`` renamed over ``FILE`` (a
-position naming ``FILE.tmp``'s bytes finishes that rename when it is read).
+position naming ``FILE.tmp``'s bytes finishes that rename when it is read). Each write is
+fsynced before the rename that publishes it, and the directory after each rename (as SQLite's
+and LMDB's writers do), so what a save left survives a power loss as it survives a kill: the
+position names bytes that are on disk, and it is on disk itself before the save hands back
+what may be acknowledged.
 
 Kept in step with the durable position: what the subscriber acknowledges (its position at the
 component) is only what the position file holds; both are written, then the acknowledgement
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -68,11 +73,35 @@ def _staged(path: Path) -> Path:
     return path.with_name(path.name + ".tmp")
 
 
+def _write_synced(path: Path, data: bytes) -> None:
+    """``path`` written whole with ``data`` and fsynced: on disk before it is renamed (a rename
+    that reached the disk before the bytes it names would leave an empty or torn file)."""
+    with open(path, "wb") as out:
+        out.write(data)
+        out.flush()
+        os.fsync(out.fileno())
+
+
+def _sync_dir(path: Path) -> None:
+    """fsync the directory holding ``path``: a rename in it is on disk once this returns."""
+    fd = os.open(path.parent, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _rename_synced(src: Path, dst: Path) -> None:
+    """``src`` renamed over ``dst``, the rename on disk when this returns."""
+    os.replace(src, dst)
+    _sync_dir(dst)
+
+
 def _replace(path: Path, data: bytes) -> None:
-    """``path`` replaced whole by ``data``: written beside it, then renamed."""
+    """``path`` replaced whole by ``data``: written beside it and fsynced, then renamed."""
     tmp = _staged(path)
-    tmp.write_bytes(data)
-    tmp.replace(path)
+    _write_synced(tmp, data)
+    _rename_synced(tmp, path)
 
 
 def images_bytes(cache: ImageCache) -> bytes:
@@ -100,14 +129,16 @@ def write_images(cache: ImageCache, path: Path, through: dict[str, int] | None =
     # staged, then its position, then renamed over FILE: a process ended at any step leaves
     # FILE and FILE.position that go together, or FILE.position naming the staged bytes
     # (read_images finishes that rename); FILE renamed first would leave FILE's old images
-    # gone and the new ones without a position, to be discarded
-    _staged(path).write_bytes(data)
+    # gone and the new ones without a position, to be discarded. The staged bytes are fsynced
+    # before the position naming them is written, the position (and the directory) before
+    # this returns and its caller acknowledges what it names
+    _write_synced(_staged(path), data)
     position: dict[str, Any] = {THROUGH: dict(sorted(through.items())),
                                 SHA256: hashlib.sha256(data).hexdigest()}
     if subscription is not None:
         position[SUBSCRIPTION] = dict(sorted(subscription.items()))
     _replace(position_path(path), (json.dumps(position) + "\n").encode("utf-8"))
-    _staged(path).replace(path)
+    _rename_synced(_staged(path), path)
 
 
 def read_images(path: Path, subscription: dict[str, str] | None = None
@@ -123,18 +154,18 @@ def read_images(path: Path, subscription: dict[str, str] | None = None
     if (not isinstance(head, dict) or not isinstance(head.get(THROUGH), dict)
             or not isinstance(head.get(SHA256), str)):
         raise ValueError(f"its position file names no {THROUGH} and {SHA256}")
-    if data is None or head[SHA256] != hashlib.sha256(data).hexdigest():
+    wanted = head[SHA256]
+    if data is None or hashlib.sha256(data).hexdigest() != wanted:  # each file hashed once
         staged = _staged(path)
         pending = staged.read_bytes() if staged.exists() else None
-        if pending is not None and head[SHA256] == hashlib.sha256(pending).hexdigest():
-            staged.replace(path)  # a save that ended before its last rename: finished
-            data = pending
-    if data is None:
-        raise UnmatchedImages(f"its position file names bytes neither it nor {_staged(path).name}"
-                              " holds")
-    if head[SHA256] != hashlib.sha256(data).hexdigest():
-        raise UnmatchedImages("its position file was written for other bytes (ended between "
-                              "writing the file and its position)")
+        if pending is None or hashlib.sha256(pending).hexdigest() != wanted:
+            if data is None:
+                raise UnmatchedImages(f"its position file names bytes neither it nor "
+                                      f"{staged.name} holds")
+            raise UnmatchedImages("its position file was written for other bytes (ended "
+                                  "between writing the file and its position)")
+        _rename_synced(staged, path)  # a save that ended before its last rename: finished
+        data = pending
     if head.get(SUBSCRIPTION) != (None if subscription is None else dict(subscription)):
         raise UnmatchedImages(f"it was written by another subscription "
                               f"({head.get(SUBSCRIPTION)}, not {subscription})")
