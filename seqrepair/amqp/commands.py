@@ -385,6 +385,13 @@ def add_component_options(parser: argparse.ArgumentParser) -> None:
                                           "carries all its subscribers' links on one)")
     parser.add_argument("--max-links-per-principal", type=positive_int, default=4_000,
                         metavar="N", help="links the connections of one principal may hold")
+    parser.add_argument("--max-sources", type=positive_int, default=100_000, metavar="N",
+                        help="sources the component keeps (those its journal holds included); "
+                             "a publication of a new one past it is refused "
+                             "(amqp:resource-limit-exceeded)")
+    parser.add_argument("--max-sources-per-principal", type=positive_int, default=10_000,
+                        metavar="N", help="new sources one principal may bring while the "
+                                          "component runs; a publication of another is refused")
     parser.add_argument("--open-timeout", type=positive_float, default=10.0, metavar="SECONDS",
                         help="a connection that has not completed the AMQP open (and SASL) "
                              "this long after it was accepted is closed")

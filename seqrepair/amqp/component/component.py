@@ -72,6 +72,7 @@ from seqrepair.amqp.component.publishing import fan_out, on_publish, open_publis
 from seqrepair.amqp.component.replaywire import entry_matches
 from seqrepair.amqp.component.requests import capabilities, on_request, open_control
 from seqrepair.amqp.component.routing import MAX_RESPONSE_TARGETS as MAX_RESPONSE_TARGETS
+from seqrepair.amqp.component.sourcelimits import SourceLimits
 from seqrepair.amqp.component.sourceviews import SourceViews
 from seqrepair.amqp.component.subqueues import SubscriptionChanges, apply_change
 from seqrepair.amqp.wire.codec import Decoder
@@ -209,6 +210,12 @@ class Component(MessagingHandler):
         self.positions = self.durables = Durables.of(getattr(journal, "client", None), self.ingest)
         # contributions and the source names the policy reserves (contributions.py)
         self.contributions = Contributions(self)
+        # new sources, and their topics' classes, bounded before they are journaled
+        self.ingest.limits = SourceLimits(
+            views=self.source_views, policy=self.subscriptions.policy,
+            journaled=lambda source: self.ingest.journal.high_water(source) > 0,
+            stats=self.stats, max_sources=config.max_sources,
+            max_sources_per_principal=config.max_sources_per_principal)
 
     # --- helpers ------------------------------------------------------------------------
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import attrs
 
-from seqrepair.amqp.component import admission
+from seqrepair.amqp.component import admission, sourcelimits
 from seqrepair.amqp.component.admission import CountLimits
 from seqrepair.amqp.component.grants import GrantTable
 from seqrepair.amqp.wire import hops
@@ -136,6 +136,11 @@ class ComponentConfig:
     max_links_per_connection: int = _positive(admission.MAX_LINKS_PER_CONNECTION)
     max_links_per_principal: int = _positive(admission.MAX_LINKS_PER_PRINCIPAL)
     open_timeout: float = _positive(admission.OPEN_TIMEOUT)
+    max_sources: int = _positive(sourcelimits.MAX_SOURCES)
+    """Sources the component keeps; a publication of a new one past it is refused
+    (:mod:`.sourcelimits`)."""
+    max_sources_per_principal: int = _positive(sourcelimits.MAX_SOURCES_PER_PRINCIPAL)
+    """New sources one principal may bring; a publication of another is refused."""
     """Seconds a connection has from its accept to complete the AMQP open (SASL included)."""
     hop_id: str | None = attrs.field(default=None, validator=optional(_hop_id))
     """The component's identity on attach paths (:mod:`seqrepair.amqp.wire.hops`); None: its
@@ -178,6 +183,8 @@ class ComponentConfig:
             "component-bytes": self.component_bytes,
             "memory-grace": self.memory_grace,
             "max-hops": self.max_hops,
+            "max-sources": self.max_sources,
+            "max-sources-per-principal": self.max_sources_per_principal,
         }
 
 

@@ -44,6 +44,7 @@ from seqrepair.amqp.component.journalport import (
     ReusedNumberError,
     StaleNumberingError,
 )
+from seqrepair.amqp.component.sourcelimits import SourceLimits
 from seqrepair.amqp.wire.backoff import Backoff
 from seqrepair.amqp.wire.codec import Decoder
 from seqrepair.amqp.wire.errors import (
@@ -123,6 +124,10 @@ class Ingest:
         self._rng = random.Random()
         self.clock = clock
         self.quiet_until: float | None = None
+        self.limits: SourceLimits | None = None
+        """The bounds on sources (and their topics' classes) a publishing link's message is
+        checked against before anything of it is journaled (:mod:`.sourcelimits`)."""
+        self._counting: tuple[str, set[str]] | None = None  # new sources of the message taken
         self.on_lost_journaled: Callable[[set[str]], None] | None = None
         """A relay's: told of the sources a lost-upstream marker was journaled for, before
         the publications after it are fanned out."""
@@ -259,12 +264,35 @@ class Ingest:
             self._refused(unwrapper.trial_sources())
             unwrapper.rollback(self.ingested)
             raise
+        finally:
+            self._count_new_sources()
         if outcome is None:
             unwrapper.commit()
         else:
             self._refused(unwrapper.trial_sources())
             unwrapper.rollback(self.ingested)
         return outcome
+
+    def _admit(self, receiver: Any, pubs: list[Publication]) -> None:
+        """Refuse ``pubs`` (:class:`~.admission.LimitExceededError`) when keeping their sources,
+        or the classes of their topics, would pass the component's bounds (:mod:`.sourcelimits`)."""
+        limits = self.limits
+        if limits is None:
+            return
+        kept, numbered, doubt = self.ingested, self.sequencers, self.in_doubt
+        new = {pub.source for pub in pubs
+               if pub.source not in kept and pub.source not in numbered
+               and pub.source not in doubt}
+        principal = str(getattr(receiver, "principal", ""))
+        self._counting = (principal, limits.check(principal, pubs, new, len(kept)))
+
+    def _count_new_sources(self) -> None:
+        """The new sources of the message just taken that are now kept count as its
+        principal's (a message journaled part-way counts what it kept)."""
+        counting, self._counting = self._counting, None
+        if counting is not None and self.limits is not None:
+            principal, sources = counting
+            self.limits.took(principal, [s for s in sources if s in self.ingested])
 
     def relayed_unsent(self, pubs: list[Publication]) -> list[int] | None:
         """Before a relay journals ``pubs`` (bare): the indexes of those that did not go
@@ -331,6 +359,7 @@ class Ingest:
             started = self.clock()
             try:
                 self._refuse_while_quiet()
+                self._admit(receiver, pubs)
                 self._journal(pubs, items, ())
             except NotJournaledError as exc:  # numbered by the publisher: a resend is safe
                 self._stalled(started, exc)
@@ -353,6 +382,7 @@ class Ingest:
         started = self.clock()
         try:
             self._refuse_while_quiet()
+            self._admit(receiver, cast(list[Publication], frames))
             for source in numbered:  # continue what the journal holds (read before decoding)
                 if source not in self.sequencers:
                     hw = self.journal.high_water(source)

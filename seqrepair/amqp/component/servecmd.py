@@ -148,6 +148,8 @@ def component_config(args: argparse.Namespace, **fields: Any) -> Any:
         max_connections_per_principal=args.max_connections_per_principal,
         max_links_per_connection=args.max_links_per_connection,
         max_links_per_principal=args.max_links_per_principal,
+        max_sources=args.max_sources,
+        max_sources_per_principal=args.max_sources_per_principal,
         open_timeout=args.open_timeout,
         hop_id=args.hop_id,
         max_hops=args.max_hops,

@@ -8,15 +8,22 @@ from a principal entitled only to topics published after the N-th. But the polic
 ``subscribe`` on a topic only by which of its patterns cover the topic: the allows' and the
 denies' of the rules that speak of ``subscribe`` (or grant ``admin``). Two topics covered by
 the same of those patterns (the same *class*) are decided alike for every principal. So each
-source keeps one topic per class it has published: a principal's view is decided on the topics
-it is entitled to, however late they came, and the memory is bounded by the classes the
-policy makes (at most :data:`MAX_CLASSES_PER_SOURCE` per source), not by the topics.
+source keeps the classes it has published, and each class one topic (shared by every source):
+a principal's view is decided on the topics it is entitled to, however late they came, and
+the memory is bounded by the classes the policy makes, not by the topics.
+
+A class is never dropped, so a source is never hidden by a cap: the caps are kept by refusing
+the publication that would pass them before it is journaled (:mod:`.sourcelimits`: a source
+whose topics already make :data:`MAX_CLASSES_PER_SOURCE` classes, or a class past
+:data:`MAX_CLASSES` of every source together). Publications that reach the component another
+way (a relay's upstream feed, a publisher's own journal appends fanned out from the journal)
+are learnt whatever their class: never hiding beats the bound there.
 
 A reload of the policy makes other classes: the topics kept (the first
-:data:`MAX_TOPICS_PER_SOURCE` of each source, and one per class of the old policy) are
-classed again under the new one; a topic of a new class that was in neither is learnt again
-when it is next published (a source replay's scan, :func:`.authz.reveal_named_sources`,
-shows a source meanwhile).
+:data:`MAX_TOPICS_PER_SOURCE` of each source while all sources' kept topics stay under
+:data:`MAX_KEPT_CHARS`, and one per class of the old policy) are classed again under the new
+one; a topic of a new class that was in neither is learnt again when it is next published (a
+source replay's scan, :func:`.authz.reveal_named_sources`, shows a source meanwhile).
 """
 
 from __future__ import annotations
@@ -28,9 +35,15 @@ from seqrepair.core.topics import TopicPattern
 
 MAX_TOPICS_PER_SOURCE = 256
 """Topics kept per source as they came (to class them again after a policy reload)."""
+MAX_KEPT_CHARS = 16 << 20
+"""Characters of the topics kept to class again, all sources together (at most 16 Mi: a
+publisher of many sources of long topics cannot make the component hold 256 of each)."""
 MAX_CLASSES_PER_SOURCE = 256
-"""Classes (one topic each) kept per source: far more than a policy makes of one source's
-topics; past it the oldest class is kept and a new one is not."""
+"""Classes a source's topics may make: far more than a policy makes of one source's topics;
+a publication of a topic of another is refused (:mod:`.sourcelimits`)."""
+MAX_CLASSES = 65_536
+"""Classes (one topic each, up to 1 KiB) of every source together: past it a publication of a
+topic of a new class is refused (:mod:`.sourcelimits`)."""
 MAX_CLASSED_TOPICS = 4096
 """Topics whose class is remembered (a cache: emptied when full, or on a policy reload). Its
 keys are topics a publisher chose, up to 1 KiB each: 4096 is at most about 5 MiB (65,536 was
@@ -51,29 +64,57 @@ def deciding_patterns(policy: Policy) -> tuple[TopicPattern, ...]:
 
 
 class SourceViews:
-    """Per source, one topic per class of the policy in force (see the module)."""
+    """Per source, the classes of the policy in force it published (see the module)."""
 
     def __init__(self) -> None:
         self._policy: Policy | None = None
         self._patterns: tuple[TopicPattern, ...] = ()
         self._classed: dict[str, Class] = {}
         self._kept: dict[str, set[str]] = {}
-        self._classes: dict[str, dict[Class, str]] = {}
+        self._kept_chars = 0
+        self._classes: dict[str, set[Class]] = {}
+        self._topic_of: dict[Class, str] = {}  # one topic of each class, for every source
 
     def __contains__(self, source: object) -> bool:
         return source in self._classes
+
+    def __len__(self) -> int:
+        """Sources learnt of."""
+        return len(self._classes)
+
+    @property
+    def class_count(self) -> int:
+        """Classes of every source together (one topic kept for each)."""
+        return len(self._topic_of)
 
     def learn(self, policy: Policy, source: str, topic: str) -> None:
         """``source`` published ``topic``."""
         kept = self._kept.get(source)
         if kept is None:
             kept = self._kept[source] = set()
-            self._classes[source] = {}
+            self._classes[source] = set()
         elif topic in kept and self._policy is policy:
             return  # classed when it was kept
-        if len(kept) < MAX_TOPICS_PER_SOURCE:
+        if (len(kept) < MAX_TOPICS_PER_SOURCE and topic not in kept
+                and self._kept_chars + len(topic) <= MAX_KEPT_CHARS):
             kept.add(topic)
+            self._kept_chars += len(topic)
         self._class_in(policy, source, topic)
+
+    def new_classes(self, policy: Policy, source: str, topics: Iterable[str]) -> set[Class]:
+        """The classes of ``topics`` that ``source`` has not published yet."""
+        if self._policy is not policy:
+            self._reclass(policy)
+        known = self._classes.get(source, set())
+        return {cls for topic in topics if (cls := self._class_of(policy, topic)) not in known}
+
+    def classes_of(self, source: str) -> int:
+        """How many classes ``source`` published (under the policy last used)."""
+        return len(self._classes.get(source, ()))
+
+    def is_new(self, cls: Class) -> bool:
+        """No source published a topic of ``cls``."""
+        return cls not in self._topic_of
 
     def topics(self, policy: Policy, source: str) -> Iterable[str] | None:
         """One topic of each class ``source`` published (None: nothing learnt of it)."""
@@ -81,7 +122,7 @@ class SourceViews:
             return None
         if self._policy is not policy:
             self._reclass(policy)
-        return list(self._classes[source].values())
+        return [self._topic_of[cls] for cls in self._classes[source]]
 
     def _class_of(self, policy: Policy, topic: str) -> Class:
         if self._policy is not policy:
@@ -98,20 +139,21 @@ class SourceViews:
 
     def _class_in(self, policy: Policy, source: str, topic: str) -> None:
         cls = self._class_of(policy, topic)
-        classes = self._classes[source]
-        if cls not in classes and len(classes) < MAX_CLASSES_PER_SOURCE:
-            classes[cls] = topic
+        self._classes[source].add(cls)  # never dropped: a cap would hide the source
+        self._topic_of.setdefault(cls, topic)
 
     def _reclass(self, policy: Policy) -> None:
         """Class every topic kept again under ``policy`` (a reload)."""
+        old_topic_of, old_classes = self._topic_of, self._classes
         self._policy, self._patterns = policy, deciding_patterns(policy)
         self._classed.clear()
-        old, self._classes = self._classes, {}
+        self._classes, self._topic_of = {}, {}
         for source, kept in self._kept.items():
-            self._classes[source] = {}
-            for topic in (*kept, *old.get(source, {}).values()):
+            self._classes[source] = set()
+            old = (old_topic_of[cls] for cls in old_classes.get(source, ()))
+            for topic in (*kept, *old):
                 self._class_in(policy, source, topic)
 
 
-__all__ = ["MAX_CLASSES_PER_SOURCE", "MAX_TOPICS_PER_SOURCE", "SourceViews",
-           "deciding_patterns"]
+__all__ = ["MAX_CLASSES", "MAX_CLASSES_PER_SOURCE", "MAX_KEPT_CHARS", "MAX_TOPICS_PER_SOURCE",
+           "SourceViews", "deciding_patterns"]

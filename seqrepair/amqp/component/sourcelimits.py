@@ -1,0 +1,137 @@
+"""How many sources the component keeps, and how many classes of their topics, and which
+publication it refuses to keep them bounded (WIRE.md "Resource model").
+
+Every source costs the component memory for as long as it runs (what went out of it, its
+numbering, who may learn of it: :mod:`.sourceviews`), and a publisher names its sources: one
+that invents a new name per publication would grow that without bound. So a publication of a
+source the component does not keep yet is refused (:class:`~.admission.LimitExceededError`,
+``amqp:resource-limit-exceeded``; nothing of its message is numbered or journaled) when its
+principal already brought ``--max-sources-per-principal`` new sources since the component
+started, or when the component keeps ``--max-sources`` sources in all (those the journal held
+at its start included). A source the component keeps is never refused, however many there are;
+nor is one the journal holds (asked only when a limit would refuse it): an honest publisher's
+sources go on whatever another publisher does, and a new one is refused only to a principal
+over its own limit, or when the component is full.
+
+Who may learn of a source is decided on one topic per class of the access policy
+(:mod:`.sourceviews`). A class is never dropped (that hid a source from a principal entitled
+only to topics of classes past the cap), so the classes are bounded here, before a
+publication is journaled: one whose topic would make a source's
+:data:`~.sourceviews.MAX_CLASSES_PER_SOURCE` + 1-th class, or a class past
+:data:`~.sourceviews.MAX_CLASSES` of every source together, is refused the same way.
+
+Only publishing links are checked: a relay's feed (its upstream checked it) and a publisher's
+own journal appends fanned out from the journal (it writes to Redis: trusted) are kept as they
+come.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Collection, Sequence
+
+from seqrepair.amqp.component.admission import LimitExceededError
+from seqrepair.amqp.component.sourceviews import (
+    MAX_CLASSES,
+    MAX_CLASSES_PER_SOURCE,
+    Class,
+    SourceViews,
+)
+from seqrepair.core.messages import Publication
+from seqrepair.core.policy import Policy
+
+MAX_SOURCES = 100_000
+"""Default ``--max-sources``: sources the component keeps, all principals together."""
+MAX_SOURCES_PER_PRINCIPAL = 10_000
+"""Default ``--max-sources-per-principal``: new sources one principal may bring."""
+
+SOURCE_STATS = ("sources_refused", "classes_refused")
+"""The component's counters this module keeps (its stop counters)."""
+
+
+class SourceLimits:
+    """The count of sources and of classes, checked before a message is journaled."""
+
+    def __init__(self, *, views: SourceViews, policy: Callable[[], Policy],
+                 journaled: Callable[[str], bool], stats: dict[str, int],
+                 max_sources: int = MAX_SOURCES,
+                 max_sources_per_principal: int = MAX_SOURCES_PER_PRINCIPAL) -> None:
+        self.views = views
+        self.policy = policy
+        self.journaled = journaled
+        """Whether the journal holds anything of a source (False when it cannot say)."""
+        self.stats = stats
+        self.max_sources = max_sources
+        self.max_sources_per_principal = max_sources_per_principal
+        self._brought: Counter[str] = Counter()  # new sources per principal, since the start
+        for key in SOURCE_STATS:
+            stats.setdefault(key, 0)
+
+    def brought(self, principal: str) -> int:
+        """New sources ``principal`` brought since the component started."""
+        return self._brought[principal]
+
+    def check(self, principal: str, pubs: Sequence[Publication], new: Collection[str],
+              kept: int) -> set[str]:
+        """The publications of one message of ``principal``, of which the sources ``new``
+        are not among the ``kept`` the component keeps: raise :class:`LimitExceededError`
+        when keeping them would pass a limit; else the sources to count as ``principal``'s
+        (:meth:`took`) once kept."""
+        fresh = self._check_sources(principal, set(new), kept) if new else set()
+        policy = self.policy()
+        if not policy.permissive:
+            self._check_classes(policy, pubs)
+        return fresh
+
+    def took(self, principal: str, sources: Collection[str]) -> None:
+        """``sources``, new, are now kept: counted as ``principal``'s."""
+        if sources:
+            self._brought[principal] += len(sources)
+
+    def _check_sources(self, principal: str, new: set[str], kept: int) -> set[str]:
+        per = self.max_sources_per_principal
+        if kept + len(new) <= self.max_sources and self._brought[principal] + len(new) <= per:
+            return new
+        new = {source for source in new if not self.journaled(source)}  # theirs already
+        first = min(new) if new else ""
+        if kept + len(new) > self.max_sources:
+            self.stats["sources_refused"] += 1
+            raise LimitExceededError(
+                f"the component keeps {self.max_sources} sources (--max-sources): new source "
+                f"{first[:100]!r} refused", expected=self.max_sources, got=kept + len(new))
+        if self._brought[principal] + len(new) > per:
+            self.stats["sources_refused"] += 1
+            raise LimitExceededError(
+                f"principal {principal[:100]!r} brought {per} new sources "
+                f"(--max-sources-per-principal): new source {first[:100]!r} refused",
+                expected=per, got=self._brought[principal] + len(new))
+        return new
+
+    def _check_classes(self, policy: Policy, pubs: Sequence[Publication]) -> None:
+        views = self.views
+        by_source: dict[str, dict[str, None]] = {}
+        for pub in pubs:
+            by_source.setdefault(pub.source, {})[pub.topic] = None
+        unknown: set[Class] = set()
+        for source, topics in by_source.items():
+            fresh = views.new_classes(policy, source, topics)
+            if not fresh:
+                continue
+            count = views.classes_of(source) + len(fresh)
+            if count > MAX_CLASSES_PER_SOURCE:
+                self.stats["classes_refused"] += 1
+                raise LimitExceededError(
+                    f"source {source[:100]!r} publishes topics of {MAX_CLASSES_PER_SOURCE} "
+                    "classes of the access policy (topics the same patterns of its subscribe "
+                    "rules cover): a topic of another is refused", expected=MAX_CLASSES_PER_SOURCE,
+                    got=count)
+            unknown.update(cls for cls in fresh if views.is_new(cls))
+        if unknown and views.class_count + len(unknown) > MAX_CLASSES:
+            self.stats["classes_refused"] += 1
+            raise LimitExceededError(
+                f"the sources publish topics of {MAX_CLASSES} classes of the access policy: a "
+                "topic of another is refused", expected=MAX_CLASSES,
+                got=views.class_count + len(unknown))
+
+
+__all__ = ["MAX_SOURCES", "MAX_SOURCES_PER_PRINCIPAL", "SOURCE_STATS", "SourceLimits"]
