@@ -12,7 +12,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,8 +41,47 @@ def _env() -> dict[str, str]:
 
 
 BIND_ATTEMPTS = 3
-"""Starts of a component whose port someone else took before it listened."""
+"""Starts of a process whose port someone else took before it listened."""
 _COMPONENTS = itertools.count(1)
+
+
+class FreePort:
+    """A port for a child process's option, found free when made (:func:`free_port`);
+    ``str()`` formats it with ``template`` (``127.0.0.1:PORT`` by default, ``{}`` alone for the
+    bare number). Between the draw and the child's bind another process may take it: a
+    :class:`ComponentProcess` given one among its arguments (or as ``listen``), and
+    :func:`start_binding`'s callers, draw it again and start the child again then."""
+
+    def __init__(self, template: str = "127.0.0.1:{}") -> None:
+        self.template = template
+        self.number = free_port()
+
+    def redraw(self) -> None:
+        """Another port, found free now."""
+        self.number = free_port()
+
+    def __str__(self) -> str:
+        return self.template.format(self.number)
+
+
+def start_binding(start_once: Callable[[], bool], log_text: Callable[[], str],
+                  ports: Sequence[FreePort], *, what: str, sleep_first: bool = False) -> None:
+    """Start a child process that binds ``ports`` (and maybe others), by ``start_once`` (True
+    once it is ready, False when it exited first): when it exited saying "Address already in
+    use" (another process took a port between its draw and the bind), start it again, up to
+    :data:`BIND_ATTEMPTS` times, with ``ports`` drawn again; ``sleep_first`` (a port that
+    cannot be drawn again is bound too, one its peers know: a restart) waits a moment first.
+    RuntimeError with its log when it exits for another reason, or every attempt failed."""
+    for attempt in range(1, BIND_ATTEMPTS + 1):
+        if start_once():
+            return
+        log = log_text()
+        if "Address already in use" not in log or attempt == BIND_ATTEMPTS:
+            raise RuntimeError(f"{what} exited: {log}")
+        for port in ports:
+            port.redraw()
+        if sleep_first:
+            time.sleep(0.5 * attempt)
 
 AUTH_OPTIONS = frozenset({"--credentials", "--client-cert", "--tls-cert", "--allow-anonymous"})
 
@@ -54,15 +93,22 @@ class ComponentProcess:
 
     Its port is found free before the process binds it: if someone took it meanwhile (the
     component exits with "Address already in use"), :meth:`start` tries again, on a new port
-    if the test has not seen :attr:`url` yet, else on the same one a moment later."""
+    if the test has not seen :attr:`url` yet (or gave it as a :class:`FreePort`, ``listen``),
+    else on the same one a moment later; so with the :class:`FreePort` among ``args`` (a
+    ``--rest`` port), drawn again before it first listened (the test reads them once it
+    started), the same ports on a restart."""
 
     kind = "component"
     """What it is, in its file names and errors."""
 
-    def __init__(self, redis_url: str, tmp: Path, *args: str) -> None:
+    def __init__(self, redis_url: str, tmp: Path, *args: str | FreePort,
+                 listen: FreePort | None = None) -> None:
         self.redis_url = redis_url
-        self._url = f"127.0.0.1:{free_port()}"
+        self._port = listen if listen is not None else FreePort()
+        self._port_given = listen is not None  # the test reads it once it started
+        self._url = str(self._port)
         self._url_seen = False
+        self._url_set = False
         self._listened = False
         self.args = args
         self.secured = bool(AUTH_OPTIONS.intersection(args))
@@ -84,29 +130,35 @@ class ComponentProcess:
     @url.setter
     def url(self, url: str) -> None:
         self._url = url
-        self._url_seen = True
+        self._url_seen = self._url_set = True
+
+    @property
+    def _port_redrawn(self) -> bool:
+        """Whether a start retried for its port draws its listen port again: before it first
+        listened, unless the test set it or saw it (a :class:`FreePort` it gave, it reads
+        once started)."""
+        return not self._listened and not self._url_set and (
+            self._port_given or not self._url_seen)
 
     def start(self) -> ComponentProcess:
-        for attempt in range(1, BIND_ATTEMPTS + 1):
-            if self._start_once():
-                return self
-            log = self.log_text()
-            if "Address already in use" not in log or attempt == BIND_ATTEMPTS:
-                raise RuntimeError(f"{self.kind} exited: {log}")
-            if not self._listened and not self._url_seen:
-                self._url = f"127.0.0.1:{free_port()}"
-            else:
-                time.sleep(0.5 * attempt)
-        raise AssertionError("unreachable")
+        ports = [] if self._listened else [a for a in self.args if isinstance(a, FreePort)]
+        if self._port_redrawn:
+            ports.append(self._port)
+        start_binding(self._start_once, self.log_text, ports, what=self.kind,
+                      sleep_first=not self._port_redrawn)
+        return self
 
     def command(self, ready: Path) -> list[str]:
         """The command line that starts it, writing ``ready`` once it listens."""
         return [sys.executable, "-m", "seqrepair.cli", "--log-level", "info", "serve",
                 "--url", self._url, "--redis-url", self.redis_url, "--ready-file", str(ready),
-                *(() if self.secured else ("--allow-anonymous",)), *self.args]
+                *(() if self.secured else ("--allow-anonymous",)),
+                *(str(arg) for arg in self.args)]
 
     def _start_once(self) -> bool:
         """Start the process; True once it is ready, False if it exited first."""
+        if self._port_redrawn:
+            self._url = str(self._port)  # drawn again after a port taken
         self._attempts += 1
         ready = self.tmp / f"{self.files}-ready-{self._attempts}"
         log = open(self.tmp / f"{self.files}-{self._attempts}.log", "wb")  # noqa: SIM115
@@ -166,7 +218,7 @@ def component(
 ) -> Iterator[Callable[..., ComponentProcess]]:
     started: list[ComponentProcess] = []
 
-    def make(*args: str) -> ComponentProcess:
+    def make(*args: str | FreePort) -> ComponentProcess:
         proc = ComponentProcess(redis_url, tmp_path, *args).start()
         started.append(proc)
         return proc

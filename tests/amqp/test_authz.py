@@ -29,7 +29,7 @@ from seqrepair.amqp.wire.codec import Decoder, encode
 from seqrepair.amqp.wire.technical import CapabilitiesRequest
 from seqrepair.core.messages import Publication
 
-from .conftest import ComponentProcess, free_port, wait_for
+from .conftest import ComponentProcess, FreePort, wait_for
 from .principals import (
     MISSING,
     amqp_identity,
@@ -89,14 +89,15 @@ def served(component: Callable[..., ComponentProcess],
            tmp_path: Path) -> Iterator[tuple[ComponentProcess, int, Path]]:
     policy = tmp_path / "policy.toml"
     policy.write_text(POLICY)
-    port = free_port()
+    rest_port = FreePort()
     tokens = rest_token_file(tmp_path / "tokens", ALICE, BOB, OPS)
     comp = component("--heartbeat", "0.2", *serve_args(tmp_path, ALICE, BOB, OPS, SPY, CAROL),
                      "--policy", str(policy), "--rest",
-                     f"127.0.0.1:{port}", "--rest-token-file", tokens,
+                     rest_port, "--rest-token-file", tokens,
                      "--subscription", "public-wind=/weather/wind/#",
                      "--subscription", "private-rain=/weather/rain/#",
                      "--topic", CONFIGURED_TOPIC)
+    port = rest_port.number
     return comp, port, policy
 
 

@@ -46,7 +46,7 @@ from seqrepair.core.messages import (
 )
 from seqrepair.journal.journal import Journal
 
-from .conftest import ComponentProcess, free_port, wait_for
+from .conftest import ComponentProcess, FreePort, wait_for
 from .principals import (
     MISSING,
     amqp_identity,
@@ -93,13 +93,13 @@ def holes(component: Callable[..., ComponentProcess],
           tmp_path: Path) -> tuple[ComponentProcess, int, Path]:
     policy = tmp_path / "policy.toml"
     policy.write_text(HOLES_POLICY)
-    port = free_port()
+    rest_port = FreePort()
     tokens = rest_token_file(tmp_path / "tokens", ALICE, BOB, READER)
     comp = component("--heartbeat", "0.2", *serve_args(tmp_path, ALICE, BOB, SPY, GUEST),
-                     "--policy", str(policy), "--rest", f"127.0.0.1:{port}",
+                     "--policy", str(policy), "--rest", rest_port,
                      "--rest-token-file", tokens,
                      "--subscription", "public-all=/weather/#")
-    return comp, port, policy
+    return comp, rest_port.number, policy
 
 
 def _reload(comp: ComponentProcess, policy: Path, text: str) -> None:
@@ -280,10 +280,10 @@ def realm(component: Callable[..., ComponentProcess],
                       '"read-subscription", "create-subscription"]\ntopics = ["/open/#"]\n'
                       '[[deny]]\nactors = ["mallory"]\noperations = ["subscribe", '
                       '"create-subscription"]\ntopics = ["/open/secret/#"]\n')
-    port = free_port()
+    rest_port = FreePort()
     comp = component(*serve_args(tmp_path, "mallory"), "--policy", str(policy),
-                     "--rest", f"127.0.0.1:{port}")
-    return comp, port
+                     "--rest", rest_port)
+    return comp, rest_port.number
 
 
 def _basic(port: int, user: str, method: str, path: str, body: Any = None) -> tuple[int, Any]:
@@ -480,22 +480,21 @@ def test_requests_naming_anothers_link_are_answered_as_for_a_link_nobody_has(
     assert _stopped_counters(comp)["acks_ignored"] == 3
 
 
-def _start(redis_url: str, folder: Path, listen: str, *args: str) -> ComponentProcess:
+def _start(redis_url: str, folder: Path, listen: FreePort,
+           *args: str | FreePort) -> ComponentProcess:
     folder.mkdir()
-    comp = ComponentProcess(redis_url, folder, *args)
-    comp.url = listen  # its --url: where it listens
-    return comp
+    return ComponentProcess(redis_url, folder, *args, listen=listen)
 
 
 def test_insecure_lets_a_non_loopback_listener_start(redis_url: str, tmp_path: Path) -> None:
-    port = free_port()
-    refused = _start(redis_url, tmp_path / "refused", f"0.0.0.0:{port}")
+    refused = _start(redis_url, tmp_path / "refused", FreePort("0.0.0.0:{}"))
     with pytest.raises(RuntimeError):
         refused.start()
     assert "refused unless --insecure" in refused.log_text()
-    comp = _start(redis_url, tmp_path / "insecure", f"0.0.0.0:{port}", "--insecure").start()
+    listen = FreePort("0.0.0.0:{}")
+    comp = _start(redis_url, tmp_path / "insecure", listen, "--insecure").start()
     try:  # it listens on every address: loopback among them
-        caps = query_capabilities(f"127.0.0.1:{port}", timeout=10)
+        caps = query_capabilities(f"127.0.0.1:{listen.number}", timeout=10)
         assert caps.link_bits > 0
     finally:
         comp.stop()
@@ -504,23 +503,22 @@ def test_insecure_lets_a_non_loopback_listener_start(redis_url: str, tmp_path: P
 def test_a_non_loopback_rest_api_without_authentication_or_tls_is_refused(
     redis_url: str, tmp_path: Path,
 ) -> None:
-    rest_port = free_port()
+    rest_port = FreePort("0.0.0.0:{}")
     (tmp_path / "token").write_text("s3cret\n")
-    cases = [  # serve options, what the one-line refusal says
-        (("--rest", f"0.0.0.0:{rest_port}"), "allows anonymous access"),
-        (("--rest", f"0.0.0.0:{rest_port}", "--rest-token-file", str(tmp_path / "token")),
-         "has no TLS"),
+    cases: list[tuple[tuple[str | FreePort, ...], str]] = [  # options, what the refusal says
+        (("--rest", rest_port), "allows anonymous access"),
+        (("--rest", rest_port, "--rest-token-file", str(tmp_path / "token")), "has no TLS"),
     ]
     for n, (args, says) in enumerate(cases):
-        comp = _start(redis_url, tmp_path / f"c{n}", f"127.0.0.1:{free_port()}", *args)
+        comp = _start(redis_url, tmp_path / f"c{n}", FreePort(), *args)
         with pytest.raises(RuntimeError):
             comp.start()
         assert "refused unless --insecure" in comp.log_text()
         assert says in comp.log_text()
-    comp = _start(redis_url, tmp_path / "insecure", f"127.0.0.1:{free_port()}",
-                  "--rest", f"0.0.0.0:{rest_port}", "--insecure").start()
+    comp = _start(redis_url, tmp_path / "insecure", FreePort(),
+                  "--rest", rest_port, "--insecure").start()
     try:
-        assert Rest(rest_port)("GET", "/topics")[0] == 200
+        assert Rest(rest_port.number)("GET", "/topics")[0] == 200
     finally:
         comp.stop()
 

@@ -27,7 +27,8 @@ from seqrepair.journal import EmbeddedRedis
 from seqrepair.journal.journal import Journal
 from seqrepair.journal.positions import CREATED_FIELD, link_durable, position_key
 
-from .conftest import ComponentProcess, _env, free_port, wait_for
+from .conftest import ComponentProcess, FreePort, _env, wait_for
+from .test_gateway_publish import gateway_process
 from .test_rest_serve import Rest
 
 pytestmark = [pytest.mark.amqp, pytest.mark.redis]
@@ -93,8 +94,9 @@ def ready(tmp: Path, tag: str, proc: subprocess.Popen[bytes]) -> None:
 def test_a_rest_subscription_gets_what_was_published_before_its_first_attach(
     component: Callable[..., ComponentProcess], redis_url: str, tmp_path: Path
 ) -> None:
-    port = free_port()
-    comp = component("--heartbeat", "0.2", "--rest", f"127.0.0.1:{port}")
+    rest_port = FreePort()
+    comp = component("--heartbeat", "0.2", "--rest", rest_port)
+    port = rest_port.number
     assert finished(publish(comp, redis_url, "feed.old", 50)) == 0  # before: not owed
     status, made = Rest(port)("POST", "/subscriptions", {"topic": "/load/#"})
     assert status == 201, made
@@ -261,8 +263,9 @@ def test_a_plain_subscriber_and_a_declined_one_keep_no_position(
 def test_a_rest_queue_killed_and_restarted_under_another_link_name_resumes_after_its_position(
     component: Callable[..., ComponentProcess], redis_url: str, tmp_path: Path
 ) -> None:
-    port = free_port()
-    comp = component("--heartbeat", "0.2", "--rest", f"127.0.0.1:{port}")
+    rest_port = FreePort()
+    comp = component("--heartbeat", "0.2", "--rest", rest_port)
+    port = rest_port.number
     status, made = Rest(port)("POST", "/subscriptions", {"topic": "/load/#"})
     assert status == 201, made
     client = redis.Redis.from_url(redis_url)
@@ -286,40 +289,31 @@ def test_a_durable_subscriber_behind_a_gateway_resumes_after_what_it_took(
     component: Callable[..., ComponentProcess], redis_url: str, tmp_path: Path
 ) -> None:
     comp = component("--heartbeat", "0.2")
-    ready_file = tmp_path / "gateway-ready"
-    listen = f"127.0.0.1:{free_port()}"
-    gateway = subprocess.Popen(
-        _cli("gateway", "--listen", listen, "--upstream", comp.url, "--name", "edge",
-             "--ready-file", str(ready_file), "--allow-anonymous"),
-        env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )
     client = redis.Redis.from_url(redis_url)
     journal = Journal.from_url(redis_url)
     try:
-        assert wait_for(ready_file.exists, 60)
-        got: list[int] = []
-        with Publisher(comp.url, "feed.g", journal=journal) as publisher:
-            with Subscriber(listen, "/load/#", link_name="far", heartbeat_interval=0.2,
-                            on_publication=lambda p: got.append(p.source_seq)) as sub:
-                assert sub.connected.wait(20)
-                publisher.publish_many(_items(120))
+        with gateway_process(comp.url, tmp_path) as listen:  # --name edge, port retried
+            got: list[int] = []
+            with Publisher(comp.url, "feed.g", journal=journal) as publisher:
+                with Subscriber(listen, "/load/#", link_name="far", heartbeat_interval=0.2,
+                                on_publication=lambda p: got.append(p.source_seq)) as sub:
+                    assert sub.connected.wait(20)
+                    publisher.publish_many(_items(120))
+                    assert publisher.flush(30)
+                    assert wait_for(lambda: len(got) >= 120, 30)
+                    # the gateway forwards the ACKs; the durable is the upstream link's name
+                    assert wait_for(
+                        lambda: _position(client, link_durable("edge.far")) == {"feed.g": 120}, 10)
+                publisher.publish_many(_items(80))  # while it is away
                 assert publisher.flush(30)
-                assert wait_for(lambda: len(got) >= 120, 30)
-                # the gateway forwards the ACKs; the durable is the upstream link's name
-                assert wait_for(
-                    lambda: _position(client, link_durable("edge.far")) == {"feed.g": 120}, 10)
-            publisher.publish_many(_items(80))  # while it is away
-            assert publisher.flush(30)
-            again: list[int] = []
-            with Subscriber(listen, "/load/#", link_name="far", heartbeat_interval=0.2,
-                            on_publication=lambda p: again.append(p.source_seq)):
-                assert wait_for(lambda: len(again) >= 80, 30)
-                time.sleep(0.3)
-        assert got == list(range(1, 121))
-        assert again == list(range(121, 201))
+                again: list[int] = []
+                with Subscriber(listen, "/load/#", link_name="far", heartbeat_interval=0.2,
+                                on_publication=lambda p: again.append(p.source_seq)):
+                    assert wait_for(lambda: len(again) >= 80, 30)
+                    time.sleep(0.3)
+            assert got == list(range(1, 121))
+            assert again == list(range(121, 201))
     finally:
-        gateway.terminate()
-        assert gateway.wait(10) == 0
         journal.close()
         client.close()
 

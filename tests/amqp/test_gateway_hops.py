@@ -5,6 +5,7 @@ it, and hostile ``seqrepair-path`` values from a raw connection."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import subprocess
 import sys
 import time
@@ -32,7 +33,7 @@ from seqrepair.amqp.wire.hops import (
 from seqrepair.amqp.wire.vocabulary import CONTRIBUTIONS_PREFIX
 from seqrepair.core.messages import Publication
 
-from .conftest import ComponentProcess, _env, free_port, wait_for
+from .conftest import ComponentProcess, FreePort, _env, free_port, start_binding, wait_for
 
 pytestmark = [pytest.mark.amqp]
 
@@ -50,18 +51,31 @@ class GatewayProcess:
     def __init__(self, tmp: Path, hop_id: str, upstream: str, *args: str,
                  listen: str | None = None) -> None:
         self.hop_id = hop_id
-        self.listen = listen or f"127.0.0.1:{free_port()}"
+        # a listen address its peers were given (a loop) is tried again as it is; one drawn
+        # here is drawn again when another process took it before the gateway bound it
+        port = FreePort()
+        self.listen = listen or str(port)
         self.log = tmp / f"gateway-{hop_id}.log"
-        ready = tmp / f"gateway-{hop_id}.ready"
-        with open(self.log, "wb") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "seqrepair.cli", "--log-level", "info", "gateway",
-                 "--listen", self.listen, "--upstream", upstream, "--name", hop_id,
-                 "--hop-id", hop_id, "--ready-file", str(ready), "--allow-anonymous", *args],
-                env=_env(), stdout=out, stderr=subprocess.STDOUT,
-            )
-        assert wait_for(lambda: ready.exists() or self.proc.poll() is not None, 60), self.text()
-        assert self.proc.poll() is None, self.text()
+        attempts = itertools.count(1)
+
+        def start_once() -> bool:
+            if listen is None:
+                self.listen = str(port)
+            ready = tmp / f"gateway-{hop_id}-{next(attempts)}.ready"
+            with open(self.log, "wb") as out:
+                self.proc = subprocess.Popen(
+                    [sys.executable, "-m", "seqrepair.cli", "--log-level", "info", "gateway",
+                     "--listen", self.listen, "--upstream", upstream, "--name", hop_id,
+                     "--hop-id", hop_id, "--ready-file", str(ready), "--allow-anonymous",
+                     *args],
+                    env=_env(), stdout=out, stderr=subprocess.STDOUT,
+                )
+            assert wait_for(lambda: ready.exists() or self.proc.poll() is not None, 60), (
+                self.text())
+            return self.proc.poll() is None
+
+        start_binding(start_once, self.text, [] if listen else [port], what="gateway",
+                      sleep_first=listen is not None)
 
     def text(self) -> str:
         return self.log.read_text(errors="replace")

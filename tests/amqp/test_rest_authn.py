@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import ComponentProcess, _env, free_port
+from .conftest import ComponentProcess, FreePort, _env
 from .pki import PASSWORDS, Pki, scram_missing
 
 MISSING = scram_missing()
@@ -60,11 +60,12 @@ def secured(component: Callable[..., ComponentProcess], tmp_path: Path
     tokens = tmp_path / "tokens"
     issued = {who: _token(tokens, who) for who in ("alice", "bob")}
     (tmp_path / "legacy").write_text("0ld-s3cret\n")
-    port = free_port()
+    rest_port = FreePort()
     component("--tls-cert", pki.pem("server"), "--tls-key", pki.key("server"),
-              "--credentials", pki.credentials, "--rest", f"127.0.0.1:{port}",
+              "--credentials", pki.credentials, "--rest", rest_port,
               "--rest-tokens", str(tokens), "--rest-token-file", str(tmp_path / "legacy"),
               "--rest-token-principal", "ops")
+    port = rest_port.number
     return port, pki, issued
 
 
@@ -117,10 +118,11 @@ def test_the_tokens_files_are_read_again_on_sighup_and_a_bad_one_keeps_those_in_
     pki = Pki.make(tmp_path / "pki", with_credentials=True)
     tokens = tmp_path / "tokens"
     alice = _token(tokens, "alice")
-    port = free_port()
+    rest_port = FreePort()
     comp = component("--tls-cert", pki.pem("server"), "--tls-key", pki.key("server"),
-                     "--credentials", pki.credentials, "--rest", f"127.0.0.1:{port}",
+                     "--credentials", pki.credentials, "--rest", rest_port,
                      "--rest-tokens", str(tokens))
+    port = rest_port.number
     assert comp.proc is not None
     ca = pki.pem("ca")
     bob = _token(tokens, "bob")

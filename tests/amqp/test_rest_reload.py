@@ -16,7 +16,7 @@ import pytest
 
 from seqrepair.auth.restauth import new_token
 
-from .conftest import ComponentProcess, free_port, wait_for
+from .conftest import ComponentProcess, FreePort, wait_for
 
 pytestmark = [pytest.mark.amqp, pytest.mark.redis]
 
@@ -45,8 +45,9 @@ def test_anonymous_access_is_decided_again_on_sighup_with_the_tokens(
     be read keeps all of what is in force, anonymous access included."""
     tokens = tmp_path / "rest.tokens"
     tokens.write_text("")
-    port = free_port()
-    comp = component("--rest", f"127.0.0.1:{port}", "--rest-tokens", str(tokens))
+    rest_port = FreePort()
+    comp = component("--rest", rest_port, "--rest-tokens", str(tokens))
+    port = rest_port.number
     assert comp.proc is not None
     assert "--allow-anonymous" in comp.command(tmp_path / "unused")
     assert _status(port) == 200
@@ -104,9 +105,10 @@ def test_the_last_token_taken_out_is_revoked_on_sighup(
     pki = Pki.make(tmp_path / "pki", with_credentials=False)
     tokens = tmp_path / "rest.tokens"
     leaked = new_token(tokens, "alice")
-    port = free_port()
-    comp = component(*pki.server_args(), "--rest", f"127.0.0.1:{port}",
+    rest_port = FreePort()
+    comp = component(*pki.server_args(), "--rest", rest_port,
                      "--rest-tokens", str(tokens))
+    port = rest_port.number
     assert comp.proc is not None
     ca = pki.pem("ca")
     assert _https_status(port, ca, f"Bearer {leaked}") == 200

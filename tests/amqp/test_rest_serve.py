@@ -22,7 +22,7 @@ import redis
 from seqrepair.amqp.client.subscriber import Publisher, Subscriber
 from seqrepair.journal.journal import Journal
 
-from .conftest import ComponentProcess, _env, free_port, wait_for
+from .conftest import ComponentProcess, FreePort, _env, free_port, wait_for
 
 pytestmark = [pytest.mark.amqp, pytest.mark.redis]
 
@@ -68,8 +68,9 @@ def rows(first: int, n: int) -> list[tuple[str, dict[str, Any], str, None]]:
 def test_a_subscription_made_over_http_delivers_over_amqp_and_survives_a_component_crash(
     component: Callable[..., ComponentProcess], redis_url: str
 ) -> None:
-    port = free_port()
-    comp = component("--heartbeat", "0.2", "--rest", f"127.0.0.1:{port}")
+    rest_port = FreePort()
+    comp = component("--heartbeat", "0.2", "--rest", rest_port)
+    port = rest_port.number
     rest = Rest(port)
     status, made = rest("POST", "/subscriptions", RAIN)
     assert status == 201, made
@@ -101,9 +102,10 @@ def test_a_subscription_made_over_http_delivers_over_amqp_and_survives_a_compone
 def test_get_topics_lists_the_published_topics_and_still_does_after_a_crash(
     component: Callable[..., ComponentProcess], redis_url: str
 ) -> None:
-    port = free_port()
-    comp = component("--rest", f"127.0.0.1:{port}", "--topic", "/flight/LEMD",
+    rest_port = FreePort()
+    comp = component("--rest", rest_port, "--topic", "/flight/LEMD",
                      "--subscription", "ops=/weather/wind/*;;*")  # anyone may see it
+    port = rest_port.number
     rest = Rest(port)
     syntax = {"wordSeparator": "/", "singleWordWildcard": "*", "multiWordWildcard": "#"}
     assert rest("GET", "/topics") == (200, {"type": "Tree", "patternMatching": syntax,
@@ -146,10 +148,11 @@ def test_get_topics_lists_the_published_topics_and_still_does_after_a_crash(
 def test_bad_requests_change_nothing_and_a_token_is_required_when_configured(
     component: Callable[..., ComponentProcess], tmp_path: Path
 ) -> None:
-    port = free_port()
+    rest_port = FreePort()
     (tmp_path / "token").write_text("s3cret\n")
-    component("--rest", f"127.0.0.1:{port}", "--rest-token-file", str(tmp_path / "token"),
+    component("--rest", rest_port, "--rest-token-file", str(tmp_path / "token"),
               "--subscription", "ops=/#;;*")  # anyone may see it
+    port = rest_port.number
     assert Rest(port)("GET", "/subscriptions")[0] == 401
     assert Rest(port, "wrong")("GET", "/subscriptions")[0] == 401
     rest = Rest(port, "s3cret")
@@ -170,9 +173,10 @@ def test_bad_requests_change_nothing_and_a_token_is_required_when_configured(
 def test_the_rest_connection_cap_and_timeout_are_set_on_the_command_line(
     component: Callable[..., ComponentProcess]
 ) -> None:
-    port = free_port()
-    component("--rest", f"127.0.0.1:{port}", "--rest-max-connections", "1",
+    rest_port = FreePort()
+    component("--rest", rest_port, "--rest-max-connections", "1",
               "--rest-timeout", "2")
+    port = rest_port.number
     with socket.create_connection(("127.0.0.1", port), timeout=10) as held:
         held.sendall(b"GET /subscriptions HTTP/1.1\r\nHost: x\r\n")  # never finished
         status, error = Rest(port)("GET", "/subscriptions")
@@ -196,3 +200,21 @@ def test_a_rest_port_taken_by_another_process_is_a_clear_error(redis_url: str) -
     err = done.stderr.decode().strip().splitlines()
     assert err[-1].startswith("seqrepair serve: --rest:"), err
     assert "Traceback" not in done.stderr.decode()
+
+
+def test_a_rest_port_taken_between_its_draw_and_the_bind_is_drawn_again(
+    component: Callable[..., ComponentProcess],
+) -> None:
+    """The tests' ``FreePort`` (conftest): a port found free, then taken by another process
+    before the component bound it, is drawn again and the component started again on it,
+    as its AMQP port always was (before: ``--rest 127.0.0.1:PORT`` from ``free_port()`` was
+    tried three times as it was, and the test failed on a port someone else took)."""
+    rest_port = FreePort()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", rest_port.number))
+        taken.listen()
+        comp = component("--rest", rest_port)
+        assert rest_port.number != taken.getsockname()[1]
+    assert Rest(rest_port.number)("GET", "/topics")[0] == 200
+    assert comp.starts == 1
+    assert "Address already in use" in (comp.tmp / f"{comp.files}-1.log").read_text()

@@ -17,7 +17,7 @@ from seqrepair.amqp.client.subscriber import Publisher
 from seqrepair.journal.journal import Journal
 from seqrepair.journal.topicstore import DECLARED_SUFFIX, TOPICS_KEY
 
-from .conftest import ComponentProcess, free_port, wait_for
+from .conftest import ComponentProcess, FreePort, wait_for
 from .test_rest_serve import Rest, rows
 
 pytestmark = [pytest.mark.amqp, pytest.mark.redis]
@@ -39,8 +39,9 @@ def members(client: redis.Redis, key: str) -> set[str]:
 def test_a_declared_topic_survives_a_restart_and_a_deleted_one_comes_back_only_if_published(
     component: Callable[..., ComponentProcess], redis_url: str
 ) -> None:
-    port = free_port()
-    comp = component("--rest", f"127.0.0.1:{port}", "--topic", "/flight/LEMD")
+    rest_port = FreePort()
+    comp = component("--rest", rest_port, "--topic", "/flight/LEMD")
+    port = rest_port.number
     rest = Rest(port)
     client = redis.Redis.from_url(redis_url)
     journal = Journal.from_url(redis_url)

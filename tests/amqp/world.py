@@ -47,7 +47,7 @@ from seqrepair.core.topics import TopicPattern
 from seqrepair.journal.journal import Journal
 from seqrepair.journal.server import EmbeddedRedis
 
-from .conftest import ComponentProcess, _env, free_port
+from .conftest import ComponentProcess, FreePort, _env
 
 TOPICS = (
     "/weather/wind/LEMD",
@@ -245,15 +245,15 @@ class World:
         self.loss = loss
         self.heartbeat = heartbeat
         self.tag = tag
-        self.rest_port = free_port() if rest else None
+        self.rest_port = FreePort() if rest else None  # drawn again if taken before bound
         self._stack = contextlib.ExitStack()
         self.redis = EmbeddedRedis(data_dir=base / "redis", appendfsync="everysec")
-        args = ["--link-bits", str(bits), "--heartbeat", str(heartbeat), "--drop-seed",
-                str(drop_seed), *extra]
+        args: list[str | FreePort] = ["--link-bits", str(bits), "--heartbeat", str(heartbeat),
+                                      "--drop-seed", str(drop_seed), *extra]
         if loss:
             args += ["--drop-rate", str(loss)]
         if self.rest_port is not None:
-            args += ["--rest", f"127.0.0.1:{self.rest_port}"]
+            args += ["--rest", self.rest_port]
         self.component_args = args
         self.component: ComponentProcess
         self.subscribers: list[_CliSubscriber | _LibrarySubscriber] = []
@@ -312,7 +312,7 @@ class World:
         if plan.source is not None:
             body["filters"] = [{"dialect": "basic", "type": "exact", "property": "source",
                                 "value": plan.source}]
-        conn = http.client.HTTPConnection("127.0.0.1", self.rest_port, timeout=10)
+        conn = http.client.HTTPConnection("127.0.0.1", self.rest_port.number, timeout=10)
         try:
             conn.request("POST", "/subscriptions", body=json.dumps(body).encode(),
                          headers={"Content-Type": "application/json",
