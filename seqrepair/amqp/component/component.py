@@ -213,11 +213,22 @@ class Component(MessagingHandler):
         # new sources, and their topics' classes, bounded before they are journaled
         self.ingest.limits = SourceLimits(
             views=self.source_views, policy=self.subscriptions.policy,
-            journaled=lambda source: self.ingest.journal.high_water(source) > 0,
+            journaled=self._journal_holds,
             stats=self.stats, max_sources=config.max_sources,
             max_sources_per_principal=config.max_sources_per_principal)
 
     # --- helpers ------------------------------------------------------------------------
+
+    def _journal_holds(self, source: str) -> bool:
+        """Whether the journal holds anything of ``source`` (asked of a new source a limit
+        would refuse): what the journal port learns of one it does not keep is forgotten, so
+        asking of ever new names grows nothing."""
+        port = self.ingest.journal
+        try:
+            return port.high_water(source) > 0
+        finally:
+            if source not in self.ingest.ingested:
+                port.forget(source)
 
     @property
     def ingested(self) -> dict[str, int]:
