@@ -34,7 +34,7 @@ from seqrepair.amqp.wire.security import ANONYMOUS_LISTENER
 from seqrepair.amqp.wire.vocabulary import LINK_PREFIX
 from seqrepair.core.messages import Publication
 
-from .conftest import ComponentProcess, free_port, wait_for
+from .conftest import ComponentProcess, wait_for
 
 names = st.text(st.characters(codec="ascii", categories=("L", "N")), min_size=1, max_size=12)
 ids = st.one_of(st.integers(0, 2**64 - 1), names, st.binary(min_size=1, max_size=8))
@@ -132,12 +132,12 @@ def test_gap_fills_find_their_way_back_through_a_gateway(
     routes the answers by their cookie; told not to, it rewrites requests and restores answers
     (what it does for a next hop without the capability)."""
     comp = component("--drop-rate", "0.03", "--drop-seed", "3", "--heartbeat", "0.2")
-    gateway = Gateway(f"127.0.0.1:{free_port()}", comp.url,
+    gateway = Gateway("127.0.0.1:0", comp.url,
                       security=ANONYMOUS_LISTENER, name="edge",
                       annotations=annotations).start()
     assert gateway.ready.wait(10)
     got: list[Publication] = []
-    sub = Subscriber(gateway.listen_url, "/gw/#", on_publication=got.append,
+    sub = Subscriber(gateway.listening, "/gw/#", on_publication=got.append,
                      heartbeat_interval=0.2, link_name="behind-gw").start()
     try:
         assert sub.connected.wait(10)
@@ -178,14 +178,14 @@ def test_a_gateway_behind_a_gateway_rewrites_where_its_next_hop_lacks_annotation
     response annotations, so the outer one rewrites; the inner one, before a component that
     takes them, annotates. Every gap fill still finds its way back, twice transited."""
     comp = component("--drop-rate", "0.03", "--drop-seed", "5", "--heartbeat", "0.2")
-    inner = Gateway(f"127.0.0.1:{free_port()}", comp.url,
+    inner = Gateway("127.0.0.1:0", comp.url,
                     security=ANONYMOUS_LISTENER, name="inner").start()
     assert inner.ready.wait(10)
-    outer = Gateway(f"127.0.0.1:{free_port()}", inner.listen_url,
+    outer = Gateway("127.0.0.1:0", inner.listening,
                     security=ANONYMOUS_LISTENER, name="outer").start()
     assert outer.ready.wait(10)
     got: list[Publication] = []
-    sub = Subscriber(outer.listen_url, "/gw/#", on_publication=got.append,
+    sub = Subscriber(outer.listening, "/gw/#", on_publication=got.append,
                      heartbeat_interval=0.2, link_name="far").start()
     try:
         assert sub.connected.wait(10)

@@ -27,7 +27,7 @@ from seqrepair.core.events import Event, HeartbeatOverdue, LinkReset
 from seqrepair.core.messages import Publication
 from seqrepair.journal.journal import Journal
 
-from .conftest import ComponentProcess, free_port, wait_for
+from .conftest import ComponentProcess, wait_for
 from .test_link_contexts import EPOCH, RESUME, START, Feed, attach, first_frame
 
 pytestmark = [pytest.mark.amqp, pytest.mark.redis]
@@ -45,7 +45,7 @@ def gateway() -> Iterator[Callable[[str], Gateway]]:
     started: list[Gateway] = []
 
     def make(upstream: str) -> Gateway:
-        gw = Gateway(f"127.0.0.1:{free_port()}", upstream,
+        gw = Gateway("127.0.0.1:0", upstream,
                      security=ANONYMOUS_LISTENER, name="edge").start()
         started.append(gw)
         assert gw.ready.wait(10)
@@ -62,16 +62,16 @@ def test_the_attach_reply_crosses_the_gateway_and_the_epoch_resumes_the_context(
 ) -> None:
     comp = component("--heartbeat", "0.2")
     gw = gateway(comp.url)
-    receiver, conn, epoch = attach(gw.listen_url, "ctx", {})  # the reply names the epoch
+    receiver, conn, epoch = attach(gw.listening, "ctx", {})  # the reply names the epoch
     assert first_frame(receiver).link_seq == 1
     conn.close()
 
-    receiver, conn, resumed = attach(gw.listen_url, "ctx", {RESUME: True, EPOCH: epoch})
+    receiver, conn, resumed = attach(gw.listening, "ctx", {RESUME: True, EPOCH: epoch})
     assert resumed == epoch
     assert first_frame(receiver).link_seq > 1  # the numbering goes on
     conn.close()
 
-    receiver, conn, fresh = attach(gw.listen_url, "ctx", {RESUME: True, EPOCH: "not-this-one"})
+    receiver, conn, fresh = attach(gw.listening, "ctx", {RESUME: True, EPOCH: "not-this-one"})
     assert fresh != epoch
     assert first_frame(receiver).link_seq == 0
     conn.close()
@@ -88,7 +88,7 @@ def test_a_subscriber_behind_the_gateway_resumes_its_link_context_and_ends_exact
     events: list[Event] = []
     with contextlib.ExitStack() as running:
         sub = running.enter_context(
-            Subscriber(gw.listen_url, "/weather/#", link_name="resumer", heartbeat_interval=0.2,
+            Subscriber(gw.listening, "/weather/#", link_name="resumer", heartbeat_interval=0.2,
                        on_publication=lambda p: got.append(p.source_seq),
                        on_event=events.append)
         )
@@ -129,7 +129,7 @@ def test_a_subscriber_behind_the_gateway_ends_exact_across_a_component_kill_and_
     with contextlib.ExitStack() as running:
         subs = {
             name: running.enter_context(
-                Subscriber(gw.listen_url, address, link_name=f"gw-restart-{name}",
+                Subscriber(gw.listening, address, link_name=f"gw-restart-{name}",
                            heartbeat_interval=0.2,
                            on_publication=lambda p, name=name: got[name].append(p.source_seq))
             )
@@ -160,12 +160,12 @@ def test_a_malformed_start_after_is_refused_through_the_gateway_which_keeps_serv
 ) -> None:
     comp = component("--heartbeat", "0.2")
     gw = gateway(comp.url)
-    before, before_conn, _ = attach(gw.listen_url, "before", {})
+    before, before_conn, _ = attach(gw.listening, "before", {})
     with pytest.raises(LinkDetached) as refused:
-        attach(gw.listen_url, "bad-start", {RESUME: True, START: start})
+        attach(gw.listening, "bad-start", {RESUME: True, START: start})
     assert "amqp:invalid-field" in str(refused.value)
     assert "seqrepair-start-after" in str(refused.value)
-    receiver, conn, _ = attach(gw.listen_url, "good", {})
+    receiver, conn, _ = attach(gw.listening, "good", {})
     assert first_frame(receiver).link_seq == 1
     first_frame(before)  # a link attached before the refusal is still served
     conn.close()
@@ -177,14 +177,14 @@ def test_a_subscriber_attaching_before_the_component_is_up_is_held_then_served(
     redis_url: str, tmp_path: Path
 ) -> None:
     comp = ComponentProcess(redis_url, tmp_path, "--heartbeat", "0.2")  # not started yet
-    gw = Gateway(f"127.0.0.1:{free_port()}", comp.url,
+    gw = Gateway("127.0.0.1:0", comp.url,
                  security=ANONYMOUS_LISTENER, name="edge").start()
     got: list[int] = []
     try:
         assert gw.ready.wait(10)
         with contextlib.ExitStack() as running:
             sub = running.enter_context(
-                Subscriber(gw.listen_url, "/weather/#", link_name="early",
+                Subscriber(gw.listening, "/weather/#", link_name="early",
                            heartbeat_interval=0.2,
                            on_publication=lambda p: got.append(p.source_seq))
             )
@@ -241,11 +241,11 @@ def test_frames_cross_the_gateway_pre_settled_and_it_holds_no_delivery(
 ) -> None:
     comp = component("--heartbeat", "0.2")
     gw = gateway(comp.url)
-    plain = _PlainReader(gw.listen_url, "/settle/#", want=5)
+    plain = _PlainReader(gw.listening, "/settle/#", want=5)
     plain_thread = threading.Thread(target=Container(plain).run)
     plain_thread.start()
     got: list[Publication] = []
-    with Subscriber(gw.listen_url, "/settle/#", link_name="settling", on_publication=got.append,
+    with Subscriber(gw.listening, "/settle/#", link_name="settling", on_publication=got.append,
                     heartbeat_interval=0.2):
         assert plain.attached.wait(20)
         assert wait_for(lambda: relayed(gw, "settling"), 30)
@@ -285,12 +285,12 @@ def test_a_slow_subscriber_behind_the_gateway_is_paused_by_its_credit_and_catche
     with contextlib.ExitStack() as running:
         subs = [
             running.enter_context(
-                Subscriber(gw.listen_url, "/weather/#", link_name="fast",
+                Subscriber(gw.listening, "/weather/#", link_name="fast",
                            heartbeat_interval=0.2, credit=200,
                            on_publication=lambda p: fast.append(p.source_seq))
             ),
             running.enter_context(
-                Subscriber(gw.listen_url, "/weather/#", link_name="slow",
+                Subscriber(gw.listening, "/weather/#", link_name="slow",
                            heartbeat_interval=0.2, credit=20, on_publication=slow_consumer,
                            on_event=lambda e: slow_overdue.extend(
                                [e] if isinstance(e, HeartbeatOverdue) else []))
@@ -337,7 +337,7 @@ def test_a_subscription_queue_behind_the_gateway_delivers_what_it_selects_across
     got: list[int] = []
     with contextlib.ExitStack() as running:
         sub = running.enter_context(
-            Subscriber(gw.listen_url, "/subscriptions/wx", link_name="wx-edge",
+            Subscriber(gw.listening, "/subscriptions/wx", link_name="wx-edge",
                        heartbeat_interval=0.2, on_publication=lambda p: got.append(p.source_seq))
         )
         assert wait_for(lambda: relayed(gw, "wx-edge"), 30)
@@ -371,7 +371,7 @@ def test_answers_for_a_subscriber_that_falls_behind_wait_for_it_on_their_shared_
 
     with contextlib.ExitStack() as running:
         sub = running.enter_context(
-            Subscriber(gw.listen_url, "/weather/#", link_name="behind", heartbeat_interval=0.2,
+            Subscriber(gw.listening, "/weather/#", link_name="behind", heartbeat_interval=0.2,
                        credit=2, on_publication=slow)
         )
         assert wait_for(lambda: relayed(gw, "behind"), 30)

@@ -257,7 +257,7 @@ def test_a_gateway_that_cannot_reach_the_component_gives_up_after_its_attempts()
 
     from .conftest import free_port
 
-    gw = Gateway(f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}",
+    gw = Gateway("127.0.0.1:0", f"127.0.0.1:{free_port()}",
                  security=ANONYMOUS_LISTENER, backoff=Backoff(initial=0.02, max_attempts=3)).start()
     assert gw.stopped.wait(30)  # it stops by itself
     assert gw.error is not None

@@ -31,7 +31,7 @@ from seqrepair.amqp.wire.security import ANONYMOUS_LISTENER
 from seqrepair.core.events import Event, LinkReset
 from seqrepair.journal.journal import Journal
 
-from .conftest import ComponentProcess, _env, free_port, wait_for
+from .conftest import ComponentProcess, _env, wait_for
 from .inthread import HereComponent
 from .test_gateway_links import relayed
 from .test_link_contexts import Feed
@@ -130,11 +130,11 @@ def test_a_data_link_detached_through_the_gateway_is_resumed(
     # the component detaches the gateway's link; the gateway detaches the subscriber's with
     # the same condition (or none) and keeps the subscriber's connection
     comp = here()
-    gw = Gateway(f"127.0.0.1:{free_port()}", comp.here_url, security=ANONYMOUS_LISTENER,
+    gw = Gateway("127.0.0.1:0", comp.here_url, security=ANONYMOUS_LISTENER,
                  name="edge").start()
     try:
         assert gw.ready.wait(10)
-        with subscribed(gw.listen_url, "gw-detached", redis_url, comp.here_url) as (
+        with subscribed(gw.listening, "gw-detached", redis_url, comp.here_url) as (
             sub, feed, got, events
         ):
             assert wait_for(lambda: relayed(gw, "gw-detached"), 30)

@@ -35,7 +35,7 @@ from seqrepair.core.events import Event, HeartbeatOverdue
 from seqrepair.core.messages import Publication
 from seqrepair.core.window import window_size
 
-from .conftest import ComponentProcess, _env, free_port, wait_for
+from .conftest import ComponentProcess, _env, wait_for
 
 pytestmark = [pytest.mark.amqp, pytest.mark.redis]
 
@@ -159,13 +159,13 @@ def test_a_subscriber_behind_a_gateway_follows_and_acknowledges(
     component: Callable[..., ComponentProcess]
 ) -> None:
     comp = component("--link-bits", "5", "--drop-rate", "0.2", "--heartbeat", "0.2")
-    gw = Gateway(f"127.0.0.1:{free_port()}", comp.url, security=ANONYMOUS_LISTENER,
+    gw = Gateway("127.0.0.1:0", comp.url, security=ANONYMOUS_LISTENER,
                  name="edge").start()
     try:
         assert gw.ready.wait(10)
         assert wait_for(lambda: gw.stats["upstream_connections"] >= 1, 20)
         got: list[Publication] = []
-        with Subscriber(gw.listen_url, "/#", on_publication=got.append).start() as sub:
+        with Subscriber(gw.listening, "/#", on_publication=got.append).start() as sub:
             assert sub.wait_connected(20)
             assert (sub.stub.bits, sub.stub.heartbeat_interval) == (5, 0.2)
             assert sub.numbering.acks is not None
@@ -231,16 +231,16 @@ def test_behind_a_gateway_an_ack_naming_another_clients_link_is_refused(
     client's link would move that link's window and durable position. The gateway refuses
     it (``amqp:not-found``) and forwards nothing; the link's own ``ACK``s pass."""
     comp = component("--link-bits", "5", "--heartbeat", "0.2")
-    gw = Gateway(f"127.0.0.1:{free_port()}", comp.url, security=ANONYMOUS_LISTENER,
+    gw = Gateway("127.0.0.1:0", comp.url, security=ANONYMOUS_LISTENER,
                  name="edge").start()
     try:
         assert gw.ready.wait(10)
         assert wait_for(lambda: gw.stats["upstream_connections"] >= 1, 20)
-        with Subscriber(gw.listen_url, "/#", link_name="honest").start() as sub:
+        with Subscriber(gw.listening, "/#", link_name="honest").start() as sub:
             assert sub.wait_connected(20)
             epoch = sub._epoch
             assert epoch is not None
-            stranger = BlockingConnection(gw.listen_url, timeout=10)
+            stranger = BlockingConnection(gw.listening, timeout=10)
             try:
                 sender = stranger.create_sender(CONTROL_ADDRESS)
                 with pytest.raises(SendException) as refused:
