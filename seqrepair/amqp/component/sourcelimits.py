@@ -18,7 +18,11 @@ Who may learn of a source is decided on one topic per class of the access policy
 only to topics of classes past the cap), so the classes are bounded here, before a
 publication is journaled: one whose topic would make a source's
 :data:`~.sourceviews.MAX_CLASSES_PER_SOURCE` + 1-th class, or a class past
-:data:`~.sourceviews.MAX_CLASSES` of every source together, is refused the same way.
+:data:`~.sourceviews.MAX_CLASSES` of every source together, is refused the same way. So is
+one whose principal already brought :data:`MAX_CLASSES_PER_PRINCIPAL` classes nobody had
+published: else one principal publishing topics of ever new classes (a policy whose patterns
+decide on several words apart makes 2 ** patterns of them) used up the component's classes,
+and every other principal's next topic of a new class was refused.
 
 Only publishing links are checked: a relay's feed (its upstream checked it) and a publisher's
 own journal appends fanned out from the journal (it writes to Redis: trusted) are kept as they
@@ -45,6 +49,10 @@ MAX_SOURCES = 100_000
 MAX_SOURCES_PER_PRINCIPAL = 10_000
 """Default ``--max-sources-per-principal``: new sources one principal may bring."""
 
+MAX_CLASSES_PER_PRINCIPAL = MAX_CLASSES // 16
+"""Classes no source had published that one principal's publications may bring (while the
+component runs): a sixteenth of :data:`~.sourceviews.MAX_CLASSES`."""
+
 SOURCE_STATS = ("sources_refused", "classes_refused")
 """The component's counters this module keeps (its stop counters)."""
 
@@ -64,6 +72,8 @@ class SourceLimits:
         self.max_sources = max_sources
         self.max_sources_per_principal = max_sources_per_principal
         self._brought: Counter[str] = Counter()  # new sources per principal, since the start
+        self._classes_brought: Counter[str] = Counter()  # new classes per principal
+        self._unknown: tuple[str, set[Class]] | None = None  # those of the message checked
         for key in SOURCE_STATS:
             stats.setdefault(key, 0)
 
@@ -77,16 +87,25 @@ class SourceLimits:
         are not among the ``kept`` the component keeps: raise :class:`LimitExceededError`
         when keeping them would pass a limit; else the sources to count as ``principal``'s
         (:meth:`took`) once kept."""
+        self._unknown = None
         fresh = self._check_sources(principal, set(new), kept) if new else set()
         policy = self.policy()
         if not policy.permissive:
-            self._check_classes(policy, pubs)
+            unknown = self._check_classes(principal, policy, pubs)
+            if unknown:
+                self._unknown = (principal, unknown)
         return fresh
 
     def took(self, principal: str, sources: Collection[str]) -> None:
-        """``sources``, new, are now kept: counted as ``principal``'s."""
+        """``sources``, new, are now kept: counted as ``principal``'s; so are the classes no
+        source had published that the message last checked brought (those now learnt)."""
         if sources:
             self._brought[principal] += len(sources)
+        unknown, self._unknown = self._unknown, None
+        if unknown is not None and unknown[0] == principal:
+            learnt = sum(1 for cls in unknown[1] if not self.views.is_new(cls))
+            if learnt:
+                self._classes_brought[principal] += learnt
 
     def _check_sources(self, principal: str, new: set[str], kept: int) -> set[str]:
         per = self.max_sources_per_principal
@@ -107,7 +126,8 @@ class SourceLimits:
                 expected=per, got=self._brought[principal] + len(new))
         return new
 
-    def _check_classes(self, policy: Policy, pubs: Sequence[Publication]) -> None:
+    def _check_classes(self, principal: str, policy: Policy, pubs: Sequence[Publication]
+                       ) -> set[Class]:
         views = self.views
         by_source: dict[str, dict[str, None]] = {}
         for pub in pubs:
@@ -126,12 +146,23 @@ class SourceLimits:
                     "rules cover): a topic of another is refused", expected=MAX_CLASSES_PER_SOURCE,
                     got=count)
             unknown.update(cls for cls in fresh if views.is_new(cls))
-        if unknown and views.class_count + len(unknown) > MAX_CLASSES:
+        if not unknown:
+            return unknown
+        brought = self._classes_brought[principal] + len(unknown)
+        if brought > MAX_CLASSES_PER_PRINCIPAL:  # before the component's: its own share first
+            self.stats["classes_refused"] += 1
+            raise LimitExceededError(
+                f"principal {principal[:100]!r} brought {MAX_CLASSES_PER_PRINCIPAL} classes of "
+                "the access policy no source had published: a topic of another is refused",
+                expected=MAX_CLASSES_PER_PRINCIPAL, got=brought)
+        if views.class_count + len(unknown) > MAX_CLASSES:
             self.stats["classes_refused"] += 1
             raise LimitExceededError(
                 f"the sources publish topics of {MAX_CLASSES} classes of the access policy: a "
                 "topic of another is refused", expected=MAX_CLASSES,
                 got=views.class_count + len(unknown))
+        return unknown
 
 
-__all__ = ["MAX_SOURCES", "MAX_SOURCES_PER_PRINCIPAL", "SOURCE_STATS", "SourceLimits"]
+__all__ = ["MAX_CLASSES_PER_PRINCIPAL", "MAX_SOURCES", "MAX_SOURCES_PER_PRINCIPAL",
+           "SOURCE_STATS", "SourceLimits"]

@@ -1,0 +1,98 @@
+"""A hostile principal against the bounds on sources and classes
+(:mod:`seqrepair.amqp.component.sourcelimits`): it must not make another principal's
+publications refused, nor make the component's bounds cost others their event loop."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from proton import Delivery
+from proton.utils import BlockingConnection
+
+from seqrepair.amqp.component.sourceviews import (
+    MAX_CLASSES,
+    MAX_CLASSES_PER_SOURCE,
+)
+from seqrepair.amqp.wire.framing import encode_frames
+from seqrepair.core.messages import Publication
+
+from .conftest import ComponentProcess
+from .principals import MISSING, amqp_identity, serve_args
+
+pytestmark = [pytest.mark.amqp, pytest.mark.redis]
+
+RESOURCE = "amqp:resource-limit-exceeded"
+ALICE, MALLORY = "alice@example.com", "mallory@example.com"
+
+WORDS = 17
+"""Words of a topic each a pattern decides on alone: 2 ** 17 classes, past MAX_CLASSES."""
+assert 1 << (WORDS - 1) <= MAX_CLASSES < 1 << WORDS
+
+
+def _pattern(i: int) -> str:
+    return "/c/" + "*/" * i + "x/#"
+
+
+def _topic(bits: int) -> str:
+    return "/c/" + "/".join("x" if bits >> i & 1 else "y" for i in range(WORDS))
+
+
+CROSS_POLICY = "\n".join([
+    '[[allow]]\nactors = ["*@example.com"]\noperations = ["publish", "subscribe"]\n'
+    'topics = ["/#"]\n',
+    *(f'[[allow]]\nactors = ["u{i}"]\noperations = ["subscribe"]\ntopics = ["{_pattern(i)}"]\n'
+      for i in range(WORDS)),
+])
+"""Each of 17 principals may subscribe to the topics with ``x`` at its word: every topic's
+set of words at ``x`` is its own class."""
+
+
+def _send(sender: object, pubs: list[Publication]) -> str | None:
+    delivery = sender.send(encode_frames(pubs), error_states=[])  # type: ignore[attr-defined]
+    if delivery.remote_state == Delivery.ACCEPTED:
+        return None
+    condition = delivery.remote.condition
+    return condition.name if condition is not None else str(delivery.remote_state)
+
+
+@pytest.mark.skipif(MISSING is not None, reason=f"AMQP principals: {MISSING}")
+def test_one_principal_cannot_use_up_the_classes_of_every_source(
+    component: Callable[..., ComponentProcess], tmp_path: Path,
+) -> None:
+    """mallory publishes topics of 65,536 classes (256 sources of 256 each, within every
+    per-source bound): were the global class cap not bounded per principal, alice's next topic
+    of a class nobody published yet would be refused, her feed cut by another's traffic."""
+    policy = tmp_path / "policy.toml"
+    policy.write_text(CROSS_POLICY)
+    comp = component("--heartbeat", "0.5", *serve_args(tmp_path, ALICE, MALLORY),
+                     "--policy", str(policy))
+    def alice_sends(pub: Publication) -> str | None:  # on a connection of its own each time
+        alice = BlockingConnection(comp.url, timeout=60, **amqp_identity(ALICE))
+        try:
+            return _send(alice.create_sender("/c/#"), [pub])
+        finally:
+            alice.close()
+
+    assert alice_sends(Publication(_topic(0), "feed.alice", 1, fields={})) is None
+    mallory = BlockingConnection(comp.url, timeout=60, **amqp_identity(MALLORY))
+    refused_at = None
+    try:
+        m_sender = mallory.create_sender("/c/#")
+        per_message = 16  # sources per message: 4,096 publications
+        for first in range(0, MAX_CLASSES // MAX_CLASSES_PER_SOURCE, per_message):
+            pubs = [Publication(_topic(s * MAX_CLASSES_PER_SOURCE + n), f"m.{s}", n + 1,
+                                fields={})
+                    for s in range(first, first + per_message)
+                    for n in range(MAX_CLASSES_PER_SOURCE)]
+            if _send(m_sender, pubs) is not None:
+                refused_at = first
+                break
+    finally:
+        mallory.close()
+    late = _topic(1 << (WORDS - 1))  # a class nobody published
+    assert alice_sends(Publication(late, "feed.alice", 2, fields={})) is None
+    assert refused_at is not None, "mallory took every class of the component"
+    comp.stop()
+    assert comp.stop_counters()["classes_refused"] >= 1
