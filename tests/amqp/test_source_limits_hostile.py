@@ -11,12 +11,16 @@ import pytest
 from proton import Delivery
 from proton.utils import BlockingConnection
 
+from seqrepair.amqp.component.admission import LimitExceededError
+from seqrepair.amqp.component.sourcelimits import SourceLimits
 from seqrepair.amqp.component.sourceviews import (
     MAX_CLASSES,
     MAX_CLASSES_PER_SOURCE,
+    SourceViews,
 )
 from seqrepair.amqp.wire.framing import encode_frames
 from seqrepair.core.messages import Publication
+from seqrepair.core.policy import Policy
 
 from .conftest import ComponentProcess
 from .principals import MISSING, amqp_identity, serve_args
@@ -96,3 +100,27 @@ def test_one_principal_cannot_use_up_the_classes_of_every_source(
     assert refused_at is not None, "mallory took every class of the component"
     comp.stop()
     assert comp.stop_counters()["classes_refused"] >= 1
+
+
+# --- the rule, without processes -----------------------------------------------------------
+
+
+def test_a_principal_over_its_allowance_costs_one_journal_lookup_not_one_per_source() -> None:
+    """Past its allowance, a principal's message of 4,096 new source names asked the journal of
+    each of them, one round trip after another on the event loop every link shares, only to
+    refuse it: one that the journal does not hold is enough to refuse."""
+    policy = Policy.from_json({"allow": [
+        {"actors": ["*"], "operations": ["publish", "subscribe"], "topics": ["/#"]}]})
+    asked: list[str] = []
+
+    def journaled(source: str) -> bool:
+        asked.append(source)
+        return False
+
+    limits = SourceLimits(views=SourceViews(), policy=lambda: policy, journaled=journaled,
+                          stats={}, max_sources=100, max_sources_per_principal=2)
+    limits.took("m", {"a", "b"})
+    new = {f"n.{i}" for i in range(4096)}
+    with pytest.raises(LimitExceededError):
+        limits.check("m", [Publication("/x", s, 1, fields={}) for s in sorted(new)], new, 2)
+    assert len(asked) <= 1, len(asked)

@@ -111,7 +111,16 @@ class SourceLimits:
         per = self.max_sources_per_principal
         if kept + len(new) <= self.max_sources and self._brought[principal] + len(new) <= per:
             return new
-        new = {source for source in new if not self.journaled(source)}  # theirs already
+        # the journal is asked (a round trip on the event loop) only until enough of them
+        # it does not hold are found to refuse: one, for a principal already at its limit
+        room = min(self.max_sources - kept, per - self._brought[principal])
+        unheld: set[str] = set()
+        for source in sorted(new):
+            if not self.journaled(source):  # else theirs already
+                unheld.add(source)
+                if len(unheld) > room:
+                    break
+        new = unheld
         first = min(new) if new else ""
         if kept + len(new) > self.max_sources:
             self.stats["sources_refused"] += 1
