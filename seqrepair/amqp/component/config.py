@@ -136,12 +136,12 @@ class ComponentConfig:
     max_links_per_connection: int = _positive(admission.MAX_LINKS_PER_CONNECTION)
     max_links_per_principal: int = _positive(admission.MAX_LINKS_PER_PRINCIPAL)
     open_timeout: float = _positive(admission.OPEN_TIMEOUT)
+    """Seconds a connection has from its accept to complete the AMQP open (SASL included)."""
     max_sources: int = _positive(sourcelimits.MAX_SOURCES)
     """Sources the component keeps; a publication of a new one past it is refused
     (:mod:`.sourcelimits`)."""
     max_sources_per_principal: int = _positive(sourcelimits.MAX_SOURCES_PER_PRINCIPAL)
     """New sources one principal may bring; a publication of another is refused."""
-    """Seconds a connection has from its accept to complete the AMQP open (SASL included)."""
     hop_id: str | None = attrs.field(default=None, validator=optional(_hop_id))
     """The component's identity on attach paths (:mod:`seqrepair.amqp.wire.hops`); None: its
     listen address and a random tag."""
