@@ -4,13 +4,17 @@ publications refused, nor make the component's bounds cost others their event lo
 
 from __future__ import annotations
 
+import os
+import signal
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from proton import Delivery
+from proton import Delivery, symbol
 from proton.utils import BlockingConnection
 
+from seqrepair.amqp.client.subscriber import Publisher
 from seqrepair.amqp.component.admission import LimitExceededError
 from seqrepair.amqp.component.sourcelimits import SourceLimits
 from seqrepair.amqp.component.sourceviews import (
@@ -22,7 +26,7 @@ from seqrepair.amqp.wire.framing import encode_frames
 from seqrepair.core.messages import Publication
 from seqrepair.core.policy import Policy
 
-from .conftest import ComponentProcess
+from .conftest import ComponentProcess, wait_for
 from .principals import MISSING, amqp_identity, serve_args
 
 pytestmark = [pytest.mark.amqp, pytest.mark.redis]
@@ -124,3 +128,48 @@ def test_a_principal_over_its_allowance_costs_one_journal_lookup_not_one_per_sou
     with pytest.raises(LimitExceededError):
         limits.check("m", [Publication("/x", s, 1, fields={}) for s in sorted(new)], new, 2)
     assert len(asked) <= 1, len(asked)
+
+
+RELOAD_BEFORE = """
+[[allow]]
+actors = ["anonymous"]
+operations = ["publish"]
+topics = ["/#"]
+
+[[allow]]
+actors = ["anonymous"]
+operations = ["subscribe"]
+topics = ["/w/#"]
+"""
+RELOAD_AFTER = RELOAD_BEFORE.replace('topics = ["/w/#"]', 'topics = ["/w/a"]')
+
+
+def test_after_a_policy_reload_a_source_is_shown_on_its_own_topics_not_anothers(
+    component: Callable[..., ComponentProcess], tmp_path: Path,
+) -> None:
+    """feed.a and feed.b publish topics of one class (``/w/#``); a reload entitles anonymous
+    only to ``/w/a``, which feed.b never published: feed.b must not be shown to it. Classed
+    again on the one topic kept per class for every source (feed.a's), feed.b was."""
+    policy = tmp_path / "policy.toml"
+    policy.write_text(RELOAD_BEFORE)
+    comp = component("--heartbeat", "0.2", "--policy", str(policy))
+    for source, topic in (("feed.a", "/w/a"), ("feed.b", "/w/b")):
+        with Publisher(comp.url, source) as publisher:
+            publisher.publish(topic, {"n": 1})
+            assert publisher.flush(30)
+    assert _start_after(comp.url, "/w/#") == {"feed.a", "feed.b"}
+    policy.write_text(RELOAD_AFTER)
+    assert comp.proc is not None
+    os.kill(comp.proc.pid, signal.SIGHUP)
+    assert wait_for(lambda: "access policy reloaded" in comp.log_text(), 10)
+    assert _start_after(comp.url, "/w/a") == {"feed.a"}
+
+
+def _start_after(url: str, address: str) -> set[str]:
+    conn = BlockingConnection(url, timeout=20)
+    try:
+        receiver = conn.create_receiver(address, name=f"views-{uuid.uuid4().hex}")
+        props = dict(receiver.link.remote_properties or {})
+        return {str(k) for k in props[symbol("seqrepair-start-after")]}
+    finally:
+        conn.close()

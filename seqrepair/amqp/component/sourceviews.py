@@ -21,9 +21,12 @@ are learnt whatever their class: never hiding beats the bound there.
 
 A reload of the policy makes other classes: the topics kept (the first
 :data:`MAX_TOPICS_PER_SOURCE` of each source while all sources' kept topics stay under
-:data:`MAX_KEPT_CHARS`, and one per class of the old policy) are classed again under the new
-one; a topic of a new class that was in neither is learnt again when it is next published (a
-source replay's scan, :func:`.authz.reveal_named_sources`, shows a source meanwhile).
+:data:`MAX_KEPT_CHARS`, and the topic kept for a class of the old policy when this source
+published it) are classed again under the new one. Never another source's topic: two topics
+of one old class may fall in classes the new policy decides apart, and a source classed on
+another's topic was shown to a principal entitled to none of its own. A topic of a new class
+that was in neither is learnt again when it is next published (a source replay's scan,
+:func:`.authz.reveal_named_sources`, shows a source meanwhile).
 """
 
 from __future__ import annotations
@@ -74,6 +77,7 @@ class SourceViews:
         self._kept_chars = 0
         self._classes: dict[str, set[Class]] = {}
         self._topic_of: dict[Class, str] = {}  # one topic of each class, for every source
+        self._owner_of: dict[Class, str] = {}  # the source that published that topic
 
     def __contains__(self, source: object) -> bool:
         return source in self._classes
@@ -140,17 +144,20 @@ class SourceViews:
     def _class_in(self, policy: Policy, source: str, topic: str) -> None:
         cls = self._class_of(policy, topic)
         self._classes[source].add(cls)  # never dropped: a cap would hide the source
-        self._topic_of.setdefault(cls, topic)
+        if cls not in self._topic_of:
+            self._topic_of[cls] = topic
+            self._owner_of[cls] = source
 
     def _reclass(self, policy: Policy) -> None:
         """Class every topic kept again under ``policy`` (a reload)."""
-        old_topic_of, old_classes = self._topic_of, self._classes
+        old_topic_of, old_owner_of, old_classes = self._topic_of, self._owner_of, self._classes
         self._policy, self._patterns = policy, deciding_patterns(policy)
         self._classed.clear()
-        self._classes, self._topic_of = {}, {}
+        self._classes, self._topic_of, self._owner_of = {}, {}, {}
         for source, kept in self._kept.items():
             self._classes[source] = set()
-            old = (old_topic_of[cls] for cls in old_classes.get(source, ()))
+            old = (old_topic_of[cls] for cls in old_classes.get(source, ())
+                   if old_owner_of[cls] == source)  # its own topics only
             for topic in (*kept, *old):
                 self._class_in(policy, source, topic)
 
