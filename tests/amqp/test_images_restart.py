@@ -409,3 +409,36 @@ def test_a_start_hashes_each_file_once(tmp_path: Path,
     assert read_images(images)[0] == {"feed.a": 3}
     assert sorted(hashed) == sorted([0, staged.stat().st_size if staged.exists()
                                      else images.stat().st_size])
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="names an fd by /proc/self/fd")
+def test_a_loaded_position_is_on_disk_before_what_it_holds_is_acknowledged(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A save killed between its position's rename and the folder's fsync leaves a position
+    a start reads but the disk may not hold yet. Publications delivered again after the start
+    (up to what the images are current through) are acknowledged with no write: the position
+    they rely on must be on disk first, else a power loss then takes it back behind what was
+    acknowledged and the images are discarded (before: nothing synced on a load)."""
+    images = tmp_path / "images.jsonl"
+    first = ImagesFile(images)
+    first.begin({"feed.a": 0}, True)
+    first.apply(Publication(topic="/weather/x", source="feed.a", source_seq=1, fields={"n": 1}))
+    first.save(force=True)
+    # the same images, current through one more: FILE's bytes are what the new position names
+    first.apply(Publication(topic="/weather/x", source="feed.a", source_seq=2, fields={"n": 1}))
+    real_sync = imagesfile._sync_dir
+
+    def killed(path: Path) -> None:
+        raise Ended("killed before the folder's fsync")
+
+    monkeypatch.setattr(imagesfile, "_sync_dir", killed)
+    with pytest.raises(Ended):
+        first.save(force=True)
+    monkeypatch.setattr(imagesfile, "_sync_dir", real_sync)
+    events = _fsyncs_and_renames(monkeypatch)
+    again = ImagesFile(images)
+    assert again.begin({"feed.a": 0}, True)
+    again.apply(Publication(topic="/weather/x", source="feed.a", source_seq=2, fields={"n": 1}))
+    again.hold({"feed.a": 2})  # delivered again, written to the output: acknowledged now
+    assert again.save(force=True) == {"feed.a": 2}
+    assert ("fsync", "<dir>") in events, events

@@ -166,6 +166,8 @@ def read_images(path: Path, subscription: dict[str, str] | None = None
                                   "between writing the file and its position)")
         _rename_synced(staged, path)  # a save that ended before its last rename: finished
         data = pending
+    else:  # a save killed before its folder's fsync left a position the disk may not hold:
+        _sync_dir(path)  # on disk before what it names is acknowledged again
     if head.get(SUBSCRIPTION) != (None if subscription is None else dict(subscription)):
         raise UnmatchedImages(f"it was written by another subscription "
                               f"({head.get(SUBSCRIPTION)}, not {subscription})")
