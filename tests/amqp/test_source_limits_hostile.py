@@ -25,6 +25,7 @@ from seqrepair.amqp.component.sourceviews import (
 from seqrepair.amqp.wire.framing import encode_frames
 from seqrepair.core.messages import Publication
 from seqrepair.core.policy import Policy
+from seqrepair.journal.journal import Journal
 
 from .conftest import ComponentProcess, wait_for
 from .principals import MISSING, amqp_identity, serve_args
@@ -173,3 +174,32 @@ def _start_after(url: str, address: str) -> set[str]:
         return {str(k) for k in props[symbol("seqrepair-start-after")]}
     finally:
         conn.close()
+
+
+def test_a_message_of_several_sources_past_the_allowance_is_refused_whole(
+    component: Callable[..., ComponentProcess], redis_url: str, tmp_path: Path,
+) -> None:
+    """One message, a kept source's next publication among three new sources where the
+    allowance has room for two: rejected whole (nothing of it journaled, the kept source's
+    number not taken), the refusal naming a new source; sent again without the third, taken."""
+    comp = component("--heartbeat", "0.5", "--max-sources-per-principal", "3")
+    conn = BlockingConnection(comp.url, timeout=20)
+    journal = Journal.from_url(redis_url)
+    try:
+        sender = conn.create_sender("/m/#")
+        assert _send(sender, [Publication("/m/a", "kept.0", 1, fields={})]) is None
+        pubs = [Publication("/m/a", "kept.0", 2, fields={}),
+                *(Publication("/m/a", f"new.{i}", 1, fields={}) for i in range(3))]
+        delivery = sender.send(encode_frames(pubs), error_states=[])
+        assert delivery.remote_state == Delivery.REJECTED
+        condition = delivery.remote.condition
+        assert condition is not None
+        assert condition.name == RESOURCE
+        assert "new." in str(condition.description), condition.description
+        assert [journal.high_water(s) for s in ("kept.0", "new.0", "new.1", "new.2")] == [
+            1, 0, 0, 0]
+        assert _send(sender, pubs[:3]) is None  # room for two: taken, kept.0 continues at 2
+        assert [journal.high_water(s) for s in ("kept.0", "new.0", "new.1")] == [2, 1, 1]
+    finally:
+        conn.close()
+        journal.close()
