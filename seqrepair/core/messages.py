@@ -313,6 +313,21 @@ def relinked(publication: Publication, link_seq: int) -> Publication:
     return new
 
 
+def unlink_own(publications: list[Publication]) -> None:
+    """Make ``publications`` bare in place: no link number, not retransmissions (what
+    :meth:`Publication.with_link` ``(None, retransmit=False)`` gives, without a copy each).
+
+    Only for publications their caller made itself (a decoder's fresh output) that nothing
+    else holds yet: a publication is immutable to everyone who can see it, so this is the
+    end of its making, not a change. A relay's upstream subscriber does this once its stub
+    delivered a transfer's run (a copy each was a tenth of the relay's event loop)."""
+    for pub in publications:
+        if pub.link_seq is not None:
+            _set_link_seq(pub, None)
+        if pub.retransmit:
+            _set_retransmit(pub, False)
+
+
 _ATTRS = attrs.fields(Publication)
 _SOURCE_SEQ = _int_in(1, _MAX_WIRE)
 _LINK_SEQ = _optional(_int_in(0, _MAX_WIRE))

@@ -27,7 +27,7 @@ from seqrepair.amqp.wire.batchread import read_publications
 from seqrepair.amqp.wire.codec import Decoder
 from seqrepair.amqp.wire.rawamqp import RawIncomingHandler, decode_message
 from seqrepair.core.events import DeliveredRun, Event, Unrecoverable
-from seqrepair.core.messages import Publication
+from seqrepair.core.messages import Publication, unlink_own
 
 MAX_KEPT = 100_000
 """Entries kept at most between decoding and delivery."""
@@ -143,6 +143,7 @@ class UpstreamSubscriber(Subscriber):
             last = decoder.last
             if last is not None and _same(pubs, last[0]):  # this message's, as they came
                 decoder.last = None
+                unlink_own(pubs)  # the decoder's own, held by nobody else: bare in place
                 on_run(pubs, last[1] if decoder.regular
                        else [item if _regular(item) else NO_ENTRY for item in last[1]])
                 return
