@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from types import MappingProxyType
 from typing import Any, cast
 
 import attrs
@@ -272,8 +273,11 @@ class Journal:
         check_seq(first, "source_seq", low=1)
         check_seq(publications[-1].source_seq if increasing else first + len(publications) - 1,
                   "source_seq", low=1)
-        rows = []
+        rows: list[tuple[str | None, ...]] = []
+        append = rows.append
         previous = first - 1
+        proxy = MappingProxyType
+        encode = encode_json
         for offset, pub in enumerate(publications):
             seq = pub.source_seq
             if pub.source != source or (seq <= previous if increasing else seq != first + offset):
@@ -285,15 +289,21 @@ class Journal:
                 )
             previous = seq
             ts = pub.timestamp
-            rows.append(
+            fields = pub.fields
+            number = str(seq)
+            try:  # a publication's own fields (a view of a dict) in line; else the checks
+                text = encode(fields.copy()) if type(fields) is proxy else encode_fields(fields)
+            except (TypeError, ValueError, RecursionError):
+                text = encode_fields(fields)  # raises InvalidMessageError, as it says
+            append(
                 (
-                    str(seq),
+                    number,
                     pub.topic,
-                    pub.ptype.value,
-                    encode_fields(pub.fields),
+                    pub.ptype._value_,  # the enum's own value: no descriptor call
+                    text,
                     pub.permtoken,
                     None if ts is None else repr(ts if type(ts) is float else float(ts)),
-                    str((seq - 1) % modulus + 1),
+                    number if seq <= modulus else str((seq - 1) % modulus + 1),
                 )
             )
         try:

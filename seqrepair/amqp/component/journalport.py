@@ -214,8 +214,14 @@ class RedisJournalPort:
         from seqrepair.journal.errors import BitsMismatchError, SequenceConflictError
 
         runs: dict[str, list[Publication]] = {}
-        for pub in publications:
-            runs.setdefault(pub.source, []).append(_bare(pub))
+        first = publications[0].source if publications else ""
+        # one source's, bare (a relay's usual batch): no _bare call per publication
+        if publications and all(p.source == first and p.link_seq is None and not p.retransmit
+                                for p in publications):
+            runs[first] = list(publications)
+        else:
+            for pub in publications:
+                runs.setdefault(pub.source, []).append(_bare(pub))
         writes = self._writes
         for source, pubs in runs.items():
             before = self._writes
