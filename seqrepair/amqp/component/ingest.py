@@ -314,6 +314,12 @@ class Ingest:
         event loop: :mod:`seqrepair.amqp.relay.journaler`), as :meth:`relayed` would once it
         journaled them: those that went out already are skipped (checked against the journal
         as copies). ``items``: by index, the entry bytes they came in. The number fanned out."""
+        if pubs and _rising(pubs, self.ingested.get(pubs[0].source, 0)):
+            # the relay's usual batch: _fresh's answer (all fresh, bare already) without its
+            # per-publication work
+            self._publish(pubs, {i: e for i, e in enumerate(items) if _regular_entry(e)},
+                          pubs[0].source)
+            return len(pubs)
         fresh, entries = self._fresh(pubs, items)
         if fresh:
             self._publish(fresh, entries)
@@ -516,21 +522,29 @@ class Ingest:
             first.setdefault(pub.source, pub.source_seq)
         return [source for source, seq in first.items() if seq > ingested.get(source, 0) + 1]
 
-    def _publish(self, pubs: list[Publication], entries: dict[int, bytes | None]) -> None:
+    def _publish(self, pubs: list[Publication], entries: dict[int, bytes | None],
+                 source: str | None = None) -> None:
         """Count journaled ``pubs`` as ingested, list their topics and fan them out (after
         telling a relay of numbers journaled as lost upstream: its live links must learn of
-        the loss before anything after it reaches them)."""
+        the loss before anything after it reaches them). ``source``: all of ``pubs`` are
+        that source's, in increasing order."""
         lost = self.journal.lost_journaled
         if lost and self.on_lost_journaled is not None:
             sources = set(lost)
             lost.clear()
             self.on_lost_journaled(sources)
         known = self.topics.known
-        for pub in pubs:
-            if pub.source_seq > self.ingested.get(pub.source, 0):
-                self.ingested[pub.source] = pub.source_seq
-            if pub.topic not in known:
-                self.topics.learn(pub.topic)
+        if source is not None:
+            self.ingested[source] = pubs[-1].source_seq
+            for topic in dict.fromkeys(pub.topic for pub in pubs):  # in order
+                if topic not in known:
+                    self.topics.learn(topic)
+        else:
+            for pub in pubs:
+                if pub.source_seq > self.ingested.get(pub.source, 0):
+                    self.ingested[pub.source] = pub.source_seq
+                if pub.topic not in known:
+                    self.topics.learn(pub.topic)
         self.stats["ingested"] += len(pubs)
         self.fan_out(pubs, entries)
 
@@ -586,6 +600,19 @@ def _runs(numbers: list[int]) -> list[tuple[int, int]]:
         else:
             runs.append((n, n))
     return runs
+
+
+def _rising(pubs: list[Publication], after: int) -> bool:
+    """Whether ``pubs`` are one source's, bare (no link number, not retransmissions), with
+    numbers rising from past ``after``."""
+    source = pubs[0].source
+    previous = after
+    for pub in pubs:
+        seq = pub.source_seq
+        if pub.source != source or seq <= previous or pub.link_seq is not None or pub.retransmit:
+            return False
+        previous = seq
+    return True
 
 
 def _regular_entry(entry: bytes) -> bool:
