@@ -239,3 +239,16 @@ def test_an_integer_time_is_kept_as_the_float_it_travels_as():
 def test_an_integer_time_beyond_any_float_is_refused(make):
     with pytest.raises(InvalidMessageError, match="finite number of seconds"):
         make(10**400)
+
+
+def test_unlink_own_makes_a_decoder_s_fresh_publications_bare_in_place() -> None:
+    from seqrepair.core.messages import unlink_own
+
+    made = [Publication("/a", "s", 5, "update", {"x": 1}, link_seq=9, retransmit=True,
+                        permtoken="tok", timestamp=1.5),
+            Publication("/a", "s", 6, "update", {})]
+    bare = [p.with_link(None, retransmit=False) for p in made]
+    same = list(made)
+    unlink_own(made)
+    assert made == bare  # what with_link(None, retransmit=False) gives
+    assert all(a is b for a, b in zip(made, same, strict=True))  # the same objects
