@@ -24,16 +24,21 @@ from .test_batchread import _check, _state
 
 def _alike(rng: random.Random, sources: dict[str, int], n: int, bits: int,
            again: bool) -> list[Publication]:
-    """``n`` publications laid out alike but for what ``rng`` varies now and then."""
+    """``n`` publications laid out alike but for what ``rng`` varies now and then (a field
+    more, gaps and repeats in the source numbers, link numbers or none, from 0 or not)."""
     out = []
     pad = "x" * rng.choice([0, 5, 100, 300])
-    for _ in range(n):
+    link = rng.choice([None, None, 0, rng.randrange(1, 1 << 15)])  # 0: a link reset
+    for i in range(n):
         source = rng.choice(sorted(sources))
-        sources[source] += 1
-        fields: dict[str, object] = {"n": sources[source], "t": rng.random() * 1e9, "pad": pad}
+        step = rng.random()  # mostly the next number; now and then a gap or a repeat
+        sources[source] += 1 if step < 0.9 else (rng.randrange(2, 4) if step < 0.95 else 0)
+        seq = max(sources[source], 1)
+        fields: dict[str, object] = {"n": seq, "t": rng.random() * 1e9, "pad": pad}
         if rng.random() < 0.05:
             fields["extra"] = rng.choice([None, True, False, -1, 1 << 40, "é", 2.5])
-        out.append(Publication("/peers/a", source, sources[source], PublishType.UPDATE, fields,
+        out.append(Publication("/peers/a", source, seq, PublishType.UPDATE, fields,
+                               link_seq=None if link is None else link + i,
                                retransmit=again, timestamp=rng.random() * 1e9))
     return out
 
