@@ -18,6 +18,7 @@ from seqrepair.amqp.component.links import (
 )
 from seqrepair.amqp.wire.codec import Decoder, encode
 from seqrepair.amqp.wire.errors import RequestFloodError
+from seqrepair.amqp.wire.rawamqp import decode_message
 from seqrepair.core.context import LinkContext
 from seqrepair.core.messages import GapError, GapRequest, Publication
 from seqrepair.core.permissions import Entitlement
@@ -206,3 +207,38 @@ def test_a_route_refuses_requests_while_too_many_answers_wait_for_credit() -> No
     route.sender.credit = 10
     route.pump()
     route.check_room()  # room again once answers went out
+
+
+@pytest.mark.parametrize(("size", "taken", "replay", "expected"), [
+    (10, 0, True, [32, 32, 32, 4]),  # small: 4 x max_batch a transfer
+    (10, 1 << 30, True, [32, 32, 32, 4]),
+    (10, 1 << 20, True, [8] * 12 + [4]),  # the receiver takes transfers of 1 MiB at most
+    (10, 0, False, [8] * 12 + [4]),  # not a source replay
+    (30_000, 0, True, [9] * 11 + [1]),  # past max_batch while under 256 KiB (the 9th passes)
+    (300_000, 0, True, [8] * 12 + [4]),
+])
+def test_a_replay_of_small_publications_goes_in_larger_transfers(
+    size: int, taken: int, replay: bool, expected: list[int]
+) -> None:
+    from seqrepair.amqp.component.responses import REPLAY_CHUNK_BYTES
+    from seqrepair.amqp.wire.framing import encode_entry
+
+    assert 8 * 30_000 < REPLAY_CHUNK_BYTES <= 9 * 30_000
+    route = ResponseRoute(Entitlement.everything(), 8, lambda _s: 64)
+    sender = _Sender(credit=10_000)
+    sender.remote_max_message_size = taken  # type: ignore[attr-defined]
+    route.sender = sender
+    pubs = [Publication("/w/a", "s", n, "update", {"pad": "x" * size}) for n in range(1, 101)]
+    entries = [encode_entry(p, lambda _s: 64) for p in pubs]
+    if replay:
+        route.start_replay("l", iter(entries), 3)
+    else:
+        route.batch = True
+        route.start_replay("l", iter(entries), 3)
+        route.replays["l"].replay = False
+    while route.wants_turn():
+        route.pump()
+    counts = [len(decode_message(m.encode()).body) for m in sender.sent]  # type: ignore[attr-defined]
+    assert counts == expected
+    frames = _received(sender.sent)
+    assert [f.source_seq for f in frames] == list(range(1, 101))  # type: ignore[attr-defined]

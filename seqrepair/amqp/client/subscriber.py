@@ -38,13 +38,14 @@ from seqrepair.amqp.client.runner import (
     FATAL_CONDITIONS as FATAL_CONDITIONS,  # importable from here
 )
 from seqrepair.amqp.client.subreport import SubscriberReport as SubscriberReport
+from seqrepair.amqp.wire.batchread import read_publications
 from seqrepair.amqp.wire.codec import Decoder, encode, encode_gap_requests
 from seqrepair.amqp.wire.errors import (
     OversizedMessageError,
     SettingsMismatchError,
 )
 from seqrepair.amqp.wire.framing import Outgoing
-from seqrepair.amqp.wire.rawamqp import read_raw
+from seqrepair.amqp.wire.rawamqp import RawIncomingHandler, decode_message, read_raw
 from seqrepair.amqp.wire.security import NO_CLIENT_SECURITY, ClientSecurity
 from seqrepair.amqp.wire.sizelimit import DEFAULT_MAX_RECEIVED as DEFAULT_MAX_RECEIVED
 from seqrepair.amqp.wire.sizelimit import LinkProperties, limit_size
@@ -197,6 +198,10 @@ class Subscriber(SubscriberRunner):
         self.max_message_size = max_message_size
         read_raw(self)
         limit_size(self, self._oversized)
+        handlers: list[Any] = self.handlers  # type: ignore[assignment]  # read_raw's list
+        for handler in handlers:  # list bodies: read_publications reads them first
+            if isinstance(handler, RawIncomingHandler):
+                handler.lazy_body = True
         self.url = url
         self.security = security
         self.link_properties = dict(link_properties or {})
@@ -405,8 +410,16 @@ class Subscriber(SubscriberRunner):
             delivery.settle()
         else:  # a peer that waits for an outcome: the frame is taken (repair covers the rest)
             self.accept(delivery)
+        message = event.message
+        if getattr(message, "body_at", None) is not None and type(self.decoder) is Decoder:
+            # a list body left unread (a decoder of its own reads it its own way)
+            read = read_publications(message, self.decoder, entries=False)
+            if read is not None:  # a batch of regular publications, read in one pass
+                self._took(read[0], now)
+                return
+            message = decode_message(message._raw)  # read (or refused) the usual way
         try:
-            decoded = self.decoder.decode(event.message)
+            decoded = self.decoder.decode(message)
         except SeqRepairError as exc:
             self.log.warning("undecodable message dropped", error=exc.message)
             return
@@ -426,11 +439,16 @@ class Subscriber(SubscriberRunner):
                 self.log.info("subscription state", status=item.status, reason=item.reason)
             elif isinstance(item, Capabilities):
                 self.capabilities = item
+        self._took(frames, now, len(decoded))
+
+    def _took(self, frames: Sequence[object], now: float, items: int | None = None) -> None:
+        """The rest of a transfer's handling: its ``frames`` to the stub (if any), then the
+        window discipline; ``items``: what the transfer carried (default: the frames)."""
         if frames:
             self._take(frames, now)
         self._listening(now)
         acks = self.numbering.acks
-        if acks is not None and acks.received(len(decoded)):
+        if acks is not None and acks.received(len(frames) if items is None else items):
             self._ack(now)  # a quarter window came since the last ACK (else: the tick's)
         self._flush()
 
@@ -444,7 +462,7 @@ class Subscriber(SubscriberRunner):
         if done - since > self.tick:
             self.stub.listening(done)
 
-    def _take(self, frames: list[object], now: float) -> None:
+    def _take(self, frames: Sequence[object], now: float) -> None:
         events = self.stub.receive_many(frames, now)
         if self.on_event is None and len(events) == 1 and type(events[0]) is DeliveredRun:
             self._deliver_run(events[0].publications)  # the usual outcome, in short

@@ -59,6 +59,15 @@ ENDED_KEPT = 4
 """How many replays that ended a route keeps per link, for repeats of their requests that
 arrive late (:attr:`ResponseRoute.ended`): a pipelining subscriber may repeat one after the
 request that followed it has ended too, and a replay restarted for it sends all again."""
+REPLAY_CHUNK = 4
+REPLAY_CHUNK_BYTES = 256 << 10
+"""A source replay's transfer goes on past ``max_batch`` journaled entries, up to
+``REPLAY_CHUNK`` times as many, while its entries' bytes stay under ``REPLAY_CHUNK_BYTES``
+(the last may pass it), to a receiver that takes transfers of any size or of at least
+``REPLAY_CHUNK_MIN_TAKEN`` bytes: a catch-up of small publications in fewer, larger
+transfers (a page of the journal in one), each costing the component and the subscriber
+their per-transfer work once."""
+REPLAY_CHUNK_MIN_TAKEN = 16 << 20
 
 MAX_WAITING_ANSWERS = 64
 """How many answers a route holds for a peer that gives no credit; requests beyond are refused
@@ -369,10 +378,19 @@ class ResponseRoute:
         chunk: list[Publication | Heartbeat | bytes] = []
         closing: Any = None
         single: ImageFrame | None = None
+        room = self._replay_room(stream)
+        size = 0  # bytes of the journaled entries in the chunk
         for frame in stream.frames:
             if frame is None:
                 break  # a journal slice read: the rest on the next step
-            if type(frame) is bytes or isinstance(frame, Publication | Heartbeat):
+            if type(frame) is bytes:
+                chunk.append(frame)
+                size += len(frame)
+                if len(chunk) >= self.max_batch and (
+                    size >= room or len(chunk) >= REPLAY_CHUNK * self.max_batch
+                ):
+                    break
+            elif isinstance(frame, Publication | Heartbeat):
                 chunk.append(frame)
                 if len(chunk) >= self.max_batch:
                     break
@@ -423,6 +441,17 @@ class ResponseRoute:
                 # continued for a repeat: echo its after (everything after it is answered too)
                 closing = attrs.evolve(closing, request=answered)
             stream.ready.append(_finish(encode(closing), correlation_id, cookie))
+
+
+    def _replay_room(self, stream: _Stream) -> int:
+        """Bytes of journaled entries a chunk of ``stream`` may take past ``max_batch`` of
+        them (see :data:`REPLAY_CHUNK_BYTES`); 0: none."""
+        if not stream.replay or not self.batch or self.sender is None:
+            return 0
+        taken = getattr(self.sender, "remote_max_message_size", None)
+        if type(taken) is not int or 0 < taken < REPLAY_CHUNK_MIN_TAKEN:
+            return 0
+        return REPLAY_CHUNK_BYTES
 
 
 def _follows(stream: _Stream, request: SourceGapRequest) -> bool:

@@ -14,14 +14,17 @@ source numbers unwrapped by the decoder's own unwrapper, in order), plus each en
 for anything else (another message type, a heartbeat or 10-element entry, a value of another
 type code, bytes that do not add up, a value the usual way would refuse) it returns None having
 changed nothing, and the caller reads the message the usual way, which decodes or raises as
-ever. Used by a relay's upstream subscriber (``seqrepair.amqp.relay.upstream``), which
-receives such transfers at its full rate.
+ever. Entries laid out like the one before are read by that layout, one ``struct`` call each
+(:mod:`~seqrepair.amqp.wire.entrylayout`), the others step by step. Used by the
+:class:`~seqrepair.amqp.client.subscriber.Subscriber` (a catch-up receives such transfers at
+its full rate) and a relay's upstream subscriber (``seqrepair.amqp.relay.upstream``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from seqrepair.amqp.wire.entrylayout import EntryLayout, layout_at
 from seqrepair.amqp.wire.framing import PTYPE_BY_NAME
 from seqrepair.amqp.wire.rawamqp import (
     ReceivedMessage,
@@ -34,6 +37,12 @@ from seqrepair.amqp.wire.technical import MESSAGE_TYPE, MessageType
 from seqrepair.core.messages import Publication, decoded_publication
 
 _PUBLICATIONS = MessageType.PUBLICATIONS.value
+LAYOUT_EVERY = 32
+"""One entry in this many of a transfer may be described for a layout
+(:mod:`.entrylayout`): an entry laid out unlike the one before is described (about four
+entries' worth of reading) while the transfer's budget lasts, then read step by step; a
+transfer of fewer entries is read step by step. Bounds the cost of transfers laid out unalike
+(varied string lengths) to a few percent."""
 
 
 class _Irregular(Exception):
@@ -41,12 +50,13 @@ class _Irregular(Exception):
 
 
 def read_publications(
-    message: ReceivedMessage, decoder: Any
+    message: ReceivedMessage, decoder: Any, entries: bool = True
 ) -> tuple[list[Publication], list[bytes]] | None:
     """The publications of ``message`` (read with its list body left unread:
     ``read_message(data, lazy=True)``) and each entry's bytes, as ``decoder.decode(message)``
     would give them (its unwrapper advanced the same way), or None, nothing changed, when
-    the message is not a batch of regular publication entries (see the module)."""
+    the message is not a batch of regular publication entries (see the module). Without
+    ``entries`` the list of entry bytes is left empty."""
     at = message.body_at
     props = message.properties
     if at is None or props is None or props.get(MESSAGE_TYPE) != _PUBLICATIONS:
@@ -80,79 +90,38 @@ def read_publications(
     unwrap = unwrapper.unwrap
     pubs: list[Publication] = []
     items: list[bytes] = []
+    layout: EntryLayout | None = None  # the last entry's, and the one before it
+    other: EntryLayout | None = None
+    budget = count // LAYOUT_EVERY  # entries that may be described for a layout
     unwrapper.begin()
     try:
         for i in range(count):
             start = pos
-            if buf[pos] == 0xC0 and buf[pos + 2] == 8:  # list8 of 8 (list32 when large)
-                stop = pos + 2 + buf[pos + 1]
-                pos += 3
-            elif buf[pos] == 0xD0 and _u32(buf, pos + 5)[0] == 8:
-                stop = pos + 5 + _u32(buf, pos + 1)[0]
-                pos += 9
+            values = None if layout is None else layout.read(buf, pos)
+            if values is None and other is not None:  # back to the layout before
+                values = other.read(buf, pos)
+                if values is not None:
+                    layout, other = other, layout
+            if values is None and budget:
+                budget -= 1
+                learnt = layout_at(buf, pos)
+                values = None if learnt is None else learnt.read(buf, pos)
+                if values is not None:
+                    layout, other = learnt, layout
+            if values is not None:
+                assert layout is not None
+                ptype, stamp, source, wire, bits, topic, fields, token = values
+                if not 2 <= bits <= 64:
+                    raise _Irregular
+                pos += layout.size
             else:
-                raise _Irregular
-            if buf[pos] != 0xA1:  # ptype
-                raise _Irregular
-            cut = pos + 2 + buf[pos + 1]
-            ptype = PTYPE_BY_NAME[buf[pos + 2 : cut].decode("utf-8")]
-            code = buf[cut]  # timestamp
-            if code == 0x82:
-                stamp: float | None = _double_at(buf, cut + 1)[0]
-                pos = cut + 9
-            elif code == 0x40:
-                stamp, pos = None, cut + 1
-            else:
-                raise _Irregular
-            if buf[pos] != 0xA1 or not buf[pos + 1]:  # source: a non-empty string
-                raise _Irregular
-            cut = pos + 2 + buf[pos + 1]
-            source = buf[pos + 2 : cut].decode("utf-8")
-            code = buf[cut]  # wire number
-            if code == 0x80:
-                wire = _ulong_at(buf, cut + 1)[0]
-                pos = cut + 9
-            elif code == 0x53:
-                wire, pos = buf[cut + 1], cut + 2
-            else:
-                raise _Irregular
-            bits = buf[pos + 1]  # smalllong: a width of 2..64 is positive
-            if buf[pos] != 0x55 or not 2 <= bits <= 64:
-                raise _Irregular
-            pos += 2
-            if buf[pos] != 0xA1 or not buf[pos + 1]:  # topic: a non-empty string
-                raise _Irregular
-            cut = pos + 2 + buf[pos + 1]
-            topic = buf[pos + 2 : cut].decode("utf-8")
-            code = buf[cut]  # fields: a map8 (map32 when large)
-            if code == 0xC1:
-                pairs, fields_at, fields_end = buf[cut + 2], cut + 3, cut + 2 + buf[cut + 1]
-            elif code == 0xD1:
-                pairs, fields_at = _u32(buf, cut + 5)[0], cut + 9
-                fields_end = cut + 5 + _u32(buf, cut + 1)[0]
-            else:
-                raise _Irregular
-            if pairs % 2:
-                raise _Irregular
-            fields, pos = _read_pairs(buf, fields_at, pairs // 2)
-            if pos != fields_end:
-                raise _Irregular
-            code = buf[pos]  # permtoken
-            if code == 0x40:
-                token: str | None = None
-                pos += 1
-            elif code == 0xA1 and buf[pos + 1]:
-                cut = pos + 2 + buf[pos + 1]
-                token = buf[pos + 2 : cut].decode("utf-8")
-                pos = cut
-            else:
-                raise _Irregular
-            if pos != stop:
-                raise _Irregular
+                ptype, stamp, source, wire, bits, topic, fields, token, pos = _read_entry(
+                    buf, pos)
             pubs.append(decoded_publication(
                 topic, source, unwrap(source, wire, bits), ptype, fields,
                 None if first is None else first + i, token, stamp, again))
-            items.append(buf[start:stop])
+            if entries:
+                items.append(buf[start:pos])
         if pos != end:
             raise _Irregular
     except Exception:  # _Irregular, Unsupported, bytes cut short, a value refused...
@@ -160,3 +129,75 @@ def read_publications(
         return None
     unwrapper.commit()
     return pubs, items
+
+
+def _read_entry(buf: bytes, pos: int) -> tuple[Any, ...]:
+    """The regular publication entry at ``pos``, step by step: (ptype, timestamp, source,
+    wire number, bits, topic, fields, permtoken, the position after it); raises when it is
+    not one."""
+    if buf[pos] == 0xC0 and buf[pos + 2] == 8:  # list8 of 8 (list32 when large)
+        stop = pos + 2 + buf[pos + 1]
+        pos += 3
+    elif buf[pos] == 0xD0 and _u32(buf, pos + 5)[0] == 8:
+        stop = pos + 5 + _u32(buf, pos + 1)[0]
+        pos += 9
+    else:
+        raise _Irregular
+    if buf[pos] != 0xA1:  # ptype
+        raise _Irregular
+    cut = pos + 2 + buf[pos + 1]
+    ptype = PTYPE_BY_NAME[buf[pos + 2 : cut].decode("utf-8")]
+    code = buf[cut]  # timestamp
+    if code == 0x82:
+        stamp: float | None = _double_at(buf, cut + 1)[0]
+        pos = cut + 9
+    elif code == 0x40:
+        stamp, pos = None, cut + 1
+    else:
+        raise _Irregular
+    if buf[pos] != 0xA1 or not buf[pos + 1]:  # source: a non-empty string
+        raise _Irregular
+    cut = pos + 2 + buf[pos + 1]
+    source = buf[pos + 2 : cut].decode("utf-8")
+    code = buf[cut]  # wire number
+    if code == 0x80:
+        wire = _ulong_at(buf, cut + 1)[0]
+        pos = cut + 9
+    elif code == 0x53:
+        wire, pos = buf[cut + 1], cut + 2
+    else:
+        raise _Irregular
+    bits = buf[pos + 1]  # smalllong: a width of 2..64 is positive
+    if buf[pos] != 0x55 or not 2 <= bits <= 64:
+        raise _Irregular
+    pos += 2
+    if buf[pos] != 0xA1 or not buf[pos + 1]:  # topic: a non-empty string
+        raise _Irregular
+    cut = pos + 2 + buf[pos + 1]
+    topic = buf[pos + 2 : cut].decode("utf-8")
+    code = buf[cut]  # fields: a map8 (map32 when large)
+    if code == 0xC1:
+        pairs, fields_at, fields_end = buf[cut + 2], cut + 3, cut + 2 + buf[cut + 1]
+    elif code == 0xD1:
+        pairs, fields_at = _u32(buf, cut + 5)[0], cut + 9
+        fields_end = cut + 5 + _u32(buf, cut + 1)[0]
+    else:
+        raise _Irregular
+    if pairs % 2:
+        raise _Irregular
+    fields, pos = _read_pairs(buf, fields_at, pairs // 2)
+    if pos != fields_end:
+        raise _Irregular
+    code = buf[pos]  # permtoken
+    if code == 0x40:
+        token: str | None = None
+        pos += 1
+    elif code == 0xA1 and buf[pos + 1]:
+        cut = pos + 2 + buf[pos + 1]
+        token = buf[pos + 2 : cut].decode("utf-8")
+        pos = cut
+    else:
+        raise _Irregular
+    if pos != stop:
+        raise _Irregular
+    return ptype, stamp, source, wire, bits, topic, fields, token, pos
