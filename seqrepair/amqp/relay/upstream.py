@@ -19,7 +19,7 @@ the same order.
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from seqrepair.amqp.client.subscriber import Subscriber
@@ -129,7 +129,7 @@ class UpstreamSubscriber(Subscriber):
         if not isinstance(self.decoder, _KeepingEntries):  # a new stub: a new decoder
             self.decoder = _KeepingEntries(self.decoder, self._kept)  # type: ignore[assignment]
 
-    def _take(self, frames: list[object], now: float) -> None:
+    def _take(self, frames: Sequence[object], now: float) -> None:
         on_run = self.on_run
         decoder = self.decoder
         if on_run is None or self.on_event is not None or not isinstance(
