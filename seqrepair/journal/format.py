@@ -20,7 +20,11 @@ Redis (per source; ``{<source>}`` is a Cluster hash tag, so one source's keys sh
 ``seqrepair:{<source>}:meta``
     A hash: ``high_water`` (last absolute number held), ``bits``, ``trimmed_through`` (last
     absolute number removed by retention, 0 when nothing was trimmed), ``trimmed_at``
-    (optional, ``repr()`` of the float time of the last trim).
+    (optional, ``repr()`` of the float time of the last trim), ``brought_by`` (optional: the
+    principal a component took the source's first journaled publications from, written by the
+    same append script, once; the component counts a principal's new sources from it across
+    restarts. Absent on a source journaled by a publisher or relay, or before it was recorded:
+    counted as nobody's. Retention never removes it: a trimmed source is still journaled).
 
 ``seqrepair:sources``
     A set of every source name journaled.
@@ -84,6 +88,7 @@ META_HIGH_WATER = "high_water"
 META_BITS = "bits"
 META_TRIMMED_THROUGH = "trimmed_through"
 META_TRIMMED_AT = "trimmed_at"
+META_BROUGHT_BY = "brought_by"
 
 _decode_json = json.JSONDecoder().decode
 

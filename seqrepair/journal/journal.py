@@ -34,6 +34,7 @@ from seqrepair.journal.errors import (
 from seqrepair.journal.format import (
     MAX_JOURNAL_SEQ,
     META_BITS,
+    META_BROUGHT_BY,
     META_HIGH_WATER,
     META_TRIMMED_AT,
     META_TRIMMED_THROUGH,
@@ -204,7 +205,7 @@ class Journal:
 
     def append(
         self, publications: Sequence[Publication], bits: int, *, not_selected: str | None = None,
-        before: tuple[int, str] | None = None,
+        before: tuple[int, str] | None = None, brought_by: str | None = None,
     ) -> int:
         """Journal one contiguous batch of one source atomically; return the new high-water.
 
@@ -218,11 +219,16 @@ class Journal:
         atomic step. ``before`` (with ``not_selected``): ``(number, selection)``, the skipped
         numbers through ``number`` are journaled under ``selection`` instead (a relay's numbers
         published before it subscribed: :data:`~seqrepair.journal.selection.BEFORE_SUBSCRIPTION`).
+        ``brought_by`` (a component's append of a principal's publications): when this is the
+        source's first journaling, the principal is recorded as the one that brought it
+        (``brought_by`` in its meta hash, in the same atomic step: :meth:`brought_by`).
         """
         source, envelope = self.prepare_append(publications, bits, not_selected=not_selected)
         args: list[str | bytes] = [source, str(bits), envelope, not_selected or ""]
         if before is not None and not_selected:
             args += [str(before[0]), before[1]]
+        if brought_by:
+            args += [""] * (6 - len(args)) + [brought_by]
         with map_redis_errors("append", source):
             reply = self._append(keys=[stream_key(source), meta_key(source)], args=args)
         return self.append_result(publications, bits, reply)
@@ -319,6 +325,19 @@ class Journal:
         with map_redis_errors("sources"):
             members: set[bytes] = self.client.smembers(SOURCES_KEY)  # type: ignore[assignment]
         return sorted(m.decode() if isinstance(m, bytes) else str(m) for m in members)
+
+    def brought_by(self, sources: Sequence[str]) -> dict[str, str]:
+        """``{source: principal}`` for those of ``sources`` a component recorded the principal
+        that first journaled them (``append(brought_by=...)``), in one round trip; a source
+        journaled otherwise (by a publisher, a relay, or before it was recorded) is absent."""
+        if not sources:
+            return {}
+        with map_redis_errors("brought_by"), self.client.pipeline(transaction=False) as pipe:
+            for source in sources:
+                pipe.hget(meta_key(check_source(source)), META_BROUGHT_BY)
+            values = pipe.execute()
+        return {source: v.decode() if isinstance(v, bytes) else str(v)
+                for source, v in zip(sources, values, strict=True) if v is not None}
 
     def high_water(self, source: str) -> int:
         """The last absolute number the journal holds for ``source`` (0 when none)."""

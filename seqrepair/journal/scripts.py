@@ -91,6 +91,11 @@ for i = 1, #batch do
   end
 end
 local last = batch[#batch][1]
+-- ARGV[7], when given and not empty: the principal a component took this batch from; the
+-- source's first journaling records it (the allowance of new sources it counts against)
+if hw == 0 and ARGV[7] and ARGV[7] ~= '' then
+  redis.call('HSETNX', KEYS[2], 'brought_by', ARGV[7])
+end
 redis.call('HSET', KEYS[2], 'high_water', last, 'bits', ARGV[2])
 redis.call('HSETNX', KEYS[2], 'trimmed_through', '0')
 redis.call('PUBLISH', 'CHANNEL', last .. ' ' .. source)

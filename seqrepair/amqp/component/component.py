@@ -215,9 +215,15 @@ class Component(MessagingHandler):
             views=self.source_views, policy=self.subscriptions.policy,
             journaled=self._journal_holds,
             stats=self.stats, max_sources=config.max_sources,
-            max_sources_per_principal=config.max_sources_per_principal)
+            max_sources_per_principal=config.max_sources_per_principal,
+            brought_by=self._journal_brought_by())
 
     # --- helpers ------------------------------------------------------------------------
+
+    def _journal_brought_by(self) -> dict[str, str]:
+        """Per journaled source, the principal that brought it (earlier runs' counts)."""
+        read = getattr(self.ingest.journal, "brought_by", None)
+        return read() if read is not None else {}
 
     def _journal_holds(self, source: str) -> bool:
         """Whether the journal holds anything of ``source`` (asked of a new source a limit

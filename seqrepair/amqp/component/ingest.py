@@ -286,6 +286,14 @@ class Ingest:
         principal = str(getattr(receiver, "principal", ""))
         self._counting = (principal, limits.check(principal, pubs, new, len(kept)))
 
+    def _brought_by(self) -> dict[str, str]:
+        """The new sources of the message being taken, each with the principal it counts
+        against (recorded by the journal with its first journaling)."""
+        counting = self._counting
+        if counting is None or not counting[0] or not counting[1]:
+            return {}
+        return dict.fromkeys(counting[1], counting[0])
+
     def _count_new_sources(self) -> None:
         """The new sources of the message just taken that are now kept count as its
         principal's (a message journaled part-way counts what it kept)."""
@@ -441,7 +449,11 @@ class Ingest:
         if not fresh:
             return
         try:
-            self.journal.append(fresh, numbered)  # journal before fan-out
+            brought = self._brought_by()
+            if brought:  # a first journaling records its principal (sourcelimits.py)
+                self.journal.append(fresh, numbered, brought_by=brought)
+            else:
+                self.journal.append(fresh, numbered)  # journal before fan-out
         except BaseException as exc:
             if isinstance(exc, NotJournaledError) and exc.source and (
                 not exc.untouched or isinstance(exc, StaleNumberingError)

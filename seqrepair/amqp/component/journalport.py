@@ -40,13 +40,19 @@ class JournalPort(Protocol):
     """The journal as the component sees it. Absolute source numbers throughout."""
 
     def append(
-        self, publications: Sequence[Publication], numbered: Collection[str] = ()
+        self, publications: Sequence[Publication], numbered: Collection[str] = (),
+        brought_by: Mapping[str, str] | None = None,
     ) -> None:
         """Store ``publications`` durably; ones already held (same source and number) are
         skipped, so a publisher that journaled first and the component never duplicate,
         except for the sources the component ``numbered``: one of those the journal holds
         raises :class:`StaleNumberingError`. Sources go one by one: after a failure,
-        :meth:`journaled` tells what was taken."""
+        :meth:`journaled` tells what was taken. ``brought_by``: per new source, the principal
+        its first journaling records (:meth:`brought_by`)."""
+
+    def brought_by(self) -> dict[str, str]:
+        """Per journaled source, the principal its first journaling recorded (none for one
+        journaled otherwise)."""
 
     def high_waters(self) -> dict[str, int]:
         """The last number held per source."""
@@ -201,7 +207,8 @@ class RedisJournalPort:
         return cls(Journal.from_url(url))
 
     def append(
-        self, publications: Sequence[Publication], numbered: Collection[str] = ()
+        self, publications: Sequence[Publication], numbered: Collection[str] = (),
+        brought_by: Mapping[str, str] | None = None,
     ) -> None:
         """Append, per source, the part of ``publications`` the journal does not hold yet.
 
@@ -226,7 +233,8 @@ class RedisJournalPort:
         for source, pubs in runs.items():
             before = self._writes
             try:
-                self._append_run(source, pubs, stale_if_held=source in numbered)
+                self._append_run(source, pubs, stale_if_held=source in numbered,
+                                 brought_by=(brought_by or {}).get(source))
             except SequenceConflictError as exc:  # numbered here: what the journal holds differs
                 self._hw.pop(source, None)  # past what went out: read again, then fan out
                 raise StaleNumberingError(
@@ -244,7 +252,8 @@ class RedisJournalPort:
                     source=source, untouched=self._writes == writes, got=pubs[0].source_seq,
                 ) from exc
 
-    def _append_run(self, source: str, pubs: list[Publication], *, stale_if_held: bool) -> None:
+    def _append_run(self, source: str, pubs: list[Publication], *, stale_if_held: bool,
+                    brought_by: str | None = None) -> None:
         """Append the part of one source's ``pubs`` the journal does not hold yet; with
         ``stale_if_held`` (the component numbered them), a number it holds raises
         :class:`~seqrepair.journal.errors.SequenceConflictError` and nothing is written."""
@@ -262,7 +271,8 @@ class RedisJournalPort:
                     got=pubs[0].source_seq,
                 )
             self._writes += 1
-            self._hw[source] = self.journal.append(pubs, bits)  # type: ignore[attr-defined]
+            self._hw[source] = self.journal.append(  # type: ignore[attr-defined]
+                pubs, bits, **({"brought_by": brought_by} if brought_by else {}))
             return  # a conflict: the journal wrote nothing of it (append raises)
         fresh = [p for p in pubs if p.source_seq > held]
         if fresh and source in self._ahead:
@@ -293,7 +303,8 @@ class RedisJournalPort:
                         if self._lost_any:
                             self._lost_done.add(source)
                 else:
-                    self._hw[source] = self.journal.append(fresh, bits)  # type: ignore[attr-defined]
+                    self._hw[source] = self.journal.append(  # type: ignore[attr-defined]
+                        fresh, bits, **({"brought_by": brought_by} if brought_by else {}))
                 self._ahead.discard(source)
                 break
             except SequenceConflictError:
@@ -443,6 +454,14 @@ class RedisJournalPort:
                 ) from exc
             return pubs, start
         return [], last + 1
+
+    def brought_by(self) -> dict[str, str]:
+        """Per journaled source, the principal its first journaling recorded (read at start:
+        the new sources each principal brought, across restarts)."""
+        read = getattr(self.journal, "brought_by", None)
+        if read is None:
+            return {}
+        return dict(read(self.journal.sources()))  # type: ignore[attr-defined]
 
     def high_waters(self) -> dict[str, int]:
         """The last number held per journaled source. Learns their bit widths too (into

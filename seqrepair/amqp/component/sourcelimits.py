@@ -6,12 +6,22 @@ numbering, who may learn of it: :mod:`.sourceviews`), and a publisher names its 
 that invents a new name per publication would grow that without bound. So a publication of a
 source the component does not keep yet is refused (:class:`~.admission.LimitExceededError`,
 ``amqp:resource-limit-exceeded``; nothing of its message is numbered or journaled) when its
-principal already brought ``--max-sources-per-principal`` new sources since the component
-started, or when the component keeps ``--max-sources`` sources in all (those the journal held
+principal already brought ``--max-sources-per-principal`` new sources (across restarts,
+below), or when the component keeps ``--max-sources`` sources in all (those the journal held
 at its start included). A source the component keeps is never refused, however many there are;
 nor is one the journal holds (asked only when a limit would refuse it): an honest publisher's
 sources go on whatever another publisher does, and a new one is refused only to a principal
 over its own limit, or when the component is full.
+
+A principal's new sources are counted across restarts: the first journaling of a source
+taken from a publishing link records its principal in the source's journal meta hash
+(``brought_by``, in the same atomic append script: a crash cannot journal the source without
+it), and a starting component counts them (:meth:`.RedisJournalPort.brought_by`). Else one
+principal brought ``--max-sources-per-principal`` more on every run, and after a few restarts
+the journal's sources filled ``--max-sources`` and no principal could bring one. A source
+journaled otherwise (a publisher's own journal, a relay, a journal written before this) is
+nobody's. The journal never forgets a source (retention trims its publications, not the
+source): a source once brought stays counted, as it stays among the ``--max-sources``.
 
 Who may learn of a source is decided on one topic per class of the access policy
 (:mod:`.sourceviews`). A class is never dropped (that hid a source from a principal entitled
@@ -32,7 +42,7 @@ come.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 from seqrepair.amqp.component.admission import LimitExceededError
 from seqrepair.amqp.component.sourceviews import (
@@ -63,7 +73,8 @@ class SourceLimits:
     def __init__(self, *, views: SourceViews, policy: Callable[[], Policy],
                  journaled: Callable[[str], bool], stats: dict[str, int],
                  max_sources: int = MAX_SOURCES,
-                 max_sources_per_principal: int = MAX_SOURCES_PER_PRINCIPAL) -> None:
+                 max_sources_per_principal: int = MAX_SOURCES_PER_PRINCIPAL,
+                 brought_by: Mapping[str, str] | None = None) -> None:
         self.views = views
         self.policy = policy
         self.journaled = journaled
@@ -71,14 +82,17 @@ class SourceLimits:
         self.stats = stats
         self.max_sources = max_sources
         self.max_sources_per_principal = max_sources_per_principal
-        self._brought: Counter[str] = Counter()  # new sources per principal, since the start
+        # new sources per principal: those the journal recorded it brought (across restarts),
+        # and those it brought since, counted when kept
+        self._brought: Counter[str] = Counter((brought_by or {}).values())
         self._classes_brought: Counter[str] = Counter()  # new classes per principal
         self._unknown: tuple[str, set[Class]] | None = None  # those of the message checked
         for key in SOURCE_STATS:
             stats.setdefault(key, 0)
 
     def brought(self, principal: str) -> int:
-        """New sources ``principal`` brought since the component started."""
+        """New sources ``principal`` brought: those the journal recorded as its (its
+        sources' first journalings, of earlier runs) and those it brought since the start."""
         return self._brought[principal]
 
     def check(self, principal: str, pubs: Sequence[Publication], new: Collection[str],
