@@ -3,21 +3,38 @@
 principal that brought it (``brought_by`` in the source's meta hash, written by the append
 script). Before, the count started from zero on every start: one principal brought
 ``--max-sources-per-principal`` more on each run, and a few restarts filled ``--max-sources``
-for every principal. Over a real ``seqrepair serve`` and redis-server."""
+for every principal. And the topics kept to class a source again after a policy reload
+(:mod:`seqrepair.amqp.component.sourceviews`) are shared per principal that brought the
+source: one budget for all let a publisher of long topics leave every later source none.
+Over a real ``seqrepair serve`` and redis-server."""
 
 from __future__ import annotations
 
+import os
+import signal
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from proton import symbol
+from proton.utils import BlockingConnection
 
+from seqrepair.amqp.component.sourceviews import (
+    MAX_KEPT_CHARS,
+    MAX_KEPT_CHARS_PER_PRINCIPAL,
+    MAX_TOPICS_PER_SOURCE,
+    SourceViews,
+)
+from seqrepair.core.limits import MAX_TOPIC_BYTES
 from seqrepair.core.messages import Publication
+from seqrepair.core.policy import Policy
 from seqrepair.journal.journal import Journal
 
-from .conftest import ComponentProcess
-from .principals import MISSING, serve_args
+from .conftest import ComponentProcess, wait_for
+from .principals import MISSING, amqp_identity, serve_args
 from .test_source_limits import ALICE, LIMITS_POLICY, MALLORY, RESOURCE, Sender
+from .test_source_limits_hostile import _send
 
 pytestmark = [pytest.mark.amqp, pytest.mark.redis]
 
@@ -65,3 +82,93 @@ def test_a_principals_new_sources_count_across_restarts(
     assert journal.brought_by(["made.0", "feed.0"]) == {"made.0": MALLORY, "feed.0": ALICE}
     comp.stop()
     assert comp.stop_counters()["sources_refused"] == 2
+
+
+TOPIC_CHARS = MAX_TOPIC_BYTES
+"""Characters of each of mallory's topics: the longest the component takes (1 KiB), so 64
+sources of 256 make MAX_KEPT_CHARS exactly."""
+KEPT_AFTER = """
+[[allow]]
+actors = ["*@example.com"]
+operations = ["publish"]
+topics = ["/weather/#"]
+
+[[allow]]
+actors = ["alice@example.com"]
+operations = ["subscribe"]
+topics = ["/weather/alice/#"]
+"""
+
+
+def _long_topic(source: int, n: int) -> str:
+    head = f"/weather/m/{source}/{n}/"
+    return head + "x" * (TOPIC_CHARS - len(head))
+
+
+@pytest.mark.skipif(MISSING is not None, reason=f"AMQP principals: {MISSING}")
+def test_a_publisher_of_long_topics_cannot_use_up_the_topics_others_keep_for_a_reload(
+    component: Callable[..., ComponentProcess], tmp_path: Path,
+) -> None:
+    """mallory publishes more than MAX_KEPT_CHARS of distinct long topics (all of one class);
+    then alice's feed.alice publishes a topic of that class, and a reload entitles alice only
+    to /weather/alice/#. feed.alice must be shown to her: classed again on its own topic. With
+    one budget for every principal, mallory had used it up, feed.alice kept no topic, and was
+    hidden after the reload (until its next publication)."""
+    sources = MAX_KEPT_CHARS // (TOPIC_CHARS * MAX_TOPICS_PER_SOURCE) + 1
+    policy = tmp_path / "policy.toml"
+    policy.write_text(LIMITS_POLICY)
+    comp = component("--heartbeat", "0.5", *serve_args(tmp_path, ALICE, MALLORY),
+                     "--policy", str(policy))
+    conn = BlockingConnection(comp.url, timeout=60, **amqp_identity(MALLORY))
+    try:
+        sender = conn.create_sender("/weather/#")
+        for s in range(sources):
+            for first in range(1, MAX_TOPICS_PER_SOURCE + 1, 64):
+                pubs = [Publication(_long_topic(s, n), f"long.{s}", n, fields={})
+                        for n in range(first, first + 64)]
+                assert _send(sender, pubs) is None
+    finally:
+        conn.close()
+    alice = Sender(comp.url, ALICE, "/weather/#")
+    try:
+        assert alice.send("feed.alice", "/weather/alice/1") is None
+    finally:
+        alice.close()
+    policy.write_text(KEPT_AFTER)
+    assert comp.proc is not None
+    os.kill(comp.proc.pid, signal.SIGHUP)
+    assert wait_for(lambda: "access policy reloaded" in comp.log_text(), 10)
+    conn = BlockingConnection(comp.url, timeout=60, **amqp_identity(ALICE))
+    try:
+        receiver = conn.create_receiver("/weather/alice/#", name=f"views-{uuid.uuid4().hex}")
+        props = dict(receiver.link.remote_properties or {})
+        shown = {str(k) for k in props[symbol("seqrepair-start-after")]}
+    finally:
+        conn.close()
+    assert "feed.alice" in shown  # failed before: mallory's topics had used up the budget
+    assert not any(s.startswith("long.") for s in shown)
+
+
+def test_the_topics_kept_for_a_reload_are_shared_per_principal() -> None:
+    """Without processes: a principal's sources keep topics up to its share; another's, and
+    sources nobody brought (the journal's, a relay's), keep theirs."""
+    policy = Policy.from_json({"allow": [{"actors": ["*"], "operations": ["subscribe"],
+                                          "topics": ["/w/#"]}]})
+    views = SourceViews()
+    owners = {"m.0": MALLORY, "m.1": MALLORY, "a.0": ALICE}
+    views.owner = lambda source: owners.get(source, "")
+    per_source = MAX_TOPICS_PER_SOURCE * MAX_TOPIC_BYTES
+    made = 0
+    for s in range(MAX_KEPT_CHARS_PER_PRINCIPAL // per_source + 1):
+        owners[f"m.{s}"] = MALLORY
+        for n in range(MAX_TOPICS_PER_SOURCE):
+            views.learn(policy, f"m.{s}", _long_topic(s, n).replace("/weather/", "/w/"))
+            made += MAX_TOPIC_BYTES
+    assert made > MAX_KEPT_CHARS_PER_PRINCIPAL
+    kept = sum(len(t) for source, topics in views._kept.items() if source.startswith("m.")
+               for t in topics)
+    assert MAX_KEPT_CHARS_PER_PRINCIPAL - MAX_TOPIC_BYTES < kept <= MAX_KEPT_CHARS_PER_PRINCIPAL
+    views.learn(policy, "a.0", "/w/alice")
+    views.learn(policy, "journaled", "/w/j")
+    assert "/w/alice" in views._kept["a.0"]
+    assert "/w/j" in views._kept["journaled"]

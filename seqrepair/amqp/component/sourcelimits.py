@@ -85,6 +85,11 @@ class SourceLimits:
         # new sources per principal: those the journal recorded it brought (across restarts),
         # and those it brought since, counted when kept
         self._brought: Counter[str] = Counter((brought_by or {}).values())
+        # the principal that brought each source (bounded by the sources kept): the kept
+        # topics of its sources are charged to it (SourceViews.owner)
+        self._owners: dict[str, str] = dict(brought_by or {})
+        self._pending: tuple[str, Collection[str]] = ("", ())  # the message being taken's
+        views.owner = self.owner_of
         self._classes_brought: Counter[str] = Counter()  # new classes per principal
         self._unknown: tuple[str, set[Class]] | None = None  # those of the message checked
         for key in SOURCE_STATS:
@@ -95,6 +100,15 @@ class SourceLimits:
         sources' first journalings, of earlier runs) and those it brought since the start."""
         return self._brought[principal]
 
+    def owner_of(self, source: str) -> str:
+        """The principal that brought ``source`` ("" for nobody: journaled otherwise), the
+        message being taken's new sources included."""
+        owner = self._owners.get(source)
+        if owner is not None:
+            return owner
+        principal, fresh = self._pending
+        return principal if source in fresh else ""
+
     def check(self, principal: str, pubs: Sequence[Publication], new: Collection[str],
               kept: int) -> set[str]:
         """The publications of one message of ``principal``, of which the sources ``new``
@@ -102,19 +116,24 @@ class SourceLimits:
         when keeping them would pass a limit; else the sources to count as ``principal``'s
         (:meth:`took`) once kept."""
         self._unknown = None
+        self._pending = ("", ())
         fresh = self._check_sources(principal, set(new), kept) if new else set()
         policy = self.policy()
         if not policy.permissive:
             unknown = self._check_classes(principal, policy, pubs)
             if unknown:
                 self._unknown = (principal, unknown)
+        self._pending = (principal, fresh)
         return fresh
 
     def took(self, principal: str, sources: Collection[str]) -> None:
         """``sources``, new, are now kept: counted as ``principal``'s; so are the classes no
         source had published that the message last checked brought (those now learnt)."""
+        self._pending = ("", ())
         if sources:
             self._brought[principal] += len(sources)
+            if principal:
+                self._owners.update(dict.fromkeys(sources, principal))
         unknown, self._unknown = self._unknown, None
         if unknown is not None and unknown[0] == principal:
             learnt = sum(1 for cls in unknown[1] if not self.views.is_new(cls))

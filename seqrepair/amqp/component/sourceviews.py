@@ -21,17 +21,21 @@ are learnt whatever their class: never hiding beats the bound there.
 
 A reload of the policy makes other classes: the topics kept (the first
 :data:`MAX_TOPICS_PER_SOURCE` of each source while all sources' kept topics stay under
-:data:`MAX_KEPT_CHARS`, and the topic kept for a class of the old policy when this source
-published it) are classed again under the new one. Never another source's topic: two topics
-of one old class may fall in classes the new policy decides apart, and a source classed on
-another's topic was shown to a principal entitled to none of its own. A topic of a new class
-that was in neither is learnt again when it is next published (a source replay's scan,
-:func:`.authz.reveal_named_sources`, shows a source meanwhile).
+:data:`MAX_KEPT_CHARS`, and those of the sources one principal brought under
+:data:`MAX_KEPT_CHARS_PER_PRINCIPAL`: else a publisher of long topics used up the budget and
+every later source of every other principal kept none of its own; and the topic kept for a
+class of the old policy when this source published it) are classed again under the new one.
+Never another source's topic: two topics of one old class may fall in classes the new policy
+decides apart, and a source classed on another's topic was shown to a principal entitled to
+none of its own. A topic of a new class that was in neither is learnt again when it is next
+published (a source replay's scan, :func:`.authz.reveal_named_sources`, shows a source
+meanwhile).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Callable, Iterable
 
 from seqrepair.core.policy import Effect, Operation, Policy, covers
 from seqrepair.core.topics import TopicPattern
@@ -41,6 +45,10 @@ MAX_TOPICS_PER_SOURCE = 256
 MAX_KEPT_CHARS = 16 << 20
 """Characters of the topics kept to class again, all sources together (at most 16 Mi: a
 publisher of many sources of long topics cannot make the component hold 256 of each)."""
+MAX_KEPT_CHARS_PER_PRINCIPAL = MAX_KEPT_CHARS // 16
+"""Characters of the topics kept to class again of the sources one principal brought (1 Mi,
+a sixteenth of :data:`MAX_KEPT_CHARS`). Sources nobody brought (the journal's own, a relay's
+feed: trusted writers) share :data:`MAX_KEPT_CHARS` only."""
 MAX_CLASSES_PER_SOURCE = 256
 """Classes a source's topics may make: far more than a policy makes of one source's topics;
 a publication of a topic of another is refused (:mod:`.sourcelimits`)."""
@@ -53,6 +61,10 @@ keys are topics a publisher chose, up to 1 KiB each: 4096 is at most about 5 MiB
 about 80 MiB a publisher of distinct long topics could make the component hold)."""
 
 Class = frozenset[int]
+
+
+def _nobody(source: str) -> str:
+    return ""
 
 
 def deciding_patterns(policy: Policy) -> tuple[TopicPattern, ...]:
@@ -75,6 +87,9 @@ class SourceViews:
         self._classed: dict[str, Class] = {}
         self._kept: dict[str, set[str]] = {}
         self._kept_chars = 0
+        self._chars_of: Counter[str] = Counter()  # of those, per principal that brought them
+        self.owner: Callable[[str], str] = _nobody
+        """The principal that brought a source ("" for nobody: :mod:`.sourcelimits`)."""
         self._classes: dict[str, set[Class]] = {}
         self._topic_of: dict[Class, str] = {}  # one topic of each class, for every source
         self._owner_of: dict[Class, str] = {}  # the source that published that topic
@@ -101,8 +116,12 @@ class SourceViews:
             return  # classed when it was kept
         if (len(kept) < MAX_TOPICS_PER_SOURCE and topic not in kept
                 and self._kept_chars + len(topic) <= MAX_KEPT_CHARS):
-            kept.add(topic)
-            self._kept_chars += len(topic)
+            owner = self.owner(source)
+            if not owner or self._chars_of[owner] + len(topic) <= MAX_KEPT_CHARS_PER_PRINCIPAL:
+                kept.add(topic)
+                self._kept_chars += len(topic)
+                if owner:
+                    self._chars_of[owner] += len(topic)
         self._class_in(policy, source, topic)
 
     def new_classes(self, policy: Policy, source: str, topics: Iterable[str]) -> set[Class]:
@@ -162,5 +181,6 @@ class SourceViews:
                 self._class_in(policy, source, topic)
 
 
-__all__ = ["MAX_CLASSES", "MAX_CLASSES_PER_SOURCE", "MAX_KEPT_CHARS", "MAX_TOPICS_PER_SOURCE",
-           "SourceViews", "deciding_patterns"]
+__all__ = ["MAX_CLASSES", "MAX_CLASSES_PER_SOURCE", "MAX_KEPT_CHARS",
+           "MAX_KEPT_CHARS_PER_PRINCIPAL", "MAX_TOPICS_PER_SOURCE", "SourceViews",
+           "deciding_patterns"]
