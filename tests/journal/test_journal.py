@@ -198,3 +198,18 @@ def test_redis_error_replies_are_typed(journal: Journal, redis_client: redis.Red
     redis_client.set(stream_key("feed.a"), "not a stream")
     with pytest.raises(JournalResponseError):
         journal.append(stamp(1), 16)
+
+
+def test_the_first_journaling_records_the_principal_that_brought_the_source(
+    journal: Journal,
+) -> None:
+    def pub(source: str, seq: int) -> Publication:
+        return Publication("/t", source, seq, fields={"n": seq})
+
+    journal.append([pub("owned", 1)], 16, brought_by="alice")
+    journal.append([pub("owned", 2)], 16, brought_by="mallory")  # not the first: kept alice
+    journal.append([pub("plain", 1)], 16)  # a publisher's own journal: nobody's
+    journal.append([pub("plain", 2)], 16, brought_by="mallory")  # not its first journaling
+    assert journal.brought_by(["owned", "plain", "none"]) == {"owned": "alice"}
+    assert journal.high_water("owned") == 2
+    assert journal.brought_by([]) == {}
