@@ -445,8 +445,10 @@ class ResponseRoute:
 
     def _replay_room(self, stream: _Stream) -> int:
         """Bytes of journaled entries a chunk of ``stream`` may take past ``max_batch`` of
-        them (see :data:`REPLAY_CHUNK_BYTES`); 0: none."""
-        if not stream.replay or not self.batch or self.sender is None:
+        them (see :data:`REPLAY_CHUNK_BYTES`); 0: none. Never on a route answering annotated
+        requests (``target``: a gateway's responses link): its receiver passes each transfer
+        on as it came to subscribers whose limits it does not advertise."""
+        if not stream.replay or not self.batch or self.sender is None or self.target is not None:
             return 0
         taken = getattr(self.sender, "remote_max_message_size", None)
         if type(taken) is not int or 0 < taken < REPLAY_CHUNK_MIN_TAKEN:

@@ -28,14 +28,18 @@ from seqrepair.amqp.wire.vocabulary import PROP_EPOCH, PROP_PATH
 
 
 class LinkProperties(LinkOption):
-    """Attach a link with these link properties (none when empty)."""
+    """Attach a link with these link properties (none when empty) and ``max_message_size``
+    advertised (0: any size)."""
 
-    def __init__(self, props: Any) -> None:
+    def __init__(self, props: Any, max_message_size: int = 0) -> None:
         self.props = props
+        self.max_message_size = max_message_size
 
     def apply(self, link: Any) -> None:
         if self.props:
             link.properties = self.props
+        if self.max_message_size:
+            link.max_message_size = self.max_message_size
 
 
 class HoldingEndpoints(EndpointStateHandler):
@@ -57,9 +61,13 @@ def perform(gateway: Any, actions: list[Action]) -> None:
     for action in actions:
         relay = action.relay
         if isinstance(action, AttachUpstream):
+            # what the subscriber takes, not any size: the component sizes what it sends by it
+            # (a source replay's larger transfers go only to a receiver of 16 MiB or more),
+            # and the gateway passes each transfer on as it came
+            taken = relay.downstream.remote_max_message_size if relay.downstream else 0
             receiver = gateway._container.create_receiver(
                 gateway._upstream, relay.address, name=action.name,
-                options=LinkProperties(action.properties),
+                options=LinkProperties(action.properties, int(taken or 0)),
             )
             receiver.seqrepair_relay = relay
             relay.upstream = receiver
