@@ -167,3 +167,36 @@ def test_layouts_learnt_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     assert _check(data, fast, usual)
     assert len(entrylayout._layouts) == 1
     assert _layouts_used(data) == len(alike)
+
+
+def test_the_memory_layouts_hold_is_bounded_whatever_the_entries(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Entries of 2,000 fields each, 40 layouts seen twice: what the caches keep stays small
+    (a layout kept each field's marks, name and code: ~1.6 MB for a 20 KB entry, so a peer
+    sending MAX_LAYOUTS such layouts twice made a subscriber hold gigabytes); an entry of
+    more than MAX_LAYOUT_FIELDS fields is read step by step, to the same values."""
+    import tracemalloc
+
+    monkeypatch.setattr(entrylayout, "_layouts", {})
+    monkeypatch.setattr(entrylayout, "_seen", set())
+    entries = []
+    for layout in range(40):
+        fields = {f"k{layout:02d}.{i:05d}": None for i in range(2_000)}
+        entries.append(encode_entry(Publication("/t", "s", 1, fields=fields), lambda _s: 16))
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for entry in entries:
+            for _ in range(2):
+                layout = layout_at(entry, 0)
+                if layout is not None:
+                    assert layout.read(entry, 0) is not None
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert held < 4 << 20, held
+    wide = [Publication("/t", "s", i, fields={f"f{j}": j for j in range(
+        entrylayout.MAX_LAYOUT_FIELDS + 1)}) for i in range(1, 80)]
+    fast, usual = Decoder(link_bits=16), Decoder(link_bits=16)
+    assert _check(encode_frames(wide, 16).encode(), fast, usual)

@@ -32,6 +32,11 @@ _NUMBERS = {  # type code -> struct format of its value (rawamqp's _fixed)
 _CONSTANTS = {0x40: "None", 0x41: "True", 0x42: "False", 0x43: "0", 0x44: "0"}
 MAX_LAYOUTS = 256
 """Layouts kept (and layouts seen once, apart); past it they are forgotten and learnt again."""
+MAX_LAYOUT_FIELDS = 32
+"""Most fields of an entry a layout covers; an entry with more is read step by step. A
+layout keeps a mark, a code and the name of each field, its format and compiled function
+grow with them (~800 bytes a field): unbounded, MAX_LAYOUTS layouts of entries of thousands
+of fields held gigabytes. Bounded, a layout holds some tens of kilobytes at most."""
 
 
 class _NoLayout(Exception):
@@ -202,7 +207,7 @@ def _describe(
         fields_end, items, pos = pos + 5 + _u32(buf, pos + 1)[0], _u32(buf, pos + 5)[0], pos + 9
     else:
         raise _NoLayout
-    if items % 2:
+    if items % 2 or items // 2 > MAX_LAYOUT_FIELDS:
         raise _NoLayout
     keys: list[str] = []
     pairs: list[str] = []
