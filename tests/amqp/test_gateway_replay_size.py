@@ -6,7 +6,9 @@ gateway attached its upstream data link advertising no limit (any size) whatever
 subscriber advertised, so the component sent it the larger transfers, which it passed on as
 they came: a subscriber taking at most 200,000 bytes, whose replay direct from the component
 comes in transfers of ``max_batch`` entries (about 120 KB here), was sent a transfer past its
-limit through the gateway, detached it ``amqp:link:message-size-exceeded`` and stopped.
+limit through the gateway, detached it ``amqp:link:message-size-exceeded`` and stopped. Its
+requests' answers come on the gateway's responses link (annotated requests), shared by all
+its subscribers, or on the subscriber's own upstream data link (rewritten ones).
 
 Real processes: redis-server, ``seqrepair serve``, ``seqrepair gateway`` and the client
 ``Subscriber`` over loopback.
@@ -31,13 +33,17 @@ N = 2_000
 TAKEN = 200_000  # bytes: under 256 KiB, over max_batch (256) of these entries
 
 
-@pytest.mark.parametrize("through_gateway", [False, True])
+@pytest.mark.parametrize("route", ["direct", "annotated", "rewritten"])
 def test_a_catch_up_comes_in_transfers_the_subscriber_takes(
-    component: Callable[..., ComponentProcess], tmp_path: Path, through_gateway: bool,
+    component: Callable[..., ComponentProcess], tmp_path: Path, route: str,
 ) -> None:
+    """``annotated``: the gateway's requests carry response annotations, the answers come on
+    its one responses link; ``rewritten`` (``gateway --rewrite``): on the subscriber's own
+    upstream data link."""
     comp = component()
-    with gateway_process(comp.url, tmp_path) as listen:
-        url = listen if through_gateway else comp.url
+    rewrite = ("--rewrite",) if route == "rewritten" else ()
+    with gateway_process(comp.url, tmp_path, ("--allow-anonymous", *rewrite)) as listen:
+        url = comp.url if route == "direct" else listen
         with Subscriber(url, "/sized/#", link_name="sized", max_message_size=TAKEN) as first:
             assert first.wait_connected(20)
             time.sleep(0.3)  # its position is stored on the attach
