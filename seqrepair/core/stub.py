@@ -378,6 +378,7 @@ class SubscriberStub(SourceRepairing, ImageResyncing):
         on the wire, naming the context the adapter is in): the newest frame of the current
         link context, resent while its window is full. Every number up to it was sent by this
         context, so a stale publication there still tells how far the window reaches."""
+        self._stats.tail_probes += 1
         self._tail_probe = True
         try:
             return self.receive(frame, now)
