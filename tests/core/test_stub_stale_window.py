@@ -22,6 +22,11 @@ reorder=0.2, size=120, resets={117}): an old context's answer claimed slots the 
 had not sent, and the replay cut there skipped the new context's frame 2. So a lone resent
 copy moves nothing, nor does one whose source the link already carried newer in this
 context (a link numbers each source in order).
+
+A window whose newest original was lost (1 in 20 such stalls at 5% loss) is opened by the
+component's mark: its tail probe names the link context (``tail_probe``, WIRE.md Window
+discipline), and the stub takes a probe of its own context by ``receive_tail_probe``, its
+number proven sent.
 """
 
 from seqrepair import (
