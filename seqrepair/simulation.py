@@ -65,6 +65,7 @@ class _InFlight:
     frames: list[ToSubscriber]
     context: int  # link context (reset count) the frames belong to
     position: int  # component's position of the first link frame (0 for none)
+    tail: bool = False  # a tail probe, marked with its context (see Simulation.tail_probes)
 
 
 @attrs.frozen
@@ -214,6 +215,11 @@ class Simulation:
     ``window``: how far ahead of the number the subscriber expects the component may send
     (None: half the space less one, what flow control allows;
     more violates the window and makes link numbers ambiguous).
+    ``tail_probes``: a full window whose subscriber has not moved for a step gets its newest
+    frame resent, marked with its link context (the component's ``tail_probe``); the stub takes
+    it by ``receive_tail_probe`` when it is in that context (the context the attach or the
+    announced reset named), else by ``receive``. ``mark_tail_probes`` False: unmarked, as a
+    component before the mark sent them (a baseline to compare with).
     """
 
     bits: int
@@ -232,6 +238,8 @@ class Simulation:
     replay_limit: int | None = None
     stale_after_reset: bool = False
     window: int | None = None
+    tail_probes: bool = False
+    mark_tail_probes: bool = True
 
     def run(self, max_time: float = 600.0) -> SimulationReport:
         """Run until everything published is delivered (and the link is quiet) or ``max_time``."""
@@ -267,6 +275,9 @@ class Simulation:
         resets_done: set[int] = set()
         reset_frame: object = None
         reset_pending = False  # a reset frame is on its way: the subscriber's credit is unknown
+        newest: Publication | Heartbeat | None = None  # this context's newest frame
+        stub_context = 0  # the context the subscriber's adapter is in (its epoch)
+        stuck_at: int | None = None  # the expected number a full window last saw
 
         def next_position() -> int:
             """The stub-side position (absolute link number) of the next frame sent."""
@@ -287,7 +298,8 @@ class Simulation:
                 return upcoming  # counted from the reset frame the subscriber waits for
             return space.distance(expected, space.wire(upcoming))
 
-        def send(frames: list[ToSubscriber], first: int, *, repair: bool, now: float) -> None:
+        def send(frames: list[ToSubscriber], first: int, *, repair: bool, now: float,
+                 tail: bool = False) -> None:
             if first == 0 and not repair and resets and not self.announce_resets:
                 # A reset frame opens a new link (an attach): the transport neither loses it nor
                 # lets the new link's frames overtake it.
@@ -313,7 +325,7 @@ class Simulation:
                 delay = conditions.latency
                 if rng.random() < conditions.reorder:
                     delay += rng.random() * conditions.reorder_delay
-                item = _InFlight(frames, context_id, first)
+                item = _InFlight(frames, context_id, first, tail)
                 heapq.heappush(to_subscriber, (now + delay, next(order), item))
 
         def request(req: GapRequest | SourceGapRequest, now: float) -> None:
@@ -372,6 +384,7 @@ class Simulation:
                     context_id += 1
                     resets += 1
                     reset_base = link.absolute
+                    newest = stuck_at = None
                     if self.stale_after_reset:  # heartbeats carry no source number: see above
                         to_subscriber[:] = [
                             entry for entry in to_subscriber
@@ -381,6 +394,7 @@ class Simulation:
                     else:
                         to_subscriber.clear()
                     if self.announce_resets:
+                        stub_context = context_id
                         act(stub.link_reset(now), now)
                         beat = link.heartbeat(now)
                         component.record(beat)
@@ -402,6 +416,7 @@ class Simulation:
                     if pos == 0:
                         reset_frame = stamped
                     component.record(stamped)
+                    newest = stamped
                     send([stamped], pos, repair=False, now=now)
                 next_index += room
                 sent += room
@@ -410,7 +425,20 @@ class Simulation:
                 heartbeat = link.poll(now)
                 if heartbeat is not None:
                     component.record(heartbeat)
+                    newest = heartbeat
                     send([heartbeat], pos, repair=False, now=now)
+            if self.tail_probes and not sent and newest is not None and ahead() >= window:
+                expected = stub.expected_link_seq
+                if stuck_at == expected and newest.link_seq:
+                    again = (newest.with_link(newest.link_seq, retransmit=True)
+                             if isinstance(newest, Publication)
+                             else attrs.evolve(newest, retransmit=True))
+                    counts["tail_probes"] += 1
+                    send([again], position_of(newest.link_seq), repair=True, now=now,
+                         tail=self.mark_tail_probes)
+                stuck_at = expected
+            else:
+                stuck_at = None
             # the link delivers to the subscriber; stale copies die of old age
             while to_subscriber and to_subscriber[0][0] <= now:
                 _, _, item = heapq.heappop(to_subscriber)
@@ -424,7 +452,11 @@ class Simulation:
                 for frame in item.frames:
                     if frame is reset_frame:
                         reset_pending = False
-                    act(stub.receive(frame, now), now)
+                        stub_context = item.context
+                    if item.tail and item.context == stub_context:
+                        act(stub.receive_tail_probe(frame, now), now)
+                    else:
+                        act(stub.receive(frame, now), now)
             deadline = stub.next_deadline
             if deadline is None or deadline <= now:  # None: not polled yet, start its clock
                 act(stub.poll(now), now)

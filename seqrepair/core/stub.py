@@ -182,6 +182,7 @@ class SubscriberStub(SourceRepairing, ImageResyncing):
     # stale originals past the highest number, by absolute number: what a tail probe repeats
     _stale_seen: dict[int, tuple[str, int]] = attrs.field(init=False, factory=dict)
     _releasing: bool = attrs.field(init=False, default=False)  # reading the held frames
+    _tail_probe: bool = attrs.field(init=False, default=False)  # see receive_tail_probe
     # the replay owed by the held reset context answers through here so far (``more``, trims)
     _hold_through: dict[str, int] = attrs.field(init=False, factory=dict)
     _now: float = attrs.field(init=False, default=0.0)  # the latest now given (reopened gaps)
@@ -371,6 +372,18 @@ class SubscriberStub(SourceRepairing, ImageResyncing):
                 self._stats.max_buffered = len(self._buffer)
             return []
         return self._receive(frame, now)
+
+    def receive_tail_probe(self, frame: object, now: float) -> list[Event]:
+        """:meth:`receive` for a frame the component marked as its tail probe (``tail_probe``
+        on the wire, naming the context the adapter is in): the newest frame of the current
+        link context, resent while its window is full. Every number up to it was sent by this
+        context, so a stale publication there still tells how far the window reaches."""
+        self._stats.tail_probes += 1
+        self._tail_probe = True
+        try:
+            return self.receive(frame, now)
+        finally:
+            self._tail_probe = False
 
     def receive_many(self, frames: Sequence[object], now: float) -> list[Event]:
         """Take several frames (a transfer's worth) in order, as :meth:`receive` takes one.

@@ -92,6 +92,7 @@ class SourceRepairing:
     _unproven_top: int
     _stale_seen: dict[int, tuple[str, int]]
     _releasing: bool
+    _tail_probe: bool
     _hold_through: dict[str, int]
     _image_floor: dict[str, dict[str, int]]
     _now: float
@@ -297,7 +298,8 @@ class SourceRepairing:
         runs to the journal's high-water (no ``link_through``: see
         :meth:`_new_source_request`), so whatever the component sent up to it is delivered
         once by source, and a later frame at a covered number that its source proves new
-        anchors a new view. A lone copy past the highest number moves nothing, as before."""
+        anchors a new view. A lone copy past the highest number moves nothing, unless the component
+        marked it as its tail probe (:meth:`receive_tail_probe`): then its number is proven."""
         self._stats.duplicates += 1
         self._stats.stale_dropped += 1
         ahead = self._stale_ahead.get(frame.source)
@@ -315,6 +317,12 @@ class SourceRepairing:
             # the answer to the probe for the next number: the component has sent it
             self._highest = number
             self._gaps.add(number, number, now)
+        elif number > self._highest and not self._releasing and self._tail_probe:
+            # marked by the component: this context's newest frame, so its number is proven
+            first = self._highest + 1
+            self._gaps.add(first, number, now)
+            self._highest = number
+            self._stale_seen = {n: key for n, key in self._stale_seen.items() if n > number}
         elif (
             number > self._highest
             and not self._releasing

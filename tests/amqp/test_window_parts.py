@@ -18,6 +18,7 @@ from seqrepair.amqp.client.acks import (
 from seqrepair.amqp.component.ackdispatch import receive_ack
 from seqrepair.amqp.component.links import SubscriberLink
 from seqrepair.amqp.component.positions import NoPositions
+from seqrepair.amqp.wire.codec import Decoder
 from seqrepair.amqp.wire.errors import SettingsMismatchError
 from seqrepair.amqp.wire.technical import Ack
 from seqrepair.amqp.wire.vocabulary import (
@@ -132,6 +133,21 @@ def test_a_full_window_without_an_ack_probes_its_tail_once_a_tick() -> None:
     link.window.ack(1)
     link.probe_tail()  # the ACK moved: no probe
     assert link.stats["tail_probes"] == 1
+
+
+def test_the_tail_probe_goes_alone_marked_with_the_links_context() -> None:
+    link = _link(3, drop=True)
+    link.offer_many([(_pub(i), None) for i in range(1, 10)], 0.0)
+    link.pump(0.0)
+    link.probe_tail()
+    link.probe_tail()
+    [message] = link.route.responses
+    props = dict(message.properties)
+    assert props["tail_probe"] == link.epoch  # the stub tells it from an old context's answer
+    assert (props["message-type"], props["link_seq"], props["retransmit"]) == (
+        "PUBLICATION", 3, True)
+    [frame] = Decoder(link_bits=3).decode(message)
+    assert (frame.source_seq, frame.link_seq, frame.retransmit) == (3, 3, True)
 
 
 def test_ack_dispatch_moves_only_its_own_connections_current_window() -> None:

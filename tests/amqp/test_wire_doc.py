@@ -27,7 +27,7 @@ from proton.utils import BlockingConnection, BlockingReceiver, BlockingSender
 from seqrepair.amqp.wire import errors as errors_module
 from seqrepair.amqp.wire import vocabulary
 from seqrepair.amqp.wire.codec import Decoder, encode, encode_gap_requests
-from seqrepair.amqp.wire.framing import encode_frame, encode_frames
+from seqrepair.amqp.wire.framing import encode_frame, encode_frames, tail_probe
 from seqrepair.amqp.wire.technical import (
     Ack,
     Capabilities,
@@ -197,10 +197,12 @@ def written() -> dict[str, list[Any]]:
     for message in requests:  # what the client adds to every request (client._request)
         message.properties = {**message.properties, vocabulary.PROP_LINK: "data-link"}
     return {
-        "PUBLICATION": [encode_frame(PUB), encode_frame(PUB.with_link(None, retransmit=False))],
+        "PUBLICATION": [encode_frame(PUB), encode_frame(PUB.with_link(None, retransmit=False)),
+                        tail_probe(PUB, "e")],
         "PUBLICATIONS": [encode_frames([PUB, PUB.with_link(10)]),
                          encode_frames([ODD, Heartbeat(12, 3.0, retransmit=True)])],
-        "HEARTBEAT": [encode_frame(Heartbeat(3, 2.0, retransmit=True))],
+        "HEARTBEAT": [encode_frame(Heartbeat(3, 2.0, retransmit=True)),
+                      tail_probe(Heartbeat(3, 2.0, retransmit=True), "e")],
         "GAP-REQUEST": requests[:2],
         "SOURCE-GAP-REQUEST": requests[2:3],
         "GAP-ERROR": [encode(GapError("context-lost", GapRequest(1, 2), "gone")),
@@ -256,6 +258,9 @@ def test_everything_documented_that_the_code_writes_it_reads_back() -> None:
     assert _read_back(w["PUBLICATION"][0]) == [PUB]
     assert _read_back(w["PUBLICATIONS"][0]) == [PUB, PUB.with_link(10)]
     assert _read_back(w["HEARTBEAT"][0]) == [Heartbeat(3, 2.0, retransmit=True)]
+    # a tail probe reads as the frame it repeats (a reader that does not know the mark)
+    assert _read_back(w["PUBLICATION"][2]) == [PUB]
+    assert _read_back(w["HEARTBEAT"][1]) == [Heartbeat(3, 2.0, retransmit=True)]
     assert _read_back(w["GAP-REQUEST"][1]) == [GapRequest(1, 2), GapRequest(5, 6)]
     [asked] = _read_back(w["SOURCE-GAP-REQUEST"][0])
     assert (asked.after, asked.request_id, asked.link_through) == ({"src": 4}, 7, 3)

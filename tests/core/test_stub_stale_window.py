@@ -22,6 +22,11 @@ reorder=0.2, size=120, resets={117}): an old context's answer claimed slots the 
 had not sent, and the replay cut there skipped the new context's frame 2. So a lone resent
 copy moves nothing, nor does one whose source the link already carried newer in this
 context (a link numbers each source in order).
+
+A window whose newest original was lost (1 in 20 such stalls at 5% loss) is opened by the
+component's mark: its tail probe names the link context (``tail_probe``, WIRE.md Window
+discipline), and the stub takes a probe of its own context by ``receive_tail_probe``, its
+number proven sent.
 """
 
 from seqrepair import (
@@ -119,3 +124,34 @@ def test_the_replay_a_tail_probe_asks_for_runs_to_the_high_water():
     assert again.link_through is None  # 7 is unproven: no cut at a number not proven sent
     assert again.after == {"feed.a": 10}
 
+
+
+def test_a_marked_tail_probe_moves_a_window_whose_newest_original_was_lost():
+    # frames 2..6 (stale) came, 1 and the window's newest, 7, were lost: the tail probe is
+    # all that tells the stub how far the window reaches. Unmarked (an old component) it
+    # cannot be told from an old context's answer and moves nothing, as before; marked by
+    # the component as the current context's newest, its number is proven
+    stub = released_context()
+    for link in range(2, 7):
+        stub.receive(pub(link + 2, link), 0.04)
+    events = stub.receive(pub(9, 7, retransmit=True), 0.5) + stub.poll(0.6)
+    assert source_requests(events) == []
+    events = stub.receive_tail_probe(pub(9, 7, retransmit=True), 0.7)
+    events += stub.poll(0.8)
+    [again] = source_requests(events)
+    assert again.link_through == 7  # proven sent: the replay may stop where the link resumes
+    events += stub.receive(ReplayComplete(through={"feed.a": 10}, request=again), 0.9)
+    assert stub.consumed_through == 7
+    events += stub.receive(pub(11, 8), 1.0)
+    assert [e.publication.source_seq for e in events if isinstance(e, Delivered)] == [11]
+    assert not any(isinstance(e, Unrecoverable) for e in events)
+
+
+def test_a_marked_tail_probe_that_is_new_is_read_as_any_resend():
+    stub = released_context()
+    stub.receive(pub(11, 1), 0.04)
+    events = stub.receive_tail_probe(pub(13, 3, retransmit=True), 0.5)
+    assert [e.publication.source_seq for e in events if isinstance(e, Delivered)] == []
+    events = stub.receive(pub(12, 2, retransmit=True), 0.6)
+    assert [e.publication.source_seq for e in events if isinstance(e, Delivered)] == [12, 13]
+    assert stub.stats.stale_dropped == 0

@@ -44,7 +44,7 @@ from seqrepair.amqp.wire.errors import (
     OversizedMessageError,
     SettingsMismatchError,
 )
-from seqrepair.amqp.wire.framing import Outgoing
+from seqrepair.amqp.wire.framing import TAIL_PROBE, Outgoing
 from seqrepair.amqp.wire.rawamqp import RawIncomingHandler, decode_message, read_raw
 from seqrepair.amqp.wire.security import NO_CLIENT_SECURITY, ClientSecurity
 from seqrepair.amqp.wire.sizelimit import DEFAULT_MAX_RECEIVED as DEFAULT_MAX_RECEIVED
@@ -424,7 +424,14 @@ class Subscriber(SubscriberRunner):
             self.log.warning("undecodable message dropped", error=exc.message)
             return
         frames: list[object] = []  # a transfer's frames go to the stub together
-        for item in decoded:
+        items = decoded
+        if len(decoded) == 1 and isinstance(decoded[0], Publication | Heartbeat):
+            props = message.properties
+            if props and self._epoch is not None and props.get(TAIL_PROBE) == self._epoch:
+                # the component's tail probe: its current context's newest frame (WIRE.md)
+                self._perform(self.stub.receive_tail_probe(decoded[0], now))
+                items = []
+        for item in items:
             if type(item) is Publication or isinstance(item, _FRAMES):
                 frames.append(item)
                 continue

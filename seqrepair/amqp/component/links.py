@@ -45,6 +45,7 @@ from seqrepair.amqp.wire.framing import (
     encode_frames,
     pack_frame,
     regular_runs,
+    tail_probe,
 )
 from seqrepair.amqp.wire.rawamqp import Unsupported
 from seqrepair.amqp.wire.technical import SubscriptionState
@@ -290,8 +291,12 @@ class SubscriberLink:
             return
         resend = self.context.resend(GapRequest(newest, newest))
         if not isinstance(resend, GapError) and len(resend):
-            self.stats["tail_probes"] += 1
-            self.route.start_resend(self.fresh(resend), None)
+            # marked with the epoch: the stub can tell it from an old context's answer
+            for frame in self.fresh(resend):
+                if isinstance(frame, Publication | Heartbeat):
+                    self.stats["tail_probes"] += 1
+                    self.route.respond(
+                        tail_probe(frame, self.epoch, self.route.source_bits), None)
 
     def _context_full(self, window: LinkWindow) -> bool:
         """Whether the frames ``window`` has outstanding fill the context's byte bound."""

@@ -225,6 +225,23 @@ def pack_frame(
         return Message(body=body, properties=entry)
 
 
+TAIL_PROBE = "tail_probe"
+"""The application property of a component's tail probe (its window full, the newest frame
+resent alone): the link context (epoch) whose newest frame it is (WIRE.md, Window discipline)."""
+
+
+def tail_probe(
+    frame: LinkFrame,
+    epoch: str,
+    source_bits: Callable[[str], int] | Mapping[str, int] | int = DEFAULT_SOURCE_BITS,
+) -> Message:
+    """``frame`` as a lone message marked as the tail probe of the link context ``epoch``."""
+    entry = _frame_entry(frame, _bits_of(source_bits), _SPACES)
+    entry[TAIL_PROBE] = epoch
+    return Message(body=dict(frame.fields) if isinstance(frame, Publication) else None,
+                   properties=entry)
+
+
 HEARTBEAT_ENTRY = "HEARTBEAT"
 """The first element of a heartbeat's positional batch entry (publications have their ptype)."""
 
