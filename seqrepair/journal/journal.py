@@ -9,6 +9,7 @@ dropped connection, the outcome is unknown until :meth:`Journal.high_water` is r
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from types import MappingProxyType
@@ -136,6 +137,12 @@ def bounded_client(url: str, read_timeout: float, **client_kwargs: Any) -> redis
     client_kwargs.setdefault("socket_connect_timeout", 5.0)
     return redis_client(url, **client_kwargs)
 
+
+
+def _principal(value: object) -> str:
+    """A recorded ``brought_by``, interned: a journal of 100,000 sources of a few principals
+    holds a few strings, not one copy per source."""
+    return sys.intern(value.decode() if isinstance(value, bytes) else str(value))
 
 class Journal:
     """Publications per source in Redis streams (one client, thread-compatible like redis-py).
@@ -336,8 +343,26 @@ class Journal:
             for source in sources:
                 pipe.hget(meta_key(check_source(source)), META_BROUGHT_BY)
             values = pipe.execute()
-        return {source: v.decode() if isinstance(v, bytes) else str(v)
+        return {source: _principal(v)
                 for source, v in zip(sources, values, strict=True) if v is not None}
+
+    def bits_and_brought_by(self, sources: Sequence[str]) -> tuple[dict[str, int], dict[str, str]]:
+        """:meth:`bit_widths` and :meth:`brought_by` of ``sources`` in one read (one pipeline
+        of one ``HMGET`` per source): what a starting component reads of every source."""
+        if not sources:
+            return {}, {}
+        with map_redis_errors("bit_widths"), self.client.pipeline(transaction=False) as pipe:
+            for source in sources:
+                pipe.hmget(meta_key(check_source(source)), META_BITS, META_BROUGHT_BY)
+            replies = pipe.execute()
+        widths: dict[str, int] = {}
+        brought: dict[str, str] = {}
+        for source, (bits, by) in zip(sources, replies, strict=True):
+            if bits is not None:
+                widths[source] = int(bits)
+            if by is not None:
+                brought[source] = _principal(by)
+        return widths, brought
 
     def high_water(self, source: str) -> int:
         """The last absolute number the journal holds for ``source`` (0 when none)."""

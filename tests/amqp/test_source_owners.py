@@ -172,3 +172,32 @@ def test_the_topics_kept_for_a_reload_are_shared_per_principal() -> None:
     views.learn(policy, "journaled", "/w/j")
     assert "/w/alice" in views._kept["a.0"]
     assert "/w/j" in views._kept["journaled"]
+
+
+def test_a_starting_component_reads_who_brought_its_sources_in_its_one_pass_over_them(
+    journal: Journal,
+) -> None:
+    # a component's start reads every journaled source (100,000 at most): the principals that
+    # brought them must come in the read it already makes (bits), not in a second pass over
+    # all of them (one more SMEMBERS and one more command per source: 6 s for 100,000 here),
+    # and each principal is held once, not once per source
+    from seqrepair.amqp.component.journalport import RedisJournalPort
+
+    count = 40
+    for i in range(count):
+        journal.append([Publication("/t", f"s.{i}", 1, fields={"n": i})], 16,
+                       brought_by=("alice" if i % 2 else "bob") + "-" + "x" * 100)
+    client = journal.client
+    client.config_resetstat()  # type: ignore[union-attr]
+    port = RedisJournalPort(journal)
+    assert len(port.high_waters()) == count
+    brought = port.brought_by()
+    stats = client.info("commandstats")  # type: ignore[union-attr]
+
+    def calls(name: str) -> int:
+        return int(stats.get(f"cmdstat_{name}", {}).get("calls", 0))
+
+    assert len(brought) == count
+    assert calls("smembers") == 1
+    assert calls("hget") + calls("hmget") == 2 * count  # high-water and trim, bits and owner
+    assert len({id(p) for p in brought.values()}) == 2

@@ -194,6 +194,8 @@ class RedisJournalPort:
     """Sources whose publisher journals first (our last append found it already held): for
     those the high-water is read before appending, not learnt from a refused append, which
     would cost the encoding of the whole batch and a script run in Redis for nothing."""
+    _brought_at_start: dict[str, str] | None = None
+    """:meth:`brought_by` as :meth:`high_waters` read it along (taken by the first call)."""
     feed: JournaledFeed | None = None
     """The journal's append announcements (:class:`.journalfeed.JournaledFeed`), or None: for
     a source in ``_ahead`` an announcement that covers a whole run stands for reading the
@@ -458,6 +460,9 @@ class RedisJournalPort:
     def brought_by(self) -> dict[str, str]:
         """Per journaled source, the principal its first journaling recorded (read at start:
         the new sources each principal brought, across restarts)."""
+        if self._brought_at_start is not None:  # read with high_waters (the component's start)
+            brought, self._brought_at_start = self._brought_at_start, None
+            return brought
         read = getattr(self.journal, "brought_by", None)
         if read is None:
             return {}
@@ -466,8 +471,14 @@ class RedisJournalPort:
     def high_waters(self) -> dict[str, int]:
         """The last number held per journaled source. Learns their bit widths too (into
         ``bits_of``), so a restarted component knows them before their publishers speak."""
-        sources = self.journal.sources()  # type: ignore[attr-defined]
-        waters = self.journal.high_waters(sources)  # type: ignore[attr-defined]
-        for source, bits in self.journal.bit_widths(sources).items():  # type: ignore[attr-defined]
+        journal: Any = self.journal
+        sources = journal.sources()
+        waters = journal.high_waters(sources)
+        both = getattr(journal, "bits_and_brought_by", None)
+        if both is not None:  # brought_by in the same read: one pass at start, not two
+            widths, self._brought_at_start = both(sources)
+        else:
+            widths = journal.bit_widths(sources)
+        for source, bits in widths.items():
             self.bits_of.setdefault(source, bits)
         return {source: hw for source, (hw, _trimmed) in waters.items()}
