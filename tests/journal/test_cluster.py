@@ -108,3 +108,25 @@ def test_a_cluster_url_names_the_cluster_through_any_node(three_nodes: RedisClus
 def test_a_cluster_url_nobody_answers_is_a_clear_error() -> None:
     with pytest.raises(JournalUnavailableError, match="cluster"):
         Journal.from_url("redis+cluster://127.0.0.1:1", socket_connect_timeout=1.0)
+
+
+def test_who_brought_a_source_is_recorded_and_read_back_across_three_nodes(
+    three_nodes: RedisCluster,
+) -> None:
+    # the append script writes brought_by in the source's meta hash (the slot of its hash
+    # tag); a starting component reads it of every source, wherever its node
+    from seqrepair.amqp.component.journalport import RedisJournalPort
+
+    journal = Journal(three_nodes)
+    nodes = {three_nodes.get_node_from_key(stream_key(s)).name for s in SOURCES}
+    assert len(nodes) == 3
+    for i, source in enumerate(SOURCES):
+        journal.append([Publication("/t", source, 1, fields={"n": i})], 16,
+                       brought_by="alice" if i % 2 else "b{ob}\x00\"'")
+        journal.append([Publication("/t", source, 2, fields={"n": i})], 16, brought_by="mallory")
+    expected = {s: "alice" if i % 2 else "b{ob}\x00\"'" for i, s in enumerate(SOURCES)}
+    assert journal.brought_by(list(SOURCES)) == expected
+    port = RedisJournalPort(journal)
+    assert port.high_waters() == dict.fromkeys(SOURCES, 2)
+    assert port.brought_by() == expected
+    assert port.bits_of == dict.fromkeys(SOURCES, 16)
