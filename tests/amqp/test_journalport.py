@@ -38,6 +38,8 @@ class FakeJournal:
         self.trimmed: dict[str, int] = {}  # retention: per source, the last number trimmed
         self.trims_racing: dict[str, list[int]] = {}  # trims that land just before each read
         self.bits: dict[str, int] = {}  # per source, the width of its first append
+        self.lost: set[str] = set()  # sources whose appends time out unwritten, never to land
+        self.recorded: dict[str, str] = {}  # brought_by, as the append script records it
 
     def _reach(self, source: str) -> None:
         if source in self.down:
@@ -48,9 +50,13 @@ class FakeJournal:
         self._reach(source)
         return len(self.held.get(source, []))
 
-    def append(self, pubs: list[Publication], bits: int) -> int:
+    def append(self, pubs: list[Publication], bits: int, brought_by: str | None = None) -> int:
         self.calls.append(f"append {pubs[0].source_seq}..{pubs[-1].source_seq}")
         self._reach(pubs[0].source)
+        if pubs[0].source in self.lost:
+            raise JournalTimeoutError("no reply in time (never written)", source=pubs[0].source)
+        if brought_by and not self.held.get(pubs[0].source):  # its first journaling
+            self.recorded.setdefault(pubs[0].source, brought_by)
         if pubs[0].source in self.refusing:
             raise JournalResponseError("OOM command not allowed", source=pubs[0].source)
         if pubs[0].source in self.landing:  # an earlier append, late: after any reads since

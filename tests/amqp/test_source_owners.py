@@ -201,3 +201,26 @@ def test_a_starting_component_reads_who_brought_its_sources_in_its_one_pass_over
     assert calls("smembers") == 1
     assert calls("hget") + calls("hmget") == 2 * count  # high-water and trim, bits and owner
     assert len({id(p) for p in brought.values()}) == 2
+
+
+def test_a_new_source_whose_first_append_was_lost_unwritten_still_counts_as_its_principals(
+) -> None:
+    # the first append of a principal's new source times out and never lands: the source is
+    # in doubt, and when its publisher sends again the journal takes it as its first
+    # journaling. It must record (and count) the principal then, else a journal outage gave
+    # the source to nobody: not counted now, nor after a restart
+    from proton import Delivery
+
+    from .test_journal_outage import outcome
+    from .test_numbering import PUBLISHER, Harness
+
+    h = Harness()
+    h.receiver.principal = ALICE
+    h.journal.lost.add(PUBLISHER)
+    refused = h.publish(1)
+    assert outcome(refused) == (Delivery.REJECTED, "amqp:internal-error")
+    h.journal.lost.clear()
+    h.publish(2)
+    assert h.journal.held[PUBLISHER] == [1]
+    assert h.journal.recorded == {PUBLISHER: ALICE}
+    assert h.component.ingest.limits.brought(ALICE) == 1

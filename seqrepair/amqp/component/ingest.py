@@ -279,10 +279,12 @@ class Ingest:
         limits = self.limits
         if limits is None:
             return
-        kept, numbered, doubt = self.ingested, self.sequencers, self.in_doubt
-        new = {pub.source for pub in pubs
-               if pub.source not in kept and pub.source not in numbered
-               and pub.source not in doubt}
+        # new: nothing of it went out. A source numbered or in doubt but not kept is one
+        # whose first append failed (or whose answer was lost): new still, so its first
+        # journaling, whenever it lands, records its principal and counts (sourcelimits.py);
+        # one the journal took meanwhile is not refused (asked when a limit would refuse it)
+        kept = self.ingested
+        new = {pub.source for pub in pubs if pub.source not in kept}
         principal = str(getattr(receiver, "principal", ""))
         self._counting = (principal, limits.check(principal, pubs, new, len(kept)))
 
