@@ -391,8 +391,9 @@ def add_component_options(parser: argparse.ArgumentParser) -> None:
                              "a publication of a new one past it is refused "
                              "(amqp:resource-limit-exceeded)")
     parser.add_argument("--max-sources-per-principal", type=positive_int, default=10_000,
-                        metavar="N", help="new sources one principal may bring while the "
-                                          "component runs; a publication of another is refused")
+                        metavar="N", help="new sources one principal may bring, counted across "
+                                          "restarts (the journal records who brought each); a "
+                                          "publication of another is refused")
     parser.add_argument("--open-timeout", type=positive_float, default=10.0, metavar="SECONDS",
                         help="a connection that has not completed the AMQP open (and SASL) "
                              "this long after it was accepted is closed")
