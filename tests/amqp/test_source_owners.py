@@ -179,7 +179,8 @@ def test_a_starting_component_reads_who_brought_its_sources_in_its_one_pass_over
 ) -> None:
     # a component's start reads every journaled source (100,000 at most): the principals that
     # brought them must come in the read it already makes (bits), not in a second pass over
-    # all of them (one more SMEMBERS and one more command per source: 6 s for 100,000 here),
+    # all of them (one more SMEMBERS and one more command per source: a start read of 100,000
+    # sources took 3.3-3.7 s, against 2.1 s without brought_by and 2.5-3.3 s in one pass),
     # and each principal is held once, not once per source
     from seqrepair.amqp.component.journalport import RedisJournalPort
 
