@@ -183,12 +183,17 @@ class ComponentProcess:
     def log_text(self) -> str:
         return (self.tmp / f"{self.files}-{self._attempts}.log").read_text(errors="replace")
 
+    def stopped_lines(self) -> list[str]:
+        """Stop it (if it still runs): the ``component stopped`` lines of its log, with its
+        counters (none when it was killed or failed first)."""
+        self.stop()
+        return [line for line in self.log_text().splitlines() if "component stopped" in line]
+
     def stop_counters(self) -> dict[str, int]:
-        """The counters of the component's ``component stopped`` log line (after :meth:`stop`)."""
-        log = self.log_text()
-        stopped = re.search(r"component stopped.*", log)
-        assert stopped is not None, log[-2000:]
-        return {key: int(value) for key, value in re.findall(r"(\w+)=(\d+)", stopped.group(0))}
+        """Stop it (if it still runs): the counters of its ``component stopped`` log line."""
+        stopped = self.stopped_lines()
+        assert stopped, self.log_text()[-2000:]
+        return {key: int(value) for key, value in re.findall(r"(\w+)=(\d+)", stopped[0])}
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
