@@ -195,6 +195,13 @@ class ComponentProcess:
         assert stopped, self.log_text()[-2000:]
         return {key: int(value) for key, value in re.findall(r"(\w+)=(\d+)", stopped[0])}
 
+    def hang_up(self, event: str, times: int) -> None:
+        """Send it SIGHUP (it reads its policy and tokens again) and wait until its log has
+        ``event`` ``times`` times."""
+        assert self.proc is not None
+        os.kill(self.proc.pid, signal.SIGHUP)
+        assert wait_for(lambda: self.log_text().count(event) >= times, 10), self.log_text()
+
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
