@@ -224,6 +224,25 @@ def redis_url() -> Iterator[str]:
         yield server.url
 
 
+def _redis_urls(count: int) -> Iterator[list[str]]:
+    """``count`` private redis-servers (as for :func:`redis_url`), stopped after: their URLs."""
+    with contextlib.ExitStack() as stack:
+        yield [stack.enter_context(EmbeddedRedis(appendfsync="always")).url
+               for _ in range(count)]
+
+
+@pytest.fixture
+def redises() -> Iterator[list[str]]:
+    """Three private redis-servers (an origin's, a relay's, a third's): their URLs."""
+    yield from _redis_urls(3)
+
+
+@pytest.fixture
+def redis_pair() -> Iterator[list[str]]:
+    """Two private redis-servers (an origin's and a relay's): their URLs."""
+    yield from _redis_urls(2)
+
+
 @pytest.fixture
 def component(
     redis_url: str, tmp_path: Path

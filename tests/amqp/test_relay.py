@@ -9,7 +9,6 @@ import re
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -51,16 +50,6 @@ class RelayProcess(ComponentProcess):
         """Until its upstream link is attached (what is published before is not its own)."""
         assert wait_for(lambda: "upstream link attached" in self.log_text(), 60), (
             self.log_text())
-
-
-@pytest.fixture
-def redises() -> Iterator[list[str]]:
-    servers = [EmbeddedRedis(appendfsync="always") for _ in range(3)]
-    for server in servers:
-        server.start()
-    yield [server.url for server in servers]
-    for server in servers:
-        server.stop()
 
 
 def expected(redis_url: str, source: str, pattern: str,

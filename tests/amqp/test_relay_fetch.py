@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,7 @@ import redis
 
 from seqrepair.amqp.client.subscriber import Subscriber
 from seqrepair.core.messages import Publication
-from seqrepair.journal import EmbeddedRedis, Journal
+from seqrepair.journal import Journal
 from seqrepair.journal.positions import create_position, link_durable
 from seqrepair.journal.selection import NotSelected
 
@@ -27,16 +26,6 @@ from .test_relay import LOSS, RelayProcess, expected, publish, resumed, selectio
 pytestmark = [pytest.mark.amqp, pytest.mark.redis]
 
 FAST = ("--heartbeat", "0.2")
-
-
-@pytest.fixture
-def redises() -> Iterator[list[str]]:
-    servers = [EmbeddedRedis(appendfsync="always") for _ in range(3)]
-    for server in servers:
-        server.start()
-    yield [server.url for server in servers]
-    for server in servers:
-        server.stop()
 
 
 def durable(url: str, pattern: str, got: list[Publication]) -> Subscriber:

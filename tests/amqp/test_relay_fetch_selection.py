@@ -17,11 +17,9 @@ from seqrepair.journal import Journal
 
 from .conftest import ComponentProcess, wait_for
 from .test_relay import RelayProcess, expected, publish, resumed
-from .test_relay_fetch import FAST, durable, redises, until_through
+from .test_relay_fetch import FAST, durable, until_through
 
 pytestmark = [pytest.mark.amqp, pytest.mark.redis]
-
-__all__ = ["redises"]
 
 
 def _entries(redis_url: str) -> list[object]:

@@ -18,11 +18,9 @@ from seqrepair.journal.trimsummary import record_trim
 
 from .conftest import ComponentProcess, wait_for
 from .test_relay import RelayProcess, expected, publish
-from .test_relay_fetch import FAST, durable, redises, until_through
+from .test_relay_fetch import FAST, durable, until_through
 
 pytestmark = [pytest.mark.amqp, pytest.mark.redis]
-
-__all__ = ["redises"]
 
 
 def test_numbers_trimmed_at_the_relay_and_the_origin_name_the_origin_s_items(

@@ -21,11 +21,9 @@ from seqrepair.journal.trimsummary import record_trim
 
 from .conftest import ComponentProcess, wait_for
 from .test_relay import RelayProcess, expected, publish
-from .test_relay_fetch import FAST, redises
+from .test_relay_fetch import FAST
 
 pytestmark = [pytest.mark.amqp, pytest.mark.redis]
-
-__all__ = ["redises"]
 
 HIDDEN = "/w/z/9"
 
