@@ -151,47 +151,46 @@ class ReplyReader:
             self._pos = 0
         return value
 
+    def _receive(self) -> bool:
+        """Add what the socket has to the buffer; False when a non-blocking socket has
+        nothing now. A timeout raises redis-py's ``TimeoutError``, a failed or closed
+        connection its ``ConnectionError``."""
+        from redis.exceptions import ConnectionError as RedisConnectionError
+        from redis.exceptions import TimeoutError as RedisTimeoutError
+
+        try:
+            chunk = self._sock.recv(READ_SIZE)
+        except (BlockingIOError, InterruptedError):
+            return False
+        except TimeoutError as exc:  # socket.timeout
+            raise RedisTimeoutError("Timeout reading from the journal") from exc
+        except OSError as exc:
+            raise RedisConnectionError(f"Error while reading from the journal: {exc}") from exc
+        if not chunk:
+            raise RedisConnectionError("Connection closed by server.")
+        self._buf += chunk
+        return True
+
     def read(self) -> Any:
         """The next reply, waiting for it (up to the socket's timeout); an error reply is
         raised (redis-py's exception, as ``Connection.read_response`` raises it)."""
         from redis.exceptions import ConnectionError as RedisConnectionError
         from redis.exceptions import ResponseError
-        from redis.exceptions import TimeoutError as RedisTimeoutError
 
-        while True:
-            value = self._take()
-            if value is not INCOMPLETE:
-                if isinstance(value, ResponseError):
-                    raise value
-                return value
-            try:
-                chunk = self._sock.recv(READ_SIZE)
-            except TimeoutError as exc:  # socket.timeout
-                raise RedisTimeoutError("Timeout reading from the journal") from exc
-            except OSError as exc:
-                raise RedisConnectionError(f"Error while reading from the journal: {exc}") \
-                    from exc
-            if not chunk:
-                raise RedisConnectionError("Connection closed by server.")
-            self._buf += chunk
+        while (value := self._take()) is INCOMPLETE:
+            if not self._receive():
+                raise RedisConnectionError(
+                    "Error while reading from the journal: a non-blocking socket had nothing")
+        if isinstance(value, ResponseError):
+            raise value
+        return value
 
     def read_ready(self) -> list[Any]:
         """Every reply the socket has now, without waiting: the socket must be a plain (not a
         TLS) socket set non-blocking (``setblocking(False)``; one with a timeout waits for
         it). Error replies are returned as they are parsed, not raised."""
-        from redis.exceptions import ConnectionError as RedisConnectionError
-
-        while True:
-            try:
-                chunk = self._sock.recv(READ_SIZE)
-            except (BlockingIOError, InterruptedError):
-                break
-            except OSError as exc:
-                raise RedisConnectionError(f"Error while reading from the journal: {exc}") \
-                    from exc
-            if not chunk:
-                raise RedisConnectionError("Connection closed by server.")
-            self._buf += chunk
+        while self._receive():
+            pass
         replies: list[Any] = []
         while True:
             value = self._take()

@@ -183,12 +183,24 @@ class ComponentProcess:
     def log_text(self) -> str:
         return (self.tmp / f"{self.files}-{self._attempts}.log").read_text(errors="replace")
 
+    def stopped_lines(self) -> list[str]:
+        """Stop it (if it still runs): the ``component stopped`` lines of its log, with its
+        counters (none when it was killed or failed first)."""
+        self.stop()
+        return [line for line in self.log_text().splitlines() if "component stopped" in line]
+
     def stop_counters(self) -> dict[str, int]:
-        """The counters of the component's ``component stopped`` log line (after :meth:`stop`)."""
-        log = self.log_text()
-        stopped = re.search(r"component stopped.*", log)
-        assert stopped is not None, log[-2000:]
-        return {key: int(value) for key, value in re.findall(r"(\w+)=(\d+)", stopped.group(0))}
+        """Stop it (if it still runs): the counters of its ``component stopped`` log line."""
+        stopped = self.stopped_lines()
+        assert stopped, self.log_text()[-2000:]
+        return {key: int(value) for key, value in re.findall(r"(\w+)=(\d+)", stopped[0])}
+
+    def hang_up(self, event: str, times: int) -> None:
+        """Send it SIGHUP (it reads its policy and tokens again) and wait until its log has
+        ``event`` ``times`` times."""
+        assert self.proc is not None
+        os.kill(self.proc.pid, signal.SIGHUP)
+        assert wait_for(lambda: self.log_text().count(event) >= times, 10), self.log_text()
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -210,6 +222,25 @@ class ComponentProcess:
 def redis_url() -> Iterator[str]:
     with EmbeddedRedis(appendfsync="always") as server:
         yield server.url
+
+
+def _redis_urls(count: int) -> Iterator[list[str]]:
+    """``count`` private redis-servers (as for :func:`redis_url`), stopped after: their URLs."""
+    with contextlib.ExitStack() as stack:
+        yield [stack.enter_context(EmbeddedRedis(appendfsync="always")).url
+               for _ in range(count)]
+
+
+@pytest.fixture
+def redises() -> Iterator[list[str]]:
+    """Three private redis-servers (an origin's, a relay's, a third's): their URLs."""
+    yield from _redis_urls(3)
+
+
+@pytest.fixture
+def redis_pair() -> Iterator[list[str]]:
+    """Two private redis-servers (an origin's and a relay's): their URLs."""
+    yield from _redis_urls(2)
 
 
 @pytest.fixture

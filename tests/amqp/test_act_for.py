@@ -10,7 +10,6 @@ administrator.
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -187,14 +186,6 @@ def test_a_gateway_that_does_not_forward_strips_a_claimed_identity(
         assert outcome == "amqp:unauthorized-access"  # as the gateway: no subscribe grant
 
 
-def _stopped_counters(comp: ComponentProcess) -> dict[str, int]:
-    """The counters the component logs when it stops (``component stopped``)."""
-    comp.stop()
-    line = next((ln for ln in comp.log_text().splitlines() if "component stopped" in ln), None)
-    assert line is not None, comp.log_text()[-2000:]
-    return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)\b", line)}
-
-
 @needs_scram
 def test_an_ack_on_behalf_of_another_principal_moves_nothing_of_the_link(
     policed: tuple[ComponentProcess, tuple[str, ...]],
@@ -220,7 +211,7 @@ def test_an_ack_on_behalf_of_another_principal_moves_nothing_of_the_link(
         time.sleep(1.0)
     finally:
         conn.close()
-    assert _stopped_counters(comp)["acks_ignored"] == 5
+    assert comp.stop_counters()["acks_ignored"] == 5
 
 
 def _on_behalf(ack: Ack, principal: str) -> Any:

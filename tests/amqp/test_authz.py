@@ -24,9 +24,9 @@ from proton.handlers import MessagingHandler
 from proton.reactor import Container, LinkOption
 from proton.utils import BlockingConnection, LinkDetached
 
+from seqrepair.amqp.client.query import query_capabilities
 from seqrepair.amqp.client.subscriber import Subscriber
-from seqrepair.amqp.wire.codec import Decoder, encode
-from seqrepair.amqp.wire.technical import CapabilitiesRequest
+from seqrepair.amqp.wire.codec import encode
 from seqrepair.core.messages import Publication
 
 from .conftest import ComponentProcess, FreePort, wait_for
@@ -417,8 +417,10 @@ def test_the_attach_reply_and_capabilities_name_only_sources_the_caller_may_see(
         assert set(props["seqrepair-start-after"]) == {"feed.wind", "feed.secret"}
     finally:
         conn.close()
-    assert set(_capabilities(comp.url, BOB).source_bits) == {"feed.wind"}
-    assert "feed.secret" in _capabilities(comp.url, OPS).source_bits
+    seen_by = {who: query_capabilities(comp.url, security=client_security(who)).source_bits
+               for who in (BOB, OPS)}
+    assert set(seen_by[BOB]) == {"feed.wind"}
+    assert "feed.secret" in seen_by[OPS]
     # and /topics/<t> lists neither the secret topic nor another's subscription ids
     alice, bob = rest(port, ALICE), rest(port, BOB)
     assert alice("POST", "/subscriptions", {"id": "a-wind", "topic": "/weather/wind/#"})[0] == 201
@@ -433,22 +435,6 @@ def test_the_attach_reply_and_capabilities_name_only_sources_the_caller_may_see(
     assert "/weather/secret/x" not in bob("GET", "/topics")[1]["topics"]
     assert "/weather/wind/LEMD" in bob("GET", "/topics")[1]["topics"]
     assert "/weather/secret/x" in rest(port, OPS)("GET", "/topics")[1]["topics"]
-
-
-def _capabilities(url: str, principal: str) -> Any:
-    conn = BlockingConnection(url, timeout=10, **amqp_identity(principal))
-    try:
-        name = f"caps-{uuid.uuid4().hex}"
-        receiver = conn.create_receiver("$reply", name=name, credit=1)
-        sender = conn.create_sender("$seqrepair")
-        request = encode(CapabilitiesRequest())
-        request.reply_to = f"$link/{name}"
-        request.id = "caps"
-        sender.send(request)
-        (answer,) = Decoder(link_bits=16).decode(receiver.receive(timeout=10))
-        return answer
-    finally:
-        conn.close()
 
 
 @needs_scram

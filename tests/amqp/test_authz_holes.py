@@ -55,8 +55,7 @@ from .principals import (
     rest_token_file,
     serve_args,
 )
-from .test_act_for import _stopped_counters
-from .test_authz import POLICY, _capabilities, attach, publish_as, refusal, rest
+from .test_authz import POLICY, attach, publish_as, refusal, rest
 from .test_gateway_publish import gateway_process
 from .test_rest_serve import Rest
 
@@ -474,10 +473,11 @@ def test_requests_naming_anothers_link_are_answered_as_for_a_link_nobody_has(
                           source="feed.wind") == [None] * 3
         assert _topics_seen(receiver, 3) == ["/weather/wind/LEMD"] * 3
         assert _detached(receiver, 0.3) is None
-        assert set(_capabilities(comp.url, BOB).source_bits) == {"feed.wind"}
+        bob = query_capabilities(comp.url, security=client_security(BOB))
+        assert set(bob.source_bits) == {"feed.wind"}
     finally:
         conn.close()
-    assert _stopped_counters(comp)["acks_ignored"] == 3
+    assert comp.stop_counters()["acks_ignored"] == 3
 
 
 def _start(redis_url: str, folder: Path, listen: FreePort,

@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import select
 import socket
 import subprocess
@@ -92,12 +91,6 @@ def honest_pair(comp: ComponentProcess, redis_url: str, tmp: Path,
                 proc.wait(10)
 
 
-def stop_counters(comp: ComponentProcess) -> dict[str, int]:
-    """The counters of the component's ``component stopped`` log line (after :meth:`stop`)."""
-    line = next(line for line in comp.log_text().splitlines() if "component stopped" in line)
-    return {key: int(value) for key, value in re.findall(r"(\w+)=(\d+)\b", line)}
-
-
 def test_connections_that_never_open_are_closed_after_the_open_timeout(tmp_path: Path) -> None:
     """40 silent sockets and 10 that send only the protocol header: held (one descriptor each)
     until ``--open-timeout`` (1.5 s), then closed; the honest pair never notices."""
@@ -135,7 +128,7 @@ def test_connections_that_never_open_are_closed_after_the_open_timeout(tmp_path:
                 assert wait_for(lambda: fds(comp) <= baseline + 2, 20), (fds(comp), baseline)
         finally:
             comp.stop()
-        counters = stop_counters(comp)
+        counters = comp.stop_counters()
         assert counters["opens_timed_out"] == 50
         assert counters["connections_peak"] >= 52
 
@@ -243,7 +236,7 @@ def test_links_and_connections_past_their_limits_are_refused_alone(tmp_path: Pat
                 with contextlib.suppress(Exception):
                     conn.close()
             comp.stop()
-        counters = stop_counters(comp)
+        counters = comp.stop_counters()
         assert counters["links_refused"] == 2
         assert counters["connections_refused"] == 1
         assert f"principal='{greedy}'" in comp.log_text()
@@ -291,7 +284,7 @@ def test_the_connection_past_max_connections_is_closed_at_once(tmp_path: Path) -
                 with contextlib.suppress(Exception):
                     conn.close()
             comp.stop()
-        assert stop_counters(comp)["connections_refused"] >= 1
+        assert comp.stop_counters()["connections_refused"] >= 1
 
 
 def _served(url: str) -> bool:

@@ -121,8 +121,7 @@ def test_a_stopped_component_logs_its_counters(
             assert publisher.flush(timeout=20)
         expected = entitled(items, Entitlement(topics=("/#",)))  # no grant of 'gold'
         assert wait_for(lambda: seqs(got) == expected)
-    comp.stop()
-    stopped = [line for line in comp.log_text().splitlines() if "component stopped" in line]
+    stopped = comp.stopped_lines()
     assert len(stopped) == 1, comp.log_text()
     assert "ingested=10" in stopped[0], stopped[0]
     assert "trimmed_unsent=0" in stopped[0], stopped[0]
@@ -146,7 +145,7 @@ def test_sigterm_while_serving_stops_the_component_cleanly_every_time(
                 assert comp.proc is not None
                 comp.proc.terminate()
                 assert comp.proc.wait(10) == 0
-        stopped = [line for line in comp.log_text().splitlines() if "component stopped" in line]
+        stopped = comp.stopped_lines()
         assert len(stopped) == 1, comp.log_text()
 
 

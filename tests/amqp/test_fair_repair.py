@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -184,10 +183,7 @@ def run_attack(redis_url: str, tmp: Path, connections: int, requests: int,
         limits = query_capabilities(comp.url, timeout=10).limits
     finally:
         comp.stop()
-    stopped = re.search(r"component stopped.*", comp.log_text())
-    counters = {} if stopped is None else {
-        key: int(value) for key, value in re.findall(r"(\w+)=(\d+)", stopped.group(0))
-    }
+    counters = comp.stop_counters() if comp.stopped_lines() else {}
     times = [t for t, _ in arrivals]
     during = [(b - a, a - attack_start) for a, b in itertools.pairwise(times)
               if b >= attack_start and a <= attack_end]

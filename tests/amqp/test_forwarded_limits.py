@@ -131,8 +131,7 @@ def test_image_answers_count_per_forwarded_principal(
     asked = re.findall(r"image request.*principal=(\S+)", log)
     assert asked.count(ALICE) == MAX_IMAGE_ANSWERS, asked
     assert asked.count(BOB) == 2, asked  # not refused for alice's answers
-    comp.stop()
-    stopped = next(ln for ln in comp.log_text().splitlines() if "component stopped" in ln)
+    stopped = comp.stopped_lines()[0]
     assert "images_refused=1" in stopped, stopped
 
 

@@ -124,18 +124,23 @@ class _Props(LinkOption):
         link.properties = self.props
 
 
-def raw_attach(url: str, name: str, path: Any, address: str = "/weather/#") -> tuple[str, str]:
-    """Attach a receiver with ``seqrepair-path`` = ``path`` over a raw connection: the
-    refusal's (condition, description), or ("attached", "") when it was not refused."""
+def _attach_outcome(url: str, address: str, name: str, options: Any = None) -> tuple[str, str]:
+    """Attach a receiver over a raw connection: the refusal's (condition, description), or
+    ("attached", "") when it was not refused."""
     conn = BlockingConnection(url, timeout=DEADLINE)
     try:
-        conn.create_receiver(address, name=name, options=_Props({PROP_PATH: path}))
+        conn.create_receiver(address, name=name, options=options)
         return "attached", ""
     except LinkDetached as exc:
         cond = exc.link.remote_condition
         return str(cond.name), str(cond.description)
     finally:
         conn.close()
+
+
+def raw_attach(url: str, name: str, path: Any, address: str = "/weather/#") -> tuple[str, str]:
+    """Attach a receiver with ``seqrepair-path`` = ``path``: as :func:`_attach_outcome`."""
+    return _attach_outcome(url, address, name, _Props({PROP_PATH: path}))
 
 
 def _chain(component: ComponentProcess, gateways: Callable[..., GatewayProcess], *args: str
@@ -360,17 +365,8 @@ def test_a_loop_of_two_gateways_is_barred_so_attaches_again_do_not_go_round(
 
 
 def _owner_attach(url: str, name: str, source: str) -> tuple[str, str]:
-    """An owner's ``$contributions/<source>`` link over a raw connection: the refusal's
-    (condition, description), or ("attached", "")."""
-    conn = BlockingConnection(url, timeout=DEADLINE)
-    try:
-        conn.create_receiver(CONTRIBUTIONS_PREFIX + source, name=name)
-        return "attached", ""
-    except LinkDetached as exc:
-        cond = exc.link.remote_condition
-        return str(cond.name), str(cond.description)
-    finally:
-        conn.close()
+    """An owner's ``$contributions/<source>`` link: as :func:`_attach_outcome`."""
+    return _attach_outcome(url, CONTRIBUTIONS_PREFIX + source, name)
 
 
 def test_contribution_links_into_a_loop_of_gateways_are_refused_and_barred(

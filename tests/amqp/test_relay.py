@@ -9,7 +9,6 @@ import re
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -51,16 +50,6 @@ class RelayProcess(ComponentProcess):
         """Until its upstream link is attached (what is published before is not its own)."""
         assert wait_for(lambda: "upstream link attached" in self.log_text(), 60), (
             self.log_text())
-
-
-@pytest.fixture
-def redises() -> Iterator[list[str]]:
-    servers = [EmbeddedRedis(appendfsync="always") for _ in range(3)]
-    for server in servers:
-        server.start()
-    yield [server.url for server in servers]
-    for server in servers:
-        server.stop()
 
 
 def expected(redis_url: str, source: str, pattern: str,
@@ -547,6 +536,29 @@ def test_numbers_a_relay_lost_upstream_are_unrecoverable_downstream_not_passed_o
     assert ("feed.t", "trimmed") in lost, lost
 
 
+def took_live_then_lost_upstream(a: ComponentProcess, b: RelayProcess, a_redis: str,
+                                 live: Subscriber, got: list[Publication]
+                                 ) -> list[tuple[str, int]]:
+    """``live``, a subscriber of B on /w/#, takes all of 10 publications of feed.t (into
+    ``got``), then A stops: B's upstream goes away, B and its subscriber stay. What it took."""
+    b.wait_upstream()
+    assert live.start().wait_connected(20)
+    publish(a.url, "feed.t", 10)
+    before = expected(a_redis, "feed.t", "/w/#")
+    assert wait_for(lambda: len(got) >= len(before), 30), (got, b.log_text()[-2000:])
+    a.stop()
+    return before
+
+
+def upstream_back(a: ComponentProcess, b: RelayProcess, got: list[Publication],
+                  after: list[tuple[str, int]]) -> None:
+    """A starts again: until B's subscriber got through the last of ``after``."""
+    a.start()
+    assert wait_for(lambda: bool(got) and got[-1].source_seq >= after[-1][1], 40), (
+        [p.source_seq for p in got], b.log_text()[-3000:])
+    time.sleep(0.5)  # nothing more may come
+
+
 def test_a_live_subscriber_of_a_relay_is_told_of_numbers_lost_upstream(
     redises: list[str], tmp_path: Path
 ) -> None:
@@ -562,12 +574,7 @@ def test_a_live_subscriber_of_a_relay_is_told_of_numbers_lost_upstream(
     live = Subscriber(b.url, "/w/#", link_name="live", heartbeat_interval=0.2,
                       on_publication=got.append)
     try:
-        b.wait_upstream()
-        assert live.start().wait_connected(20)
-        publish(a.url, "feed.t", 10)
-        before = expected(a_redis, "feed.t", "/w/#")
-        assert wait_for(lambda: len(got) >= len(before), 30), (got, b.log_text()[-2000:])
-        a.stop()  # the relay's upstream goes away; the relay and its subscriber stay
+        before = took_live_then_lost_upstream(a, b, a_redis, live, got)
         topics = ["/w/a/1", "/w/b/2", "/x/c/3", "/w/a/4", "/x/d/5"]
         with Journal.from_url(a_redis) as journal:  # the origin's publisher journals on
             bits = journal.info("feed.t").bits or 32
@@ -575,10 +582,7 @@ def test_a_live_subscriber_of_a_relay_is_told_of_numbers_lost_upstream(
                             for i in range(10, 110)], bits)
             after = [k for k in expected(a_redis, "feed.t", "/w/#") if k[1] > 40]
             journal.trim_through("feed.t", 40, now=time.time())
-        a.start()
-        assert wait_for(lambda: bool(got) and got[-1].source_seq >= after[-1][1], 40), (
-            [p.source_seq for p in got], b.log_text()[-3000:])
-        time.sleep(0.5)
+        upstream_back(a, b, got, after)
     finally:
         live.stop()
         b.stop()

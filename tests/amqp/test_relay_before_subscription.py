@@ -22,11 +22,9 @@ from seqrepair.journal.selection import BEFORE_SUBSCRIPTION, NotSelected
 
 from .conftest import ComponentProcess, wait_for
 from .test_relay import RelayProcess, expected, publish
-from .test_relay_fetch import FAST, durable, redises, until_through
+from .test_relay_fetch import FAST, durable, until_through
 
 pytestmark = [pytest.mark.amqp, pytest.mark.redis]
-
-__all__ = ["redises"]
 
 
 def test_numbers_filtered_after_the_relay_subscribed_are_not_before_its_subscription(

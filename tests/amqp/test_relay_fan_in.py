@@ -25,7 +25,7 @@ from seqrepair.core.messages import Publication
 
 from .conftest import ComponentProcess, wait_for
 from .test_authz import _Properties
-from .test_relay import RelayProcess, expected, publish, redises  # noqa: F401 (a fixture)
+from .test_relay import RelayProcess, expected, publish
 
 HEARTBEAT = ("--heartbeat", "0.2")
 
@@ -33,7 +33,7 @@ HEARTBEAT = ("--heartbeat", "0.2")
 @pytest.mark.amqp
 @pytest.mark.redis
 def test_a_relay_aggregating_ten_paths_of_one_hop_is_within_max_hops_8(
-    redises: list[str], tmp_path: Path  # noqa: F811
+    redises: list[str], tmp_path: Path
 ) -> None:
     """Ten links, each behind its own gateway (a path of one identity), subscribe to a relay:
     its upstream attach carries eleven identities but crosses two hops, within the origin's
@@ -87,7 +87,7 @@ def test_a_relay_aggregating_ten_paths_of_one_hop_is_within_max_hops_8(
 @pytest.mark.amqp
 @pytest.mark.redis
 def test_a_cut_off_relay_comes_back_by_itself_once_the_loop_is_broken(
-    redises: list[str], tmp_path: Path  # noqa: F811
+    redises: list[str], tmp_path: Path
 ) -> None:
     """R0 and R1 subscribe to each other: both are cut off and a subscriber of R0 is told of
     the loop. The operator then re-points R1 at an origin (R1 restarts on its port): without
@@ -170,7 +170,7 @@ class _ManyAttaches(MessagingHandler):  # type: ignore[misc]
 @pytest.mark.amqp
 @pytest.mark.redis
 def test_the_paths_waiting_for_a_switch_are_bounded_with_a_clear_refusal(
-    redises: list[str], tmp_path: Path  # noqa: F811
+    redises: list[str], tmp_path: Path
 ) -> None:
     """Eight subscribers an aggregating relay must widen for attach at once, each with a path
     of 128 identities: the first four wait (``amqp:precondition-failed``, attach again
@@ -217,7 +217,7 @@ topics = ["/w/#", "/v/#"]
 @pytest.mark.amqp
 @pytest.mark.redis
 def test_a_relay_refusal_names_only_the_patterns_the_subscriber_may_see(
-    redises: list[str], tmp_path: Path  # noqa: F811
+    redises: list[str], tmp_path: Path
 ) -> None:
     """A relay carrying ``/w/#`` and ``/secret/#`` refuses a subscriber on ``/v/a`` (which
     its policy lets it subscribe to): the refusal names ``/w/#``, which it may see, and never

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,7 @@ import redis
 
 from seqrepair.amqp.client.subscriber import Subscriber
 from seqrepair.core.messages import Publication
-from seqrepair.journal import EmbeddedRedis, Journal
+from seqrepair.journal import Journal
 from seqrepair.journal.positions import create_position, link_durable
 from seqrepair.journal.selection import NotSelected
 
@@ -29,19 +28,21 @@ pytestmark = [pytest.mark.amqp, pytest.mark.redis]
 FAST = ("--heartbeat", "0.2")
 
 
-@pytest.fixture
-def redises() -> Iterator[list[str]]:
-    servers = [EmbeddedRedis(appendfsync="always") for _ in range(3)]
-    for server in servers:
-        server.start()
-    yield [server.url for server in servers]
-    for server in servers:
-        server.stop()
-
-
 def durable(url: str, pattern: str, got: list[Publication]) -> Subscriber:
     return Subscriber(url, pattern, on_publication=got.append, link_name="wide", durable=True,
                       heartbeat_interval=0.2, max_reconnect_delay=0.5).start()
+
+
+def took_and_left(a: ComponentProcess, b: RelayProcess, a_redis: str, pattern: str,
+                  first: list[Publication], count: int = 50) -> None:
+    """A durable subscriber of B on ``pattern`` takes all it gets of the first ``count``
+    publications of feed.a published at A (into ``first``), then goes away."""
+    sub = durable(b.url, pattern, first)
+    assert sub.wait_connected(20)
+    publish(a.url, "feed.a", count)
+    assert wait_for(lambda: len(first) >= len(expected(a_redis, "feed.a", pattern)), 30)
+    time.sleep(1.0)  # its ACKs reach the relay: its position is where it got to
+    sub.stop()
 
 
 def until_through(got: list[Publication], want: list[tuple[str, int]], proc: RelayProcess
@@ -165,12 +166,7 @@ def test_a_subscriber_below_the_relay_s_trim_gets_the_rest_from_upstream(
     later: list[Publication] = []
     try:
         b.wait_upstream()
-        sub = durable(b.url, "/w/#", first)
-        assert sub.wait_connected(20)
-        publish(a.url, "feed.a", 50)
-        assert wait_for(lambda: len(first) >= len(expected(a_redis, "feed.a", "/w/#")), 30)
-        time.sleep(1.0)
-        sub.stop()
+        took_and_left(a, b, a_redis, "/w/#", first)
         publish(a.url, "feed.a", 400, after=50)
         with Journal.from_url(b_redis) as journal:
             assert wait_for(lambda: journal.info("feed.a").trimmed_through > 300, 30), (
@@ -201,12 +197,7 @@ def test_numbers_trimmed_at_the_relay_and_the_origin_are_unrecoverable_and_named
     later: list[Publication] = []
     try:
         b.wait_upstream()
-        sub = durable(b.url, "/w/#", first)
-        assert sub.wait_connected(20)
-        publish(a.url, "feed.a", 50)
-        assert wait_for(lambda: len(first) >= len(expected(a_redis, "feed.a", "/w/#")), 30)
-        time.sleep(1.0)
-        sub.stop()
+        took_and_left(a, b, a_redis, "/w/#", first)
         publish(a.url, "feed.a", 400, after=50)
         want = [w for w in expected(a_redis, "feed.a", "/w/#") if w[1] > 200]
         with Journal.from_url(a_redis) as journal:
@@ -379,12 +370,7 @@ def test_with_its_upstream_gone_a_relay_names_what_it_lacks_and_sends_what_it_ho
     try:
         assert keeper.wait_connected(20)
         b.wait_upstream()
-        sub = durable(b.url, "/w/a/*", first)
-        assert sub.wait_connected(20)
-        publish(a.url, "feed.a", 100)
-        assert wait_for(lambda: len(first) >= len(expected(a_redis, "feed.a", "/w/a/*")), 30)
-        time.sleep(1.0)
-        sub.stop()
+        took_and_left(a, b, a_redis, "/w/a/*", first, 100)
         publish(a.url, "feed.a", 100, after=100)
         held = expected(a_redis, "feed.a", "/w/a/*")
         assert wait_for(lambda: len(stays) >= len(held), 30)

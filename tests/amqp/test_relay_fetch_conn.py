@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,7 +20,7 @@ from seqrepair.amqp.relay.fetch import UpstreamFetch
 from seqrepair.amqp.relay.fetchconn import FetchConnection
 from seqrepair.core.messages import Publication
 from seqrepair.core.permissions import Entitlement
-from seqrepair.journal import EmbeddedRedis, Journal
+from seqrepair.journal import Journal
 from seqrepair.journal.positions import create_position, link_durable
 
 from .conftest import ComponentProcess, wait_for
@@ -31,16 +30,6 @@ pytestmark = [pytest.mark.amqp, pytest.mark.redis]
 
 FAST = ("--heartbeat", "0.2")
 FETCH_CONTAINER = re.compile(r"connection opened .*container=(relay\.B\.fetch\.[0-9a-f]+)")
-
-
-@pytest.fixture
-def redises() -> Iterator[list[str]]:
-    servers = [EmbeddedRedis(appendfsync="always") for _ in range(2)]
-    for server in servers:
-        server.start()
-    yield [server.url for server in servers]
-    for server in servers:
-        server.stop()
 
 
 def trimmed_relay(a_redis: str, b_redis: str, tmp_path: Path
@@ -82,9 +71,9 @@ def fetch_links(log: str) -> list[str]:
 
 
 def test_several_fetches_go_over_one_upstream_connection(
-    redises: list[str], tmp_path: Path
+    redis_pair: list[str], tmp_path: Path
 ) -> None:
-    a_redis, b_redis = redises
+    a_redis, b_redis = redis_pair
     a, b = trimmed_relay(a_redis, b_redis, tmp_path)
     try:
         for i, (after, pattern) in enumerate([(10, "/w/#"), (200, "/w/a/*"), (500, "/w/#")]):
@@ -99,9 +88,9 @@ def test_several_fetches_go_over_one_upstream_connection(
 
 
 def test_a_restarted_upstream_is_reconnected_and_the_next_fetch_goes_over_it(
-    redises: list[str], tmp_path: Path
+    redis_pair: list[str], tmp_path: Path
 ) -> None:
-    a_redis, b_redis = redises
+    a_redis, b_redis = redis_pair
     a, b = trimmed_relay(a_redis, b_redis, tmp_path)
     try:
         catch_up(b, b_redis, a_redis, "before", 10)

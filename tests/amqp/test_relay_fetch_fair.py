@@ -11,7 +11,6 @@ import os
 import re
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,7 @@ import redis
 
 from seqrepair.amqp.client.subscriber import Subscriber
 from seqrepair.core.messages import Publication
-from seqrepair.journal import EmbeddedRedis, Journal
+from seqrepair.journal import Journal
 from seqrepair.journal.positions import create_position, link_durable
 
 from .conftest import ComponentProcess, wait_for
@@ -32,25 +31,15 @@ pytestmark = [pytest.mark.amqp, pytest.mark.redis,
 FAST = ("--heartbeat", "0.2")
 
 
-@pytest.fixture
-def redises() -> Iterator[list[str]]:
-    servers = [EmbeddedRedis(appendfsync="always") for _ in range(2)]
-    for server in servers:
-        server.start()
-    yield [server.url for server in servers]
-    for server in servers:
-        server.stop()
-
-
 def _waiting(log: str) -> int:
     counts = re.findall(r"fetching from upstream what the journal lacks .*waiting=(\d+)", log)
     return max((int(n) for n in counts), default=0)
 
 
 def test_a_second_principal_s_fetch_is_not_starved_behind_one_principal_s_many(
-    redises: list[str], tmp_path: Path
+    redis_pair: list[str], tmp_path: Path
 ) -> None:
-    a_redis, b_redis = redises
+    a_redis, b_redis = redis_pair
     a = ComponentProcess(a_redis, tmp_path, *FAST).start()
     b = RelayProcess(b_redis, tmp_path, a.url, "B", "--subscribe", "/w/#", "--retain-count",
                      "20", "--retention-interval", "0.3",

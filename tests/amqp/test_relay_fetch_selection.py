@@ -17,11 +17,9 @@ from seqrepair.journal import Journal
 
 from .conftest import ComponentProcess, wait_for
 from .test_relay import RelayProcess, expected, publish, resumed
-from .test_relay_fetch import FAST, durable, redises, until_through
+from .test_relay_fetch import FAST, durable, took_and_left, until_through
 
 pytestmark = [pytest.mark.amqp, pytest.mark.redis]
-
-__all__ = ["redises"]
 
 
 def _entries(redis_url: str) -> list[object]:
@@ -60,12 +58,7 @@ def test_a_fetch_asks_for_the_subscriber_s_selection_not_the_relay_s_union(
     later: list[Publication] = []
     try:
         b.wait_upstream()
-        sub = durable(b.url, "/w/a/*", first)
-        assert sub.wait_connected(20)
-        publish(a.url, "feed.a", 50)
-        assert wait_for(lambda: len(first) >= len(expected(a_redis, "feed.a", "/w/a/*")), 30)
-        time.sleep(1.0)
-        sub.stop()
+        took_and_left(a, b, a_redis, "/w/a/*", first)
         publish(a.url, "feed.a", 400, after=50)
         with Journal.from_url(b_redis) as journal:
             assert wait_for(lambda: journal.info("feed.a").trimmed_through > 300, 30)

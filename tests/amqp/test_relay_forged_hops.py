@@ -19,7 +19,7 @@ from seqrepair.core.messages import Publication
 from .conftest import ComponentProcess, wait_for
 from .test_authz import _Properties
 from .test_gateway_publish import gateway_process
-from .test_relay import RelayProcess, expected, publish, redises  # noqa: F401 (a fixture)
+from .test_relay import RelayProcess, expected, publish
 
 pytestmark = [pytest.mark.amqp, pytest.mark.redis]
 
@@ -36,7 +36,7 @@ def _hostile(conn: BlockingConnection, name: str, hops: int) -> str | None:
     return None
 
 
-def test_forged_hops_end_no_honest_link(redises: list[str], tmp_path: Path) -> None:  # noqa: F811
+def test_forged_hops_end_no_honest_link(redises: list[str], tmp_path: Path) -> None:
     """The origin takes 3 hops at most. A hostile attach claiming 8 hops is refused by the
     relay itself (8 + its own hop is past its limit); one claiming 5 is past the origin's:
     waiting for the widening, it makes the relay's upstream attach too deep, and only it is

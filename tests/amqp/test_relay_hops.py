@@ -39,7 +39,7 @@ from seqrepair.journal import EmbeddedRedis
 
 from .conftest import ComponentProcess, wait_for
 from .test_authz import _Properties
-from .test_relay import RelayProcess, expected, publish, redises  # noqa: F401 (a fixture)
+from .test_relay import RelayProcess, expected, publish
 
 
 def test_the_union_of_paths_is_stable_and_each_identity_once() -> None:
@@ -156,7 +156,7 @@ def test_too_many_hops_are_blamed_on_the_deepest_links() -> None:
 @pytest.mark.parametrize("made_up", [[f"fake-{i}" for i in range(7)], ["origin"]],
                          ids=["too-long", "loop"])
 def test_a_made_up_path_ends_only_the_link_that_brought_it(
-    redises: list[str], tmp_path: Path, made_up: list[str]  # noqa: F811
+    redises: list[str], tmp_path: Path, made_up: list[str]
 ) -> None:
     """A subscriber attaching to a relay with a path of made-up identities, as long as the
     relay lets in (its ``--max-hops`` 8: 7 and its own hop), makes the relay's upstream path
@@ -201,7 +201,7 @@ def attaches(relay: RelayProcess) -> int:
 @pytest.mark.parametrize(("count", "mode"), [(2, "--subscribe"), (3, "--subscribe"),
                                              (2, "--aggregate")])
 def test_relays_subscribed_to_each_other_are_refused_as_a_loop(
-    redises: list[str], tmp_path: Path, count: int, mode: str  # noqa: F811
+    redises: list[str], tmp_path: Path, count: int, mode: str
 ) -> None:
     """L0 -> L1 (-> L2) -> L0: each relay's upstream attach comes to carry the others'
     identities, a relay finds its own on an attach: refused ``seqrepair:relay-loop``, within
@@ -256,7 +256,7 @@ def test_relays_subscribed_to_each_other_are_refused_as_a_loop(
 @pytest.mark.amqp
 @pytest.mark.redis
 def test_a_chain_of_relays_past_the_hop_limit_is_refused_naming_its_path(
-    redises: list[str], tmp_path: Path  # noqa: F811
+    redises: list[str], tmp_path: Path
 ) -> None:
     """A (--max-hops 2) <- B <- C: within the limit, C's subscriber gets its selection
     exactly. D subscribing to C makes the path D -> C -> B: A refuses it; D (too deep) is cut

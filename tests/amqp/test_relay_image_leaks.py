@@ -9,13 +9,12 @@ subscribers; a subscriber of B asks for the image of ``/w/#``."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from seqrepair.amqp.client.subscriber import Publisher, Subscriber
-from seqrepair.journal import EmbeddedRedis, Journal
+from seqrepair.journal import Journal
 
 from .conftest import ComponentProcess, wait_for
 from .test_images import App
@@ -27,20 +26,10 @@ FAST = ("--heartbeat", "0.2")
 SECRET = "/w/s/1"
 
 
-@pytest.fixture
-def redises() -> Iterator[list[str]]:
-    servers = [EmbeddedRedis(appendfsync="always") for _ in range(2)]
-    for server in servers:
-        server.start()
-    yield [server.url for server in servers]
-    for server in servers:
-        server.stop()
-
-
 def test_a_fresh_relay_answers_an_image_of_a_pattern_with_what_upstream_holds(
-    redises: list[str], tmp_path: Path
+    redis_pair: list[str], tmp_path: Path
 ) -> None:
-    a_redis, b_redis = redises
+    a_redis, b_redis = redis_pair
     a = ComponentProcess(a_redis, tmp_path, *FAST).start()
     try:
         with Publisher(a.url, "feed.a") as publisher:  # all before B subscribes
@@ -69,9 +58,9 @@ def test_a_fresh_relay_answers_an_image_of_a_pattern_with_what_upstream_holds(
 
 
 def test_a_fetched_image_names_no_item_or_source_the_link_may_not_see(
-    redises: list[str], tmp_path: Path
+    redis_pair: list[str], tmp_path: Path
 ) -> None:
-    a_redis, b_redis = redises
+    a_redis, b_redis = redis_pair
     a = ComponentProcess(a_redis, tmp_path, *FAST, "--default-grant", "*",
                          "--retain-count", "20", "--retention-interval", "0.2").start()
     try:

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from seqrepair.amqp.client.subscriber import Publisher, Subscriber
 from seqrepair.core.snapshot import ImageResynced
-from seqrepair.journal import EmbeddedRedis, Journal
+from seqrepair.journal import Journal
 
 from .conftest import ComponentProcess, wait_for
 from .test_images import App, image_of
@@ -27,20 +26,10 @@ FAST = ("--heartbeat", "0.2")
 ITEM = "/w/b/2"  # publish() puts every fifth publication on it
 
 
-@pytest.fixture
-def redises() -> Iterator[list[str]]:
-    servers = [EmbeddedRedis(appendfsync="always") for _ in range(2)]
-    for server in servers:
-        server.start()
-    yield [server.url for server in servers]
-    for server in servers:
-        server.stop()
-
-
 def test_an_image_of_an_item_the_relay_never_selected_comes_from_upstream(
-    redises: list[str], tmp_path: Path
+    redis_pair: list[str], tmp_path: Path
 ) -> None:
-    a_redis, b_redis = redises
+    a_redis, b_redis = redis_pair
     a = ComponentProcess(a_redis, tmp_path, *FAST).start()
     b = RelayProcess(b_redis, tmp_path, a.url, "B", "--aggregate", "--linger", "0.3",
                      "--context-retention", "0.3", *FAST).start()

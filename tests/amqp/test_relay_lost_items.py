@@ -17,12 +17,16 @@ from seqrepair.journal import Journal
 from seqrepair.journal.trimsummary import record_trim
 
 from .conftest import ComponentProcess, wait_for
-from .test_relay import RelayProcess, expected, publish
-from .test_relay_fetch import FAST, durable, redises, until_through
+from .test_relay import (
+    RelayProcess,
+    expected,
+    publish,
+    took_live_then_lost_upstream,
+    upstream_back,
+)
+from .test_relay_fetch import FAST, durable, took_and_left, until_through
 
 pytestmark = [pytest.mark.amqp, pytest.mark.redis]
-
-__all__ = ["redises"]
 
 
 def test_numbers_trimmed_at_the_relay_and_the_origin_name_the_origin_s_items(
@@ -40,12 +44,7 @@ def test_numbers_trimmed_at_the_relay_and_the_origin_name_the_origin_s_items(
     later: list[Publication] = []
     try:
         b.wait_upstream()
-        sub = durable(b.url, "/w/#", first)
-        assert sub.wait_connected(20)
-        publish(a.url, "feed.a", 50)
-        assert wait_for(lambda: len(first) >= len(expected(a_redis, "feed.a", "/w/#")), 30)
-        time.sleep(1.0)
-        sub.stop()
+        took_and_left(a, b, a_redis, "/w/#", first)
         # 51..200 on the /w/ topics but /w/a/4: what A names must be what those numbers held
         publish(a.url, "feed.a", 150, after=50)
         publish(a.url, "feed.a", 250, after=200)
@@ -88,12 +87,7 @@ def test_numbers_lost_upstream_while_a_subscriber_stays_attached_name_the_items(
     live = Subscriber(b.url, "/w/#", link_name="live", heartbeat_interval=0.2,
                       on_publication=got.append)
     try:
-        b.wait_upstream()
-        assert live.start().wait_connected(20)
-        publish(a.url, "feed.t", 10)
-        before = expected(a_redis, "feed.t", "/w/#")
-        assert wait_for(lambda: len(got) >= len(before), 30), (got, b.log_text()[-2000:])
-        a.stop()  # the relay's upstream goes away; the relay and its subscriber stay
+        before = took_live_then_lost_upstream(a, b, a_redis, live, got)
         topics = ["/w/a/1", "/w/b/2", "/x/c/3", "/w/z/9", "/x/d/5"]
         with Journal.from_url(a_redis) as journal:  # the origin's publisher journals on
             bits = journal.info("feed.t").bits or 32
@@ -103,10 +97,7 @@ def test_numbers_lost_upstream_while_a_subscriber_stays_attached_name_the_items(
             after = [k for k in expected(a_redis, "feed.t", "/w/#") if k[1] > 40]
             record_trim(journal, "feed.t", 1, 40)  # as retention does before it trims
             journal.trim_through("feed.t", 40, now=time.time())
-        a.start()
-        assert wait_for(lambda: bool(got) and got[-1].source_seq >= after[-1][1], 40), (
-            [p.source_seq for p in got], b.log_text()[-3000:])
-        time.sleep(0.5)
+        upstream_back(a, b, got, after)
     finally:
         live.stop()
         b.stop()

@@ -19,13 +19,16 @@ from seqrepair.core.messages import Publication
 from seqrepair.journal import Journal
 from seqrepair.journal.trimsummary import record_trim
 
-from .conftest import ComponentProcess, wait_for
-from .test_relay import RelayProcess, expected, publish
-from .test_relay_fetch import FAST, redises
+from .conftest import ComponentProcess
+from .test_relay import (
+    RelayProcess,
+    expected,
+    took_live_then_lost_upstream,
+    upstream_back,
+)
+from .test_relay_fetch import FAST
 
 pytestmark = [pytest.mark.amqp, pytest.mark.redis]
-
-__all__ = ["redises"]
 
 HIDDEN = "/w/z/9"
 
@@ -41,12 +44,7 @@ def test_items_lost_upstream_name_nothing_a_narrower_link_may_not_see(
     live = Subscriber(b.url, "/w/#", link_name="live", heartbeat_interval=0.2,
                       on_publication=got.append)
     try:
-        b.wait_upstream()
-        assert live.start().wait_connected(20)
-        publish(a.url, "feed.t", 10)
-        before = expected(a_redis, "feed.t", "/w/#")
-        assert wait_for(lambda: len(got) >= len(before), 30), (got, b.log_text()[-2000:])
-        a.stop()  # B's upstream goes away; B and its subscriber stay
+        before = took_live_then_lost_upstream(a, b, a_redis, live, got)
         with Journal.from_url(a_redis) as journal:  # the origin's publisher journals on
             bits = journal.info("feed.t").bits or 32
             journal.append([Publication(HIDDEN if i % 2 else "/w/a/1", "feed.t", i + 1,
@@ -58,10 +56,7 @@ def test_items_lost_upstream_name_nothing_a_narrower_link_may_not_see(
             after = [k for k in expected(a_redis, "feed.t", "/w/#") if k[1] > 40]
             record_trim(journal, "feed.t", 1, 40)  # as retention does before it trims
             journal.trim_through("feed.t", 40, now=time.time())
-        a.start()
-        assert wait_for(lambda: bool(got) and got[-1].source_seq >= after[-1][1], 40), (
-            [p.source_seq for p in got], b.log_text()[-3000:])
-        time.sleep(0.5)
+        upstream_back(a, b, got, after)
     finally:
         live.stop()
         b.stop()

@@ -20,7 +20,7 @@ from seqrepair.core.messages import Publication
 from seqrepair.journal.positions import create_position, link_durable
 
 from .conftest import ComponentProcess, wait_for
-from .test_relay import RelayProcess, expected, publish, redises  # noqa: F401
+from .test_relay import RelayProcess, expected, publish
 
 pytestmark = [pytest.mark.amqp, pytest.mark.redis]
 
@@ -60,7 +60,7 @@ def _logs(*procs: ComponentProcess) -> str:
 
 
 def test_a_relay_over_3_and_4_bit_links_restarted_wider_serves_everything(
-    redises: list[str], tmp_path: Path  # noqa: F811
+    redises: list[str], tmp_path: Path
 ) -> None:
     a_redis, b_redis, _ = redises
     a = ComponentProcess(a_redis, tmp_path, "--heartbeat", "0.2", "--link-bits", "3",

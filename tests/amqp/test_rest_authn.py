@@ -21,6 +21,7 @@ import pytest
 
 from .conftest import ComponentProcess, FreePort, _env
 from .pki import PASSWORDS, Pki, scram_missing
+from .resthttp import rest_get
 
 MISSING = scram_missing()
 pytestmark = [pytest.mark.amqp, pytest.mark.skipif(MISSING is not None, reason=MISSING or "")]
@@ -35,22 +36,6 @@ def _token(tokens: Path, principal: str) -> str:
                            principal, "--tokens", str(tokens)], env=_env(),
                           capture_output=True, text=True, timeout=60, check=True)
     return done.stdout.strip()
-
-
-def _get(port: int, ca: str | None, authorization: str | None) -> tuple[int, list[str]]:
-    """GET /subscriptions over HTTPS: the status and the WWW-Authenticate challenges."""
-    context = ssl.create_default_context(cafile=ca)
-    conn = http.client.HTTPSConnection("localhost", port, timeout=10, context=context)
-    headers = {"Accept": "application/json"}
-    if authorization is not None:
-        headers["Authorization"] = authorization
-    try:
-        conn.request("GET", "/subscriptions", headers=headers)
-        response = conn.getresponse()
-        response.read()
-    finally:
-        conn.close()
-    return response.status, response.headers.get_all("WWW-Authenticate") or []
 
 
 @pytest.fixture
@@ -74,17 +59,17 @@ def test_https_basic_and_bearer_tokens_name_principals_and_anything_else_is_401(
     port, pki, issued = secured
     ca = pki.pem("ca")
     challenges = ['Bearer realm="seqrepair"', 'Basic realm="seqrepair", charset="UTF-8"']
-    assert _get(port, ca, None) == (401, challenges)
-    assert _get(port, ca, _basic("alice", PASSWORDS["alice"]))[0] == 200
-    assert _get(port, ca, _basic("bob", PASSWORDS["bob"]))[0] == 200
-    assert _get(port, ca, _basic("alice", PASSWORDS["bob"])) == (401, challenges)
-    assert _get(port, ca, _basic("carol", "whatever-1")) == (401, challenges)
-    assert _get(port, ca, "Basic not-base64!")[0] == 401
-    assert _get(port, ca, f"Bearer {issued['alice']}")[0] == 200
-    assert _get(port, ca, f"Bearer {issued['bob']}")[0] == 200
-    assert _get(port, ca, "Bearer 0ld-s3cret")[0] == 200  # --rest-token-file: principal ops
-    assert _get(port, ca, "Bearer " + issued["alice"][:-1] + "x")[0] == 401
-    assert _get(port, ca, "Negotiate abc")[0] == 401
+    assert rest_get(port, ca=ca) == (401, challenges)
+    assert rest_get(port, _basic("alice", PASSWORDS["alice"]), ca=ca)[0] == 200
+    assert rest_get(port, _basic("bob", PASSWORDS["bob"]), ca=ca)[0] == 200
+    assert rest_get(port, _basic("alice", PASSWORDS["bob"]), ca=ca) == (401, challenges)
+    assert rest_get(port, _basic("carol", "whatever-1"), ca=ca) == (401, challenges)
+    assert rest_get(port, "Basic not-base64!", ca=ca)[0] == 401
+    assert rest_get(port, f"Bearer {issued['alice']}", ca=ca)[0] == 200
+    assert rest_get(port, f"Bearer {issued['bob']}", ca=ca)[0] == 200
+    assert rest_get(port, "Bearer 0ld-s3cret", ca=ca)[0] == 200  # --rest-token-file: principal ops
+    assert rest_get(port, "Bearer " + issued["alice"][:-1] + "x", ca=ca)[0] == 401
+    assert rest_get(port, "Negotiate abc", ca=ca)[0] == 401
     tokens_file = (Path(pki.folder).parent / "tokens").read_text()
     assert issued["alice"] not in tokens_file  # only its hash is kept
     assert (Path(pki.folder).parent / "tokens").stat().st_mode & 0o077 == 0
@@ -94,7 +79,7 @@ def test_the_api_speaks_only_tls_to_clients_that_trust_its_certificate(
         secured: tuple[int, Pki, dict[str, str]]) -> None:
     port, pki, _ = secured
     with pytest.raises(ssl.SSLCertVerificationError):
-        _get(port, pki.pem("other-ca"), _basic("alice", PASSWORDS["alice"]))
+        rest_get(port, _basic("alice", PASSWORDS["alice"]), ca=pki.pem("other-ca"))
     plain = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     try:
         plain.request("GET", "/subscriptions")
@@ -109,11 +94,7 @@ def test_the_tokens_files_are_read_again_on_sighup_and_a_bad_one_keeps_those_in_
     """A token made after the start is taken once the component is sent SIGHUP (like the
     policy); one taken out of the file is 401 from then on; a file that cannot be read is
     logged and the tokens in force stay (before: read at start only)."""
-    import os
-    import signal
     import time
-
-    from .conftest import wait_for
 
     pki = Pki.make(tmp_path / "pki", with_credentials=True)
     tokens = tmp_path / "tokens"
@@ -126,22 +107,18 @@ def test_the_tokens_files_are_read_again_on_sighup_and_a_bad_one_keeps_those_in_
     assert comp.proc is not None
     ca = pki.pem("ca")
     bob = _token(tokens, "bob")
-    assert _get(port, ca, f"Bearer {alice}")[0] == 200
-    assert _get(port, ca, f"Bearer {bob}")[0] == 401  # not read yet
+    assert rest_get(port, f"Bearer {alice}", ca=ca)[0] == 200
+    assert rest_get(port, f"Bearer {bob}", ca=ca)[0] == 401  # not read yet
 
-    def hang_up(event: str, times: int) -> None:
-        os.kill(comp.proc.pid, signal.SIGHUP)  # type: ignore[union-attr]
-        assert wait_for(lambda: comp.log_text().count(event) >= times, 10), comp.log_text()
-
-    hang_up("REST tokens reloaded", 1)
-    assert _get(port, ca, f"Bearer {bob}")[0] == 200
-    assert _get(port, ca, f"Bearer {alice}")[0] == 200
+    comp.hang_up("REST tokens reloaded", 1)
+    assert rest_get(port, f"Bearer {bob}", ca=ca)[0] == 200
+    assert rest_get(port, f"Bearer {alice}", ca=ca)[0] == 200
     tokens.write_text("".join(line + "\n" for line in tokens.read_text().splitlines()
                               if not line.startswith("alice ")))
-    hang_up("REST tokens reloaded", 2)
-    assert _get(port, ca, f"Bearer {alice}")[0] == 401
-    assert _get(port, ca, f"Bearer {bob}")[0] == 200
+    comp.hang_up("REST tokens reloaded", 2)
+    assert rest_get(port, f"Bearer {alice}", ca=ca)[0] == 401
+    assert rest_get(port, f"Bearer {bob}", ca=ca)[0] == 200
     tokens.write_text("bob not-a-hash\n")
-    hang_up("REST tokens not reloaded", 1)
+    comp.hang_up("REST tokens not reloaded", 1)
     time.sleep(0.2)
-    assert _get(port, ca, f"Bearer {bob}")[0] == 200  # those in force stay
+    assert rest_get(port, f"Bearer {bob}", ca=ca)[0] == 200  # those in force stay

@@ -6,7 +6,6 @@ loopback, a private redis-server), SIGHUP sent to the process, requests through
 
 from __future__ import annotations
 
-import http.client
 import os
 import signal
 from collections.abc import Callable
@@ -17,23 +16,9 @@ import pytest
 from seqrepair.auth.restauth import new_token
 
 from .conftest import ComponentProcess, FreePort, wait_for
+from .resthttp import rest_status
 
 pytestmark = [pytest.mark.amqp, pytest.mark.redis]
-
-
-def _status(port: int, authorization: str | None = None) -> int:
-    """GET /subscriptions: the status."""
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    headers = {"Accept": "application/json"}
-    if authorization is not None:
-        headers["Authorization"] = authorization
-    try:
-        conn.request("GET", "/subscriptions", headers=headers)
-        response = conn.getresponse()
-        response.read()
-        return response.status
-    finally:
-        conn.close()
 
 
 def test_anonymous_access_is_decided_again_on_sighup_with_the_tokens(
@@ -50,47 +35,25 @@ def test_anonymous_access_is_decided_again_on_sighup_with_the_tokens(
     port = rest_port.number
     assert comp.proc is not None
     assert "--allow-anonymous" in comp.command(tmp_path / "unused")
-    assert _status(port) == 200
-
-    def hang_up(event: str, times: int) -> None:
-        os.kill(comp.proc.pid, signal.SIGHUP)  # type: ignore[union-attr]
-        assert wait_for(lambda: comp.log_text().count(event) >= times, 10), comp.log_text()
+    assert rest_status(port) == 200
 
     alice = new_token(tokens, "alice")
-    assert _status(port) == 200  # not read yet
-    assert _status(port, f"Bearer {alice}") == 401
-    hang_up("REST tokens reloaded", 1)
-    assert _status(port) == 401  # a token is configured: anonymous is out
-    assert _status(port, f"Bearer {alice}") == 200
+    assert rest_status(port) == 200  # not read yet
+    assert rest_status(port, f"Bearer {alice}") == 401
+    comp.hang_up("REST tokens reloaded", 1)
+    assert rest_status(port) == 401  # a token is configured: anonymous is out
+    assert rest_status(port, f"Bearer {alice}") == 200
     assert "anonymous=False" in comp.log_text().split("REST tokens reloaded")[1]
 
     tokens.write_text("bob not-a-hash\n")  # unreadable: what is in force stays, all of it
-    hang_up("REST tokens not reloaded", 1)
-    assert _status(port) == 401
-    assert _status(port, f"Bearer {alice}") == 200
+    comp.hang_up("REST tokens not reloaded", 1)
+    assert rest_status(port) == 401
+    assert rest_status(port, f"Bearer {alice}") == 200
 
     tokens.write_text("")  # no token any more: anonymous is let in again
-    hang_up("REST tokens reloaded", 2)
-    assert _status(port) == 200
-    assert _status(port, f"Bearer {alice}") == 401
-
-
-def _https_status(port: int, ca: str, authorization: str | None) -> int:
-    """GET /subscriptions over HTTPS trusting ``ca``: the status."""
-    import ssl
-
-    conn = http.client.HTTPSConnection("localhost", port, timeout=10,
-                                       context=ssl.create_default_context(cafile=ca))
-    headers = {"Accept": "application/json"}
-    if authorization is not None:
-        headers["Authorization"] = authorization
-    try:
-        conn.request("GET", "/subscriptions", headers=headers)
-        response = conn.getresponse()
-        response.read()
-        return response.status
-    finally:
-        conn.close()
+    comp.hang_up("REST tokens reloaded", 2)
+    assert rest_status(port) == 200
+    assert rest_status(port, f"Bearer {alice}") == 401
 
 
 def test_the_last_token_taken_out_is_revoked_on_sighup(
@@ -111,19 +74,19 @@ def test_the_last_token_taken_out_is_revoked_on_sighup(
     port = rest_port.number
     assert comp.proc is not None
     ca = pki.pem("ca")
-    assert _https_status(port, ca, f"Bearer {leaked}") == 200
-    assert _https_status(port, ca, None) == 401
+    assert rest_status(port, f"Bearer {leaked}", ca=ca) == 200
+    assert rest_status(port, ca=ca) == 401
 
     tokens.write_text("")  # revoked: the only token there was
     os.kill(comp.proc.pid, signal.SIGHUP)
     assert wait_for(lambda: "REST tokens" in comp.log_text().split("listening", 1)[-1], 10), \
         comp.log_text()
-    assert wait_for(lambda: _https_status(port, ca, f"Bearer {leaked}") == 401, 10), \
+    assert wait_for(lambda: rest_status(port, f"Bearer {leaked}", ca=ca) == 401, 10), \
         comp.log_text()
-    assert _https_status(port, ca, None) == 401  # nobody is let in instead
+    assert rest_status(port, ca=ca) == 401  # nobody is let in instead
 
     fresh = new_token(tokens, "bob")  # a token added again: it works, the old one does not
     os.kill(comp.proc.pid, signal.SIGHUP)
-    assert wait_for(lambda: _https_status(port, ca, f"Bearer {fresh}") == 200, 10), \
+    assert wait_for(lambda: rest_status(port, f"Bearer {fresh}", ca=ca) == 200, 10), \
         comp.log_text()
-    assert _https_status(port, ca, f"Bearer {leaked}") == 401
+    assert rest_status(port, f"Bearer {leaked}", ca=ca) == 401

@@ -10,16 +10,14 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 from proton import symbol
 from proton.utils import BlockingConnection
 
+from seqrepair.amqp.client.query import query_capabilities
 from seqrepair.amqp.client.subscriber import Publisher
 from seqrepair.amqp.component.sourceviews import MAX_TOPICS_PER_SOURCE, SourceViews
-from seqrepair.amqp.wire.codec import Decoder, encode
-from seqrepair.amqp.wire.technical import CapabilitiesRequest
 from seqrepair.core.policy import Operation, Policy
 
 from .conftest import ComponentProcess
@@ -35,22 +33,6 @@ actors = ["anonymous"]
 operations = ["subscribe"]
 topics = ["/late/#"]
 """
-
-
-def _capabilities(url: str) -> Any:
-    conn = BlockingConnection(url, timeout=10)
-    try:
-        name = f"caps-{uuid.uuid4().hex}"
-        receiver = conn.create_receiver("$reply", name=name, credit=1)
-        sender = conn.create_sender("$seqrepair")
-        request = encode(CapabilitiesRequest())
-        request.reply_to = f"$link/{name}"
-        request.id = "caps"
-        sender.send(request)
-        (answer,) = Decoder(link_bits=16).decode(receiver.receive(timeout=10))
-        return answer
-    finally:
-        conn.close()
 
 
 def _start_after(url: str, address: str) -> set[str]:
@@ -80,7 +62,7 @@ def test_a_source_is_shown_to_a_principal_entitled_only_to_topics_past_the_first
         publisher.publish_many(early[:10])
         assert publisher.flush(30)
     assert _start_after(comp.url, "/late/#") == {"feed.many"}
-    assert set(_capabilities(comp.url).source_bits) == {"feed.many"}
+    assert set(query_capabilities(comp.url).source_bits) == {"feed.many"}
 
 
 def test_one_topic_per_class_decides_and_a_reload_classes_them_again() -> None:

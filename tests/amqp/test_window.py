@@ -11,7 +11,6 @@ commands or the library clients over loopback. No timed assertions: waits are de
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 import time
@@ -42,16 +41,6 @@ pytestmark = [pytest.mark.amqp, pytest.mark.redis]
 
 def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "seqrepair.cli", *args]
-
-
-def _stopped_stats(comp: ComponentProcess) -> dict[str, int]:
-    """The counters the component logs when it stops (``component stopped``)."""
-    comp.stop()
-    line = next(
-        (ln for ln in comp.log_text().splitlines() if "component stopped" in ln), None
-    )
-    assert line is not None, comp.log_text()[-2000:]
-    return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)\b", line)}
 
 
 def _burst(comp: ComponentProcess, tmp: Path, count: int, *sub_args: str) -> tuple[
@@ -88,7 +77,7 @@ def test_a_burst_over_a_narrow_lossy_link_arrives_exactly_once_within_the_window
     assert sub.returncode == 0, sub.stderr[-2000:]
     assert seqs == list(range(1, count + 1))  # every one, once, in order
     assert stats["unrecoverable"] == 0
-    counters = _stopped_stats(comp)
+    counters = comp.stop_counters()
     assert counters["acks"] > 0
     assert counters["acks_ignored"] == 0
     # the component numbered right up to the window and never past it
@@ -179,7 +168,7 @@ def test_a_subscriber_behind_a_gateway_follows_and_acknowledges(
             assert [p.source_seq for p in got] == list(range(1, 501))
     finally:
         gw.close()
-    counters = _stopped_stats(comp)
+    counters = comp.stop_counters()
     assert counters["acks"] > 0
     assert 1 <= counters["window_peak"] <= window_size(5)
 
@@ -215,7 +204,7 @@ def test_acks_of_another_connection_move_nothing_and_acks_are_not_charged_as_req
         assert wait_for(lambda: len(got) >= 300, 90), len(got)
         assert [p.source_seq for p in got] == list(range(1, 301))
         acks_sent = sub.numbering.acks.sent if sub.numbering.acks else 0
-    counters = _stopped_stats(comp)
+    counters = comp.stop_counters()
     assert counters["acks_ignored"] >= 16
     assert acks_sent >= 40
     assert counters["acks"] - 16 >= 40  # the honest subscriber's, none refused
@@ -251,4 +240,4 @@ def test_behind_a_gateway_an_ack_naming_another_clients_link_is_refused(
             assert gw.stats["foreign_requests"] == 1
     finally:
         gw.close()
-    assert _stopped_stats(comp)["acks_ignored"] == 0  # nothing reached the component
+    assert comp.stop_counters()["acks_ignored"] == 0  # nothing reached the component

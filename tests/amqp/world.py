@@ -449,11 +449,12 @@ class World:
         return self.results
 
     def component_counters(self) -> str:
-        """The component's "component stopped" line (its counters); stops it for that."""
-        self.component.stop()
-        lines = [line for line in self.component.log_text().splitlines()
-                 if "component stopped" in line or "Traceback" in line or "Error" in line]
-        return " | ".join(lines[-4:])[:1500]
+        """The component's "component stopped" line (its counters) after the last errors it
+        logged, if any; stops it for that."""
+        stopped = self.component.stopped_lines()
+        errors = [line for line in self.component.log_text().splitlines()
+                  if "Traceback" in line or "Error" in line]
+        return " | ".join([*errors[-3:], *stopped])[:1500]
 
     def verdict(self, journaled: dict[str, list[Publication]]) -> list[str]:
         """Every way a subscriber's result differs from exactly once, in order, with

@@ -54,15 +54,23 @@ def pubs(source: str, first: int, count: int, **kw: Any) -> list[Publication]:
     return out
 
 
-def replay(journal: Journal, entitlement: Entitlement, *, fast: bool,
-           after: int = 0, source: str = "feed.a") -> list[object]:
+def source_replay(journal: Journal, entitlement: Entitlement, *, fast: bool,
+                  after: int = 0, source: str = "feed.a") -> Replay:
+    """The replay a link of ``entitlement`` asking ``source`` after ``after`` is answered
+    (through the fast path's encoder when ``fast``), not yet read."""
     service = GapFillService(journal)
     service.attach("L", entitlement, start_after={})
     answer = service.answer_source_gap(
         "L", SourceGapRequest(after={source: after}), 0.0,
         encoder=JournaledEntries(bits_of) if fast else None)
     assert isinstance(answer, Replay), answer
-    return list(answer)
+    return answer
+
+
+def replay(journal: Journal, entitlement: Entitlement, *, fast: bool,
+           after: int = 0, source: str = "feed.a") -> list[object]:
+    """What :func:`source_replay` sends, read whole."""
+    return list(source_replay(journal, entitlement, fast=fast, after=after, source=source))
 
 
 def as_entries(frames: list[object]) -> list[bytes]:
@@ -133,12 +141,7 @@ def test_a_corrupt_entry_is_still_reported(journal: Journal, redis_client: redis
     put_raw(redis_client, "feed.a", 3, bad)
     journal.append(pubs("feed.a", 4, 2), BITS)
     for fast in (False, True):
-        service = GapFillService(journal)
-        service.attach("L", Entitlement.everything(), start_after={})
-        answer = service.answer_source_gap(
-            "L", SourceGapRequest(after={"feed.a": 0}), 0.0,
-            encoder=JournaledEntries(bits_of) if fast else None)
-        assert isinstance(answer, Replay)
+        answer = source_replay(journal, Entitlement.everything(), fast=fast)
         got: list[object] = []
         with pytest.raises(JournalCorruptError, match="wire 9"):
             got.extend(answer)  # extend keeps what came before the raise
@@ -153,11 +156,7 @@ def test_a_corrupt_entry_of_a_known_topic_is_still_reported(
     journal.append(pubs("feed.a", 1, 2, topic="/t/x"), BITS)
     bad = journal_entry(pubs("feed.a", 3, 1, topic="/t/x")[0], BITS) | {"fields": "{oops"}
     put_raw(redis_client, "feed.a", 3, bad)
-    service = GapFillService(journal)
-    service.attach("L", Entitlement.everything(), start_after={})
-    answer = service.answer_source_gap("L", SourceGapRequest(after={"feed.a": 0}), 0.0,
-                                       encoder=JournaledEntries(bits_of))
-    assert isinstance(answer, Replay)
+    answer = source_replay(journal, Entitlement.everything(), fast=True)
     with pytest.raises(JournalCorruptError):
         list(answer)
 
