@@ -212,3 +212,32 @@ def test_an_entry_read_in_line_is_what_the_generic_reader_reads(
     for data in shapes:
         if data[0] == 0xC0 and data[2] == 8:
             assert _read_entry(data, 0) == _read(data, 0)
+
+
+_map_keys = (st.sampled_from(["n", "t", "pad", "é", "k" * 300]) | st.text(max_size=300)
+             | st.integers(-300, 300) | st.booleans() | st.none() | st.floats(allow_nan=False))
+_map_values = (values | st.integers(-(2**70), 2**70) | st.integers(-130, 130)
+               | st.sampled_from([True, False, 1, 0, -1, 1.0, 2**63 - 1, -(2**63), 2**63])
+               | st.text(alphabet="\ud800x", max_size=3) | st.just(ulong(5)) | st.just(symbol("s")))
+
+
+@settings(max_examples=400)
+@given(st.lists(st.tuples(_map_keys, _map_values), max_size=40))
+def test_a_map_written_in_line_is_the_one_written_value_by_value(
+    items: list[tuple[object, object]],
+) -> None:
+    """encode_map's in-line cases and remembered keys give _encode_map_slowly's bytes, or
+    raise as it does (an integer past an AMQP long, a string that is not UTF-8)."""
+    from seqrepair.amqp.wire.rawamqp import _encode_map_slowly, encode_map
+
+    mapping = dict(items)
+    try:
+        expected: bytes | type[BaseException] = _encode_map_slowly(mapping)
+    except Exception as exc:  # the same error either way
+        expected = type(exc)
+    for _ in range(2):  # the second time with its keys remembered
+        if isinstance(expected, bytes):
+            assert encode_map(mapping) == expected
+        else:
+            with pytest.raises(expected):
+                encode_map(mapping)

@@ -112,6 +112,43 @@ def encode_list(encoded_items: list[bytes]) -> bytes:
 
 def encode_map(mapping: Mapping[Any, Any], *, symbol_keys: bool = False) -> bytes:
     """An AMQP map; ``symbol_keys`` writes string keys as symbols (annotations)."""
+    if symbol_keys:
+        return _encode_map_slowly(mapping, symbol_keys)
+    # every publication's fields pass here (publisher, component): the flat cases in line,
+    # the keys (the same few field names again and again) remembered; the same bytes as
+    # _encode_map_slowly (a test compares them), anything else by encode_value
+    parts: list[bytes] = []
+    add = parts.append
+    keys = _KEYS
+    for key, val in mapping.items():
+        if type(key) is str:
+            encoded = keys.get(key)
+            if encoded is None:
+                encoded = encode_value(key)
+                if len(keys) >= _KEYS_KEPT:
+                    keys.clear()
+                keys[key] = encoded
+            add(encoded)
+        else:
+            add(encode_value(key))
+        kind = type(val)
+        if kind is str:
+            raw = val.encode("utf-8")
+            n = len(raw)
+            add(bytes((0xA1, n)) + raw if n < 256 else b"\xb1" + _I(n) + raw)
+        elif kind is int and -128 <= val <= 127:
+            add(_SMALL_INTS[val + 128])
+        elif kind is float:
+            add(b"\x82" + _d(val))
+        elif val is None:
+            add(_NULL)
+        else:
+            add(encode_value(val))
+    return _compound(b"".join(parts), len(parts), 0xC1, 0xD1)
+
+
+def _encode_map_slowly(mapping: Mapping[Any, Any], symbol_keys: bool = False) -> bytes:
+    """:func:`encode_map` item by item through :func:`encode_value`."""
     parts = []
     for key, val in mapping.items():
         if symbol_keys and type(key) is str:
@@ -119,6 +156,12 @@ def encode_map(mapping: Mapping[Any, Any], *, symbol_keys: bool = False) -> byte
         parts.append(encode_value(key))
         parts.append(encode_value(val))
     return _compound(b"".join(parts), len(parts), 0xC1, 0xD1)
+
+
+_KEYS: dict[str, bytes] = {}
+"""Encoded map keys of type str (bounded: cleared when full)."""
+_KEYS_KEPT = 4096
+_SMALL_INTS = [b"\x55" + bytes((v & 0xFF,)) for v in range(-128, 128)]
 
 
 # section descriptors (AMQP core §3.2): 0x00, smallulong code
