@@ -135,3 +135,82 @@ def test_a_lazy_message_read_the_usual_way_is_the_same() -> None:
     assert read_publications(eager, Decoder()) is None  # read already: the usual way
     # truncated: neither reads it as a message of this module
     assert decode_message(data[:-3], True).__class__ is decode_message(data[:-3]).__class__
+
+
+def _check_in_trial(data: bytes, fast: Decoder, usual: Decoder, keep: bool) -> bool:
+    """:func:`_check` inside a trial each decoder's owner opened (the component's ingest),
+    kept or undone after by the owner as ``keep`` says."""
+    before = _state(fast)
+    assert before == _state(usual)
+    fast.unwrapper.begin()
+    usual.unwrapper.begin()
+    lazy = decode_message(data, True)
+    read = read_publications(lazy, fast) if isinstance(lazy, ReceivedMessage) else None
+    assert fast.unwrapper.in_trial  # the owner's still
+    frames, items = _usual(data, usual)
+    if read is None:
+        assert _state(fast) == before
+        assert fast.unwrapper.trial_sources() == []
+        _usual(data, fast)
+    else:
+        assert read[0] == frames
+        assert read[1] == items
+        assert sorted(fast.unwrapper.trial_sources()) == sorted(usual.unwrapper.trial_sources())
+    assert _state(fast) == _state(usual)
+    for decoder in (fast, usual):
+        if keep:
+            decoder.unwrapper.commit()
+        else:
+            decoder.unwrapper.rollback({})
+    assert _state(fast) == _state(usual)
+    if not keep:
+        assert _state(fast) == before
+    return read is not None
+
+
+def test_inside_its_owners_trial_the_same_as_the_usual_way() -> None:
+    """Narrow widths that wrap, several sources, transfers refused part-way (a number 0
+    late in the batch: some sources already unwrapped when it fails), trials undone."""
+    rng = random.Random(13)
+    fast, usual = Decoder(link_bits=16), Decoder(link_bits=16)
+    seq = {"bench": 0, "other": 0}
+    read = 0
+    for round_ in range(300):
+        n = rng.randrange(2, 40)
+        pubs = []
+        for _ in range(n):
+            pub = _pub(1, rng)
+            seq[pub.source] += rng.choice([1, 1, 1, 2])  # gaps too
+            pubs.append(Publication(pub.topic, pub.source, seq[pub.source], pub.ptype,
+                                    pub.fields, None, pub.permtoken, pub.timestamp))
+        refused = round_ % 7 == 3
+        bits = rng.choice([3, 4, 8] if refused else [3, 4, 8, 16, 64])  # (a smallulong)
+        data = encode_frames(pubs, bits).encode()
+        if refused:  # the last entry's number made 0: refused, after the others
+            last = encode_entry(pubs[-1], lambda _s, b=bits: b)
+            wire = (pubs[-1].source_seq - 1) % ((1 << bits) - 1) + 1
+            marker = pubs[-1].source.encode() + bytes((0x53, wire))
+            assert marker in last
+            entries = [encode_entry(p, lambda _s, b=bits: b) for p in pubs[:-1]]
+            entries.append(last.replace(marker, pubs[-1].source.encode() + b"\x53\x00"))
+            data = encode_batch(entries, first_link_seq=None, retransmit=False).encode()
+        keep = rng.random() < 0.8
+        read += _check_in_trial(data, fast, usual, keep)
+        if not keep:  # the publisher sends them again: numbered from where the journal is
+            for source in seq:
+                seq[source] = max(seq[source] - n, fast.unwrapper._last.get(source, 0))
+    assert read > 150
+
+
+def test_a_trial_touched_already_is_left_to_the_usual_way() -> None:
+    rng = random.Random(17)
+    fast = Decoder(link_bits=16)
+    data = encode_frames([_pub(i, rng) for i in range(1, 5)], 8).encode()
+    fast.unwrapper.begin()
+    fast.unwrapper.unwrap("bench", 1, 8)
+    before = _state(fast)
+    lazy = decode_message(data, True)
+    assert isinstance(lazy, ReceivedMessage)
+    assert read_publications(lazy, fast) is None
+    assert _state(fast) == before
+    assert fast.unwrapper.trial_sources() == ["bench"]

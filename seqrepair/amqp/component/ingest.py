@@ -46,12 +46,14 @@ from seqrepair.amqp.component.journalport import (
 )
 from seqrepair.amqp.component.sourcelimits import SourceLimits
 from seqrepair.amqp.wire.backoff import Backoff
+from seqrepair.amqp.wire.batchread import read_publications
 from seqrepair.amqp.wire.codec import Decoder
 from seqrepair.amqp.wire.errors import (
     MalformedMessageError,
     OversizedMessageError,
     UnknownMessageTypeError,
 )
+from seqrepair.amqp.wire.rawamqp import decode_message
 from seqrepair.amqp.wire.technical import DEFAULT_SOURCE_BITS
 from seqrepair.core.errors import OversizedPublicationError, UndeliverableError
 from seqrepair.core.limits import check_deliverable
@@ -352,8 +354,8 @@ class Ingest:
             wanted.append(source)
             return 1
 
-        frames = self.decoder.decode(message, default_source=default_source,
-                                     default_topic=default_topic, assign=count)
+        items: list[bytes] | None
+        frames, items, message = self._read(message, default_source, default_topic, count)
         checked = topics_cache(receiver)  # emptied by a policy reload
         for frame in frames:
             if not isinstance(frame, Publication):
@@ -366,7 +368,6 @@ class Ingest:
         check_frames = getattr(receiver, "check_frames", None)  # source names (contributions)
         if check_frames is not None:
             check_frames(receiver, frames)
-        items: list[bytes] | None = getattr(message, "items", None)
         pubs, items = _journal_forms(cast(list[Publication], frames), items)
         held: holdback.HeldBack = receiver.held_back
         if not wanted:
@@ -417,6 +418,22 @@ class Ingest:
                 raise
             return Released(exc.message)  # the journal took nothing of it
         return None
+
+    def _read(self, message: Any, default_source: str, default_topic: str | None,
+              assign: Callable[[str], int]) -> tuple[list[Any], list[bytes] | None, Any]:
+        """The frames of ``message``, its entries' bytes (None: not known) and the message
+        as the usual way reads it. A publishing link's transfers come with their list body
+        unread (``lazy_body``): a batch of regular, numbered publication entries (what
+        publishers send) is read in one pass (:func:`read_publications`, the same frames,
+        entries and numbering as the decoder's), anything else the usual way."""
+        if getattr(message, "body_at", None) is not None:
+            read = read_publications(message, self.decoder)
+            if read is not None:
+                return list(read[0]), read[1], message  # numbered: nothing to assign
+            message = decode_message(message._raw)  # read (or refused) the usual way
+        frames = self.decoder.decode(message, default_source=default_source,
+                                     default_topic=default_topic, assign=assign)
+        return frames, getattr(message, "items", None), message
 
     def _journal(
         self, pubs: list[Publication], items: list[bytes] | None, numbered: Collection[str],

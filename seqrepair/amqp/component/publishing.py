@@ -47,6 +47,7 @@ def open_publisher(component: Component, receiver: Any, address: str | None) -> 
     principal = effective_principal(component, receiver.connection,
                                     plain_properties(receiver.remote_properties))
     receiver.check_frames = component.contributions.check_publications  # source names
+    receiver.lazy_body = True  # its list bodies are read by the ingest (read_publications)
     if address is None:
         receiver.kind = "publish"
         receiver.pattern = TopicPattern("/#")

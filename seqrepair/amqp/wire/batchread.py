@@ -4,7 +4,8 @@ The usual way reads a received message's list body into Python lists
 (:func:`~seqrepair.amqp.wire.rawamqp.read_message`), then the
 :class:`~seqrepair.amqp.wire.codec.Decoder` takes each entry list apart again, checks every
 value's type and builds the :class:`~seqrepair.core.messages.Publication`. For the usual
-transfer (every entry a regular 8-element publication entry, as a component writes them)
+transfer (every entry a regular 8-element publication entry, as a component and a publisher
+write them)
 :func:`read_publications` does both in one pass over the bytes: each value's AMQP type code
 already says its Python type, so only what the codes do not say is checked (the values'
 ranges, by :func:`~seqrepair.core.messages.decoded_publication` as on the usual way).
@@ -17,7 +18,9 @@ changed nothing, and the caller reads the message the usual way, which decodes o
 ever. Entries laid out like the one before are read by that layout, one ``struct`` call each
 (:mod:`~seqrepair.amqp.wire.entrylayout`), the others step by step. Used by the
 :class:`~seqrepair.amqp.client.subscriber.Subscriber` (a catch-up receives such transfers at
-its full rate) and a relay's upstream subscriber (``seqrepair.amqp.relay.upstream``).
+its full rate), a relay's upstream subscriber (``seqrepair.amqp.relay.upstream``) and the
+component's ingest of a publishing link's transfers (``seqrepair.amqp.component.ingest``, inside
+its trial: see :func:`read_publications`).
 """
 
 from __future__ import annotations
@@ -56,13 +59,20 @@ def read_publications(
     ``read_message(data, lazy=True)``) and each entry's bytes, as ``decoder.decode(message)``
     would give them (its unwrapper advanced the same way), or None, nothing changed, when
     the message is not a batch of regular publication entries (see the module). Without
-    ``entries`` the list of entry bytes is left empty."""
+    ``entries`` the list of entry bytes is left empty. Inside a trial of the decoder's
+    unwrapper that its owner opened (:meth:`~seqrepair.amqp.wire.framing.SourceUnwrapper.begin`)
+    it reads only while that trial touched no source yet, and leaves it open: committed or
+    rolled back by its owner, or, when None is returned, open and untouched."""
     at = message.body_at
     props = message.properties
     if at is None or props is None or props.get(MESSAGE_TYPE) != _PUBLICATIONS:
         return None
     unwrapper = decoder.unwrapper
-    if unwrapper.in_trial:  # its owner decides what is kept: the usual way
+    # inside its owner's trial (the component's ingest), which then decides what is kept:
+    # read only when the trial touched nothing yet, so that undoing what this read did is
+    # undoing the trial and opening it again
+    owned = not unwrapper.in_trial
+    if not owned and unwrapper.trial_sources():
         return None
     buf = message._raw
     try:
@@ -93,7 +103,8 @@ def read_publications(
     layout: EntryLayout | None = None  # the last entry's, and the one before it
     other: EntryLayout | None = None
     budget = count // LAYOUT_EVERY  # entries that may be described for a layout
-    unwrapper.begin()
+    if owned:
+        unwrapper.begin()
     try:
         for i in range(count):
             start = pos
@@ -126,8 +137,11 @@ def read_publications(
             raise _Irregular
     except Exception:  # _Irregular, Unsupported, bytes cut short, a value refused...
         unwrapper.rollback({})  # as the usual way leaves it: it reads (or refuses) it again
+        if not owned:
+            unwrapper.begin()  # the owner's trial, open and empty as it was
         return None
-    unwrapper.commit()
+    if owned:
+        unwrapper.commit()
     return pubs, items
 
 

@@ -712,7 +712,8 @@ class RawIncomingHandler(IncomingMessageHandler):
 
     ``event.message`` is a :class:`ReceivedMessage` when this module could read the bytes and a
     :class:`proton.Message` otherwise; the rest (accept, reject, settle) is proton's.
-    ``lazy_body``: list bodies are left for the handler's own reader (``read_message(lazy)``).
+    ``lazy_body``: list bodies are left for the handler's own reader (``read_message(lazy)``);
+    a link whose own ``lazy_body`` attribute is true has them left so too.
     """
 
     lazy_body = False
@@ -728,7 +729,8 @@ class RawIncomingHandler(IncomingMessageHandler):
         data = link.recv(dlv.pending) or b""
         link.advance()
         try:
-            event.message = decode_message(data, self.lazy_body)
+            event.message = decode_message(
+                data, self.lazy_body or getattr(link, "lazy_body", False))
         except Exception as exc:  # what a peer sends must never end the event loop
             bad = ReceivedMessage()
             bad.malformed = f"unreadable: {exc!r}"[:200]
