@@ -122,11 +122,13 @@ def fan_out(
         component.pump_soon(link)
     recent = component.recent
     if recent.max_bytes:  # kept encoded for source replays (journal/recent.py)
+        kept = []
         for i, pub in enumerate(pubs):
             entry = entries.get(i, _MISSING)
             if entry is _MISSING:
                 entry = entries[i] = _entry(component, pub)
-            recent.add(pub, entry)
+            kept.append(entry)
+        recent.add_many(pubs, kept)
     component.contributions.published(list(pubs))  # contributors whose publication this is
 
 
