@@ -63,7 +63,15 @@ class PublishType(enum.Enum):
 
 
 def _publish_type(value: PublishType | str) -> PublishType:
+    # every publication made passes here: an exact name is a lookup (the enum's call is not)
+    if type(value) is str:
+        found = _PUBLISH_TYPES.get(value)
+        if found is not None:
+            return found
     return PublishType.parse(value)
+
+
+_PUBLISH_TYPES = {member.value: member for member in PublishType}
 
 
 def _nonempty_str(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:

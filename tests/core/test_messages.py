@@ -252,3 +252,26 @@ def test_unlink_own_makes_a_decoder_s_fresh_publications_bare_in_place() -> None
     unlink_own(made)
     assert made == bare  # what with_link(None, retransmit=False) gives
     assert all(a is b for a, b in zip(made, same, strict=True))  # the same objects
+
+
+class _Name(str):
+    """A str subclass: never taken for an exact name."""
+
+
+@pytest.mark.parametrize("name", [
+    *[t.value for t in PublishType], *list(PublishType), "add", " Update ", "IMAGE", "Drop",
+    _Name("update"), _Name("add"),
+])
+def test_a_publication_reads_its_publish_type_as_parse_does(name):
+    """The lookup a publication makes of an exact name gives what PublishType.parse gives."""
+    pub = Publication(topic="/a", source="s", source_seq=1, ptype=name)
+    assert pub.ptype is PublishType.parse(name)
+    assert type(pub.ptype) is PublishType
+
+
+@pytest.mark.parametrize("name", ["", "updates", "nope", 3, None])
+def test_a_publication_refuses_an_unknown_publish_type_as_parse_does(name):
+    with pytest.raises(UnknownPublishTypeError):
+        PublishType.parse(name)
+    with pytest.raises(UnknownPublishTypeError):
+        Publication(topic="/a", source="s", source_seq=1, ptype=name)
