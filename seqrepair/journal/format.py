@@ -70,6 +70,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import attrs
 
 from seqrepair.core.errors import InvalidMessageError, SeqRepairError
+from seqrepair.core.limits import (
+    MAX_FIELD_INT,
+    MAX_PUBLICATION_SIZE,
+    MAX_TOPIC_BYTES,
+    MIN_FIELD_INT,
+)
 from seqrepair.core.messages import Publication, PublishType
 from seqrepair.core.sequence import SequenceSpace
 from seqrepair.journal.errors import JournalCorruptError
@@ -221,6 +227,54 @@ def plainly_journaled(topic: object, fields: object, permtoken: object) -> bool:
         elif value is not None and kind is not int and kind is not bool:
             return False
     return True
+
+
+def plainly_sendable(topic: object, fields: object, permtoken: object) -> bool:
+    """Whether both :func:`plainly_journaled` and
+    :func:`~seqrepair.core.limits.check_deliverable` would pass, in one pass over the fields
+    (a component checks both for every publication it receives; a test holds this equal to
+    asking both). False means "not proven": ask them."""
+    if (
+        type(topic) is not str
+        or not topic.isascii()
+        or len(topic) > MAX_TOPIC_BYTES
+        or (type(fields) is not dict and type(fields) is not MappingProxyType)
+    ):
+        return False
+    n = len(topic)
+    size = n + (2 if n < 256 else 5)
+    if permtoken is not None:
+        if type(permtoken) is not str or not permtoken.isascii():
+            return False
+        n = len(permtoken)
+        size += n + (2 if n < 256 else 5)
+    for key, value in fields.items():
+        if type(key) is not str or not key.isascii():
+            return False
+        n = len(key)
+        size += n + (2 if n < 256 else 5)
+        kind = type(value)
+        if kind is str:
+            if not value.isascii():
+                return False
+            n = len(value)
+            size += n + (2 if n < 256 else 5)
+        elif kind is int:
+            if -128 <= value <= 127:
+                size += 2
+            elif MIN_FIELD_INT <= value <= MAX_FIELD_INT:
+                size += 9
+            else:
+                return False
+        elif kind is float:
+            if not isfinite(value):
+                return False
+            size += 9
+        elif value is None or kind is bool:
+            size += 1
+        else:
+            return False
+    return size <= MAX_PUBLICATION_SIZE
 
 
 def journal_form(

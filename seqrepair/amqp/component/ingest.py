@@ -59,7 +59,7 @@ from seqrepair.core.errors import OversizedPublicationError, UndeliverableError
 from seqrepair.core.limits import check_deliverable
 from seqrepair.core.messages import Publication
 from seqrepair.core.sequencers import SourceSequencer
-from seqrepair.journal.format import as_journaled
+from seqrepair.journal.format import as_journaled, plainly_sendable
 from seqrepair.journal.gapfill import undeliverable
 from seqrepair.logs import get_logger
 from seqrepair.rest.catalog import SharedCatalog
@@ -357,6 +357,7 @@ class Ingest:
         items: list[bytes] | None
         frames, items, message = self._read(message, default_source, default_topic, count)
         checked = topics_cache(receiver)  # emptied by a policy reload
+        plain = True  # every frame deliverable and journaled as it is, proven in one pass
         for frame in frames:
             if not isinstance(frame, Publication):
                 raise UnknownMessageTypeError(
@@ -364,11 +365,16 @@ class Ingest:
                 )
             if frame.topic not in checked:
                 check_topic(receiver, frame.topic)
-            check_sendable(frame)
+            if not plainly_sendable(frame.topic, frame.fields, frame.permtoken):
+                check_sendable(frame)
+                plain = False
         check_frames = getattr(receiver, "check_frames", None)  # source names (contributions)
         if check_frames is not None:
             check_frames(receiver, frames)
-        pubs, items = _journal_forms(cast(list[Publication], frames), items)
+        if plain:  # as_journaled gives each of them itself
+            pubs = cast(list[Publication], frames)
+        else:
+            pubs, items = _journal_forms(cast(list[Publication], frames), items)
         held: holdback.HeldBack = receiver.held_back
         if not wanted:
             if held and holdback.continues_past(held, pubs):
