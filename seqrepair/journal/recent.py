@@ -142,12 +142,14 @@ class RecentEntries:
         runs, all_samples, order = self._runs, self._samples, self._order
         for pub, entry in zip(pubs, entries, strict=True):
             run = runs.get(pub.source)
-            if run is not None and type(entry) is bytes and (
+            if run is not None and entry is not None and (
                     pub.source_seq == run.first + len(run.entries)):
                 samples = all_samples.get(pub.source)
                 known = None if samples is None else samples.get(
                     (pub.topic, pub.permtoken, pub.ptype))
                 if known is not None:
+                    if type(entry) is not bytes:  # a slice of a received message's bytearray
+                        entry = bytes(entry)
                     run.entries.append(entry)
                     run.keys.append(known[0])
                     size = len(entry) + ENTRY_OVERHEAD
