@@ -214,3 +214,27 @@ def test_application_properties_that_are_not_a_map_are_a_decode_error_on_every_l
     h = Harness()
     assert outcome(control(h, message())) == (Delivery.REJECTED, "amqp:decode-error")  # type: ignore[arg-type]
     assert outcome(h.send(message())) == (Delivery.REJECTED, "amqp:decode-error")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("cut", [b"\xd0\x00\x00\x00\x00", b"\xd0\x00\x00\x00\x02\x00\x00"])
+def test_a_publishing_links_list32_body_cut_short_is_a_decode_error_not_an_internal_one(
+    cut: bytes,
+) -> None:
+    """A publishing link's list bodies are left unread (its ``lazy_body``) for the one-pass
+    reader: a list32 whose size leaves no room for its count made that reader raise out of
+    the ingest (``amqp:internal-error``, a traceback logged) where the usual read refuses it
+    as malformed. The link's honest numbering is untouched either way."""
+    from seqrepair.amqp.wire.rawamqp import decode_message, encode_value
+
+    h = Harness()
+    assert outcome(h.send(narrow(1, 5))) == ACCEPTED
+    before = state(h.component.decoder)
+    data = (b"\x00\x53\x74" + encode_value({"message-type": "PUBLICATIONS"})
+            + b"\x00\x53\x77" + cut)
+    lazy = decode_message(data, True)  # as RawIncomingHandler reads for a publishing link
+    assert getattr(lazy, "body_at", None) is not None  # left for the one-pass reader
+
+    assert outcome(h.send(lazy)) == (Delivery.REJECTED, "amqp:decode-error")  # type: ignore[arg-type]
+    assert state(h.component.decoder) == before
+    assert outcome(h.send(narrow(6, 8))) == ACCEPTED
+    assert h.received() == [(SOURCE, seq, seq) for seq in range(1, 9)]
