@@ -25,6 +25,7 @@ its trial: see :func:`read_publications`).
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 from seqrepair.amqp.wire.entrylayout import EntryLayout, layout_at
@@ -95,8 +96,8 @@ def read_publications(
         again = props.get("retransmit", False)
         if again is not True and again is not False:
             return None
-    except IndexError:
-        return None
+    except (IndexError, struct.error):  # a list32 too short for its count: the usual way
+        return None  # refuses it (a publisher's transfer reaches here: it must not raise)
     unwrap = unwrapper.unwrap
     pubs: list[Publication] = []
     items: list[bytes] = []
