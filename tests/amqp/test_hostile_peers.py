@@ -213,3 +213,50 @@ def test_strings_a_peer_sends_that_are_not_utf8_end_its_connection_only(
     assert done[0] == 0, done[1][-2000:]
     log = comp.log_text() if via == "component" else (tmp_path / "gateway.log").read_text()
     assert "event failed" in log  # contained, not unnoticed
+
+
+def test_a_publishing_links_body_cut_before_its_count_is_a_decode_error_beside_a_publisher(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """A publishing link's list bodies go to the one-pass reader (its ``lazy_body``): a
+    ``PUBLICATIONS`` whose list32 body ends before its count made that reader raise out of the
+    ingest (``amqp:internal-error``, a traceback logged). Refused ``amqp:decode-error`` now;
+    the honest publisher's runs before and after it are taken whole, once, in order."""
+    from seqrepair.amqp.wire.rawamqp import encode_value
+
+    comp = ComponentProcess(redis_url, tmp_path, "--heartbeat", "0.2").start()
+    got: list[Publication] = []
+    try:
+        with Subscriber(comp.url, "/load/#", on_publication=got.append,
+                        heartbeat_interval=0.2, link_name="watcher") as sub:
+            assert sub.connected.wait(20)
+            time.sleep(0.3)
+            first = publish(comp.url, redis_url, 8, 5)
+            hostile = BlockingConnection(comp.url, timeout=20)
+            try:
+                link = hostile.create_sender("/load/a").link
+                data = (b"\x00\x53\x74" + encode_value({"message-type": "PUBLICATIONS"})
+                        + b"\x00\x53\x77" + b"\xd0\x00\x00\x00\x00")
+                dlv = link.delivery(b"cut")
+                link.send(data)
+                link.advance()
+                hostile.wait(lambda: dlv.remote_state != 0, msg="no disposition")
+                cond = dlv.remote.condition
+                cut = dlv.remote_state, None if cond is None else cond.name
+            finally:
+                hostile.close()
+            second = publish(comp.url, redis_url, 8, 5)
+            wait_for(lambda: len(got) >= 10, 30)
+            time.sleep(0.5)  # a duplicate would come now
+        with Journal.from_url(redis_url) as journal:
+            held = [p.source_seq for p in journal.read_range(SOURCE, 1, 100)]
+    finally:
+        comp.stop()
+    log = comp.log_text()
+    assert first[0] == 0, first
+    assert cut == (Delivery.REJECTED, "amqp:decode-error"), log[-3000:]
+    assert "internal error" not in log
+    assert "message failed" not in log
+    assert second[0] == 0, (second, log[-3000:])
+    assert held == list(range(1, 11))
+    assert [(p.source, p.source_seq) for p in got] == [(SOURCE, n) for n in range(1, 11)]
