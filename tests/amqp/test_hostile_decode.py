@@ -238,3 +238,23 @@ def test_a_publishing_links_list32_body_cut_short_is_a_decode_error_not_an_inter
     assert state(h.component.decoder) == before
     assert outcome(h.send(narrow(6, 8))) == ACCEPTED
     assert h.received() == [(SOURCE, seq, seq) for seq in range(1, 9)]
+
+
+@pytest.mark.parametrize("after", [b"\x40", b"\xa1\x01x", b"\xc1\x01\x00"])
+def test_a_second_body_section_after_a_list_is_read_alike_lazily_and_not(after: bytes) -> None:
+    """A transfer of two amqp-value sections, a batch of publications then something else:
+    the usual read takes the last one (not a list: refused ``amqp:decode-error``); a
+    publishing link's lazy read kept pointing at the first and journaled and fanned out
+    the batch."""
+    from seqrepair.amqp.wire.framing import encode_frames
+    from seqrepair.amqp.wire.rawamqp import decode_message
+
+    pubs = [Publication("/plain/x", SOURCE, n, fields={"n": n}) for n in (1, 2)]
+    data = encode_frames(pubs, BITS).encode() + b"\x00\x53\x77" + after
+    for lazy in (False, True):
+        h = Harness()
+        refused = h.send(decode_message(data, lazy))  # type: ignore[arg-type]
+
+        assert outcome(refused) == (Delivery.REJECTED, "amqp:decode-error"), lazy
+        assert h.received() == []
+        assert state(h.component.decoder) == state(Harness().component.decoder)
