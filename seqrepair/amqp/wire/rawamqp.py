@@ -674,18 +674,21 @@ def _read_message(data: bytes, lazy: bool = False) -> ReceivedMessage:
             raise Unsupported("not a section")
         code = data[pos + 2]
         start = pos + 3
+        # a body section after another one is the body, read lazily or not (the last one
+        # read, as ever): a lazy reader must not read an earlier list the usual way does not
         if lazy and code == 0x77 and (data[start] == 0xC0 or data[start] == 0xD0):
             msg.body_at, msg._raw = start, data  # its reader checks its size
+            msg.body, msg._ends = None, None
             pos = (start + 2 + data[start + 1] if data[start] == 0xC0
                    else start + 5 + _u32(data, start + 1)[0])
             continue
         if code == 0x77 and (data[start] == 0xC0 or data[start] == 0xD0):
             msg.body, msg._ends, pos = _read_list_keeping_items(data, start)
-            msg._raw = data
+            msg._raw, msg.body_at = data, None
             continue
         value, pos = _read(data, start)
         if code == 0x77:
-            msg.body = value
+            msg.body, msg.body_at, msg._ends = value, None, None
         elif code == 0x74:
             if not isinstance(value, dict):
                 raise Unsupported("application-properties is not a map")
