@@ -215,13 +215,16 @@ def test_strings_a_peer_sends_that_are_not_utf8_end_its_connection_only(
     assert "event failed" in log  # contained, not unnoticed
 
 
-def test_a_publishing_links_body_cut_before_its_count_is_a_decode_error_beside_a_publisher(
+def test_a_publishing_links_malformed_bodies_are_decode_errors_beside_a_publisher(
     redis_url: str, tmp_path: Path
 ) -> None:
     """A publishing link's list bodies go to the one-pass reader (its ``lazy_body``): a
     ``PUBLICATIONS`` whose list32 body ends before its count made that reader raise out of the
-    ingest (``amqp:internal-error``, a traceback logged). Refused ``amqp:decode-error`` now;
-    the honest publisher's runs before and after it are taken whole, once, in order."""
+    ingest (``amqp:internal-error``, a traceback logged), and a batch followed by a second
+    amqp-value body was journaled (the usual read takes the last body: not a list). Both are
+    refused ``amqp:decode-error`` now, nothing of the stranger's journaled; the honest
+    publisher's runs before and after them are taken whole, once, in order."""
+    from seqrepair.amqp.wire.framing import encode_frames
     from seqrepair.amqp.wire.rawamqp import encode_value
 
     comp = ComponentProcess(redis_url, tmp_path, "--heartbeat", "0.2").start()
@@ -243,6 +246,16 @@ def test_a_publishing_links_body_cut_before_its_count_is_a_decode_error_beside_a
                 hostile.wait(lambda: dlv.remote_state != 0, msg="no disposition")
                 cond = dlv.remote.condition
                 cut = dlv.remote_state, None if cond is None else cond.name
+                # a batch of a stranger's, then a second amqp-value body (null): refused
+                stranger = [Publication("/load/a", "stranger", n, fields={"n": n})
+                            for n in (1, 2)]
+                two = encode_frames(stranger, 8).encode() + b"\x00\x53\x77\x40"
+                dlv = link.delivery(b"two")
+                link.send(two)
+                link.advance()
+                hostile.wait(lambda: dlv.remote_state != 0, msg="no disposition")
+                cond = dlv.remote.condition
+                two_bodies = dlv.remote_state, None if cond is None else cond.name
             finally:
                 hostile.close()
             second = publish(comp.url, redis_url, 8, 5)
@@ -250,11 +263,14 @@ def test_a_publishing_links_body_cut_before_its_count_is_a_decode_error_beside_a
             time.sleep(0.5)  # a duplicate would come now
         with Journal.from_url(redis_url) as journal:
             held = [p.source_seq for p in journal.read_range(SOURCE, 1, 100)]
+            strangers = journal.high_water("stranger")
     finally:
         comp.stop()
     log = comp.log_text()
     assert first[0] == 0, first
     assert cut == (Delivery.REJECTED, "amqp:decode-error"), log[-3000:]
+    assert two_bodies == (Delivery.REJECTED, "amqp:decode-error"), log[-3000:]
+    assert strangers == 0
     assert "internal error" not in log
     assert "message failed" not in log
     assert second[0] == 0, (second, log[-3000:])
