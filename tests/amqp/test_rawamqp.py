@@ -241,3 +241,19 @@ def test_a_map_written_in_line_is_the_one_written_value_by_value(
         else:
             with pytest.raises(expected):
                 encode_map(mapping)
+
+
+def test_the_remembered_map_keys_stay_small_whatever_the_keys() -> None:
+    """encode_map remembers the encoding of the field names it writes (the same few again
+    and again), at most some thousands of them: a name may be as long as a publication
+    (512 KiB), and a publisher's distinct long names (the component encodes every fanned-out
+    publication that came without its entry, e.g. a non-ASCII one) were held whole, up to
+    gigabytes, long after their publications."""
+    from seqrepair.amqp.wire import rawamqp
+
+    rawamqp._KEYS.clear()
+    for i in range(200):
+        rawamqp.encode_map({f"{i:06d}" + "é" * 50_000: 1, "n": i})  # ~100 KB a name
+    held = sum(len(key) * 4 + len(encoded) for key, encoded in rawamqp._KEYS.items())
+    assert held < 1 << 20
+    assert "n" in rawamqp._KEYS  # the short names are remembered still
