@@ -125,9 +125,10 @@ def encode_map(mapping: Mapping[Any, Any], *, symbol_keys: bool = False) -> byte
             encoded = keys.get(key)
             if encoded is None:
                 encoded = encode_value(key)
-                if len(keys) >= _KEYS_KEPT:
-                    keys.clear()
-                keys[key] = encoded
+                if len(encoded) <= _KEY_BYTES_KEPT:  # a long name (a peer's) is not kept
+                    if len(keys) >= _KEYS_KEPT:
+                        keys.clear()
+                    keys[key] = encoded
             add(encoded)
         else:
             add(encode_value(key))
@@ -161,6 +162,8 @@ def _encode_map_slowly(mapping: Mapping[Any, Any], symbol_keys: bool = False) ->
 _KEYS: dict[str, bytes] = {}
 """Encoded map keys of type str (bounded: cleared when full)."""
 _KEYS_KEPT = 4096
+_KEY_BYTES_KEPT = 66
+"""The longest encoded key remembered (a str8 of 64 bytes): at most ~0.5 MiB together."""
 _SMALL_INTS = [b"\x55" + bytes((v & 0xFF,)) for v in range(-128, 128)]
 
 
