@@ -155,19 +155,26 @@ def _describe(
         pos += struct.calcsize(">" + char)
         return value(char)
 
-    code = buf[pos]
-    if code == 0xC0:
-        mark("B", code)
-        mark("B", buf[pos + 1])
-        mark("B", buf[pos + 2])
-        end, count, pos = pos + 2 + buf[pos + 1], buf[pos + 2], pos + 3
-    elif code == 0xD0:
-        mark("B", code)
-        mark("I", _u32(buf, pos + 1)[0])
-        mark("I", _u32(buf, pos + 5)[0])
-        end, count, pos = pos + 5 + _u32(buf, pos + 1)[0], _u32(buf, pos + 5)[0], pos + 9
-    else:
-        raise _NoLayout
+    def compound(small: int) -> tuple[int, int]:
+        """A list (0xC0/0xD0) or map (0xC1/0xD1) header at ``pos``, its size and count
+        marked: where it ends and its count."""
+        nonlocal pos
+        code = buf[pos]
+        if code == small:
+            mark("B", code)
+            mark("B", buf[pos + 1])
+            mark("B", buf[pos + 2])
+            end, count, pos = pos + 2 + buf[pos + 1], buf[pos + 2], pos + 3
+        elif code == small + 0x10:
+            mark("B", code)
+            mark("I", _u32(buf, pos + 1)[0])
+            mark("I", _u32(buf, pos + 5)[0])
+            end, count, pos = pos + 5 + _u32(buf, pos + 1)[0], _u32(buf, pos + 5)[0], pos + 9
+        else:
+            raise _NoLayout
+        return end, count
+
+    end, count = compound(0xC0)
     if count != 8:
         raise _NoLayout
     ptype = f"PTYPE[{string(True)}]"
@@ -194,19 +201,7 @@ def _describe(
     bits = value("B")  # the caller checks 2..64 of every entry
     pos += 2
     topic = string(True)
-    code = buf[pos]
-    if code == 0xC1:
-        mark("B", code)
-        mark("B", buf[pos + 1])
-        mark("B", buf[pos + 2])
-        fields_end, items, pos = pos + 2 + buf[pos + 1], buf[pos + 2], pos + 3
-    elif code == 0xD1:
-        mark("B", code)
-        mark("I", _u32(buf, pos + 1)[0])
-        mark("I", _u32(buf, pos + 5)[0])
-        fields_end, items, pos = pos + 5 + _u32(buf, pos + 1)[0], _u32(buf, pos + 5)[0], pos + 9
-    else:
-        raise _NoLayout
+    fields_end, items = compound(0xC1)
     if items % 2 or items // 2 > MAX_LAYOUT_FIELDS:
         raise _NoLayout
     keys: list[str] = []
