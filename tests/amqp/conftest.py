@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -400,3 +401,19 @@ def here(redis_url: str) -> Iterator[Callable[..., HereComponent]]:
     yield make
     for comp in started:
         comp.shut()
+
+
+def start_after(url: str, address: str, timeout: float = 20, **identity: Any) -> set[str]:
+    """The sources a fresh subscriber link on ``address`` is told of in its attach's
+    ``seqrepair-start-after`` (the sources it may learn of), as the connection's principal
+    (``identity``: ``amqp_identity(...)``'s keywords) or anonymous."""
+    from proton import symbol
+    from proton.utils import BlockingConnection
+
+    conn = BlockingConnection(url, timeout=timeout, **identity)
+    try:
+        receiver = conn.create_receiver(address, name=f"views-{uuid.uuid4().hex}")
+        props = dict(receiver.link.remote_properties or {})
+        return {str(k) for k in props[symbol("seqrepair-start-after")]}
+    finally:
+        conn.close()

@@ -8,13 +8,12 @@ the rule without processes."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from proton import Delivery, symbol
+from proton import Delivery
 from proton.utils import BlockingConnection
 
 from seqrepair.amqp.component.admission import LimitExceededError
@@ -25,7 +24,7 @@ from seqrepair.core.messages import Publication
 from seqrepair.core.policy import Operation, Policy
 from seqrepair.journal.journal import Journal
 
-from .conftest import ComponentProcess
+from .conftest import ComponentProcess, start_after
 from .principals import MISSING, amqp_identity, serve_args
 
 pytestmark = [pytest.mark.amqp, pytest.mark.redis]
@@ -63,15 +62,6 @@ def journal(redis_url: str) -> Iterator[Journal]:
     yield j
     j.close()
 
-
-def _start_after(url: str, address: str) -> set[str]:
-    conn = BlockingConnection(url, timeout=20)
-    try:
-        receiver = conn.create_receiver(address, name=f"views-{uuid.uuid4().hex}")
-        props = dict(receiver.link.remote_properties or {})
-        return {str(k) for k in props[symbol("seqrepair-start-after")]}
-    finally:
-        conn.close()
 
 
 LIMITS_POLICY = """
@@ -156,7 +146,7 @@ def test_a_source_past_256_classes_is_refused_the_topic_never_hidden(
         assert pub.send("feed.late", "/late/x") is None  # another source's
     finally:
         pub.close()
-    assert _start_after(comp.url, "/late/#") == {"feed.late"}
+    assert start_after(comp.url, "/late/#") == {"feed.late"}
     comp.stop()
     assert comp.stop_counters()["classes_refused"] == 1
 

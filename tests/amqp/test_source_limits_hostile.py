@@ -4,14 +4,11 @@ publications refused, nor make the component's bounds cost others their event lo
 
 from __future__ import annotations
 
-import os
-import signal
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from proton import Delivery, symbol
+from proton import Delivery
 from proton.utils import BlockingConnection
 
 from seqrepair.amqp.client.subscriber import Publisher
@@ -27,7 +24,7 @@ from seqrepair.core.messages import Publication
 from seqrepair.core.policy import Policy
 from seqrepair.journal.journal import Journal
 
-from .conftest import ComponentProcess, wait_for
+from .conftest import ComponentProcess, start_after
 from .principals import MISSING, amqp_identity, serve_args
 
 pytestmark = [pytest.mark.amqp, pytest.mark.redis]
@@ -158,22 +155,11 @@ def test_after_a_policy_reload_a_source_is_shown_on_its_own_topics_not_anothers(
         with Publisher(comp.url, source) as publisher:
             publisher.publish(topic, {"n": 1})
             assert publisher.flush(30)
-    assert _start_after(comp.url, "/w/#") == {"feed.a", "feed.b"}
+    assert start_after(comp.url, "/w/#") == {"feed.a", "feed.b"}
     policy.write_text(RELOAD_AFTER)
-    assert comp.proc is not None
-    os.kill(comp.proc.pid, signal.SIGHUP)
-    assert wait_for(lambda: "access policy reloaded" in comp.log_text(), 10)
-    assert _start_after(comp.url, "/w/a") == {"feed.a"}
+    comp.hang_up("access policy reloaded", 1)
+    assert start_after(comp.url, "/w/a") == {"feed.a"}
 
-
-def _start_after(url: str, address: str) -> set[str]:
-    conn = BlockingConnection(url, timeout=20)
-    try:
-        receiver = conn.create_receiver(address, name=f"views-{uuid.uuid4().hex}")
-        props = dict(receiver.link.remote_properties or {})
-        return {str(k) for k in props[symbol("seqrepair-start-after")]}
-    finally:
-        conn.close()
 
 
 def test_a_message_of_several_sources_past_the_allowance_is_refused_whole(

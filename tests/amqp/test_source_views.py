@@ -7,20 +7,17 @@ never learnt of the source. Over a real ``seqrepair serve`` with a policy, then 
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from proton import symbol
-from proton.utils import BlockingConnection
 
 from seqrepair.amqp.client.query import query_capabilities
 from seqrepair.amqp.client.subscriber import Publisher
 from seqrepair.amqp.component.sourceviews import MAX_TOPICS_PER_SOURCE, SourceViews
 from seqrepair.core.policy import Operation, Policy
 
-from .conftest import ComponentProcess
+from .conftest import ComponentProcess, start_after
 
 POLICY = """
 [[allow]]
@@ -34,15 +31,6 @@ operations = ["subscribe"]
 topics = ["/late/#"]
 """
 
-
-def _start_after(url: str, address: str) -> set[str]:
-    conn = BlockingConnection(url, timeout=10)
-    try:
-        receiver = conn.create_receiver(address, name=f"views-{uuid.uuid4().hex}")
-        props = dict(receiver.link.remote_properties or {})
-        return {str(k) for k in props[symbol("seqrepair-start-after")]}
-    finally:
-        conn.close()
 
 
 @pytest.mark.amqp
@@ -61,7 +49,7 @@ def test_a_source_is_shown_to_a_principal_entitled_only_to_topics_past_the_first
     with Publisher(comp.url, "feed.early") as publisher:
         publisher.publish_many(early[:10])
         assert publisher.flush(30)
-    assert _start_after(comp.url, "/late/#") == {"feed.many"}
+    assert start_after(comp.url, "/late/#", timeout=10) == {"feed.many"}
     assert set(query_capabilities(comp.url).source_bits) == {"feed.many"}
 
 
