@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from polling import wait_for as wait_for  # re-exported: the amqp tests import it from here
 
+from seqrepair.journal.journal import Journal
 from seqrepair.journal.server import EmbeddedRedis, _die_with_parent
 from seqrepair.journal.server import free_port as _free_port
 
@@ -223,6 +224,14 @@ class ComponentProcess:
 def redis_url() -> Iterator[str]:
     with EmbeddedRedis(appendfsync="always") as server:
         yield server.url
+
+
+@pytest.fixture
+def journal(redis_url: str) -> Iterator[Journal]:
+    """A :class:`Journal` on the test's private redis-server (:func:`redis_url`)."""
+    j = Journal.from_url(redis_url)
+    yield j
+    j.close()
 
 
 def _redis_urls(count: int) -> Iterator[list[str]]:

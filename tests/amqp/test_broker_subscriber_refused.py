@@ -46,13 +46,6 @@ pytestmark = [pytest.mark.amqp, pytest.mark.redis]
 FATAL = "amqp:unauthorized-access"
 
 
-@pytest.fixture
-def journal(redis_url: str) -> Iterator[Journal]:
-    j = Journal.from_url(redis_url)
-    yield j
-    j.close()
-
-
 def broker_subscriber(url: str, journal: Journal, address: str,
                       **settings: Any) -> BrokerSubscriber:
     return BrokerSubscriber(url, address, journal, probe_interval=0.3, reconnect_delay=FIRST,

@@ -13,7 +13,6 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,13 +30,6 @@ from seqrepair.journal.journal import Journal
 from .conftest import RabbitBroker, _env, wait_for
 
 pytestmark = [pytest.mark.amqp, pytest.mark.redis]
-
-
-@pytest.fixture
-def journal(redis_url: str) -> Iterator[Journal]:
-    j = Journal.from_url(redis_url)
-    yield j
-    j.close()
 
 
 def queue_address() -> str:

@@ -90,13 +90,6 @@ def served(component: Callable[..., ComponentProcess], tmp_path: Path) -> Compon
                      "--contribution-burst", "10", "--contribution-timeout", "3")
 
 
-@pytest.fixture
-def journal(redis_url: str) -> Iterator[Journal]:
-    j = Journal.from_url(redis_url)
-    yield j
-    j.close()
-
-
 class Owner:
     """alice's publisher of ``feed.alice``, taking or refusing contributions by a rule."""
 

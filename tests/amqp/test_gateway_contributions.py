@@ -10,7 +10,7 @@ component sees the gateway's principal, for both.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -89,13 +89,6 @@ class Owner:
     def wait_attached(self) -> None:
         assert wait_for(lambda: self.publisher._contributions is not None
                         and self.publisher._contributions.state & 0x10 == 0x10, 20)
-
-
-@pytest.fixture
-def journal(redis_url: str) -> Iterator[Journal]:
-    j = Journal.from_url(redis_url)
-    yield j
-    j.close()
 
 
 def test_through_a_forwarding_gateway_contributor_and_owner_are_themselves(

@@ -8,7 +8,7 @@ the rule without processes."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -54,13 +54,6 @@ class Sender:
 
     def close(self) -> None:
         self.conn.close()
-
-
-@pytest.fixture
-def journal(redis_url: str) -> Iterator[Journal]:
-    j = Journal.from_url(redis_url)
-    yield j
-    j.close()
 
 
 

@@ -10,7 +10,7 @@ Over a real ``seqrepair serve`` and redis-server."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -33,13 +33,6 @@ from .test_source_limits import ALICE, LIMITS_POLICY, MALLORY, RESOURCE, Sender
 from .test_source_limits_hostile import _send
 
 pytestmark = [pytest.mark.amqp, pytest.mark.redis]
-
-
-@pytest.fixture
-def journal(redis_url: str) -> Iterator[Journal]:
-    j = Journal.from_url(redis_url)
-    yield j
-    j.close()
 
 
 @pytest.mark.skipif(MISSING is not None, reason=f"AMQP principals: {MISSING}")
