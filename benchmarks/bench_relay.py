@@ -37,6 +37,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -53,6 +54,7 @@ from seqrepair.journal.server import EmbeddedRedis  # noqa: E402
 
 ENV = dict(os.environ, PYTHONPATH=str(ROOT))
 PROFILE: Path | None = None  # --profile DIR: serve and relay under profproc.py (cProfile)
+TRACE: Path | None = None  # --trace DIR: relay under relaytrace.py, subscriber times kept
 _runs = itertools.count()
 
 
@@ -68,6 +70,10 @@ def start(args: list[str], name: str, tree: Path = ROOT) -> tuple[subprocess.Pop
         PROFILE.mkdir(parents=True, exist_ok=True)
         command = [sys.executable, str(ROOT / "benchmarks" / "profproc.py"),
                    str(PROFILE / f"{next(_runs):02d}-{args[0]}")]
+    elif TRACE is not None and args[0] == "relay":
+        TRACE.mkdir(parents=True, exist_ok=True)
+        command = [sys.executable, str(ROOT / "benchmarks" / "relaytrace.py"),
+                   str(TRACE / f"{next(_runs):02d}-relay.json")]
     proc = subprocess.Popen(
         [*command, *args, flag, url, "--ready-file", str(ready), "--allow-anonymous"],
         env=dict(ENV, PYTHONPATH=str(tree)), stdout=subprocess.DEVNULL,
@@ -110,6 +116,39 @@ def threads_cpu(pid: int) -> tuple[float, float]:
     return main, other
 
 
+class IdleSampler:
+    """The machine's busy jiffies (``/proc/stat``) every 5 ms, in a thread (``--trace``): how
+    many cores were busy over a delivery window."""
+
+    def __init__(self) -> None:
+        self.samples: list[tuple[float, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> IdleSampler:
+        self._thread.start()
+        return self
+
+    def stop(self) -> IdleSampler:
+        self._stop.set()
+        self._thread.join()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            fields = [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+            self.samples.append((time.perf_counter(), sum(fields) - fields[3] - fields[4]))
+            time.sleep(0.005)
+
+    def busy(self, first: float, last: float) -> float:
+        """Cores busy on average between ``first`` and ``last`` (perf_counter times)."""
+        inside = [s for s in self.samples if first <= s[0] <= last]
+        if len(inside) < 2:
+            return float("nan")
+        jiffies = inside[-1][1] - inside[0][1]
+        return jiffies / os.sysconf("SC_CLK_TCK") / (inside[-1][0] - inside[0][0])
+
+
 def own_cpu() -> float:
     times = os.times()
     return times.user + times.system
@@ -142,6 +181,7 @@ def rate(n: int, relayed: bool, relay_tree: Path = ROOT) -> dict[str, Any]:
             pids = [p.pid for p in procs] + [redis_a.pid] + ([redis_b.pid] if relayed else [])
             cpu_before = [proc_cpu(pid) for pid in pids] + [own_cpu()]
             threads_before = threads_cpu(procs[-1].pid)
+            sampler = IdleSampler().start() if TRACE is not None else None
             publisher_cpu = publish(a_url, redis_a.url, n)
             deadline = time.monotonic() + 300
             while len(times) < n and time.monotonic() < deadline:
@@ -153,6 +193,15 @@ def rate(n: int, relayed: bool, relay_tree: Path = ROOT) -> dict[str, Any]:
                 threads_before, threads_cpu(procs[-1].pid), strict=True)]
             sub.stop()
             stats = sub.stats().as_dict()
+            if TRACE is not None:
+                TRACE.mkdir(parents=True, exist_ok=True)
+                kind = "relayed" if relayed else "direct"
+                (TRACE / f"{next(_runs):02d}-sub-{kind}.json").write_text(
+                    json.dumps([time.time() - time.perf_counter(), times, numbers]))
+            if sampler is not None:
+                busy = sampler.stop().busy(times[0], times[-1])
+                print(f"{kind}: cores busy over the delivery window {busy:.2f} of "
+                      f"{os.cpu_count()}", file=sys.stderr)
         finally:
             for proc in reversed(procs):
                 stop(proc)
@@ -218,7 +267,7 @@ def cpu_medians(rounds: list[dict[str, Any]]) -> dict[str, float]:
 
 
 def main() -> None:
-    global PROFILE
+    global PROFILE, TRACE
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("n", nargs="?", type=int, default=20_000)
     parser.add_argument("rounds", nargs="?", type=int, default=2)
@@ -227,11 +276,15 @@ def main() -> None:
     parser.add_argument("--profile", type=Path, metavar="DIR",
                         help="run serve and relay under cProfile (benchmarks/profproc.py), "
                              "a pstats file per process and thread in DIR")
+    parser.add_argument("--trace", type=Path, metavar="DIR",
+                        help="run the relay under benchmarks/relaytrace.py (per-stage times of "
+                             "each batch) and keep the subscriber's delivery times, in DIR")
     parser.add_argument("--baseline-relay", type=Path, metavar="TREE",
                         help="also relayed rounds with the relay (only it) running the code of "
                              "TREE (another checkout), interleaved: the relay's before/after")
     args = parser.parse_args()
     PROFILE = args.profile
+    TRACE = args.trace
     direct: list[dict[str, Any]] = []
     relayed: list[dict[str, Any]] = []
     baseline: list[dict[str, Any]] = []
