@@ -1,7 +1,8 @@
 """Run ``python -m seqrepair.cli relay ...`` with timestamps at each stage of every relayed
 batch (methods wrapped, the code under test unchanged): ``python benchmarks/relaytrace.py
-OUT.json ARGS...`` writes, at exit, a list of ``[time.time(), thread, stage, count, first
-source number, last source number]`` rows (one clock for every process on the machine).
+OUT.json ARGS...`` writes, at exit, ``{"rows": [...], "threads": {name: CPU seconds}}``: rows
+of ``[time.time(), thread, stage, count, first source number, last source number]`` (one
+clock for every process on the machine) and each live thread's CPU over its life.
 
 Stages: ``received`` (the upstream subscriber's ``_take`` of one transfer's frames, before
 the stub; count = frames), ``offered`` (``Handover.offer_run`` returned; count = run),
@@ -16,10 +17,12 @@ from __future__ import annotations
 
 import atexit
 import json
+import os
 import runpy
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from seqrepair.amqp.component.component import Component
@@ -74,9 +77,24 @@ wrap(Ingest, "relayed_journaled", "fanout0", "fanout1")
 wrap(Component, "pump_offered", None, "pumped")
 
 
+def _thread_cpu() -> dict[str, float]:
+    """CPU seconds of each live thread over its life, by name (``/proc``: the journal
+    thread and the upstream subscriber's are apart, which ``bench_relay.py`` cannot tell)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    cpu = {}
+    for thread in threading.enumerate():
+        try:
+            stat = Path(f"/proc/self/task/{thread.native_id}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        cpu[thread.name] = (int(fields[11]) + int(fields[12])) / tick
+    return cpu
+
+
 def _write() -> None:
     with open(OUT, "w") as f:
-        json.dump(ROWS, f)
+        json.dump({"rows": ROWS, "threads": _thread_cpu()}, f)
 
 
 atexit.register(_write)

@@ -16,7 +16,7 @@ for f in files:
         if "relayed" in name:
             SUB = dict(zip(nums, t))
     else:
-        rows = json.load(open(f))
+        rows = json.load(open(f)); print("  thread CPU s", rows["threads"]); rows = rows["rows"]
         by = collections.defaultdict(list)
         for r in rows:
             by[r[2]].append(r)

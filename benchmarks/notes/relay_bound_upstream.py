@@ -1,7 +1,7 @@
 # ruff: noqa
 """Throwaway: the upstream thread per transfer (in _take vs between transfers) of one relaytrace json."""
 import json, sys, statistics
-rows = json.load(open(sys.argv[1]))
+rows = json.load(open(sys.argv[1]))["rows"]
 rec = [r for r in rows if r[2]=="received"]
 off = [r for r in rows if r[2]=="offered"]
 print("received counts", [r[3] for r in rec[:3]], "first rec t", rec[0][0]%100, rec[1][0]%100)
