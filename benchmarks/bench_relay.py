@@ -1,7 +1,7 @@
 """Publications per second through one relay hop vs direct, and a relay's catch-up, in one run.
 
     .venv/bin/python benchmarks/bench_relay.py [N] [ROUNDS] [--catch-up M]
-        [--baseline-relay TREE] [--profile DIR]
+        [--baseline-relay TREE] [--profile DIR] [--trace DIR]
 
 Direct: ``seqrepair serve`` (A, journal on a private redis-server) and one subscriber (this
 process, driving the SubscriberStub) on A. Relayed: the same A, a ``seqrepair relay`` (B, its
@@ -18,7 +18,14 @@ redis-servers, publisher, the subscriber in this process): on two shared cores t
 follows the CPU the relayed path needs over all its processes. ``--baseline-relay TREE``
 adds relayed rounds whose relay alone runs the code of TREE (another checkout), interleaved:
 the relay's before/after in the same run. ``--profile DIR``: serve and relay under
-``profproc.py`` (cProfile per thread).
+``profproc.py`` (cProfile per thread). ``--trace DIR``: the relay under ``relaytrace.py``
+(per-stage times of each batch, each thread's CPU), the subscriber's delivery times kept, and
+the cores busy over each delivery window printed (stderr); see ``notes/relay-bound.md``.
+
+Each round also measures the publisher's start-up (one publication no subscriber selects):
+``publisher_startup`` and ``total_net`` (the CPU per publication net of it, spent before the
+first delivery), and ``cpu_ratio_net``, direct over relayed ``total_net``: the ratio the CPU
+alone predicts (on two shared cores the rate ratio follows it: ``notes/relay-bound.md``).
 
 Catch-up: with B attached once (its durable position kept at A) and then stopped (SIGTERM),
 M publications (default 100,000) go into A; B is started again and the time until B's journal
