@@ -1,7 +1,7 @@
 """Publications per second through one relay hop vs direct, and a relay's catch-up, in one run.
 
     .venv/bin/python benchmarks/bench_relay.py [N] [ROUNDS] [--catch-up M]
-        [--baseline-relay TREE] [--profile DIR]
+        [--baseline-relay TREE] [--profile DIR] [--trace DIR]
 
 Direct: ``seqrepair serve`` (A, journal on a private redis-server) and one subscriber (this
 process, driving the SubscriberStub) on A. Relayed: the same A, a ``seqrepair relay`` (B, its
@@ -18,7 +18,14 @@ redis-servers, publisher, the subscriber in this process): on two shared cores t
 follows the CPU the relayed path needs over all its processes. ``--baseline-relay TREE``
 adds relayed rounds whose relay alone runs the code of TREE (another checkout), interleaved:
 the relay's before/after in the same run. ``--profile DIR``: serve and relay under
-``profproc.py`` (cProfile per thread).
+``profproc.py`` (cProfile per thread). ``--trace DIR``: the relay under ``relaytrace.py``
+(per-stage times of each batch, each thread's CPU), the subscriber's delivery times kept, and
+the cores busy over each delivery window printed (stderr); see ``notes/relay-bound.md``.
+
+Each round also measures the publisher's start-up (one publication no subscriber selects):
+``publisher_startup`` and ``total_net`` (the CPU per publication net of it, spent before the
+first delivery), and ``cpu_ratio_net``, direct over relayed ``total_net``: the ratio the CPU
+alone predicts (on two shared cores the rate ratio follows it: ``notes/relay-bound.md``).
 
 Catch-up: with B attached once (its durable position kept at A) and then stopped (SIGTERM),
 M publications (default 100,000) go into A; B is started again and the time until B's journal
@@ -37,6 +44,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -53,6 +61,7 @@ from seqrepair.journal.server import EmbeddedRedis  # noqa: E402
 
 ENV = dict(os.environ, PYTHONPATH=str(ROOT))
 PROFILE: Path | None = None  # --profile DIR: serve and relay under profproc.py (cProfile)
+TRACE: Path | None = None  # --trace DIR: relay under relaytrace.py, subscriber times kept
 _runs = itertools.count()
 
 
@@ -68,6 +77,10 @@ def start(args: list[str], name: str, tree: Path = ROOT) -> tuple[subprocess.Pop
         PROFILE.mkdir(parents=True, exist_ok=True)
         command = [sys.executable, str(ROOT / "benchmarks" / "profproc.py"),
                    str(PROFILE / f"{next(_runs):02d}-{args[0]}")]
+    elif TRACE is not None and args[0] == "relay":
+        TRACE.mkdir(parents=True, exist_ok=True)
+        command = [sys.executable, str(ROOT / "benchmarks" / "relaytrace.py"),
+                   str(TRACE / f"{next(_runs):02d}-relay.json")]
     proc = subprocess.Popen(
         [*command, *args, flag, url, "--ready-file", str(ready), "--allow-anonymous"],
         env=dict(ENV, PYTHONPATH=str(tree)), stdout=subprocess.DEVNULL,
@@ -81,12 +94,14 @@ def start(args: list[str], name: str, tree: Path = ROOT) -> tuple[subprocess.Pop
     return proc, url
 
 
-def publish(url: str, redis_url: str, n: int, source: str = "bench") -> float:
+def publish(url: str, redis_url: str, n: int, source: str = "bench",
+            topics: str = "/load/a,/load/b") -> float:
     """``seqrepair publish`` of ``n`` into ``url``; the CPU seconds it used."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     subprocess.run(
         [sys.executable, "-m", "seqrepair.cli", "publish", "--url", url, "--redis-url",
-         redis_url, "--source", source, "--count", str(n), "--batch", "256"],
+         redis_url, "--source", source, "--count", str(n), "--batch", "256",
+         "--topics", topics],
         env=ENV, check=True, capture_output=True, timeout=1200,
     )
     after = resource.getrusage(resource.RUSAGE_CHILDREN)  # only this child was reaped since
@@ -108,6 +123,39 @@ def threads_cpu(pid: int) -> tuple[float, float]:
         else:
             other += used
     return main, other
+
+
+class IdleSampler:
+    """The machine's busy jiffies (``/proc/stat``) every 5 ms, in a thread (``--trace``): how
+    many cores were busy over a delivery window."""
+
+    def __init__(self) -> None:
+        self.samples: list[tuple[float, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> IdleSampler:
+        self._thread.start()
+        return self
+
+    def stop(self) -> IdleSampler:
+        self._stop.set()
+        self._thread.join()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            fields = [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+            self.samples.append((time.perf_counter(), sum(fields) - fields[3] - fields[4]))
+            time.sleep(0.005)
+
+    def busy(self, first: float, last: float) -> float:
+        """Cores busy on average between ``first`` and ``last`` (perf_counter times)."""
+        inside = [s for s in self.samples if first <= s[0] <= last]
+        if len(inside) < 2:
+            return float("nan")
+        jiffies = inside[-1][1] - inside[0][1]
+        return jiffies / os.sysconf("SC_CLK_TCK") / (inside[-1][0] - inside[0][0])
 
 
 def own_cpu() -> float:
@@ -139,9 +187,14 @@ def rate(n: int, relayed: bool, relay_tree: Path = ROOT) -> dict[str, Any]:
             sub = Subscriber(url, "/load/#", on_publication=delivered, credit=500).start()
             sub.wait_connected(20)
             time.sleep(1.0)  # the relay's upstream link is attached too
+            # the publisher's start-up (interpreter, imports, connecting): one publication
+            # no subscriber here selects, so the CPU per publication can be told net of it
+            startup_cpu = publish(a_url, redis_a.url, 1, source="startup",
+                                  topics="/startup/x")
             pids = [p.pid for p in procs] + [redis_a.pid] + ([redis_b.pid] if relayed else [])
             cpu_before = [proc_cpu(pid) for pid in pids] + [own_cpu()]
             threads_before = threads_cpu(procs[-1].pid)
+            sampler = IdleSampler().start() if TRACE is not None else None
             publisher_cpu = publish(a_url, redis_a.url, n)
             deadline = time.monotonic() + 300
             while len(times) < n and time.monotonic() < deadline:
@@ -153,6 +206,15 @@ def rate(n: int, relayed: bool, relay_tree: Path = ROOT) -> dict[str, Any]:
                 threads_before, threads_cpu(procs[-1].pid), strict=True)]
             sub.stop()
             stats = sub.stats().as_dict()
+            if TRACE is not None:
+                TRACE.mkdir(parents=True, exist_ok=True)
+                kind = "relayed" if relayed else "direct"
+                (TRACE / f"{next(_runs):02d}-sub-{kind}.json").write_text(
+                    json.dumps([time.time() - time.perf_counter(), times, numbers]))
+            if sampler is not None:
+                busy = sampler.stop().busy(times[0], times[-1])
+                print(f"{kind}: cores busy over the delivery window {busy:.2f} of "
+                      f"{os.cpu_count()}", file=sys.stderr)
         finally:
             for proc in reversed(procs):
                 stop(proc)
@@ -165,6 +227,10 @@ def rate(n: int, relayed: bool, relay_tree: Path = ROOT) -> dict[str, Any]:
         per_pub["relay_upstream"] = threads[1] / n * 1e6  # decoding, upstream stub
     per_pub["total"] = sum(v for k, v in per_pub.items() if k not in ("relay_main",
                                                                      "relay_upstream"))
+    # net of the publisher's start-up, which is spent before the first delivery: on two
+    # shared cores the rate follows this total (benchmarks/notes/relay-bound.md)
+    per_pub["publisher_startup"] = startup_cpu / n * 1e6
+    per_pub["total_net"] = per_pub["total"] - per_pub["publisher_startup"]
     return {"delivered": len(times), "rate": (len(times) - 1) / (times[-1] - times[0]),
             "exact": numbers == list(range(1, n + 1)),  # every number once, in order
             "cpu_us_per_pub": {k: round(v, 1) for k, v in per_pub.items()},
@@ -218,7 +284,7 @@ def cpu_medians(rounds: list[dict[str, Any]]) -> dict[str, float]:
 
 
 def main() -> None:
-    global PROFILE
+    global PROFILE, TRACE
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("n", nargs="?", type=int, default=20_000)
     parser.add_argument("rounds", nargs="?", type=int, default=2)
@@ -227,11 +293,15 @@ def main() -> None:
     parser.add_argument("--profile", type=Path, metavar="DIR",
                         help="run serve and relay under cProfile (benchmarks/profproc.py), "
                              "a pstats file per process and thread in DIR")
+    parser.add_argument("--trace", type=Path, metavar="DIR",
+                        help="run the relay under benchmarks/relaytrace.py (per-stage times of "
+                             "each batch) and keep the subscriber's delivery times, in DIR")
     parser.add_argument("--baseline-relay", type=Path, metavar="TREE",
                         help="also relayed rounds with the relay (only it) running the code of "
                              "TREE (another checkout), interleaved: the relay's before/after")
     args = parser.parse_args()
     PROFILE = args.profile
+    TRACE = args.trace
     direct: list[dict[str, Any]] = []
     relayed: list[dict[str, Any]] = []
     baseline: list[dict[str, Any]] = []
@@ -258,6 +328,9 @@ def main() -> None:
         "cpu_us_per_pub_relayed": cpu_medians(relayed),
         "load": [round(x, 1) for x in loads],
     }
+    # what the CPU alone predicts for the ratio (the rate follows the CPU on 2 shared cores)
+    result["cpu_ratio_net"] = round(result["cpu_us_per_pub_direct"]["total_net"]
+                                    / result["cpu_us_per_pub_relayed"]["total_net"], 3)
     if baseline:
         result["baseline_relay"] = {
             "tree": str(args.baseline_relay),
