@@ -1,53 +1,91 @@
-# ruff: noqa
-"""Throwaway analysis of a bench_relay.py --trace DIR (stages per batch, spans, latencies); see notes/relay-bound.md. Not cleaned up: a head start."""
-import json, sys, collections, statistics
-d = sys.argv[1]
-import glob, os
-files = sorted(glob.glob(d + "/*.json"))
-for f in files:
-    name = os.path.basename(f)
-    if "sub-" in name:
-        off, times, nums = json.load(open(f))
-        t = [x + off for x in times]
-        print(name, "span %.3f s, rate %.0f/s, first %.3f" % (t[-1]-t[0], (len(t)-1)/(t[-1]-t[0]), t[0] % 100))
-        # gaps: largest inter-delivery gaps
-        gaps = sorted(((t[i+1]-t[i], i) for i in range(len(t)-1)), reverse=True)[:5]
-        print("   biggest gaps ms:", [(round(g*1e3,1), nums[i]) for g, i in gaps])
-        if "relayed" in name:
-            SUB = dict(zip(nums, t))
-    else:
-        rows = json.load(open(f)); print("  thread CPU s", rows["threads"]); rows = rows["rows"]
-        by = collections.defaultdict(list)
-        for r in rows:
-            by[r[2]].append(r)
-        for st in ["received", "offered", "taken", "append0", "append1", "fanout0", "fanout1", "pumped"]:
-            rs = [r for r in by[st] if st == "pumped" or r[3]]
-            if not rs: continue
-            cnt = [r[3] for r in rs]
-            print("  %-9s n=%5d span %.3f first %.3f  count med %s max %s  thread %s" % (
-                st, len(rs), rs[-1][0]-rs[0][0], rs[0][0] % 100, statistics.median(cnt), max(cnt), rs[0][1]))
-        RELAY = by
-    if "sub-relayed" in name:
-        # per appended batch: latency from received of its first seq to stages
-        recv = {}
-        for r in RELAY["received"]:
-            pass
-        off_first = {}
-        for st in ["offered", "taken", "append0", "append1", "fanout0", "fanout1"]:
-            for r in RELAY[st]:
-                if r[3]:
-                    off_first.setdefault(st, {})[r[4]] = r[0]
-        lat = collections.defaultdict(list)
-        for seq, t0 in off_first["offered"].items():
-            for st in ["taken", "fanout1"]:
-                if seq in off_first.get(st, {}):
-                    lat[st].append(off_first[st][seq] - t0)
-            if seq in SUB:
-                lat["sub"].append(SUB[seq] - t0)
-        for st, v in lat.items():
-            print("   offered->%s ms: med %.2f p90 %.2f max %.2f" % (st, statistics.median(v)*1e3, sorted(v)[int(len(v)*.9)]*1e3, max(v)*1e3))
-        a = list(zip(RELAY["append0"], RELAY["append1"]))
-        dur = [y[0]-x[0] for x, y in a]
-        print("   appends: %d, sizes med %s, dur med %.2f ms sum %.3f s; " % (len(a), statistics.median([x[3] for x,_ in a]), statistics.median(dur)*1e3, sum(dur)))
-        fo = list(zip(RELAY["fanout0"], RELAY["fanout1"]))
-        print("   fanouts: %d, sizes med %s, dur sum %.3f s" % (len(fo), statistics.median([x[3] for x,_ in fo]), sum(y[0]-x[0] for x,y in fo)))
+"""Throwaway analysis of a bench_relay.py --trace DIR (stages per batch, spans, latencies); see
+notes/relay-bound.md. A head start, not a finished tool."""
+
+import collections
+import statistics
+import sys
+from pathlib import Path
+
+from relay_bound_trace import Row, relay_trace, subscriber_trace
+
+STAGES = ["received", "offered", "taken", "append0", "append1", "fanout0", "fanout1", "pumped"]
+LATER = ["offered", "taken", "append0", "append1", "fanout0", "fanout1"]
+
+
+def subscriber(name: str, path: Path) -> dict[int, float]:
+    """Print one subscriber's span, rate and largest gaps; its delivery time per number."""
+    t, nums = subscriber_trace(path)
+    span = t[-1] - t[0]
+    print(name, f"span {span:.3f} s, rate {(len(t) - 1) / span:.0f}/s, first {t[0] % 100:.3f}")
+    gaps = sorted(((t[i + 1] - t[i], i) for i in range(len(t) - 1)), reverse=True)[:5]
+    print("   biggest gaps ms:", [(round(g * 1e3, 1), nums[i]) for g, i in gaps])
+    return dict(zip(nums, t, strict=False))
+
+
+def relay(path: Path) -> dict[str, list[Row]]:
+    """Print the relay's thread CPU and each stage's rows; the rows by stage."""
+    rows, threads = relay_trace(path)
+    print("  thread CPU s", threads)
+    by_stage: dict[str, list[Row]] = collections.defaultdict(list)
+    for r in rows:
+        by_stage[r[2]].append(r)
+    for stage in STAGES:
+        rs = [r for r in by_stage[stage] if stage == "pumped" or r[3]]
+        if not rs:
+            continue
+        counts = [r[3] for r in rs]
+        print(
+            f"  {stage:<9} n={len(rs):5d} span {rs[-1][0] - rs[0][0]:.3f} "
+            f"first {rs[0][0] % 100:.3f}  count med {statistics.median(counts)} "
+            f"max {max(counts)}  thread {rs[0][1]}"
+        )
+    return by_stage
+
+
+def latencies(by_stage: dict[str, list[Row]], delivered: dict[int, float]) -> None:
+    """Per batch, from its first number offered to the later stages and to the subscriber;
+    the journal appends and the fan-outs."""
+    first_at: dict[str, dict[int, float]] = {}
+    for stage in LATER:
+        for r in by_stage[stage]:
+            if r[3]:
+                first_at.setdefault(stage, {})[r[4]] = r[0]
+    lat: dict[str, list[float]] = collections.defaultdict(list)
+    for seq, t0 in first_at["offered"].items():
+        for stage in ["taken", "fanout1"]:
+            if seq in first_at.get(stage, {}):
+                lat[stage].append(first_at[stage][seq] - t0)
+        if seq in delivered:
+            lat["sub"].append(delivered[seq] - t0)
+    for stage, v in lat.items():
+        print(
+            f"   offered->{stage} ms: med {statistics.median(v) * 1e3:.2f} "
+            f"p90 {sorted(v)[int(len(v) * 0.9)] * 1e3:.2f} max {max(v) * 1e3:.2f}"
+        )
+    appends = list(zip(by_stage["append0"], by_stage["append1"], strict=False))
+    durations = [end[0] - begin[0] for begin, end in appends]
+    print(
+        f"   appends: {len(appends)}, sizes med {statistics.median([b[3] for b, _ in appends])}, "
+        f"dur med {statistics.median(durations) * 1e3:.2f} ms sum {sum(durations):.3f} s; "
+    )
+    fanouts = list(zip(by_stage["fanout0"], by_stage["fanout1"], strict=False))
+    print(
+        f"   fanouts: {len(fanouts)}, sizes med {statistics.median([b[3] for b, _ in fanouts])}, "
+        f"dur sum {sum(end[0] - begin[0] for begin, end in fanouts):.3f} s"
+    )
+
+
+def main(trace_dir: str) -> None:
+    by_stage: dict[str, list[Row]] = {}
+    for path in sorted(Path(trace_dir).glob("*.json")):
+        name = path.name
+        if "sub-" in name:
+            delivered = subscriber(name, path)
+            if "sub-relayed" in name:
+                latencies(by_stage, delivered)
+        else:
+            by_stage = relay(path)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,13 +1,37 @@
-# ruff: noqa
-"""Throwaway: the upstream thread per transfer (in _take vs between transfers) of one relaytrace json."""
-import json, sys, statistics
-rows = json.load(open(sys.argv[1]))["rows"]
-rec = [r for r in rows if r[2]=="received"]
-off = [r for r in rows if r[2]=="offered"]
-print("received counts", [r[3] for r in rec[:3]], "first rec t", rec[0][0]%100, rec[1][0]%100)
-rec = rec[1:] if len(rec) == len(off)+1 else rec
-proc = [o[0]-r[0] for r, o in zip(rec, off)]
-idle = [rec[i+1][0]-off[i][0] for i in range(len(off)-1)]
-print("transfers", len(off), "upstream thread: in _take (received->offered) sum %.3f med %.2f ms; between transfers sum %.3f med %.2f ms" % (sum(proc), statistics.median(proc)*1e3, sum(idle), statistics.median(idle)*1e3))
-print("per-transfer busy ms", [round(x*1e3,1) for x in proc[:40]])
-print("between ms", [round(x*1e3,1) for x in idle[:40]])
+"""Throwaway: the upstream thread per transfer (in _take vs between transfers) of one
+relaytrace json."""
+
+import statistics
+import sys
+
+from relay_bound_trace import relay_rows
+
+
+def main(path: str) -> None:
+    rows = relay_rows(path)
+    received = [r for r in rows if r[2] == "received"]
+    offered = [r for r in rows if r[2] == "offered"]
+    print(
+        "received counts",
+        [r[3] for r in received[:3]],
+        "first rec t",
+        received[0][0] % 100,
+        received[1][0] % 100,
+    )
+    if len(received) == len(offered) + 1:
+        received = received[1:]
+    busy = [o[0] - r[0] for r, o in zip(received, offered, strict=False)]
+    idle = [received[i + 1][0] - offered[i][0] for i in range(len(offered) - 1)]
+    print(
+        "transfers",
+        len(offered),
+        f"upstream thread: in _take (received->offered) sum {sum(busy):.3f} "
+        f"med {statistics.median(busy) * 1e3:.2f} ms; "
+        f"between transfers sum {sum(idle):.3f} med {statistics.median(idle) * 1e3:.2f} ms",
+    )
+    print("per-transfer busy ms", [round(x * 1e3, 1) for x in busy[:40]])
+    print("between ms", [round(x * 1e3, 1) for x in idle[:40]])
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
