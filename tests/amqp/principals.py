@@ -63,3 +63,38 @@ def rest_token_file(path: Any, *principals: str) -> str:
     """Write a ``--rest-token-file`` authenticating ``principals``; return its path."""
     path.write_text("".join(f"{p} {rest_token(p)}\n" for p in principals))
     return str(path)
+
+
+WEATHER_FOR_EXAMPLE_COM = """
+[[allow]]
+actors = ["*@example.com"]
+operations = ["publish", "subscribe"]
+topics = ["/weather/#"]
+"""
+"""A policy rule many tests start from: everyone at example.com may publish and subscribe to
+``/weather/#``."""
+
+GATEWAY_ACTS_FOR_EXAMPLE_COM = """
+[[allow]]
+actors = ["gw@example.net"]
+operations = ["act-for"]
+principals = ["*@example.com"]
+"""
+"""A policy rule: the gateway's principal (gw@example.net) may act for everyone at
+example.com; no grant of its own."""
+
+
+def policy_args(folder: Path, text: str) -> tuple[str, str]:
+    """``--policy`` and a file made in ``folder`` holding the policy ``text``."""
+    path = folder / "policy.toml"
+    path.write_text(text)
+    return "--policy", str(path)
+
+
+def upstream_args(folder: Path, principal: str) -> tuple[str, ...]:
+    """A gateway's options to authenticate upstream as ``principal`` by SCRAM (its password in
+    a file made in ``folder``)."""
+    secret = folder / "gw-password"
+    secret.write_text(password(principal))
+    return ("--upstream-user", principal, "--upstream-password-file", str(secret),
+            "--upstream-sasl-mechs", "SCRAM-SHA-256")

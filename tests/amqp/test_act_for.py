@@ -27,7 +27,15 @@ from seqrepair.amqp.wire.vocabulary import CONTROL_ADDRESS, PROP_ACK, PROP_EPOCH
 from seqrepair.core.policy import Policy, may_act_for
 
 from .conftest import ComponentProcess, wait_for
-from .principals import MISSING, client_security, password, serve_args
+from .principals import (
+    GATEWAY_ACTS_FOR_EXAMPLE_COM,
+    MISSING,
+    WEATHER_FOR_EXAMPLE_COM,
+    client_security,
+    policy_args,
+    serve_args,
+    upstream_args,
+)
 from .test_authz import attach, publish_as, refusal
 from .test_gateway_publish import gateway_process
 
@@ -39,12 +47,7 @@ ALICE, BOB, OPS, GW, CAROL, ANON = (
     "carol@example.org", "anonymous")
 ON_BEHALF_OF = symbol("seqrepair-on-behalf-of")
 
-POLICY = """
-[[allow]]
-actors = ["*@example.com"]
-operations = ["publish", "subscribe"]
-topics = ["/weather/#"]
-
+POLICY = WEATHER_FOR_EXAMPLE_COM + """
 [[deny]]
 actors = ["bob@example.com"]
 operations = ["subscribe"]
@@ -53,12 +56,7 @@ topics = ["/weather/secret/#"]
 [[allow]]
 actors = ["ops@example.com"]
 operations = ["admin"]
-
-[[allow]]  # the gateway may act for example.com's people, and has no grant of its own
-actors = ["gw@example.net"]
-operations = ["act-for"]
-principals = ["*@example.com"]
-"""
+""" + GATEWAY_ACTS_FOR_EXAMPLE_COM  # the gateway may act for example.com's people only
 
 
 def test_act_for_is_only_ever_named_and_never_for_anonymous_or_an_administrator() -> None:
@@ -92,16 +90,11 @@ def test_a_client_never_names_whom_the_gateway_acts_for() -> None:
 def policed(component: Callable[..., ComponentProcess],
             tmp_path: Path) -> tuple[ComponentProcess, tuple[str, ...]]:
     """The component with :data:`POLICY`; the gateway's options (SCRAM both ways)."""
-    policy = tmp_path / "policy.toml"
-    policy.write_text(POLICY)
     auth = serve_args(tmp_path, ALICE, BOB, OPS, GW, CAROL)
     # frames are lost on the way, so subscribers repair: their requests cross the gateway too
-    comp = component("--heartbeat", "0.2", *auth, "--policy", str(policy),
+    comp = component("--heartbeat", "0.2", *auth, *policy_args(tmp_path, POLICY),
                      "--drop-rate", "0.3", "--drop-seed", "7")
-    secret = tmp_path / "gw-password"
-    secret.write_text(password(GW))
-    return comp, (*auth, "--upstream-user", GW, "--upstream-password-file", str(secret),
-                  "--upstream-sasl-mechs", "SCRAM-SHA-256")
+    return comp, (*auth, *upstream_args(tmp_path, GW))
 
 
 @needs_scram

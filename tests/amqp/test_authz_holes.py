@@ -54,6 +54,7 @@ from .principals import (
     password,
     rest_token_file,
     serve_args,
+    upstream_args,
 )
 from .test_authz import POLICY, attach, publish_as, refusal, rest
 from .test_gateway_publish import gateway_process
@@ -328,10 +329,7 @@ def test_an_anonymous_client_behind_a_forwarding_gateway_is_anonymous(
         'topics = ["/weather/public/#"]\n')
     auth = serve_args(tmp_path, ALICE, GW)
     comp = component("--heartbeat", "0.2", *auth, "--policy", str(policy))
-    secret = tmp_path / "gw-password"
-    secret.write_text(password(GW))
-    args = (*auth, "--upstream-user", GW, "--upstream-password-file", str(secret),
-            "--upstream-sasl-mechs", "SCRAM-SHA-256", "--forward-principals")
+    args = (*auth, *upstream_args(tmp_path, GW), "--forward-principals")
     with gateway_process(comp.url, tmp_path, args) as url:
         # the gateway may subscribe to /weather/#; its anonymous client may not
         assert refusal(url, "/weather/#", ANON) == "amqp:unauthorized-access"

@@ -35,6 +35,20 @@ def _pub(seq: int, rng: random.Random, *, link: int | None = None,
     )
 
 
+def _numbered(rng: random.Random, seq: dict[str, int], n: int, *, link: int | None = None,
+              again: bool = False, gaps: bool = False) -> list[Publication]:
+    """``n`` publications as :func:`_pub` draws them, numbered per source on from ``seq``
+    (advanced; ``gaps``: now and then a number skipped), link numbers on from ``link``."""
+    pubs = []
+    for i in range(n):
+        pub = _pub(1, rng, link=None if link is None else link + i, again=again)
+        seq[pub.source] += rng.choice([1, 1, 1, 2]) if gaps else 1
+        pubs.append(Publication(pub.topic, pub.source, seq[pub.source], pub.ptype,
+                                pub.fields, pub.link_seq, pub.permtoken, pub.timestamp,
+                                pub.retransmit))
+    return pubs
+
+
 def _state(decoder: Decoder) -> tuple[object, ...]:
     unwrapper = decoder.unwrapper
     return (dict(unwrapper._last), dict(unwrapper._next_wire), dict(unwrapper.bits))
@@ -75,15 +89,9 @@ def test_the_same_as_the_usual_way_for_batches_a_component_sends() -> None:
     read = 0
     for round_ in range(300):
         n = rng.randrange(2, 40)
-        pubs = []
         link = None if rng.random() < 0.3 else rng.randrange(0, (1 << 16) - n)
         again = rng.random() < 0.2
-        for i in range(n):
-            pub = _pub(1, rng, link=None if link is None else link + i, again=again)
-            seq[pub.source] += 1
-            pubs.append(Publication(pub.topic, pub.source, seq[pub.source], pub.ptype,
-                                    pub.fields, pub.link_seq, pub.permtoken, pub.timestamp,
-                                    pub.retransmit))
+        pubs = _numbered(rng, seq, n, link=link, again=again)
         bits = rng.choice([8, 16, 32, 64]) if round_ % 50 else 3  # wraps too
         data = encode_frames(pubs, bits).encode()
         read += _check(data, fast, usual)
@@ -177,12 +185,7 @@ def test_inside_its_owners_trial_the_same_as_the_usual_way() -> None:
     read = 0
     for round_ in range(300):
         n = rng.randrange(2, 40)
-        pubs = []
-        for _ in range(n):
-            pub = _pub(1, rng)
-            seq[pub.source] += rng.choice([1, 1, 1, 2])  # gaps too
-            pubs.append(Publication(pub.topic, pub.source, seq[pub.source], pub.ptype,
-                                    pub.fields, None, pub.permtoken, pub.timestamp))
+        pubs = _numbered(rng, seq, n, gaps=True)
         refused = round_ % 7 == 3
         bits = rng.choice([3, 4, 8] if refused else [3, 4, 8, 16, 64])  # (a smallulong)
         data = encode_frames(pubs, bits).encode()

@@ -35,7 +35,14 @@ from seqrepair.core.messages import Publication
 from seqrepair.journal.journal import Journal
 
 from .conftest import ComponentProcess, _env, wait_for
-from .principals import MISSING, amqp_identity, client_security, password, serve_args
+from .principals import (
+    MISSING,
+    WEATHER_FOR_EXAMPLE_COM,
+    amqp_identity,
+    client_security,
+    password,
+    serve_args,
+)
 from .test_authz import publish_as, refusal
 
 pytestmark = [pytest.mark.amqp, pytest.mark.redis,
@@ -45,12 +52,7 @@ ALICE, BOB, CAROL, MALLORY = ("alice@example.com", "bob@example.com", "carol@exa
                               "mallory@example.com")
 SOURCE = "feed.alice"
 
-POLICY = f"""
-[[allow]]
-actors = ["*@example.com"]
-operations = ["publish", "subscribe"]
-topics = ["/weather/#"]
-
+POLICY = WEATHER_FOR_EXAMPLE_COM + f"""
 [[allow]]
 actors = ["{ALICE}"]
 operations = ["own-source"]

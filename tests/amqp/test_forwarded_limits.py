@@ -23,7 +23,16 @@ from seqrepair.amqp.wire.vocabulary import PROP_ON_BEHALF_OF
 from seqrepair.journal.journal import Journal
 
 from .conftest import ComponentProcess, wait_for
-from .principals import MISSING, amqp_identity, client_security, password, serve_args
+from .principals import (
+    GATEWAY_ACTS_FOR_EXAMPLE_COM,
+    MISSING,
+    WEATHER_FOR_EXAMPLE_COM,
+    amqp_identity,
+    client_security,
+    policy_args,
+    serve_args,
+    upstream_args,
+)
 from .test_authz import _Properties, attach
 from .test_gateway_publish import gateway_process
 
@@ -33,30 +42,15 @@ pytestmark = [pytest.mark.amqp, pytest.mark.redis,
 ALICE, BOB, GW = "alice@example.com", "bob@example.com", "gw@example.net"
 MESSAGE_TYPE = "message-type"
 
-POLICY = """
-[[allow]]
-actors = ["*@example.com"]
-operations = ["publish", "subscribe"]
-topics = ["/weather/#"]
-
-[[allow]]
-actors = ["gw@example.net"]
-operations = ["act-for"]
-principals = ["*@example.com"]
-"""
+POLICY = WEATHER_FOR_EXAMPLE_COM + GATEWAY_ACTS_FOR_EXAMPLE_COM
 
 
 def _gateway_args(tmp_path: Path, auth: tuple[str, ...]) -> tuple[str, ...]:
-    secret = tmp_path / "gw-password"
-    secret.write_text(password(GW))
-    return (*auth, "--upstream-user", GW, "--upstream-password-file", str(secret),
-            "--upstream-sasl-mechs", "SCRAM-SHA-256", "--forward-principals")
+    return (*auth, *upstream_args(tmp_path, GW), "--forward-principals")
 
 
 def _policy(tmp_path: Path) -> str:
-    policy = tmp_path / "policy.toml"
-    policy.write_text(POLICY)
-    return str(policy)
+    return policy_args(tmp_path, POLICY)[1]
 
 
 def test_link_admission_counts_a_forwarded_client_as_itself(

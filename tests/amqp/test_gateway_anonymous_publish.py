@@ -14,7 +14,14 @@ from seqrepair.amqp.client.contributor import ContributionLinkError, Contributor
 from seqrepair.amqp.wire.security import ANONYMOUS
 
 from .conftest import ComponentProcess
-from .principals import MISSING, client_security, password, serve_args
+from .principals import (
+    GATEWAY_ACTS_FOR_EXAMPLE_COM,
+    MISSING,
+    client_security,
+    policy_args,
+    serve_args,
+    upstream_args,
+)
 from .test_authz import publish_as
 from .test_gateway_publish import gateway_process
 
@@ -41,26 +48,16 @@ actors = ["{GW}"]
 operations = ["contribute"]
 sources = ["{SOURCE}"]
 topics = ["/weather/#"]
-
-[[allow]]
-actors = ["{GW}"]
-operations = ["act-for"]
-principals = ["*@example.com"]
-"""
+""" + GATEWAY_ACTS_FOR_EXAMPLE_COM
 
 
 @pytest.fixture
 def forwarding(component: Callable[..., ComponentProcess],
                tmp_path: Path) -> tuple[ComponentProcess, tuple[str, ...]]:
     """The component and the options of a gateway forwarding principals, anonymous allowed."""
-    policy = tmp_path / "policy.toml"
-    policy.write_text(POLICY)
     auth = serve_args(tmp_path, ALICE, GW)
-    comp = component("--heartbeat", "0.2", *auth, "--policy", str(policy))
-    secret = tmp_path / "gw-password"
-    secret.write_text(password(GW))
-    return comp, (*auth, "--upstream-user", GW, "--upstream-password-file", str(secret),
-                  "--upstream-sasl-mechs", "SCRAM-SHA-256", "--forward-principals")
+    comp = component("--heartbeat", "0.2", *auth, *policy_args(tmp_path, POLICY))
+    return comp, (*auth, *upstream_args(tmp_path, GW), "--forward-principals")
 
 
 def test_an_anonymous_publisher_behind_a_forwarding_gateway_is_not_the_gateway(

@@ -21,7 +21,15 @@ from seqrepair.core.contributions import contribution_of, contributor_of
 from seqrepair.journal.journal import Journal
 
 from .conftest import ComponentProcess, wait_for
-from .principals import MISSING, client_security, password, serve_args
+from .principals import (
+    GATEWAY_ACTS_FOR_EXAMPLE_COM,
+    MISSING,
+    WEATHER_FOR_EXAMPLE_COM,
+    client_security,
+    policy_args,
+    serve_args,
+    upstream_args,
+)
 from .test_authz import refusal
 from .test_gateway_publish import gateway_process
 
@@ -32,12 +40,7 @@ ALICE, BOB, CAROL, GW = ("alice@example.com", "bob@example.com", "carol@example.
                          "gw@example.net")
 SOURCE = "feed.alice"
 
-POLICY = f"""
-[[allow]]
-actors = ["*@example.com"]
-operations = ["publish", "subscribe"]
-topics = ["/weather/#"]
-
+POLICY = WEATHER_FOR_EXAMPLE_COM + f"""
 [[allow]]
 actors = ["{ALICE}"]
 operations = ["own-source"]
@@ -48,28 +51,18 @@ actors = ["{BOB}", "{CAROL}", "{GW}"]
 operations = ["contribute"]
 sources = ["feed.alice"]
 topics = ["/weather/#"]
-
-[[allow]]
-actors = ["{GW}"]
-operations = ["act-for"]
-principals = ["*@example.com"]
-"""
+""" + GATEWAY_ACTS_FOR_EXAMPLE_COM
 
 
 @pytest.fixture
 def served(component: Callable[..., ComponentProcess],
            tmp_path: Path) -> tuple[ComponentProcess, tuple[str, ...]]:
     """The component (contribution rate 5/s, burst 5) and the gateway's options."""
-    policy = tmp_path / "policy.toml"
-    policy.write_text(POLICY)
     auth = serve_args(tmp_path, ALICE, BOB, CAROL, GW)
-    comp = component("--heartbeat", "0.2", *auth, "--policy", str(policy),
+    comp = component("--heartbeat", "0.2", *auth, *policy_args(tmp_path, POLICY),
                      "--contribution-rate", "5", "--contribution-burst", "5",
                      "--contribution-timeout", "5")
-    secret = tmp_path / "gw-password"
-    secret.write_text(password(GW))
-    return comp, (*auth, "--upstream-user", GW, "--upstream-password-file", str(secret),
-                  "--upstream-sasl-mechs", "SCRAM-SHA-256")
+    return comp, (*auth, *upstream_args(tmp_path, GW))
 
 
 class Owner:

@@ -19,6 +19,8 @@ import struct
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -57,10 +59,38 @@ def outcome(sender: object, message: Message) -> tuple[object, str | None]:
     return delivery.remote_state, None if cond is None else cond.name
 
 
-@pytest.mark.parametrize("bits", [8, 32])
-def test_publications_sent_to_seqrepair_by_another_connection_change_nothing(
-    bits: int, redis_url: str, tmp_path: Path
-) -> None:
+def disposition(conn: BlockingConnection, link: Any, tag: bytes,
+                data: bytes) -> tuple[object, str | None]:
+    """Send ``data`` (encoded sections) as one transfer on ``link``; its disposition."""
+    dlv = link.delivery(tag)
+    link.send(data)
+    link.advance()
+    conn.wait(lambda: dlv.remote_state != 0, msg="no disposition")
+    cond = dlv.remote.condition
+    return dlv.remote_state, None if cond is None else cond.name
+
+
+@dataclass
+class HonestRound:
+    """What :func:`honest_round` saw: the honest publisher's runs before and after the
+    hostile connection (exit code, output), what the hostile part returned, what the
+    subscriber got, the source numbers the journal holds, the stranger's high water and the
+    component's log."""
+
+    first: tuple[int, str]
+    hostile: Any
+    second: tuple[int, str]
+    got: list[Publication]
+    held: list[int]
+    strangers: int
+    log: str
+
+
+def honest_round(redis_url: str, tmp_path: Path, bits: int,
+                 hostile: Callable[[BlockingConnection], Any]) -> HonestRound:
+    """A component and a subscriber of ``/load/#``; ``seqrepair publish`` of 5, then
+    ``hostile`` on a second, raw connection, then 5 more; waits for 10 delivered (and a while
+    for a duplicate or a stranger)."""
     comp = ComponentProcess(redis_url, tmp_path, "--heartbeat", "0.2").start()
     got: list[Publication] = []
     try:
@@ -69,42 +99,55 @@ def test_publications_sent_to_seqrepair_by_another_connection_change_nothing(
             assert sub.connected.wait(20)
             time.sleep(0.3)
             first = publish(comp.url, redis_url, bits, 5)
-            hostile = BlockingConnection(comp.url, timeout=20)
+            conn = BlockingConnection(comp.url, timeout=20)
             try:
-                control = hostile.create_sender("$seqrepair")
-                quarter = 1 << (bits - 2)
-                refused = [
-                    outcome(control, Message(
-                        properties={"message-type": "PUBLICATION", "source": SOURCE,
-                                    "source_seq": ulong(5 + k * quarter), "source_bits": bits,
-                                    "topic": "/load/a"},
-                        body={"x": k}))
-                    for k in (1, 2, 3)
-                ]
-                topic = hostile.create_sender("/load/a")
-                entries = [{"source": "stranger", "source_seq": ulong(n), "source_bits": bits,
-                            "topic": "/load/a", "fields": {"n": n}} for n in (1, 2, 3)]
-                miscounted = outcome(topic, Message(
-                    properties={"message-type": "PUBLICATIONS", "count": ulong(2)},
-                    body=entries))
+                done = hostile(conn)
             finally:
-                hostile.close()
+                conn.close()
             second = publish(comp.url, redis_url, bits, 5)
             wait_for(lambda: len(got) >= 10, 30)
             time.sleep(0.5)  # a duplicate or a stranger would come now
         with Journal.from_url(redis_url) as journal:
             held = [p.source_seq for p in journal.read_range(SOURCE, 1, 100)]
-            stranger = journal.high_water("stranger")
+            strangers = journal.high_water("stranger")
     finally:
         comp.stop()
-    log = comp.log_text()[-3000:]
-    assert first[0] == 0, first
+    return HonestRound(first, done, second, got, held, strangers, comp.log_text())
+
+
+@pytest.mark.parametrize("bits", [8, 32])
+def test_publications_sent_to_seqrepair_by_another_connection_change_nothing(
+    bits: int, redis_url: str, tmp_path: Path
+) -> None:
+    def hostile(conn: BlockingConnection) -> tuple[list[Any], tuple[object, str | None]]:
+        control = conn.create_sender("$seqrepair")
+        quarter = 1 << (bits - 2)
+        refused = [
+            outcome(control, Message(
+                properties={"message-type": "PUBLICATION", "source": SOURCE,
+                            "source_seq": ulong(5 + k * quarter), "source_bits": bits,
+                            "topic": "/load/a"},
+                body={"x": k}))
+            for k in (1, 2, 3)
+        ]
+        topic = conn.create_sender("/load/a")
+        entries = [{"source": "stranger", "source_seq": ulong(n), "source_bits": bits,
+                    "topic": "/load/a", "fields": {"n": n}} for n in (1, 2, 3)]
+        miscounted = outcome(topic, Message(
+            properties={"message-type": "PUBLICATIONS", "count": ulong(2)},
+            body=entries))
+        return refused, miscounted
+
+    seen = honest_round(redis_url, tmp_path, bits, hostile)
+    refused, miscounted = seen.hostile
+    log = seen.log[-3000:]
+    assert seen.first[0] == 0, seen.first
     assert refused == [(Delivery.REJECTED, "amqp:not-implemented")] * 3
     assert miscounted == (Delivery.REJECTED, "amqp:decode-error")
-    assert second[0] == 0, (second, log)
-    assert held == list(range(1, 11))
-    assert stranger == 0
-    assert [(p.source, p.source_seq) for p in got] == [(SOURCE, n) for n in range(1, 11)]
+    assert seen.second[0] == 0, (seen.second, log)
+    assert seen.held == list(range(1, 11))
+    assert seen.strangers == 0
+    assert [(p.source, p.source_seq) for p in seen.got] == [(SOURCE, n) for n in range(1, 11)]
 
 
 class _Props(LinkOption):
@@ -227,52 +270,25 @@ def test_a_publishing_links_malformed_bodies_are_decode_errors_beside_a_publishe
     from seqrepair.amqp.wire.framing import encode_frames
     from seqrepair.amqp.wire.rawamqp import encode_value
 
-    comp = ComponentProcess(redis_url, tmp_path, "--heartbeat", "0.2").start()
-    got: list[Publication] = []
-    try:
-        with Subscriber(comp.url, "/load/#", on_publication=got.append,
-                        heartbeat_interval=0.2, link_name="watcher") as sub:
-            assert sub.connected.wait(20)
-            time.sleep(0.3)
-            first = publish(comp.url, redis_url, 8, 5)
-            hostile = BlockingConnection(comp.url, timeout=20)
-            try:
-                link = hostile.create_sender("/load/a").link
-                data = (b"\x00\x53\x74" + encode_value({"message-type": "PUBLICATIONS"})
-                        + b"\x00\x53\x77" + b"\xd0\x00\x00\x00\x00")
-                dlv = link.delivery(b"cut")
-                link.send(data)
-                link.advance()
-                hostile.wait(lambda: dlv.remote_state != 0, msg="no disposition")
-                cond = dlv.remote.condition
-                cut = dlv.remote_state, None if cond is None else cond.name
-                # a batch of a stranger's, then a second amqp-value body (null): refused
-                stranger = [Publication("/load/a", "stranger", n, fields={"n": n})
-                            for n in (1, 2)]
-                two = encode_frames(stranger, 8).encode() + b"\x00\x53\x77\x40"
-                dlv = link.delivery(b"two")
-                link.send(two)
-                link.advance()
-                hostile.wait(lambda: dlv.remote_state != 0, msg="no disposition")
-                cond = dlv.remote.condition
-                two_bodies = dlv.remote_state, None if cond is None else cond.name
-            finally:
-                hostile.close()
-            second = publish(comp.url, redis_url, 8, 5)
-            wait_for(lambda: len(got) >= 10, 30)
-            time.sleep(0.5)  # a duplicate would come now
-        with Journal.from_url(redis_url) as journal:
-            held = [p.source_seq for p in journal.read_range(SOURCE, 1, 100)]
-            strangers = journal.high_water("stranger")
-    finally:
-        comp.stop()
-    log = comp.log_text()
-    assert first[0] == 0, first
+    def hostile(conn: BlockingConnection) -> tuple[object, object]:
+        link = conn.create_sender("/load/a").link
+        data = (b"\x00\x53\x74" + encode_value({"message-type": "PUBLICATIONS"})
+                + b"\x00\x53\x77" + b"\xd0\x00\x00\x00\x00")
+        cut = disposition(conn, link, b"cut", data)
+        # a batch of a stranger's, then a second amqp-value body (null): refused
+        stranger = [Publication("/load/a", "stranger", n, fields={"n": n}) for n in (1, 2)]
+        two = encode_frames(stranger, 8).encode() + b"\x00\x53\x77\x40"
+        return cut, disposition(conn, link, b"two", two)
+
+    seen = honest_round(redis_url, tmp_path, 8, hostile)
+    cut, two_bodies = seen.hostile
+    log = seen.log
+    assert seen.first[0] == 0, seen.first
     assert cut == (Delivery.REJECTED, "amqp:decode-error"), log[-3000:]
     assert two_bodies == (Delivery.REJECTED, "amqp:decode-error"), log[-3000:]
-    assert strangers == 0
+    assert seen.strangers == 0
     assert "internal error" not in log
     assert "message failed" not in log
-    assert second[0] == 0, (second, log[-3000:])
-    assert held == list(range(1, 11))
-    assert [(p.source, p.source_seq) for p in got] == [(SOURCE, n) for n in range(1, 11)]
+    assert seen.second[0] == 0, (seen.second, log[-3000:])
+    assert seen.held == list(range(1, 11))
+    assert [(p.source, p.source_seq) for p in seen.got] == [(SOURCE, n) for n in range(1, 11)]

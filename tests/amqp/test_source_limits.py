@@ -25,7 +25,7 @@ from seqrepair.core.policy import Operation, Policy
 from seqrepair.journal.journal import Journal
 
 from .conftest import ComponentProcess, start_after
-from .principals import MISSING, amqp_identity, serve_args
+from .principals import MISSING, WEATHER_FOR_EXAMPLE_COM, amqp_identity, serve_args
 
 pytestmark = [pytest.mark.amqp, pytest.mark.redis]
 
@@ -57,12 +57,7 @@ class Sender:
 
 
 
-LIMITS_POLICY = """
-[[allow]]
-actors = ["*@example.com"]
-operations = ["publish", "subscribe"]
-topics = ["/weather/#"]
-"""
+LIMITS_POLICY = WEATHER_FOR_EXAMPLE_COM
 
 
 @pytest.mark.skipif(MISSING is not None, reason=f"AMQP principals: {MISSING}")
