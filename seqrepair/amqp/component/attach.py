@@ -144,6 +144,7 @@ def open_subscriber(component: Component, sender: Any) -> None:
             source_bits=component.outgoing_bits,
             drop=component._drop,
             window=LinkWindow(component.config.link_bits, component.window_size) if acks else None,
+            totals=component.stats,
         )
         if resume or position is not None:
             # the subscriber had a context we no longer hold (or a durable position): start

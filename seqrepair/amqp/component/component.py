@@ -156,7 +156,8 @@ class Component(MessagingHandler):
         self.stats = {"ingested": 0, "duplicates": 0, "rejected": 0, "released": 0, "requests": 0,
                       "trimmed_unsent": 0, "oversized": 0, "acks": 0, "acks_ignored": 0,
                       "window_peak": 0, "replays_refused": 0, "replays_continued": 0,
-                      "replays_queued": 0}
+                      "replays_queued": 0, "tail_probes": 0, "tail_probes_replaced": 0,
+                      "tail_probes_dropped": 0, "answers_waiting_peak": 0}
         # connections and links held against the count limits (admission.py); its counters
         # (refused, timed out, peaks) are among the stop counters
         self.admission = Admission(config.count_limits(), self.stats)
@@ -323,6 +324,9 @@ class Component(MessagingHandler):
                 continue
             link.heartbeat(now)
             link.probe_tail()
+            waiting = len(link.route.responses)  # bounded: requests refused, one probe
+            if waiting > self.stats["answers_waiting_peak"]:
+                self.stats["answers_waiting_peak"] = waiting
             self._pump_link(link, now)
             if link.stats["window_peak"] > self.stats["window_peak"]:
                 self.stats["window_peak"] = link.stats["window_peak"]

@@ -108,8 +108,12 @@ class SubscriberLink:
     stats: dict[str, int] = attrs.field(
         factory=lambda: {"sent": 0, "dropped": 0, "transfers": 0, "paused": 0,
                          "window_full": 0, "window_peak": 0, "stale_resends": 0,
-                         "tail_probes": 0, "context_full": 0}
+                         "tail_probes": 0, "tail_probes_replaced": 0,
+                         "tail_probes_dropped": 0, "context_full": 0}
     )
+    totals: dict[str, int] = attrs.field(factory=dict)
+    """Counters the link adds its tail probes to besides its own ``stats`` (the component's
+    stop counters)."""
     window: LinkWindow | None = None
     """The window discipline of a subscriber that acknowledges (``seqrepair-ack``): no link
     number is stamped more than ``window.size`` past what it acknowledged. None: no window
@@ -220,8 +224,10 @@ class SubscriberLink:
         while sender.credit > 0:
             if route.send_one(read=False):
                 continue
-            if route.busy() and route.needs_reading():
-                break  # answers go out first, in order: read on the component's repair turn
+            if route.holds_live():
+                # answers go out first, in order: read on the component's repair turn, or
+                # parked (a relay's image waiting for its upstream)
+                break
             if self.reset_pending:
                 self.reset_pending = False
                 self._send_frames([self.sequencer.heartbeat(now)])
@@ -289,14 +295,32 @@ class SubscriberLink:
         if self._stalled != mark or newest is None:
             self._stalled = mark
             return
+        self._count("tail_probes")
+        if not self.route.probe(lambda: self._tail_probe(mark[0], newest)):
+            self._count("tail_probes_replaced")  # the one still waiting for credit: bounded
+
+    def _tail_probe(self, epoch: str, newest: int) -> Outgoing | None:
+        """The tail probe of frame ``newest`` of the context ``epoch``, made as it is sent; None
+        (dropped) when that context is gone or the subscriber acknowledged the frame since
+        (stale: read now it could pass for new, and a probe of a gone context reaching the
+        subscriber after the new context's frames would be taken in it)."""
+        if epoch != self.epoch:
+            self._count("tail_probes_dropped")
+            return None
         resend = self.context.resend(GapRequest(newest, newest))
         if not isinstance(resend, GapError) and len(resend):
             # marked with the epoch: the stub can tell it from an old context's answer
             for frame in self.fresh(resend):
                 if isinstance(frame, Publication | Heartbeat):
-                    self.stats["tail_probes"] += 1
-                    self.route.respond(
-                        tail_probe(frame, self.epoch, self.route.source_bits), None)
+                    return tail_probe(frame, epoch, self.route.source_bits)
+        self._count("tail_probes_dropped")
+        return None
+
+    def _count(self, key: str) -> None:
+        """One more of ``key`` in the link's stats and in ``totals`` (the component's)."""
+        self.stats[key] += 1
+        totals = self.totals
+        totals[key] = totals.get(key, 0) + 1
 
     def _context_full(self, window: LinkWindow) -> bool:
         """Whether the frames ``window`` has outstanding fill the context's byte bound."""

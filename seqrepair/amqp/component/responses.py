@@ -114,6 +114,17 @@ class _Stream:
 
 
 @attrs.define(eq=False)
+class _Probe:
+    """A link's tail probe waiting for credit, made as it is sent (:meth:`ResponseRoute.probe`).
+
+    ``make`` gives the message, or None when it is no longer worth sending (its number is at
+    or below what the subscriber acknowledged since, or its link context is gone): decided when
+    it goes out, never when it was queued."""
+
+    make: Callable[[], Outgoing | None]
+
+
+@attrs.define(eq=False)
 class ResponseRoute:
     """Where answers go: a sender, the answers waiting for it and a source replay in progress.
 
@@ -131,7 +142,7 @@ class ResponseRoute:
     batch: bool = True
     sender: Any = None
     target: str | None = None
-    responses: deque[Outgoing | _Stream] = attrs.field(factory=deque)
+    responses: deque[Outgoing | _Stream | _Probe] = attrs.field(factory=deque)
     replays: dict[str, _Stream] = attrs.field(factory=dict)
     queued: dict[str, _Stream] = attrs.field(factory=dict)
     """Per requesting link, the replay of a request that follows the one in progress (asked
@@ -154,6 +165,20 @@ class ResponseRoute:
     ) -> None:
         """Queue an answer (requests are refused first when too many wait: check_room)."""
         self.responses.append(_finish(message, correlation_id, cookie))
+
+    def probe(self, make: Callable[[], Outgoing | None]) -> bool:
+        """Queue a tail probe, made as it is sent (``make``, see :class:`_Probe`), after the
+        answers waiting; one waits at most per route: a newer one replaces one still waiting
+        (False then). A link that gives no credit gets a probe per tick, and answers are
+        bounded by requests refused (:meth:`check_room`), which a probe is not."""
+        replaced = False
+        for entry in self.responses:
+            if type(entry) is _Probe:
+                self.responses.remove(entry)
+                replaced = True
+                break
+        self.responses.append(_Probe(make))
+        return not replaced
 
     def check_room(self) -> None:
         """RequestFloodError when :data:`MAX_WAITING_ANSWERS` answers wait already: a peer
@@ -292,6 +317,13 @@ class ResponseRoute:
         while True:
             if self.responses:
                 head = self.responses[0]
+                if type(head) is _Probe:
+                    self.responses.popleft()
+                    made = head.make()
+                    if made is None:
+                        continue  # stale by now: dropped
+                    self.unsent.sent(self.sender.send(made))
+                    return True
                 if not isinstance(head, _Stream):
                     self.unsent.sent(self.sender.send(self.responses.popleft()))
                     return True
@@ -336,6 +368,12 @@ class ResponseRoute:
         while self.sender is not None and self.sender.credit > 0 and self.send_one(read=False):
             sent += 1
         return sent
+
+    def holds_live(self) -> bool:
+        """Whether live frames must wait: an answer heads ``responses`` that cannot be sent now,
+        being read or parked (a relay's image waiting for its upstream: nothing else goes out
+        on the link meanwhile, WIRE.md "Image requests"), or a source replay must be read."""
+        return bool(self.responses) or self.needs_reading()
 
     def needs_reading(self) -> bool:
         """Whether answers wait that must be read before they can be sent."""
