@@ -58,3 +58,42 @@ def test_marked_tail_probes_at_narrow_widths_under_loss_cost_nothing(
     assert paused.is_set()
     # the component's marked probes reached the stub as such (the epoch matched)
     assert sub.stub.stats.tail_probes > 0, (sub.stats(), comp.log_text()[-3000:])
+
+
+@pytest.mark.parametrize("bits", [3, 4])
+def test_a_subscriber_without_credit_for_a_while_gets_its_stream_and_probes_stay_bounded(
+    bits: int, redis_url: str, tmp_path: Path
+) -> None:
+    """A subscriber granting 4 credits whose application stalls 2.5 s now and then: its
+    window stays full without an ``ACK`` and its credit runs out, so the component's tick
+    has a probe due every 0.1 s with no credit to send it. One waits at most, the newest
+    (``tail_probes_replaced``), made as it goes out (``tail_probes_dropped``: stale by then);
+    what waits on any link stays small (``answers_waiting_peak``; one probe per tick would
+    pile up 25 a stall); and the subscriber gets exactly its stream, in order."""
+    comp = ComponentProcess(redis_url, tmp_path, "--heartbeat", "0.2", "--link-bits",
+                            str(bits), "--drop-rate", "0.2", "--drop-seed", str(bits)).start()
+    got: list[Publication] = []
+    stalls = threading.Event()
+
+    def take(publication: Publication) -> None:
+        got.append(publication)
+        if len(got) % 60 == 0:  # no credit given, no ACK, while it sleeps
+            stalls.set()
+            time.sleep(2.5)
+
+    sub = Subscriber(comp.url, "/w/#", on_publication=take, link_name="starved", credit=4,
+                     heartbeat_interval=0.2).start()
+    try:
+        assert sub.wait_connected(60)
+        publish(comp.url, "feed.a", 300)
+        want = expected(redis_url, "feed.a", "/w/#")
+        assert wait_for(lambda: len(got) >= len(want), 120), (
+            len(got), len(want), sub.stats(), comp.log_text()[-3000:])
+    finally:
+        sub.stop()
+    counters = comp.stop_counters()
+    assert [(p.topic, p.source_seq) for p in got] == want
+    assert not sub.unrecoverable
+    assert stalls.is_set()
+    assert counters["tail_probes_replaced"] > 0, counters  # probes were due without credit
+    assert counters["answers_waiting_peak"] <= 16, counters
