@@ -17,8 +17,8 @@ import pytest
 
 from seqrepair.amqp.component.responses import MAX_WAITING_ANSWERS
 from seqrepair.amqp.wire.codec import Decoder
+from seqrepair.amqp.wire.framing import pack_frame
 from seqrepair.core.messages import Publication
-
 from tests.amqp.test_window_parts import _link, _pub
 
 pytestmark = pytest.mark.amqp
@@ -124,7 +124,8 @@ def test_a_probe_of_the_current_context_waits_its_turn_behind_a_parked_answer() 
     link.pump(0.2)
     order = _order(link.sender.sent[before:])
     assert order[0][1:3] == (3, link.epoch), order
-    assert len(order) == 2 and link.stats["sent"] == 4, order  # then live: 4 (the room)
+    assert len(order) == 2, order  # then live: 4 (the window's room)
+    assert link.stats["sent"] == 4
 
 
 def test_a_link_without_credit_holds_one_tail_probe_the_newest() -> None:
@@ -160,6 +161,4 @@ def test_a_newer_probe_goes_behind_the_answers_queued_meanwhile() -> None:
 
 
 def _pub_message() -> Any:
-    from seqrepair.amqp.wire.framing import pack_frame
-
     return pack_frame(_pub(99), 64)

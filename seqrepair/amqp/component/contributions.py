@@ -26,13 +26,14 @@ names the access policy reserves to their owners.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from proton import Condition, Delivery, Endpoint, Link, Message, ulong
 
 from seqrepair.amqp.component.authz import effective_principal, policy_of
 from seqrepair.amqp.component.ingest import check_sendable
+from seqrepair.amqp.component.responses import MAX_WAITING_ANSWERS, ResponseRoute
 from seqrepair.amqp.wire.codec import Decoder
 from seqrepair.amqp.wire.errors import (
     AmqpAdapterError,
@@ -198,6 +199,7 @@ class Contributions:
                 f"{component.config.contribution_burst:g}); slow down",
                 expected=component.config.contribution_rate,
                 got=self.throttle.refused.get(principal, 0))
+        check_answer_room(component.routes, receiver.connection, message.reply_to)
         owner = self.owners.get(source)
         if owner is None or not owner.state & Endpoint.LOCAL_ACTIVE:
             component.stats["contributions_refused"] += 1
@@ -318,6 +320,19 @@ class Contributions:
         route.respond(answer, message_id)
         if route.sender is not None:
             self.component._pump_sender(route.sender)
+
+
+def check_answer_room(routes: Mapping[Any, ResponseRoute], conn: Any,
+                      reply_to: str | None) -> None:
+    """ContributionFloodError when :data:`MAX_WAITING_ANSWERS` answers wait already on the
+    route of ``reply_to`` (its peer gives no credit): its ``CONTRIBUTION-ACCEPTED`` would be
+    queued without bound, as a request's answer is not (``ResponseRoute.check_room``). Those
+    taken before wait at most ``--max-pending-contributions`` more."""
+    route = routes.get((conn.seqrepair_id, reply_to)) if reply_to else None
+    if route is not None and len(route.responses) >= MAX_WAITING_ANSWERS:
+        raise ContributionFloodError(
+            f"{len(route.responses)} answers wait for credit on {reply_to!r}; grant credit "
+            "before contributing again", expected=MAX_WAITING_ANSWERS, got=len(route.responses))
 
 
 def _may_take(policy: Policy, principal: str, source: str) -> Decision:
