@@ -262,10 +262,15 @@ class SubscriberLink:
 
     def heartbeat(self, now: float) -> None:
         """A heartbeat if the link is idle for an interval and can send (a held link too: its
-        subscriber must not take the pause for a dead link)."""
+        subscriber must not take the pause for a dead link), and no answer heads its route."""
         if self.sender is None or self.sender.credit <= 0 or self.pending:
             return
         if self.paused and not self.held:
+            return
+        if self.route.responses:
+            # answers head the route (parked, to be read, or queued): a numbered frame waits
+            # behind them as live ones do (pump), else a reset's frame 0 would pass its
+            # ACTIVE, or an old context's resend still to be read
             return
         window = self.window
         if window is not None and window.room() <= 0:
