@@ -1,12 +1,13 @@
-"""A link's heartbeat while answers head its route (WIRE.md, Image requests: "while the answer
-is being read nothing else goes out on the link"), without a network.
+"""A link's heartbeat while answers head its route after a reset, without a network.
 
-Found by a hostile review (branch rev31a): ``SubscriberLink.pump`` holds live frames behind
-an answer heading the route (``holds_live``), but the tick's ``heartbeat`` stamped and sent a
-numbered heartbeat past it: behind a relay's parked image fetch after a hold and release (a
-reset), the new context's frame 0 went out before its ``ACTIVE``; and ahead of an old
-context's link-range resend still to be read, so the old context's frames followed the new
-context's first."""
+Found by a hostile review (branch rev31a): ``SubscriberLink.pump`` holds live frames and a
+reset's frame 0 behind an answer heading the route (``holds_live``), but the tick's
+``heartbeat`` stamped the new context's frame 0 past it: behind a relay's parked image fetch
+after a hold and release, the new context's heartbeats 0, 1, 2 went out before its
+``PAUSED``/``ACTIVE`` (and filled its window); ahead of an old context's link-range resend
+still to be read, frame 0 went first and voided what the resend would read. A heartbeat of
+the current context still goes out past a parked answer (the subscriber must not take a long
+upstream fetch for a dead link)."""
 
 from __future__ import annotations
 
@@ -50,7 +51,8 @@ def test_no_heartbeat_goes_out_past_a_parked_answer_after_a_reset() -> None:
     assert statuses == ["PAUSED", "ACTIVE"], order
     active = next(i for i, o in enumerate(order) if o[3] == "ACTIVE")
     numbered = [i for i, o in enumerate(order) if o[1] is not None]
-    assert numbered and min(numbered) > active, order
+    assert numbered, order
+    assert min(numbered) > active, order
     assert order[numbered[0]][:2] == ("HEARTBEAT", 0), order  # the new context starts at 0
 
 
@@ -73,4 +75,18 @@ def test_an_old_contexts_resend_is_not_overtaken_by_the_new_contexts_heartbeat()
     old = [i for i, o in enumerate(order) if o[0] != "HEARTBEAT" and o[1] in (1, 2, 3)
            and o[3] is None and o[2] is None]
     # the answer to the old context's request went out first, then the new context
-    assert old and max(old) < zero, order
+    assert old, order
+    assert max(old) < zero, order
+
+
+def test_heartbeats_of_the_current_context_still_go_out_past_a_parked_answer() -> None:
+    link = _link(3)
+    link.offer_many([(_pub(1), None)], 0.0)
+    link.pump(0.0)
+    assert link.window is not None
+    link.window.ack(1)
+    link.route.start_resend(iter(()), "img", None, parked=lambda: True)
+    before = len(link.sender.sent)
+    link.heartbeat(2.0)
+    order = _order(link.sender.sent[before:])
+    assert order == [("HEARTBEAT", 2, None, None)], order

@@ -262,15 +262,16 @@ class SubscriberLink:
 
     def heartbeat(self, now: float) -> None:
         """A heartbeat if the link is idle for an interval and can send (a held link too: its
-        subscriber must not take the pause for a dead link), and no answer heads its route."""
+        subscriber must not take the pause for a dead link); never a reset's frame 0
+        (:meth:`pump`)."""
         if self.sender is None or self.sender.credit <= 0 or self.pending:
             return
         if self.paused and not self.held:
             return
-        if self.route.responses:
-            # answers head the route (parked, to be read, or queued): a numbered frame waits
-            # behind them as live ones do (pump), else a reset's frame 0 would pass its
-            # ACTIVE, or an old context's resend still to be read
+        if self.reset_pending:
+            # a reset's frame 0 goes out from pump, after the answers queued before it (its
+            # ACTIVE, an old context's resend): here it would pass them while they wait
+            # (parked behind a relay's image fetch, or to be read on the repair turn)
             return
         window = self.window
         if window is not None and window.room() <= 0:
