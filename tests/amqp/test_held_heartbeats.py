@@ -90,3 +90,33 @@ def test_heartbeats_of_the_current_context_still_go_out_past_a_parked_answer() -
     link.heartbeat(2.0)
     order = _order(link.sender.sent[before:])
     assert order == [("HEARTBEAT", 2, None, None)], order
+
+
+def test_a_resumed_subscriptions_frame_0_follows_its_active() -> None:
+    """No parked answer: a subscription resumed (``release``) sends its frame 0 "on the next
+    tick" (``on_seqrepair_subscription``), whose heartbeat runs before the pump. It was
+    stamped there when due (a held link's heartbeats go on): frame 0 went before the new
+    context's ``ACTIVE``, and the pump then sent its reset heartbeat as number 1."""
+    link = _link(3)
+    link.batch = False  # a transfer a frame: each one's number read off it
+    link.offer_many([(_pub(1), None)], 0.0)
+    link.pump(0.0)
+    assert link.window is not None
+    link.window.ack(1)
+    link.hold(0.1, "subscription paused")
+    link.pump(0.1)  # PAUSED
+    link.heartbeat(1.1)  # a held link's heartbeat
+    link.release(1.5)
+    before = len(link.sender.sent)
+    link.heartbeat(2.2)  # the next tick: due, before the pump
+    link.pump(2.2)
+    link.offer_many([(_pub(i), None) for i in range(2, 4)], 2.3)
+    link.pump(2.3)
+    order = _order(link.sender.sent[before:])
+    numbers = [o[1] for o in order if o[1] is not None]
+    # the window in step with the wire: the last number sent acknowledged, none outstanding
+    link.window.ack(numbers[-1])
+    outstanding = link.window.outstanding
+    assert outstanding == 0, order
+    assert order[0][3] == "ACTIVE", order
+    assert numbers == [0, 1, 2], order
