@@ -110,6 +110,7 @@ class LinkContext:
         if not frames:
             return  # as recording nothing: no bound applied anew
         check = self.space.check
+        top = self.space.max
         held = self._frames
         through = self._through
         total = through[-1] if through else self._evicted
@@ -122,7 +123,8 @@ class LinkContext:
                 self.record(frame, keep, None if sizes is None else sizes[i])
                 total = through[-1]
                 continue
-            check(seq, allow_reset=True)
+            if type(seq) is not int or not 0 < seq <= top:  # the usual number checked in line
+                check(seq, allow_reset=True)
             size = None if sizes is None else sizes[i]
             total += frame_size(frame) if size is None else size
             held.append(frame)

@@ -18,7 +18,7 @@ import attrs
 from seqrepair.core.config import check_now, non_negative_int, positive_number
 from seqrepair.core.errors import InvalidConfigError, InvalidMessageError
 from seqrepair.core.limits import check_deliverable
-from seqrepair.core.messages import Heartbeat, Publication, PublishType, relinked
+from seqrepair.core.messages import Heartbeat, Publication, PublishType, relinked_run
 from seqrepair.core.sequence import RESET, SequenceSpace
 
 
@@ -142,12 +142,7 @@ class LinkSequencer:
             return []
         top = self.space.max
         wire = self.space.check(self._next_wire, allow_reset=True)
-        out: list[Publication] = []
-        append = out.append
-        for publication in publications:
-            append(relinked(publication, wire))
-            wire = 1 if wire == top else wire + 1
-        self._next_wire = wire
+        out, self._next_wire = relinked_run(publications, wire, top)
         self.absolute += len(out)
         self._last_sent = now
         return out

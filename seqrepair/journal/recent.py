@@ -106,7 +106,7 @@ class RecentEntries:
         samples = self._samples.get(source)
         if samples is None:
             samples = self._samples[source] = {}
-        key = (pub.topic, pub.permtoken, pub.ptype)
+        key = (pub.topic, pub.permtoken, pub.ptype._value_)  # see add_many
         known = samples.get(key)
         if known is None and len(samples) >= MAX_KEYS:
             # the run's entries refer to the samples: both go, a new run starts with this one
@@ -146,7 +146,8 @@ class RecentEntries:
                     pub.source_seq == run.first + len(run.entries)):
                 samples = all_samples.get(pub.source)
                 known = None if samples is None else samples.get(
-                    (pub.topic, pub.permtoken, pub.ptype))
+                    # the type's value: an enum member hashes in Python, its str in C
+                    (pub.topic, pub.permtoken, pub.ptype._value_))
                 if known is not None:
                     if type(entry) is not bytes:  # a slice of a received message's bytearray
                         entry = bytes(entry)

@@ -345,19 +345,26 @@ def encode_batch(
 def regular_runs(frames: Sequence[LinkFrame]) -> list[tuple[int, int]]:
     """``frames`` cut into ``[start, end)`` runs that :func:`encode_batch` can carry: link
     numbers consecutive (or all absent) and one retransmit flag per run."""
+    count = len(frames)
+    if not count:
+        return []
     runs = []
     start = 0
-    for i in range(1, len(frames) + 1):
-        if i < len(frames):
-            prev, cur = frames[i - 1], frames[i]
-            if prev.link_seq is None:
-                same = cur.link_seq is None
-            else:
-                same = cur.link_seq == prev.link_seq + 1
-            if same and _retransmit(prev) is _retransmit(cur):
-                continue
+    # each frame's number and flag read once (a link's pump cuts every chunk it sends)
+    prev_seq = frames[0].link_seq
+    prev_flag = frames[0].retransmit
+    for i in range(1, count):
+        cur = frames[i]
+        seq = cur.link_seq
+        flag = cur.retransmit
+        if (seq is None if prev_seq is None else seq == prev_seq + 1) and flag is prev_flag:
+            prev_seq = seq
+            continue
         runs.append((start, i))
         start = i
+        prev_seq = seq
+        prev_flag = flag
+    runs.append((start, count))
     return runs
 
 
