@@ -130,6 +130,46 @@ class LinkContext:
             held.append(frame)
             through.append(total)
             self._head += 1
+            self.recorded += 1
+        self._settle(keep)
+
+    def next_number(self) -> int | None:
+        """The link number the next frame recorded after those held must carry, from its
+        position (None: the next one must start a context, numbered 0)."""
+        absolute = self._head + 1 + self._base
+        return None if absolute < 1 else self.space.wire(absolute)
+
+    def record_numbered(
+        self, publications: list[Publication], first: int, keep: int = 0,
+        sizes: list[int] | None = None,
+    ) -> None:
+        """:meth:`record_run` of ``publications`` numbered ``first``, ``first`` + 1, ...
+        (after the space's max comes 1), held as given, without a numbered copy each: a
+        frame's number follows from its position, and :class:`Resend` numbers it when read.
+        ``first`` must be :meth:`next_number` (a context starts by :meth:`record`)."""
+        if first != self.next_number():
+            raise InvalidConfigError("a numbered run goes on from the frames held",
+                                     expected=self.next_number(), got=first)
+        if sizes is not None and len(sizes) != len(publications):
+            raise InvalidConfigError("one size per frame", expected=len(publications),
+                                     got=len(sizes))
+        if not publications:
+            return
+        held = self._frames
+        through = self._through
+        total = through[-1] if through else self._evicted
+        for i, pub in enumerate(publications):
+            if pub.link_seq is not None or type(pub) is not Publication:
+                for _ in range(i):  # nothing of the run stays held
+                    held.pop()
+                    through.pop()
+                raise InvalidConfigError("a numbered run holds publications without a number",
+                                         expected=None, got=getattr(pub, "link_seq", pub))
+            total += frame_size(pub) if sizes is None else sizes[i]
+            held.append(pub)
+            through.append(total)
+        self._head += len(publications)
+        self.recorded += len(publications)
         self._settle(keep)
 
     def _settle(self, keep: int = 0) -> None:
@@ -267,7 +307,10 @@ class Resend:
                     yield GapError("context-lost", rest, "range no longer held")
                 return
             if isinstance(frame, Publication):
-                frame = frame.with_link(frame.link_seq, retransmit=True)
+                seq = frame.link_seq  # None: held by record_numbered, numbered by position
+                frame = frame.with_link(
+                    context.space.wire(position + context._base) if seq is None else seq,
+                    retransmit=True)
             else:
                 frame = attrs.evolve(frame, retransmit=True)
             yield frame

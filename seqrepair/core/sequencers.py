@@ -147,6 +147,30 @@ class LinkSequencer:
         self._last_sent = now
         return out
 
+    @property
+    def next_number(self) -> int:
+        """The link number the next frame gets (0: a reset's frame)."""
+        return self._next_wire
+
+    def take_many(self, count: int, now: float) -> int:
+        """The numbers :meth:`stamp_many` would give ``count`` (>= 1) publications, taken
+        without stamping them: the first of them is returned, the rest follow it (after the
+        space's max comes 1). For a caller that keeps its publications bare and numbers them
+        by position (:meth:`LinkContext.record_numbered`)."""
+        if type(now) is not float or not -inf < now < inf:
+            now = check_now(now)
+        if type(count) is not int or count < 1:
+            raise InvalidConfigError("a run takes at least one number", expected=">= 1",
+                                     got=count)
+        space = self.space
+        first = space.check(self._next_wire, allow_reset=True)
+        last_absolute = first + count - 1  # the run's last number, unwrapped (0 starts at 0)
+        last = last_absolute if last_absolute <= space.max else space.wire(last_absolute)
+        self._next_wire = 1 if last == space.max else last + 1
+        self.absolute += count
+        self._last_sent = now
+        return first
+
     def heartbeat(self, now: float) -> Heartbeat:
         """A heartbeat with the next link number, whether or not one is due.
 

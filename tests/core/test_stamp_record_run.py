@@ -66,7 +66,7 @@ def test_stamp_many_refuses_what_stamp_refuses() -> None:
 
 def _context_state(ctx: LinkContext) -> tuple[object, ...]:
     return (list(ctx._frames), list(ctx._through), ctx._evicted, ctx._head, ctx._base,
-            ctx._generation, ctx.bytes)
+            ctx._generation, ctx.bytes, ctx.recorded)
 
 
 def _frames(

@@ -143,6 +143,7 @@ def open_subscriber(component: Component, sender: Any) -> None:
             max_pending=component.config.max_pending,
             source_bits=component.outgoing_bits,
             drop=component._drop,
+            lossless=component._lossless,
             window=LinkWindow(component.config.link_bits, component.window_size) if acks else None,
             totals=component.stats,
         )

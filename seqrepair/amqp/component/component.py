@@ -257,6 +257,10 @@ class Component(MessagingHandler):
             return True
         return self.config.drop_rate > 0 and self._rng.random() < self.config.drop_rate
 
+    def _lossless(self) -> bool:
+        """Whether :meth:`_drop` drops nothing but (maybe) frames numbered 0."""
+        return not self.config.drop_rate > 0
+
     @property
     def window_size(self) -> int:
         """The window of a link that acknowledges: half the link space, at most the frames a
