@@ -29,6 +29,7 @@ import struct
 from typing import Any
 
 from seqrepair.amqp.wire.entrylayout import EntryLayout, layout_at
+from seqrepair.amqp.wire.entryrun import MAX_RUN, MIN_RUN, read_run, reader_of, run_length
 from seqrepair.amqp.wire.framing import PTYPE_BY_NAME
 from seqrepair.amqp.wire.rawamqp import (
     ReceivedMessage,
@@ -47,6 +48,9 @@ LAYOUT_EVERY = 32
 entries' worth of reading) while the transfer's budget lasts, then read step by step; a
 transfer of fewer entries is read step by step. Bounds the cost of transfers laid out unalike
 (varied string lengths) to a few percent."""
+
+
+_last: list[EntryLayout | None] = [None]  # the layout the last transfer read ended with
 
 
 class _Irregular(Exception):
@@ -101,13 +105,33 @@ def read_publications(
     unwrap = unwrapper.unwrap
     pubs: list[Publication] = []
     items: list[bytes] = []
-    layout: EntryLayout | None = None  # the last entry's, and the one before it
+    # the last entry's, and the one before it: first, the last transfer's last (a guess,
+    # checked as any layout is: any thread's, any transfer's will do)
+    layout: EntryLayout | None = _last[0]
     other: EntryLayout | None = None
     budget = count // LAYOUT_EVERY  # entries that may be described for a layout
     if owned:
         unwrapper.begin()
+    runs = count // MIN_RUN  # looks for a run of entries alike (entryrun.py) left
+    plain = 0  # entries to read one by one before looking again
     try:
-        for i in range(count):
+        i = 0
+        while i < count:
+            if layout is not None and runs and not plain and count - i >= MIN_RUN:
+                runs -= 1
+                reader = reader_of(layout)
+                alike = 0 if reader is None else run_length(
+                    reader, buf, pos, min(count - i, MAX_RUN))
+                if alike >= MIN_RUN:
+                    assert reader is not None
+                    if read_run(reader, buf, pos, alike, unwrapper, None if first is None
+                                else first + i, again, pubs, items if entries else None):
+                        pos += alike * reader.size
+                        i += alike
+                        continue
+                plain = max(alike - 1, 0)  # the rest of those alike: one by one too
+            elif plain:
+                plain -= 1
             start = pos
             values = None if layout is None else layout.read(buf, pos)
             if values is None and other is not None:  # back to the layout before
@@ -134,6 +158,7 @@ def read_publications(
                 None if first is None else first + i, token, stamp, again))
             if entries:
                 items.append(buf[start:pos])
+            i += 1
         if pos != end:
             raise _Irregular
     except Exception:  # _Irregular, Unsupported, bytes cut short, a value refused...
@@ -143,6 +168,7 @@ def read_publications(
         return None
     if owned:
         unwrapper.commit()
+    _last[0] = layout
     return pubs, items
 
 

@@ -18,9 +18,10 @@ is read the step-by-step way by the caller (and teaches it a new layout).
 from __future__ import annotations
 
 import operator
+import re
 import struct
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from seqrepair.amqp.wire.framing import PTYPE_BY_NAME
 from seqrepair.amqp.wire.rawamqp import _u32
@@ -39,6 +40,22 @@ grow with them (~800 bytes a field): unbounded, MAX_LAYOUTS layouts of entries o
 of fields held gigabytes. Bounded, a layout holds some tens of kilobytes at most."""
 
 
+class Parts(NamedTuple):
+    """Where an entry's values are in a layout's unpacked tuple: the index of each (None: a
+    null timestamp or permission token), the field names and the expression making each
+    field's value (of ``t``, the tuple, as in the layout's ``values``)."""
+
+    ptype: int
+    stamp: int | None
+    source: int
+    wire: int
+    bits: int
+    topic: int
+    names: tuple[str, ...]
+    fields: tuple[str, ...]
+    token: int | None
+
+
 class _NoLayout(Exception):
     """The entry is not of a shape a layout covers."""
 
@@ -46,11 +63,21 @@ class _NoLayout(Exception):
 class EntryLayout:
     """One layout of regular 8-element publication entries (see the module)."""
 
-    __slots__ = ("expected", "marks", "size", "unpack", "values")
+    __slots__ = ("expected", "fmt", "marked", "marks", "parts", "run", "size", "unpack",
+                 "values")
 
     def __init__(self, fmt: str, marks: list[int], expected: tuple[Any, ...],
-                 values: Callable[[tuple[Any, ...]], tuple[Any, ...]]) -> None:
+                 values: Callable[[tuple[Any, ...]], tuple[Any, ...]],
+                 parts: Parts | None = None) -> None:
         compiled = struct.Struct(fmt)
+        self.fmt = fmt
+        self.marked = dict(zip(marks, expected, strict=True))
+        """The index of each value that must match, in the unpacked tuple: its value."""
+        self.parts = parts
+        """Where the entry's values are in the unpacked tuple (:class:`Parts`)."""
+        self.run: Any = None
+        """How runs of entries of this layout are read at once (:mod:`.entryrun`, made
+        there at the first run), or False when they are not."""
         self.size: int = compiled.size
         """The bytes of an entry of this layout."""
         self.unpack = compiled.unpack_from
@@ -81,7 +108,7 @@ def layout_at(buf: bytes, pos: int) -> EntryLayout | None:
     about as much as reading ten entries step by step: a layout is compiled when it comes
     again). None: the entry is read step by step."""
     try:
-        fmt, marks, expected, source, names = _describe(buf, pos)
+        fmt, marks, expected, source, names, parts = _describe(buf, pos)
     except (_NoLayout, IndexError, UnicodeDecodeError, struct.error):
         return None
     key = (fmt, expected)
@@ -97,16 +124,16 @@ def layout_at(buf: bytes, pos: int) -> EntryLayout | None:
         namespace: dict[str, Any] = {"PTYPE": PTYPE_BY_NAME}
         namespace.update((f"K{i}", name) for i, name in enumerate(names))
         exec(source, namespace)  # our own text: tuple indices and fixed names
-        layout = _layouts[key] = EntryLayout(fmt, marks, expected, namespace["values"])
+        layout = _layouts[key] = EntryLayout(fmt, marks, expected, namespace["values"], parts)
     return layout
 
 
 def _describe(
     buf: bytes, start: int
-) -> tuple[str, list[int], tuple[Any, ...], str, list[str]]:
+) -> tuple[str, list[int], tuple[Any, ...], str, list[str], Parts]:
     """Walk the entry at ``start``: its struct format, the indices of the values that must
-    match, those values, the source of the function making the entry's values and the field
-    names it refers to (``K0``, ``K1``...)."""
+    match, those values, the source of the function making the entry's values, the field
+    names it refers to (``K0``, ``K1``...) and where the values are (:class:`Parts`)."""
     fmt: list[str] = [">"]
     marks: list[int] = []
     expected: list[Any] = []
@@ -230,9 +257,21 @@ def _describe(
         raise _NoLayout
     if struct.calcsize("".join(fmt)) != end - start:
         raise _NoLayout
+    def at(expression: str) -> int | None:  # "t[12].decode('utf-8')" -> 12; "None" -> None
+        found = re.match(r"t\[(\d+)\]", expression)
+        return None if found is None else int(found.group(1))
+
+    def index(expression: str) -> int:
+        found = at(expression)
+        assert found is not None  # a value always, not a constant
+        return found
+
+    parts = Parts(index(ptype[len("PTYPE["):]), at(stamp), index(source), index(wire),
+                  index(bits), index(topic), tuple(names),
+                  tuple(p.split(": ", 1)[1] for p in pairs), at(token))
     source_text = (
         "def values(t):\n"
         f"    return ({ptype}, {stamp}, {source}, {wire}, {bits}, {topic}, "
         f"{{{', '.join(pairs)}}}, {token})\n"
     )
-    return "".join(fmt), marks, tuple(expected), source_text, names
+    return "".join(fmt), marks, tuple(expected), source_text, names, parts

@@ -142,6 +142,28 @@ class SourceUnwrapper:
         self._next_wire[source] = (bits, space.next(space.wire(self._last[source])))
         return absolute
 
+    def unwrap_run(self, source: str, wires: Sequence[int], bits: int) -> Sequence[int]:
+        """The absolute numbers of ``wires`` (at least one) in ``source``'s ``bits``-bit
+        space: what :meth:`unwrap` of each in turn gives, leaving the same state; consecutive
+        numbers (the usual run) cost one :meth:`unwrap`, not one each."""
+        first_wire = wires[0]
+        count = len(wires)
+        first = self.unwrap(source, first_wire, bits)
+        last_wire = first_wire + count - 1
+        if (count > 1 and last_wire <= (1 << bits) - 1
+                and self._next_wire.get(source) == (bits, first_wire + 1)
+                and tuple(wires) == tuple(range(first_wire, last_wire + 1))):
+            # each unwrap after the first takes its "number after the last one" branch
+            base = self._last[source]
+            self._last[source] = base + count - 1
+            self._next_wire[source] = (bits, 1 if last_wire == (1 << bits) - 1
+                                       else last_wire + 1)
+            if base == first:
+                return range(first, first + count)
+            return [first, *range(base + 1, base + count)]
+        unwrap = self.unwrap
+        return [first, *(unwrap(source, wire, bits) for wire in wires[1:])]
+
     def wire(self, absolute: int, bits: int) -> int:
         """The wire value of an absolute number in a ``bits``-bit space."""
         return self.space(bits).wire(absolute)
