@@ -12,7 +12,6 @@ import json
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from types import MappingProxyType
 from typing import Any, cast
 
 import attrs
@@ -23,6 +22,7 @@ from seqrepair.core.errors import InvalidConfigError, InvalidMessageError
 from seqrepair.core.image import ImageCache, ItemImage
 from seqrepair.core.messages import Publication, PublishType
 from seqrepair.journal import scripts
+from seqrepair.journal.envelope import encode_envelope
 from seqrepair.journal.errors import (
     BitsMismatchError,
     JournalCorruptError,
@@ -43,8 +43,6 @@ from seqrepair.journal.format import (
     JournalRow,
     check_seq,
     check_source,
-    encode_fields,
-    encode_json,
     entry_id,
     meta_key,
     space,
@@ -281,49 +279,7 @@ class Journal:
     def _envelope(
         publications: Sequence[Publication], bits: int, source: str, *, increasing: bool = False
     ) -> bytes:
-        modulus = space(bits).max
-        first = publications[0].source_seq
-        check_seq(first, "source_seq", low=1)
-        check_seq(publications[-1].source_seq if increasing else first + len(publications) - 1,
-                  "source_seq", low=1)
-        rows: list[tuple[str | None, ...]] = []
-        append = rows.append
-        previous = first - 1
-        proxy = MappingProxyType
-        encode = encode_json
-        for offset, pub in enumerate(publications):
-            seq = pub.source_seq
-            if pub.source != source or (seq <= previous if increasing else seq != first + offset):
-                raise InvalidMessageError(
-                    "a batch holds increasing numbers of one source" if increasing
-                    else "a batch holds consecutive numbers of one source",
-                    expected=(source, previous + 1),
-                    got=(pub.source, seq),
-                )
-            previous = seq
-            ts = pub.timestamp
-            fields = pub.fields
-            number = str(seq)
-            try:  # a publication's own fields (a view of a dict) in line; else the checks
-                text = encode(fields.copy()) if type(fields) is proxy else encode_fields(fields)
-            except (TypeError, ValueError, RecursionError):
-                text = encode_fields(fields)  # raises InvalidMessageError, as it says
-            append(
-                (
-                    number,
-                    pub.topic,
-                    pub.ptype._value_,  # the enum's own value: no descriptor call
-                    text,
-                    pub.permtoken,
-                    None if ts is None else repr(ts if type(ts) is float else float(ts)),
-                    number if seq <= modulus else str((seq - 1) % modulus + 1),
-                )
-            )
-        try:
-            encoded: str = encode_json(rows)
-            return encoded.encode("utf-8")
-        except (UnicodeEncodeError, ValueError) as exc:
-            raise InvalidMessageError(f"publication text is not valid UTF-8: {exc}") from exc
+        return encode_envelope(publications, bits, source, increasing=increasing)
 
     # --- reading -------------------------------------------------------------------------
 
