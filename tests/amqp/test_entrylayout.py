@@ -164,6 +164,7 @@ def test_layouts_learnt_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     """A layout is compiled when seen a second time; past the bound, layouts are forgotten
     (and learnt again); a transfer describes at most one entry in LAYOUT_EVERY."""
     monkeypatch.setattr(entrylayout, "_layouts", {})
+    monkeypatch.setattr(batchread, "_last", [None])  # no layout from another test's transfer
     monkeypatch.setattr(entrylayout, "_seen", set())
     monkeypatch.setattr(entrylayout, "MAX_LAYOUTS", 3)
     monkeypatch.setattr(batchread, "LAYOUT_EVERY", 4)
@@ -188,6 +189,7 @@ def test_the_memory_layouts_hold_is_bounded_whatever_the_entries(
     import tracemalloc
 
     monkeypatch.setattr(entrylayout, "_layouts", {})
+    monkeypatch.setattr(batchread, "_last", [None])  # no layout from another test's transfer
     monkeypatch.setattr(entrylayout, "_seen", set())
     entries = []
     for layout in range(40):
