@@ -118,18 +118,28 @@ class RunReader:
 
     def columns(self, buf: bytes, pos: int, count: int) -> list[tuple[Any, ...]]:
         """The values of the ``count`` entries from ``pos``, a tuple of each value's."""
-        key = (self.values, count)
-        unpack = _flat.get(key)
-        if unpack is None:
-            global _flat_values
-            if _flat_values + count * self.width > MAX_FLAT_VALUES:
-                _flat.clear()
-                _flat_values = 0
-            _flat_values += count * self.width
-            unpack = _flat[key] = struct.Struct(">" + self.values * count).unpack_from
-        flat = unpack(buf, pos)
+        flat = _unpacker(self.values, count, self.width)(buf, pos)
         width = self.width
         return [flat[i::width] for i in range(width)]
+
+    def entries(self, buf: bytes, pos: int, count: int) -> tuple[bytes, ...]:
+        """The bytes of each of the ``count`` entries from ``pos`` (one ``struct`` call)."""
+        return _unpacker(f"{self.size}s", count, 1)(buf, pos)
+
+
+def _unpacker(unit: str, count: int, width: int) -> Callable[[bytes, int], tuple[Any, ...]]:
+    """``unpack_from`` of ``count`` times the format ``unit`` (of ``width`` values), kept
+    while the formats kept cover at most :data:`MAX_FLAT_VALUES` values."""
+    global _flat_values
+    key = (unit, count)
+    unpack = _flat.get(key)
+    if unpack is None:
+        if _flat_values + count * width > MAX_FLAT_VALUES:
+            _flat.clear()
+            _flat_values = 0
+        _flat_values += count * width
+        unpack = _flat[key] = struct.Struct(">" + unit * count).unpack_from
+    return unpack
 
 
 def reader_of(layout: EntryLayout) -> RunReader | None:
@@ -157,8 +167,6 @@ def read_run(
     so) onto ``pubs`` (and their bytes onto ``items``), ``link_seq`` the first one's link
     number (None: none), ``again`` their retransmit flag: True. False, nothing changed: they
     are read one by one (see the module). Raises as reading them one by one raises."""
-    size = reader.size
-    stop = pos + count * size
     columns = reader.columns(buf, pos, count)
     parts = reader.parts
     ptypes = set(columns[parts.ptype])
@@ -210,7 +218,7 @@ def read_run(
     _consume(map(again_, made, repeat(again, count)))
     pubs += made
     if items is not None:
-        items += [buf[at : at + size] for at in range(pos, stop, size)]
+        items += reader.entries(buf, pos, count)
     return True
 
 
