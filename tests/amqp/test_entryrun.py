@@ -21,7 +21,7 @@ from seqrepair.amqp.wire.framing import SourceUnwrapper, encode_batch, encode_en
 from seqrepair.amqp.wire.rawamqp import ReceivedMessage, decode_message
 from seqrepair.core.messages import Publication, PublishType
 
-from .test_batchread import _check, _state
+from .test_batchread import _check, _check_in_trial, _state
 
 
 def _transfer(rng: random.Random, numbers: dict[str, int], n: int, bits: int) -> tuple[
@@ -199,3 +199,25 @@ def test_the_formats_runs_keep_are_bounded(monkeypatch: pytest.MonkeyPatch) -> N
     assert counted
     assert max(counted) == 40
 
+
+
+def test_runs_inside_the_owners_trial(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The component's ingest reads inside a trial of its own: runs (narrow widths that wrap,
+    numbers with holes, refused at the end) leave the same trial state, kept or undone."""
+    counted = _counting(monkeypatch)
+    rng = random.Random(31)
+    numbers = {"bench": 0}
+    fast, usual = Decoder(link_bits=16), Decoder(link_bits=16)
+    read = 0
+    for round_ in range(120):
+        bits = rng.choice([3, 5, 16])
+        entries, _link, again = _transfer(rng, numbers, rng.randrange(8, 120), bits)
+        if round_ % 5 == 4:  # the last entry's width made 65: refused after the run
+            entries[-1] = entries[-1].replace(b"U" + bytes([bits]), b"U\x41", 1)
+        data = encode_batch(entries, first_link_seq=None, retransmit=again).encode()
+        keep = rng.random() < 0.7
+        read += _check_in_trial(data, fast, usual, keep)
+        if not keep:
+            numbers["bench"] = max(fast.unwrapper._last.get("bench", 0), 0)
+    assert read > 60
+    assert sum(counted) > 1000
