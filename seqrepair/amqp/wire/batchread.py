@@ -16,7 +16,9 @@ for anything else (another message type, a heartbeat or 10-element entry, a valu
 type code, bytes that do not add up, a value the usual way would refuse) it returns None having
 changed nothing, and the caller reads the message the usual way, which decodes or raises as
 ever. Entries laid out like the one before are read by that layout, one ``struct`` call each
-(:mod:`~seqrepair.amqp.wire.entrylayout`), the others step by step. Used by the
+(:mod:`~seqrepair.amqp.wire.entrylayout`), a run of eight or more of them at once
+(:mod:`~seqrepair.amqp.wire.entryrun`: a column at a time), the others step by step; a
+transfer starts with the layout the last one ended with. Used by the
 :class:`~seqrepair.amqp.client.subscriber.Subscriber` (a catch-up receives such transfers at
 its full rate), a relay's upstream subscriber (``seqrepair.amqp.relay.upstream``) and the
 component's ingest of a publishing link's transfers (``seqrepair.amqp.component.ingest``, inside

@@ -257,6 +257,7 @@ def _describe(
         raise _NoLayout
     if struct.calcsize("".join(fmt)) != end - start:
         raise _NoLayout
+
     def at(expression: str) -> int | None:  # "t[12].decode('utf-8')" -> 12; "None" -> None
         found = re.match(r"t\[(\d+)\]", expression)
         return None if found is None else int(found.group(1))
