@@ -9,6 +9,7 @@ with the same typed error)."""
 from __future__ import annotations
 
 import random
+import struct
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -221,3 +222,131 @@ def test_runs_inside_the_owners_trial(monkeypatch: pytest.MonkeyPatch) -> None:
             numbers["bench"] = max(fast.unwrapper._last.get("bench", 0), 0)
     assert read > 60
     assert sum(counted) > 1000
+
+
+def _str(code: int, raw: bytes) -> bytes:
+    if code in (0xA1, 0xA3):
+        return bytes([code, len(raw)]) + raw
+    return bytes([code]) + struct.pack(">I", len(raw)) + raw
+
+
+def _compound(small: int, items: list[bytes], wide: bool, per_item: int = 1) -> bytes:
+    body = b"".join(items)
+    count = len(items) * per_item
+    if wide:
+        return bytes([small + 0x10]) + struct.pack(">II", len(body) + 4, count) + body
+    return bytes([small, len(body) + 1, count]) + body
+
+
+_SCALARS: list[bytes] = [
+    b"\x40", b"\x41", b"\x42", b"\x43", b"\x44", b"\x50\x07", b"\x51\xff", b"\x52\x09",
+    b"\x53\x0a", b"\x54\xfe", b"\x55\x05", b"\x60\x01\x00", b"\x61\xff\x00",
+    b"\x70\x00\x01\x00\x00", b"\x71\xff\xff\xff\xff", b"\x72" + struct.pack(">f", 1.5),
+    b"\x80" + struct.pack(">Q", (1 << 64) - 1), b"\x81" + struct.pack(">q", -(1 << 63)),
+    b"\x82" + struct.pack(">d", -0.0), _str(0xA1, "é\\\"".encode()), _str(0xB1, b"wide"),
+    _str(0xA3, b"sym"), _str(0xB3, b"sym32"), _str(0xA1, b""),
+]
+
+
+def _raw_entry(rng: random.Random, shape: dict[str, object], wire: int, value: int) -> bytes:
+    """An 8-element publication entry of ``shape`` (codes chosen once per transfer), its
+    number ``wire`` and its first field value picked by ``value`` among :data:`_SCALARS`."""
+    wide = bool(shape["wide"])
+    fields = [
+        _str(0xA1 if n % 2 else 0xA3, name.encode()) + (_SCALARS[value] if n == 0 else scalar)
+        for n, (name, scalar) in enumerate(shape["fields"])  # type: ignore[attr-defined]
+    ]
+    number = (b"\x53" + bytes([wire]) if shape["small"]
+              else b"\x80" + struct.pack(">Q", wire))
+    return _compound(0xC0, [
+        _str(0xA1, b"update"),
+        b"\x82" + struct.pack(">d", 1.25) if shape["stamp"] else b"\x40",
+        _str(0xA1, shape["source"]),  # type: ignore[arg-type]
+        number,
+        b"\x55" + bytes([shape["bits"]]),  # type: ignore[list-item]
+        _str(0xA1, shape["topic"]),  # type: ignore[arg-type]
+        _compound(0xC1, fields, bool(shape["wide_map"]), 2),  # a name and a value each
+        _str(0xA1, b"tok") if shape["token"] else b"\x40",
+    ], wide)
+
+
+def _strict(pubs: list[Publication]) -> list[tuple[object, ...]]:
+    """Publications with each value's type: True == 1 and 0.0 == -0.0 must not hide a
+    difference."""
+    return [(p.topic, p.source, p.source_seq, p.ptype, p.link_seq, p.permtoken,
+             repr(p.timestamp), p.retransmit,
+             [(k, type(v).__name__, repr(v)) for k, v in p.fields.items()]) for p in pubs]
+
+
+def test_hand_made_runs_of_every_value_code_with_bytes_changed() -> None:
+    """Entries encoded by hand, not by :func:`encode_entry`: list8 and list32 entries, map8 and
+    map32 fields, str8/str32/sym8/sym32 values, every fixed-width and constant value code,
+    ulong and smallulong numbers up to the top of the space; in each transfer one value's code
+    in one entry changes (a run's entries alike in length, one not alike in content), and
+    now and then a byte anywhere. Read as runs, one by one and the usual way: the same
+    publications (types included), entry bytes and numbering, or None and the usual way's
+    typed refusal."""
+    rng = random.Random(2731)
+    counted = 0
+    with pytest.MonkeyPatch.context() as patch:
+        runs = _counting(patch)
+        for round_ in range(400):
+            small = rng.random() < 0.5
+            bits = rng.choice([2, 3, 8]) if small else rng.choice([8, 16, 63, 64])
+            top = (1 << bits) - 1
+            shape: dict[str, object] = {
+                "wide": rng.random() < 0.5, "wide_map": rng.random() < 0.3,
+                "small": small, "bits": bits, "stamp": rng.random() < 0.5,
+                "token": rng.random() < 0.3,
+                "source": rng.choice([b"src", b"s\xc3\xa9c"]),
+                "topic": rng.choice([b"/a/bc", b"/a/b.", b"/x"]),
+                "fields": [(name, rng.choice(_SCALARS))
+                           for name in rng.sample(["n", "t", "é", "n2"], rng.randrange(1, 4))],
+            }
+            count = rng.randrange(8, 60)
+            wire = rng.randrange(1, top + 1)
+            value = rng.randrange(len(_SCALARS))
+            wires = []
+            for _ in range(count):
+                wires.append(wire)
+                wire = 1 if wire == top else wire + 1
+            entries = [_raw_entry(rng, shape, w, value) for w in wires]
+            at = rng.randrange(count)  # one entry: another value code of the same size
+            size = len(_SCALARS[value])
+            others = [k for k, s in enumerate(_SCALARS) if len(s) == size and k != value]
+            if others:
+                entries[at] = _raw_entry(rng, shape, wires[at], rng.choice(others))
+            data = bytearray(encode_batch(entries, first_link_seq=rng.choice(
+                [None, 0, (1 << 16) - count]), retransmit=rng.random() < 0.2).encode())
+            if rng.random() < 0.3:
+                data[rng.randrange(len(data) // 2, len(data))] ^= 1 << rng.randrange(8)
+            fast, single, usual = (Decoder(link_bits=16) for _ in range(3))
+            if rng.random() < 0.5:  # numbering already under way
+                high = rng.choice([1, rng.randrange(1, 1 << 70), (1 << 64) - 3])
+                for decoder in (fast, single, usual):
+                    decoder.unwrapper.seed(shape["source"].decode(),  # type: ignore[attr-defined]
+                                           high)
+            batchread._last[0] = None
+            if round_ % 4:  # its layout learnt (seen twice), the last transfer's: runs
+                pristine = encode_batch(entries[:1] * 40, first_link_seq=None,
+                                        retransmit=False).encode()
+                for _ in range(2):
+                    read_publications(_lazy(pristine), Decoder(link_bits=16))
+            read = read_publications(_lazy(bytes(data)), fast)
+            batchread._last[0] = None
+            with _one_by_one():
+                by_one = read_publications(_lazy(bytes(data)), single)
+            assert (read is None) == (by_one is None)
+            assert _state(fast) == _state(single)
+            if read is None or by_one is None:
+                continue
+            assert _strict(read[0]) == _strict(by_one[0])
+            assert [type(b) for b in read[1]] == [type(b) for b in by_one[1]]
+            assert read[1] == by_one[1]
+            message = decode_message(bytes(data))
+            assert isinstance(message, ReceivedMessage)
+            assert _strict(read[0]) == _strict(usual.decode(message))  # type: ignore[arg-type]
+            assert _state(fast) == _state(usual)
+            counted += 1
+    assert counted > 100
+    assert sum(runs) > 5000  # most of them read as runs
