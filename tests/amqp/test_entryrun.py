@@ -353,3 +353,33 @@ def test_hand_made_runs_of_every_value_code_with_bytes_changed() -> None:
             counted += 1
     assert counted > 100
     assert sum(runs) > 5000  # most of them read as runs
+
+
+def test_a_forgotten_layouts_run_reader_is_freed_with_it() -> None:
+    """A run reader's regular expression is the layout's alone: forgotten with it. Compiled
+    by ``re.compile`` it was also kept in the ``re`` module's own cache (512 patterns): a
+    peer sending entries of many layouts (32 long field names each: ~75 KB a pattern) kept
+    ~38 MB past every layout's forgetting (MAX_LAYOUTS bounds nothing there), and pushed
+    every other pattern of the process out of that cache."""
+    import gc
+    import weakref
+
+    from seqrepair.amqp.wire import entrylayout
+
+    fields = {f"k{j:02d}" + "n" * 200: j for j in range(32)}
+    entries = [encode_entry(Publication("/t/forgotten", "s", i, fields=fields), lambda _s: 32)
+               for i in range(1, 41)]
+    data = encode_batch(entries, first_link_seq=None, retransmit=False).encode()
+    for _ in range(3):  # seen, learnt, read as a run
+        read_publications(_lazy(data), Decoder(link_bits=16))
+    layout = batchread._last[0]
+    assert layout is not None
+    reader = entryrun.reader_of(layout)
+    assert reader is not None
+    pattern = weakref.ref(reader.count.__self__)  # type: ignore[attr-defined]
+    del layout, reader
+    batchread._last[0] = None
+    entrylayout._layouts.clear()
+    entrylayout._seen.clear()
+    gc.collect()
+    assert pattern() is None

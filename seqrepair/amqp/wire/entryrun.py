@@ -62,6 +62,13 @@ _flat: dict[tuple[str, int], Callable[[bytes, int], tuple[Any, ...]]] = {}  # (v
 _flat_values = 0  # the values _flat's formats cover
 _consume: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend
 _new = object.__new__
+# The run readers' patterns compiled without the ``re`` module's cache: ``re.compile`` also
+# keeps each pattern there (512 of them, process-wide), past its layout's forgetting (~75 KB
+# a pattern of 32 long field names: ~38 MB a peer's distinct layouts could pin) and pushing
+# every other pattern of the process out of it. ``re._compiler.compile`` is what
+# ``re.compile`` calls after its cache lookup (Python 3.11+, which this package requires).
+_compile: Callable[[bytes, int], re.Pattern[bytes]] = getattr(
+    getattr(re, "_compiler", None), "compile", re.compile)
 _SETTERS = tuple(Publication.__dict__[name].__set__ for name in (
     "topic", "source", "source_seq", "ptype", "fields", "link_seq", "permtoken", "timestamp",
     "retransmit"))
@@ -88,7 +95,7 @@ class RunReader:
                 where[index] = len(where)
                 values.append(code)
         # possessive: one layout has one length, nothing to backtrack into
-        self.count = re.compile(b"(?:" + b"".join(pattern) + b")*+", re.DOTALL).match
+        self.count = _compile(b"(?:" + b"".join(pattern) + b")*+", re.DOTALL).match
         self.values = "".join(values)
         self.width = len(where)
         """Values per entry."""
