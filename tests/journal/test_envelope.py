@@ -131,3 +131,33 @@ def test_fields_cut_apart_only_where_sure(monkeypatch: pytest.MonkeyPatch) -> No
     empty = [Publication("/a", "s", i) for i in range(1, 4)]
     assert encode_envelope(empty, 16, "s") == _reference(empty, 16, "s")
     assert calls == [5, 0, 3]
+
+
+def test_fields_no_publication_makes_as_a_call_each() -> None:
+    """Fields a publication's own checks never let through, set behind its back (a plain
+    dict, not a view; names that are not str: int, float, bool, None, a tuple; values nested
+    in lists of dicts holding "},{"), a topic with a lone surrogate, a number out of order:
+    the same text or the same error, in the same order, as a call each."""
+    rng = random.Random(2731)
+    names: list[Any] = ["a", "},{", 1, 1.5, True, None, (1, 2), "é"]
+    values: list[Any] = [*_VALUES, *_BAD, {1: "},{"}, [{"x": "},{"}, {}], {"": {"": []}}]
+    compared = 0
+    for _ in range(3000):
+        count = rng.randrange(1, 6)
+        first = rng.randrange(1, 300)
+        pubs = []
+        for i in range(count):
+            pub = Publication("/t/a", "s", first + i, fields={"z": 1})
+            fields = {rng.choice(names): rng.choice(values) for _ in range(rng.randrange(0, 3))}
+            object.__setattr__(pub, "fields", fields if rng.random() < 0.2
+                               else MappingProxyType(fields))
+            if rng.random() < 0.05:
+                object.__setattr__(pub, "source_seq", first + i + rng.choice([-1, 1]))
+            if rng.random() < 0.05:
+                object.__setattr__(pub, "topic", "/t/\ud800")
+            pubs.append(pub)
+        increasing = rng.random() < 0.3
+        expected = _outcome(_reference, pubs, 8, "s", increasing=increasing)
+        assert _outcome(encode_envelope, pubs, 8, "s", increasing=increasing) == expected
+        compared += isinstance(expected, bytes)
+    assert compared > 300
