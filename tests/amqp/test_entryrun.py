@@ -19,6 +19,7 @@ import pytest
 from seqrepair.amqp.wire import batchread, entryrun
 from seqrepair.amqp.wire.batchread import read_publications
 from seqrepair.amqp.wire.codec import Decoder
+from seqrepair.amqp.wire.entrylayout import EntryLayout, layout_at
 from seqrepair.amqp.wire.framing import SourceUnwrapper, encode_batch, encode_entry
 from seqrepair.amqp.wire.rawamqp import ReceivedMessage, decode_message
 from seqrepair.core.messages import Publication, PublishType
@@ -383,3 +384,42 @@ def test_a_forgotten_layouts_run_reader_is_freed_with_it() -> None:
     entrylayout._seen.clear()
     gc.collect()
     assert pattern() is None
+
+
+def test_the_last_transfers_layout_changes_nothing_another_reads() -> None:
+    """The layout a transfer starts with is the last one's, of any connection (``_last``,
+    shared): whatever another peer's transfer left there (a layout of the same entry size
+    with other value codes, other field names, another width, a bad entry's), a transfer
+    reads the same publications, bytes and numbering as when it starts with none."""
+    rng = random.Random(77)
+    left: list[EntryLayout | None] = [None]
+    for entries in (
+        [encode_entry(Publication("/load/a", "bench", n, fields={"n": 1 << 40, "t": 0.5}),
+                      lambda _s: 16) for n in range(1, 41)],
+        [encode_entry(Publication("/load/a", "bench", n, fields={"m": 1 << 40, "t": 0.5}),
+                      lambda _s: 16) for n in range(1, 41)],
+        [encode_entry(Publication("/load/a", "bench", n, fields={"n": "x" * 8, "t": 0.5}),
+                      lambda _s: 8) for n in range(1, 41)],
+        [encode_entry(Publication("/load/b", "bench", n, fields={"n": 1, "t": True}),
+                      lambda _s: 64).replace(b"/load/b", b"/load/#") for n in range(1, 41)],
+    ):
+        layout_at(entries[0], 0)  # seen once: learnt when seen again
+        left.append(layout_at(entries[0], 0))
+    assert all(left[1:])
+    assert len({id(layout) for layout in left}) == len(left)
+    numbers = {"bench": 0, "other.src": 0}
+    for _ in range(30):
+        entries, link, again = _transfer(rng, numbers, rng.randrange(8, 120), 16)
+        if link is not None:
+            link = min(link, (1 << 16) - len(entries))
+        data = encode_batch(entries, first_link_seq=link, retransmit=again).encode()
+        seen = []
+        for layout in left:
+            decoder = Decoder(link_bits=16)
+            decoder.unwrapper.seed("bench", max(1, numbers["bench"] - len(entries) - 3))
+            batchread._last[0] = layout
+            read = read_publications(_lazy(data), decoder)
+            assert read is not None
+            seen.append((_strict(read[0]), read[1], _state(decoder)))
+        assert all(got == seen[0] for got in seen)
+    batchread._last[0] = None
