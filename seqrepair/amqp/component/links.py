@@ -120,7 +120,7 @@ class SubscriberLink:
         factory=lambda: {"sent": 0, "dropped": 0, "transfers": 0, "paused": 0,
                          "window_full": 0, "window_peak": 0, "stale_resends": 0,
                          "tail_probes": 0, "tail_probes_replaced": 0,
-                         "tail_probes_dropped": 0, "context_full": 0}
+                         "tail_probes_dropped": 0, "context_full": 0, "given_skipped": 0}
     )
     totals: dict[str, int] = attrs.field(factory=dict)
     """Counters the link adds its tail probes to besides its own ``stats`` (the component's
@@ -260,6 +260,11 @@ class SubscriberLink:
                         break
                     most = min(most, room)
                 chunk = [pending.popleft() for _ in range(min(most, len(pending)))]
+                given = route.given.get(self.name)
+                if given:
+                    chunk = self._not_given(chunk, given)
+                    if not chunk:
+                        continue
                 pubs = [pub for pub, _ in chunk]
                 entries = [entry for _, entry in chunk]
                 if self._send_numbered(pubs, entries, now):
@@ -274,6 +279,19 @@ class SubscriberLink:
         transfers: int = max(0, credit - sender.credit)  # each transfer spends one credit
         self.stats["transfers"] += transfers
         return transfers
+
+    def _not_given(self, chunk: list[tuple[Publication, bytes | None]],
+                   given: Mapping[str, int]) -> list[tuple[Publication, bytes | None]]:
+        """``chunk`` (live, about to be numbered) less the publications a replay of this link
+        gave it already (at or below ``given`` for their source: :attr:`ResponseRoute.given`):
+        sent live after the replay, each would be a stale frame to the subscriber, which at
+        narrow link widths costs it a tail probe and a source replay per window of them. Only
+        those: a number above what the replays gave always goes out."""
+        kept = [offer for offer in chunk if offer[0].source_seq > given.get(offer[0].source, 0)]
+        skipped = len(chunk) - len(kept)
+        if skipped:
+            self.stats["given_skipped"] += skipped
+        return kept
 
     def heartbeat(self, now: float) -> None:
         """A heartbeat if the link is idle for an interval and can send (a held link too: its

@@ -156,6 +156,13 @@ class ResponseRoute:
     last_ended: dict[str, _Stream] = attrs.field(factory=dict)
     """Per requesting link, its last replay that ended, however (the same lifetime): a
     request that follows it is refused if it ended short (:meth:`follows_short`)."""
+    given: dict[str, dict[str, int]] = attrs.field(factory=dict)
+    """Per requesting link, per source, the highest number a replay of its ended with a
+    ``REPLAY-COMPLETE`` sent: that replay gave the link everything of the source after its
+    request's ``after`` through it, and the request said the subscriber had delivered what
+    comes before. A live publication at or below it would only be stale on that link
+    (:meth:`~.links.SubscriberLink.pump` skips it): forgotten with the link's replays
+    (:meth:`drop_replay`)."""
     replayed: int = 0
     unsent: Unsent = attrs.field(factory=Unsent)
     """The transfers sent on ``sender`` its peer has not yet taken (:mod:`.memory`)."""
@@ -302,6 +309,7 @@ class ResponseRoute:
         self.queued.pop(requester, None)
         self.ended.pop(requester, None)
         self.last_ended.pop(requester, None)
+        self.given.pop(requester, None)
 
     def busy(self) -> bool:
         """Whether answers are waiting."""
@@ -346,6 +354,8 @@ class ResponseRoute:
                         ended = self.ended.setdefault(requester, [])
                         ended.append(stream)
                         del ended[:-ENDED_KEPT]
+                        if isinstance(stream.closing, ReplayComplete):
+                            _give(self.given.setdefault(requester, {}), stream.closing.through)
                     following = self.queued.pop(requester, None)
                     stream.followed = stream.followed or following is not None
                     if following is not None and _reached(stream.closing, following.request):
@@ -492,6 +502,13 @@ class ResponseRoute:
         if type(taken) is not int or 0 < taken < REPLAY_CHUNK_MIN_TAKEN:
             return 0
         return REPLAY_CHUNK_BYTES
+
+
+def _give(given: dict[str, int], through: Mapping[str, int]) -> None:
+    """Raise ``given`` to ``through``, per source (never lower it)."""
+    for source, seq in through.items():
+        if seq > given.get(source, 0):
+            given[source] = seq
 
 
 def _follows(stream: _Stream, request: SourceGapRequest) -> bool:
