@@ -189,6 +189,7 @@ class GapFillService:
         now: float,
         *,
         carried_after: Mapping[str, int] | None = None,
+        carry_through: Mapping[str, int] | None = None,
         fetcher: Fetcher | None = None,
         visible: Callable[[Iterable[str]], Collection[str]] | None = None,
         encoder: RowEncoder | None = None,
@@ -206,6 +207,11 @@ class GapFillService:
         fans out next; 0 for a source it does not name); the replay stops there too, and names
         the sources whose journal reaches past it in :attr:`Replay.owed_to_link`, which the
         transport must then send.
+
+        ``carry_through`` (with ``link_through`` too): per source, a number the replay carries
+        through at least, whatever the link carries past the cover point: the transport's link
+        passed over publications up to it, never numbered, as given by an earlier replay that
+        this request shows its subscriber did not take, so only this replay can bring them.
 
         ``fetcher`` (a relay's, :mod:`seqrepair.journal.lacking`): numbers the journal lacks
         for this link (trimmed, or not selected for it) are asked of the upstream instead of
@@ -262,6 +268,7 @@ class GapFillService:
                             items=self._trimmed_items(link, trimmed_after, trimmed_through))
         replay = Replay(self.journal, link, request, segments, through, self.page_size,
                         max_range=self.policy.max_range, carried_after=carried_after,
+                        carry_through=carry_through,
                         fetcher=fetcher, encoder=encoder,
                         recent=recent if encoder is not None else None)
         reason = self.policy.refusal(replay.span, link.budget, now)

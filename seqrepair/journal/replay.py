@@ -91,6 +91,7 @@ class Replay:
         *,
         max_range: int | None = None,
         carried_after: Mapping[str, int] | None = None,
+        carry_through: Mapping[str, int] | None = None,
         fetcher: Fetcher | None = None,
         encoder: RowEncoder | None = None,
         recent: RecentEntries | None = None,
@@ -121,6 +122,9 @@ class Replay:
         self.carried_after = None if self.cover is None or carried_after is None else {
             seg.source: carried_after.get(seg.source, 0) for seg in segments
         }
+        # per source, a number the replay carries through whatever the link carries past the
+        # cover point: the link passed over publications up to it (answer_source_gap)
+        self.carry_through = dict(carry_through or {})
         self.owed_to_link = sorted(
             seg.source for seg in segments
             if self.carried_after is not None and seg.last > self.carried_after[seg.source]
@@ -474,6 +478,9 @@ class Replay:
             carried = self.carried_after[source]
             if limit is None or carried < limit:
                 limit = carried
+        floor = self.carry_through.get(source)
+        if limit is not None and floor is not None and floor > limit:
+            limit = floor
         self._limits[source] = (numbered, limit)
         return limit
 

@@ -486,3 +486,28 @@ def test_the_per_request_limit_is_not_spent_on_a_source_the_link_carries(
     out = frames(service.answer_source_gap("L1", request, now=0.0))
     assert out[:-1] == [_rt(p) for p in b[1:3]]
     assert out[-1] == ReplayComplete(through={"feed.a": 0, "feed.b": 3}, request=request)
+
+
+def test_a_replay_carries_through_what_the_link_passed_over_past_its_cover(
+    journal: Journal,
+) -> None:
+    """The link numbered feed.a 9 past the subscriber's cover point, but passed over 6-8
+    before, never numbered, as given by an earlier replay the subscriber did not take (its
+    request asks after 2): the replay must bring them, so it carries through 8
+    (``carry_through``), past the cover's cut at 8, and no further than that floor."""
+    a = fill(journal, "feed.a", [("/w/x", None)] * 12)
+    service = GapFillService(journal, link_bits=8)
+    service.attach("L1", EVERYTHING, start_after={})
+    link = LinkSequencer(bits=8)
+    service.record("L1", link.stamp(a[1], 0.0))  # link 1: feed.a 2, what the cover covers
+    service.record("L1", link.stamp(a[8], 0.0))  # link 2: feed.a 9, numbered past it
+    request = SourceGapRequest({"feed.a": 2}, link_through=1)
+    cut = frames(service.answer_source_gap("L1", request, now=0.0))
+    assert cut[-1].through == {"feed.a": 8}  # the cover alone: 3-8
+    replay = service.answer_source_gap("L1", request, now=0.0, carry_through={"feed.a": 10})
+    out = frames(replay)
+    assert out[:-1] == [_rt(p) for p in a[2:10]]  # 3-10: the floor, past the link's 9
+    assert out[-1].through == {"feed.a": 10}
+    below = frames(service.answer_source_gap("L1", request, now=0.0,
+                                             carry_through={"feed.a": 5}))
+    assert below[-1].through == {"feed.a": 8}  # a floor below the cut changes nothing

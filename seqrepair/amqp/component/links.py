@@ -130,6 +130,10 @@ class SubscriberLink:
     number is stamped more than ``window.size`` past what it acknowledged. None: no window
     (a client that does not ack gets the numbering as before)."""
     _stalled: tuple[str, int] | None = attrs.field(default=None, init=False)
+    skipped_top: dict[str, int] = attrs.field(factory=dict, init=False)
+    """Per source, the highest number :meth:`pump` passed over as given by a replay
+    (:meth:`_not_given`): a later source request that shows the subscriber lacks it is
+    replayed through it (:func:`~.requests.answer_gap`)."""
     _allowed: dict[tuple[object, ...], bool] = attrs.field(factory=dict, init=False)
     _filtered: bool = attrs.field(default=False, init=False)
 
@@ -287,10 +291,15 @@ class SubscriberLink:
         sent live after the replay, each would be a stale frame to the subscriber, which at
         narrow link widths costs it a tail probe and a source replay per window of them. Only
         those: a number above what the replays gave always goes out."""
-        kept = [offer for offer in chunk if offer[0].source_seq > given.get(offer[0].source, 0)]
-        skipped = len(chunk) - len(kept)
-        if skipped:
-            self.stats["given_skipped"] += skipped
+        kept = []
+        top = self.skipped_top
+        for offer in chunk:
+            pub = offer[0]
+            if pub.source_seq > given.get(pub.source, 0):
+                kept.append(offer)
+            elif pub.source_seq > top.get(pub.source, 0):
+                top[pub.source] = pub.source_seq
+        self.stats["given_skipped"] += len(chunk) - len(kept)
         return kept
 
     def heartbeat(self, now: float) -> None:

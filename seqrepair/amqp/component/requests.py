@@ -197,6 +197,10 @@ def answer_gap(
             cookie,
         )
         return
+    carry_through = _not_taken(link, request)
+    if carry_through:
+        link.log.info("source request below what replays gave: carried through what the "
+                      "link passed over", carry_through=carry_through)
     live = route.live_replay(link.name, request)
     if live is not None:
         # "still going?": the replay of an earlier attempt of this request runs; it goes on
@@ -232,6 +236,7 @@ def answer_gap(
     shown = reveal_named_sources(component, principal, request.after)
     replay = component.gapfill.answer_source_gap(
         link.name, request, now, carried_after=component.ingest.ingested,
+        carry_through=carry_through,
         # a relay's: what its journal lacks comes from upstream, its links shared by principal
         fetcher=None if component.fetcher is None else partial(
             component.fetcher, principal=principal),
@@ -261,6 +266,28 @@ def answer_gap(
     route.start_replay(link.name, replay.steps(config.replay_page), correlation, cookie,
                        request=request, through=replay.through,
                        parked=lambda: replay.parked, more=replay.more, queue=following)
+
+
+def _not_taken(link: SubscriberLink, request: SourceGapRequest) -> dict[str, int]:
+    """What ``request`` (a source request of ``link``) shows its subscriber did not take of
+    what the link's replays gave it (:attr:`ResponseRoute.given`): per source it asks after a
+    number below that, it lacks some (an answer it dropped as stray, once its view of the
+    link broke). Those numbers are given no more, so the link sends them live again, and
+    the replay for ``request`` carries, per such source, through the highest number the
+    link passed over as given (returned), whatever the link numbered past its cover point:
+    nothing the link passed over is left to nobody."""
+    given = link.route.given.get(link.name)
+    if not given:
+        return {}
+    carry: dict[str, int] = {}
+    for source, seq in list(given.items()):
+        after = request.after.get(source, 0)
+        if after < seq:
+            given[source] = after
+            skipped = link.skipped_top.get(source, 0)
+            if skipped > after:
+                carry[source] = skipped
+    return carry
 
 
 def _link_name(reply_to: Any) -> str | None:
