@@ -130,3 +130,19 @@ def test_a_request_below_what_was_given_takes_it_back_and_carries_through_the_sk
     link.pump(0.0)
     assert link.stats["given_skipped"] == 0
     assert [n for s, n, again in _sent_publications(link, Decoder()) if s == "feed.c"] == [13]
+
+
+def test_given_publications_leave_the_queue_while_the_window_is_full() -> None:
+    """Nothing waits for an ACK to be passed over: a subscriber that has everything leaves its
+    link holding nothing for it, however full the window."""
+    link = _link(3)
+    window = link.window
+    assert window is not None
+    link.offer_many([(_pub("feed.b", i), None) for i in range(1, 11)]
+                    + [(_pub("feed.c", i), None) for i in range(1, 6)], 0.0)
+    link.pump(0.0)
+    assert window.room() == 0
+    link.route.given["l"] = {"feed.b": 10, "feed.c": 5}
+    link.pump(0.0)
+    assert not link.pending
+    assert link.stats["given_skipped"] == 15 - window.size

@@ -248,6 +248,9 @@ class SubscriberLink:
                 self._send_frames([self.sequencer.heartbeat(now)])
             elif self.pending and not self.paused:
                 pending = self.pending
+                given = route.given.get(self.name)
+                if given and self._skip_given(given):
+                    continue  # passed over before the window is asked: it takes no number
                 # a batch link sends a chunk per transfer; a plain one a publication each, so
                 # no more than its credit is numbered (what waits unnumbered can be paused)
                 most = self.max_batch if self.batch else sender.credit
@@ -264,7 +267,6 @@ class SubscriberLink:
                         break
                     most = min(most, room)
                 chunk = [pending.popleft() for _ in range(min(most, len(pending)))]
-                given = route.given.get(self.name)
                 if given:
                     chunk = self._not_given(chunk, given)
                     if not chunk:
@@ -283,6 +285,23 @@ class SubscriberLink:
         transfers: int = max(0, credit - sender.credit)  # each transfer spends one credit
         self.stats["transfers"] += transfers
         return transfers
+
+    def _skip_given(self, given: Mapping[str, int]) -> bool:
+        """Drop from the head of ``pending`` the publications a replay gave (see
+        :meth:`_not_given`), whether or not the window has room; whether any was dropped."""
+        pending = self.pending
+        top = self.skipped_top
+        skipped = 0
+        while pending:
+            pub = pending[0][0]
+            if pub.source_seq > given.get(pub.source, 0):
+                break
+            pending.popleft()
+            skipped += 1
+            if pub.source_seq > top.get(pub.source, 0):
+                top[pub.source] = pub.source_seq
+        self.stats["given_skipped"] += skipped
+        return skipped > 0
 
     def _not_given(self, chunk: list[tuple[Publication, bytes | None]],
                    given: Mapping[str, int]) -> list[tuple[Publication, bytes | None]]:
