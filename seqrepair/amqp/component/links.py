@@ -438,6 +438,14 @@ class SubscriberLink:
         self.log.info("link resumed with a reset")
         self.route.respond(encode(self._state("ACTIVE", "resumed with a link reset")), None)
 
+    def restart(self, reason: str) -> None:
+        """:meth:`reset` and tell the subscriber the new context (``SUBSCRIPTION`` ACTIVE
+        naming its epoch, ahead of the reset frame), as a resume does: an acknowledging
+        subscriber names the context in its ``ACK``, and one still naming the old epoch is
+        never taken, so its window would stay shut for good."""
+        self.reset()
+        self.route.respond(encode(self._state("ACTIVE", reason)), None)
+
     def reset(self) -> None:
         """Void the link context: a new epoch, and the next frame carries link number 0."""
         self.sequencer.reset()

@@ -328,8 +328,8 @@ class RelayComponent(Component):
         from what it delivered and the replay tells it of the loss (``GAP-ERROR trimmed``)
         before anything after the loss reaches it; live, it would pass over the numbers
         unknowing (a filtered feed's source numbers have holes anyway)."""
-        for link in self.links.values():
-            link.reset()
+        for link in self.links.values():  # each told its new context (its ACKs name it)
+            link.restart("restarted: numbers were lost upstream")
         self.stats["resets_for_upstream_loss"] += 1
         log.warning("numbers lost upstream: every link restarts its context, so its "
                     "subscriber learns of the loss by source", sources=sorted(sources)[:20],
