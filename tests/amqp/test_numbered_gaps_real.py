@@ -117,3 +117,42 @@ def test_link_ranges_of_a_lossless_relay_resend_what_went_out_live(
     b = RelayProcess(b_redis, tmp_path, a.url, "B", "--subscribe", "/w/#", "--heartbeat",
                      "0.2", "--link-bits", "4").start()
     _run(b.url, a_redis, every=4, count=150, procs=[a, b], wait_upstream=b)
+
+
+@pytest.mark.parametrize("relay", [False, True])
+def test_forced_loss_still_drops_on_a_batch_link(
+    relay: bool, redis_pair: list[str], tmp_path: Path
+) -> None:
+    """``--drop-rate`` turns the numbered path off (``Component._lossless``): a batch link
+    of ``serve`` (or of a relay, its upstream lossless) loses frames, which its subscriber
+    repairs by link range. Were the link taken for lossless, nothing would be lost and no
+    request made."""
+    a_redis, b_redis = redis_pair
+    loss = ("--drop-rate", "0.2", "--drop-seed", "3")
+    a = ComponentProcess(a_redis, tmp_path, "--heartbeat", "0.2",
+                         *(() if relay else loss)).start()
+    procs: list[ComponentProcess] = [a]
+    b = None
+    if relay:
+        b = RelayProcess(b_redis, tmp_path, a.url, "B", "--subscribe", "/w/#", "--heartbeat",
+                         "0.2", *loss).start()
+        procs.append(b)
+    got: list[Publication] = []
+    sub = Subscriber((b or a).url, "/w/#", on_publication=got.append, link_name="lossy",
+                     heartbeat_interval=0.2)
+    sub.start()
+    try:
+        assert sub.wait_connected(30)
+        if b is not None:
+            b.wait_upstream()
+        publish(a.url, "feed.a", 200, 0.05)
+        want = expected(a_redis, "feed.a", "/w/#")
+        assert wait_for(lambda: bool(got) and got[-1].source_seq >= want[-1][1], 90), (
+            f"{len(got)} of {len(want)} taken; {sub.stats()!r}")
+    finally:
+        sub.stop()
+        for proc in procs:
+            proc.stop()
+    assert [(p.topic, p.source_seq) for p in got] == want
+    assert sub.stats().requests_sent > 0, "no frame was lost: the drop rate did nothing"
+    assert not sub.unrecoverable
