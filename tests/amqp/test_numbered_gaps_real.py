@@ -73,7 +73,8 @@ class LossySubscriber(Subscriber):
 
 
 def _run(url: str, redis_url: str, every: int, count: int,
-         procs: list[ComponentProcess], wait_upstream: RelayProcess | None = None) -> None:
+         procs: list[ComponentProcess], wait_upstream: RelayProcess | None = None,
+         cut: bool = False) -> None:
     got: list[Publication] = []
     sub = LossySubscriber(url, "/w/#", on_publication=got.append, link_name="lossy",
                           heartbeat_interval=0.2, every=every)
@@ -84,6 +85,9 @@ def _run(url: str, redis_url: str, every: int, count: int,
             wait_upstream.wait_upstream()
         publisher = threading.Thread(target=publish, args=(procs[0].url, "feed.a", count, 0.05))
         publisher.start()
+        if cut:  # the connection lost mid-stream: the link resumes its kept context
+            assert wait_for(lambda: len(got) >= 30, 60), f"{len(got)} taken; {sub.stats()!r}"
+            sub.drop_connection()
         publisher.join(120)
         want = expected(redis_url, "feed.a", "/w/#")
         assert want, "nothing journaled"
@@ -98,15 +102,18 @@ def _run(url: str, redis_url: str, every: int, count: int,
     assert not sub.strangers, f"resent frames never sent live with that number: {sub.strangers[:5]}"
     assert [(p.topic, p.source_seq) for p in got] == want
     assert not sub.unrecoverable
+    if cut:
+        assert sub.stats().disconnections >= 1
 
 
+@pytest.mark.parametrize("cut", [False, True])
 @pytest.mark.parametrize("bits", [3, 5])
 def test_link_ranges_of_a_lossless_narrow_link_resend_what_went_out_live(
-    bits: int, redis_url: str, tmp_path: Path
+    bits: int, cut: bool, redis_url: str, tmp_path: Path
 ) -> None:
     a = ComponentProcess(redis_url, tmp_path, "--heartbeat", "0.2", "--link-bits",
                          str(bits)).start()
-    _run(a.url, redis_url, every=5, count=150, procs=[a])
+    _run(a.url, redis_url, every=5, count=150, procs=[a], cut=cut)
 
 
 def test_link_ranges_of_a_lossless_relay_resend_what_went_out_live(
