@@ -17,8 +17,9 @@ import pytest
 
 from seqrepair.core.context import Resend
 from seqrepair.core.messages import GapRequest
-from tests.amqp.test_tail_probe_queue import _order
-from tests.amqp.test_window_parts import _link, _pub
+
+from .test_tail_probe_queue import _order
+from .test_window_parts import _link, _pub
 
 pytestmark = pytest.mark.amqp
 

@@ -19,7 +19,8 @@ from seqrepair.amqp.component.responses import MAX_WAITING_ANSWERS
 from seqrepair.amqp.wire.codec import Decoder
 from seqrepair.amqp.wire.framing import pack_frame
 from seqrepair.core.messages import Publication
-from tests.amqp.test_window_parts import _link, _pub
+
+from .test_window_parts import _link, _pub
 
 pytestmark = pytest.mark.amqp
 
