@@ -272,21 +272,26 @@ def _not_taken(link: SubscriberLink, request: SourceGapRequest) -> dict[str, int
     """What ``request`` (a source request of ``link``) shows its subscriber did not take of
     what the link's replays gave it (:attr:`ResponseRoute.given`): per source it asks after a
     number below that, it lacks some (an answer it dropped as stray, once its view of the
-    link broke). Those numbers are given no more, so the link sends them live again, and
-    the replay for ``request`` carries, per such source, through the highest number the
-    link passed over as given (returned), whatever the link numbered past its cover point:
-    nothing the link passed over is left to nobody."""
+    link broke). Those numbers are given no more, so the link sends them live again.
+
+    Returned: per source whose ``after`` is below the highest number the link ever passed
+    over as given (:attr:`~.links.SubscriberLink.skipped_top`), that number: the replay for
+    ``request`` carries through it, whatever the link numbered past its cover point. Read
+    from what the link passed over, not from ``given``: a take-back lowers ``given`` at once,
+    and the request that took it back may get no replay of its own (refused by the budget,
+    replaced by a newer request, continued as a repeat), so the next request, below the
+    skipped numbers still, must carry through them too: nothing the link passed over is
+    left to nobody, and a replay that carries more sends only duplicates the stub drops."""
     given = link.route.given.get(link.name)
-    if not given:
-        return {}
+    if given:
+        for source, seq in list(given.items()):
+            after = request.after.get(source, 0)
+            if after < seq:
+                given[source] = after
     carry: dict[str, int] = {}
-    for source, seq in list(given.items()):
-        after = request.after.get(source, 0)
-        if after < seq:
-            given[source] = after
-            skipped = link.skipped_top.get(source, 0)
-            if skipped > after:
-                carry[source] = skipped
+    for source, skipped in link.skipped_top.items():
+        if skipped > request.after.get(source, 0):
+            carry[source] = skipped
     return carry
 
 

@@ -1,0 +1,110 @@
+"""A take-back that got no replay of its own still leaves nothing the link passed over to
+nobody (issue 27, review of "what a replay gave, the link never sends live").
+
+The link passes over the waiting publications a replay gave (``given``); a later source request
+below them (the subscriber did not take that answer) takes ``given`` back and its replay must
+carry through what the link passed over (``carry_through``), since those numbers were never
+numbered and only a replay can bring them. The carry was computed from ``given`` itself, which
+the take-back lowers at once: when the request that took it back got no replay (refused by
+the resend budget, replaced by a newer request, continued as a repeat of one running), the
+next request, still below the skipped numbers, carried nothing, its replay stopped at the
+cover's cut, and the numbers between were lost without an ``Unrecoverable``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import seqrepair.amqp.component.requests as requests_module
+from seqrepair.amqp.client.subscriber import Subscriber
+from seqrepair.amqp.component.requests import _not_taken
+from seqrepair.core.budget import ResendBudget
+from seqrepair.core.messages import Publication, SourceGapRequest
+
+from .conftest import wait_for
+from .inthread import HereComponent
+from .test_given_skip import _link
+from .test_relay import expected, publish
+
+
+@pytest.mark.amqp
+def test_a_second_request_below_the_skipped_numbers_still_carries_through_them() -> None:
+    link = _link(3)
+    link.route.given["l"] = {"feed.c": 30}
+    link.skipped_top["feed.c"] = 30
+    first = _not_taken(link, SourceGapRequest({"feed.c": 12}))
+    assert first == {"feed.c": 30}
+    assert link.route.given["l"] == {"feed.c": 12}
+    # that request got no replay (refused, replaced): the subscriber asks again, still after 12
+    again = _not_taken(link, SourceGapRequest({"feed.c": 12}))
+    assert again == {"feed.c": 30}
+    # one that has them carries nothing
+    assert _not_taken(link, SourceGapRequest({"feed.c": 30})) == {}
+
+
+@pytest.mark.amqp
+@pytest.mark.redis
+def test_a_take_back_refused_by_the_budget_is_carried_by_the_next_replay(
+    here: Callable[..., HereComponent], redis_url: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Over a real subscriber and redis, the component in a thread: the link numbers the
+    first of feed.c (its window then shut), a replay gives all of feed.c and the link passes
+    over the rest; the subscriber asks after what it delivered, below them: refused (budget
+    spent), then asked again. That replay must carry feed.c through its last number."""
+    comp = here(link_bits=3)
+    # its ACKs are not taken: the window stays shut once full
+    monkeypatch.setattr(requests_module, "receive_ack", lambda *a, **k: None)
+    got: list[Publication] = []
+    sub = Subscriber(comp.here_url, "/w/#", on_publication=got.append, link_name="s",
+                     heartbeat_interval=0.2).start()
+    try:
+        assert sub.wait_connected(20)
+        link = comp.call(lambda: comp.links["s"])
+        publish(comp.here_url, "feed.c", 40)
+        want = expected(redis_url, "feed.c", "/w/#")
+        top = want[-1][1]
+        assert wait_for(lambda: comp.call(
+            lambda: len(link.pending) + link.stats["sent"]) >= len(want), 20)
+        sent = comp.call(lambda: link.stats["sent"])
+        assert 0 < sent < len(want)  # the window shut: the rest waits unnumbered
+        assert wait_for(lambda: len(got) >= sent, 20)
+        delivered = got[-1].source_seq
+        answers: dict[int, Any] = {}  # the answers to the requests of this test
+        answer = comp.gapfill.answer_source_gap
+
+        def recorded(link_id: str, request: SourceGapRequest, *args: Any, **kwargs: Any
+                     ) -> Any:
+            made = answer(link_id, request, *args, **kwargs)
+            answers[id(request)] = made
+            return made
+
+        monkeypatch.setattr(comp.gapfill, "answer_source_gap", recorded)
+        # a replay of all feed.c (no cover point: to the journal's high-water) ends
+        comp.ask("s", [SourceGapRequest({"feed.c": 0}, request_id=1 << 30)])
+        assert wait_for(lambda: comp.call(lambda: link.route.given.get("s")) == {
+            "feed.c": 40}, 20)  # the journal's high-water (publications outside /w/# too)
+        comp.call(lambda: comp._pump_link(link, comp.clock()))
+        assert comp.call(lambda: (len(link.pending), dict(link.skipped_top))) == (
+            0, {"feed.c": top})
+        # the subscriber did not take it (an answer to nothing it asked): it asks after what
+        # it delivered, from the reset frame, with the budget spent: refused
+        budget = comp.gapfill.link("s").budget
+        comp.call(lambda: setattr(comp.gapfill.link("s"), "budget", ResendBudget(1, 0.0)))
+        refused = SourceGapRequest({"feed.c": delivered}, request_id=(1 << 30) + 1,
+                                   link_through=0)
+        comp.ask("s", [refused])
+        assert answers[id(refused)].reason == "refused", answers[id(refused)]
+        comp.call(lambda: setattr(comp.gapfill.link("s"), "budget", budget))
+        again = SourceGapRequest({"feed.c": delivered}, request_id=(1 << 30) + 2,
+                                 link_through=0)
+        comp.ask("s", [again])
+        replay = answers[id(again)]
+        assert wait_for(lambda: comp.call(lambda: not link.route.busy()), 20)
+    finally:
+        sub.stop()
+    # feed.c after what the subscriber delivered reaches it by this replay only: the link
+    # passed every one of them over
+    assert replay.through["feed.c"] >= top, (replay.through, delivered, top)
+    assert replay.sent == len([n for _, n in want if n > delivered])
