@@ -20,7 +20,7 @@ import pytest
 import seqrepair.amqp.component.requests as requests_module
 from seqrepair.amqp.client.subscriber import Subscriber
 from seqrepair.amqp.component.requests import _not_taken
-from seqrepair.core.budget import ResendBudget
+from seqrepair.core.budget import RefusalPolicy, ResendBudget
 from seqrepair.core.messages import Publication, SourceGapRequest
 
 from .conftest import wait_for
@@ -108,3 +108,66 @@ def test_a_take_back_refused_by_the_budget_is_carried_by_the_next_replay(
     # passed every one of them over
     assert replay.through["feed.c"] >= top, (replay.through, delivered, top)
     assert replay.sent == len([n for _, n in want if n > delivered])
+
+
+@pytest.mark.amqp
+@pytest.mark.redis
+def test_a_take_back_longer_than_the_request_limit_is_carried_to_its_end(
+    here: Callable[..., HereComponent], redis_url: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """As above, but the take-back's replay is answered (not refused) and stops at the
+    per-request limit (``more``): its end raises ``given`` to its ``through`` again, so the
+    request for what follows asked after ``given`` and, on the old carry, carried nothing:
+    its replay stopped at the cover's cut and the rest of what the link passed over was lost.
+    Every request that follows must carry on until the last number passed over."""
+    comp = here(link_bits=3)
+    monkeypatch.setattr(requests_module, "receive_ack", lambda *a, **k: None)
+    got: list[Publication] = []
+    sub = Subscriber(comp.here_url, "/w/#", on_publication=got.append, link_name="s",
+                     heartbeat_interval=0.2).start()
+    try:
+        assert sub.wait_connected(20)
+        link = comp.call(lambda: comp.links["s"])
+        publish(comp.here_url, "feed.c", 40)
+        want = expected(redis_url, "feed.c", "/w/#")
+        top = want[-1][1]
+        assert wait_for(lambda: comp.call(
+            lambda: len(link.pending) + link.stats["sent"]) >= len(want), 20)
+        sent = comp.call(lambda: link.stats["sent"])
+        assert wait_for(lambda: len(got) >= sent, 20)
+        delivered = got[-1].source_seq
+        answers: dict[int, Any] = {}
+        answer = comp.gapfill.answer_source_gap
+
+        def recorded(link_id: str, request: SourceGapRequest, *args: Any, **kwargs: Any
+                     ) -> Any:
+            made = answer(link_id, request, *args, **kwargs)
+            answers[id(request)] = made
+            return made
+
+        monkeypatch.setattr(comp.gapfill, "answer_source_gap", recorded)
+        comp.ask("s", [SourceGapRequest({"feed.c": 0}, request_id=1 << 30)])
+        assert wait_for(lambda: comp.call(lambda: link.route.given.get("s")) == {
+            "feed.c": 40}, 20)
+        comp.call(lambda: comp._pump_link(link, comp.clock()))
+        assert comp.call(lambda: dict(link.skipped_top)) == {"feed.c": top}
+        # from now on a request reads at most 8 numbers
+        monkeypatch.setattr(comp.gapfill, "policy", RefusalPolicy(max_range=8))
+        after, replayed, asked = delivered, [], 0
+        while True:
+            asked += 1
+            assert asked < 10, (after, replayed)
+            request = SourceGapRequest({"feed.c": after}, request_id=(1 << 30) + asked,
+                                       link_through=0)
+            comp.ask("s", [request])
+            assert wait_for(lambda: comp.call(lambda: not link.route.busy()), 20)
+            replay = answers[id(request)]
+            replayed.append((after, dict(replay.through), replay.sent, replay._more()))
+            if not replay._more():
+                break
+            after = replay.through["feed.c"]
+    finally:
+        sub.stop()
+    assert len(replayed) > 1, replayed  # the limit cut the take-back's replay
+    assert replay.through["feed.c"] >= top, replayed
+    assert sum(sent for *_, sent, _ in replayed) == len([n for _, n in want if n > delivered])
