@@ -20,6 +20,9 @@ import pytest
 import seqrepair.amqp.component.requests as requests_module
 from seqrepair.amqp.client.subscriber import Subscriber
 from seqrepair.amqp.component.requests import _not_taken
+from seqrepair.amqp.wire.codec import Decoder
+from seqrepair.amqp.wire.rawamqp import PackedMessage, decode_message
+from seqrepair.amqp.wire.technical import SubscriptionState
 from seqrepair.core.budget import RefusalPolicy, ResendBudget
 from seqrepair.core.messages import Publication, SourceGapRequest
 
@@ -171,3 +174,40 @@ def test_a_take_back_longer_than_the_request_limit_is_carried_to_its_end(
     assert len(replayed) > 1, replayed  # the limit cut the take-back's replay
     assert replay.through["feed.c"] >= top, replayed
     assert sum(sent for *_, sent, _ in replayed) == len([n for _, n in want if n > delivered])
+
+
+def _states(link: Any) -> list[tuple[str, str]]:
+    """The SUBSCRIPTION states ``link`` sent and has waiting, in order."""
+    decoder = Decoder()
+    out = []
+    for message in [*link.sender.sent, *link.route.responses]:
+        if isinstance(message, PackedMessage):
+            message = decode_message(message.encode())
+        for frame in decoder.decode(message):
+            if isinstance(frame, SubscriptionState):
+                out.append((frame.status, frame.epoch))
+    return out
+
+
+@pytest.mark.amqp
+@pytest.mark.parametrize("how", ["held", "paused"])
+def test_a_restart_of_a_paused_link_does_not_announce_it_active(how: str) -> None:
+    """A relay restarts every link when numbers were lost upstream, paused ones too (a
+    subscription paused by its owner, a link paused for want of credit). Its SUBSCRIPTION
+    ACTIVE told such a subscriber its link was live again while it stayed paused; the
+    resume that ends the pause resets the link and announces its context itself."""
+    link = _link(3)
+    if how == "held":
+        link.hold(0.0, "subscription paused")
+    else:
+        link.pause(0.0, "more than 0 publications waiting for credit")
+    link.restart("restarted: numbers were lost upstream")
+    assert [status for status, _ in _states(link)] == ["PAUSED"]
+    assert link.paused
+    if how == "held":
+        link.release(1.0)
+    else:
+        link.pump(1.0)  # the PAUSED goes out
+        link.pump(2.0)  # then, with credit enough, it resumes
+    assert [state for state, _ in _states(link)] == ["PAUSED", "ACTIVE"]
+    assert _states(link)[-1] == ("ACTIVE", link.epoch)

@@ -442,9 +442,14 @@ class SubscriberLink:
         """:meth:`reset` and tell the subscriber the new context (``SUBSCRIPTION`` ACTIVE
         naming its epoch, ahead of the reset frame), as a resume does: an acknowledging
         subscriber names the context in its ``ACK``, and one still naming the old epoch is
-        never taken, so its window would stay shut for good."""
+        never taken, so its window would stay shut for good.
+
+        A paused link (held, or short of credit) is reset only: ``ACTIVE`` would tell its
+        subscriber it is live again while it stays paused, and the resume that ends the pause
+        resets it and announces that context itself (:meth:`_resume`)."""
         self.reset()
-        self.route.respond(encode(self._state("ACTIVE", reason)), None)
+        if not self.paused:
+            self.route.respond(encode(self._state("ACTIVE", reason)), None)
 
     def reset(self) -> None:
         """Void the link context: a new epoch, and the next frame carries link number 0."""
