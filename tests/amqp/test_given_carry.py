@@ -28,7 +28,7 @@ from seqrepair.core.messages import Publication, SourceGapRequest
 
 from .conftest import wait_for
 from .inthread import HereComponent
-from .test_given_skip import _link
+from .test_given_skip import _link, _pub
 from .test_relay import expected, publish
 
 
@@ -45,6 +45,33 @@ def test_a_second_request_below_the_skipped_numbers_still_carries_through_them()
     assert again == {"feed.c": 30}
     # one that has them carries nothing
     assert _not_taken(link, SourceGapRequest({"feed.c": 30})) == {}
+
+
+@pytest.mark.amqp
+def test_what_the_link_passed_over_is_carried_after_a_detach_forgot_given() -> None:
+    """A replay's end went to proton and the link passed over what it gave, then the
+    connection died before the answer arrived: the detach forgets ``given`` (the replays of
+    the link end with it), the subscriber resumes the link and asks again after what it
+    delivered, below the numbers passed over. Its replay must carry through them: they were
+    never numbered, and nothing else brings them (the link resends by number only what it
+    numbered)."""
+    link = _link(3)
+    window = link.window
+    assert window is not None
+    link.offer_many([(_pub("feed.c", i), None) for i in range(1, 11)], 0.0)
+    link.pump(0.0)
+    numbered = window.size
+    assert len(link.pending) == 10 - numbered
+    link.route.given["l"] = {"feed.c": 10}  # that replay's REPLAY-COMPLETE was sent
+    window.ack(window.newest)
+    link.pump(0.1)
+    assert not link.pending
+    assert link.skipped_top == {"feed.c": 10}
+    link.detach(1.0)
+    link.route.drop_replay("l")  # as detach.py does
+    link.attach(link.sender)  # resumed
+    # it had delivered feed.c 1 only: the window's other frames went with the connection
+    assert _not_taken(link, SourceGapRequest({"feed.c": 1}, link_through=1)) == {"feed.c": 10}
 
 
 @pytest.mark.amqp
