@@ -76,14 +76,16 @@ def test_what_the_link_passed_over_is_carried_after_a_detach_forgot_given() -> N
 
 @pytest.mark.amqp
 @pytest.mark.redis
+@pytest.mark.parametrize("bits", [3, 4, 5])
 def test_a_take_back_refused_by_the_budget_is_carried_by_the_next_replay(
     here: Callable[..., HereComponent], redis_url: str, monkeypatch: pytest.MonkeyPatch,
+    bits: int,
 ) -> None:
     """Over a real subscriber and redis, the component in a thread: the link numbers the
     first of feed.c (its window then shut), a replay gives all of feed.c and the link passes
     over the rest; the subscriber asks after what it delivered, below them: refused (budget
     spent), then asked again. That replay must carry feed.c through its last number."""
-    comp = here(link_bits=3)
+    comp = here(link_bits=bits)
     # its ACKs are not taken: the window stays shut once full
     monkeypatch.setattr(requests_module, "receive_ack", lambda *a, **k: None)
     got: list[Publication] = []
@@ -92,7 +94,7 @@ def test_a_take_back_refused_by_the_budget_is_carried_by_the_next_replay(
     try:
         assert sub.wait_connected(20)
         link = comp.call(lambda: comp.links["s"])
-        publish(comp.here_url, "feed.c", 40)
+        publish(comp.here_url, "feed.c", 200)
         want = expected(redis_url, "feed.c", "/w/#")
         top = want[-1][1]
         assert wait_for(lambda: comp.call(
@@ -114,7 +116,7 @@ def test_a_take_back_refused_by_the_budget_is_carried_by_the_next_replay(
         # a replay of all feed.c (no cover point: to the journal's high-water) ends
         comp.ask("s", [SourceGapRequest({"feed.c": 0}, request_id=1 << 30)])
         assert wait_for(lambda: comp.call(lambda: link.route.given.get("s")) == {
-            "feed.c": 40}, 20)  # the journal's high-water (publications outside /w/# too)
+            "feed.c": 200}, 20)  # the journal's high-water (publications outside /w/# too)
         comp.call(lambda: comp._pump_link(link, comp.clock()))
         assert comp.call(lambda: (len(link.pending), dict(link.skipped_top))) == (
             0, {"feed.c": top})
@@ -142,15 +144,17 @@ def test_a_take_back_refused_by_the_budget_is_carried_by_the_next_replay(
 
 @pytest.mark.amqp
 @pytest.mark.redis
+@pytest.mark.parametrize("bits", [3, 4, 5])
 def test_a_take_back_longer_than_the_request_limit_is_carried_to_its_end(
     here: Callable[..., HereComponent], redis_url: str, monkeypatch: pytest.MonkeyPatch,
+    bits: int,
 ) -> None:
     """As above, but the take-back's replay is answered (not refused) and stops at the
     per-request limit (``more``): its end raises ``given`` to its ``through`` again, so the
     request for what follows asked after ``given`` and, on the old carry, carried nothing:
     its replay stopped at the cover's cut and the rest of what the link passed over was lost.
     Every request that follows must carry on until the last number passed over."""
-    comp = here(link_bits=3)
+    comp = here(link_bits=bits)
     monkeypatch.setattr(requests_module, "receive_ack", lambda *a, **k: None)
     got: list[Publication] = []
     sub = Subscriber(comp.here_url, "/w/#", on_publication=got.append, link_name="s",
@@ -158,7 +162,7 @@ def test_a_take_back_longer_than_the_request_limit_is_carried_to_its_end(
     try:
         assert sub.wait_connected(20)
         link = comp.call(lambda: comp.links["s"])
-        publish(comp.here_url, "feed.c", 40)
+        publish(comp.here_url, "feed.c", 200)
         want = expected(redis_url, "feed.c", "/w/#")
         top = want[-1][1]
         assert wait_for(lambda: comp.call(
@@ -178,15 +182,15 @@ def test_a_take_back_longer_than_the_request_limit_is_carried_to_its_end(
         monkeypatch.setattr(comp.gapfill, "answer_source_gap", recorded)
         comp.ask("s", [SourceGapRequest({"feed.c": 0}, request_id=1 << 30)])
         assert wait_for(lambda: comp.call(lambda: link.route.given.get("s")) == {
-            "feed.c": 40}, 20)
+            "feed.c": 200}, 20)
         comp.call(lambda: comp._pump_link(link, comp.clock()))
         assert comp.call(lambda: dict(link.skipped_top)) == {"feed.c": top}
-        # from now on a request reads at most 8 numbers
-        monkeypatch.setattr(comp.gapfill, "policy", RefusalPolicy(max_range=8))
+        # from now on a request reads at most 40 numbers
+        monkeypatch.setattr(comp.gapfill, "policy", RefusalPolicy(max_range=40))
         after, replayed, asked = delivered, [], 0
         while True:
             asked += 1
-            assert asked < 10, (after, replayed)
+            assert asked < 20, (after, replayed)
             request = SourceGapRequest({"feed.c": after}, request_id=(1 << 30) + asked,
                                        link_through=0)
             comp.ask("s", [request])
