@@ -18,6 +18,7 @@ from seqrepair.core.messages import Publication
 from seqrepair.core.topics import TopicPattern
 from seqrepair.journal import EmbeddedRedis, Journal
 from seqrepair.journal.selection import NotSelected
+from seqrepair.journal.trimsummary import record_trim
 
 from .conftest import ComponentProcess, wait_for
 
@@ -559,6 +560,47 @@ def upstream_back(a: ComponentProcess, b: RelayProcess, got: list[Publication],
     time.sleep(0.5)  # nothing more may come
 
 
+LOST_UPSTREAM_TOPICS = ["/w/a/1", "/w/b/2", "/x/c/3", "/w/a/4", "/x/d/5"]
+
+
+def lost_upstream_while_live(
+    redises: list[str], tmp_path: Path, a_args: tuple[str, ...], b_args: tuple[str, ...],
+    publications: list[Publication] | None = None, *, summarize: bool = False,
+) -> tuple[list[Publication], list[tuple[str, int]], list[tuple[str, int]], Subscriber,
+           RelayProcess]:
+    """A live subscriber of a relay told of numbers lost upstream: A (``a_args``) and B
+    (``b_args``, subscribing /w/#) start; ``live``, B's subscriber on /w/#, takes 10
+    publications of feed.t and A stops; the origin's publisher journals ``publications``
+    (default: 11..110 over ``LOST_UPSTREAM_TOPICS``) and A trims through 40 (recording its
+    trimmed-items summary first if ``summarize``, as retention does); A starts again until
+    ``live`` got through the last /w/# number after 40. All stopped, it returns what ``live``
+    got, what it took before, what it must get after, ``live`` and B (for its log)."""
+    a_redis, b_redis, _ = redises
+    a = ComponentProcess(a_redis, tmp_path, *a_args).start()
+    b = RelayProcess(b_redis, tmp_path, a.url, "B", "--subscribe", "/w/#", *b_args).start()
+    got: list[Publication] = []
+    live = Subscriber(b.url, "/w/#", link_name="live", heartbeat_interval=0.2,
+                      on_publication=got.append)
+    if publications is None:
+        publications = [Publication(LOST_UPSTREAM_TOPICS[i % 5], "feed.t", i + 1,
+                                    fields={"n": i}) for i in range(10, 110)]
+    try:
+        before = took_live_then_lost_upstream(a, b, a_redis, live, got)
+        with Journal.from_url(a_redis) as journal:  # the origin's publisher journals on
+            bits = journal.info("feed.t").bits or 32
+            journal.append(publications, bits)
+            after = [k for k in expected(a_redis, "feed.t", "/w/#") if k[1] > 40]
+            if summarize:
+                record_trim(journal, "feed.t", 1, 40)
+            journal.trim_through("feed.t", 40, now=time.time())
+        upstream_back(a, b, got, after)
+    finally:
+        live.stop()
+        b.stop()
+        a.stop()
+    return got, before, after, live, b
+
+
 def test_a_live_subscriber_of_a_relay_is_told_of_numbers_lost_upstream(
     redises: list[str], tmp_path: Path
 ) -> None:
@@ -566,27 +608,8 @@ def test_a_live_subscriber_of_a_relay_is_told_of_numbers_lost_upstream(
     origin journals, then trims, numbers the relay never got. The relay journals them as lost
     and restarts its links' contexts, so the live subscriber repairs by source and is told
     (Unrecoverable) before it gets what came after, once, in order."""
-    a_redis, b_redis, _ = redises
-    a = ComponentProcess(a_redis, tmp_path, "--heartbeat", "0.2").start()
-    b = RelayProcess(b_redis, tmp_path, a.url, "B", "--subscribe", "/w/#",
-                     "--heartbeat", "0.2").start()
-    got: list[Publication] = []
-    live = Subscriber(b.url, "/w/#", link_name="live", heartbeat_interval=0.2,
-                      on_publication=got.append)
-    try:
-        before = took_live_then_lost_upstream(a, b, a_redis, live, got)
-        topics = ["/w/a/1", "/w/b/2", "/x/c/3", "/w/a/4", "/x/d/5"]
-        with Journal.from_url(a_redis) as journal:  # the origin's publisher journals on
-            bits = journal.info("feed.t").bits or 32
-            journal.append([Publication(topics[i % 5], "feed.t", i + 1, fields={"n": i})
-                            for i in range(10, 110)], bits)
-            after = [k for k in expected(a_redis, "feed.t", "/w/#") if k[1] > 40]
-            journal.trim_through("feed.t", 40, now=time.time())
-        upstream_back(a, b, got, after)
-    finally:
-        live.stop()
-        b.stop()
-        a.stop()
+    got, before, after, live, b = lost_upstream_while_live(
+        redises, tmp_path, ("--heartbeat", "0.2"), ("--heartbeat", "0.2"))
     assert [(p.topic, p.source_seq) for p in got] == before + after
     lost = [(u.source, u.reason) for u in live.unrecoverable]
     assert ("feed.t", "trimmed") in lost, (lost, b.log_text()[-2000:])

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from seqrepair.amqp.client.subscriber import Subscriber
 from seqrepair.core.messages import Publication
 from seqrepair.journal import Journal
 from seqrepair.journal.trimsummary import record_trim
@@ -20,9 +19,8 @@ from .conftest import ComponentProcess, wait_for
 from .test_relay import (
     RelayProcess,
     expected,
+    lost_upstream_while_live,
     publish,
-    took_live_then_lost_upstream,
-    upstream_back,
 )
 from .test_relay_fetch import FAST, durable, took_and_left, until_through
 
@@ -77,31 +75,13 @@ def test_numbers_lost_upstream_while_a_subscriber_stays_attached_name_the_items(
     relay's own upstream link is told ``Unrecoverable`` naming their /w/# items, journals
     them as lost with those items, and its subscriber's ``Unrecoverable`` carries them (was:
     no items) before it gets what came after, once, in order."""
-    a_redis, b_redis, _ = redises
-    a = ComponentProcess(a_redis, tmp_path, *FAST).start()
     # its subscribers see every token, as B's upstream link does: the items the marker keeps
     # are topics only, named to a link that sees less by none (test_relay_lost_items_hidden)
-    b = RelayProcess(b_redis, tmp_path, a.url, "B", "--subscribe", "/w/#", "--default-grant",
-                     "*", *FAST).start()
-    got: list[Publication] = []
-    live = Subscriber(b.url, "/w/#", link_name="live", heartbeat_interval=0.2,
-                      on_publication=got.append)
-    try:
-        before = took_live_then_lost_upstream(a, b, a_redis, live, got)
-        topics = ["/w/a/1", "/w/b/2", "/x/c/3", "/w/z/9", "/x/d/5"]
-        with Journal.from_url(a_redis) as journal:  # the origin's publisher journals on
-            bits = journal.info("feed.t").bits or 32
-            journal.append([Publication(topics[i % 5] if i < 40 else "/w/a/1", "feed.t",
-                                        i + 1, fields={"n": i}) for i in range(10, 110)],
-                           bits)
-            after = [k for k in expected(a_redis, "feed.t", "/w/#") if k[1] > 40]
-            record_trim(journal, "feed.t", 1, 40)  # as retention does before it trims
-            journal.trim_through("feed.t", 40, now=time.time())
-        upstream_back(a, b, got, after)
-    finally:
-        live.stop()
-        b.stop()
-        a.stop()
+    topics = ["/w/a/1", "/w/b/2", "/x/c/3", "/w/z/9", "/x/d/5"]
+    got, before, after, live, b = lost_upstream_while_live(
+        redises, tmp_path, FAST, ("--default-grant", "*", *FAST),
+        [Publication(topics[i % 5] if i < 40 else "/w/a/1", "feed.t", i + 1, fields={"n": i})
+         for i in range(10, 110)], summarize=True)
     assert [(p.topic, p.source_seq) for p in got] == before + after
     lost = [u for u in live.unrecoverable if u.source == "feed.t"]
     assert [u.reason for u in lost] == ["trimmed"], (lost, b.log_text()[-2000:])

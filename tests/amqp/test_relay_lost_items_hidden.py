@@ -9,23 +9,13 @@ item's topic was named."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
 
-from seqrepair.amqp.client.subscriber import Subscriber
 from seqrepair.core.messages import Publication
-from seqrepair.journal import Journal
-from seqrepair.journal.trimsummary import record_trim
 
-from .conftest import ComponentProcess
-from .test_relay import (
-    RelayProcess,
-    expected,
-    took_live_then_lost_upstream,
-    upstream_back,
-)
+from .test_relay import lost_upstream_while_live
 from .test_relay_fetch import FAST
 
 pytestmark = [pytest.mark.amqp, pytest.mark.redis]
@@ -36,31 +26,13 @@ HIDDEN = "/w/z/9"
 def test_items_lost_upstream_name_nothing_a_narrower_link_may_not_see(
     redises: list[str], tmp_path: Path
 ) -> None:
-    a_redis, b_redis, _ = redises
-    a = ComponentProcess(a_redis, tmp_path, *FAST, "--default-grant", "*").start()
-    b = RelayProcess(b_redis, tmp_path, a.url, "B", "--subscribe", "/w/#",
-                     "--default-grant", "*;deny=secret", *FAST).start()
-    got: list[Publication] = []
-    live = Subscriber(b.url, "/w/#", link_name="live", heartbeat_interval=0.2,
-                      on_publication=got.append)
-    try:
-        before = took_live_then_lost_upstream(a, b, a_redis, live, got)
-        with Journal.from_url(a_redis) as journal:  # the origin's publisher journals on
-            bits = journal.info("feed.t").bits or 32
-            journal.append([Publication(HIDDEN if i % 2 else "/w/a/1", "feed.t", i + 1,
-                                        fields={"n": i},
-                                        permtoken="secret" if i % 2 else None)
-                            for i in range(10, 40)]
-                           + [Publication("/w/a/1", "feed.t", i + 1, fields={"n": i})
-                              for i in range(40, 60)], bits)
-            after = [k for k in expected(a_redis, "feed.t", "/w/#") if k[1] > 40]
-            record_trim(journal, "feed.t", 1, 40)  # as retention does before it trims
-            journal.trim_through("feed.t", 40, now=time.time())
-        upstream_back(a, b, got, after)
-    finally:
-        live.stop()
-        b.stop()
-        a.stop()
+    got, before, after, live, b = lost_upstream_while_live(
+        redises, tmp_path, (*FAST, "--default-grant", "*"),
+        ("--default-grant", "*;deny=secret", *FAST),
+        [Publication(HIDDEN if i % 2 else "/w/a/1", "feed.t", i + 1, fields={"n": i},
+                     permtoken="secret" if i % 2 else None) for i in range(10, 40)]
+        + [Publication("/w/a/1", "feed.t", i + 1, fields={"n": i}) for i in range(40, 60)],
+        summarize=True)
     assert [(p.topic, p.source_seq) for p in got] == before + after
     lost = [u for u in live.unrecoverable if u.source == "feed.t"]
     assert [u.reason for u in lost] == ["trimmed"], (lost, b.log_text()[-2000:])
