@@ -74,6 +74,52 @@ def test_what_the_link_passed_over_is_carried_after_a_detach_forgot_given() -> N
     assert _not_taken(link, SourceGapRequest({"feed.c": 1}, link_through=1)) == {"feed.c": 10}
 
 
+def _acks_not_taken(comp: HereComponent, monkeypatch: pytest.MonkeyPatch
+                    ) -> tuple[HereComponent, list[Publication], Subscriber]:
+    """``comp``, whose ACKs are not taken (the window stays shut once full), and a subscriber
+    "s" of it on /w/# started, with what it gets."""
+    monkeypatch.setattr(requests_module, "receive_ack", lambda *a, **k: None)
+    got: list[Publication] = []
+    sub = Subscriber(comp.here_url, "/w/#", on_publication=got.append, link_name="s",
+                     heartbeat_interval=0.2).start()
+    return comp, got, sub
+
+
+def _passed_over_after_a_replay(
+    comp: HereComponent, redis_url: str, monkeypatch: pytest.MonkeyPatch,
+    got: list[Publication],
+) -> tuple[Any, list[tuple[str, int]], int, int, int, dict[int, Any]]:
+    """Subscriber "s" of ``comp`` (its ACKs not taken) is sent the first of 200 publications of
+    feed.c and takes them (into ``got``); the component's answers to source requests are
+    recorded from then on; a replay of all feed.c (no cover point: to the journal's
+    high-water) ends and the link is pumped, so it passes the rest over. The link, the /w/#
+    numbers of feed.c, the last of them, how many the link sent, the last the subscriber
+    delivered, and the recorded answers (by the request's ``id``)."""
+    link = comp.call(lambda: comp.links["s"])
+    publish(comp.here_url, "feed.c", 200)
+    want = expected(redis_url, "feed.c", "/w/#")
+    top = want[-1][1]
+    assert wait_for(lambda: comp.call(
+        lambda: len(link.pending) + link.stats["sent"]) >= len(want), 20)
+    sent = comp.call(lambda: link.stats["sent"])
+    assert wait_for(lambda: len(got) >= sent, 20)
+    delivered = got[-1].source_seq
+    answers: dict[int, Any] = {}  # the answers to the requests of the test
+    answer = comp.gapfill.answer_source_gap
+
+    def recorded(link_id: str, request: SourceGapRequest, *args: Any, **kwargs: Any) -> Any:
+        made = answer(link_id, request, *args, **kwargs)
+        answers[id(request)] = made
+        return made
+
+    monkeypatch.setattr(comp.gapfill, "answer_source_gap", recorded)
+    comp.ask("s", [SourceGapRequest({"feed.c": 0}, request_id=1 << 30)])
+    assert wait_for(lambda: comp.call(lambda: link.route.given.get("s")) == {
+        "feed.c": 200}, 20)  # the journal's high-water (publications outside /w/# too)
+    comp.call(lambda: comp._pump_link(link, comp.clock()))
+    return link, want, top, sent, delivered, answers
+
+
 @pytest.mark.amqp
 @pytest.mark.redis
 @pytest.mark.parametrize("bits", [3, 4, 5])
@@ -85,39 +131,12 @@ def test_a_take_back_refused_by_the_budget_is_carried_by_the_next_replay(
     first of feed.c (its window then shut), a replay gives all of feed.c and the link passes
     over the rest; the subscriber asks after what it delivered, below them: refused (budget
     spent), then asked again. That replay must carry feed.c through its last number."""
-    comp = here(link_bits=bits)
-    # its ACKs are not taken: the window stays shut once full
-    monkeypatch.setattr(requests_module, "receive_ack", lambda *a, **k: None)
-    got: list[Publication] = []
-    sub = Subscriber(comp.here_url, "/w/#", on_publication=got.append, link_name="s",
-                     heartbeat_interval=0.2).start()
+    comp, got, sub = _acks_not_taken(here(link_bits=bits), monkeypatch)
     try:
         assert sub.wait_connected(20)
-        link = comp.call(lambda: comp.links["s"])
-        publish(comp.here_url, "feed.c", 200)
-        want = expected(redis_url, "feed.c", "/w/#")
-        top = want[-1][1]
-        assert wait_for(lambda: comp.call(
-            lambda: len(link.pending) + link.stats["sent"]) >= len(want), 20)
-        sent = comp.call(lambda: link.stats["sent"])
+        link, want, top, sent, delivered, answers = _passed_over_after_a_replay(
+            comp, redis_url, monkeypatch, got)
         assert 0 < sent < len(want)  # the window shut: the rest waits unnumbered
-        assert wait_for(lambda: len(got) >= sent, 20)
-        delivered = got[-1].source_seq
-        answers: dict[int, Any] = {}  # the answers to the requests of this test
-        answer = comp.gapfill.answer_source_gap
-
-        def recorded(link_id: str, request: SourceGapRequest, *args: Any, **kwargs: Any
-                     ) -> Any:
-            made = answer(link_id, request, *args, **kwargs)
-            answers[id(request)] = made
-            return made
-
-        monkeypatch.setattr(comp.gapfill, "answer_source_gap", recorded)
-        # a replay of all feed.c (no cover point: to the journal's high-water) ends
-        comp.ask("s", [SourceGapRequest({"feed.c": 0}, request_id=1 << 30)])
-        assert wait_for(lambda: comp.call(lambda: link.route.given.get("s")) == {
-            "feed.c": 200}, 20)  # the journal's high-water (publications outside /w/# too)
-        comp.call(lambda: comp._pump_link(link, comp.clock()))
         assert comp.call(lambda: (len(link.pending), dict(link.skipped_top))) == (
             0, {"feed.c": top})
         # the subscriber did not take it (an answer to nothing it asked): it asks after what
@@ -154,36 +173,11 @@ def test_a_take_back_longer_than_the_request_limit_is_carried_to_its_end(
     request for what follows asked after ``given`` and, on the old carry, carried nothing:
     its replay stopped at the cover's cut and the rest of what the link passed over was lost.
     Every request that follows must carry on until the last number passed over."""
-    comp = here(link_bits=bits)
-    monkeypatch.setattr(requests_module, "receive_ack", lambda *a, **k: None)
-    got: list[Publication] = []
-    sub = Subscriber(comp.here_url, "/w/#", on_publication=got.append, link_name="s",
-                     heartbeat_interval=0.2).start()
+    comp, got, sub = _acks_not_taken(here(link_bits=bits), monkeypatch)
     try:
         assert sub.wait_connected(20)
-        link = comp.call(lambda: comp.links["s"])
-        publish(comp.here_url, "feed.c", 200)
-        want = expected(redis_url, "feed.c", "/w/#")
-        top = want[-1][1]
-        assert wait_for(lambda: comp.call(
-            lambda: len(link.pending) + link.stats["sent"]) >= len(want), 20)
-        sent = comp.call(lambda: link.stats["sent"])
-        assert wait_for(lambda: len(got) >= sent, 20)
-        delivered = got[-1].source_seq
-        answers: dict[int, Any] = {}
-        answer = comp.gapfill.answer_source_gap
-
-        def recorded(link_id: str, request: SourceGapRequest, *args: Any, **kwargs: Any
-                     ) -> Any:
-            made = answer(link_id, request, *args, **kwargs)
-            answers[id(request)] = made
-            return made
-
-        monkeypatch.setattr(comp.gapfill, "answer_source_gap", recorded)
-        comp.ask("s", [SourceGapRequest({"feed.c": 0}, request_id=1 << 30)])
-        assert wait_for(lambda: comp.call(lambda: link.route.given.get("s")) == {
-            "feed.c": 200}, 20)
-        comp.call(lambda: comp._pump_link(link, comp.clock()))
+        link, want, top, _sent, delivered, answers = _passed_over_after_a_replay(
+            comp, redis_url, monkeypatch, got)
         assert comp.call(lambda: dict(link.skipped_top)) == {"feed.c": top}
         # from now on a request reads at most 40 numbers
         monkeypatch.setattr(comp.gapfill, "policy", RefusalPolicy(max_range=40))
