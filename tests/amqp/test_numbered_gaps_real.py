@@ -72,6 +72,20 @@ class LossySubscriber(Subscriber):
             super()._take(kept, now)
 
 
+def _until_through(got: list[Publication], want: list[tuple[str, int]], sub: Subscriber
+                   ) -> None:
+    """Until ``got`` reached the last of ``want``."""
+    assert wait_for(lambda: bool(got) and got[-1].source_seq >= want[-1][1], 90), (
+        f"{len(got)} of {len(want)} taken; {sub.stats()!r}")
+
+
+def _stop(sub: Subscriber, procs: Sequence[ComponentProcess]) -> None:
+    """The subscriber, then every process."""
+    sub.stop()
+    for proc in procs:
+        proc.stop()
+
+
 def _run(url: str, redis_url: str, every: int, count: int,
          procs: list[ComponentProcess], wait_upstream: RelayProcess | None = None,
          cut: bool = False) -> None:
@@ -91,12 +105,9 @@ def _run(url: str, redis_url: str, every: int, count: int,
         publisher.join(120)
         want = expected(redis_url, "feed.a", "/w/#")
         assert want, "nothing journaled"
-        assert wait_for(lambda: bool(got) and got[-1].source_seq >= want[-1][1], 90), (
-            f"{len(got)} of {len(want)} taken; {sub.stats()!r}")
+        _until_through(got, want, sub)
     finally:
-        sub.stop()
-        for proc in procs:
-            proc.stop()
+        _stop(sub, procs)
     assert sub.dropped > 0
     assert sub.resent > 0, "no link range was answered"
     assert not sub.strangers, f"resent frames never sent live with that number: {sub.strangers[:5]}"
@@ -154,12 +165,9 @@ def test_forced_loss_still_drops_on_a_batch_link(
             b.wait_upstream()
         publish(a.url, "feed.a", 200, 0.05)
         want = expected(a_redis, "feed.a", "/w/#")
-        assert wait_for(lambda: bool(got) and got[-1].source_seq >= want[-1][1], 90), (
-            f"{len(got)} of {len(want)} taken; {sub.stats()!r}")
+        _until_through(got, want, sub)
     finally:
-        sub.stop()
-        for proc in procs:
-            proc.stop()
+        _stop(sub, procs)
     assert [(p.topic, p.source_seq) for p in got] == want
     assert sub.stats().requests_sent > 0, "no frame was lost: the drop rate did nothing"
     assert not sub.unrecoverable

@@ -27,12 +27,29 @@ from .test_relay import expected, publish
 pytestmark = [pytest.mark.amqp, pytest.mark.redis]
 
 
+def _lossy(redis_url: str, tmp_path: Path, bits: int) -> ComponentProcess:
+    """A component at ``bits`` link bits dropping a fifth of its frames (seeded), started."""
+    return ComponentProcess(redis_url, tmp_path, "--heartbeat", "0.2", "--link-bits", str(bits),
+                            "--drop-rate", "0.2", "--drop-seed", str(bits)).start()
+
+
+def _takes_feed_a(comp: ComponentProcess, redis_url: str, sub: Subscriber,
+                  got: list[Publication]) -> list[tuple[str, int]]:
+    """``sub`` connects, 300 publications of feed.a go to ``comp``; until ``got`` has as many
+    as their /w/# ones, which it returns."""
+    assert sub.wait_connected(60)
+    publish(comp.url, "feed.a", 300)
+    want = expected(redis_url, "feed.a", "/w/#")
+    assert wait_for(lambda: len(got) >= len(want), 120), (
+        len(got), len(want), sub.stats(), comp.log_text()[-3000:])
+    return want
+
+
 @pytest.mark.parametrize("bits", [3, 4, 5])
 def test_marked_tail_probes_at_narrow_widths_under_loss_cost_nothing(
     bits: int, redis_url: str, tmp_path: Path
 ) -> None:
-    comp = ComponentProcess(redis_url, tmp_path, "--heartbeat", "0.2", "--link-bits",
-                            str(bits), "--drop-rate", "0.2", "--drop-seed", str(bits)).start()
+    comp = _lossy(redis_url, tmp_path, bits)
     got: list[Publication] = []
     paused = threading.Event()
 
@@ -45,11 +62,7 @@ def test_marked_tail_probes_at_narrow_widths_under_loss_cost_nothing(
     sub = Subscriber(comp.url, "/w/#", on_publication=take, link_name="slow",
                      heartbeat_interval=0.2).start()
     try:
-        assert sub.wait_connected(60)
-        publish(comp.url, "feed.a", 300)
-        want = expected(redis_url, "feed.a", "/w/#")
-        assert wait_for(lambda: len(got) >= len(want), 120), (
-            len(got), len(want), sub.stats(), comp.log_text()[-3000:])
+        want = _takes_feed_a(comp, redis_url, sub, got)
     finally:
         sub.stop()
         comp.stop()
@@ -70,8 +83,7 @@ def test_a_subscriber_without_credit_for_a_while_gets_its_stream_and_probes_stay
     (``tail_probes_replaced``), made as it goes out (``tail_probes_dropped``: stale by then);
     what waits on any link stays small (``answers_waiting_peak``; one probe per tick would
     pile up 25 a stall); and the subscriber gets exactly its stream, in order."""
-    comp = ComponentProcess(redis_url, tmp_path, "--heartbeat", "0.2", "--link-bits",
-                            str(bits), "--drop-rate", "0.2", "--drop-seed", str(bits)).start()
+    comp = _lossy(redis_url, tmp_path, bits)
     got: list[Publication] = []
     stalls = threading.Event()
 
@@ -84,11 +96,7 @@ def test_a_subscriber_without_credit_for_a_while_gets_its_stream_and_probes_stay
     sub = Subscriber(comp.url, "/w/#", on_publication=take, link_name="starved", credit=4,
                      heartbeat_interval=0.2).start()
     try:
-        assert sub.wait_connected(60)
-        publish(comp.url, "feed.a", 300)
-        want = expected(redis_url, "feed.a", "/w/#")
-        assert wait_for(lambda: len(got) >= len(want), 120), (
-            len(got), len(want), sub.stats(), comp.log_text()[-3000:])
+        want = _takes_feed_a(comp, redis_url, sub, got)
     finally:
         sub.stop()
     counters = comp.stop_counters()
