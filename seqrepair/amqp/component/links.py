@@ -290,18 +290,11 @@ class SubscriberLink:
         """Drop from the head of ``pending`` the publications a replay gave (see
         :meth:`_not_given`), whether or not the window has room; whether any was dropped."""
         pending = self.pending
-        top = self.skipped_top
-        skipped = 0
-        while pending:
-            pub = pending[0][0]
-            if pub.source_seq > given.get(pub.source, 0):
-                break
+        skipped = False
+        while pending and self._given_already(pending[0][0], given):
             pending.popleft()
-            skipped += 1
-            if pub.source_seq > top.get(pub.source, 0):
-                top[pub.source] = pub.source_seq
-        self.stats["given_skipped"] += skipped
-        return skipped > 0
+            skipped = True
+        return skipped
 
     def _not_given(self, chunk: list[tuple[Publication, bytes | None]],
                    given: Mapping[str, int]) -> list[tuple[Publication, bytes | None]]:
@@ -310,16 +303,19 @@ class SubscriberLink:
         sent live after the replay, each would be a stale frame to the subscriber, which at
         narrow link widths costs it a tail probe and a source replay per window of them. Only
         those: a number above what the replays gave always goes out."""
-        kept = []
+        return [offer for offer in chunk if not self._given_already(offer[0], given)]
+
+    def _given_already(self, pub: Publication, given: Mapping[str, int]) -> bool:
+        """Whether a replay gave ``pub`` (at or below ``given`` for its source); if so it is
+        passed over: counted, and kept in :attr:`skipped_top`."""
+        seq = pub.source_seq
+        if seq > given.get(pub.source, 0):
+            return False
         top = self.skipped_top
-        for offer in chunk:
-            pub = offer[0]
-            if pub.source_seq > given.get(pub.source, 0):
-                kept.append(offer)
-            elif pub.source_seq > top.get(pub.source, 0):
-                top[pub.source] = pub.source_seq
-        self.stats["given_skipped"] += len(chunk) - len(kept)
-        return kept
+        if seq > top.get(pub.source, 0):
+            top[pub.source] = seq
+        self.stats["given_skipped"] += 1
+        return True
 
     def heartbeat(self, now: float) -> None:
         """A heartbeat if the link is idle for an interval and can send (a held link too: its

@@ -380,9 +380,9 @@ class ResponseRoute:
         return sent
 
     def holds_live(self) -> bool:
-        """Whether live frames must wait: an answer heads ``responses`` that cannot be sent now,
-        being read or parked (a relay's image waiting for its upstream: nothing else goes out
-        on the link meanwhile, WIRE.md "Image requests"), or a source replay must be read."""
+        """Whether live frames must wait: any answer heads ``responses`` (they go out in order,
+        and one may be parked: a relay's image waiting for its upstream, when nothing else goes
+        out on the link, WIRE.md "Image requests"), or a source replay must be read."""
         return bool(self.responses) or self.needs_reading()
 
     def needs_reading(self) -> bool:
