@@ -86,7 +86,7 @@ def _stop(sub: Subscriber, procs: Sequence[ComponentProcess]) -> None:
         proc.stop()
 
 
-def _run(url: str, redis_url: str, every: int, count: int,
+def _assert_resends_went_out_live(url: str, redis_url: str, every: int, count: int,
          procs: list[ComponentProcess], wait_upstream: RelayProcess | None = None,
          cut: bool = False, bits: int = 0) -> None:
     got: list[Publication] = []
@@ -160,7 +160,8 @@ def test_link_ranges_of_a_lossless_narrow_link_resend_what_went_out_live(
 ) -> None:
     a = ComponentProcess(redis_url, tmp_path, "--heartbeat", "0.2", "--link-bits",
                          str(bits)).start()
-    _run(a.url, redis_url, every=5, count=150, procs=[a], cut=cut, bits=bits)
+    _assert_resends_went_out_live(a.url, redis_url, every=5, count=150, procs=[a], cut=cut,
+                                  bits=bits)
 
 
 def test_link_ranges_of_a_lossless_relay_resend_what_went_out_live(
@@ -170,7 +171,8 @@ def test_link_ranges_of_a_lossless_relay_resend_what_went_out_live(
     a = ComponentProcess(a_redis, tmp_path, "--heartbeat", "0.2", "--link-bits", "3").start()
     b = RelayProcess(b_redis, tmp_path, a.url, "B", "--subscribe", "/w/#", "--heartbeat",
                      "0.2", "--link-bits", "4").start()
-    _run(b.url, a_redis, every=4, count=150, procs=[a, b], wait_upstream=b)
+    _assert_resends_went_out_live(b.url, a_redis, every=4, count=150, procs=[a, b],
+                                  wait_upstream=b)
 
 
 @pytest.mark.parametrize("relay", [False, True])
