@@ -87,8 +87,9 @@ def _stop(sub: Subscriber, procs: Sequence[ComponentProcess]) -> None:
 
 
 def _assert_resends_went_out_live(url: str, redis_url: str, every: int, count: int,
-         procs: list[ComponentProcess], wait_upstream: RelayProcess | None = None,
-         cut: bool = False, bits: int = 0) -> None:
+                                  procs: list[ComponentProcess],
+                                  wait_upstream: RelayProcess | None = None,
+                                  cut: bool = False, bits: int = 0) -> None:
     got: list[Publication] = []
     sub = LossySubscriber(url, "/w/#", on_publication=got.append, link_name="lossy",
                           heartbeat_interval=0.2, every=every)
