@@ -160,6 +160,9 @@ class SubscriberStub(SourceRepairing, ImageResyncing):
     # None once a link frame or a reset has come since. A reset then is the new link context of
     # a component that replayed by source first (see _new_context).
     _resumed_at: int | None = attrs.field(init=False, default=None)
+    # the resume_point() request a frame of the kept context answered: its replay is still
+    # taken (see stubrepair._resume_continued)
+    _resume_answered: SourceGapRequest | None = attrs.field(init=False, default=None)
     # the publications held when the link view was lost (see stubrepair), offered to the
     # new view once the replay has come
     _salvage: list[Publication] = attrs.field(init=False, factory=list)
@@ -301,8 +304,10 @@ class SubscriberStub(SourceRepairing, ImageResyncing):
 
         A component that kept the link context may instead simply continue the link: a frame
         that continues it (the next link number, or a later one, which opens an ordinary link
-        gap) satisfies the request, which is then neither retried nor given up. A replay or
-        ``ReplayComplete`` that still comes for it is dropped as stray: the link carries it all.
+        gap) satisfies the request, which is then neither retried nor given up. A replay that
+        still comes for it is taken all the same (what it brings that the stub lacks is
+        delivered: the component may have passed it over on the link as given by that replay),
+        its ``ReplayComplete`` dropped as stray.
         A component that did not keep it replays by source, then starts the link at 0; that
         reset asks for nothing more (see :meth:`_new_context`).
         """

@@ -81,6 +81,7 @@ class SourceRepairing:
     _probe: int | None
     _asked: AskedRequests
     _resumed_at: int | None
+    _resume_answered: SourceGapRequest | None
     _events: list[Event]
     _salvage: list[Publication]
     _covered_through: int
@@ -413,6 +414,7 @@ class SourceRepairing:
         """Put a source request in flight (replacing any): it covers every link number missing
         now and keeps the hold of the one it replaces."""
         request = self._new_source_request(self._highest)
+        self._resume_answered = None  # a replay in flight takes what still comes of it
         previous = self._source
         self._source = SourceRepair(
             request=request,
@@ -595,13 +597,25 @@ class SourceRepairing:
     def _resume_continued(self, now: float) -> None:
         """A new frame of the old link context answered resume_point(): the component kept the
         context, so the link itself brings what follows and link gaps are repaired by range. The
-        request is done; a replay that still comes for it is stray (the link carries it all)."""
+        request is done (neither retried nor given up), but a replay that still comes for it is
+        taken (:meth:`_on_replayed`): the component may have passed over as given what it
+        replays (WIRE.md, "What a replay gave, the link never sends live"), so the link does not
+        carry it all."""
+        assert self._source is not None
+        self._resume_answered = self._source.request
         self._source = None
         if self._gaps.in_state(GapState.SOURCE):  # context-lost gaps still need a replay
             self._request_source(now, hold=False)
 
     def _on_replayed(self, publication: Publication, now: float) -> None:
         if self._source is None:
+            if self._resume_answered is not None:
+                # the answer to a resume the link continued: cut where the link carries on
+                # past the resume point, it overtakes no frame of its source (one delivered
+                # already is dropped)
+                if self._deliver(publication):
+                    self._stats.source_repaired += 1
+                return
             # Without a replay in flight a link-less frame cannot be placed in link order;
             # delivering it could overtake buffered frames of its source, so it is not kept.
             self._stats.stray_dropped += 1
@@ -653,6 +667,9 @@ class SourceRepairing:
 
     def _on_replay_complete(self, complete: ReplayComplete, now: float) -> None:
         source = self._source
+        answered = self._resume_answered
+        if answered is not None and answers_request(complete, answered):
+            self._resume_answered = None  # that replay is over
         if source is None or not answers_request(complete, source.request):
             self._stats.stray_dropped += 1
             return

@@ -604,10 +604,28 @@ def test_a_replay_that_still_comes_for_a_resume_the_link_answered_is_harmless():
     request = stub.resume_point()
     assert delivered(stub.receive(pub(4, 4), now=0.1)) == [("feed.a", 4)]
     late = [replayed(4), replayed(5), ReplayComplete(through={"feed.a": 5}, request=request)]
-    for frame in late:
-        assert stub.receive(frame, now=0.2) == []
-    assert delivered(stub.receive(pub(5, 5), now=0.3)) == [("feed.a", 5)]  # once, from the link
+    events = [event for frame in late for event in stub.receive(frame, now=0.2)]
+    assert delivered(events) == [("feed.a", 5)]  # 4 it has: dropped; 5 it lacks: taken
+    assert stub.receive(pub(5, 5), now=0.3) == []  # once: the link's copy is a duplicate
     assert (stub.stats.delivered, stub.stats.unrecoverable) == (5, 0)
+    assert of(RequestSourceGap, stub.poll(now=1.0)) == []  # the request stays done
+
+
+def test_the_replay_of_a_resume_the_link_answered_brings_what_the_link_passed_over():
+    """The component passed over feed.b 1..2 as given by that replay (WIRE.md: what a replay
+    gave, the link never sends live): the replay alone brings them, after the link went on."""
+    stub = make()
+    for n in (1, 2, 3):
+        stub.receive(pub(n, n), now=0.0)
+    request = stub.resume_point()
+    assert delivered(stub.receive(pub(4, 4), now=0.1)) == [("feed.a", 4)]  # the link goes on
+    late: list[object] = [replayed(n, source="feed.b") for n in (1, 2)]
+    late.append(ReplayComplete(through={"feed.a": 3, "feed.b": 2}, request=request))
+    events = [event for frame in late for event in stub.receive(frame, now=0.2)]
+    assert delivered(events) == [("feed.b", 1), ("feed.b", 2)]
+    assert delivered(stub.receive(pub(5, 5), now=0.3)) == [("feed.a", 5)]
+    assert (stub.stats.delivered, stub.stats.unrecoverable, stub.stats.stray_dropped) == (
+        7, 0, 1)  # the REPLAY-COMPLETE is not the request in flight's: stray
 
 
 def test_a_resume_the_link_answers_still_replays_gaps_whose_context_was_lost():
