@@ -48,6 +48,18 @@ def test_a_second_request_below_the_skipped_numbers_still_carries_through_them()
 
 
 @pytest.mark.amqp
+def test_a_source_the_request_does_not_name_is_taken_back_and_carried() -> None:
+    """Not log noise: a request that does not name feed.a says its subscriber delivered none
+    of it, and the component replays feed.a from the link's start for it
+    (tests/journal/test_gapfill.py), so what the link passed over of feed.a is carried."""
+    link = _link(3)
+    link.route.given["l"] = {"feed.a": 10}
+    link.skipped_top["feed.a"] = 10
+    assert _not_taken(link, SourceGapRequest({"feed.b": 2})) == {"feed.a": 10}
+    assert link.route.given["l"] == {"feed.a": 0}  # sent live again from now on
+
+
+@pytest.mark.amqp
 def test_what_the_link_passed_over_is_carried_after_a_detach_forgot_given() -> None:
     """A replay's end went to proton and the link passed over what it gave, then the
     connection died before the answer arrived: the detach forgets ``given`` (the replays of

@@ -511,3 +511,27 @@ def test_a_replay_carries_through_what_the_link_passed_over_past_its_cover(
     below = frames(service.answer_source_gap("L1", request, now=0.0,
                                              carry_through={"feed.a": 5}))
     assert below[-1].through == {"feed.a": 8}  # a floor below the cut changes nothing
+
+
+def test_a_source_the_request_does_not_name_is_carried_too(journal: Journal) -> None:
+    """A source a request does not name is replayed from the link's start (the subscriber
+    delivered nothing of it), so the carry reaches it like a named one (``requests._not_taken``
+    carries every source whose passed-over top is above the request's number for it, 0 when it
+    names none): the link numbered feed.a 9 past the cover point and had passed over 10 as
+    given by a replay the subscriber did not take; only this replay, of a request naming
+    feed.b alone, can bring 10."""
+    a = fill(journal, "feed.a", [("/w/x", None)] * 12)
+    fill(journal, "feed.b", [("/w/x", None)] * 2)
+    service = GapFillService(journal, link_bits=8)
+    service.attach("L1", EVERYTHING, start_after={})
+    link = LinkSequencer(bits=8)
+    service.record("L1", link.stamp(a[1], 0.0))  # link 1: feed.a 2, what the cover covers
+    service.record("L1", link.stamp(a[8], 0.0))  # link 2: feed.a 9, numbered past it
+    request = SourceGapRequest({"feed.b": 2}, link_through=1)
+    cut = frames(service.answer_source_gap("L1", request, now=0.0))
+    assert [p.source_seq for p in cut[:-1]] == list(range(1, 9))  # feed.a from the start
+    assert cut[-1].through["feed.a"] == 8
+    carried = frames(service.answer_source_gap("L1", request, now=0.0,
+                                               carry_through={"feed.a": 10}))
+    assert [p.source_seq for p in carried[:-1]] == list(range(1, 11))
+    assert carried[-1].through["feed.a"] == 10
