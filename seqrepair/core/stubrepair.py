@@ -615,6 +615,8 @@ class SourceRepairing:
                 # already is dropped)
                 if self._deliver(publication):
                     self._stats.source_repaired += 1
+                    # the link's copy, still to come, is a duplicate, not a stale slot
+                    self._replay_top[publication.source] = publication.source_seq
                 return
             # Without a replay in flight a link-less frame cannot be placed in link order;
             # delivering it could overtake buffered frames of its source, so it is not kept.

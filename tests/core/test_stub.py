@@ -608,7 +608,9 @@ def test_a_replay_that_still_comes_for_a_resume_the_link_answered_is_harmless():
     assert delivered(events) == [("feed.a", 5)]  # 4 it has: dropped; 5 it lacks: taken
     assert stub.receive(pub(5, 5), now=0.3) == []  # once: the link's copy is a duplicate
     assert (stub.stats.delivered, stub.stats.unrecoverable) == (5, 0)
-    assert of(RequestSourceGap, stub.poll(now=1.0)) == []  # the request stays done
+    assert stub.poll(now=1.0) == []  # the request stays done; link 5 is no stale slot
+    assert delivered(stub.receive(pub(6, 6), now=1.1)) == [("feed.a", 6)]
+    assert stub.stats.slots_reopened == 0
 
 
 def test_the_replay_of_a_resume_the_link_answered_brings_what_the_link_passed_over():
