@@ -248,3 +248,26 @@ def test_a_restart_of_a_paused_link_does_not_announce_it_active(how: str) -> Non
         link.pump(2.0)  # then, with credit enough, it resumes
     assert [state for state, _ in _states(link)] == ["PAUSED", "ACTIVE"]
     assert _states(link)[-1] == ("ACTIVE", link.epoch)
+
+
+@pytest.mark.amqp
+@pytest.mark.redis
+def test_a_repeat_answered_by_the_ended_replay_takes_nothing_back(
+    here: Callable[..., HereComponent], redis_url: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A repeat of a request whose replay has ended ("still going?", asked while its end was
+    on its way) is answered by that replay's REPLAY-COMPLETE again, nothing replayed: the
+    component holds that what it sent arrives. It asks after less than that replay gave only
+    because its frames had not arrived yet, so it takes nothing back: were ``given`` lowered,
+    the link would send live again (stale) what is on its way to the subscriber."""
+    comp, got, sub = _acks_not_taken(here(link_bits=3), monkeypatch)
+    try:
+        assert sub.wait_connected(20)
+        link, _want, _top, _sent, delivered, answers = _passed_over_after_a_replay(
+            comp, redis_url, monkeypatch, got)
+        repeat = SourceGapRequest({"feed.c": delivered}, request_id=1 << 30)
+        comp.ask("s", [repeat])
+        assert id(repeat) not in answers  # answered by the ended replay: nothing replayed
+        assert comp.call(lambda: dict(link.route.given["s"])) == {"feed.c": 200}
+    finally:
+        sub.stop()

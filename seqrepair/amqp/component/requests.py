@@ -197,10 +197,6 @@ def answer_gap(
             cookie,
         )
         return
-    carry_through = _not_taken(link, request)
-    if carry_through:
-        link.log.info("source request below what replays gave: carried through what the "
-                      "link passed over", carry_through=carry_through)
     live = route.live_replay(link.name, request)
     if live is not None:
         # "still going?": the replay of an earlier attempt of this request runs; it goes on
@@ -223,6 +219,12 @@ def answer_gap(
         # that replay sent, which this one's publications would pass (responses._reached)
         link.log.info("source request following a replay ended short: not answered")
         return
+    # a repeat is answered above: what it asks after is only what had not arrived yet of
+    # an answer on its way, so it takes nothing back
+    carry_through = _not_taken(link, request)
+    if carry_through:
+        link.log.info("source request below what replays gave: carried through what the "
+                      "link passed over", carry_through=carry_through)
     # asked before the replay in progress ended, for what follows it: answered after it
     following = route.follows(link.name, request)
     principal = component.principals.get(link.name, ANONYMOUS)
@@ -272,14 +274,16 @@ def _not_taken(link: SubscriberLink, request: SourceGapRequest) -> dict[str, int
     """What ``request`` (a source request of ``link``) shows its subscriber did not take of
     what the link's replays gave it (:attr:`ResponseRoute.given`): per source it asks after a
     number below that, it lacks some (an answer it dropped as stray, once its view of the
-    link broke). Those numbers are given no more, so the link sends them live again.
+    link broke). Those numbers are given no more, so the link sends them live again. Not
+    asked of a repeat that a replay running or ended answers (:func:`answer_gap`): it asks
+    after less only because that answer is still on its way.
 
     Returned: per source whose ``after`` is below the highest number the link ever passed
     over as given (:attr:`~.links.SubscriberLink.skipped_top`), that number: the replay for
     ``request`` carries through it, whatever the link numbered past its cover point. Read
     from what the link passed over, not from ``given``: a take-back lowers ``given`` at once,
     and the request that took it back may get no replay of its own (refused by the budget,
-    replaced by a newer request, continued as a repeat), so the next request, below the
+    replaced by a newer request, cut at ``max_gap_range``), so the next request, below the
     skipped numbers still, must carry through them too: nothing the link passed over is
     left to nobody, and a replay that carries more sends only duplicates the stub drops."""
     given = link.route.given.get(link.name)
