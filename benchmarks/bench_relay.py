@@ -61,6 +61,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -117,15 +118,17 @@ def start(args: list[str], name: str, tree: Path = ROOT) -> tuple[subprocess.Pop
 
 def publish(url: str, redis_url: str, n: int, source: str = "bench",
             topics: str = "/load/a,/load/b",
-            pinned: dict[str, tuple[list[str], int]] | None = None) -> float:
+            pinned: dict[str, tuple[list[str], int]] | None = None,
+            started: Callable[[int], None] | None = None) -> float:
     """``seqrepair publish`` of ``n`` into ``url``; the CPU seconds it used. With ``--sites``
-    it runs on the origin's core, its threads' affinity put in ``pinned``."""
+    it runs on the origin's core, its threads' affinity put in ``pinned``, ``started`` told
+    its pid."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     command = [sys.executable, "-m", "seqrepair.cli", "publish", "--url", url, "--redis-url",
                redis_url, "--source", source, "--count", str(n), "--batch", "256",
                "--topics", topics]
     if SITES:
-        seen = sites.run_pinned(command, sites.ORIGIN, ENV, timeout=1200)
+        seen = sites.run_pinned(command, sites.ORIGIN, ENV, timeout=1200, started=started)
         if pinned is not None:
             pinned["publisher"] = (seen, sites.ORIGIN)
     else:
@@ -194,7 +197,7 @@ def rate(n: int, relayed: bool, relay_tree: Path = ROOT) -> dict[str, Any]:
     running the code of ``relay_tree``)."""
     kind = "relayed" if relayed else "direct"
     pinned: dict[str, tuple[list[str], int]] = {}
-    marks: list[tuple[float, list[int]]] = []  # --sites: cores' jiffies, 1st and n-th delivery
+    window = sites.Window()  # --sites: cores' and processes' CPU at the 1st and n-th delivery
     with EmbeddedRedis() as redis_a, EmbeddedRedis() as redis_b:
         if SITES:
             sites.pin(pid_of(redis_a), sites.ORIGIN)
@@ -202,6 +205,8 @@ def rate(n: int, relayed: bool, relay_tree: Path = ROOT) -> dict[str, Any]:
         comp, a_url = start(["serve", "--redis-url", redis_a.url, "--max-pending", "200000"],
                             "a")
         procs = [comp]
+        window.pids.update(origin=comp.pid, redis_origin=pid_of(redis_a),
+                           subscriber=os.getpid())
         try:
             url = a_url
             if relayed:
@@ -209,6 +214,7 @@ def rate(n: int, relayed: bool, relay_tree: Path = ROOT) -> dict[str, Any]:
                                     "--subscribe", "/load/#", "--name", "b"], "b",
                                    relay_tree)
                 procs.append(relay)
+                window.pids.update(relay=relay.pid, redis_relay=pid_of(redis_b))
             times: list[float] = []
             numbers: list[int] = []
 
@@ -220,7 +226,7 @@ def rate(n: int, relayed: bool, relay_tree: Path = ROOT) -> dict[str, Any]:
                 times.append(time.perf_counter())
                 numbers.append(pub.source_seq)
                 if len(times) == 1 or len(times) == n:
-                    marks.append((times[-1], sites.cpu_jiffies()))
+                    window.mark(times[-1])
 
             sub = Subscriber(url, "/load/#", on_publication=delivered_marked if SITES
                              else delivered, credit=500).start()
@@ -236,7 +242,8 @@ def rate(n: int, relayed: bool, relay_tree: Path = ROOT) -> dict[str, Any]:
             cpu_before = [proc_cpu(pid) for pid in pids] + [own_cpu()]
             threads_before = threads_cpu(procs[-1].pid)
             sampler = IdleSampler().start() if TRACE is not None else None
-            publisher_cpu = publish(a_url, redis_a.url, n, pinned=pinned)
+            publisher_cpu = publish(a_url, redis_a.url, n, pinned=pinned,
+                                    started=lambda pid: window.pids.update(publisher=pid))
             deadline = time.monotonic() + 300
             while len(times) < n and time.monotonic() < deadline:
                 time.sleep(0.05)
@@ -286,8 +293,13 @@ def rate(n: int, relayed: bool, relay_tree: Path = ROOT) -> dict[str, Any]:
               "repaired": stats["repaired"], "unrecoverable": stats["unrecoverable"]}
     if SITES:
         # the window's busy share of each core: the site whose core is near 1.0 bound it
-        result["core_busy"] = (sites.core_busy(marks[0], marks[1]) if len(marks) == 2
-                               else None)
+        cores = {name: core for core, names in sites.ASSIGNMENT[kind].items()
+                 for name in names}
+        busy = window.busy({name: int(core) for name, core in cores.items()},
+                           ended={"publisher": publisher_cpu})
+        result["core_busy"] = busy[0] if busy is not None else None
+        # of it, this round's processes (the rest: anything else running on the machine)
+        result["core_busy_own"] = busy[1] if busy is not None else None
         result["site_cpu_us_per_pub"] = site_cpu(per_pub)
         result["pinned"] = {name: seen for name, (seen, _) in pinned.items()}
     return result
@@ -467,6 +479,8 @@ def sites_fields(direct: list[dict[str, Any]], relayed: list[dict[str, Any]],
         "sites": True, "model": sites.MODEL, "site_assignment": sites.ASSIGNMENT,
         "core_busy_direct": [r["core_busy"] for r in direct],
         "core_busy_relayed": [r["core_busy"] for r in relayed],
+        "core_busy_own_direct": [r["core_busy_own"] for r in direct],
+        "core_busy_own_relayed": [r["core_busy_own"] for r in relayed],
         "site_cpu_us_per_pub_direct": site_medians(direct),
         "site_cpu_us_per_pub_relayed": site_medians(relayed),
         "pinned": {"direct": direct[0]["pinned"], "relayed": relayed[0]["pinned"]},
@@ -490,11 +504,14 @@ def summarize_sites(result: dict[str, Any]) -> None:
              f"of medians {result['ratio_of_medians']}; exact {result['exact']}"]
     for kind in ("direct", "relayed"):
         rates = ", ".join(f"{r / 1000:.1f}k" for r in result[kind])
-        busy = "; ".join("n/a" if b is None else "/".join(f"{x:.2f}" for x in b)
-                         for b in result[f"core_busy_{kind}"])
+        busy = "; ".join("n/a" if b is None else "/".join(
+            f"{x:.2f} ({y:.2f})" for x, y in zip(b, own, strict=True))
+            for b, own in zip(result[f"core_busy_{kind}"], result[f"core_busy_own_{kind}"],
+                              strict=True))
         cpu = result[f"site_cpu_us_per_pub_{kind}"]
-        lines.append(f"{kind}: {rates}/s; cores 0/1 busy over each delivery window {busy}; "
-                     f"CPU us/pub core 0 {cpu['0']}, core 1 {cpu['1']}")
+        lines.append(f"{kind}: {rates}/s; cores 0/1 busy over each delivery window, (of it "
+                     f"this round's processes): {busy}; CPU us/pub core 0 {cpu['0']}, "
+                     f"core 1 {cpu['1']}")
         known = [b for b in result[f"core_busy_{kind}"] if b is not None]
         if known:
             medians = [statistics.median(b[core] for b in known) for core in (0, 1)]

@@ -17,7 +17,10 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
+
+from procs import proc_cpu
 
 ORIGIN = 0  # core of the origin's site: publisher, serve, the origin's redis-server
 SUBSCRIBER = 1  # core of the subscriber's site: the subscriber, and the relay with its redis
@@ -72,11 +75,14 @@ def allowed(pid: int) -> list[str]:
     return sorted(found)
 
 
-def run_pinned(command: list[str], core: int, env: dict[str, str], timeout: float) -> list[str]:
-    """Run ``command`` under ``taskset -c core`` to its end (output discarded, check=True);
-    the affinity its threads had once ``taskset`` had handed over to it."""
+def run_pinned(command: list[str], core: int, env: dict[str, str], timeout: float,
+               started: Callable[[int], None] | None = None) -> list[str]:
+    """Run ``command`` under ``taskset -c core`` to its end (output discarded, check=True),
+    ``started`` told its pid; the affinity its threads had once ``taskset`` had handed over."""
     proc = subprocess.Popen([*taskset(core), *command], env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE)
+    if started is not None:
+        started(proc.pid)
     seen: list[str] = []
     deadline = time.monotonic() + timeout
     argv = "\0".join(command).encode() + b"\0"
@@ -118,9 +124,44 @@ def cpu_jiffies() -> list[int]:
 
 def core_busy(first: tuple[float, list[int]], last: tuple[float, list[int]]) -> list[float]:
     """Each core's busy share between two ``(perf_counter time, cpu_jiffies())`` marks
-    (jiffies of 1/CLK_TCK s: over a 0.3 s window a share is good to about +-0.03)."""
+    (jiffies of 1/CLK_TCK s: over a 0.3 s window a share is good to about +-0.03), whoever
+    kept it busy."""
     seconds = last[0] - first[0]
     if seconds <= 0:
         return [float("nan")] * len(first[1])
     tick = os.sysconf("SC_CLK_TCK")
     return [round((b - a) / tick / seconds, 2) for a, b in zip(first[1], last[1], strict=True)]
+
+
+class Window:
+    """Marks at the first and the last delivery of a round: each cpu's busy jiffies and the
+    CPU of each watched process (``pids``, by name), so a core's busy share can be told apart
+    into this round's processes and anything else on the machine (other users' load)."""
+
+    def __init__(self) -> None:
+        self.pids: dict[str, int] = {}
+        self.marks: list[tuple[float, list[int], dict[str, float]]] = []
+
+    def mark(self, at: float) -> None:
+        """Take a mark at ``at`` (perf_counter time, now)."""
+        self.marks.append((at, cpu_jiffies(),
+                           {name: proc_cpu(pid) for name, pid in self.pids.items()}))
+
+    def busy(self, cores: dict[str, int], ended: dict[str, float]
+             ) -> tuple[list[float], list[float]] | None:
+        """Each core's busy share between the two marks, and the share of it this round's
+        processes used (``cores``: each process's core). ``ended``: the total CPU of a process
+        that may have exited before the last mark (the publisher), taken for its CPU at the
+        last mark when it was gone by then (``proc_cpu`` 0)."""
+        if len(self.marks) != 2:
+            return None
+        (t0, jiffies0, cpu0), (t1, jiffies1, cpu1) = self.marks
+        total = core_busy((t0, jiffies0), (t1, jiffies1))
+        own = [0.0] * len(total)
+        for name, core in cores.items():
+            last = cpu1.get(name, 0.0)
+            if not last and name in ended:
+                last = ended[name]
+            used = last - cpu0.get(name, 0.0)
+            own[core] += used / (t1 - t0)
+        return total, [round(x, 2) for x in own]
