@@ -160,9 +160,9 @@ class SubscriberStub(SourceRepairing, ImageResyncing):
     # None once a link frame or a reset has come since. A reset then is the new link context of
     # a component that replayed by source first (see _new_context).
     _resumed_at: int | None = attrs.field(init=False, default=None)
-    # the resume_point() request a frame of the kept context answered: its replay is still
-    # taken (see stubrepair._resume_continued)
-    _resume_answered: SourceGapRequest | None = attrs.field(init=False, default=None)
+    # the resume_point() request a frame of the kept context answered, while nothing of its
+    # answer has come: that answer is still taken (see stubrepair._resume_continued)
+    _resume_answered: SourceRepair | None = attrs.field(init=False, default=None)
     # the publications held when the link view was lost (see stubrepair), offered to the
     # new view once the replay has come
     _salvage: list[Publication] = attrs.field(init=False, factory=list)
@@ -304,10 +304,11 @@ class SubscriberStub(SourceRepairing, ImageResyncing):
 
         A component that kept the link context may instead simply continue the link: a frame
         that continues it (the next link number, or a later one, which opens an ordinary link
-        gap) satisfies the request, which is then neither retried nor given up. A replay that
-        still comes for it is taken all the same (what it brings that the stub lacks is
-        delivered: the component may have passed it over on the link as given by that replay),
-        its ``ReplayComplete`` dropped as stray.
+        gap) satisfies the request, which is then neither retried nor given up while the link
+        brings each source's next number. An answer that still comes for it makes it the
+        request in flight again (the component may have passed over on the link as given what
+        that replay brings), as does a link publication that is not the next number of its
+        source: it waits for that answer, which may bring the numbers before it.
         A component that did not keep it replays by source, then starts the link at 0; that
         reset asks for nothing more (see :meth:`_new_context`).
         """
@@ -343,6 +344,7 @@ class SubscriberStub(SourceRepairing, ImageResyncing):
             and not self._gaps
             and self._source is None
             and not self._image_floor
+            and self._resume_answered is None
             and frame.source_seq > self._last_delivered.get(frame.source, 0)
             and (not self._stale_ahead or frame.source_seq > self._stale_ahead.get(frame.source, 0))
         ):
@@ -441,7 +443,7 @@ class SubscriberStub(SourceRepairing, ImageResyncing):
         """The run of frames from ``start`` that :meth:`receive`'s in-order case would take,
         found without changing the stub; None when that case does not apply now."""
         if (self._buffer or self._gaps or self._source is not None or not self._expected
-                or self._image_floor):
+                or self._image_floor or self._resume_answered is not None):
             return None
         delivered = self._last_delivered
         if self._stale_ahead:  # what a stale frame may carry counts as delivered
@@ -658,6 +660,7 @@ class SubscriberStub(SourceRepairing, ImageResyncing):
         stats = self._stats
         events = self._events
         floors = self._image_floor
+        continued = self._resume_answered
         while True:
             frame = buffer.pop(expected, None)
             if frame is not None:
@@ -667,6 +670,15 @@ class SubscriberStub(SourceRepairing, ImageResyncing):
                 elif frame.source_seq > last_delivered.get(frame.source, 0):
                     if floors and self._covered(frame):
                         continue  # an image delivered holds it (stubimages)
+                    if continued is not None and frame.source_seq > last_delivered.get(
+                        frame.source, 0
+                    ) + 1:
+                        # the answer to the resume the link continued may bring numbers of
+                        # its source before it (what the link passed over as given): it waits
+                        expected -= 1
+                        buffer[expected] = frame
+                        self._await_resume_answer(self._now, heard=False)
+                        break
                     # _deliver, inlined: a repair drains thousands of frames at a time
                     last_delivered[frame.source] = frame.source_seq
                     stats.delivered += 1

@@ -81,7 +81,7 @@ class SourceRepairing:
     _probe: int | None
     _asked: AskedRequests
     _resumed_at: int | None
-    _resume_answered: SourceGapRequest | None
+    _resume_answered: SourceRepair | None
     _events: list[Event]
     _salvage: list[Publication]
     _covered_through: int
@@ -559,6 +559,8 @@ class SourceRepairing:
     def _on_replay_started(self, started: ReplayStarted, now: float) -> None:
         """The component runs the replay of the request in flight (or of an earlier attempt
         of it, which it continues): it is live, and only a real silence asks again."""
+        if self._source is None:
+            self._resume_answer(started.request)
         source = self._source
         if source is None:
             return
@@ -596,32 +598,48 @@ class SourceRepairing:
 
     def _resume_continued(self, now: float) -> None:
         """A new frame of the old link context answered resume_point(): the component kept the
-        context, so the link itself brings what follows and link gaps are repaired by range. The
-        request is done (neither retried nor given up), but a replay that still comes for it is
-        taken (:meth:`_on_replayed`): the component may have passed over as given what it
-        replays (WIRE.md, "What a replay gave, the link never sends live"), so the link does not
-        carry it all."""
+        context, so the link brings what follows and link gaps are repaired by range. The
+        request rests (neither retried nor given up) until :meth:`_await_resume_answer`."""
         assert self._source is not None
-        self._resume_answered = self._source.request
+        self._resume_answered = self._source
         self._source = None
         if self._gaps.in_state(GapState.SOURCE):  # context-lost gaps still need a replay
             self._request_source(now, hold=False)
 
+    def _await_resume_answer(self, now: float, *, heard: bool) -> None:
+        """The resting request of a resume the link continued is in flight again, holding the
+        link until its answer ends: an answer came (``heard``), or a link publication that is
+        not its source's next number is due. The link passes over as given what a replay gave
+        (WIRE.md), so that answer may bring the numbers before it, and may come after it (sent
+        on the link's first credit, or resent ahead of the replay's pages)."""
+        source = self._resume_answered
+        assert source is not None
+        assert self._source is None
+        self._resume_answered = None
+        source.hold = True
+        source.quiet = False
+        if heard:
+            source.progress(now, self._progress_wait)
+        else:
+            source.next_at = now + self._retry_wait(source.attempts)
+        self._source = source
+
+    def _resume_answer(self, request: SourceGapRequest | None) -> bool:
+        """Is an answer naming ``request`` (None: a replayed publication) to the resting
+        request? If so that request is in flight again."""
+        continued = self._resume_answered
+        if continued is None or (request and not same_attempt(request, continued.request)):
+            return False
+        self._await_resume_answer(self._now, heard=True)
+        return True
+
     def _on_replayed(self, publication: Publication, now: float) -> None:
-        if self._source is None:
-            if self._resume_answered is not None:
-                # the answer to a resume the link continued: cut where the link carries on
-                # past the resume point, it overtakes no frame of its source (one delivered
-                # already is dropped)
-                if self._deliver(publication):
-                    self._stats.source_repaired += 1
-                    # the link's copy, still to come, is a duplicate, not a stale slot
-                    self._replay_top[publication.source] = publication.source_seq
-                return
+        if self._source is None and not self._resume_answer(None):
             # Without a replay in flight a link-less frame cannot be placed in link order;
             # delivering it could overtake buffered frames of its source, so it is not kept.
             self._stats.stray_dropped += 1
             return
+        assert self._source is not None
         if self._deliver(publication):
             self._stats.source_repaired += 1
             self._replay_top[publication.source] = publication.source_seq
@@ -668,10 +686,10 @@ class SourceRepairing:
         return end
 
     def _on_replay_complete(self, complete: ReplayComplete, now: float) -> None:
+        continued = self._resume_answered
+        if continued is not None and answers_request(complete, continued.request):
+            self._await_resume_answer(now, heard=True)  # its end: it may say more
         source = self._source
-        answered = self._resume_answered
-        if answered is not None and answers_request(complete, answered):
-            self._resume_answered = None  # that replay is over
         if source is None or not answers_request(complete, source.request):
             self._stats.stray_dropped += 1
             return
@@ -731,6 +749,8 @@ class SourceRepairing:
 
     def _on_gap_error(self, error: GapError, now: float) -> None:
         request = error.request
+        if isinstance(request, SourceGapRequest) and self._source is None:
+            self._resume_answer(request)
         if isinstance(request, SourceGapRequest) or (request is None and self._source):
             if self._source is None or (
                 request is not None and not same_attempt(request, self._source.request)

@@ -627,7 +627,60 @@ def test_the_replay_of_a_resume_the_link_answered_brings_what_the_link_passed_ov
     assert delivered(events) == [("feed.b", 1), ("feed.b", 2)]
     assert delivered(stub.receive(pub(5, 5), now=0.3)) == [("feed.a", 5)]
     assert (stub.stats.delivered, stub.stats.unrecoverable, stub.stats.stray_dropped) == (
-        7, 0, 1)  # the REPLAY-COMPLETE is not the request in flight's: stray
+        7, 0, 0)  # its REPLAY-COMPLETE ends the request its answer put in flight again
+
+
+def test_a_link_frame_that_overtakes_the_replay_of_a_continued_resume_waits_for_it():
+    """The link passed feed.c 1..20 over as given by a replay the stub never read (it went with
+    the connection), then numbered feed.c 21. Resumed, the link sends 21 on its first credit,
+    before the answer to resume_point() that carries 1..20 (cut where the link carries on):
+    21 waits for that answer, the request asked again until it comes. Delivered at once, it
+    made the stub drop 1..20 as duplicates (lost, no Unrecoverable)."""
+    stub = make()
+    for n in (1, 2, 3):
+        stub.receive(pub(n, n), now=0.0)
+    request = stub.resume_point()
+    assert stub.receive(pub(4, 21, source="feed.c"), now=0.1) == []  # waits for the replay
+    assert of(RequestSourceGap, stub.poll(now=5.0)) == [
+        RequestSourceGap(SourceGapRequest({"feed.a": 3}))]  # still owed: asked again
+    late: list[object] = [replayed(n, source="feed.c") for n in range(1, 21)]
+    late.append(ReplayComplete(through={"feed.a": 3, "feed.c": 20}, request=request))
+    events = [event for frame in late for event in stub.receive(frame, now=5.1)]
+    assert delivered(events) == [("feed.c", n) for n in range(1, 22)]
+    assert delivered(stub.receive(pub(5, 4), now=5.2)) == [("feed.a", 4)]
+    assert (stub.stats.delivered, stub.stats.unrecoverable, stub.stats.duplicates) == (25, 0, 0)
+
+
+def test_a_resend_that_overtakes_the_running_replay_of_a_continued_resume_waits_for_it():
+    """The resume's answer has begun (the link's first frame came before it, in order for its
+    source); a resend of a later frame (answers to link ranges and tail probes go before a
+    replay's pages) carries a number of a source the replay has not reached yet: it waits."""
+    stub = make()
+    for n in (1, 2, 3):
+        stub.receive(pub(n, n), now=0.0)
+    request = stub.resume_point()
+    assert delivered(stub.receive(pub(4, 4), now=0.1)) == [("feed.a", 4)]  # continued
+    assert delivered(stub.receive(replayed(1, source="feed.c"), now=0.2)) == [("feed.c", 1)]
+    assert stub.receive(pub(5, 9, source="feed.c", retransmit=True), now=0.3) == []
+    late: list[object] = [replayed(n, source="feed.c") for n in range(2, 9)]
+    late.append(ReplayComplete(through={"feed.a": 3, "feed.c": 8}, request=request))
+    events = [event for frame in late for event in stub.receive(frame, now=0.4)]
+    assert delivered(events) == [("feed.c", n) for n in range(2, 10)]
+    assert stub.stats.unrecoverable == 0
+
+
+def test_a_trimmed_answer_to_a_continued_resume_is_reported():
+    """Not dropped as stray: what retention trimmed of what only that answer brings is named."""
+    stub = make()
+    for n in (1, 2, 3):
+        stub.receive(pub(n, n), now=0.0)
+    request = stub.resume_point()
+    assert delivered(stub.receive(pub(4, 4), now=0.1)) == [("feed.a", 4)]
+    events = stub.receive(GapError("trimmed", request, "gone", {"feed.c": 5}), now=0.2)
+    assert of(Unrecoverable, events) == [Unrecoverable(source="feed.c", after=None,
+                                                       reason="trimmed")]
+    assert of(RequestSourceGap, events) == [
+        RequestSourceGap(SourceGapRequest({"feed.a": 4, "feed.c": 5}))]
 
 
 def test_a_resume_the_link_answers_still_replays_gaps_whose_context_was_lost():
