@@ -42,9 +42,12 @@ the link attaches) calls ``link_reset(now)``; the in-band frame 0 is then option
 first one that comes (a heartbeat) is that reset's frame, even after later frames.
 A (re)attaching subscriber sends ``resume_point()`` first. A component that kept the link
 context answers it by continuing the link: the first new frame of the old context satisfies
-the request (link gaps are then repaired by range as ever). One that did not replays by source
-and then starts the link at 0: that reset needs no replay of its own, so the new context is
-delivered at once, or, when it overtakes the replay's ``ReplayComplete``, released by it.
+the request (link gaps are then repaired by range as ever), yet its answer may still come and
+bring what the link passed over as given: once any of it comes, or a link publication that is
+not its source's next number is due, the request is in flight again and the link waits for its
+end. One that did not replays by source and then starts the link at 0: that reset needs no
+replay of its own, so the new context is delivered at once, or, when it overtakes the replay's
+``ReplayComplete``, released by it.
 A reset at any other time is handled as above. Answers to the requests a reset voided may still
 come: each source request carries an id of its own (its retries keep it) that its answers echo,
 and the link requests of the context before are remembered, so such an answer is dropped.
