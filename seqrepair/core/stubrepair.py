@@ -412,14 +412,17 @@ class SourceRepairing:
         self, *, next_at: float | None, hold: bool, resume: bool = False
     ) -> SourceGapRequest:
         """Put a source request in flight (replacing any): it covers every link number missing
-        now and keeps the hold of the one it replaces."""
+        now and keeps the hold of the one it replaces, or of the resting request of a resume
+        the link continued (its replay, like that one's, may bring numbers before the link's)."""
         request = self._new_source_request(self._highest)
-        self._resume_answered = None  # a replay in flight takes what still comes of it
+        # a replay in flight takes what still comes of it (a new resume's replaces it)
+        resting = self._resume_answered is not None and not resume
+        self._resume_answered = None
         previous = self._source
         self._source = SourceRepair(
             request=request,
             cover_through=self._highest,
-            hold=hold or (previous is not None and previous.hold),
+            hold=hold or resting or (previous is not None and previous.hold),
             attempts=1,
             next_at=next_at,
             resume=resume,

@@ -669,6 +669,27 @@ def test_a_resend_that_overtakes_the_running_replay_of_a_continued_resume_waits_
     assert stub.stats.unrecoverable == 0
 
 
+def test_a_source_request_that_replaces_a_continued_resume_holds_the_link_as_it_would():
+    """A link gap whose context was lost replaces the resting request of a resume the link
+    continued; the new replay brings what the link passed over as given (feed.c 1..20) and the
+    resend of link 4 carries feed.c 21, in no gap of that request: it waits for the replay, as
+    it would have for the resume's (delivered at once, it made the stub drop 1..20)."""
+    stub = make()
+    for n in (1, 2, 3):
+        stub.receive(pub(n, n), now=0.0)
+    stub.resume_point()
+    stub.receive(Heartbeat(link_seq=5), now=0.1)  # continues the context; 4 is missing
+    stub.receive(Heartbeat(link_seq=7), now=0.1)  # and 6
+    events = stub.receive(GapError("context-lost", GapRequest(6, 6)), now=0.2)
+    (asked,) = of(RequestSourceGap, events)
+    assert stub.receive(pub(4, 21, source="feed.c", retransmit=True), now=0.3) == []
+    late: list[object] = [replayed(n, source="feed.c") for n in range(1, 22)]
+    late.append(ReplayComplete(through={"feed.a": 3, "feed.c": 21}, request=asked.request))
+    events = [event for frame in late for event in stub.receive(frame, now=0.4)]
+    assert delivered(events) == [("feed.c", n) for n in range(1, 22)]
+    assert stub.stats.unrecoverable == 0
+
+
 def test_a_trimmed_answer_to_a_continued_resume_is_reported():
     """Not dropped as stray: what retention trimmed of what only that answer brings is named."""
     stub = make()
