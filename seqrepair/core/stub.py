@@ -34,9 +34,9 @@ numbers read as slots of the new context. So the new context's frames are held u
 the replay the reset owes completes; its ``through`` covers per source everything the old
 contexts carried (the component cuts it where the new context starts), and from then on a
 link publication at or below it is stale: it takes no slot, moves no highest number and
-anchors no view (``stats.stale_dropped``; see :meth:`SourceRepairing._hold`). A window full of
+anchors no view (``stats.stale_dropped``; see :meth:`StaleFrames._hold`). A window full of
 such frames (a replay that ran past the new context's start) still moves: the component's tail
-probe, repeating one, covers the numbers up to it by source (see ``SourceRepairing._on_stale``).
+probe, repeating one, covers the numbers up to it by source (see ``StaleFrames._on_stale``).
 An adapter that learns of a reset out of band (a component announces a new link context when
 the link attaches) calls ``link_reset(now)``; the in-band frame 0 is then optional, and the
 first one that comes (a heartbeat) is that reset's frame, even after later frames.
@@ -175,7 +175,7 @@ class SubscriberStub(SourceRepairing, ImageResyncing):
     _given_up: deque[tuple[int, int]] = attrs.field(init=False, factory=lambda: deque(maxlen=64))
     # per source, the highest number a replay delivered in this link context
     _replay_top: dict[str, int] = attrs.field(init=False, factory=dict)
-    # the frames of a reset context that came while its replay is owed, unread (see stubrepair)
+    # the frames of a reset context that came while its replay is owed, unread (see stubstale)
     _held: list[tuple[LinkFrame, int]] = attrs.field(init=False, factory=list)
     # per source, the numbers the replays that released reset contexts answered: every link
     # context before the current one carried only publications at or below them
@@ -183,7 +183,7 @@ class SubscriberStub(SourceRepairing, ImageResyncing):
     # the part of _stale_floor above the last delivered (what the fast paths must check)
     _stale_ahead: dict[str, int] = attrs.field(init=False, factory=dict)
     # the highest number a stale copy moved _highest to, no frame having proved it sent (see
-    # stubrepair._on_stale); 0 when none: a source request covering through it is not cut
+    # stubstale._on_stale); 0 when none: a source request covering through it is not cut
     _unproven_top: int = attrs.field(init=False, default=0)
     # stale originals past the highest number, by absolute number: what a tail probe repeats
     _stale_seen: dict[int, tuple[str, int]] = attrs.field(init=False, factory=dict)
