@@ -500,6 +500,20 @@ class SourceRepairing(StaleFrames):
         self._await_resume_answer(self._now, heard=True)
         return True
 
+    def _resume_refused(self, now: float) -> None:
+        """The component refused resume_point()'s request (its resend budget, which refills):
+        asked again as if unanswered, given up only when the retries run out. The journal holds
+        all it asks for, and a link the component kept goes on (giving up named every source
+        Unrecoverable while the link delivered them), but what that link passed over as given
+        by a replay the stub never read only this request's answer brings: the link is held
+        until it comes, and does not satisfy the request meanwhile."""
+        source = self._source
+        assert source is not None
+        source.hold = True
+        source.quiet = False
+        source.live = False
+        source.next_at = now + self._retry_wait(source.attempts)
+
     def _on_replayed(self, publication: Publication, now: float) -> None:
         if self._source is None and not self._resume_answer(None):
             # Without a replay in flight a link-less frame cannot be placed in link order;
@@ -623,6 +637,11 @@ class SourceRepairing(StaleFrames):
                 request is not None and not same_attempt(request, self._source.request)
             ):
                 self._stats.stray_dropped += 1
+                return
+            if error.reason == "refused" and self._source.resume and (
+                self._source.attempts < self.max_retries
+            ):
+                self._resume_refused(now)
                 return
             trimmed = error.trimmed_through
             if error.reason == "trimmed" and trimmed and self._skip_trimmed(

@@ -962,3 +962,66 @@ def test_a_second_reset_while_the_resume_replay_is_in_flight_asks_again_for_what
     done = stub.receive(ReplayComplete({"feed.a": 8}, request=again), now=0.4)
     assert delivered(done) == [("feed.a", 9)]
     assert stub.stats.unrecoverable == 0
+
+
+def resumed_and_continued(stub):
+    for n in (1, 2, 3):
+        stub.receive(pub(n, n), now=0.0)
+    request = stub.resume_point()
+    assert delivered(stub.receive(pub(4, 4), now=0.1)) == [("feed.a", 4)]  # continued
+    return request
+
+
+def test_a_budget_refusal_of_a_continued_resume_is_asked_again_not_reported_lost():
+    """The link's resend budget refills (WIRE.md: 100,000 numbers/s) and the journal holds all
+    the resume asks for; the link kept the context and goes on. Giving the request up named
+    every source Unrecoverable while the link (and a later replay) delivered them all; and
+    what the link passed over as given (feed.c 1..2) is owed by a replay only a retry gets."""
+    stub = make()
+    request = resumed_and_continued(stub)
+    events = stub.receive(GapError("refused", request, "over the resend budget"), now=0.2)
+    assert of(Unrecoverable, events) == []
+    retry = of(RequestSourceGap, stub.poll(now=stub.next_deadline))
+    assert [r.request.after for r in retry] == [{"feed.a": 4}]
+    late: list[object] = [replayed(1, source="feed.c"), replayed(2, source="feed.c")]
+    late.append(ReplayComplete(through={"feed.a": 4, "feed.c": 2}, request=retry[0].request))
+    events = [event for frame in late for event in stub.receive(frame, now=1.0)]
+    events += stub.receive(pub(5, 5), now=1.1)
+    assert delivered(events) == [("feed.c", 1), ("feed.c", 2), ("feed.a", 5)]
+    assert (stub.stats.unrecoverable, stub.stats.sources_abandoned) == (0, 0)
+
+
+def test_a_refused_resume_in_flight_is_asked_again_and_the_kept_link_delivered():
+    """Refused before the link's first frame (the request link answers first): the same."""
+    stub = make()
+    for n in (1, 2, 3):
+        stub.receive(pub(n, n), now=0.0)
+    request = stub.resume_point()
+    stub.poll(now=0.0)
+    events = stub.receive(GapError("refused", request, "over the resend budget"), now=0.05)
+    assert of(Unrecoverable, events) == []
+    assert stub.receive(pub(4, 4), now=0.1) == []  # held: the refused answer is still owed
+    retry = of(RequestSourceGap, stub.poll(now=stub.next_deadline))
+    assert [r.request.after for r in retry] == [{"feed.a": 3}]
+    late: list[object] = [replayed(1, source="feed.c")]
+    late.append(ReplayComplete(through={"feed.a": 3, "feed.c": 1}, request=retry[0].request))
+    events = [event for frame in late for event in stub.receive(frame, now=1.0)]
+    assert delivered(events) == [("feed.c", 1), ("feed.a", 4)]
+    assert (stub.stats.unrecoverable, stub.stats.sources_abandoned) == (0, 0)
+
+
+def test_a_resume_refused_at_every_retry_is_reported_lost_in_the_end():
+    """A refusal that does not pass (too many sources named) is given up after the retries:
+    what the resume asked for is named Unrecoverable, never waited on for ever."""
+    stub = make(max_retries=3)
+    request = resumed_and_continued(stub)
+    events = stub.receive(GapError("refused", request, "more than 1000 sources"), now=0.2)
+    for _ in range(10):
+        for event in stub.poll(now=stub.next_deadline):
+            events.append(event)
+            if isinstance(event, RequestSourceGap):
+                events += stub.receive(GapError("refused", event.request), now=stub._now)
+        if of(Unrecoverable, events):
+            break
+    assert of(Unrecoverable, events)[0].source == "feed.a"
+    assert delivered(stub.receive(pub(5, 5), now=stub._now)) == [("feed.a", 5)]
