@@ -15,6 +15,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from seqrepair import (
     Delivered,
+    GapError,
     Heartbeat,
     HeartbeatOverdue,
     Publication,
@@ -402,6 +403,79 @@ def test_a_kept_context_that_passed_numbers_over_delivers_them_in_order_whatever
                                            if n in link else Heartbeat(link_seq=n), now)
             elif isinstance(event, RequestSourceGap):  # the answer ended: its end again
                 events += stub.receive(ReplayComplete(through=cut, request=event.request), now)
+    for source in sources:
+        mine = [e.publication.source_seq for e in events
+                if isinstance(e, Delivered) and e.publication.source == source]
+        assert mine == list(range(1, top[source] + 1)), (source, stub.stats)
+    assert [e for e in events if isinstance(e, Unrecoverable)] == []
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.randoms(use_true_random=False))
+def test_a_refused_resume_of_a_kept_context_is_asked_again_and_delivers_everything(rng):
+    """As above, but the component refuses the resume's request (its resend budget): the
+    refusal overtakes or follows the link's frames, the stub asks again and the retry is
+    answered. Every source is delivered once, complete and in order, with no Unrecoverable."""
+    stub = SubscriberStub(bits=16, nak_delay=0.05, seed=1)
+    sources = ("a", "b", "c")
+    top = dict.fromkeys(sources, 0)
+    link: dict[int, Publication] = {}
+    events = []
+    number = 0
+    for _ in range(rng.randint(1, 6)):  # the old link, some of it lost
+        source = rng.choice(sources)
+        top[source] += 1
+        number += 1
+        link[number] = Publication("/t", source, top[source]).with_link(number)
+        if number == 1 or rng.random() > 0.25:
+            events += stub.receive(link[number], 0.0)
+    through = number
+    request = stub.resume_point()
+    for source in sources:  # passed over as given, never numbered
+        top[source] += rng.randint(0, 4)
+    for _ in range(rng.randint(0, 8)):  # numbered after the resume point
+        source = rng.choice(sources)
+        top[source] += 1
+        number += 1
+        link[number] = Publication("/t", source, top[source]).with_link(number)
+    replay: list[object] = []
+    cut: dict[str, int] = {}
+    for source in sources:
+        first = min([p.source_seq for n, p in link.items() if n > through
+                     and p.source == source] or [top[source] + 1])
+        replay += [Publication("/t", source, seq).with_link(None, retransmit=True)
+                   for seq in range(request.after.get(source, 0) + 1, first)]
+        cut[source] = first - 1
+    replay.append(ReplayComplete(through=cut, request=request))
+    answer = replay
+    replay = [GapError("refused", request, "over the resend budget")]
+    frames: list[object] = [link[n] for n in range(through + 1, number + 1)]
+    frames.append(Heartbeat(link_seq=number + 1))
+    lost = {id(frame) for frame in frames[:-1] if rng.random() < 0.2}
+    stream: list[object] = []
+    while replay or frames:
+        if frames and (not replay or rng.random() < 0.5):
+            stream.append(frames.pop(0))
+        else:
+            stream.append(replay.pop(0))
+    now = 0.0
+    for frame in stream:
+        now += 0.001
+        if id(frame) not in lost:
+            events += stub.receive(frame, now)
+    while now < 60.0:
+        now = max(now + 0.001, stub.next_deadline or now + 1.0)
+        for event in stub.poll(now):
+            events.append(event)
+            if isinstance(event, RequestGap):  # resent from the context
+                for n in range(event.request.link_from, event.request.link_to + 1):
+                    events += stub.receive(link[n].with_link(n, retransmit=True)
+                                           if n in link else Heartbeat(link_seq=n), now)
+            elif isinstance(event, RequestSourceGap):  # the retry: answered in full
+                for frame in answer[:-1]:
+                    events += stub.receive(frame, now)
+                events += stub.receive(ReplayComplete(through=cut, request=event.request), now)
+                answer = []
     for source in sources:
         mine = [e.publication.source_seq for e in events
                 if isinstance(e, Delivered) and e.publication.source == source]
