@@ -313,7 +313,8 @@ class SubscriberStub(SourceRepairing, ImageResyncing):
         that replay brings), as does a link publication that is not the next number of its
         source: it waits for that answer, which may bring the numbers before it.
         A refusal of it (the resend budget, which refills) is asked again with backoff, the
-        link held until it is answered, and given up only when the retries run out.
+        link held until it is answered, and given up only when the retries run out; so is a
+        rejection of its delivery that passes (:meth:`request_rejected`).
         A component that did not keep it replays by source, then starts the link at 0; that
         reset asks for nothing more (see :meth:`_new_context`).
         """

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from seqrepair.core.asked import AskedRequests
+from seqrepair.core.config import check_now
 from seqrepair.core.events import (
     DeliveredRun,
     Event,
@@ -29,6 +30,7 @@ from seqrepair.core.events import (
 from seqrepair.core.gaps import GapState, GapTracker
 from seqrepair.core.messages import (
     GapError,
+    GapRequest,
     Heartbeat,
     Publication,
     ReplayComplete,
@@ -40,6 +42,10 @@ from seqrepair.core.sequence import RESET, SequenceSpace
 from seqrepair.core.sourcerepair import SourceRepair, answers_request, resume_after
 from seqrepair.core.stubstale import LinkFrame, StaleFrames
 from seqrepair.core.stubstats import StubStats
+
+TEMPORARY_REJECTIONS: frozenset[str] = frozenset({"amqp:resource-limit-exceeded"})
+"""Conditions of a rejected request delivery that pass (the component's replay room, which
+frees as replays end): :meth:`SourceRepairing.request_rejected` asks again with backoff."""
 
 
 def _same_frame(frame: LinkFrame, other: LinkFrame | None) -> bool:
@@ -500,16 +506,49 @@ class SourceRepairing(StaleFrames):
         self._await_resume_answer(self._now, heard=True)
         return True
 
-    def _resume_refused(self, now: float) -> None:
-        """The component refused resume_point()'s request (its resend budget, which refills):
-        asked again as if unanswered, given up only when the retries run out. The journal holds
-        all it asks for, and a link the component kept goes on (giving up named every source
-        Unrecoverable while the link delivered them), but what that link passed over as given
-        by a replay the stub never read only this request's answer brings: the link is held
-        until it comes, and does not satisfy the request meanwhile."""
+    def request_rejected(
+        self, request: GapRequest | SourceGapRequest, condition: str | None, now: float
+    ) -> list[Event]:
+        """The component rejected the delivery of ``request`` (what a :class:`RequestGap` or
+        :class:`RequestSourceGap` asked), with the AMQP ``condition`` (None: none given): it
+        never reached the component, and no answer will come, so it is taken as that request
+        refused. A link range is asked for by source (the journal still holds it). A source
+        request, when the condition passes (:data:`TEMPORARY_REJECTIONS`: the replay room),
+        is asked again with backoff and holds what it held (the link, for resume_point()'s),
+        and when it does not, or the retries run out, is given up: ``Unrecoverable`` for what
+        it covers, the reason the condition. A rejection of resume_point()'s request that the
+        link continued makes it the request in flight again, as its answer would."""
+        now = check_now(now)
+        self._now = now
+        events: list[Event] = []
+        self._events = events
+        reason = condition or "rejected"
+        self._stats.requests_rejected += 1
+        if isinstance(request, GapRequest):
+            self._on_gap_error(GapError("refused", request, detail=reason), now)
+            return events
+        if self._source is None:
+            self._resume_answer(request)
+        source = self._source
+        if source is None or not same_attempt(request, source.request):
+            self._stats.stray_dropped += 1  # given up, replaced or answered meanwhile
+        elif reason in TEMPORARY_REJECTIONS and source.attempts < self.max_retries:
+            self._refused_again(now)
+        else:
+            self._abandon_source_repair(reason, now)
+        return events
+
+    def _refused_again(self, now: float) -> None:
+        """The component refused the request in flight for now (its resend budget, or the
+        replay room, which free): asked again as if unanswered, given up only when the
+        retries run out. For resume_point()'s: the journal holds all it asks for, and a link
+        the component kept goes on (giving up named every source Unrecoverable while the link
+        delivered them), but what that link passed over as given by a replay the stub never
+        read only this request's answer brings: the link is held until it comes, and does not
+        satisfy the request meanwhile."""
         source = self._source
         assert source is not None
-        source.hold = True
+        source.hold = source.hold or source.resume
         source.quiet = False
         source.live = False
         source.next_at = now + self._retry_wait(source.attempts)
@@ -641,7 +680,7 @@ class SourceRepairing(StaleFrames):
             if error.reason == "refused" and self._source.resume and (
                 self._source.attempts < self.max_retries
             ):
-                self._resume_refused(now)
+                self._refused_again(now)
                 return
             trimmed = error.trimmed_through
             if error.reason == "trimmed" and trimmed and self._skip_trimmed(

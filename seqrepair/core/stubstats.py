@@ -34,6 +34,7 @@ class StubStats:
     images_outdated: int = 0  # images older than what their source had delivered, not taken
     image_covered: int = 0  # publications an image delivered held: consumed, not delivered
     images_abandoned: int = 0  # image requests sent IMAGE_TRIES times without an answer
+    requests_rejected: int = 0  # request deliveries the component rejected (request_rejected)
     tail_probes: int = 0  # frames the component marked as its tail probe (receive_tail_probe)
 
     @property

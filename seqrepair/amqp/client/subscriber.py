@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from proton import Endpoint, symbol, ulong
-from proton.reactor import ApplicationEvent, AtMostOnce
+from proton.reactor import ApplicationEvent
 
 from seqrepair.amqp.client.acks import FollowedNumbering, consumed_through
 from seqrepair.amqp.client.publisher import NUMBERING_CONDITIONS as NUMBERING_CONDITIONS
@@ -79,10 +79,12 @@ from seqrepair.core.events import (
 )
 from seqrepair.core.messages import (
     GapError,
+    GapRequest,
     Heartbeat,
     Publication,
     ReplayComplete,
     ReplayStarted,
+    SourceGapRequest,
 )
 from seqrepair.core.overdue import OverduePolicy
 from seqrepair.core.snapshot import (
@@ -238,6 +240,7 @@ class Subscriber(SubscriberRunner):
         self._images_handed: set[int] = set()  # ids of images queued for the iterator
         self._ids = itertools.count(1)
         self._outbox: deque[Outgoing] = deque()
+        self._asking: dict[object, tuple[GapRequest | SourceGapRequest, ...]] = {}  # by message id
         self._receiver: Any = None
         self._control: Any = None
         self._attached_once = False
@@ -306,9 +309,9 @@ class Subscriber(SubscriberRunner):
             self._conn, self.address, name=self.link_name,
             options=LinkProperties(props, self.max_message_size),
         )
-        self._control = self._container.create_sender(
-            self._conn, CONTROL_ADDRESS, options=AtMostOnce()
-        )
+        # sent unsettled: a request the component rejects (its replay room, the request rate)
+        # is rejected at the delivery, and a pre-settled one's rejection never comes back
+        self._control = self._container.create_sender(self._conn, CONTROL_ADDRESS)
         self._attached_once = True
 
     def _on_tick(self) -> None:
@@ -387,6 +390,7 @@ class Subscriber(SubscriberRunner):
         if getattr(conn, "seqrepair_attached", False):
             self.report.disconnections += 1
         self._outbox.clear()
+        self._asking.clear()
         self._receiver = self._control = None
 
     def _oversized(self, link: Any, size: int, limit: int) -> None:
@@ -401,7 +405,15 @@ class Subscriber(SubscriberRunner):
     def on_rejected(self, event: Any) -> None:
         self.report.rejected += 1
         cond = event.delivery.remote.condition
-        self.log.warning("request rejected", condition=cond.name if cond else None)
+        name = cond.name if cond else None
+        asked = getattr(event.delivery, "seqrepair_asked", ())
+        self.log.warning("request rejected", condition=name,
+                         description=cond.description if cond else None, requests=len(asked))
+        # no answer comes for it: the stub takes it as refused (asks again or gives it up)
+        now = self.clock()
+        for request in asked:
+            self._perform(self.stub.request_rejected(request, name, now))
+        self._flush()
 
     def on_message(self, event: Any) -> None:
         now = self.clock()
@@ -523,7 +535,7 @@ class Subscriber(SubscriberRunner):
             elif isinstance(ev, RequestSourceGap):
                 self.log.info("source repair requested", after=dict(ev.request.after),
                               request_id=ev.request.request_id)
-                self._request(encode(ev.request))
+                self._request(encode(ev.request), (ev.request,))
             elif isinstance(ev, Unrecoverable):
                 self.unrecoverable.append(ev)
                 lost.append(ev)
@@ -558,7 +570,8 @@ class Subscriber(SubscriberRunner):
             if self.on_event is not None:
                 self.on_event(ev)
         for start in range(0, len(gaps), 256):
-            self._request(encode_gap_requests(gaps[start : start + 256]))
+            chunk = gaps[start : start + 256]
+            self._request(encode_gap_requests(chunk), tuple(chunk))
         if lost and self.resync_on_unrecoverable:
             self._resync(lost)
 
@@ -619,8 +632,14 @@ class Subscriber(SubscriberRunner):
             return
         super()._taken(publication)
 
-    def _request(self, message: Outgoing) -> None:
+    def _request(
+        self, message: Outgoing, asked: tuple[GapRequest | SourceGapRequest, ...] = ()
+    ) -> None:
+        """Queue ``message`` for the requests link; ``asked``: the repair requests it holds,
+        passed to the stub if the component rejects its delivery (:meth:`on_rejected`)."""
         message.id = next(self._ids)
+        if asked:
+            self._asking[message.id] = asked
         message.reply_to = LINK_PREFIX + self.link_name
         props: dict[Any, Any] = dict(message.properties or {})
         props[PROP_LINK] = self.link_name
@@ -647,7 +666,11 @@ class Subscriber(SubscriberRunner):
     def _flush(self) -> None:
         control = self._control
         while self._outbox and control is not None and control.credit > 0:
-            control.send(self._outbox.popleft())
+            message = self._outbox.popleft()
+            delivery = control.send(message)
+            asked = self._asking.pop(message.id, ())
+            if asked:
+                delivery.seqrepair_asked = asked
 
     def stats(self) -> SubscriberReport:
         """The stub's counters merged into the adapter's report."""
