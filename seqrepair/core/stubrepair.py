@@ -43,9 +43,12 @@ from seqrepair.core.sourcerepair import SourceRepair, answers_request, resume_af
 from seqrepair.core.stubstale import LinkFrame, StaleFrames
 from seqrepair.core.stubstats import StubStats
 
-TEMPORARY_REJECTIONS: frozenset[str] = frozenset({"amqp:resource-limit-exceeded"})
+TEMPORARY_REJECTIONS: frozenset[str] = frozenset(
+    {"amqp:resource-limit-exceeded", "amqp:internal-error"}
+)
 """Conditions of a rejected request delivery that pass (the component's replay room, which
-frees as replays end): :meth:`SourceRepairing.request_rejected` asks again with backoff."""
+frees as replays end, its request allowance; a failure of its own, its journal out of reach
+a moment): :meth:`SourceRepairing.request_rejected` asks again with backoff."""
 
 
 def _same_frame(frame: LinkFrame, other: LinkFrame | None) -> bool:
@@ -513,7 +516,8 @@ class SourceRepairing(StaleFrames):
         :class:`RequestSourceGap` asked), with the AMQP ``condition`` (None: none given): it
         never reached the component, and no answer will come, so it is taken as that request
         refused. A link range is asked for by source (the journal still holds it). A source
-        request, when the condition passes (:data:`TEMPORARY_REJECTIONS`: the replay room),
+        request, when the condition passes (:data:`TEMPORARY_REJECTIONS`: the replay room, a
+        failure of the component's own),
         is asked again with backoff and holds what it held (the link, for resume_point()'s),
         and when it does not, or the retries run out, is given up: ``Unrecoverable`` for what
         it covers, the reason the condition. A rejection of resume_point()'s request that the

@@ -131,3 +131,15 @@ def test_a_component_that_only_continues_the_link_still_gets_one_request():
         events += stub.receive(pub(n, n), now=now) + stub.poll(now=now)
     assert delivered(events) == [("feed.a", n) for n in range(4, 44)]
     assert (stub.stats.source_requests_sent, stub.stats.requests_rejected) == (1, 0)
+
+
+def test_a_resume_rejected_for_a_failure_of_the_component_is_asked_again_not_given_up():
+    """``amqp:internal-error``: the component failed on it (its journal out of reach a moment,
+    test_rejected_journal_real), not the request: asked again with backoff, as the replay
+    room's, while the journal holds everything. Before: Unrecoverable for every source."""
+    stub = make()
+    request = resumed_and_continued(stub)
+    events = stub.request_rejected(request, "amqp:internal-error", now=0.2)
+    assert of(Unrecoverable, events) == []
+    retry = of(RequestSourceGap, stub.poll(now=stub.next_deadline))
+    assert [r.request.after for r in retry] == [{"feed.a": 4}]

@@ -109,6 +109,7 @@ from seqrepair.core.messages import (
 )
 from seqrepair.core.subscriptions import Subscription as Subscription
 from seqrepair.core.window import window_size
+from seqrepair.journal.errors import JournalResponseError, JournalUnavailableError
 from seqrepair.journal.gapfill import GapFillService
 from seqrepair.journal.journal import Journal
 from seqrepair.journal.lacking import Fetcher
@@ -274,7 +275,11 @@ class Component(MessagingHandler):
 
     @staticmethod
     def _reject(delivery: Delivery, error: SeqRepairError) -> None:
-        condition = getattr(error, "condition", "amqp:invalid-field")
+        # Redis out of reach, or failing over, is the component's failure, not the message's:
+        # a subscriber asks a request rejected so again (stubrepair.TEMPORARY_REJECTIONS)
+        passing = isinstance(error, JournalUnavailableError | JournalResponseError)
+        default = "amqp:internal-error" if passing else "amqp:invalid-field"
+        condition = getattr(error, "condition", default)
         info = condition_info(error.expected, error.got)
         delivery.local.condition = Condition(condition, error.message[:500], info)
         delivery.update(Delivery.REJECTED)
