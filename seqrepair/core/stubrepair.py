@@ -44,11 +44,13 @@ from seqrepair.core.stubstale import LinkFrame, StaleFrames
 from seqrepair.core.stubstats import StubStats
 
 TEMPORARY_REJECTIONS: frozenset[str] = frozenset(
-    {"amqp:resource-limit-exceeded", "amqp:internal-error"}
+    {"amqp:resource-limit-exceeded", "amqp:internal-error", "amqp:not-found"}
 )
 """Conditions of a rejected request delivery that pass (the component's replay room, which
 frees as replays end, its request allowance; a failure of its own, its journal out of reach
-a moment): :meth:`SourceRepairing.request_rejected` asks again with backoff."""
+a moment; no such link on the connection, as when the component detached the data link while
+the request was on its way, and the retry names the link attached again):
+:meth:`SourceRepairing.request_rejected` asks again with backoff."""
 
 
 def _same_frame(frame: LinkFrame, other: LinkFrame | None) -> bool:

@@ -143,3 +143,18 @@ def test_a_resume_rejected_for_a_failure_of_the_component_is_asked_again_not_giv
     assert of(Unrecoverable, events) == []
     retry = of(RequestSourceGap, stub.poll(now=stub.next_deadline))
     assert [r.request.after for r in retry] == [{"feed.a": 4}]
+
+
+def test_a_source_request_rejected_for_a_link_detached_meanwhile_is_asked_again():
+    """``amqp:not-found``: the component detached the data link (its unsent limit, a policy
+    change) while the request was on its way; the subscriber attaches again and the retry names
+    that link. Before: Unrecoverable for every source while the journal held everything."""
+    stub = make()
+    request = resumed_and_continued(stub)
+    events = stub.request_rejected(request, "amqp:not-found", now=0.2)
+    assert of(Unrecoverable, events) == []
+    retry = of(RequestSourceGap, stub.poll(now=stub.next_deadline))
+    assert [r.request.after for r in retry] == [{"feed.a": 4}]
+    done = stub.receive(ReplayComplete({"feed.a": 4}, request=retry[0].request), now=2.0)
+    assert of(Unrecoverable, done) == []
+    assert stub.stats.unrecoverable == 0
