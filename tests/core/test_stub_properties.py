@@ -338,16 +338,10 @@ def test_a_reattach_delivers_everything_once_whether_or_not_the_context_was_kept
     assert stub.stats.source_requests_sent == 1
 
 
-@settings(max_examples=300, deadline=None)
-@given(st.randoms(use_true_random=False))
-def test_a_kept_context_that_passed_numbers_over_delivers_them_in_order_whatever_overtakes(rng):
-    """Review of the late replay of a continued resume: the component kept the link context
-    but passed over, of each source, numbers a replay gave that the stub never read (they went
-    with the connection). Its answer to resume_point() replays each source after what the stub
-    delivered, cut where the link carries on past the resume point (so it alone brings what
-    was passed over); the link's frames after that point, some lost and resent by range, come
-    in any interleaving with that answer. Every source is delivered once, complete and in
-    order, with no Unrecoverable (on main before the fix, about half the cases lost some)."""
+def _kept_context_passed_over(rng):
+    """A kept link context that passed over, of each source, numbers a replay gave that the
+    stub never read, its resume_point() request, the link's frames after it (``link`` by
+    number), and the request's answer cut where the link carries on (``replay``, ``cut``)."""
     stub = SubscriberStub(bits=16, nak_delay=0.05, seed=1)
     sources = ("a", "b", "c")
     top = dict.fromkeys(sources, 0)
@@ -379,8 +373,12 @@ def test_a_kept_context_that_passed_numbers_over_delivers_them_in_order_whatever
                    for seq in range(request.after.get(source, 0) + 1, first)]
         cut[source] = first - 1
     replay.append(ReplayComplete(through=cut, request=request))
-    frames: list[object] = [link[n] for n in range(through + 1, number + 1)]
-    frames.append(Heartbeat(link_seq=number + 1))
+    return stub, sources, top, link, events, through, number, request, replay, cut
+
+
+def _interleaved_some_lost(rng, stub, frames, replay, events):
+    """``frames`` (some lost, the last kept) and ``replay`` interleaved in a random order into
+    ``stub``, its events added to ``events``; the time it ends at."""
     lost = {id(frame) for frame in frames[:-1] if rng.random() < 0.2}
     stream: list[object] = []
     while replay or frames:
@@ -393,6 +391,24 @@ def test_a_kept_context_that_passed_numbers_over_delivers_them_in_order_whatever
         now += 0.001
         if id(frame) not in lost:
             events += stub.receive(frame, now)
+    return now
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.randoms(use_true_random=False))
+def test_a_kept_context_that_passed_numbers_over_delivers_them_in_order_whatever_overtakes(rng):
+    """Review of the late replay of a continued resume: the component kept the link context
+    but passed over, of each source, numbers a replay gave that the stub never read (they went
+    with the connection). Its answer to resume_point() replays each source after what the stub
+    delivered, cut where the link carries on past the resume point (so it alone brings what
+    was passed over); the link's frames after that point, some lost and resent by range, come
+    in any interleaving with that answer. Every source is delivered once, complete and in
+    order, with no Unrecoverable (on main before the fix, about half the cases lost some)."""
+    stub, sources, top, link, events, through, number, _request, replay, cut = (
+        _kept_context_passed_over(rng))
+    frames: list[object] = [link[n] for n in range(through + 1, number + 1)]
+    frames.append(Heartbeat(link_seq=number + 1))
+    now = _interleaved_some_lost(rng, stub, frames, replay, events)
     while now < 60.0:
         now = max(now + 0.001, stub.next_deadline or now + 1.0)
         for event in stub.poll(now):
@@ -416,53 +432,13 @@ def test_a_refused_resume_of_a_kept_context_is_asked_again_and_delivers_everythi
     """As above, but the component refuses the resume's request (its resend budget): the
     refusal overtakes or follows the link's frames, the stub asks again and the retry is
     answered. Every source is delivered once, complete and in order, with no Unrecoverable."""
-    stub = SubscriberStub(bits=16, nak_delay=0.05, seed=1)
-    sources = ("a", "b", "c")
-    top = dict.fromkeys(sources, 0)
-    link: dict[int, Publication] = {}
-    events = []
-    number = 0
-    for _ in range(rng.randint(1, 6)):  # the old link, some of it lost
-        source = rng.choice(sources)
-        top[source] += 1
-        number += 1
-        link[number] = Publication("/t", source, top[source]).with_link(number)
-        if number == 1 or rng.random() > 0.25:
-            events += stub.receive(link[number], 0.0)
-    through = number
-    request = stub.resume_point()
-    for source in sources:  # passed over as given, never numbered
-        top[source] += rng.randint(0, 4)
-    for _ in range(rng.randint(0, 8)):  # numbered after the resume point
-        source = rng.choice(sources)
-        top[source] += 1
-        number += 1
-        link[number] = Publication("/t", source, top[source]).with_link(number)
-    replay: list[object] = []
-    cut: dict[str, int] = {}
-    for source in sources:
-        first = min([p.source_seq for n, p in link.items() if n > through
-                     and p.source == source] or [top[source] + 1])
-        replay += [Publication("/t", source, seq).with_link(None, retransmit=True)
-                   for seq in range(request.after.get(source, 0) + 1, first)]
-        cut[source] = first - 1
-    replay.append(ReplayComplete(through=cut, request=request))
+    stub, sources, top, link, events, through, number, request, replay, cut = (
+        _kept_context_passed_over(rng))
     answer = replay
     replay = [GapError("refused", request, "over the resend budget")]
     frames: list[object] = [link[n] for n in range(through + 1, number + 1)]
     frames.append(Heartbeat(link_seq=number + 1))
-    lost = {id(frame) for frame in frames[:-1] if rng.random() < 0.2}
-    stream: list[object] = []
-    while replay or frames:
-        if frames and (not replay or rng.random() < 0.5):
-            stream.append(frames.pop(0))
-        else:
-            stream.append(replay.pop(0))
-    now = 0.0
-    for frame in stream:
-        now += 0.001
-        if id(frame) not in lost:
-            events += stub.receive(frame, now)
+    now = _interleaved_some_lost(rng, stub, frames, replay, events)
     while now < 60.0:
         now = max(now + 0.001, stub.next_deadline or now + 1.0)
         for event in stub.poll(now):

@@ -8,7 +8,7 @@ a resume the kept link continued rested with no timer, and what the link passed 
 by an earlier replay (which only that request's answer brings) was silently missing.
 """
 
-from test_stub import delivered, make, of, pub, replayed
+from test_stub import delivered, make, of, pub, replayed, resumed_and_continued
 
 from seqrepair import (
     GapRequest,
@@ -20,14 +20,6 @@ from seqrepair import (
 )
 
 LIMIT = "amqp:resource-limit-exceeded"
-
-
-def resumed_and_continued(stub):
-    for n in (1, 2, 3):
-        stub.receive(pub(n, n), now=0.0)
-    request = stub.resume_point()
-    assert delivered(stub.receive(pub(4, 4), now=0.1)) == [("feed.a", 4)]  # continued
-    return request
 
 
 def test_a_continued_resume_rejected_for_the_replay_room_is_asked_again_and_answered():
