@@ -11,7 +11,13 @@ from __future__ import annotations
 import attrs
 
 from seqrepair.core.messages import GapRequest, Publication, SourceGapRequest
-from seqrepair.core.snapshot import ImageDelivered, ImageOutdated, ImageResynced, RequestImage
+from seqrepair.core.snapshot import (
+    ImageDelivered,
+    ImageOutdated,
+    ImageRefused,
+    ImageResynced,
+    RequestImage,
+)
 
 
 @attrs.frozen
@@ -124,4 +130,5 @@ Event = (
     | ImageDelivered
     | ImageResynced
     | ImageOutdated
+    | ImageRefused
 )

@@ -188,6 +188,18 @@ class ImageResynced:
 
 
 @attrs.frozen
+class ImageRefused:
+    """The image request ``request`` is given up: no answer will come, and the items it asked
+    for stay as the application holds them (what an :class:`~.events.Unrecoverable` it was to
+    make good still lacks). ``reason``: the AMQP condition the component rejected it with (for
+    good, or for now and again until the retries ran out), or ``"no answer after N tries"``,
+    or ``"replaced: more than N image requests pending"`` (a newer request forgot it)."""
+
+    request: ImageRequest
+    reason: str
+
+
+@attrs.frozen
 class ImageOutdated:
     """An image came current as of a number below one its source has delivered: publications
     of the item in between may already have been delivered, so it was not. Ask for it again

@@ -3,7 +3,11 @@
 See :mod:`seqrepair.core.snapshot` for the exchange. The stub numbers its image requests, keeps
 the ones unanswered (:meth:`ImageResyncing.pending_images`: an adapter sends them again after a
 reconnect; :meth:`poll` asks again for one that got no answer for :data:`IMAGE_RETRY` seconds,
-doubling, and gives it up after :data:`IMAGE_TRIES`) and takes only answers to them. An image
+doubling, and gives it up after :data:`IMAGE_TRIES`) and takes only answers to them. One whose
+delivery the component rejected (:meth:`ImageResyncing.image_rejected`) is asked again after
+the stub's backoff when the condition passes, and given up at once when it does not. Every
+request given up (refused, tries run out, or replaced by a newer one past
+:data:`MAX_PENDING_IMAGES`) is told: :class:`ImageRefused`, the reason why. An image
 current as of ``as_of`` for (source, item) is delivered unless its source has delivered past
 ``as_of`` (then publications of the item after ``as_of`` may have been delivered already:
 :class:`ImageOutdated`, ask again). From then on the item has an *image floor*: a publication
@@ -22,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from seqrepair.core.config import check_now
 from seqrepair.core.errors import InvalidMessageError
 from seqrepair.core.messages import Publication
 from seqrepair.core.snapshot import (
@@ -29,10 +34,12 @@ from seqrepair.core.snapshot import (
     ImageDelivered,
     ImageFrame,
     ImageOutdated,
+    ImageRefused,
     ImageRequest,
     ImageResynced,
     RequestImage,
 )
+from seqrepair.core.stubrepair import TEMPORARY_REJECTIONS
 from seqrepair.core.stubstats import StubStats
 
 if TYPE_CHECKING:
@@ -40,13 +47,15 @@ if TYPE_CHECKING:
 
 MAX_PENDING_IMAGES = 16
 """How many image requests a stub waits for at once; a newer one forgets the oldest (whose
-answers are then dropped as stray: ask again)."""
+answers are then dropped as stray): it is given up, :class:`ImageRefused`."""
 IMAGE_RETRY = 30.0
 """Seconds without any answer to an image request after which it is sent again (a request
 the component refused, or lost with a connection): long, since a fold over a large journal may
 take a while before its first image. Doubled at each try."""
 IMAGE_TRIES = 4
-"""How many times an image request is sent before it is given up (``stats.images_abandoned``)."""
+"""How many times an image request is sent without an answer before it is given up
+(``stats.images_abandoned``, :class:`ImageRefused` ``"no answer after 4 tries"``); sends
+after a rejection for now do not count (:meth:`ImageResyncing.image_rejected`)."""
 
 
 class ImageResyncing:
@@ -64,7 +73,14 @@ class ImageResyncing:
     _image_top: dict[str, int]  # per source, its highest floor
     _image_due: dict[int, float]  # per request unanswered, when to send it again
     _image_tries: dict[int, int]
+    _image_rejections: dict[int, int]  # per request, the rejections for now it had
+    _image_resend: set[int]  # requests rejected for now: sent again when due, no try counted
     _now: float
+    max_retries: int
+
+    if TYPE_CHECKING:
+
+        def _retry_wait(self, attempts: int) -> float: ...
 
     def request_image(
         self, topics: Sequence[str] = (), patterns: Sequence[str] = (),
@@ -77,34 +93,86 @@ class ImageResyncing:
         request = ImageRequest(tuple(topics), tuple(patterns), tuple(sources),
                                request_id=self._image_ids + 1)
         self._image_ids += 1
+        events: list[Event] = []
         if len(self._image_asked) >= MAX_PENDING_IMAGES:
-            self._forget_image(next(iter(self._image_asked)))
+            self._stats.images_abandoned += 1
+            events.append(self._give_up_image(
+                next(iter(self._image_asked)),
+                f"replaced: more than {MAX_PENDING_IMAGES} image requests pending"))
         self._image_asked[self._image_ids] = request
         self._image_topics[self._image_ids] = set()
         self._image_due[self._image_ids] = self._now + IMAGE_RETRY
         self._image_tries[self._image_ids] = 1
         self._stats.images_requested += 1
-        return [RequestImage(request)]
+        events.append(RequestImage(request))
+        return events
+
+    def image_rejected(
+        self, request: ImageRequest, condition: str | None, now: float
+    ) -> list[Event]:
+        """The component rejected the delivery of ``request`` (what a :class:`RequestImage`
+        asked), with the AMQP ``condition`` (None: none given): no answer comes for that send.
+        A condition that passes (:data:`~seqrepair.core.stubrepair.TEMPORARY_REJECTIONS`: the
+        component's image answers or request allowance used up, a failure of its own, the data
+        link detached meanwhile) is asked again after the stub's backoff (``retry_interval``
+        doubling by ``backoff``, with ``jitter``, as a source request's), at most
+        ``max_retries`` rejections; another condition (``amqp:unauthorized-access``,
+        ``amqp:decode-error``, ``amqp:not-implemented``, ...), or the retries run out, gives
+        it up at once: :class:`ImageRefused` with the condition as the reason
+        (``stats.images_refused``). A rejection of a request answered, given up or replaced
+        meanwhile changes nothing (``stats.stray_dropped``)."""
+        now = check_now(now)
+        self._now = now
+        events: list[Event] = []
+        self._events = events
+        self._stats.requests_rejected += 1
+        request_id = request.request_id
+        if request_id is None or self._image_asked.get(request_id) != request:
+            self._stats.stray_dropped += 1
+            return events
+        reason = condition or "rejected"
+        rejections = self._image_rejections.get(request_id, 0) + 1
+        if reason in TEMPORARY_REJECTIONS and rejections < self.max_retries:
+            self._image_rejections[request_id] = rejections
+            self._image_resend.add(request_id)
+            self._image_due[request_id] = now + self._retry_wait(rejections)
+        else:
+            self._stats.images_refused += 1
+            events.append(self._give_up_image(request_id, reason))
+        return events
+
+    def _give_up_image(self, request_id: int, reason: str) -> ImageRefused:
+        """Forget the request ``request_id``; the event that tells the application."""
+        request = self._image_asked[request_id]
+        self._forget_image(request_id)
+        return ImageRefused(request, reason)
 
     def _forget_image(self, request_id: int) -> None:
         self._image_asked.pop(request_id, None)
         self._image_topics.pop(request_id, None)
         self._image_due.pop(request_id, None)
         self._image_tries.pop(request_id, None)
+        self._image_rejections.pop(request_id, None)
+        self._image_resend.discard(request_id)
 
     def _retry_images(self, now: float) -> None:
-        """Send again the image requests that got no answer for a while; give up on those
-        sent :data:`IMAGE_TRIES` times."""
+        """Send again the image requests that got no answer for a while, and those rejected
+        for now whose backoff is over; give up on those sent :data:`IMAGE_TRIES` times."""
         for request_id, due in list(self._image_due.items()):
             if now < due:
                 continue
             tries = self._image_tries[request_id]
-            if tries >= IMAGE_TRIES:
-                self._forget_image(request_id)
+            if request_id in self._image_resend:  # a rejection is no silence: no try counted
+                self._image_resend.discard(request_id)
+            elif tries >= IMAGE_TRIES:
                 self._stats.images_abandoned += 1
+                self._events.append(
+                    self._give_up_image(request_id, f"no answer after {tries} tries"))
                 continue
-            self._image_tries[request_id] = tries + 1
-            self._image_due[request_id] = now + IMAGE_RETRY * 2**tries
+            else:
+                tries += 1
+                self._image_tries[request_id] = tries
+            self._image_due[request_id] = now + IMAGE_RETRY * 2 ** (tries - 1)
             self._events.append(RequestImage(self._image_asked[request_id]))
 
     def pending_images(self) -> list[ImageRequest]:
@@ -124,6 +192,7 @@ class ImageResyncing:
             self._stats.stray_dropped += 1
             return
         self._image_due[request_id] = self._now + IMAGE_RETRY  # it is being answered
+        self._image_resend.discard(request_id)  # a send of it was not rejected after all
         pub = frame.publication
         source, topic, as_of = pub.source, pub.topic, pub.source_seq
         delivered = self._last_delivered.get(source, 0)

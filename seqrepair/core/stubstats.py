@@ -33,7 +33,8 @@ class StubStats:
     images_delivered: int = 0  # item images delivered
     images_outdated: int = 0  # images older than what their source had delivered, not taken
     image_covered: int = 0  # publications an image delivered held: consumed, not delivered
-    images_abandoned: int = 0  # image requests sent IMAGE_TRIES times without an answer
+    images_abandoned: int = 0  # image requests given up unanswered (IMAGE_TRIES, or replaced)
+    images_refused: int = 0  # image requests rejected for good, or for now until retries ran out
     requests_rejected: int = 0  # request deliveries the component rejected (request_rejected)
     tail_probes: int = 0  # frames the component marked as its tail probe (receive_tail_probe)
 
