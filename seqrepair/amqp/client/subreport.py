@@ -26,6 +26,7 @@ class SubscriberReport:
     images_delivered: int = 0  # item images handed to the application
     image_covered: int = 0  # publications an image held: consumed, not delivered
     images_abandoned: int = 0  # image requests given up without an answer
+    images_refused: int = 0  # image requests rejected for good, or until retries ran out
     connections: int = 0
     disconnections: int = 0
     paused: int = 0
@@ -52,4 +53,5 @@ class SubscriberReport:
         self.images_delivered = stats.images_delivered
         self.image_covered = stats.image_covered
         self.images_abandoned = stats.images_abandoned
+        self.images_refused = stats.images_refused
         return self

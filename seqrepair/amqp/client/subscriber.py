@@ -92,6 +92,7 @@ from seqrepair.core.snapshot import (
     ImageDelivered,
     ImageFrame,
     ImageOutdated,
+    ImageRefused,
     ImageRequest,
     ImageResynced,
     RequestImage,
@@ -108,6 +109,9 @@ def is_durable(durable: bool | None, link_name: str | None, address: str) -> boo
         return durable
     return link_name is not None or address.startswith(SUBSCRIPTION_PREFIX)
 
+
+Asked = GapRequest | SourceGapRequest | ImageRequest
+"""A request whose rejected delivery the stub is told of (:meth:`Subscriber.on_rejected`)."""
 
 _FRAMES = (Publication, Heartbeat, GapError, ReplayComplete, ReplayStarted, ImageFrame,
            ImageComplete)
@@ -152,9 +156,14 @@ class Subscriber(SubscriberRunner):
     current as of, never counted as taken by itself (one item's image is no position); an
     answer for every item of its sources (pattern ``/#``), taken by the callbacks, makes
     ``as_of`` the durable position of each source it names.
+    An image request given up (the component rejected it for good, or for now until the
+    stub's retries ran out; no answer after its tries; replaced by a newer one) goes to
+    ``on_event`` and :attr:`images_refused` as an :class:`ImageRefused` naming why (the AMQP
+    condition, or ``"no answer after N tries"``): its items stay as the application holds them.
     ``resync_on_unrecoverable``: on an :class:`Unrecoverable`, ask for the images of the items
     it names, else of every item of its source the link may see (every item, for a source it
-    does not name). ``overdue_policy``: what a silent link makes the stub do besides alerting
+    does not name); a resync refused leaves :meth:`resynced` false.
+    ``overdue_policy``: what a silent link makes the stub do besides alerting
     (``request`` a probe, ``wait``, ``disconnect`` and attach again; see
     :mod:`seqrepair.core.overdue`).
     """
@@ -236,11 +245,13 @@ class Subscriber(SubscriberRunner):
         """The image requests answered, oldest first."""
         self.resyncs_asked: list[ImageRequest] = []
         """The image requests ``resync_on_unrecoverable`` made, oldest first."""
+        self.images_refused: list[ImageRefused] = []
+        """The image requests given up (rejected, or unanswered), oldest first."""
         self._image_asks: deque[ImageRequest] = deque()  # from other threads (request_image)
         self._images_handed: set[int] = set()  # ids of images queued for the iterator
         self._ids = itertools.count(1)
         self._outbox: deque[Outgoing] = deque()
-        self._asking: dict[object, tuple[GapRequest | SourceGapRequest, ...]] = {}  # by message id
+        self._asking: dict[object, tuple[Asked, ...]] = {}  # by message id
         self._receiver: Any = None
         self._control: Any = None
         self._attached_once = False
@@ -269,8 +280,11 @@ class Subscriber(SubscriberRunner):
         """Ask the component for the current image of ``topics`` and of the items matching
         ``patterns`` (of ``sources`` only, when given); safe from any thread. The images come
         to ``on_image`` (see the class), then an :class:`ImageResynced` to ``on_event`` and
-        :attr:`resyncs`. A request that cannot be made (no topic nor pattern, a malformed
-        one, too many) raises a :class:`~seqrepair.core.errors.SeqRepairError` at once."""
+        :attr:`resyncs`; or, when it is given up (the component rejected it for good, or for
+        now until the retries ran out, or it got no answer), an :class:`ImageRefused` naming
+        why to ``on_event`` and :attr:`images_refused`. A request that cannot be made (no
+        topic nor pattern, a malformed one, too many) raises a
+        :class:`~seqrepair.core.errors.SeqRepairError` at once."""
         self._image_asks.append(ImageRequest(tuple(topics), tuple(patterns), tuple(sources)))
         if self._injector is not None:
             self._injector.trigger(ApplicationEvent("seqrepair_image"))
@@ -375,7 +389,7 @@ class Subscriber(SubscriberRunner):
             if self._accepted(event.link):
                 self.connected.set()
             for asked in self.stub.pending_images():  # an answer cut off by a lost connection
-                self._request(encode(asked))
+                self._request(encode(asked), (asked,))
             if self._image_asks:
                 self.on_seqrepair_image(None)
         self._flush()
@@ -407,12 +421,16 @@ class Subscriber(SubscriberRunner):
         cond = event.delivery.remote.condition
         name = cond.name if cond else None
         asked = getattr(event.delivery, "seqrepair_asked", ())
+        event.delivery.seqrepair_asked = ()  # told once
         self.log.warning("request rejected", condition=name,
                          description=cond.description if cond else None, requests=len(asked))
         # no answer comes for it: the stub takes it as refused (asks again or gives it up)
         now = self.clock()
         for request in asked:
-            self._perform(self.stub.request_rejected(request, name, now))
+            if isinstance(request, ImageRequest):  # a SNAPSHOT (stubimages)
+                self._perform(self.stub.image_rejected(request, name, now))
+            else:
+                self._perform(self.stub.request_rejected(request, name, now))
         self._flush()
 
     def on_message(self, event: Any) -> None:
@@ -546,7 +564,7 @@ class Subscriber(SubscriberRunner):
                 self.log.info("image requested", topics=ev.request.topics,
                               patterns=ev.request.patterns, sources=ev.request.sources,
                               request_id=ev.request.request_id)
-                self._request(encode(ev.request))
+                self._request(encode(ev.request), (ev.request,))
             elif isinstance(ev, ImageDelivered):
                 self._deliver_image(ev.publication)
             elif isinstance(ev, ImageResynced):
@@ -555,6 +573,11 @@ class Subscriber(SubscriberRunner):
                 self.log.info("images received", request_id=ev.request.request_id,
                               items=len(ev.topics), as_of=dict(ev.as_of),
                               partial=list(ev.partial))
+            elif isinstance(ev, ImageRefused):
+                self.images_refused.append(ev)
+                self.log.warning("image request refused", reason=ev.reason,
+                                 request_id=ev.request.request_id, topics=ev.request.topics,
+                                 patterns=ev.request.patterns, sources=ev.request.sources)
             elif isinstance(ev, ImageOutdated):  # overtaken by the stream: ask again
                 self.log.info("image outdated, asked again", topic=ev.publication.topic)
                 self._perform(self.stub.request_image([ev.publication.topic],
@@ -632,11 +655,9 @@ class Subscriber(SubscriberRunner):
             return
         super()._taken(publication)
 
-    def _request(
-        self, message: Outgoing, asked: tuple[GapRequest | SourceGapRequest, ...] = ()
-    ) -> None:
-        """Queue ``message`` for the requests link; ``asked``: the repair requests it holds,
-        passed to the stub if the component rejects its delivery (:meth:`on_rejected`)."""
+    def _request(self, message: Outgoing, asked: tuple[Asked, ...] = ()) -> None:
+        """Queue ``message`` for the requests link; ``asked``: the repair or image requests it
+        holds, passed to the stub if the component rejects its delivery (:meth:`on_rejected`)."""
         message.id = next(self._ids)
         if asked:
             self._asking[message.id] = asked

@@ -1,0 +1,102 @@
+"""An image request the component rejects reaches the application (WIRE.md "Image requests"),
+over real processes: a private redis-server, ``seqrepair serve``, a library ``Subscriber``.
+
+Before, the Subscriber passed to its stub only the repair requests of a rejected delivery: a
+rejected ``SNAPSHOT`` was logged and nothing else; the stub sent it again after 30 s
+(``IMAGE_RETRY``) until its tries ran out, then forgot it (``images_abandoned``), and the
+application was never told. Now a temporary rejection is asked again with the stub's backoff
+(seconds, not 30 s), and one for good reaches the application as :class:`ImageRefused`
+naming the condition.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from seqrepair.amqp.client.subscriber import Publisher, Subscriber
+from seqrepair.amqp.wire.framing import Outgoing
+from seqrepair.amqp.wire.technical import MESSAGE_TYPE
+from seqrepair.amqp.wire.vocabulary import PROP_ON_BEHALF_OF
+from seqrepair.core.events import Event
+from seqrepair.core.snapshot import ImageRefused, ImageResynced
+from seqrepair.journal.journal import Journal
+
+from .conftest import ComponentProcess, wait_for
+
+pytestmark = [pytest.mark.amqp, pytest.mark.redis]
+
+
+class Claiming(Subscriber):
+    """A subscriber whose image requests claim to act for a principal its connection may not
+    act for: the component refuses them ``amqp:unauthorized-access``, for good (the library
+    never claims so by itself: this is how a permanent refusal is provoked from a real
+    component; its other permanent ones, a malformed request, the stub never sends)."""
+
+    def _request(self, message: Outgoing, asked: Any = ()) -> None:
+        super()._request(message, asked)
+        props = dict(message.properties or {})
+        if str(props.get(MESSAGE_TYPE)) == "SNAPSHOT":
+            props[str(PROP_ON_BEHALF_OF)] = "mallory"
+            message.properties = props
+
+
+def _events(of: list[Event], kind: type[Any]) -> list[Any]:
+    return [e for e in of if isinstance(e, kind)]
+
+
+def test_an_image_request_refused_for_good_reaches_the_application(
+    component: Callable[..., ComponentProcess],
+) -> None:
+    comp = component("--heartbeat", "0.2")
+    events: list[Event] = []
+    with Claiming(comp.url, "/weather/#", on_event=events.append,
+                  heartbeat_interval=0.2) as sub:
+        assert sub.connected.wait(10)
+        sub.request_image(patterns=["/#"], sources=["feed.a"])
+        assert wait_for(lambda: _events(events, ImageRefused), 10), (
+            events, sub.stats().as_dict())
+        time.sleep(1.0)  # the stub's backoff would have asked again by now: it must not
+        stats = sub.stats()
+        assert sub.images_refused == _events(events, ImageRefused)
+    [refused] = _events(events, ImageRefused)
+    assert refused.request.patterns == ("/#",)
+    assert refused.request.sources == ("feed.a",)
+    assert refused.reason == "amqp:unauthorized-access"
+    assert stats.rejected == 1  # given up at once: not asked again
+    assert stats.images_refused == 1
+    assert not _events(events, ImageResynced)
+
+
+def test_an_image_request_rejected_for_now_is_asked_again(
+    component: Callable[..., ComponentProcess], redis_url: str,
+) -> None:
+    """Five image requests at once over a journal of more items than the link has credit: four
+    answers run on the connection, the fifth is rejected ``amqp:resource-limit-exceeded``; it
+    is asked again with backoff and answered like the others within seconds."""
+    comp = component("--heartbeat", "0.2")
+    journal = Journal.from_url(redis_url)
+    with Publisher(comp.url, "feed.r", journal=journal) as publisher:
+        publisher.publish_many([(f"/weather/item/{i}", {"v": i}, "image") for i in range(300)])
+        assert publisher.flush(30)
+    events: list[Event] = []
+    images: list[Any] = []
+    with Subscriber(comp.url, "/weather/#", on_event=events.append, on_image=images.append,
+                    heartbeat_interval=0.2, credit=10) as sub:
+        assert sub.connected.wait(10)
+        for _ in range(5):
+            sub.request_image(patterns=["/#"])
+        assert wait_for(lambda: len(_events(events, ImageResynced)) == 5, 15), (
+            sub.stats().as_dict(), _events(events, ImageRefused))
+        stats = sub.stats()
+    assert stats.rejected >= 1
+    assert not _events(events, ImageRefused)
+    assert stats.images_refused == 0
+    resyncs = _events(events, ImageResynced)
+    assert sorted(r.request.request_id for r in resyncs) == [1, 2, 3, 4, 5]
+    assert all(dict(r.as_of) == {"feed.r": 300} for r in resyncs)
+    assert {p.topic for p in images} == {f"/weather/item/{i}" for i in range(300)}
+    journal.close()
