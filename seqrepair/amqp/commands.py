@@ -242,7 +242,9 @@ def register(subparsers: Any) -> None:
     sub.add_argument("--resync-on-unrecoverable", action="store_true",
                      help="on an Unrecoverable, ask for the current images of the items it "
                           "names, else of every item of its source (images go to the output "
-                          "as lines with \"image\": true)")
+                          "as lines with \"image\": true); a resync the component refuses "
+                          "or never answers is named on stderr and in the statistics "
+                          "(images_refused_events), and the exit status is 3")
     sub.add_argument("--images", metavar="FILE",
                      help="keep the item images of what is delivered and write them here (JSON "
                           "lines: topic, fields, partial) every second and at the end, then "

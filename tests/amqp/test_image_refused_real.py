@@ -11,13 +11,22 @@ naming the condition.
 
 from __future__ import annotations
 
+import contextlib
+import json
+import subprocess
+import sys
 import time
+import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
+from proton import Message
+from proton.utils import BlockingConnection
 
 from seqrepair.amqp.client.subscriber import Publisher, Subscriber
+from seqrepair.amqp.component.images import MAX_IMAGE_ANSWERS, MAX_IMAGE_ANSWERS_PER_PRINCIPAL
 from seqrepair.amqp.wire.framing import Outgoing
 from seqrepair.amqp.wire.technical import MESSAGE_TYPE
 from seqrepair.amqp.wire.vocabulary import PROP_ON_BEHALF_OF
@@ -26,6 +35,11 @@ from seqrepair.core.snapshot import ImageRefused, ImageResynced
 from seqrepair.journal.journal import Journal
 
 from .conftest import ComponentProcess, wait_for
+from .principals import amqp_identity
+
+
+def cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "seqrepair.cli", *args]
 
 pytestmark = [pytest.mark.amqp, pytest.mark.redis]
 
@@ -99,4 +113,71 @@ def test_an_image_request_rejected_for_now_is_asked_again(
     assert sorted(r.request.request_id for r in resyncs) == [1, 2, 3, 4, 5]
     assert all(dict(r.as_of) == {"feed.r": 300} for r in resyncs)
     assert {p.topic for p in images} == {f"/weather/item/{i}" for i in range(300)}
+    journal.close()
+
+
+def _hog_image_answers(url: str, stack: contextlib.ExitStack) -> None:
+    """Hold the anonymous principal's 16 image answers in progress: four connections of it,
+    each asking four images on a link with no credit (they never end while it is open)."""
+    for _ in range(MAX_IMAGE_ANSWERS_PER_PRINCIPAL // MAX_IMAGE_ANSWERS):
+        conn = BlockingConnection(url, timeout=10, **amqp_identity("anonymous"))
+        stack.callback(conn.close)
+        link = uuid.uuid4().hex
+        conn.create_receiver("/weather/#", name=link, credit=0)
+        sender = conn.create_sender("$seqrepair")
+        for i in range(MAX_IMAGE_ANSWERS):
+            asked = Message(body={"patterns": ["/#"]}, id=i, reply_to=f"$link/{link}",
+                            properties={MESSAGE_TYPE: "SNAPSHOT", "link": link})
+            assert sender.send(asked, error_states=[]).remote.condition is None
+
+
+def test_subscribe_names_a_refused_resync_and_exits_3(
+    component: Callable[..., ComponentProcess], redis_url: str, tmp_path: Path,
+) -> None:
+    """``seqrepair subscribe --resync-on-unrecoverable`` resumes a durable link past a trim
+    (Unrecoverable), while other connections of its principal hold every image answer it may
+    run: its resync is rejected ``amqp:resource-limit-exceeded`` again and again until the
+    stub's retries run out. It says so on stderr and in the statistics, and exits 3. Before,
+    the refusals were only logged and the stub's next try was 30 s away: the run ended with
+    the resync still pending, nothing named it."""
+    comp = component("--heartbeat", "0.2")
+    journal = Journal.from_url(redis_url)
+    out, stats = tmp_path / "out.jsonl", tmp_path / "stats.json"
+    common = ("subscribe", "--url", comp.url, "--address", "/weather/#", "--link-name",
+              "cli-refused", "--output", str(out), "--stats-file", str(stats),
+              "--resync-on-unrecoverable")
+    ready = tmp_path / "ready"
+    first = subprocess.Popen(cli(*common, "--count", "10", "--ready-file", str(ready)),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait_for(ready.exists, 60), "the subscriber did not attach"
+        with Publisher(comp.url, "feed.a", journal=journal) as publisher:
+            publisher.publish_many([(f"/weather/x/{i % 4}", {"v": i}, "update")
+                                    for i in range(1, 11)])
+            assert publisher.flush(30)
+        assert first.wait(30) == 0, first.communicate()
+        with Publisher(comp.url, "feed.a", journal=journal) as publisher:
+            publisher.publish_many([(f"/weather/x/{i % 4}", {"v": i}, "update")
+                                    for i in range(11, 111)])
+            assert publisher.flush(30)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    journal.trim_through("feed.a", 90, now=0.0)  # what the link owes from 11 is gone
+    with contextlib.ExitStack() as hogs:
+        _hog_image_answers(comp.url, hogs)
+        second = subprocess.run(cli(*common, "--duration", "12"), capture_output=True,
+                                text=True, timeout=60)
+    report = json.loads(stats.read_text())
+    assert second.returncode == 3, second.stderr[-3000:]
+    assert "1 image request(s) refused (images_refused_events): " \
+        "amqp:resource-limit-exceeded" in second.stderr, second.stderr[-3000:]
+    assert len(report["unrecoverable_events"]) >= 1
+    [refused] = report["images_refused_events"]
+    assert "amqp:resource-limit-exceeded" in refused
+    assert report["images_refused"] == 1
+    assert report["rejected"] >= 2  # asked again before giving up
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert not [r for r in records if r.get("image")]
     journal.close()

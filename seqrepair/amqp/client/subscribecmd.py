@@ -36,7 +36,8 @@ def publication_record(pub: Publication) -> dict[str, Any]:
 UNRECOVERABLE_EXIT = 3
 """``seqrepair subscribe``'s exit status when it stopped as told but publications were
 ``Unrecoverable`` (lost to it, named on stderr) and not all made good by
-``--resync-on-unrecoverable`` (its image requests answered)."""
+``--resync-on-unrecoverable`` (its image requests answered: one refused or given up, named on
+stderr and in the statistics' ``images_refused_events``, is not)."""
 
 
 def _outcome(subscriber: Any) -> int:
@@ -46,9 +47,13 @@ def _outcome(subscriber: Any) -> int:
     if made_good:
         return 0
     # not worded as an error ("seqrepair subscribe: ..."): the loss is owned up to, named
+    refused = getattr(subscriber, "images_refused", [])
     print(f"{len(subscriber.unrecoverable)} Unrecoverable (unrecoverable_events)"
           + (", not all resynced" if getattr(subscriber, "resync_on_unrecoverable", False)
-             else "") + f": exit status {UNRECOVERABLE_EXIT}", file=sys.stderr)
+             else "")
+          + (f", {len(refused)} image request(s) refused (images_refused_events): "
+             + "; ".join(sorted({e.reason for e in refused})) if refused else "")
+          + f": exit status {UNRECOVERABLE_EXIT}", file=sys.stderr)
     return UNRECOVERABLE_EXIT
 
 
@@ -226,6 +231,8 @@ def run_subscriber(subscriber: Any, sink: Sink, args: argparse.Namespace) -> Non
     sink.save_images(force=True)
     stats: dict[str, Any] = dict(subscriber.stats().as_dict())
     stats["unrecoverable_events"] = [str(u) for u in subscriber.unrecoverable]
+    # the resyncs (image requests) given up: what an Unrecoverable above still lacks
+    stats["images_refused_events"] = [str(e) for e in getattr(subscriber, "images_refused", [])]
     if args.resume:
         stats["already_written"] = sink.already_written  # repeats --output held already
     if args.stats_file:
