@@ -14,6 +14,9 @@ a publication of that (source, item) numbered at or below ``as_of`` as covered b
 for its source's order, never delivered again); everything above is delivered as ever. Other
 items of the source are untouched: their publications keep flowing in the source's order.
 
+A request the component rejects for good (or for now, until the stub's retries run out), or
+that gets no answer, is given up and told: :class:`ImageRefused`, naming why.
+
 The image of an item whose latest image retention has trimmed cannot be whole: it is sent as
 an ``update`` of the fields the journal still holds (the item's other fields are unknown) and
 named in :attr:`ImageComplete.partial`.
