@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from proton import Message, symbol, ulong
+from proton import Delivery, Message, symbol, ulong
 from proton.reactor import LinkOption
 from proton.utils import BlockingConnection, LinkDetached
 
@@ -195,7 +195,9 @@ def test_a_request_sent_into_a_loop_of_gateways_stops_at_the_hop_limit(
     gateways: Callable[..., GatewayProcess],
 ) -> None:
     """A request carries no path but a count: forwarded back and forth, it is refused by the
-    gateway it would take past ``--max-hops`` (3 here), once, and goes no further."""
+    gateway it would take past ``--max-hops`` (3 here), once, and goes no further; the refusal
+    comes back hop by hop to the client (each gateway settles its delivery with the outcome
+    of the one it forwarded)."""
     a_listen, b_listen = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
     a = gateways("gw-a", b_listen, "--max-hops", "3", listen=a_listen)
     b = gateways("gw-b", a_listen, "--max-hops", "3", listen=b_listen)
@@ -203,7 +205,11 @@ def test_a_request_sent_into_a_loop_of_gateways_stops_at_the_hop_limit(
     conn = BlockingConnection(a.listen, timeout=DEADLINE)
     try:
         sender = conn.create_sender("$seqrepair")
-        sender.send(Message(id="q1", properties={"message-type": "CAPABILITIES"}))
+        delivery = sender.send(Message(id="q1", properties={"message-type": "CAPABILITIES"}),
+                               error_states=[])
+        cond = delivery.remote.condition
+        assert (delivery.remote_state, cond and cond.name) == (
+            Delivery.REJECTED, HOP_LIMIT_CONDITION), cond
     finally:
         conn.close()
 

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from proton import Condition, Delivery, Endpoint, Link, Message, ulong
 
+from seqrepair.amqp.gateway.publish import copy_outcome, has_outcome
 from seqrepair.amqp.gateway.relaylinks import LinkProperties
 from seqrepair.amqp.gateway.relays import upstream_name, upstream_properties
 from seqrepair.amqp.wire.errors import AmqpAdapterError
@@ -167,16 +168,10 @@ class Contributions:
         up_dlv = getattr(dlv, "seqrepair_contribution", None)
         if up_dlv is None:
             return getattr(dlv.link, "seqrepair_owner_up", None) is not None
-        if dlv.remote_state in (Delivery.ACCEPTED, Delivery.REJECTED, Delivery.RELEASED,
-                                Delivery.MODIFIED) or dlv.settled:
+        if has_outcome(dlv) or dlv.settled:
             dlv.seqrepair_contribution = None
             if not up_dlv.settled:
-                state = dlv.remote_state or Delivery.RELEASED
-                if state == Delivery.REJECTED and dlv.remote.condition is not None:
-                    cond = dlv.remote.condition
-                    up_dlv.local.condition = Condition(cond.name, cond.description, cond.info)
-                up_dlv.update(state)
-                up_dlv.settle()
+                copy_outcome(dlv, up_dlv)
             self.sendable(dlv.link)
         return True
 

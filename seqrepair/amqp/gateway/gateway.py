@@ -49,7 +49,7 @@ from typing import Any, cast
 
 from proton import Connection, Endpoint
 from proton.handlers import EndpointStateHandler, MessagingHandler
-from proton.reactor import ApplicationEvent, AtMostOnce
+from proton.reactor import ApplicationEvent
 
 from seqrepair.amqp.gateway.contrib import Contributions, is_owner_address
 from seqrepair.amqp.gateway.publish import (
@@ -66,10 +66,10 @@ from seqrepair.amqp.gateway.relays import (
     RelayState,
     RelayTable,
 )
-from seqrepair.amqp.gateway.requests import Requests
+from seqrepair.amqp.gateway.requests import Requests, UpstreamLostError
 from seqrepair.amqp.gateway.rewrite import RESPONSES_ADDRESS
 from seqrepair.amqp.wire.backoff import Backoff
-from seqrepair.amqp.wire.errors import AmqpAdapterError
+from seqrepair.amqp.wire.errors import AmqpAdapterError, RequestFloodError
 from seqrepair.amqp.wire.guard import Guarded
 from seqrepair.amqp.wire.hops import (
     DEFAULT_MAX_HOPS,
@@ -317,8 +317,10 @@ class Gateway(MessagingHandler):
                                        **self.upstream_security.connect_kwargs(self.upstream_url))
         conn.seqrepair_upstream = True
         self._upstream = conn
-        self.requests.control = self._container.create_sender(conn, CONTROL_ADDRESS,
-                                                              options=AtMostOnce())
+        # unsettled: each request's outcome is the component's, copied to its client's
+        control = self._container.create_sender(conn, CONTROL_ADDRESS)
+        control.seqrepair_requests = True
+        self.requests.control = control
 
     def _reconnect(self) -> None:
         if not self._stopping and self._upstream is None:
@@ -497,6 +499,8 @@ class Gateway(MessagingHandler):
 
     def on_link_closed(self, event: Any) -> None:
         link = event.link
+        if self.requests.control_closed(link):
+            return
         if self.contributions.link_closed(link):
             return
         if self.publishing.link_closed(link):
@@ -529,13 +533,17 @@ class Gateway(MessagingHandler):
             if relay is not None and self.relays.is_current(relay):
                 top_up(relay)
         else:
+            waits = False
             try:
                 refused = (refuse_non_request(event.message)
                            or self.requests.foreign_link(event.message, receiver.connection))
                 if refused is None:
-                    self.requests.forward(event.message, self._on_behalf_of(
-                        principal_of(receiver.connection)))
-                    self.accept(event.delivery)
+                    waits = self.requests.forward(event.message, self._on_behalf_of(
+                        principal_of(receiver.connection)), event.delivery)
+                    if not waits:
+                        self.accept(event.delivery)
+            except (UpstreamLostError, RequestFloodError) as exc:  # asked again, with backoff
+                refused = exc
             except AmqpAdapterError as exc:  # past the hop limit, a malformed hop count
                 refused = exc
                 self.stats["hop_refusals"] += 1
@@ -546,9 +554,12 @@ class Gateway(MessagingHandler):
                 refused = AmqpAdapterError(f"internal error: {exc!r}")
             if refused is not None:
                 settle_with(event.delivery, refused)
-            receiver.flow(1)
+            if not waits:  # else given back with the component's outcome (requests.outcome)
+                receiver.flow(1)
 
     def on_delivery(self, event: Any) -> None:
+        if self.requests.outcome(event.delivery):  # the component's outcome of a request
+            return
         if self.contributions.outcome(event):  # an owner's outcome of a contribution
             return
         self.publishing.on_delivery(event)  # publishers' messages and their outcomes

@@ -267,10 +267,9 @@ class PublishRelays:
         down_dlv = getattr(dlv, "seqrepair_publisher_delivery", None)
         if getattr(link, "seqrepair_downstream", None) is None:
             return False
-        if dlv.updated and dlv.remote_state in (Delivery.ACCEPTED, Delivery.REJECTED,
-                                                Delivery.RELEASED, Delivery.MODIFIED):
+        if dlv.updated and dlv.remote_state in OUTCOMES:
             if down_dlv is not None and not down_dlv.settled:
-                _copy_outcome(dlv, down_dlv)
+                copy_outcome(dlv, down_dlv)
                 self.stats["publish_outcomes"] += 1
             dlv.seqrepair_publisher_delivery = None  # settled by proton's handler (auto_settle)
         return True
@@ -325,16 +324,26 @@ class PublishRelays:
         return upstream
 
 
-def _copy_outcome(upstream: Any, downstream: Any) -> None:
-    """Settle the publisher's ``downstream`` delivery with the component's outcome of the
-    relayed ``upstream`` one."""
-    state = upstream.remote_state
+OUTCOMES = (Delivery.ACCEPTED, Delivery.REJECTED, Delivery.RELEASED, Delivery.MODIFIED)
+"""The terminal outcomes a relayed delivery's settlement is copied from."""
+
+
+def has_outcome(delivery: Any) -> bool:
+    """Whether the peer gave ``delivery`` its outcome (or settled it without one)."""
+    return bool(delivery.remote_state in OUTCOMES or delivery.remote_settled)
+
+
+def copy_outcome(source: Any, target: Any) -> None:
+    """Settle ``target`` with the outcome the peer gave ``source`` (its condition and info when
+    rejected, its flags when modified; released when it gave none): the gateway settles the
+    delivery it took with the outcome of the one it relayed, whichever way it crossed."""
+    state = source.remote_state if source.remote_state in OUTCOMES else Delivery.RELEASED
     if state == Delivery.REJECTED:
-        cond = upstream.remote.condition
+        cond = source.remote.condition
         if cond is not None:
-            downstream.local.condition = Condition(cond.name, cond.description, cond.info)
+            target.local.condition = Condition(cond.name, cond.description, cond.info)
     elif state == Delivery.MODIFIED:
-        downstream.local.failed = upstream.remote.failed
-        downstream.local.undeliverable = upstream.remote.undeliverable
-    downstream.update(state)
-    downstream.settle()
+        target.local.failed = source.remote.failed
+        target.local.undeliverable = source.remote.undeliverable
+    target.update(state)
+    target.settle()

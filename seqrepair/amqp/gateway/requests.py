@@ -25,6 +25,21 @@ slow subscriber slows answers, never grows the gateway's memory. ``Gateway(annot
 (``seqrepair gateway --rewrite``) always rewrites.
 
 An ACK crosses renamed like a request; no answer comes, nothing is remembered.
+
+**Outcomes.** The gateway does not accept a request as it forwards it: it sends it upstream
+unsettled and settles the client's delivery with the component's outcome (accepted, or
+rejected with the component's condition, description and info, copied:
+:func:`.publish.copy_outcome`, as publishers' deliveries are), so a subscriber behind the
+gateway hears a rejected request (the replay room, its request allowance, its journal out of
+reach) as it would connected directly, and its stub asks again or gives it up. What cannot
+reach the component is rejected ``amqp:internal-error`` (:class:`UpstreamLostError`, a
+condition the stub takes as temporary): the component out of reach when it comes, or its
+connection (or the requests link) lost before the outcome, never left unsettled. A request
+sent pre-settled is forwarded pre-settled (nothing to copy). The client's delivery waits in a
+table bounded twice: the client's requests link gets back the credit of a request only with
+its outcome (at most its window waiting per link), and past :data:`MAX_AWAITED` in all a
+request is rejected ``amqp:resource-limit-exceeded`` (:class:`RequestFloodError`), asked again
+with backoff.
 """
 
 from __future__ import annotations
@@ -34,8 +49,9 @@ from collections.abc import Mapping
 from typing import Any
 
 import attrs
-from proton import Message, symbol, ulong
+from proton import Endpoint, Message, symbol, ulong
 
+from seqrepair.amqp.gateway.publish import copy_outcome, has_outcome, settle_with
 from seqrepair.amqp.gateway.relays import Relay, RelayState, upstream_name
 from seqrepair.amqp.gateway.rewrite import (
     Addressing,
@@ -46,7 +62,7 @@ from seqrepair.amqp.gateway.rewrite import (
     restore_response,
     rewrite_request,
 )
-from seqrepair.amqp.wire.errors import UnknownAddressError
+from seqrepair.amqp.wire.errors import AmqpAdapterError, RequestFloodError, UnknownAddressError
 from seqrepair.amqp.wire.hops import HOPS_PROPERTY, count_hop
 from seqrepair.amqp.wire.respann import RESPONSE_ADDRESS_SUPPORTED, RESPONSE_ANNOTATIONS
 from seqrepair.amqp.wire.technical import MessageType
@@ -61,6 +77,15 @@ RESPONSE_WINDOW = 64
 """Credit on the responses link, and how many messages waiting for one subscriber make the
 gateway hold back the credit of its answers."""
 PROP_LINK = "link"
+MAX_AWAITED = 4096
+"""Client requests waiting at most, in all, for the component's outcome."""
+
+
+class UpstreamLostError(AmqpAdapterError):
+    """A request the gateway could not hand to the component, or whose outcome it will never
+    get (the component's connection or the requests link lost): the client asks again."""
+
+    condition = "amqp:internal-error"
 
 
 class Requests:
@@ -84,12 +109,54 @@ class Requests:
         self._responses: Any = None  # the link it sends their answers on
         self._owed: dict[str, int] = {}  # responses credit held back per subscriber behind
         self._ids = itertools.count(1)
+        self._awaited: dict[bytes, Any] = {}  # upstream delivery tag -> the client's delivery
+        self.stats.setdefault("request_outcomes", 0)
+        self.stats.setdefault("requests_failed_upstream_lost", 0)
 
     def upstream_lost(self) -> None:
         """The component's connection ended: its links with it."""
         self.control = self._responses = None
         self.annotating = False
         self._owed.clear()
+        self._fail_awaited("the component's connection was lost")
+
+    def control_closed(self, link: Any) -> bool:
+        """Whether ``link`` is the requests link upstream, which the component detached: what
+        waited for its outcome never gets one."""
+        if not getattr(link, "seqrepair_requests", False):
+            return False
+        if link == self.control:
+            self.control = None
+        self._fail_awaited("the requests link upstream was detached")
+        return True
+
+    def _fail_awaited(self, why: str) -> None:
+        """Reject every client request waiting for an outcome that will not come."""
+        awaited, self._awaited = self._awaited, {}
+        for client in awaited.values():
+            settle_with(client, UpstreamLostError(f"upstream lost before its outcome: {why}"))
+            _give_credit(client.link)
+        self.stats["requests_failed_upstream_lost"] += len(awaited)
+
+    @property
+    def awaited(self) -> int:
+        """Client requests waiting for the component's outcome."""
+        return len(self._awaited)
+
+    def outcome(self, delivery: Any) -> bool:
+        """Whether ``delivery`` is a request's on the requests link upstream; when the
+        component gave its outcome, the client's delivery is settled with it and its link
+        given back the credit."""
+        if not getattr(delivery.link, "seqrepair_requests", False):
+            return False
+        if has_outcome(delivery):
+            client = self._awaited.pop(delivery.tag, None)
+            if client is not None:
+                if not client.settled:
+                    copy_outcome(delivery, client)
+                    self.stats["request_outcomes"] += 1
+                _give_credit(client.link)
+        return True
 
     def control_opened(self, link: Any) -> bool:
         """Whether ``link`` is the control link the component answered; then learn whether
@@ -152,17 +219,27 @@ class Requests:
         self.stats["foreign_requests"] = self.stats.get("foreign_requests", 0) + 1
         return UnknownAddressError(f"no link {name!r} on this connection", got=name)
 
-    def forward(self, message: Message, on_behalf_of: str | None = None) -> None:
+    def forward(self, message: Message, on_behalf_of: str | None = None,
+                client: Any = None) -> bool:
         """Send a subscriber's request (or ACK) to the component, in its scope (on behalf of
         ``on_behalf_of``, the principal the subscriber proved, when the gateway forwards
         principals), with its ``seqrepair-hops`` one more;
         :class:`~seqrepair.amqp.wire.hops.HopLimitError` (or a malformed count's error)
-        refuses it, nothing sent."""
+        refuses it, nothing sent, and so do :class:`UpstreamLostError` (the component out of
+        reach) and :class:`~seqrepair.amqp.wire.errors.RequestFloodError` (too many waiting).
+        True when ``client``, the request's delivery, now waits for the component's outcome
+        (settled, its credit given back, by :meth:`outcome`); False when the gateway settles
+        it (pre-settled, or nothing sent: an ACK naming no link)."""
         gateway = self.gateway
         if not gateway.relays.upstream_ready or self.control is None:
-            # the component is out of reach: the subscriber's stub asks again
+            # the component is out of reach: rejected, the subscriber's stub asks again
             self.stats["dropped_requests"] += 1
-            return
+            raise UpstreamLostError("upstream out of reach: the gateway is not connected to "
+                                    "the component")
+        waits = client is not None and not client.settled
+        if waits and len(self._awaited) >= MAX_AWAITED:
+            raise RequestFloodError(f"more than {MAX_AWAITED} requests wait for the "
+                                    "component's outcome at the gateway")
         # a hop more; past the limit refused (HopLimitError): requests do not loop for ever
         count = gateway.hops.forward_count(message.properties)
         counted = {**(message.properties or {}), HOPS_PROPERTY: ulong(count)}
@@ -170,26 +247,36 @@ class Requests:
         addressing = _addressing(message)
         if is_ack(message):  # no answer comes: renamed like a request, nothing remembered
             link = downstream_link(addressing)
-            if link:
-                self.control.send(_upstream_message(
-                    message, attrs.evolve(addressing, link=upstream_name(gateway.name, link)),
-                    on_behalf_of=on_behalf_of))
-            return
+            if not link:
+                return False
+            return self._send(_upstream_message(
+                message, attrs.evolve(addressing, link=upstream_name(gateway.name, link)),
+                on_behalf_of=on_behalf_of), client)
         # an image answer must come on the data link, in order with its live frames (WIRE.md
         # "Image requests"): a SNAPSHOT is rewritten, never routed by annotations
         if self.annotating and not says_type(message, MessageType.SNAPSHOT):
             annotated = annotate_request(_addressing(message), gateway=gateway.name)
             if annotated is not None:
-                self.control.send(_upstream_message(message, *annotated,
-                                                    on_behalf_of=on_behalf_of))
                 self.stats["annotated"] += 1
-                return
+                return self._send(_upstream_message(message, *annotated,
+                                                    on_behalf_of=on_behalf_of), client)
         new_id = f"{gateway.name}:{next(self._ids)}"
         rewritten, pending = rewrite_request(_addressing(message), new_id=new_id,
                                              gateway=gateway.name)
         self.replies.remember(new_id, pending)
-        self.control.send(_upstream_message(message, rewritten, on_behalf_of=on_behalf_of))
         self.stats["rewritten"] += 1
+        return self._send(_upstream_message(message, rewritten, on_behalf_of=on_behalf_of),
+                          client)
+
+    def _send(self, message: Message, client: Any) -> bool:
+        """Send ``message`` on the requests link upstream: unsettled, its outcome awaited for
+        the client's unsettled delivery ``client``; pre-settled for a pre-settled one."""
+        out = self.control.send(message)
+        if client is None or client.settled:
+            out.settle()
+            return False
+        self._awaited[out.tag] = client
+        return True
 
     def from_upstream(self, receiver: Any, message: Message) -> None:
         """A message from the component: a relayed link's frame, or an answer (on the
@@ -229,6 +316,12 @@ class Requests:
             else:  # given back once that subscriber takes what waits for it
                 self._owed[relay.name] = self._owed.get(relay.name, 0) + 1
                 self.stats["answers_held"] += 1
+
+
+def _give_credit(link: Any) -> None:
+    """A request of a client's requests link is settled: the link may send one more."""
+    if link.state & Endpoint.LOCAL_ACTIVE and not link.state & Endpoint.REMOTE_CLOSED:
+        link.flow(1)
 
 
 def _addressing(message: Message) -> Addressing:
