@@ -1,0 +1,152 @@
+"""The gateway's requests (gateway/requests.py) settle each client delivery with the
+component's outcome of the request it forwarded, in memory: deliveries and links are small
+stand-ins for proton's (what :class:`Requests` reads of them), the gateway a namespace.
+Over real processes: test_gateway_rejected_real."""
+
+from __future__ import annotations
+
+import itertools
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from proton import Condition, Delivery, Endpoint, Message
+
+from seqrepair.amqp.gateway import requests as requests_module
+from seqrepair.amqp.gateway.requests import Requests, UpstreamLostError
+from seqrepair.amqp.wire.errors import RequestFloodError
+from seqrepair.amqp.wire.hops import Hops
+from seqrepair.logs import get_logger
+
+pytestmark = [pytest.mark.amqp]
+
+
+class FakeLink:
+    def __init__(self) -> None:
+        self.state = Endpoint.LOCAL_ACTIVE | Endpoint.REMOTE_ACTIVE
+        self.credit_given = 0
+
+    def flow(self, n: int) -> None:
+        self.credit_given += n
+
+
+class FakeDelivery:
+    def __init__(self, link: Any, tag: str = "", settled: bool = False) -> None:
+        self.link = link
+        self.tag = tag
+        self.settled = settled
+        self.remote_state: int | None = None
+        self.remote_settled = False
+        self.remote = SimpleNamespace(condition=None, failed=False, undeliverable=False)
+        self.local = SimpleNamespace(condition=None, failed=False, undeliverable=False)
+        self.state: int | None = None
+
+    def update(self, state: int) -> None:
+        self.state = state
+
+    def settle(self) -> None:
+        self.settled = True
+
+
+class FakeControl(FakeLink):
+    seqrepair_requests = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent: list[FakeDelivery] = []
+        self._tags = itertools.count(1)
+
+    def send(self, message: Message) -> FakeDelivery:
+        out = FakeDelivery(self, tag=str(next(self._tags)))
+        self.sent.append(out)
+        return out
+
+
+def _requests() -> tuple[Requests, FakeControl]:
+    gateway = SimpleNamespace(
+        stats={"dropped_requests": 0, "rewritten": 0, "annotated": 0},
+        relays=SimpleNamespace(upstream_ready=True, get=lambda name: None),
+        hops=Hops("edge"), name="edge", log=get_logger("test"))
+    requests = Requests(gateway, capacity=64, annotations=False)
+    control = FakeControl()
+    requests.control = control
+    return requests, control
+
+
+def _request() -> Message:
+    return Message(id=7, reply_to="$link/s", properties={
+        "message-type": "SOURCE-GAP-REQUEST", "link": "s"}, body={"feed.a": 0})
+
+
+def test_a_rejection_is_copied_to_the_client_and_its_credit_given_back() -> None:
+    requests, control = _requests()
+    client_link = FakeLink()
+    client = FakeDelivery(client_link)
+    assert requests.forward(_request(), client=client) is True
+    assert not client.settled
+    assert requests.awaited == 1
+    assert client_link.credit_given == 0  # not before the outcome
+    out = control.sent[0]
+    out.remote_state = Delivery.REJECTED
+    out.remote.condition = Condition("amqp:resource-limit-exceeded", "replay room", {"got": 2})
+    assert requests.outcome(out) is True
+    assert client.settled
+    assert client.state == Delivery.REJECTED
+    cond = client.local.condition
+    assert (cond.name, cond.description, cond.info) == (
+        "amqp:resource-limit-exceeded", "replay room", {"got": 2})
+    assert client_link.credit_given == 1
+    assert requests.awaited == 0
+
+
+def test_an_acceptance_is_copied() -> None:
+    requests, control = _requests()
+    client = FakeDelivery(FakeLink())
+    requests.forward(_request(), client=client)
+    control.sent[0].remote_state = Delivery.ACCEPTED
+    requests.outcome(control.sent[0])
+    assert (client.settled, client.state, client.local.condition) == (
+        True, Delivery.ACCEPTED, None)
+
+
+def test_the_upstream_lost_rejects_what_waits_as_temporary() -> None:
+    requests, _control = _requests()
+    links = [FakeLink(), FakeLink()]
+    clients = [FakeDelivery(link) for link in links]
+    for client in clients:
+        requests.forward(_request(), client=client)
+    requests.upstream_lost()
+    for client, link in zip(clients, links, strict=True):
+        assert client.settled
+        assert client.state == Delivery.REJECTED
+        assert client.local.condition.name == "amqp:internal-error"
+        assert "upstream lost" in client.local.condition.description
+        assert link.credit_given == 1
+    assert requests.awaited == 0
+
+
+def test_a_pre_settled_request_crosses_pre_settled() -> None:
+    requests, control = _requests()
+    client = FakeDelivery(FakeLink(), settled=True)
+    assert requests.forward(_request(), client=client) is False
+    assert control.sent[0].settled
+    assert requests.awaited == 0
+
+
+def test_nothing_waits_past_the_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(requests_module, "MAX_AWAITED", 3)
+    requests, control = _requests()
+    for _ in range(3):
+        requests.forward(_request(), client=FakeDelivery(FakeLink()))
+    with pytest.raises(RequestFloodError):
+        requests.forward(_request(), client=FakeDelivery(FakeLink()))
+    assert len(control.sent) == 3
+    assert requests.awaited == 3
+
+
+def test_a_request_with_the_component_out_of_reach_is_refused_as_temporary() -> None:
+    requests, _control = _requests()
+    requests.control = None
+    with pytest.raises(UpstreamLostError) as refused:
+        requests.forward(_request(), client=FakeDelivery(FakeLink()))
+    assert refused.value.condition == "amqp:internal-error"
