@@ -134,3 +134,44 @@ def test_a_fetch_in_progress_when_the_connection_drops_is_asked_again_after_what
     assert fetch.lost is None
     assert conn.stats["fetch_connections"] == 2  # dropped, reconnected
     assert [(p.topic, p.source_seq) for p in taken] == expected(redis_url, "feed.a", "/w/#")
+
+
+def test_a_fetch_request_rejected_for_the_replay_room_is_asked_again(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """The fetch connection against A (``serve --max-replays-per-principal 1``) while another
+    connection of the same (anonymous) principal holds the only replay room: A rejects the
+    fetch's request ``amqp:resource-limit-exceeded``. Its requests went pre-settled, so the
+    rejection went unheard and nothing asked again (the fetch waited for its idle timeout,
+    then named the range lost); now it is asked again with backoff, and once the room frees
+    every number comes, once, in order, no error."""
+    from .test_rejected_resume_real import Hog
+
+    a = ComponentProcess(redis_url, tmp_path, *FAST, "--max-replays-per-principal", "1").start()
+    conn = FetchConnection(a.url, name="relay.T.fetch.test", reconnect_delay=0.1,
+                           max_reconnect_delay=0.3).start()
+    hog: Hog | None = None
+    try:
+        publish(a.url, "feed.c", 20)
+        publish(a.url, "feed.a", 50)
+        hog = Hog(a.url)
+        time.sleep(0.3)  # its replay runs (and cannot send: no credit)
+        fetch = UpstreamFetch(Entitlement(topics=["/w/#"]), "feed.a", 1, 50)
+        taken: list[Publication] = []
+        link = conn.attach(fetch, "relay.T.fetch.test.1", "/w/#", {}).start()
+        assert wait_for(lambda: conn.stats.get("fetch_requests_rejected", 0) >= 1, 10), (
+            conn.stats)  # before: never heard
+        assert not fetch.done
+        hog.close()  # the room frees
+        hog = None
+        assert wait_for(lambda: bool(taken.extend(fetch.arrived())) or fetch.done, 15)
+        taken.extend(fetch.arrived())
+        link.stop()
+    finally:
+        if hog is not None:
+            hog.close()
+        conn.stop()
+        a.stop()
+    assert fetch.error is None
+    assert fetch.lost is None
+    assert [(p.topic, p.source_seq) for p in taken] == expected(redis_url, "feed.a", "/w/#")

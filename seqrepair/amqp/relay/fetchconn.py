@@ -21,6 +21,15 @@ its fetch alone (:attr:`FetchLink.error`); another condition attaches it again a
 A connection refused for good (its authentication, a fatal condition on the connection) fails
 every link on it and stops; the relay's next fetch makes a new one.
 
+A fetch's request goes unsettled, and the upstream's outcome is heard: rejected with a
+condition that passes (:data:`~seqrepair.core.stubrepair.TEMPORARY_REJECTIONS`: the replay
+room of the relay's principal, the request allowance, the upstream's journal out of reach), it
+is asked again after the link's backoff (the fetch's idle timeout still ends it if the
+rejections last); rejected otherwise, the fetch ends at once with the condition and its
+description as its error (answered as numbers the upstream lacks: named). Sent pre-settled,
+a rejection went unheard and the fetch waited its whole idle timeout for an answer that would
+not come.
+
 Everything on the connection runs in its own thread; :meth:`FetchConnection.attach` and
 :meth:`FetchLink.stop` are safe from any thread (the relay's event loop).
 """
@@ -33,7 +42,7 @@ from collections import deque
 from typing import Any
 
 from proton import Endpoint, symbol
-from proton.reactor import ApplicationEvent, AtMostOnce
+from proton.reactor import ApplicationEvent
 
 from seqrepair.amqp.client.runner import FATAL_CONDITIONS, SubscriberRunner
 from seqrepair.amqp.wire.backoff import Backoff
@@ -54,6 +63,7 @@ from seqrepair.amqp.wire.vocabulary import (
     PROP_RESUME,
 )
 from seqrepair.core.errors import SeqRepairError
+from seqrepair.core.stubrepair import TEMPORARY_REJECTIONS
 from seqrepair.logs import get_logger
 
 log = get_logger("seqrepair.amqp.relay.fetchconn")
@@ -130,7 +140,7 @@ class FetchConnection(SubscriberRunner):
         self.links: dict[str, FetchLink] = {}  # the connection thread's
         self._changes: deque[tuple[FetchLink, bool]] = deque()
         self._control: Any = None
-        self._outbox: deque[Outgoing] = deque()
+        self._outbox: deque[tuple[Outgoing, FetchLink]] = deque()
         self._ids = itertools.count(1)
 
     @property
@@ -172,8 +182,8 @@ class FetchConnection(SubscriberRunner):
             container_id=self.link_name, desired_capabilities=["RESPONSE_ANNOTATIONS_V1_0"],
             **self.security.connect_kwargs(self.url),
         )
-        self._control = self._container.create_sender(
-            self._conn, CONTROL_ADDRESS, options=AtMostOnce())
+        # unsettled: a rejected request is heard (on_rejected), not waited on till the timeout
+        self._control = self._container.create_sender(self._conn, CONTROL_ADDRESS)
         for link in self.links.values():
             self._attach(link)
 
@@ -241,7 +251,7 @@ class FetchConnection(SubscriberRunner):
         message.id = next(self._ids)
         message.reply_to = LINK_PREFIX + link.name
         message.properties = {**(message.properties or {}), PROP_LINK: link.name}
-        self._outbox.append(message)
+        self._outbox.append((message, link))
 
     def on_sendable(self, event: Any) -> None:
         self._flush()
@@ -249,7 +259,28 @@ class FetchConnection(SubscriberRunner):
     def _flush(self) -> None:
         control = self._control
         while self._outbox and control is not None and control.credit > 0:
-            control.send(self._outbox.popleft())
+            message, link = self._outbox.popleft()
+            delivery = control.send(message)
+            delivery.seqrepair_fetch = (link, link.fetch.asked)
+
+    def on_rejected(self, event: Any) -> None:
+        """The upstream rejected a fetch's request: asked again after the link's backoff when
+        the condition passes, else the fetch ends with it (see the module)."""
+        link, asked = getattr(event.delivery, "seqrepair_fetch", None) or (None, None)
+        if link is None or link.stopped or link.fetch.done or link.fetch.asked is not asked:
+            return  # its fetch is over, or asked again since
+        cond = event.delivery.remote.condition
+        name = cond.name if cond else None
+        text = f"{name}: {(cond.description if cond else None) or 'rejected'}"
+        self.stats["fetch_requests_rejected"] = self.stats.get("fetch_requests_rejected", 0) + 1
+        if name not in TEMPORARY_REJECTIONS:
+            self.log.warning("fetch request rejected upstream", link=link.name, condition=name)
+            link.fetch.finish(error=f"the upstream rejected the fetch's request: {text}")
+            return
+        delay = link.backoff.next_delay(self._rng) or self.reconnect_delay
+        self.log.info("fetch request rejected upstream: asking again", link=link.name,
+                      condition=name, delay=round(delay, 3))
+        self._container.schedule(delay, _Reask(self, link, asked))
 
     def on_message(self, event: Any) -> None:
         delivery = event.delivery
@@ -357,6 +388,23 @@ class FetchConnection(SubscriberRunner):
         super()._shutdown()
         for link in self.links.values():
             link.connected.clear()
+
+
+class _Reask:
+    """A timer: ask ``link``'s fetch again unless it ended, asked since, or is detached."""
+
+    def __init__(self, connection: FetchConnection, link: FetchLink, asked: Any) -> None:
+        self.connection = connection
+        self.link = link
+        self.asked = asked
+
+    def on_timer_task(self, event: Any) -> None:
+        conn, link = self.connection, self.link
+        if conn._stopping or link.stopped or link.fetch.asked is not self.asked:
+            return
+        if link.receiver is not None and link.connected.is_set():
+            conn._ask(link)  # else it asks again when it attaches
+            conn._flush()
 
 
 class _Reattach:
