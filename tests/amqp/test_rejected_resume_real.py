@@ -97,24 +97,24 @@ class Hog:
         self.conn.close()
 
 
-def test_a_rejected_resume_is_asked_again_and_brings_what_the_link_passed_over(
-    redis_url: str, tmp_path: Path,
-) -> None:
-    comp = ComponentProcess(redis_url, tmp_path, "--heartbeat", "0.2", "--link-bits",
-                            str(BITS), "--max-replays-per-principal", "1").start()
+def rejected_resume(comp_url: str, url: str) -> Rejecting:
+    """The scenario (see the module) against the component at ``comp_url``, the subscriber
+    attached at ``url`` (the component, or a gateway in front of it; the hog, the same
+    anonymous principal, at the component): checked, once every publication came once, in
+    order; returns the run."""
     run = Rejecting(SubscriberStub(bits=BITS, heartbeat_interval=0.2))
     opened: list[Scripted] = []
     hog: Hog | None = None
     want = [("feed.b", n) for n in range(1, 9)] + [("feed.c", n) for n in range(1, 21)]
     try:
-        _first_resume(comp.url, run, opened, read_answer=False)
-        hog = Hog(comp.url)
+        _first_resume(url, run, opened, read_answer=False)
+        hog = Hog(comp_url)
         assert run.sub is not None
-        run.sub = Scripted(comp.url, BITS, epoch=run.sub.epoch)
+        run.sub = Scripted(url, BITS, epoch=run.sub.epoch)
         opened.append(run.sub)
         run.perform([RequestSourceGap(run.stub.resume_point())])
         assert run.rejected == [LIMIT]  # the premise: the replay room is full
-        _publish(comp.url, "feed.b", 3, after=5)  # the kept link goes on
+        _publish(comp_url, "feed.b", 3, after=5)  # the kept link goes on
         run.run(lambda: False, 0.6)
         hog.close()  # its replay ends with its connection: the room frees
         hog = None
@@ -124,11 +124,52 @@ def test_a_rejected_resume_is_asked_again_and_brings_what_the_link_passed_over(
             hog.close()
         for sub in opened:
             sub.conn.close()
-        comp.stop()
     _check(run, want)
     assert run.stub.stats.requests_rejected >= 1
     assert len(run.asked) >= 2, run.asked  # asked again after the rejection
+    return run
 
+
+def test_a_rejected_resume_is_asked_again_and_brings_what_the_link_passed_over(
+    redis_url: str, tmp_path: Path,
+) -> None:
+    comp = ComponentProcess(redis_url, tmp_path, "--heartbeat", "0.2", "--link-bits",
+                            str(BITS), "--max-replays-per-principal", "1").start()
+    try:
+        rejected_resume(comp.url, comp.url)
+    finally:
+        comp.stop()
+
+
+LIBRARY_LIMITS = ("--heartbeat", "0.2", "--link-bits", "4", "--drop-rate", "0.3",
+                  "--drop-seed", "2", "--request-rate", "2", "--request-burst", "2")
+"""The component's options for :func:`library_rejected`: forced loss, 2 requests a second."""
+
+
+def library_rejected(comp_url: str, url: str) -> None:
+    """The library :class:`Subscriber` attached at ``url`` (the component at ``comp_url``
+    started with :data:`LIBRARY_LIMITS`, or a gateway in front of it): it hears rejected
+    requests (``rejected`` >= 1, each passed to the stub) and the application has the stream
+    once, in order, nothing Unrecoverable."""
+    from seqrepair.amqp.client.subscriber import Subscriber
+
+    got: list[tuple[str, int]] = []
+    count = 60
+    with Subscriber(url, "/w/#", on_publication=lambda p: got.append(
+            (p.source, p.source_seq)), heartbeat_interval=0.2, link_name="lib") as sub:
+        assert sub.connected.wait(10)
+        _publish(comp_url, "feed.a", count)
+        deadline = time.monotonic() + 20
+        while len(got) < count and not sub.unrecoverable and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(0.3)  # a duplicate would come now
+        report = sub.stats()
+        lost = list(sub.unrecoverable)
+        rejected = sub.stub.stats.requests_rejected
+    assert got == [("feed.a", n) for n in range(1, count + 1)], (got, lost, report)
+    assert lost == []
+    assert report.rejected >= 1, report  # before: 0, never heard
+    assert rejected >= report.rejected, (report, rejected)
 
 
 def test_the_library_subscriber_hears_its_rejected_requests_and_repairs_what_they_asked(
@@ -139,28 +180,8 @@ def test_the_library_subscriber_hears_its_rejected_requests_and_repairs_what_the
     requests link sent them pre-settled, so no rejection ever came back (``on_rejected``
     never ran: ``rejected`` 0); now each reaches the stub, which asks by source for what they
     asked (again with backoff while rejected), and the application has the stream once."""
-    from seqrepair.amqp.client.subscriber import Subscriber
-
-    comp = ComponentProcess(redis_url, tmp_path, "--heartbeat", "0.2", "--link-bits", "4",
-                            "--drop-rate", "0.3", "--drop-seed", "2", "--request-rate", "2",
-                            "--request-burst", "2").start()
-    got: list[tuple[str, int]] = []
-    count = 60
+    comp = ComponentProcess(redis_url, tmp_path, *LIBRARY_LIMITS).start()
     try:
-        with Subscriber(comp.url, "/w/#", on_publication=lambda p: got.append(
-                (p.source, p.source_seq)), heartbeat_interval=0.2, link_name="lib") as sub:
-            assert sub.connected.wait(10)
-            _publish(comp.url, "feed.a", count)
-            deadline = time.monotonic() + 20
-            while len(got) < count and not sub.unrecoverable and time.monotonic() < deadline:
-                time.sleep(0.1)
-            time.sleep(0.3)  # a duplicate would come now
-            report = sub.stats()
-            lost = list(sub.unrecoverable)
-            rejected = sub.stub.stats.requests_rejected
+        library_rejected(comp.url, comp.url)
     finally:
         comp.stop()
-    assert got == [("feed.a", n) for n in range(1, count + 1)], (got, lost, report)
-    assert lost == []
-    assert report.rejected >= 1, report  # before: 0, the requests went pre-settled
-    assert rejected >= report.rejected, (report, rejected)

@@ -4,7 +4,10 @@ Subscribers in one address scope attach to the gateway; the gateway attaches the
 upstream, at the component, under names of the component's scope (``<gateway>.<link name>``)
 and relays the frames. A subscriber's request (GAP-REQUEST, SOURCE-GAP-REQUEST, CAPABILITIES)
 names addresses of the subscriber's scope; the gateway forwards it rewritten, or with response
-annotations when the component takes them, and routes the answers back (:mod:`.requests`).
+annotations when the component takes them, and routes the answers back (:mod:`.requests`); the
+subscriber's delivery of it is settled with the component's outcome (a rejection heard as it
+would be connected directly), or rejected ``amqp:internal-error`` when the component is lost
+before it.
 
 Attaches cross the gateway both ways. The upstream link is attached with the subscriber's link
 properties (``seqrepair-epoch``, ``seqrepair-start-after``...: they name contexts and sources,

@@ -23,8 +23,8 @@ publisher sends them again after reconnecting, as connected directly), and the p
 gone closes the upstream one.
 
 On the gateway's requests link (``$seqrepair``), a link frame or an answer is refused
-(:func:`refuse_non_request`) rather than accepted and forwarded as a request: only requests,
-which the gateway accepts on their way, cross there.
+(:func:`refuse_non_request`) rather than forwarded as a request: only requests cross there,
+each settled with the component's outcome as publications are (:mod:`.requests`).
 """
 
 from __future__ import annotations
@@ -60,8 +60,8 @@ FORCED = "amqp:connection:forced"
 
 def refuse_non_request(message: Message) -> AmqpAdapterError | None:
     """Why ``message``, sent to the gateway's requests address, is not forwarded (None: it is
-    a request, or a type the component judges): a publication or an answer there would be
-    accepted by the gateway and refused by the component, acknowledged and never journaled."""
+    a request, or a type the component judges): a publication or an answer there is no
+    request, refused here with the reason rather than forwarded as one."""
     props: Any = message.properties or {}
     kind = props.get(MESSAGE_TYPE) if isinstance(props, dict) else None
     if kind is None:
