@@ -75,6 +75,9 @@ class ImageResyncing:
     _image_tries: dict[int, int]
     _image_rejections: dict[int, int]  # per request, the rejections for now it had
     _image_resend: set[int]  # requests rejected for now: sent again when due, no try counted
+    # per request, its sends on this connection neither rejected nor answered: one may still
+    # be answering (a fold slow to its first image) while a later send is rejected
+    _image_sends: dict[int, int]
     _now: float
     max_retries: int
 
@@ -103,6 +106,7 @@ class ImageResyncing:
         self._image_topics[self._image_ids] = set()
         self._image_due[self._image_ids] = self._now + IMAGE_RETRY
         self._image_tries[self._image_ids] = 1
+        self._image_sends[self._image_ids] = 1
         self._stats.images_requested += 1
         events.append(RequestImage(request))
         return events
@@ -130,6 +134,10 @@ class ImageResyncing:
         if request_id is None or self._image_asked.get(request_id) != request:
             self._stats.stray_dropped += 1
             return events
+        sends = self._image_sends.get(request_id, 1) - 1
+        self._image_sends[request_id] = max(sends, 0)
+        if sends > 0:  # an earlier send may still be answered (its answer fills the room)
+            return events
         reason = condition or "rejected"
         rejections = self._image_rejections.get(request_id, 0) + 1
         if reason in TEMPORARY_REJECTIONS and rejections < self.max_retries:
@@ -154,6 +162,7 @@ class ImageResyncing:
         self._image_tries.pop(request_id, None)
         self._image_rejections.pop(request_id, None)
         self._image_resend.discard(request_id)
+        self._image_sends.pop(request_id, None)
 
     def _retry_images(self, now: float) -> None:
         """Send again the image requests that got no answer for a while, and those rejected
@@ -173,7 +182,22 @@ class ImageResyncing:
                 tries += 1
                 self._image_tries[request_id] = tries
             self._image_due[request_id] = now + IMAGE_RETRY * 2 ** (tries - 1)
+            self._image_sends[request_id] = self._image_sends.get(request_id, 0) + 1
             self._events.append(RequestImage(self._image_asked[request_id]))
+
+    def resend_images(self, now: float) -> list[ImageRequest]:
+        """The image requests not yet answered, oldest first, for an adapter to send again on
+        a new connection: the sends before it are lost with the old one (their answers never
+        end, their rejections never come), so each now has that one send, a rejection of
+        which is asked again or given up as :meth:`image_rejected` says."""
+        now = check_now(now)
+        self._now = now
+        for request_id in self._image_asked:
+            self._image_sends[request_id] = 1
+            if request_id in self._image_resend:  # the send now is the one the backoff awaited
+                self._image_resend.discard(request_id)
+                self._image_due[request_id] = now + IMAGE_RETRY
+        return self.pending_images()
 
     def pending_images(self) -> list[ImageRequest]:
         """The image requests not yet answered, oldest first (send them again after a lost

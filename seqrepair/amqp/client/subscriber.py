@@ -388,7 +388,8 @@ class Subscriber(SubscriberRunner):
             self._enter_epoch(None if epoch is None else str(epoch))
             if self._accepted(event.link):
                 self.connected.set()
-            for asked in self.stub.pending_images():  # an answer cut off by a lost connection
+            # an answer cut off by a lost connection never ends: the pending ones again
+            for asked in self.stub.resend_images(self.clock()):
                 self._request(encode(asked), (asked,))
             if self._image_asks:
                 self.on_seqrepair_image(None)
