@@ -78,6 +78,9 @@ class ImageResyncing:
     # per request, its sends on this connection neither rejected nor answered: one may still
     # be answering (a fold slow to its first image) while a later send is rejected
     _image_sends: dict[int, int]
+    # per source, per topic, the as_of of the image delivered, while requests are pending:
+    # overlapping requests answer the same items (each names them, none delivers them twice)
+    _image_given: dict[str, dict[str, int]]
     _now: float
     max_retries: int
 
@@ -163,6 +166,8 @@ class ImageResyncing:
         self._image_rejections.pop(request_id, None)
         self._image_resend.discard(request_id)
         self._image_sends.pop(request_id, None)
+        if not self._image_asked:  # no answer left that could repeat an image delivered
+            self._image_given.clear()
 
     def _retry_images(self, now: float) -> None:
         """Send again the image requests that got no answer for a while, and those rejected
@@ -220,8 +225,12 @@ class ImageResyncing:
         pub = frame.publication
         source, topic, as_of = pub.source, pub.topic, pub.source_seq
         delivered = self._last_delivered.get(source, 0)
-        floor = self._image_floor.get(source, {}).get(topic, 0)
-        if as_of <= floor:  # an image as current already delivered (a request sent again)
+        given = self._image_given.setdefault(source, {})
+        floor = max(self._image_floor.get(source, {}).get(topic, 0), given.get(topic, 0))
+        if as_of <= floor:
+            # an image as current already delivered (a request sent again, or another request
+            # for the same item): not delivered twice, but this request resynced the item too
+            answered.add(topic)
             self._stats.duplicates += 1
             return
         if as_of < delivered:
@@ -229,6 +238,7 @@ class ImageResyncing:
             self._events.append(ImageOutdated(pub, delivered))
             return
         answered.add(topic)
+        given[topic] = as_of
         if as_of > delivered:  # else the source is through it already: nothing to cover
             self._image_floor.setdefault(source, {})[topic] = as_of
             if as_of > self._image_top.get(source, 0):
