@@ -52,6 +52,12 @@ IMAGE_RETRY = 30.0
 """Seconds without any answer to an image request after which it is sent again (a request
 the component refused, or lost with a connection): long, since a fold over a large journal may
 take a while before its first image. Doubled at each try."""
+IMAGE_REJECTIONS = 12
+"""How many rejections for now (:meth:`ImageResyncing.image_rejected`) an image request takes
+before it is given up. The waits double from the stub's ``retry_interval`` up to
+:data:`IMAGE_RETRY` (jittered): the room they wait on is held by other image answers, which
+may run as long as a fold over a large journal, so about two and a half minutes in all with
+the defaults, not the source requests' ``max_retries`` (about 6 s)."""
 IMAGE_TRIES = 4
 """How many times an image request is sent without an answer before it is given up
 (``stats.images_abandoned``, :class:`ImageRefused` ``"no answer after 4 tries"``); sends
@@ -82,7 +88,8 @@ class ImageResyncing:
     # overlapping requests answer the same items (each names them, none delivers them twice)
     _image_given: dict[str, dict[str, int]]
     _now: float
-    max_retries: int
+    retry_interval: float
+    backoff: float
 
     if TYPE_CHECKING:
 
@@ -122,12 +129,13 @@ class ImageResyncing:
         A condition that passes (:data:`~seqrepair.core.stubrepair.TEMPORARY_REJECTIONS`: the
         component's image answers or request allowance used up, a failure of its own, the data
         link detached meanwhile) is asked again after the stub's backoff (``retry_interval``
-        doubling by ``backoff``, with ``jitter``, as a source request's), at most
-        ``max_retries`` rejections; another condition (``amqp:unauthorized-access``,
-        ``amqp:decode-error``, ``amqp:not-implemented``, ...), or the retries run out, gives
-        it up at once: :class:`ImageRefused` with the condition as the reason
-        (``stats.images_refused``). A rejection of a request answered, given up or replaced
-        meanwhile changes nothing (``stats.stray_dropped``)."""
+        doubling by ``backoff``, with ``jitter``, as a source request's, but up to
+        :data:`IMAGE_RETRY`), at most :data:`IMAGE_REJECTIONS` rejections; another condition
+        (``amqp:unauthorized-access``, ``amqp:decode-error``, ``amqp:not-implemented``, ...),
+        or the retries run out, gives it up at once: :class:`ImageRefused` with the condition
+        as the reason (``stats.images_refused``). A rejection of a request answered, given up
+        or replaced meanwhile, or while an earlier send of it may still be answered (its answer
+        holding the room), changes nothing (``stats.stray_dropped`` for the first)."""
         now = check_now(now)
         self._now = now
         events: list[Event] = []
@@ -143,10 +151,13 @@ class ImageResyncing:
             return events
         reason = condition or "rejected"
         rejections = self._image_rejections.get(request_id, 0) + 1
-        if reason in TEMPORARY_REJECTIONS and rejections < self.max_retries:
+        if reason in TEMPORARY_REJECTIONS and rejections < IMAGE_REJECTIONS:
             self._image_rejections[request_id] = rejections
             self._image_resend.add(request_id)
-            self._image_due[request_id] = now + self._retry_wait(rejections)
+            nominal = self.retry_interval * self.backoff ** (rejections - 1)
+            # capped at IMAGE_RETRY, the jitter kept: the room frees as other answers end
+            self._image_due[request_id] = now + self._retry_wait(rejections) * min(
+                1.0, IMAGE_RETRY / nominal)
         else:
             self._stats.images_refused += 1
             events.append(self._give_up_image(request_id, reason))
