@@ -113,6 +113,9 @@ def test_an_image_request_rejected_for_now_is_asked_again(
     assert sorted(r.request.request_id for r in resyncs) == [1, 2, 3, 4, 5]
     assert all(dict(r.as_of) == {"feed.r": 300} for r in resyncs)
     assert {p.topic for p in images} == {f"/weather/item/{i}" for i in range(300)}
+    # the five overlap: each names every item, none delivered twice (core/stubimages.py)
+    assert all(r.topics == {p.topic for p in images} for r in resyncs)
+    assert len(images) == 300
     journal.close()
 
 
