@@ -184,3 +184,37 @@ def test_subscribe_names_a_resync_rejected_for_now_and_exits_3(
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert not [r for r in records if r.get("image")]
     journal.close()
+
+
+def test_image_requests_cut_off_by_a_lost_connection_are_answered_after_it(
+    component: Callable[..., ComponentProcess], redis_url: str,
+) -> None:
+    """Three image requests over 300 items on a link of little credit (the answers run
+    slowly); the connection is dropped while they run, and one more is asked meanwhile. Once
+    attached again the subscriber sends the unanswered ones once each (SubscriberStub.
+    resend_images), and every request ends answered, none refused, each image once."""
+    comp = component("--heartbeat", "0.2")
+    journal = Journal.from_url(redis_url)
+    with Publisher(comp.url, "feed.c", journal=journal) as publisher:
+        publisher.publish_many([(f"/weather/item/{i}", {"v": i}, "image") for i in range(300)])
+        assert publisher.flush(30)
+    events: list[Event] = []
+    images: list[Any] = []
+    with Subscriber(comp.url, "/weather/#", on_event=events.append, on_image=images.append,
+                    heartbeat_interval=0.2, credit=10) as sub:
+        assert sub.connected.wait(10)
+        for _ in range(3):
+            sub.request_image(patterns=["/#"])
+        sub.drop_connection()
+        sub.request_image(topics=["/weather/item/1", "/weather/item/2"])
+        assert wait_for(lambda: len(_events(events, ImageResynced)) == 4, 20), (
+            sub.stats().as_dict(), _events(events, ImageRefused))
+        stats = sub.stats()
+    assert stats.connections >= 2
+    assert not _events(events, ImageRefused)
+    resyncs = _events(events, ImageResynced)
+    everything = {f"/weather/item/{i}" for i in range(300)}
+    assert sorted(len(r.topics) for r in resyncs) == [2, 300, 300, 300]
+    assert {p.topic for p in images} == everything
+    assert len(images) == 300  # none delivered twice
+    journal.close()
