@@ -244,7 +244,8 @@ def register(subparsers: Any) -> None:
                           "names, else of every item of its source (images go to the output "
                           "as lines with \"image\": true); a resync the component refuses "
                           "or never answers is named on stderr and in the statistics "
-                          "(images_refused_events), and the exit status is 3")
+                          "(images_refused_events; one still unanswered when the run "
+                          "stops, resyncs_unanswered_events), and the exit status is 3")
     sub.add_argument("--images", metavar="FILE",
                      help="keep the item images of what is delivered and write them here (JSON "
                           "lines: topic, fields, partial) every second and at the end, then "

@@ -181,8 +181,10 @@ class ImageDelivered:
 @attrs.frozen
 class ImageResynced:
     """The image request ``request`` is answered: ``as_of`` per source, ``topics`` the items
-    the answer held (a drop included), ``partial`` those it could not make whole. Items the
-    request matched that the application holds and ``topics`` lacks no longer exist for it."""
+    the answer held (a drop included; one another request's answer delivered as current
+    already, not delivered twice, included too), ``partial`` those it could not make whole.
+    Items the request matched that the application holds and ``topics`` lacks no longer exist
+    for it, save one an :class:`ImageOutdated` named meanwhile (asked again on its own)."""
 
     request: ImageRequest
     as_of: Mapping[str, int]

@@ -202,6 +202,8 @@ class SubscriberStub(SourceRepairing, ImageResyncing):
     _image_tries: dict[int, int] = attrs.field(init=False, factory=dict)
     _image_rejections: dict[int, int] = attrs.field(init=False, factory=dict)
     _image_resend: set[int] = attrs.field(init=False, factory=set)
+    _image_sends: dict[int, int] = attrs.field(init=False, factory=dict)
+    _image_given: dict[str, dict[str, int]] = attrs.field(init=False, factory=dict)
     _last_frame_at: float | None = attrs.field(init=False, default=None)
     _overdue_at: float | None = attrs.field(init=False, default=None)
     _missed: MissedCount = attrs.field(init=False)

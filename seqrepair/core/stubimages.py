@@ -52,6 +52,12 @@ IMAGE_RETRY = 30.0
 """Seconds without any answer to an image request after which it is sent again (a request
 the component refused, or lost with a connection): long, since a fold over a large journal may
 take a while before its first image. Doubled at each try."""
+IMAGE_REJECTIONS = 12
+"""How many rejections for now (:meth:`ImageResyncing.image_rejected`) an image request takes
+before it is given up. The waits double from the stub's ``retry_interval`` up to
+:data:`IMAGE_RETRY` (jittered): the room they wait on is held by other image answers, which
+may run as long as a fold over a large journal, so about two and a half minutes in all with
+the defaults, not the source requests' ``max_retries`` (about 6 s)."""
 IMAGE_TRIES = 4
 """How many times an image request is sent without an answer before it is given up
 (``stats.images_abandoned``, :class:`ImageRefused` ``"no answer after 4 tries"``); sends
@@ -75,8 +81,15 @@ class ImageResyncing:
     _image_tries: dict[int, int]
     _image_rejections: dict[int, int]  # per request, the rejections for now it had
     _image_resend: set[int]  # requests rejected for now: sent again when due, no try counted
+    # per request, its sends on this connection neither rejected nor answered: one may still
+    # be answering (a fold slow to its first image) while a later send is rejected
+    _image_sends: dict[int, int]
+    # per source, per topic, the as_of of the image delivered, while requests are pending:
+    # overlapping requests answer the same items (each names them, none delivers them twice)
+    _image_given: dict[str, dict[str, int]]
     _now: float
-    max_retries: int
+    retry_interval: float
+    backoff: float
 
     if TYPE_CHECKING:
 
@@ -103,6 +116,7 @@ class ImageResyncing:
         self._image_topics[self._image_ids] = set()
         self._image_due[self._image_ids] = self._now + IMAGE_RETRY
         self._image_tries[self._image_ids] = 1
+        self._image_sends[self._image_ids] = 1
         self._stats.images_requested += 1
         events.append(RequestImage(request))
         return events
@@ -115,12 +129,13 @@ class ImageResyncing:
         A condition that passes (:data:`~seqrepair.core.stubrepair.TEMPORARY_REJECTIONS`: the
         component's image answers or request allowance used up, a failure of its own, the data
         link detached meanwhile) is asked again after the stub's backoff (``retry_interval``
-        doubling by ``backoff``, with ``jitter``, as a source request's), at most
-        ``max_retries`` rejections; another condition (``amqp:unauthorized-access``,
-        ``amqp:decode-error``, ``amqp:not-implemented``, ...), or the retries run out, gives
-        it up at once: :class:`ImageRefused` with the condition as the reason
-        (``stats.images_refused``). A rejection of a request answered, given up or replaced
-        meanwhile changes nothing (``stats.stray_dropped``)."""
+        doubling by ``backoff``, with ``jitter``, as a source request's, but up to
+        :data:`IMAGE_RETRY`), at most :data:`IMAGE_REJECTIONS` rejections; another condition
+        (``amqp:unauthorized-access``, ``amqp:decode-error``, ``amqp:not-implemented``, ...),
+        or the retries run out, gives it up at once: :class:`ImageRefused` with the condition
+        as the reason (``stats.images_refused``). A rejection of a request answered, given up
+        or replaced meanwhile, or while an earlier send of it may still be answered (its answer
+        holding the room), changes nothing (``stats.stray_dropped`` for the first)."""
         now = check_now(now)
         self._now = now
         events: list[Event] = []
@@ -130,12 +145,19 @@ class ImageResyncing:
         if request_id is None or self._image_asked.get(request_id) != request:
             self._stats.stray_dropped += 1
             return events
+        sends = self._image_sends.get(request_id, 1) - 1
+        self._image_sends[request_id] = max(sends, 0)
+        if sends > 0:  # an earlier send may still be answered (its answer fills the room)
+            return events
         reason = condition or "rejected"
         rejections = self._image_rejections.get(request_id, 0) + 1
-        if reason in TEMPORARY_REJECTIONS and rejections < self.max_retries:
+        if reason in TEMPORARY_REJECTIONS and rejections < IMAGE_REJECTIONS:
             self._image_rejections[request_id] = rejections
             self._image_resend.add(request_id)
-            self._image_due[request_id] = now + self._retry_wait(rejections)
+            nominal = self.retry_interval * self.backoff ** (rejections - 1)
+            # capped at IMAGE_RETRY, the jitter kept: the room frees as other answers end
+            self._image_due[request_id] = now + self._retry_wait(rejections) * min(
+                1.0, IMAGE_RETRY / nominal)
         else:
             self._stats.images_refused += 1
             events.append(self._give_up_image(request_id, reason))
@@ -154,6 +176,9 @@ class ImageResyncing:
         self._image_tries.pop(request_id, None)
         self._image_rejections.pop(request_id, None)
         self._image_resend.discard(request_id)
+        self._image_sends.pop(request_id, None)
+        if not self._image_asked:  # no answer left that could repeat an image delivered
+            self._image_given.clear()
 
     def _retry_images(self, now: float) -> None:
         """Send again the image requests that got no answer for a while, and those rejected
@@ -173,7 +198,22 @@ class ImageResyncing:
                 tries += 1
                 self._image_tries[request_id] = tries
             self._image_due[request_id] = now + IMAGE_RETRY * 2 ** (tries - 1)
+            self._image_sends[request_id] = self._image_sends.get(request_id, 0) + 1
             self._events.append(RequestImage(self._image_asked[request_id]))
+
+    def resend_images(self, now: float) -> list[ImageRequest]:
+        """The image requests not yet answered, oldest first, for an adapter to send again on
+        a new connection: the sends before it are lost with the old one (their answers never
+        end, their rejections never come), so each now has that one send, a rejection of
+        which is asked again or given up as :meth:`image_rejected` says."""
+        now = check_now(now)
+        self._now = now
+        for request_id in self._image_asked:
+            self._image_sends[request_id] = 1
+            if request_id in self._image_resend:  # the send now is the one the backoff awaited
+                self._image_resend.discard(request_id)
+                self._image_due[request_id] = now + IMAGE_RETRY
+        return self.pending_images()
 
     def pending_images(self) -> list[ImageRequest]:
         """The image requests not yet answered, oldest first (send them again after a lost
@@ -196,8 +236,12 @@ class ImageResyncing:
         pub = frame.publication
         source, topic, as_of = pub.source, pub.topic, pub.source_seq
         delivered = self._last_delivered.get(source, 0)
-        floor = self._image_floor.get(source, {}).get(topic, 0)
-        if as_of <= floor:  # an image as current already delivered (a request sent again)
+        given = self._image_given.setdefault(source, {})
+        floor = max(self._image_floor.get(source, {}).get(topic, 0), given.get(topic, 0))
+        if as_of <= floor:
+            # an image as current already delivered (a request sent again, or another request
+            # for the same item): not delivered twice, but this request resynced the item too
+            answered.add(topic)
             self._stats.duplicates += 1
             return
         if as_of < delivered:
@@ -205,6 +249,7 @@ class ImageResyncing:
             self._events.append(ImageOutdated(pub, delivered))
             return
         answered.add(topic)
+        given[topic] = as_of
         if as_of > delivered:  # else the source is through it already: nothing to cover
             self._image_floor.setdefault(source, {})[topic] = as_of
             if as_of > self._image_top.get(source, 0):

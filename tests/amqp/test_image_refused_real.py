@@ -113,6 +113,9 @@ def test_an_image_request_rejected_for_now_is_asked_again(
     assert sorted(r.request.request_id for r in resyncs) == [1, 2, 3, 4, 5]
     assert all(dict(r.as_of) == {"feed.r": 300} for r in resyncs)
     assert {p.topic for p in images} == {f"/weather/item/{i}" for i in range(300)}
+    # the five overlap: each names every item, none delivered twice (core/stubimages.py)
+    assert all(r.topics == {p.topic for p in images} for r in resyncs)
+    assert len(images) == 300
     journal.close()
 
 
@@ -131,15 +134,14 @@ def _hog_image_answers(url: str, stack: contextlib.ExitStack) -> None:
             assert sender.send(asked, error_states=[]).remote.condition is None
 
 
-def test_subscribe_names_a_refused_resync_and_exits_3(
+def test_subscribe_names_a_resync_rejected_for_now_and_exits_3(
     component: Callable[..., ComponentProcess], redis_url: str, tmp_path: Path,
 ) -> None:
     """``seqrepair subscribe --resync-on-unrecoverable`` resumes a durable link past a trim
     (Unrecoverable), while other connections of its principal hold every image answer it may
-    run: its resync is rejected ``amqp:resource-limit-exceeded`` again and again until the
-    stub's retries run out. It says so on stderr and in the statistics, and exits 3. Before,
-    the refusals were only logged and the stub's next try was 30 s away: the run ended with
-    the resync still pending, nothing named it."""
+    run: its resync is rejected ``amqp:resource-limit-exceeded`` again and again, asked again
+    with backoff (minutes before it is given up: IMAGE_REJECTIONS). The run stops first: the
+    resync still unanswered is named on stderr and in the statistics, and it exits 3."""
     comp = component("--heartbeat", "0.2")
     journal = Journal.from_url(redis_url)
     out, stats = tmp_path / "out.jsonl", tmp_path / "stats.json"
@@ -171,13 +173,48 @@ def test_subscribe_names_a_refused_resync_and_exits_3(
                                 text=True, timeout=60)
     report = json.loads(stats.read_text())
     assert second.returncode == 3, second.stderr[-3000:]
-    assert "1 image request(s) refused (images_refused_events): " \
-        "amqp:resource-limit-exceeded" in second.stderr, second.stderr[-3000:]
+    assert "1 still unanswered at the end (resyncs_unanswered_events)" in second.stderr, \
+        second.stderr[-3000:]
     assert len(report["unrecoverable_events"]) >= 1
-    [refused] = report["images_refused_events"]
-    assert "amqp:resource-limit-exceeded" in refused
-    assert report["images_refused"] == 1
-    assert report["rejected"] >= 2  # asked again before giving up
+    [unanswered] = report["resyncs_unanswered_events"]
+    assert "/#" in unanswered
+    assert report["images_refused_events"] == []  # 12 s is well inside the retries' bound
+    assert report["images_refused"] == 0
+    assert report["rejected"] >= 4  # asked again and again, with backoff
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert not [r for r in records if r.get("image")]
+    journal.close()
+
+
+def test_image_requests_cut_off_by_a_lost_connection_are_answered_after_it(
+    component: Callable[..., ComponentProcess], redis_url: str,
+) -> None:
+    """Three image requests over 300 items on a link of little credit (the answers run
+    slowly); the connection is dropped while they run, and one more is asked meanwhile. Once
+    attached again the subscriber sends the unanswered ones once each (SubscriberStub.
+    resend_images), and every request ends answered, none refused, each image once."""
+    comp = component("--heartbeat", "0.2")
+    journal = Journal.from_url(redis_url)
+    with Publisher(comp.url, "feed.c", journal=journal) as publisher:
+        publisher.publish_many([(f"/weather/item/{i}", {"v": i}, "image") for i in range(300)])
+        assert publisher.flush(30)
+    events: list[Event] = []
+    images: list[Any] = []
+    with Subscriber(comp.url, "/weather/#", on_event=events.append, on_image=images.append,
+                    heartbeat_interval=0.2, credit=10) as sub:
+        assert sub.connected.wait(10)
+        for _ in range(3):
+            sub.request_image(patterns=["/#"])
+        sub.drop_connection()
+        sub.request_image(topics=["/weather/item/1", "/weather/item/2"])
+        assert wait_for(lambda: len(_events(events, ImageResynced)) == 4, 20), (
+            sub.stats().as_dict(), _events(events, ImageRefused))
+        stats = sub.stats()
+    assert stats.connections >= 2
+    assert not _events(events, ImageRefused)
+    resyncs = _events(events, ImageResynced)
+    everything = {f"/weather/item/{i}" for i in range(300)}
+    assert sorted(len(r.topics) for r in resyncs) == [2, 300, 300, 300]
+    assert {p.topic for p in images} == everything
+    assert len(images) == 300  # none delivered twice
     journal.close()

@@ -16,7 +16,12 @@ from seqrepair.core.snapshot import (
     RequestImage,
 )
 from seqrepair.core.stub import SubscriberStub
-from seqrepair.core.stubimages import IMAGE_RETRY, IMAGE_TRIES, MAX_PENDING_IMAGES
+from seqrepair.core.stubimages import (
+    IMAGE_REJECTIONS,
+    IMAGE_RETRY,
+    IMAGE_TRIES,
+    MAX_PENDING_IMAGES,
+)
 from seqrepair.core.stubrepair import TEMPORARY_REJECTIONS
 
 
@@ -78,12 +83,16 @@ def test_an_image_request_rejected_for_now_is_asked_again_after_the_backoff(
 
 
 def test_rejections_for_now_back_off_and_are_given_up_when_the_retries_run_out() -> None:
+    """The room a rejection for now waits on is held by other image answers, which may run as
+    long as a fold over a large journal (IMAGE_RETRY's scale): the waits double from the
+    stub's ``retry_interval`` up to IMAGE_RETRY, and the request is given up only after
+    IMAGE_REJECTIONS of them, minutes in all (not the source requests' ~6 s)."""
     stub = _stub()
     request = _ask(stub)
     now = 1.0
     waits = []
     events: list[Event] = []
-    for _ in range(stub.max_retries):
+    for _ in range(IMAGE_REJECTIONS):
         events = stub.image_rejected(request, "amqp:resource-limit-exceeded", now)
         if events:
             break
@@ -93,9 +102,11 @@ def test_rejections_for_now_back_off_and_are_given_up_when_the_retries_run_out()
         assert stub.poll(due) == [RequestImage(request)]
         now = due
     assert events == [ImageRefused(request, "amqp:resource-limit-exceeded")]
-    assert len(waits) == stub.max_retries - 1
-    assert waits == sorted(waits)  # doubling
+    assert len(waits) == IMAGE_REJECTIONS - 1
+    assert waits[:5] == sorted(waits[:5])  # doubling
     assert waits[-1] > 4 * waits[0]
+    assert max(waits) <= IMAGE_RETRY * (1 + stub.jitter)
+    assert sum(waits) >= 2 * IMAGE_RETRY  # longer than an answer's first silence
     assert stub.stats.images_refused == 1
     assert stub.stats.images_abandoned == 0
     assert stub.pending_images() == []
@@ -164,3 +175,49 @@ def test_a_request_rejected_for_now_then_answered_is_not_sent_again() -> None:
     stub.image_rejected(request, "amqp:resource-limit-exceeded", 1.0)
     stub.receive(ImageComplete({"s": 3}, request.request_id), 1.05)
     assert not _of(stub.poll(5.0), RequestImage)
+
+
+def test_rejections_of_a_resend_while_an_earlier_send_is_answering_refuse_nothing() -> None:
+    """The request got no answer for IMAGE_RETRY (a fold over a large journal, slow to its
+    first image) and was sent again; the component, still running the first send's answer,
+    rejects the second ``amqp:resource-limit-exceeded`` (that answer fills its room). The
+    first send's answer is still coming: the rejections give nothing up and send nothing
+    again, and the answer that comes is the request's ImageResynced."""
+    stub = _stub()
+    request = _ask(stub, "/a")
+    now = IMAGE_RETRY + 1.0
+    assert stub.poll(now) == [RequestImage(request)]  # the second send
+    refused: list[object] = []
+    for _ in range(3 * stub.max_retries):
+        events = stub.image_rejected(request, "amqp:resource-limit-exceeded", now + 0.01)
+        refused += _of(events, ImageRefused)
+        due = stub.next_deadline
+        if due is None or due > now + IMAGE_RETRY / 2:
+            break  # nothing sent again soon: the first send's answer is awaited
+        now = due
+        polled = stub.poll(now)
+        refused += _of(polled, ImageRefused)
+        sent = _of(polled, RequestImage)
+        if not sent:
+            break
+    assert refused == []
+    assert stub.pending_images() == [request]
+    [resynced] = stub.receive(ImageComplete({"s": 3}, request.request_id), now + 5.0)
+    assert isinstance(resynced, ImageResynced)
+    assert resynced.request == request
+
+
+def test_after_a_reconnect_the_sends_before_it_answer_nothing() -> None:
+    """Sent twice, then the connection is lost and the request sent again on the new one
+    (:meth:`resend_images`): a rejection of that send is the only send left, so it is asked
+    again after the backoff (not waited on as if an earlier send were still answering)."""
+    stub = _stub()
+    request = _ask(stub, "/a")
+    assert stub.poll(IMAGE_RETRY + 1.0) == [RequestImage(request)]
+    assert stub.resend_images(IMAGE_RETRY + 1.5) == [request]
+    now = IMAGE_RETRY + 2.0
+    assert stub.image_rejected(request, "amqp:resource-limit-exceeded", now) == []
+    due = stub.next_deadline
+    assert due is not None
+    assert due < now + 1.0
+    assert stub.poll(due) == [RequestImage(request)]

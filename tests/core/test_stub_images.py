@@ -244,3 +244,39 @@ def test_an_image_request_being_answered_is_not_sent_again() -> None:
     assert not [e for e in stub.poll(IMAGE_RETRY + 1) if isinstance(e, RequestImage)]
     stub.receive(ImageComplete({"s": 5}, 1), IMAGE_RETRY + 2)
     assert not [e for e in stub.poll(10 * IMAGE_RETRY) if isinstance(e, RequestImage)]
+
+
+@pytest.mark.parametrize("delivered_first", [False, True])
+def test_overlapping_requests_each_name_every_item_they_resynced(delivered_first: bool) -> None:
+    """Two requests for the same items, both answered as of the same number: the second's
+    images are those the first delivered, not delivered again, but its ImageResynced names
+    them (an item missing from ``topics`` no longer exists). ``delivered_first``: the
+    source had delivered through ``as_of`` already (no floor needed to cover)."""
+    stub = SubscriberStub()
+    stub.poll(0.0)
+    if delivered_first:
+        stub.receive_many([pub("/a", 1, 1), pub("/b", 2, 2)], 0.05)
+    [ask1] = stub.request_image(["/a", "/b"])
+    [ask2] = stub.request_image(["/a", "/b"])
+    assert isinstance(ask1, RequestImage)
+    assert isinstance(ask2, RequestImage)
+    first, second = ask1.request.request_id, ask2.request.request_id
+    assert first is not None
+    assert second is not None
+    events: list[Event] = []
+    for request_id in (first, second):
+        for topic in ("/a", "/b"):
+            events += stub.receive(image(topic, 2, request_id), 0.1)
+        events += stub.receive(ImageComplete({"s": 2}, request_id), 0.1)
+    images = [(e.publication.topic, e.request_id) for e in events
+              if isinstance(e, ImageDelivered)]
+    assert images == [("/a", first), ("/b", first)]  # each image delivered once
+    resynced = [e for e in events if isinstance(e, ImageResynced)]
+    assert [(r.request.request_id, r.topics) for r in resynced] == [
+        (first, frozenset({"/a", "/b"})), (second, frozenset({"/a", "/b"}))]
+    # the item images an application keeps are whole
+    cache = ImageCache()
+    for e in events:
+        if isinstance(e, ImageDelivered):
+            cache.apply(e.publication)
+    assert sorted(cache) == ["/a", "/b"]

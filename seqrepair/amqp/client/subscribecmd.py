@@ -37,7 +37,16 @@ UNRECOVERABLE_EXIT = 3
 """``seqrepair subscribe``'s exit status when it stopped as told but publications were
 ``Unrecoverable`` (lost to it, named on stderr) and not all made good by
 ``--resync-on-unrecoverable`` (its image requests answered: one refused or given up, named on
-stderr and in the statistics' ``images_refused_events``, is not)."""
+stderr and in the statistics' ``images_refused_events``, is not, nor one still unanswered
+when the run stopped, ``resyncs_unanswered_events``)."""
+
+
+def _unanswered(subscriber: Any) -> list[Any]:
+    """The image requests ``--resync-on-unrecoverable`` made that were neither answered nor
+    given up when the run stopped (still asked again, e.g. rejected for now)."""
+    done = {r.request for r in getattr(subscriber, "resyncs", [])}
+    done |= {e.request for e in getattr(subscriber, "images_refused", [])}
+    return [r for r in getattr(subscriber, "resyncs_asked", []) if r not in done]
 
 
 def _outcome(subscriber: Any) -> int:
@@ -48,11 +57,14 @@ def _outcome(subscriber: Any) -> int:
         return 0
     # not worded as an error ("seqrepair subscribe: ..."): the loss is owned up to, named
     refused = getattr(subscriber, "images_refused", [])
+    unanswered = _unanswered(subscriber)
     print(f"{len(subscriber.unrecoverable)} Unrecoverable (unrecoverable_events)"
           + (", not all resynced" if getattr(subscriber, "resync_on_unrecoverable", False)
              else "")
           + (f", {len(refused)} image request(s) refused (images_refused_events): "
              + "; ".join(sorted({e.reason for e in refused})) if refused else "")
+          + (f", {len(unanswered)} still unanswered at the end (resyncs_unanswered_events)"
+             if unanswered else "")
           + f": exit status {UNRECOVERABLE_EXIT}", file=sys.stderr)
     return UNRECOVERABLE_EXIT
 
@@ -233,6 +245,7 @@ def run_subscriber(subscriber: Any, sink: Sink, args: argparse.Namespace) -> Non
     stats["unrecoverable_events"] = [str(u) for u in subscriber.unrecoverable]
     # the resyncs (image requests) given up: what an Unrecoverable above still lacks
     stats["images_refused_events"] = [str(e) for e in getattr(subscriber, "images_refused", [])]
+    stats["resyncs_unanswered_events"] = [str(r) for r in _unanswered(subscriber)]
     if args.resume:
         stats["already_written"] = sink.already_written  # repeats --output held already
     if args.stats_file:

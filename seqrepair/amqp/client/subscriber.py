@@ -252,6 +252,8 @@ class Subscriber(SubscriberRunner):
         self._ids = itertools.count(1)
         self._outbox: deque[Outgoing] = deque()
         self._asking: dict[object, tuple[Asked, ...]] = {}  # by message id
+        # image requests queued while this connection is being made (before the resend)
+        self._images_here: set[int | None] | None = set()
         self._receiver: Any = None
         self._control: Any = None
         self._attached_once = False
@@ -388,11 +390,19 @@ class Subscriber(SubscriberRunner):
             self._enter_epoch(None if epoch is None else str(epoch))
             if self._accepted(event.link):
                 self.connected.set()
-            for asked in self.stub.pending_images():  # an answer cut off by a lost connection
-                self._request(encode(asked), (asked,))
+            self._resend_images()
             if self._image_asks:
                 self.on_seqrepair_image(None)
         self._flush()
+
+    def _resend_images(self) -> None:
+        """The image requests not yet answered, again on this connection: an answer cut off
+        by a lost connection never ends. Not those asked while it was being made: queued on it
+        already (twice, they would take two of the component's image answer rooms)."""
+        here, self._images_here = self._images_here or set(), None
+        for asked in self.stub.resend_images(self.clock()):
+            if asked.request_id not in here:  # else asked while connecting: queued already
+                self._request(encode(asked), (asked,))
 
     def on_sendable(self, event: Any) -> None:
         self._flush()
@@ -405,6 +415,7 @@ class Subscriber(SubscriberRunner):
             self.report.disconnections += 1
         self._outbox.clear()
         self._asking.clear()
+        self._images_here = set()
         self._receiver = self._control = None
 
     def _oversized(self, link: Any, size: int, limit: int) -> None:
@@ -661,6 +672,9 @@ class Subscriber(SubscriberRunner):
         message.id = next(self._ids)
         if asked:
             self._asking[message.id] = asked
+            if self._images_here is not None:
+                self._images_here.update(
+                    a.request_id for a in asked if isinstance(a, ImageRequest))
         message.reply_to = LINK_PREFIX + self.link_name
         props: dict[Any, Any] = dict(message.properties or {})
         props[PROP_LINK] = self.link_name
