@@ -150,3 +150,39 @@ def test_a_request_with_the_component_out_of_reach_is_refused_as_temporary() -> 
     with pytest.raises(UpstreamLostError) as refused:
         requests.forward(_request(), client=FakeDelivery(FakeLink()))
     assert refused.value.condition == "amqp:internal-error"
+
+
+def test_one_client_connection_cannot_fill_the_bound_for_every_other(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A client's links each hold at most their credit (64) waiting, but a client may attach
+    as many requests links as it likes: with the bound global only, one connection's 64 links
+    filled it and every other client's request was rejected resource-limit-exceeded while the
+    component worked through them. Each connection has its share
+    (:data:`MAX_AWAITED_PER_CONNECTION`); the global bound stays the last guard. Fails on the
+    code before (the other client's request raised RequestFloodError)."""
+    monkeypatch.setattr(requests_module, "MAX_AWAITED", 8)
+    monkeypatch.setattr(requests_module, "MAX_AWAITED_PER_CONNECTION", 4)
+    requests, control = _requests()
+    hostile = object()
+
+    def link_of(connection: object) -> FakeLink:
+        link = FakeLink()
+        link.connection = connection  # type: ignore[attr-defined]
+        return link
+
+    for _ in range(4):
+        requests.forward(_request(), client=FakeDelivery(link_of(hostile)))
+    with pytest.raises(RequestFloodError):  # its share is full, on any of its links
+        requests.forward(_request(), client=FakeDelivery(link_of(hostile)))
+    other = FakeDelivery(link_of(object()))
+    assert requests.forward(_request(), client=other) is True
+    assert requests.awaited == 5
+    # an outcome frees the hostile connection's share by one
+    control.sent[0].remote_state = Delivery.ACCEPTED
+    requests.outcome(control.sent[0])
+    assert requests.forward(_request(), client=FakeDelivery(link_of(hostile))) is True
+    requests.upstream_lost()  # all rejected: the shares are empty again
+    requests.control = FakeControl()  # connected again
+    for _ in range(4):
+        requests.forward(_request(), client=FakeDelivery(link_of(hostile)))

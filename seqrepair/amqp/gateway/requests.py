@@ -37,9 +37,11 @@ condition the stub takes as temporary): the component out of reach when it comes
 connection (or the requests link) lost before the outcome, never left unsettled. A request
 sent pre-settled is forwarded pre-settled (nothing to copy). The client's delivery waits in a
 table bounded twice: the client's requests link gets back the credit of a request only with
-its outcome (at most its window waiting per link), and past :data:`MAX_AWAITED` in all a
-request is rejected ``amqp:resource-limit-exceeded`` (:class:`RequestFloodError`), asked again
-with backoff.
+its outcome (at most its window waiting per link); past :data:`MAX_AWAITED_PER_CONNECTION`
+from one client connection (which may attach any number of links), or :data:`MAX_AWAITED` in
+all, a request is rejected ``amqp:resource-limit-exceeded`` (:class:`RequestFloodError`),
+asked again with backoff: one client filling the table refuses its own requests, not every
+other client's.
 """
 
 from __future__ import annotations
@@ -79,6 +81,8 @@ gateway hold back the credit of its answers."""
 PROP_LINK = "link"
 MAX_AWAITED = 4096
 """Client requests waiting at most, in all, for the component's outcome."""
+MAX_AWAITED_PER_CONNECTION = 256
+"""Client requests waiting at most from one client connection: four requests links' credit."""
 
 
 class UpstreamLostError(AmqpAdapterError):
@@ -110,6 +114,7 @@ class Requests:
         self._owed: dict[str, int] = {}  # responses credit held back per subscriber behind
         self._ids = itertools.count(1)
         self._awaited: dict[bytes, Any] = {}  # upstream delivery tag -> the client's delivery
+        self._per_connection: dict[Any, int] = {}  # client connection -> its requests waiting
         self.stats.setdefault("request_outcomes", 0)
         self.stats.setdefault("requests_failed_upstream_lost", 0)
 
@@ -133,6 +138,7 @@ class Requests:
     def _fail_awaited(self, why: str) -> None:
         """Reject every client request waiting for an outcome that will not come."""
         awaited, self._awaited = self._awaited, {}
+        self._per_connection.clear()
         for client in awaited.values():
             settle_with(client, UpstreamLostError(f"upstream lost before its outcome: {why}"))
             _give_credit(client.link)
@@ -152,6 +158,7 @@ class Requests:
         if has_outcome(delivery):
             client = self._awaited.pop(delivery.tag, None)
             if client is not None:
+                self._count(client, -1)
                 if not client.settled:
                     copy_outcome(delivery, client)
                     self.stats["request_outcomes"] += 1
@@ -237,6 +244,10 @@ class Requests:
             raise UpstreamLostError("upstream out of reach: the gateway is not connected to "
                                     "the component")
         waits = client is not None and not client.settled
+        if waits and self._per_connection.get(_connection(client), 0) >= (
+                MAX_AWAITED_PER_CONNECTION):
+            raise RequestFloodError(f"more than {MAX_AWAITED_PER_CONNECTION} requests of this "
+                                    "connection wait for the component's outcome")
         if waits and len(self._awaited) >= MAX_AWAITED:
             raise RequestFloodError(f"more than {MAX_AWAITED} requests wait for the "
                                     "component's outcome at the gateway")
@@ -276,7 +287,17 @@ class Requests:
             out.settle()
             return False
         self._awaited[out.tag] = client
+        self._count(client, 1)
         return True
+
+    def _count(self, client: Any, change: int) -> None:
+        """One more (or fewer) of the requests of ``client``'s connection waiting."""
+        connection = _connection(client)
+        left = self._per_connection.get(connection, 0) + change
+        if left > 0:
+            self._per_connection[connection] = left
+        else:
+            self._per_connection.pop(connection, None)
 
     def from_upstream(self, receiver: Any, message: Message) -> None:
         """A message from the component: a relayed link's frame, or an answer (on the
@@ -316,6 +337,12 @@ class Requests:
             else:  # given back once that subscriber takes what waits for it
                 self._owed[relay.name] = self._owed.get(relay.name, 0) + 1
                 self.stats["answers_held"] += 1
+
+
+def _connection(client: Any) -> Any:
+    """The connection of a client's delivery (kept alive by it while it waits, so the key
+    names that connection, never one made later at the same address)."""
+    return getattr(client.link, "connection", None)
 
 
 def _give_credit(link: Any) -> None:
