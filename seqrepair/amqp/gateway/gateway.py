@@ -72,7 +72,7 @@ from seqrepair.amqp.gateway.relays import (
 from seqrepair.amqp.gateway.requests import Requests, UpstreamLostError
 from seqrepair.amqp.gateway.rewrite import RESPONSES_ADDRESS
 from seqrepair.amqp.wire.backoff import Backoff
-from seqrepair.amqp.wire.errors import AmqpAdapterError, RequestFloodError
+from seqrepair.amqp.wire.errors import AmqpAdapterError, OversizedMessageError, RequestFloodError
 from seqrepair.amqp.wire.guard import Guarded
 from seqrepair.amqp.wire.hops import (
     DEFAULT_MAX_HOPS,
@@ -546,6 +546,8 @@ class Gateway(MessagingHandler):
                     if not waits:
                         self.accept(event.delivery)
             except (UpstreamLostError, RequestFloodError) as exc:  # asked again, with backoff
+                refused = exc
+            except OversizedMessageError as exc:  # too large for the component: its sender's
                 refused = exc
             except AmqpAdapterError as exc:  # past the hop limit, a malformed hop count
                 refused = exc

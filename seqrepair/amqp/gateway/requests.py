@@ -64,7 +64,12 @@ from seqrepair.amqp.gateway.rewrite import (
     restore_response,
     rewrite_request,
 )
-from seqrepair.amqp.wire.errors import AmqpAdapterError, RequestFloodError, UnknownAddressError
+from seqrepair.amqp.wire.errors import (
+    AmqpAdapterError,
+    OversizedMessageError,
+    RequestFloodError,
+    UnknownAddressError,
+)
 from seqrepair.amqp.wire.hops import HOPS_PROPERTY, count_hop
 from seqrepair.amqp.wire.respann import RESPONSE_ADDRESS_SUPPORTED, RESPONSE_ANNOTATIONS
 from seqrepair.amqp.wire.technical import MessageType
@@ -281,7 +286,18 @@ class Requests:
 
     def _send(self, message: Message, client: Any) -> bool:
         """Send ``message`` on the requests link upstream: unsettled, its outcome awaited for
-        the client's unsettled delivery ``client``; pre-settled for a pre-settled one."""
+        the client's unsettled delivery ``client``; pre-settled for a pre-settled one. Past
+        the ``max-message-size`` the component advertises on that link it is refused
+        (:class:`~seqrepair.amqp.wire.errors.OversizedMessageError`), not sent: the component
+        would detach the link every client shares (WIRE.md "Message size")."""
+        limit = getattr(self.control, "remote_max_message_size", 0) or 0
+        if limit:
+            size = len(message.encode())
+            if size > limit:
+                self.stats["oversized_requests"] = self.stats.get("oversized_requests", 0) + 1
+                raise OversizedMessageError(
+                    f"the request is {size} bytes upstream, more than the {limit} the "
+                    "component takes", expected=limit, got=size)
         out = self.control.send(message)
         if client is None or client.settled:
             out.settle()
