@@ -31,6 +31,11 @@ answers (at most ``hold_timeout``, then their connections are closed the same wa
 lost: what did not reach a subscriber is repaired from the resumed context or, in a new one,
 from the journal, as for any subscriber.
 
+The requests link every subscriber's requests share upstream, when the component detaches it
+while the connection stays up, is attached again after a short backoff; after
+:data:`CONTROL_DETACHES` detaches in a row the connection is dropped and made again, as when it
+is lost (its reconnect backoff not reset until the link holds).
+
 Publishers attached to the gateway are carried to the component link by link, each delivery
 settled only with the component's outcome (:mod:`.publish`).
 
@@ -102,6 +107,14 @@ TICK = 0.5
 """Seconds between two looks for subscribers held too long (``hold_timeout``)."""
 STOP_GRACE = 1.0
 """Seconds :meth:`Gateway.stop` gives peers to answer its close before cutting them off."""
+CONTROL_RETRY = 0.25
+"""Seconds before the requests link the component detached is attached again (doubled, with
+jitter, at each detach that follows closely)."""
+CONTROL_DETACHES = 4
+"""Detaches of the requests link in a row (each within :data:`CONTROL_STABLE` seconds of its
+attach) after which the gateway drops the upstream connection and makes it again."""
+CONTROL_STABLE = 5.0
+"""Seconds a requests link must have stayed attached for its detach to start a new count."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -216,6 +229,8 @@ class Gateway(MessagingHandler):
         self._stop_requested = False
         self._injector = Injector()
         self._thread: threading.Thread | None = None
+        self._control_detaches = 0  # detaches of the requests link in a row
+        self._control_since = 0.0  # when it was last attached
 
     # --- running ------------------------------------------------------------------------
 
@@ -307,8 +322,13 @@ class Gateway(MessagingHandler):
         if self._stop_requested:
             self.stop()
             return
-        perform(self, self.relays.expire(time.monotonic()))
+        now = time.monotonic()
+        perform(self, self.relays.expire(now))
         self.requests.repay_gone()
+        if (self._control_detaches and self.requests.control is not None
+                and now - self._control_since > CONTROL_STABLE):
+            self._control_detaches = 0  # the requests link holds again
+            self.backoff.reset()
         self._schedule("tick", TICK, self._tick)
 
     # --- the upstream connection ----------------------------------------------------------
@@ -320,10 +340,47 @@ class Gateway(MessagingHandler):
                                        **self.upstream_security.connect_kwargs(self.upstream_url))
         conn.seqrepair_upstream = True
         self._upstream = conn
+        self._attach_control()
+
+    def _attach_control(self) -> None:
+        """Attach the requests link every client's requests share on the upstream
+        connection (again, when the component detached it)."""
+        conn = self._upstream
+        if self._stopping or conn is None or self.requests.control is not None:
+            return
         # unsettled: each request's outcome is the component's, copied to its client's
         control = self._container.create_sender(conn, CONTROL_ADDRESS)
         control.seqrepair_requests = True
         self.requests.control = control
+        self._control_since = time.monotonic()
+
+    def _control_detached(self, link: Any) -> None:
+        """The component detached the requests link (its waiting requests already rejected,
+        temporary): attach it again after a short backoff; after :data:`CONTROL_DETACHES`
+        in a row, drop the upstream connection and make it again, as when it is lost."""
+        conn = self._upstream
+        if self._stopping or conn is None or link.connection != conn or (
+                self.requests.control is not None):
+            return  # an earlier connection's, or the gateway's own close
+        if conn.state & (Endpoint.LOCAL_CLOSED | Endpoint.REMOTE_CLOSED):
+            return  # the connection ends: _upstream_lost does the rest
+        if time.monotonic() - self._control_since > CONTROL_STABLE:
+            self._control_detaches = 0
+        self._control_detaches += 1
+        cond = _condition(link)
+        self.stats["control_detaches"] = self.stats.get("control_detaches", 0) + 1
+        self.log.warning("requests link detached upstream",
+                         condition=cond[0] if cond else None,
+                         description=cond[1] if cond else None,
+                         in_a_row=self._control_detaches)
+        if self._control_detaches >= CONTROL_DETACHES:
+            why = f"the requests link detached {self._control_detaches} times in a row"
+            conn.close()
+            self._upstream_lost(conn, why)
+            return
+        delay = CONTROL_RETRY * 2 ** (self._control_detaches - 1)
+        self._schedule("control", delay * (0.5 + self._rng.random() / 2),
+                       self._attach_control)
 
     def _reconnect(self) -> None:
         if not self._stopping and self._upstream is None:
@@ -367,7 +424,8 @@ class Gateway(MessagingHandler):
         conn = event.connection
         if not _upstream(conn) or conn != self._upstream:
             return
-        self.backoff.reset()
+        if not self._control_detaches:  # else its backoff goes on until the link holds
+            self.backoff.reset()
         self.stats["upstream_connections"] += 1
         self.log.info("upstream connected", connections=self.stats["upstream_connections"],
                       waiting=len(self.relays))
@@ -503,6 +561,7 @@ class Gateway(MessagingHandler):
     def on_link_closed(self, event: Any) -> None:
         link = event.link
         if self.requests.control_closed(link):
+            self._control_detached(link)
             return
         if self.contributions.link_closed(link):
             return
