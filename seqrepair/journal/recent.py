@@ -84,8 +84,11 @@ class RecentEntries:
         self._samples: dict[str, dict[tuple[Any, ...], tuple[tuple[Any, ...], Publication]]] = {}
         """Per source and key, the key (shared by the entries) and one publication of it (what
         the entitlement is asked about)."""
-        self._order: deque[tuple[_Run, int]] = deque()
-        """(run, bytes counted) per entry, oldest first: what eviction takes."""
+        self._order: deque[_Run] = deque()
+        self._sizes: deque[int] = deque()
+        """The run and the bytes counted of each entry, oldest first: what eviction takes
+        (two deques, not a deque of pairs: a pair per entry held is an object the garbage
+        collector walks on every full pass, and the cache holds hundreds of thousands)."""
         self.stats = {"served": 0, "evicted": 0, "runs_started": 0, "mismatched": 0}
         """Entries sent from here, evicted, runs begun, and blocks the journal did not match
         (kept in ``stats`` when given, a component's counters, prefixed ``replay_cache_``)."""
@@ -127,7 +130,8 @@ class RecentEntries:
         run.entries.append(entry)
         run.keys.append(known[0])
         size = len(entry) + ENTRY_OVERHEAD
-        self._order.append((run, size))
+        self._order.append(run)
+        self._sizes.append(size)
         self.bytes += size
         while self.bytes > self.max_bytes:
             self._evict()
@@ -139,7 +143,7 @@ class RecentEntries:
         them the same)."""
         if self.max_bytes <= 0:
             return
-        runs, all_samples, order = self._runs, self._samples, self._order
+        runs, all_samples, order, sizes = self._runs, self._samples, self._order, self._sizes
         for pub, entry in zip(pubs, entries, strict=True):
             run = runs.get(pub.source)
             if run is not None and entry is not None and (
@@ -154,7 +158,8 @@ class RecentEntries:
                     run.entries.append(entry)
                     run.keys.append(known[0])
                     size = len(entry) + ENTRY_OVERHEAD
-                    order.append((run, size))
+                    order.append(run)
+                    sizes.append(size)
                     self.bytes += size
                     while self.bytes > self.max_bytes:
                         self._evict()
@@ -169,8 +174,8 @@ class RecentEntries:
             run.head = 0
 
     def _evict(self) -> None:
-        run, size = self._order.popleft()
-        self.bytes -= size
+        run = self._order.popleft()
+        self.bytes -= self._sizes.popleft()
         self.stats["evicted"] += 1
         if run.head < len(run.entries):
             run.entries[run.head] = None

@@ -34,7 +34,7 @@ class Port:
 
 
 def ingest() -> tuple[Ingest, list[tuple[list[Publication], dict[int, Any]]]]:
-    out: list[tuple[list[Publication], dict[int, Any]]] = []
+    out: list[tuple[list[Publication], Any]] = []
     made = Ingest(Port(), Decoder(), lambda pubs, entries: out.append((list(pubs), entries)),
                   {"duplicates": 0, "ingested": 0})
     return made, out
@@ -56,6 +56,15 @@ def test_a_rising_bare_batch_goes_out_whole_with_its_regular_entries() -> None:
     assert made.ingested == {"s": 10}
     assert set(made.topics.known) == {"/t/0", "/t/1"}
     assert made.stats["duplicates"] == 0
+
+
+def test_a_rising_bare_batch_of_regular_entries_hands_on_every_entry_as_a_list() -> None:
+    made, out = ingest()
+    pubs = [pub("s", n, f"/t/{n % 3}") for n in (3, 4, 9, 10)]
+    items = [encode_entry(p, lambda _s: 64) for p in pubs]
+    assert made.relayed_journaled(pubs, items) == 4
+    assert out == [(pubs, items)]
+    assert type(out[0][1]) is list  # fan_out: every entry known, a verdict per key
 
 
 def test_copies_of_what_went_out_are_skipped_as_before() -> None:
@@ -89,7 +98,9 @@ def test_the_fast_answer_is_fresh_s_answer() -> None:
         fresh, entries = slow._fresh(pubs, items)
         count = made.relayed_journaled(pubs, items)
         assert count == len(fresh)
-        assert out == ([(fresh, entries)] if fresh else [])
+        # entries by index: a list when every one is known (fan_out takes both)
+        assert [(got, dict(enumerate(e)) if isinstance(e, list) else e)
+                for got, e in out] == ([(fresh, entries)] if fresh else [])
         if fresh:
             slow._publish(fresh, entries)
         assert made.ingested == slow.ingested

@@ -15,7 +15,8 @@ from seqrepair.journal.recent import RecentEntries
 def _state(recent: RecentEntries) -> tuple[Any, ...]:
     runs = {s: (r.first, r.head, list(r.entries), list(r.keys)) for s, r in recent._runs.items()}
     samples = {s: dict(v) for s, v in recent._samples.items()}
-    order = [(r.first, len(r.entries), size) for r, size in recent._order]
+    order = [(r.first, len(r.entries), size)
+             for r, size in zip(recent._order, recent._sizes, strict=True)]
     return runs, samples, order, recent.bytes, dict(recent.stats)
 
 

@@ -66,7 +66,9 @@ from seqrepair.rest.catalog import SharedCatalog
 
 log = get_logger(__name__)
 
-FanOut = Callable[[list[Publication], dict[int, bytes | None]], None]
+# the entries by index: those known (a dict), or every one of them (a list)
+Entries = dict[int, bytes | None] | list[bytes | None]
+FanOut = Callable[[list[Publication], Entries], None]
 """Offers journaled publications to the subscriber links (with, by index, the entries as
 received, where a batch's entry can be sent on as it is)."""
 
@@ -329,7 +331,9 @@ class Ingest:
         if pubs and _rising(pubs, self.ingested.get(pubs[0].source, 0)):
             # the relay's usual batch: _fresh's answer (all fresh, bare already) without its
             # per-publication work
-            self._publish(pubs, {i: e for i, e in enumerate(items) if _regular_entry(e)},
+            regular = len(items) == len(pubs) and all(map(_regular_entry, items))
+            self._publish(pubs, list(items) if regular else
+                          {i: e for i, e in enumerate(items) if _regular_entry(e)},
                           pubs[0].source)
             return len(pubs)
         fresh, entries = self._fresh(pubs, items)
@@ -559,7 +563,7 @@ class Ingest:
             first.setdefault(pub.source, pub.source_seq)
         return [source for source, seq in first.items() if seq > ingested.get(source, 0) + 1]
 
-    def _publish(self, pubs: list[Publication], entries: dict[int, bytes | None],
+    def _publish(self, pubs: list[Publication], entries: Entries,
                  source: str | None = None) -> None:
         """Count journaled ``pubs`` as ingested, list their topics and fan them out (after
         telling a relay of numbers journaled as lost upstream: its live links must learn of

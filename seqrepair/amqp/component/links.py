@@ -182,6 +182,16 @@ class SubscriberLink:
             allowed = self._allowed[key] = self.entitlement.allows(pub)
         return allowed
 
+    def allows_keyed(self, keyed: Mapping[tuple[str, str | None], Publication]
+                     ) -> dict[tuple[str, str | None], bool] | None:
+        """:meth:`allows` of a batch at once: ``keyed`` holds one of its publications per
+        (topic, permission token); the answer per key, or None when the link has filters
+        (they read more than the key: ask :meth:`allows` per publication)."""
+        if self._filtered:
+            return None
+        allows = self.allows
+        return {key: allows(pub) for key, pub in keyed.items()}
+
     def offer(self, pub: Publication, now: float, entry: bytes | None = None) -> None:
         """A live publication for this link (already filtered by the caller), with its
         encoded batch entry when the caller has one (see :func:`framing.encode_entry`)."""

@@ -13,6 +13,7 @@ refused as its bytes arrive and its link detached (:func:`oversized`, :mod:`.siz
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from proton import Delivery, Message
@@ -95,24 +96,44 @@ def oversized(component: Component, receiver: Any, size: int, limit: int) -> Non
 def fan_out(
     component: Component,
     pubs: Sequence[Publication],
-    entries: dict[int, bytes | None] | None = None,
+    entries: dict[int, bytes | None] | list[bytes | None] | None = None,
 ) -> None:
-    """Offer ``pubs`` (journaled) to every subscriber link that allows them, and send."""
+    """Offer ``pubs`` (journaled) to every subscriber link that allows them, and send.
+    ``entries``: their encoded entries by index, those known (a list: every one of them)."""
     now = component.clock()
     touched = []
     learn_sources(component, pubs)
-    if entries is None:
-        entries = {}  # each publication encoded once for all links
+    listed = entries if type(entries) is list else None
+    known: dict[int, bytes | None] = entries if type(entries) is dict else {}
+    keys: list[tuple[str, str | None]] | None = None
+    keyed: dict[tuple[str, str | None], Publication] = {}
     for link in component.links.values():
         allows = link.allows
         if link.batch:
-            offers = []
-            for i, pub in enumerate(pubs):
-                if allows(pub):
-                    entry = entries.get(i, _MISSING)
-                    if entry is _MISSING:
-                        entry = entries[i] = _entry(component, pub)
-                    offers.append((pub, entry))
+            verdicts = None
+            if listed is not None:  # every entry at hand: a verdict per key, not per publication
+                if keys is None:
+                    keys = list(zip(map(_TOPIC, pubs), map(_PERMTOKEN, pubs), strict=True))
+                    keyed = dict(zip(keys, pubs, strict=True))
+                verdicts = link.allows_keyed(keyed)
+            if verdicts is not None and listed is not None and keys is not None:
+                if all(verdicts.values()):
+                    offers = list(zip(pubs, listed, strict=True))
+                else:
+                    offers = [(pub, entry) for pub, entry, key in zip(pubs, listed, keys,
+                                                                      strict=True)
+                              if verdicts[key]]
+            else:
+                offers = []
+                for i, pub in enumerate(pubs):
+                    if allows(pub):
+                        if listed is not None:
+                            entry = listed[i]
+                        else:
+                            entry = known.get(i, _MISSING)
+                            if entry is _MISSING:
+                                entry = known[i] = _entry(component, pub)
+                        offers.append((pub, entry))
         else:
             offers = [(pub, None) for pub in pubs if allows(pub)]
         if offers:
@@ -122,16 +143,21 @@ def fan_out(
         component.pump_soon(link)
     recent = component.recent
     if recent.max_bytes:  # kept encoded for source replays (journal/recent.py)
-        kept = []
-        for i, pub in enumerate(pubs):
-            entry = entries.get(i, _MISSING)
-            if entry is _MISSING:
-                entry = entries[i] = _entry(component, pub)
-            kept.append(entry)
+        if listed is not None:
+            kept = listed
+        else:
+            kept = []
+            for i, pub in enumerate(pubs):
+                entry = known.get(i, _MISSING)
+                if entry is _MISSING:
+                    entry = known[i] = _entry(component, pub)
+                kept.append(entry)
         recent.add_many(pubs, kept)
     component.contributions.published(list(pubs))  # contributors whose publication this is
 
 
+_TOPIC = attrgetter("topic")
+_PERMTOKEN = attrgetter("permtoken")
 _MISSING: Any = object()
 
 
