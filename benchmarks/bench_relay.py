@@ -77,6 +77,7 @@ from seqrepair.journal.journal import Journal  # noqa: E402
 from seqrepair.journal.server import EmbeddedRedis  # noqa: E402
 
 ENV = dict(os.environ, PYTHONPATH=str(ROOT))
+SERVE_ARGS: list[str] = []  # --serve-arg: more arguments of the origin's serve, every round
 PROFILE: Path | None = None  # --profile DIR: serve and relay under profproc.py (cProfile)
 TRACE: Path | None = None  # --trace DIR: relay under relaytrace.py, subscriber times kept
 SITES = False  # --sites: one core per site (sites.py)
@@ -202,8 +203,8 @@ def rate(n: int, relayed: bool, relay_tree: Path = ROOT) -> dict[str, Any]:
         if SITES:
             sites.pin(pid_of(redis_a), sites.ORIGIN)
             sites.pin(pid_of(redis_b), sites.SUBSCRIBER)
-        comp, a_url = start(["serve", "--redis-url", redis_a.url, "--max-pending", "200000"],
-                            "a")
+        comp, a_url = start(["serve", "--redis-url", redis_a.url, "--max-pending", "200000",
+                             *SERVE_ARGS], "a")
         procs = [comp]
         window.pids.update(origin=comp.pid, redis_origin=pid_of(redis_a),
                            subscriber=os.getpid())
@@ -338,7 +339,7 @@ def catch_up(m: int) -> dict[str, Any]:
         if SITES:
             sites.pin(pid_of(redis_a), sites.ORIGIN)
             sites.pin(pid_of(redis_b), sites.SUBSCRIBER)
-        comp, a_url = start(["serve", "--redis-url", redis_a.url], "a")
+        comp, a_url = start(["serve", "--redis-url", redis_a.url, *SERVE_ARGS], "a")
         relay_args = ["relay", "--upstream", a_url, "--redis-url", redis_b.url,
                       "--subscribe", "/load/#", "--name", "b"]
         try:
@@ -415,7 +416,12 @@ def main() -> None:
                         help="one core per site (a model of sites on separate hosts, not the "
                              "shared-cores figure): core 0 the origin's site, core 1 the "
                              "subscriber's, with the relay and its redis in relayed rounds")
+    parser.add_argument("--serve-arg", action="append", default=[], metavar="ARG",
+                        help="one more argument of the origin's serve, in direct and relayed "
+                             "rounds alike (repeat it: --serve-arg=--max-batch "
+                             "--serve-arg=1024)")
     args = parser.parse_args()
+    SERVE_ARGS.extend(args.serve_arg)
     PROFILE = args.profile
     TRACE = args.trace
     SITES = args.sites
