@@ -10,7 +10,9 @@ real processes and connections."""
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -66,44 +68,42 @@ def _answered(gw: str, within: float) -> bool:
     return False
 
 
-def _gateway(listen: str) -> str:
-    return f"127.0.0.1:{listen}" if ":" not in listen else listen
+@contextlib.contextmanager
+def _behind_gateway(redis_url: str, tmp_path: Path) -> Iterator[tuple[ControlsKept, str]]:
+    """The component in this thread, a real ``seqrepair gateway`` in front of it, its requests
+    link attached (a CAPABILITIES request answered through it): (component, gateway address)."""
+    comp = ControlsKept(redis_url).start()
+    try:
+        with gateway_process(comp.here_url, tmp_path) as listen:
+            gw = f"127.0.0.1:{listen}" if ":" not in listen else listen
+            assert query_capabilities(gw, timeout=DEADLINE).limits
+            yield comp, gw
+    finally:
+        comp.shut()
 
 
 def test_the_requests_link_detached_by_the_component_is_attached_again(
     redis_url: str, tmp_path: Path,
 ) -> None:
-    comp = ControlsKept(redis_url).start()
-    try:
-        with gateway_process(comp.here_url, tmp_path) as listen:
-            gw = _gateway(listen)
-            assert query_capabilities(gw, timeout=DEADLINE).limits
-            assert comp.detach_controls() == 1
-            # before: rejected amqp:internal-error 'upstream out of reach' until the
-            # connection dropped (never, here)
-            assert _answered(gw, DEADLINE), (tmp_path / "gateway.log").read_text()[-3000:]
-            assert comp.call(lambda: len(comp.controls)) == 2
-        log = (tmp_path / "gateway.log").read_text()
-        assert "amqp:link:detach-forced" in log  # the detach logged with its condition
-    finally:
-        comp.shut()
+    with _behind_gateway(redis_url, tmp_path) as (comp, gw):
+        assert comp.detach_controls() == 1
+        # before: rejected amqp:internal-error 'upstream out of reach' until the
+        # connection dropped (never, here)
+        assert _answered(gw, DEADLINE), (tmp_path / "gateway.log").read_text()[-3000:]
+        assert comp.call(lambda: len(comp.controls)) == 2
+    log = (tmp_path / "gateway.log").read_text()
+    assert "amqp:link:detach-forced" in log  # the detach logged with its condition
 
 
 def test_a_component_detaching_the_requests_link_every_time_is_not_spun_on(
     redis_url: str, tmp_path: Path,
 ) -> None:
-    comp = ControlsKept(redis_url).start()
-    try:
-        with gateway_process(comp.here_url, tmp_path) as listen:
-            gw = _gateway(listen)
-            assert query_capabilities(gw, timeout=DEADLINE).limits
-            comp.call(lambda: setattr(comp, "detach_every", True))
-            comp.detach_controls()
-            time.sleep(4)
-            attached = comp.call(lambda: len(comp.controls))
-            # a few attaches after backoff, a new connection after some: never a spin
-            assert 2 <= attached <= 12, attached
-            comp.call(lambda: setattr(comp, "detach_every", False))
-            assert _answered(gw, DEADLINE), (tmp_path / "gateway.log").read_text()[-3000:]
-    finally:
-        comp.shut()
+    with _behind_gateway(redis_url, tmp_path) as (comp, gw):
+        comp.call(lambda: setattr(comp, "detach_every", True))
+        comp.detach_controls()
+        time.sleep(4)
+        attached = comp.call(lambda: len(comp.controls))
+        # a few attaches after backoff, a new connection after some: never a spin
+        assert 2 <= attached <= 12, attached
+        comp.call(lambda: setattr(comp, "detach_every", False))
+        assert _answered(gw, DEADLINE), (tmp_path / "gateway.log").read_text()[-3000:]

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +58,25 @@ class Claiming(Subscriber):
             message.properties = props
 
 
+@contextlib.contextmanager
+def _slow_images(comp: ComponentProcess, redis_url: str, source: str, events: list[Event],
+                 images: list[Any]) -> Iterator[Subscriber]:
+    """300 images of ``source`` journaled and published, then a subscriber of them on a link of
+    little credit (image answers run slowly), its events and images collected."""
+    journal = Journal.from_url(redis_url)
+    try:
+        with Publisher(comp.url, source, journal=journal) as publisher:
+            publisher.publish_many([(f"/weather/item/{i}", {"v": i}, "image")
+                                    for i in range(300)])
+            assert publisher.flush(30)
+        with Subscriber(comp.url, "/weather/#", on_event=events.append,
+                        on_image=images.append, heartbeat_interval=0.2, credit=10) as sub:
+            assert sub.connected.wait(10)
+            yield sub
+    finally:
+        journal.close()
+
+
 def _events(of: list[Event], kind: type[Any]) -> list[Any]:
     return [e for e in of if isinstance(e, kind)]
 
@@ -92,15 +111,9 @@ def test_an_image_request_rejected_for_now_is_asked_again(
     answers run on the connection, the fifth is rejected ``amqp:resource-limit-exceeded``; it
     is asked again with backoff and answered like the others within seconds."""
     comp = component("--heartbeat", "0.2")
-    journal = Journal.from_url(redis_url)
-    with Publisher(comp.url, "feed.r", journal=journal) as publisher:
-        publisher.publish_many([(f"/weather/item/{i}", {"v": i}, "image") for i in range(300)])
-        assert publisher.flush(30)
     events: list[Event] = []
     images: list[Any] = []
-    with Subscriber(comp.url, "/weather/#", on_event=events.append, on_image=images.append,
-                    heartbeat_interval=0.2, credit=10) as sub:
-        assert sub.connected.wait(10)
+    with _slow_images(comp, redis_url, "feed.r", events, images) as sub:
         for _ in range(5):
             sub.request_image(patterns=["/#"])
         assert wait_for(lambda: len(_events(events, ImageResynced)) == 5, 15), (
@@ -116,7 +129,6 @@ def test_an_image_request_rejected_for_now_is_asked_again(
     # the five overlap: each names every item, none delivered twice (core/stubimages.py)
     assert all(r.topics == {p.topic for p in images} for r in resyncs)
     assert len(images) == 300
-    journal.close()
 
 
 def _hog_image_answers(url: str, stack: contextlib.ExitStack) -> None:
@@ -194,15 +206,9 @@ def test_image_requests_cut_off_by_a_lost_connection_are_answered_after_it(
     attached again the subscriber sends the unanswered ones once each (SubscriberStub.
     resend_images), and every request ends answered, none refused, each image once."""
     comp = component("--heartbeat", "0.2")
-    journal = Journal.from_url(redis_url)
-    with Publisher(comp.url, "feed.c", journal=journal) as publisher:
-        publisher.publish_many([(f"/weather/item/{i}", {"v": i}, "image") for i in range(300)])
-        assert publisher.flush(30)
     events: list[Event] = []
     images: list[Any] = []
-    with Subscriber(comp.url, "/weather/#", on_event=events.append, on_image=images.append,
-                    heartbeat_interval=0.2, credit=10) as sub:
-        assert sub.connected.wait(10)
+    with _slow_images(comp, redis_url, "feed.c", events, images) as sub:
         for _ in range(3):
             sub.request_image(patterns=["/#"])
         sub.drop_connection()
@@ -217,4 +223,3 @@ def test_image_requests_cut_off_by_a_lost_connection_are_answered_after_it(
     assert sorted(len(r.topics) for r in resyncs) == [2, 300, 300, 300]
     assert {p.topic for p in images} == everything
     assert len(images) == 300  # none delivered twice
-    journal.close()
