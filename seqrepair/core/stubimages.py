@@ -88,12 +88,10 @@ class ImageResyncing:
     # overlapping requests answer the same items (each names them, none delivers them twice)
     _image_given: dict[str, dict[str, int]]
     _now: float
-    retry_interval: float
-    backoff: float
 
     if TYPE_CHECKING:
 
-        def _retry_wait(self, attempts: int) -> float: ...
+        def _retry_wait(self, attempts: int, most: float | None = None) -> float: ...
 
     def request_image(
         self, topics: Sequence[str] = (), patterns: Sequence[str] = (),
@@ -154,10 +152,8 @@ class ImageResyncing:
         if reason in TEMPORARY_REJECTIONS and rejections < IMAGE_REJECTIONS:
             self._image_rejections[request_id] = rejections
             self._image_resend.add(request_id)
-            nominal = self.retry_interval * self.backoff ** (rejections - 1)
             # capped at IMAGE_RETRY, the jitter kept: the room frees as other answers end
-            self._image_due[request_id] = now + self._retry_wait(rejections) * min(
-                1.0, IMAGE_RETRY / nominal)
+            self._image_due[request_id] = now + self._retry_wait(rejections, IMAGE_RETRY)
         else:
             self._stats.images_refused += 1
             events.append(self._give_up_image(request_id, reason))

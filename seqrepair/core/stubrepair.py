@@ -451,8 +451,12 @@ class SourceRepairing(StaleFrames):
         if started.more and source.following is None:
             self._ask_following(source, started)
 
-    def _retry_wait(self, attempts: int) -> float:
+    def _retry_wait(self, attempts: int, most: float | None = None) -> float:
+        """The wait before attempt ``attempts`` + 1: ``retry_interval`` doubling by
+        ``backoff`` (at most ``most``, when given), plus up to ``jitter`` of it at random."""
         wait = self.retry_interval * self.backoff ** (attempts - 1)
+        if most is not None:
+            wait = min(wait, most)
         return float(wait * (1.0 + self.jitter * self._gaps.rng.random()))
 
     def _retry_source_request(self, now: float) -> None:
