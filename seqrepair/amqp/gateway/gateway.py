@@ -108,8 +108,8 @@ TICK = 0.5
 STOP_GRACE = 1.0
 """Seconds :meth:`Gateway.stop` gives peers to answer its close before cutting them off."""
 CONTROL_RETRY = 0.25
-"""Seconds before the requests link the component detached is attached again (doubled, with
-jitter, at each detach that follows closely)."""
+"""Seconds before the requests link the component detached is attached again (doubled at each
+detach that follows closely; jittered down to half of it)."""
 CONTROL_DETACHES = 4
 """Detaches of the requests link in a row (each within :data:`CONTROL_STABLE` seconds of its
 attach) after which the gateway drops the upstream connection and makes it again."""
@@ -229,7 +229,11 @@ class Gateway(MessagingHandler):
         self._stop_requested = False
         self._injector = Injector()
         self._thread: threading.Thread | None = None
-        self._control_detaches = 0  # detaches of the requests link in a row
+        # its attempts: the detaches of the requests link in a row; delays CONTROL_RETRY
+        # doubling, each drawn from half of it to all of it
+        self._control_backoff = Backoff(initial=CONTROL_RETRY / 2,
+                                        maximum=CONTROL_RETRY * 2 ** CONTROL_DETACHES,
+                                        jitter=1.0)
         self._control_since = 0.0  # when it was last attached
 
     # --- running ------------------------------------------------------------------------
@@ -325,9 +329,9 @@ class Gateway(MessagingHandler):
         now = time.monotonic()
         perform(self, self.relays.expire(now))
         self.requests.repay_gone()
-        if (self._control_detaches and self.requests.control is not None
+        if (self._control_backoff.attempts and self.requests.control is not None
                 and now - self._control_since > CONTROL_STABLE):
-            self._control_detaches = 0  # the requests link holds again
+            self._control_backoff.reset()  # the requests link holds again
             self.backoff.reset()
         self._schedule("tick", TICK, self._tick)
 
@@ -364,23 +368,23 @@ class Gateway(MessagingHandler):
             return  # an earlier connection's, or the gateway's own close
         if conn.state & (Endpoint.LOCAL_CLOSED | Endpoint.REMOTE_CLOSED):
             return  # the connection ends: _upstream_lost does the rest
+        backoff = self._control_backoff
         if time.monotonic() - self._control_since > CONTROL_STABLE:
-            self._control_detaches = 0
-        self._control_detaches += 1
+            backoff.reset()
+        delay = backoff.next_delay(self._rng)  # one detach more in a row
+        assert delay is not None  # no max_attempts: never None
         cond = _condition(link)
         self.stats["control_detaches"] = self.stats.get("control_detaches", 0) + 1
         self.log.warning("requests link detached upstream",
                          condition=cond[0] if cond else None,
                          description=cond[1] if cond else None,
-                         in_a_row=self._control_detaches)
-        if self._control_detaches >= CONTROL_DETACHES:
-            why = f"the requests link detached {self._control_detaches} times in a row"
+                         in_a_row=backoff.attempts)
+        if backoff.attempts >= CONTROL_DETACHES:
+            why = f"the requests link detached {backoff.attempts} times in a row"
             conn.close()
             self._upstream_lost(conn, why)
             return
-        delay = CONTROL_RETRY * 2 ** (self._control_detaches - 1)
-        self._schedule("control", delay * (0.5 + self._rng.random() / 2),
-                       self._attach_control)
+        self._schedule("control", delay, self._attach_control)
 
     def _reconnect(self) -> None:
         if not self._stopping and self._upstream is None:
@@ -424,7 +428,7 @@ class Gateway(MessagingHandler):
         conn = event.connection
         if not _upstream(conn) or conn != self._upstream:
             return
-        if not self._control_detaches:  # else its backoff goes on until the link holds
+        if not self._control_backoff.attempts:  # else its backoff goes on until the link holds
             self.backoff.reset()
         self.stats["upstream_connections"] += 1
         self.log.info("upstream connected", connections=self.stats["upstream_connections"],
@@ -604,9 +608,9 @@ class Gateway(MessagingHandler):
                         principal_of(receiver.connection)), event.delivery)
                     if not waits:
                         self.accept(event.delivery)
-            except (UpstreamLostError, RequestFloodError) as exc:  # asked again, with backoff
-                refused = exc
-            except OversizedMessageError as exc:  # too large for the component: its sender's
+            # the component out of reach, too many waiting (both asked again, with backoff),
+            # too large for the component (its sender's alone): no hop refusals
+            except (UpstreamLostError, RequestFloodError, OversizedMessageError) as exc:
                 refused = exc
             except AmqpAdapterError as exc:  # past the hop limit, a malformed hop count
                 refused = exc
