@@ -87,9 +87,9 @@ from seqrepair.amqp.wire.hops import Hops, default_hop_id
 from seqrepair.amqp.wire.rawamqp import read_raw
 from seqrepair.amqp.wire.reactor import (
     Call,
+    accept_in_batches,
     listening_address,
     make_container,
-    widen_backlog,
     write_now,
 )
 from seqrepair.amqp.wire.respann import RESPONSE_ANNOTATIONS, RESPONSE_COOKIE
@@ -303,7 +303,7 @@ class Component(MessagingHandler):
             log.error("cannot listen", url=self.config.url, error=str(exc))
             event.container.stop()
             return
-        widen_backlog(self.acceptor)  # a burst of connects is taken, not left to retransmit
+        accept_in_batches(self.acceptor)  # a burst of connects is taken, not left waiting
         self.listening = listening_address(self.acceptor, self.config.url)
         if self.config.hop_id is None:  # the address bound (a port 0 chosen) says more
             self.hops = Hops(default_hop_id("serve", self.listening), self.config.max_hops)

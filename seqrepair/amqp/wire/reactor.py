@@ -36,7 +36,10 @@ from proton._reactor import GlobalOverrides, Reactor, SSLConfig
 from proton.handlers import IOHandler
 from proton.reactor import Container, EventInjector
 
-__all__ = ["GuardedIOHandler", "Injector", "LazySSLContainer", "make_container", "write_now"]
+__all__ = [
+    "GuardedIOHandler", "Injector", "LazySSLContainer", "accept_in_batches", "make_container",
+    "write_now",
+]
 
 
 class GuardedIOHandler(IOHandler):
@@ -229,6 +232,35 @@ def widen_backlog(acceptor: Any, backlog: int = LISTEN_BACKLOG) -> bool:
         acceptor._selectable._delegate.listen(backlog)
     except (AttributeError, OSError):
         return False
+    return True
+
+
+ACCEPT_BATCH = 64
+"""Connections one readable event of a listener accepts at most (proton accepts one: a pass of
+the event loop can take a quarter second when the component is busy, so connects queued in the
+backlog (a burst of never-open ones, say) were taken at four a second and an honest client
+behind them waited seconds for its first frame)."""
+
+
+def accept_in_batches(acceptor: Any, most: int = ACCEPT_BATCH) -> bool:
+    """Have ``acceptor`` take up to ``most`` queued connections each time its socket is
+    readable, until the backlog is empty, with the backlog widened (:func:`widen_backlog`).
+    Each connection is set up by proton's own handler, as one accepted alone. False where
+    proton's binding does not keep what this needs."""
+    take_one = getattr(acceptor, "on_selectable_readable", None)
+    if take_one is None or not widen_backlog(acceptor):
+        return False
+
+    def take_many(event: Any) -> None:
+        for _ in range(most):
+            try:
+                take_one(event)
+            except (BlockingIOError, InterruptedError):
+                return  # the backlog is empty
+            except ConnectionAbortedError:
+                continue  # its peer gave up while it waited: the next one
+
+    acceptor.on_selectable_readable = take_many
     return True
 
 
