@@ -44,12 +44,15 @@ def _queued_connects(port: int, count: int) -> Iterator[list[socket.socket]]:
         yield socks
 
 
-def _accepted_after_one_readable_pass(batched: bool) -> int:
+def _accepted_after_one_readable_pass(batched: bool, room: int | None = None) -> int:
     listener = _Listener()
     container = make_container(listener)
     acceptor = container.listen("127.0.0.1:0")
     # both with the wide backlog (proton listens with 10: past it a connect would wait)
-    assert accept_in_batches(acceptor) if batched else widen_backlog(acceptor)
+    if batched:
+        assert accept_in_batches(acceptor, room=None if room is None else lambda: room)
+    else:
+        assert widen_backlog(acceptor)
     port = acceptor._selectable._delegate.getsockname()[1]
     container.start()
     try:
@@ -72,6 +75,15 @@ def test_proton_alone_takes_one_connect_a_pass() -> None:
 def test_a_batched_listener_takes_the_whole_backlog_in_one_pass() -> None:
     assert QUEUED < ACCEPT_BATCH
     assert _accepted_after_one_readable_pass(batched=True) == QUEUED
+
+
+@pytest.mark.parametrize(("room", "taken"), [(7, 7), (0, 1)])
+def test_a_batch_takes_no_more_than_its_owner_has_room_for_and_one_at_least(
+    room: int, taken: int
+) -> None:
+    # past --max-connections the component refuses a connection a pass, as before: a flood's
+    # descriptors stay bounded by the refusals it explains (tests/amqp/test_count_limits.py)
+    assert _accepted_after_one_readable_pass(batched=True, room=room) == taken
 
 
 def test_a_listener_without_what_batching_needs_is_left_as_proton_made_it() -> None:

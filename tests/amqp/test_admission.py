@@ -25,8 +25,10 @@ def admitted(adm: Admission, conn: str, principal: str, now: float = 0.0) -> Non
 
 def test_the_connection_past_max_connections_is_refused_until_one_ends() -> None:
     adm = Admission(CountLimits(max_connections=2))
+    assert adm.room() == 2
     assert adm.accept("a", 0) is None
     assert adm.accept("b", 0) is None
+    assert adm.room() == 0
     refusal = adm.accept("c", 0)
     assert isinstance(refusal, LimitExceededError)
     assert refusal.condition == CONDITION
@@ -36,8 +38,10 @@ def test_the_connection_past_max_connections_is_refused_until_one_ends() -> None
     assert adm.stats["connections_refused"] == 1
     adm.forget("a")
     adm.forget("a")  # idempotent
+    assert adm.room() == 1
     assert adm.accept("c", 0) is None
     assert adm.connections == 2
+    assert adm.room() == 0
     assert adm.stats["connections_peak"] == 2
 
 

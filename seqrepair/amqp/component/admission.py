@@ -155,6 +155,10 @@ class Admission:
                                              len(self._connections))
         return None
 
+    def room(self) -> int:
+        """How many more connections :meth:`accept` would hold now."""
+        return max(0, self.limits.max_connections - len(self._connections))
+
     def open(self, conn: Any, principal: str) -> LimitExceededError | None:
         """``conn``'s peer sent its open as ``principal``: take it (None) or say why not (the
         caller closes it; it stays held until :meth:`forget`)."""

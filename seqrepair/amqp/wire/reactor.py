@@ -242,9 +242,13 @@ backlog (a burst of never-open ones, say) were taken at four a second and an hon
 behind them waited seconds for its first frame)."""
 
 
-def accept_in_batches(acceptor: Any, most: int = ACCEPT_BATCH) -> bool:
+def accept_in_batches(acceptor: Any, most: int = ACCEPT_BATCH,
+                      room: Callable[[], int] | None = None) -> bool:
     """Have ``acceptor`` take up to ``most`` queued connections each time its socket is
     readable, until the backlog is empty, with the backlog widened (:func:`widen_backlog`).
+    ``room`` (None: no bound) says how many more connections the listener's owner would
+    hold: a batch takes no more than that, and one at least (as proton alone does), so a flood
+    past a connection limit is refused a connection a pass, its descriptors bounded as before.
     Each connection is set up by proton's own handler, as one accepted alone. False where
     proton's binding does not keep what this needs."""
     take_one = getattr(acceptor, "on_selectable_readable", None)
@@ -252,7 +256,8 @@ def accept_in_batches(acceptor: Any, most: int = ACCEPT_BATCH) -> bool:
         return False
 
     def take_many(event: Any) -> None:
-        for _ in range(most):
+        batch = most if room is None else min(most, max(1, room()))
+        for _ in range(batch):
             try:
                 take_one(event)
             except (BlockingIOError, InterruptedError):
