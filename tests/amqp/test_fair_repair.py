@@ -7,9 +7,10 @@ link (whose entitlement matches nothing of the journal: every entry a replay rea
 and skipped, the costliest case) and send 32 ``SOURCE-GAP-REQUEST``s "after 0". Before the
 fair scheduler, one such request cost the event loop seconds in one go and 32 of them froze the
 honest stream for many seconds. Now the honest subscriber's longest gap stays under
-:data:`STALL_BOUND`, it gets every publication once in order, and every hostile request is
-answered (``REPLAY-COMPLETE`` / ``GAP-ERROR``) or rejected with
-``amqp:resource-limit-exceeded``.
+:func:`stall_allowed` (a small share of the time the component took to answer the attack,
+measured in the same run, or :data:`STALL_BOUND` when that is short), it gets every
+publication once in order, and every hostile request is answered (``REPLAY-COMPLETE`` /
+``GAP-ERROR``) or rejected with ``amqp:resource-limit-exceeded``.
 
 Run as a script for the figures: ``python tests/amqp/test_fair_repair.py [CONNS] [REQS]``.
 """
@@ -47,8 +48,26 @@ SOURCE = "feed.fair"
 JOURNALED = 20_000
 RATE = 200
 STALL_BOUND = 1.0
-"""The honest subscriber's longest gap between deliveries allowed during the attack (it gets
-one every 5 ms; before the fix a single connection's burst stalled it for many seconds)."""
+"""The honest subscriber's longest gap between deliveries allowed during an attack whose
+answers took the component little time (it gets one every 5 ms; before the fix a single
+connection's burst stalled it for many seconds)."""
+STALL_SHARE = 0.05
+"""The honest subscriber's longest gap allowed during the attack as a share of ``repair_s``,
+the time from the attack's start to the last hostile answer, measured in the same run: the
+replays' scanning is CPU work, so both grow with a slower or busier machine, and a fair
+component keeps the stall a small share of it. Measured on the 2-core machine at load 3,
+4 connections x 20 links: fair, longest gap 0.16-0.33 s (0.295 s of 25.8 s of answers,
+0.156 s of 20.6 s); each replay read in one go (``serve --repair-turn 60 --replay-page
+100000``), 6.8 s of 16.7 s and 19.2 s of 18.9 s: failed, as under the absolute 1 s. That
+1 s alone left a 3x margin to 0.334 s under load, and shrinks as the machine slows. The
+short attacks (1 link; the principal limit: answered in 0.6 s and 1.4 s) keep
+:data:`STALL_BOUND` (longest gaps 0.12-0.22 s), which a replay read in one go also passes
+(0.24-0.41 s): there the gap tells only a stall of seconds."""
+
+
+def stall_allowed(repair_s: float) -> float:
+    """The longest gap allowed for an attack whose answers took ``repair_s`` seconds."""
+    return max(STALL_BOUND, STALL_SHARE * repair_s)
 
 
 def _publish(url: str, redis_url: str, count: int, rate: float) -> subprocess.Popen[str]:
@@ -76,6 +95,7 @@ class Hostile(MessagingHandler):
         self.address = address
         self.outcomes: list[tuple[str, str | None]] = []  # (link, condition or None: accepted)
         self.answered: dict[str, str] = {}  # link -> REPLAY-COMPLETE or GAP-ERROR
+        self.answered_at: list[float] = []  # when each answer came (time.monotonic())
         self.container: Any = None
         self._opened: dict[Any, list[str]] = {}
 
@@ -125,6 +145,7 @@ class Hostile(MessagingHandler):
         kind = (event.message.properties or {}).get("message-type")
         if kind in ("REPLAY-COMPLETE", "GAP-ERROR"):
             self.answered[event.receiver.name] = kind
+            self.answered_at.append(time.monotonic())
         if event.receiver.credit < 500:
             event.receiver.flow(1000)
 
@@ -191,6 +212,8 @@ def run_attack(redis_url: str, tmp: Path, connections: int, requests: int,
     return {
         "max_gap": longest[0],
         "max_gap_at": longest[1],  # seconds after the attack began
+        # the time the component took over the attack's answers: the stall's baseline
+        "repair_s": max(hostile.answered_at, default=attack_start) - attack_start,
         "p99_gap": sorted(gap for gap, _ in during)[int(len(during) * 0.99)],
         "seqs": [(p.source, p.source_seq) for _, p in arrivals],
         "expected": [(SOURCE, n) for n in range(JOURNALED + 1, high_water + 1)],
@@ -209,7 +232,8 @@ def test_source_requests_do_not_stall_an_honest_subscriber(
     connections: int, links: int, requests: int, redis_url: str, tmp_path: Path
 ) -> None:
     got = run_attack(redis_url, tmp_path, connections, requests, links=links, attack_for=8.0)
-    assert got["max_gap"] < STALL_BOUND, (got["max_gap"], got["p99_gap"], got["log"][-3000:])
+    assert got["max_gap"] < stall_allowed(got["repair_s"]), (
+        got["max_gap"], got["p99_gap"], got["repair_s"], got["log"][-3000:])
     assert got["seqs"] == got["expected"]  # every live publication once, in order
     assert len(got["outcomes"]) == got["sent"]
     refused = [c for c in got["outcomes"] if c is not None]
@@ -235,7 +259,8 @@ def test_replays_past_the_principal_limit_are_refused_and_the_rest_answered(
     ``--max-replays-per-principal 3`` at most 3 replays run at once, whatever the connection."""
     got = run_attack(redis_url, tmp_path, 2, 8, "--max-replays-per-principal", "3",
                      links=4, attack_for=3.0)
-    assert got["max_gap"] < STALL_BOUND, (got["max_gap"], got["p99_gap"])
+    assert got["max_gap"] < stall_allowed(got["repair_s"]), (
+        got["max_gap"], got["p99_gap"], got["repair_s"])
     assert got["seqs"] == got["expected"]
     assert got["limits"]["max-replays-per-principal"] == 3
     refused = [c for c in got["outcomes"] if c is not None]
@@ -255,7 +280,8 @@ if __name__ == "__main__":
         figures = run_attack(redis.url, Path(tmpdir), conns, reqs, *extra, links=nlinks)
         print(f"connections={conns} requests={reqs} links={nlinks}: longest gap "
               f"{figures['max_gap']:.3f} s ({figures['max_gap_at']:.2f} s into the attack), "
-              f"p99 {figures['p99_gap']:.3f} s, in order and complete: "
+              f"p99 {figures['p99_gap']:.3f} s, answers over {figures['repair_s']:.2f} s "
+              f"(allowed {stall_allowed(figures['repair_s']):.2f} s), in order and complete: "
               f"{figures['seqs'] == figures['expected']}, outcomes refused: "
               f"{sum(1 for c in figures['outcomes'] if c)}/{figures['sent']}, "
               f"links answered {len(figures['answered'])}/{len(figures['asked'])}")
