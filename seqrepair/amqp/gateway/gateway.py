@@ -88,13 +88,7 @@ from seqrepair.amqp.wire.hops import (
     check_max_hops,
     default_hop_id,
 )
-from seqrepair.amqp.wire.reactor import (
-    Call,
-    Injector,
-    accept_in_batches,
-    listening_address,
-    make_container,
-)
+from seqrepair.amqp.wire.reactor import Call, Injector, listening_address, make_container
 from seqrepair.amqp.wire.respann import RESPONSE_ANNOTATIONS
 from seqrepair.amqp.wire.security import (
     NO_CLIENT_SECURITY,
@@ -311,7 +305,6 @@ class Gateway(MessagingHandler):
             self.log.error("cannot listen", listen=self.listen_url, error=str(exc))
             event.container.stop()
             return
-        accept_in_batches(self._acceptor)  # a burst of connects is taken, not left waiting
         self.listening = listening_address(self._acceptor, self.listen_url)
         if self.hop_id is None:  # the address bound (a port 0 chosen) says more
             self.hops = self.relays.hops = Hops(default_hop_id(self.name, self.listening),
