@@ -133,6 +133,47 @@ def test_connections_that_never_open_are_closed_after_the_open_timeout(tmp_path:
         assert counters["connections_peak"] >= 52
 
 
+def test_silent_peers_of_a_tls_component_are_closed_after_the_open_timeout(
+    tmp_path: Path
+) -> None:
+    """Over TLS the component leaves a closed connection's input open a moment (its peer reads
+    the AMQP close before the TLS alert); a silent peer never ends its side, and each one kept
+    its socket for ever past ``--open-timeout`` while the admission counted it gone: 80 of
+    them at ``--max-connections 20`` held 90 descriptors, none closed (review rev38; ~1,200
+    ended the component at the default limit). Now each is closed a moment after its
+    deadline (or its refusal), and the descriptors come back between waves."""
+    pki = Pki.make(tmp_path / "pki", with_credentials=False)
+    with EmbeddedRedis(appendfsync="always") as redis:
+        comp = ComponentProcess(redis.url, tmp_path, "--open-timeout", "1",
+                                "--max-connections", "20", *pki.server_args()).start()
+        try:
+            host, port = comp.url.split(":")
+            baseline = fds(comp)
+            socks = []
+            for _ in range(2):  # a wave held (from the listen backlog), then closed
+                socks += connect_all(host, int(port), 20)
+                assert wait_for(lambda: fds(comp) >= baseline + 20, 10), (fds(comp), baseline)
+                assert wait_for(lambda: fds(comp) <= baseline + 2, 20), (fds(comp), baseline)
+            # past the limit: 20 held, 20 refused (16 held a second to be told why, over TLS
+            # the same lingering close, the rest closed unread)
+            socks += connect_all(host, int(port), 40)
+            assert wait_for(lambda: fds(comp) >= baseline + 20, 10), (fds(comp), baseline)
+            assert wait_for(lambda: fds(comp) <= baseline + 2, 20), (fds(comp), baseline)
+            for sock, _ in socks:
+                sock.settimeout(10)  # the component closed it: no wait for the end of file
+                while sock.recv(4096):
+                    pass
+                sock.close()
+            pki.person("honest")
+            honest = pki.client("honest")
+            assert query_capabilities(tls_url(comp.url), timeout=5,
+                                      security=honest).link_bits == 16
+        finally:
+            comp.stop()
+        counters = comp.stop_counters()
+        assert (counters["opens_timed_out"], counters["connections_refused"]) == (60, 20)
+
+
 def connect_all(host: str, port: int, n: int) -> list[tuple[socket.socket, float]]:
     """``n`` sockets connected at once (a sequence of connects waits on the listen backlog),
     each with the time its connect completed."""

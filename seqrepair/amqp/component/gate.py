@@ -17,6 +17,12 @@ before any AMQP frame, so
 * a connection past the open deadline gets the ``close`` when it sent the protocol header (the
   transport's condition, else proton would send its own framing error), and its socket is
   closed at the next tick whatever is still unsent.
+
+Over TLS the input of a connection closed here stays open a moment (closing it at once ends the
+TLS session with an alert the peer reads before the AMQP close): a transport not closed
+:data:`LINGER` seconds after its output was has its input closed too, so a silent TLS peer (no
+handshake, never an end of file) cannot keep its socket past the open deadline and the count
+limits bound descriptors over TLS as over plain TCP.
 """
 
 from __future__ import annotations
@@ -37,6 +43,9 @@ REFUSALS_EXPLAINED = 16
 AMQP close; past them a connection is closed unread: descriptors stay bounded."""
 EXPLAIN_WITHIN = 1.0
 """Seconds a connection refused at its accept is held for its ``open`` (to be told why)."""
+LINGER = 1.0
+"""Seconds a transport closed here waits, its output closed, for its peer to read what was
+sent and end its side, before its input is closed too and its socket goes."""
 
 
 class Gate:
@@ -46,6 +55,7 @@ class Gate:
         self.admission = admission
         self.clock = clock
         self._closing: list[Any] = []  # transports closed here: their sockets go next tick
+        self._lingering: dict[Any, float] = {}  # output closed, input open: until when
         self._refusing: dict[Any, float] = {}  # refused at accept, to be told why: by when
 
     # --- connections ----------------------------------------------------------------------
@@ -86,12 +96,19 @@ class Gate:
         self._refusing.pop(conn, None)
 
     def tick(self, now: float) -> None:
-        """Close the sockets of connections closed since the last tick, the refused ones not
-        opened in time and those past the open deadline."""
+        """Close the sockets of connections closed since the last tick (the input too of those
+        closed :data:`LINGER` ago and still not gone), the refused ones not opened in time and
+        those past the open deadline."""
+        for transport, until in list(self._lingering.items()):
+            if transport.closed or until <= now:
+                del self._lingering[transport]
+                if not transport.closed:
+                    transport.close_tail()  # a peer that never reads or ends its side
         closing, self._closing = self._closing, []
         for transport in closing:
             if not transport.closed:
                 transport.close_head()
+                self._lingering[transport] = now + LINGER
         for conn, deadline in list(self._refusing.items()):
             if deadline <= now:
                 del self._refusing[conn]
