@@ -26,6 +26,7 @@ from __future__ import annotations
 import secrets
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from operator import itemgetter
 from typing import Any
 
 import attrs
@@ -69,6 +70,9 @@ ALLOWS_CACHE = 4096
 """How many (topic, permission token) answers of its entitlement a link remembers."""
 
 log = get_logger(__name__)
+
+_OFFERED = itemgetter(0)
+_ENTRY = itemgetter(1)
 
 def _new_epoch() -> str:
     """A fresh name for a link context (48 random bits: unique across component restarts)."""
@@ -276,13 +280,17 @@ class SubscriberLink:
                         self.stats["context_full"] += 1
                         break
                     most = min(most, room)
-                chunk = [pending.popleft() for _ in range(min(most, len(pending)))]
+                if most >= len(pending):  # all of it (usual): one copy, not a pop each
+                    chunk = list(pending)
+                    pending.clear()
+                else:
+                    chunk = [pending.popleft() for _ in range(most)]
                 if given:
                     chunk = self._not_given(chunk, given)
                     if not chunk:
                         continue
-                pubs = [pub for pub, _ in chunk]
-                entries = [entry for _, entry in chunk]
+                pubs = list(map(_OFFERED, chunk))
+                entries = list(map(_ENTRY, chunk))
                 if self._send_numbered(pubs, entries, now):
                     continue
                 frames: list[Publication | Heartbeat] = list(
