@@ -110,6 +110,13 @@ def register(subparsers: Any) -> None:
                               "proved (the component's policy must grant this gateway's "
                               "principal act-for on them)")
     gateway.add_argument("--ready-file", help="write the listen address here once listening")
+    gateway.add_argument("--max-connections", type=positive_int, default=800, metavar="N",
+                         help="client connections held at once, opened or not; one more is "
+                              "closed at once (amqp:resource-limit-exceeded); the gateway's "
+                              "own connections to the component are not counted")
+    gateway.add_argument("--open-timeout", type=positive_float, default=10.0, metavar="SECONDS",
+                         help="a client connection that has not completed the AMQP open (and "
+                              "SASL) this long after it was accepted is closed")
     add_hop_options(gateway, "gateway")
     add_server_security(gateway)
     add_client_security(gateway, "upstream-")

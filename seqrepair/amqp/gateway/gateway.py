@@ -59,6 +59,13 @@ from proton import Connection, Endpoint
 from proton.handlers import EndpointStateHandler, MessagingHandler
 from proton.reactor import ApplicationEvent
 
+from seqrepair.amqp.component.admission import (
+    MAX_CONNECTIONS,
+    OPEN_TIMEOUT,
+    Admission,
+    CountLimits,
+)
+from seqrepair.amqp.component.gate import Gate
 from seqrepair.amqp.gateway.contrib import Contributions, is_owner_address
 from seqrepair.amqp.gateway.publish import (
     PublishRelays,
@@ -88,7 +95,13 @@ from seqrepair.amqp.wire.hops import (
     check_max_hops,
     default_hop_id,
 )
-from seqrepair.amqp.wire.reactor import Call, Injector, listening_address, make_container
+from seqrepair.amqp.wire.reactor import (
+    Call,
+    Injector,
+    accept_in_batches,
+    listening_address,
+    make_container,
+)
 from seqrepair.amqp.wire.respann import RESPONSE_ANNOTATIONS
 from seqrepair.amqp.wire.security import (
     NO_CLIENT_SECURITY,
@@ -160,6 +173,10 @@ class Gateway(MessagingHandler):
     (by default its name, listen address and a random tag) and the most hops an attach may
     cross (:mod:`seqrepair.amqp.wire.hops`: a loop of gateways, or a chain longer than that,
     is refused to the subscriber naming the path).
+    ``max_connections``, ``open_timeout``: the component's door on its listener
+    (:class:`~seqrepair.amqp.component.gate.Gate`): client connections held at once, opened
+    or not (one more is refused ``amqp:resource-limit-exceeded``), and the seconds a client
+    has to complete its AMQP open; its own connections to the component are not counted.
     """
 
     def __init__(
@@ -180,6 +197,8 @@ class Gateway(MessagingHandler):
         forward_principals: bool = False,
         hop_id: str | None = None,
         max_hops: int = DEFAULT_MAX_HOPS,
+        max_connections: int = MAX_CONNECTIONS,
+        open_timeout: float = OPEN_TIMEOUT,
     ) -> None:
         super().__init__(prefetch=0, auto_accept=False)
         self.security = security if security is not None else ServerSecurity()
@@ -209,6 +228,12 @@ class Gateway(MessagingHandler):
                       "answers_held": 0, "relayed": 0, "unroutable": 0,
                       "dropped_requests": 0, "upstream_connections": 0, "upstream_losses": 0,
                       "refused": 0, "upstream_attaches": 0, "hop_refusals": 0}
+        # client connections against the count limits, as at the component; one principal
+        # (anonymous, say) may hold them all: the per-principal bound is max_connections
+        self.admission = Admission(CountLimits(
+            max_connections=max_connections, max_connections_per_principal=max_connections,
+            open_timeout=open_timeout), self.stats)
+        self.gate = Gate(self.admission, time.monotonic)
         # requests forwarded upstream, answers routed back
         self.requests = Requests(self, capacity, annotations)
         self.replies = self.requests.replies
@@ -305,6 +330,8 @@ class Gateway(MessagingHandler):
             self.log.error("cannot listen", listen=self.listen_url, error=str(exc))
             event.container.stop()
             return
+        # a burst of connects is taken at once, as many as may be held, not left waiting
+        accept_in_batches(self._acceptor, room=self.admission.room)
         self.listening = listening_address(self._acceptor, self.listen_url)
         if self.hop_id is None:  # the address bound (a port 0 chosen) says more
             self.hops = self.relays.hops = Hops(default_hop_id(self.name, self.listening),
@@ -327,6 +354,7 @@ class Gateway(MessagingHandler):
             self.stop()
             return
         now = time.monotonic()
+        self.gate.tick(now)  # the open deadline; sockets of connections closed by the gate
         perform(self, self.relays.expire(now))
         self.requests.repay_gone()
         if (self._control_backoff.attempts and self.requests.control is not None
@@ -417,16 +445,23 @@ class Gateway(MessagingHandler):
         self._schedule("reconnect", delay, self._reconnect)
 
     def on_connection_bound(self, event: Any) -> None:
-        if not _upstream(event.connection):
+        conn = event.connection
+        if not _upstream(conn):  # a client's (the gateway's own to the component are not)
             event.transport.idle_timeout = self.idle_timeout
             self.security.configure(event.transport)
+            conn.seqrepair_tls = self.security.tls  # see Gate.close
+            self.gate.bound(conn)  # counted, or refused (gate.py)
 
     def on_connection_opening(self, event: Any) -> None:
-        self._downstream.append(event.connection)
+        if self.gate.opening(event.connection):  # else closed once proton has opened it
+            self._downstream.append(event.connection)
 
     def on_connection_opened(self, event: Any) -> None:
         conn = event.connection
-        if not _upstream(conn) or conn != self._upstream:
+        if not _upstream(conn):
+            self.gate.opened(conn)  # closed now if it was refused
+            return
+        if conn != self._upstream:
             return
         if not self._control_backoff.attempts:  # else its backoff goes on until the link holds
             self.backoff.reset()
@@ -461,7 +496,11 @@ class Gateway(MessagingHandler):
 
     def _ended(self, conn: Any, why: str) -> None:
         """A connection ended, whichever way: the component's, or a subscriber's."""
-        if conn is None or self.publishing.connection_ended(conn):
+        if conn is None:
+            return
+        if not _upstream(conn):
+            self.gate.forget(conn)  # its place is free again
+        if self.publishing.connection_ended(conn):
             return
         if _upstream(conn):
             self._upstream_lost(conn, why)

@@ -26,7 +26,8 @@ def gateway_command(args: argparse.Namespace) -> int:
                       security=ServerSecurity.from_args(args),
                       upstream_security=ClientSecurity.from_args(args, "upstream-"),
                       forward_principals=args.forward_principals,
-                      hop_id=args.hop_id, max_hops=args.max_hops)
+                      hop_id=args.hop_id, max_hops=args.max_hops,
+                      max_connections=args.max_connections, open_timeout=args.open_timeout)
     signal.signal(signal.SIGTERM, lambda *_: gateway.request_stop())
     with contextlib.suppress(KeyboardInterrupt):
         gateway.run()

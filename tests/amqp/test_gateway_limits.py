@@ -1,0 +1,275 @@
+"""``seqrepair gateway``'s door over real processes: a redis-server, ``seqrepair serve``, the
+gateway in front of it, honest clients through the gateway and raw sockets that ask for more.
+
+The gateway waits with proton's ``select()``, which fails for every connection once the process
+holds a descriptor past 1023: without a connection limit 1,020 idle connects ended it, and a
+silent peer held its descriptor for ever. It now has the component's door (``--max-connections``,
+``--open-timeout``, the same :class:`~seqrepair.amqp.component.gate.Gate`):
+
+* connections that never complete the AMQP open are closed ``--open-timeout`` after their
+  accept, and the gateway's descriptors drop back;
+* a flood past ``--max-connections`` is refused (``amqp:resource-limit-exceeded`` naming the
+  option) while a subscriber through the gateway keeps getting every publication once, in order;
+* 1,100 parallel idle connects (the review's ``gwflood2.py``) are all answered and leave the
+  gateway alive, its descriptors bounded, serving again once the flood is gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import resource
+import select
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from proton import ConnectionException
+from proton.utils import BlockingConnection, LinkDetached
+
+from seqrepair.amqp.client.subscriber import Publisher, Subscriber
+from seqrepair.core.messages import Publication
+from seqrepair.journal.journal import Journal
+
+from .conftest import (
+    ComponentProcess,
+    FreePort,
+    _die_with_parent,
+    _env,
+    start_binding,
+    wait_for,
+)
+
+pytestmark = [pytest.mark.amqp, pytest.mark.redis]
+
+LIMIT = "amqp:resource-limit-exceeded"
+AMQP_HEADER = b"AMQP\x00\x01\x00\x00"
+_GATEWAYS = itertools.count(1)
+
+
+@contextlib.contextmanager
+def gateway(upstream: str, tmp_path: Path, *args: str
+            ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """``seqrepair gateway`` (anonymous, on loopback) in front of ``upstream`` with ``args``;
+    yields its listen address and process. Started again on a new port if the one found free
+    was taken before it listened."""
+    port = FreePort()
+    started: list[subprocess.Popen[bytes]] = []
+    logname = tmp_path / "gateway.log"
+    log = open(logname, "wb")  # noqa: SIM115
+
+    def start_once() -> bool:
+        nonlocal log
+        log.close()
+        log = open(logname, "wb")  # noqa: SIM115
+        ready = tmp_path / f"gateway-ready-{next(_GATEWAYS)}"
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "seqrepair.cli", "--log-level", "info", "gateway",
+             "--listen", str(port), "--upstream", upstream, "--name", "edge", "--ready-file",
+             str(ready), "--allow-anonymous", *args],
+            env=_env(), stdout=log, stderr=subprocess.STDOUT,
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+        )
+        started.append(proc)
+        assert wait_for(lambda: ready.exists() or proc.poll() is not None, 60), (
+            logname.read_text())
+        return proc.poll() is None
+
+    try:
+        start_binding(start_once, logname.read_text, [port], what="gateway")
+        proc = started[-1]
+        assert proc.poll() is None, logname.read_text()[-3000:]
+        yield str(port), proc
+        assert proc.poll() is None, logname.read_text()[-3000:]  # alive to the end
+    finally:
+        for proc in started:
+            if proc.poll() is None:
+                proc.terminate()
+                if proc.wait(30) != 0:
+                    proc.kill()
+        log.close()
+
+
+def fds(proc: subprocess.Popen[bytes]) -> int:
+    return len(os.listdir(f"/proc/{proc.pid}/fd"))
+
+
+def connect_all(host: str, port: int, n: int) -> list[tuple[socket.socket, float]]:
+    """``n`` sockets connected at once, each with the time its connect completed (asserting
+    they all complete within 20 s)."""
+    pending = []
+    for _ in range(n):
+        sock = socket.socket()
+        sock.setblocking(False)
+        sock.connect_ex((host, port))
+        pending.append(sock)
+    done: dict[socket.socket, float] = {}
+    poller = select.poll()  # not select(): descriptors past 1023
+    by_fd = {sock.fileno(): sock for sock in pending}
+    for fd in by_fd:
+        poller.register(fd, select.POLLOUT)
+    deadline = time.monotonic() + 20
+    while len(done) < n and time.monotonic() < deadline:
+        for fd, _ in poller.poll(500):
+            sock = by_fd[fd]
+            assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0
+            done[sock] = time.monotonic()
+            poller.unregister(fd)
+    missing = n - len(done)
+    for sock in pending:
+        if sock not in done:
+            sock.close()
+    assert not missing, f"{len(done)} of {n} connected within 20 s"
+    for sock in pending:
+        sock.setblocking(True)
+    return [(sock, done[sock]) for sock in pending]
+
+
+def closed_by_peer(sock: socket.socket, within: float) -> bytes:
+    """What ``sock`` received until its peer closed it (asserting it does within ``within``)."""
+    sock.settimeout(within)
+    received = b""
+    try:
+        while chunk := sock.recv(4096):
+            received += chunk
+    except ConnectionResetError:
+        pass
+    return received
+
+
+def refused(url: str) -> str:
+    """The condition and description of the close of a connection that is refused."""
+    try:
+        conn = BlockingConnection(url, timeout=10)
+        conn.create_receiver("/weather/#", name=f"after-refusal-{time.monotonic()}")
+    except (ConnectionException, LinkDetached) as exc:
+        endpoint = getattr(exc, "link", None) or getattr(exc, "connection", None)
+        condition = endpoint.connection.remote_condition if endpoint is not None else None
+        text = str(exc) if condition is None else f"{condition.name} {condition.description}"
+        assert LIMIT in text, text
+        return text
+    raise AssertionError("the connection was not refused")
+
+
+@contextlib.contextmanager
+def subscriber(url: str, name: str) -> Iterator[list[Publication]]:
+    """A subscriber of ``/weather/#`` through ``url``, its link relayed end to end."""
+    got: list[Publication] = []
+    with Subscriber(url, "/weather/#", on_publication=got.append, heartbeat_interval=0.2,
+                    link_name=name) as sub:
+        assert wait_for(lambda: sub.stub.stats.heartbeats > 0, 30)
+        yield got
+
+
+def publish(comp: ComponentProcess, redis_url: str, first: int, count: int) -> None:
+    with Publisher(comp.url, "feed.a", journal=Journal.from_url(redis_url)) as publisher:
+        publisher.publish_many([("/weather/wind/LEMD", {"n": i}, "update")
+                                for i in range(first, first + count)])
+        assert publisher.flush(30)
+
+
+def test_client_connections_that_never_open_are_closed_after_the_open_timeout(
+    component: Callable[..., ComponentProcess], tmp_path: Path
+) -> None:
+    """30 silent sockets and 10 that send only the protocol header: held until the gateway's
+    ``--open-timeout`` (1.5 s), then closed, its descriptors back to where they were."""
+    comp = component("--heartbeat", "0.2")
+    with gateway(comp.url, tmp_path, "--open-timeout", "1.5") as (listen, proc):
+        host, port = listen.split(":")
+        with subscriber(listen, "probe"):  # the gateway is connected upstream
+            pass
+        time.sleep(0.5)
+        baseline = fds(proc)
+        socks = connect_all(host, int(port), 40)
+        for sock, _ in socks[30:]:
+            sock.sendall(AMQP_HEADER)
+        assert wait_for(lambda: fds(proc) >= baseline + 35, 10), (fds(proc), baseline)
+        held_for = []
+        for i, (sock, connected) in enumerate(socks):
+            received = closed_by_peer(sock, 10)
+            held_for.append(time.monotonic() - connected)
+            if i >= 30:  # the header-only peers are told why, in an AMQP close
+                assert received.startswith(AMQP_HEADER)
+                assert LIMIT.encode() in received
+                assert b"--open-timeout" in received
+            else:
+                assert received == b""
+            sock.close()
+        assert min(held_for) >= 1.4, held_for
+        assert max(held_for) < 6, held_for
+        assert wait_for(lambda: fds(proc) <= baseline + 2, 20), (fds(proc), baseline)
+
+
+def test_a_flood_past_max_connections_is_refused_while_a_subscriber_is_served(
+    component: Callable[..., ComponentProcess], redis_url: str, tmp_path: Path
+) -> None:
+    """``--max-connections 20``: a subscriber holds one, a flood of 200 idle connects takes
+    the other 19 and the rest are refused at once; the gateway's descriptors stay bounded, a
+    client asking for one more is told ``--max-connections``, and the subscriber gets every
+    publication once, in order. Once the flood is gone a new client is served."""
+    comp = component("--heartbeat", "0.2")
+    with (gateway(comp.url, tmp_path, "--max-connections", "20", "--open-timeout", "30")
+          as (listen, proc), subscriber(listen, "honest") as got):
+        host, port = listen.split(":")
+        baseline = fds(proc)
+        flood = connect_all(host, int(port), 200)
+        peak = baseline
+        deadline = time.monotonic() + 1.5
+        while time.monotonic() < deadline:
+            peak = max(peak, fds(proc))
+        # 19 held, 16 held a second to be told why, the rest closed unread
+        assert peak <= baseline + 19 + 16 + 3, (peak, baseline)
+        assert "--max-connections" in refused(listen)
+        publish(comp, redis_url, 0, 50)
+        assert wait_for(lambda: len(got) >= 50, 30)
+        closed = 0
+        for sock, _ in flood:
+            with contextlib.suppress(TimeoutError):
+                closed_by_peer(sock, 0.05)
+                closed += 1
+        assert closed >= 200 - 19, closed  # refused ones are closed; the held wait
+        for sock, _ in flood:
+            sock.close()
+        with subscriber(listen, "after-flood") as later:  # room again
+            publish(comp, redis_url, 50, 10)
+            assert wait_for(lambda: len(later) >= 10 and len(got) >= 60, 30)
+        time.sleep(0.3)  # a duplicate would arrive now
+        assert [p.source_seq for p in got] == list(range(1, 61))
+    assert "connection refused" in (tmp_path / "gateway.log").read_text()
+
+
+def test_1100_parallel_idle_connects_leave_the_gateway_alive(
+    component: Callable[..., ComponentProcess], tmp_path: Path
+) -> None:
+    """The review's flood (``gwflood2.py``): 1,100 idle connects at once, the default
+    ``--max-connections`` (800). Every connect is answered (taken from the wide backlog), the
+    gateway's descriptors stay below what ``select()`` can wait on, it stays alive, and once
+    the flood is closed (``--open-timeout``) a subscriber through it is served."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 1400:
+        if hard != resource.RLIM_INFINITY and hard < 1400:
+            pytest.skip(f"this test opens 1,100 sockets (RLIMIT_NOFILE {soft}/{hard})")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1400, hard))
+    comp = component("--heartbeat", "0.2")
+    with gateway(comp.url, tmp_path, "--open-timeout", "2") as (listen, proc):
+        host, port = listen.split(":")
+        baseline = fds(proc)
+        flood = connect_all(host, int(port), 1100)
+        peak = baseline
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, (tmp_path / "gateway.log").read_text()[-3000:]
+            peak = max(peak, fds(proc))
+        assert peak <= baseline + 800 + 16 + 4, (peak, baseline)
+        for sock, _ in flood:
+            closed_by_peer(sock, 10)  # every one closed: refused, or past the open timeout
+            sock.close()
+        assert proc.poll() is None
+        assert wait_for(lambda: fds(proc) <= baseline + 2, 20), (fds(proc), baseline)
+        with subscriber(listen, "after-flood"):
+            pass
