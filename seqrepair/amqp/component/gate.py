@@ -90,6 +90,13 @@ class Gate:
             self._refusing.pop(conn, None)
             self.close(conn, refusal, "connection refused")
 
+    def room(self) -> int:
+        """How many more connections to accept now: the admission's room less the sockets this
+        gate closed that are not gone yet (a connection past the open deadline is forgotten at
+        once, its descriptor held until a tick or two later: a listener taking the room it
+        left at once would hold both)."""
+        return max(0, self.admission.room() - len(self._closing) - len(self._lingering))
+
     def forget(self, conn: Any) -> None:
         """``conn`` ended (idempotent)."""
         self.admission.forget(conn)

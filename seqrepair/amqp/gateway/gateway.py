@@ -331,7 +331,7 @@ class Gateway(MessagingHandler):
             event.container.stop()
             return
         # a burst of connects is taken at once, as many as may be held, not left waiting
-        accept_in_batches(self._acceptor, room=self.admission.room)
+        accept_in_batches(self._acceptor, room=self.gate.room)
         self.listening = listening_address(self._acceptor, self.listen_url)
         if self.hop_id is None:  # the address bound (a port 0 chosen) says more
             self.hops = self.relays.hops = Hops(default_hop_id(self.name, self.listening),
