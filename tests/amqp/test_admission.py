@@ -1,4 +1,4 @@
-"""The count limits' bookkeeping (:mod:`seqrepair.amqp.component.admission`), without I/O:
+"""The count limits' bookkeeping (:mod:`seqrepair.amqp.wire.admission`), without I/O:
 connections and links held, refused one past each limit, released when they end, and the
 open deadline, with time moved by hand."""
 
@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seqrepair.amqp.component.admission import Admission, CountLimits, LimitExceededError
 from seqrepair.amqp.component.config import ComponentConfig
+from seqrepair.amqp.wire.admission import Admission, CountLimits, LimitExceededError
 from seqrepair.core.errors import InvalidConfigError
 
 CONDITION = "amqp:resource-limit-exceeded"

@@ -4,7 +4,7 @@ gateway in front of it, honest clients through the gateway and raw sockets that 
 The gateway waits with proton's ``select()``, which fails for every connection once the process
 holds a descriptor past 1023: without a connection limit 1,020 idle connects ended it, and a
 silent peer held its descriptor for ever. It now has the component's door (``--max-connections``,
-``--open-timeout``, the same :class:`~seqrepair.amqp.component.gate.Gate`):
+``--open-timeout``, the same :class:`~seqrepair.amqp.wire.gate.Gate`):
 
 * connections that never complete the AMQP open are closed ``--open-timeout`` after their
   accept, and the gateway's descriptors drop back;
@@ -34,8 +34,8 @@ from proton.utils import BlockingConnection, LinkDetached
 
 from seqrepair.amqp.client.query import query_capabilities
 from seqrepair.amqp.client.subscriber import Publisher, Subscriber
-from seqrepair.amqp.component.admission import Admission, CountLimits
-from seqrepair.amqp.component.gate import Gate
+from seqrepair.amqp.wire.admission import Admission, CountLimits
+from seqrepair.amqp.wire.gate import Gate
 from seqrepair.core.messages import Publication
 from seqrepair.journal.journal import Journal
 

@@ -16,8 +16,8 @@ from proton import Connection, Endpoint, Transport
 from proton.handlers import IOHandler
 
 from seqrepair.amqp.client.subscriber import Publisher, Subscriber
-from seqrepair.amqp.component.admission import Admission, CountLimits, LimitExceededError
-from seqrepair.amqp.component.gate import Gate
+from seqrepair.amqp.wire.admission import Admission, CountLimits, LimitExceededError
+from seqrepair.amqp.wire.gate import Gate
 from seqrepair.amqp.wire.reactor import GuardedIOHandler, make_container
 from seqrepair.core.messages import Publication
 

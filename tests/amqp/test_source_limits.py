@@ -16,9 +16,9 @@ import pytest
 from proton import Delivery
 from proton.utils import BlockingConnection
 
-from seqrepair.amqp.component.admission import LimitExceededError
 from seqrepair.amqp.component.sourcelimits import SourceLimits
 from seqrepair.amqp.component.sourceviews import MAX_CLASSES_PER_SOURCE, SourceViews
+from seqrepair.amqp.wire.admission import LimitExceededError
 from seqrepair.amqp.wire.codec import encode
 from seqrepair.core.messages import Publication
 from seqrepair.core.policy import Operation, Policy

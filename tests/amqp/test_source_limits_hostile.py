@@ -12,13 +12,13 @@ from proton import Delivery
 from proton.utils import BlockingConnection
 
 from seqrepair.amqp.client.subscriber import Publisher
-from seqrepair.amqp.component.admission import LimitExceededError
 from seqrepair.amqp.component.sourcelimits import SourceLimits
 from seqrepair.amqp.component.sourceviews import (
     MAX_CLASSES,
     MAX_CLASSES_PER_SOURCE,
     SourceViews,
 )
+from seqrepair.amqp.wire.admission import LimitExceededError
 from seqrepair.amqp.wire.framing import encode_frames
 from seqrepair.core.messages import Publication
 from seqrepair.core.policy import Policy

@@ -102,8 +102,8 @@ def effective_principal(component: Component, connection: Any,
 
 def acting_for(component: Component, link: Any) -> str | None:
     """The principal ``link`` acts for when its connection's may act for another (a
-    forwarding gateway's client: counted as itself, :mod:`.admission`); None for the
-    connection's own, and for a claim not honoured (its attach is refused with why)."""
+    forwarding gateway's client: counted as itself, :mod:`~seqrepair.amqp.wire.admission`);
+    None for the connection's own, and for a claim not honoured (its attach is refused with why)."""
     try:
         return effective_principal(component, link.connection,
                                    plain_properties(link.remote_properties))

@@ -45,7 +45,6 @@ import attrs
 from proton import Condition, Delivery, Endpoint
 from proton.handlers import MessagingHandler
 
-from seqrepair.amqp.component.admission import Admission
 from seqrepair.amqp.component.attach import open_subscriber
 from seqrepair.amqp.component.authz import acting_for
 from seqrepair.amqp.component.config import Bucket
@@ -61,7 +60,6 @@ from seqrepair.amqp.component.detach import (
 )
 from seqrepair.amqp.component.durable import Durables
 from seqrepair.amqp.component.fairness import RepairTurns, TurnBudget
-from seqrepair.amqp.component.gate import Gate
 from seqrepair.amqp.component.images import ImageFetcher
 from seqrepair.amqp.component.ingest import Ingest
 from seqrepair.amqp.component.journalfeed import journal_feed
@@ -75,6 +73,7 @@ from seqrepair.amqp.component.routing import MAX_RESPONSE_TARGETS as MAX_RESPONS
 from seqrepair.amqp.component.sourcelimits import SourceLimits
 from seqrepair.amqp.component.sourceviews import SourceViews
 from seqrepair.amqp.component.subqueues import SubscriptionChanges, apply_change
+from seqrepair.amqp.wire.admission import Admission
 from seqrepair.amqp.wire.codec import Decoder
 from seqrepair.amqp.wire.errors import (
     AmqpAdapterError,
@@ -82,6 +81,7 @@ from seqrepair.amqp.wire.errors import (
     condition_info,
     link_refusal,
 )
+from seqrepair.amqp.wire.gate import Gate
 from seqrepair.amqp.wire.guard import Guarded
 from seqrepair.amqp.wire.hops import Hops, default_hop_id
 from seqrepair.amqp.wire.rawamqp import read_raw
@@ -352,7 +352,7 @@ class Component(MessagingHandler):
         conn = event.connection
         conn.seqrepair_id = next(self._conn_ids)
         conn.seqrepair_tls = self.config.security.tls  # see Gate.close
-        self.gate.bound(conn)  # counted, or refused (gate.py)
+        self.gate.bound(conn)  # counted, or refused (seqrepair/amqp/wire/gate.py)
 
     def on_connection_opened(self, event: Any) -> None:
         self.gate.opened(event.connection)  # closed now if it was refused

@@ -7,10 +7,10 @@ from typing import Any
 
 import attrs
 
-from seqrepair.amqp.component import admission, sourcelimits
-from seqrepair.amqp.component.admission import CountLimits
+from seqrepair.amqp.component import sourcelimits
 from seqrepair.amqp.component.grants import GrantTable
-from seqrepair.amqp.wire import hops
+from seqrepair.amqp.wire import admission, hops
+from seqrepair.amqp.wire.admission import CountLimits
 from seqrepair.amqp.wire.security import ServerSecurity
 from seqrepair.amqp.wire.sizelimit import DEFAULT_MAX_MESSAGE_SIZE
 from seqrepair.core.config import (
@@ -133,7 +133,7 @@ class ComponentConfig:
     """How connections authenticate: by default nobody can (the component refuses to start);
     ``ServerSecurity(allow_anonymous=True)`` lets everyone in as ``anonymous``."""
     max_connections: int = _positive(admission.MAX_CONNECTIONS)
-    """Connections held at once, opened or not (:mod:`.admission`)."""
+    """Connections held at once, opened or not (:mod:`~seqrepair.amqp.wire.admission`)."""
     max_connections_per_principal: int = _positive(admission.MAX_CONNECTIONS_PER_PRINCIPAL)
     max_links_per_connection: int = _positive(admission.MAX_LINKS_PER_CONNECTION)
     max_links_per_principal: int = _positive(admission.MAX_LINKS_PER_PRINCIPAL)
@@ -151,7 +151,7 @@ class ComponentConfig:
     """Most gateways and relays an attach may have crossed (its ``seqrepair-path``)."""
 
     def count_limits(self) -> CountLimits:
-        """The count limits (:mod:`.admission`) of this configuration."""
+        """The count limits (:mod:`~seqrepair.amqp.wire.admission`) of this configuration."""
         return CountLimits(
             max_connections=self.max_connections,
             max_connections_per_principal=self.max_connections_per_principal,

@@ -33,10 +33,10 @@ from typing import Any, Generic, TypeVar
 
 import attrs
 
-from seqrepair.amqp.component.admission import FORWARDING_FACTOR
 from seqrepair.amqp.component.config import ComponentConfig
 from seqrepair.amqp.component.grants import principal_of
 from seqrepair.amqp.component.links import ResponseRoute
+from seqrepair.amqp.wire.admission import FORWARDING_FACTOR
 from seqrepair.amqp.wire.errors import RequestFloodError
 from seqrepair.logs import get_logger
 
@@ -247,7 +247,8 @@ def check_replay_room(
     by name. A replay counts for its link's principal, so on a connection acting for others
     (a forwarding gateway) "this connection" is the principal it acts for on it: one client
     uses up its own allowance, never the gateway's; such a connection runs at most
-    :data:`~.admission.FORWARDING_FACTOR` times ``max_replays_per_connection`` in all."""
+    :data:`~seqrepair.amqp.wire.admission.FORWARDING_FACTOR` times
+    ``max_replays_per_connection`` in all."""
     conn = route.sender.connection
     actor = principal_of(conn)
     principal = actor if principal is None else principal

@@ -278,7 +278,8 @@ class Ingest:
         return outcome
 
     def _admit(self, receiver: Any, pubs: list[Publication]) -> None:
-        """Refuse ``pubs`` (:class:`~.admission.LimitExceededError`) when keeping their sources,
+        """Refuse ``pubs`` (:class:`~seqrepair.amqp.wire.admission.LimitExceededError`) when
+        keeping their sources,
         or the classes of their topics, would pass the component's bounds (:mod:`.sourcelimits`)."""
         limits = self.limits
         if limits is None:

@@ -6,7 +6,8 @@ gateway with ``--forward-principals``: a request whose ``seqrepair-on-behalf-of`
 connection's principal may act for), a request is charged to a bucket of the principal it acts
 for on that connection, of the same rate and burst, so one client behind the gateway uses up
 its own allowance, never the gateway's nor another client's; and to one bucket for all the
-principals it acts for on it, :data:`~.admission.FORWARDING_FACTOR` times the rate and burst,
+principals it acts for on it, :data:`~seqrepair.amqp.wire.admission.FORWARDING_FACTOR` times
+the rate and burst,
 the bound on the whole connection. The per-principal buckets are bounded
 (:data:`MAX_FORWARDED_BUCKETS` per connection, the least recently charged forgotten first: a
 forgotten bucket starts full again, which the connection-wide bucket still bounds).
@@ -17,8 +18,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
-from seqrepair.amqp.component.admission import FORWARDING_FACTOR
 from seqrepair.amqp.component.config import Bucket
+from seqrepair.amqp.wire.admission import FORWARDING_FACTOR
 from seqrepair.amqp.wire.security import principal_of
 
 if TYPE_CHECKING:

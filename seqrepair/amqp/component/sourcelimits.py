@@ -4,7 +4,8 @@ publication it refuses to keep them bounded (WIRE.md "Resource model").
 Every source costs the component memory for as long as it runs (what went out of it, its
 numbering, who may learn of it: :mod:`.sourceviews`), and a publisher names its sources: one
 that invents a new name per publication would grow that without bound. So a publication of a
-source the component does not keep yet is refused (:class:`~.admission.LimitExceededError`,
+source the component does not keep yet is refused
+(:class:`~seqrepair.amqp.wire.admission.LimitExceededError`,
 ``amqp:resource-limit-exceeded``; nothing of its message is numbered or journaled) when its
 principal already brought ``--max-sources-per-principal`` new sources (across restarts,
 below), or when the component keeps ``--max-sources`` sources in all (those the journal held
@@ -44,13 +45,13 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
 
-from seqrepair.amqp.component.admission import LimitExceededError
 from seqrepair.amqp.component.sourceviews import (
     MAX_CLASSES,
     MAX_CLASSES_PER_SOURCE,
     Class,
     SourceViews,
 )
+from seqrepair.amqp.wire.admission import LimitExceededError
 from seqrepair.core.messages import Publication
 from seqrepair.core.policy import Policy
 

@@ -59,13 +59,6 @@ from proton import Connection, Endpoint
 from proton.handlers import EndpointStateHandler, MessagingHandler
 from proton.reactor import ApplicationEvent
 
-from seqrepair.amqp.component.admission import (
-    MAX_CONNECTIONS,
-    OPEN_TIMEOUT,
-    Admission,
-    CountLimits,
-)
-from seqrepair.amqp.component.gate import Gate
 from seqrepair.amqp.gateway.contrib import Contributions, is_owner_address
 from seqrepair.amqp.gateway.publish import (
     PublishRelays,
@@ -83,8 +76,15 @@ from seqrepair.amqp.gateway.relays import (
 )
 from seqrepair.amqp.gateway.requests import Requests, UpstreamLostError
 from seqrepair.amqp.gateway.rewrite import RESPONSES_ADDRESS
+from seqrepair.amqp.wire.admission import (
+    MAX_CONNECTIONS,
+    OPEN_TIMEOUT,
+    Admission,
+    CountLimits,
+)
 from seqrepair.amqp.wire.backoff import Backoff
 from seqrepair.amqp.wire.errors import AmqpAdapterError, OversizedMessageError, RequestFloodError
+from seqrepair.amqp.wire.gate import Gate
 from seqrepair.amqp.wire.guard import Guarded
 from seqrepair.amqp.wire.hops import (
     DEFAULT_MAX_HOPS,
@@ -174,7 +174,7 @@ class Gateway(MessagingHandler):
     cross (:mod:`seqrepair.amqp.wire.hops`: a loop of gateways, or a chain longer than that,
     is refused to the subscriber naming the path).
     ``max_connections``, ``open_timeout``: the component's door on its listener
-    (:class:`~seqrepair.amqp.component.gate.Gate`): client connections held at once, opened
+    (:class:`~seqrepair.amqp.wire.gate.Gate`): client connections held at once, opened
     or not (one more is refused ``amqp:resource-limit-exceeded``), and the seconds a client
     has to complete its AMQP open; its own connections to the component are not counted.
     """
@@ -450,7 +450,7 @@ class Gateway(MessagingHandler):
             event.transport.idle_timeout = self.idle_timeout
             self.security.configure(event.transport)
             conn.seqrepair_tls = self.security.tls  # see Gate.close
-            self.gate.bound(conn)  # counted, or refused (gate.py)
+            self.gate.bound(conn)  # counted, or refused (seqrepair/amqp/wire/gate.py)
 
     def on_connection_opening(self, event: Any) -> None:
         if self.gate.opening(event.connection):  # else closed once proton has opened it

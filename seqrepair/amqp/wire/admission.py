@@ -2,8 +2,9 @@
 
 :class:`Admission` is the bookkeeping behind ``seqrepair serve``'s count limits (WIRE.md,
 "Resource model"). It does no I/O and reads no clock (time comes in as ``now``): the
-component (:mod:`.component`) asks it before it takes a connection or a link and tells it what
-ended; it answers with a :class:`LimitExceededError` to refuse with, or None.
+component (:mod:`seqrepair.amqp.component.component`; the gateway for connections) asks it
+before it takes a connection or a link and tells it what ended; it answers with a
+:class:`LimitExceededError` to refuse with, or None.
 
 * ``max_connections``: transports held at once, counted from the moment one is accepted, before
   its peer sent a byte. Proton's Python reactor waits on ``select()``, which fails for every

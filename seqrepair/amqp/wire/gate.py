@@ -1,7 +1,8 @@
-"""The component's door: proton's connection events against the count limits of
-:mod:`.admission`, and the closing of what they refuse.
+"""The door on a listener (the component's, the gateway's): proton's connection events against
+the count limits of :mod:`.admission`, and the closing of what they refuse.
 
-:class:`Gate` is the thin adapter the component (:mod:`.component`) calls from its proton
+:class:`Gate` is the thin adapter the component (:mod:`seqrepair.amqp.component.component`;
+the gateway likewise, for connections only) calls from its proton
 handlers: :meth:`Gate.bound` when a transport is accepted, :meth:`Gate.opening` and
 :meth:`Gate.opened` when its peer's ``open`` arrives, :meth:`Gate.attach` / :meth:`Gate.detach`
 for links, :meth:`Gate.forget` when a connection ends and :meth:`Gate.tick` on the component's
@@ -32,7 +33,7 @@ from typing import Any
 
 from proton import Condition, Endpoint
 
-from seqrepair.amqp.component.admission import Admission, LimitExceededError
+from seqrepair.amqp.wire.admission import Admission, LimitExceededError
 from seqrepair.amqp.wire.security import principal_of
 from seqrepair.logs import get_logger
 
