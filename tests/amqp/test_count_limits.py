@@ -15,14 +15,9 @@ raw sockets or proton connections that ask for more.
 from __future__ import annotations
 
 import contextlib
-import json
-import os
-import select
-import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,62 +29,11 @@ from seqrepair.amqp.client.query import query_capabilities
 from seqrepair.amqp.wire.security import NO_CLIENT_SECURITY, ClientSecurity
 from seqrepair.journal.server import EmbeddedRedis
 
-from .conftest import ROOT, ComponentProcess, wait_for
+from .conftest import ComponentProcess, _env, wait_for
+from .limits import AMQP_HEADER, LIMIT, connect_all, fds, honest_pair
 from .pki import Pki, tls_url
 
 pytestmark = [pytest.mark.amqp, pytest.mark.redis]
-
-HONEST = "feed.honest"
-COUNT = 600
-LIMIT = "amqp:resource-limit-exceeded"
-AMQP_HEADER = b"AMQP\x00\x01\x00\x00"
-
-
-def _env() -> dict[str, str]:
-    return dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-
-
-def cli(*args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "seqrepair.cli", *args], env=_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def fds(proc: ComponentProcess) -> int:
-    assert proc.proc is not None
-    return len(os.listdir(f"/proc/{proc.proc.pid}/fd"))
-
-
-@contextlib.contextmanager
-def honest_pair(comp: ComponentProcess, redis_url: str, tmp: Path,
-                pki: Pki | None = None) -> Iterator[subprocess.Popen[str]]:
-    """A subscriber of ``/honest/#`` (ready when this yields) and a publisher of COUNT
-    publications at 100/s; on exit, checks the subscriber got them all once, in order. With
-    ``pki``, both prove themselves with the certificate ``honest`` (principal ``CN=honest``)."""
-    out, ready = tmp / "honest.jsonl", tmp / "honest-ready"
-    url, tls = comp.url, ()
-    if pki is not None:
-        url, tls = tls_url(comp.url), ("--tls-ca", pki.pem("ca"), "--tls-cert",
-                                       pki.pem("honest"), "--tls-key", pki.key("honest"))
-    sub = cli("subscribe", "--url", url, "--address", "/honest/#", "--heartbeat", "0.2", *tls,
-              "--output", str(out), "--ready-file", str(ready), "--count", str(COUNT))
-    pub: subprocess.Popen[str] | None = None
-    try:
-        assert wait_for(lambda: ready.exists() or sub.poll() is not None, 60)
-        pub = cli("publish", "--url", url, "--source", HONEST, "--redis-url", redis_url, *tls,
-                  "--count", str(COUNT), "--rate", "100", "--batch", "8",
-                  "--topics", "/honest/a,/honest/b", "--timeout", "60")
-        yield pub
-        assert pub.wait(60) == 0, pub.communicate()
-        assert sub.wait(60) == 0, sub.communicate()
-        numbers = [json.loads(line)["source_seq"] for line in out.read_text().splitlines()
-                   if line.strip()]
-        assert numbers == list(range(1, COUNT + 1))
-    finally:
-        for proc in (pub, sub):
-            if proc is not None and proc.poll() is None:
-                proc.kill()
-                proc.wait(10)
-
 
 def test_connections_that_never_open_are_closed_after_the_open_timeout(tmp_path: Path) -> None:
     """40 silent sockets and 10 that send only the protocol header: held (one descriptor each)
@@ -172,28 +116,6 @@ def test_silent_peers_of_a_tls_component_are_closed_after_the_open_timeout(
             comp.stop()
         counters = comp.stop_counters()
         assert (counters["opens_timed_out"], counters["connections_refused"]) == (60, 20)
-
-
-def connect_all(host: str, port: int, n: int) -> list[tuple[socket.socket, float]]:
-    """``n`` sockets connected at once (a sequence of connects waits on the listen backlog),
-    each with the time its connect completed."""
-    pending = []
-    for _ in range(n):
-        sock = socket.socket()
-        sock.setblocking(False)
-        sock.connect_ex((host, port))
-        pending.append(sock)
-    done: dict[socket.socket, float] = {}
-    deadline = time.monotonic() + 20
-    while len(done) < n and time.monotonic() < deadline:
-        _, writable, _ = select.select([], [s for s in pending if s not in done], [], 0.5)
-        for sock in writable:
-            assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0
-            done[sock] = time.monotonic()
-    assert len(done) == n, f"{len(done)} of {n} connected"
-    for sock in pending:
-        sock.setblocking(True)
-    return [(sock, done[sock]) for sock in pending]
 
 
 def attach(conn: BlockingConnection, name: str, credit: int = 10) -> Any:

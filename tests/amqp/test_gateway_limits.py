@@ -17,15 +17,9 @@ silent peer held its descriptor for ever. It now has the component's door (``--m
 from __future__ import annotations
 
 import contextlib
-import itertools
-import os
 import resource
-import select
-import socket
-import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -33,120 +27,26 @@ from proton import Connection, ConnectionException, Transport
 from proton.utils import BlockingConnection, LinkDetached
 
 from seqrepair.amqp.client.query import query_capabilities
-from seqrepair.amqp.client.subscriber import Publisher, Subscriber
 from seqrepair.amqp.wire.admission import Admission, CountLimits
 from seqrepair.amqp.wire.gate import Gate
-from seqrepair.core.messages import Publication
-from seqrepair.journal.journal import Journal
 
 from .conftest import (
     ComponentProcess,
-    FreePort,
-    _die_with_parent,
-    _env,
-    start_binding,
     wait_for,
+)
+from .limits import (
+    AMQP_HEADER,
+    LIMIT,
+    closed_by_peer,
+    connect_all,
+    fds,
+    gateway,
+    publish,
+    subscriber,
 )
 from .pki import Pki, tls_url
 
 pytestmark = [pytest.mark.amqp, pytest.mark.redis]
-
-LIMIT = "amqp:resource-limit-exceeded"
-AMQP_HEADER = b"AMQP\x00\x01\x00\x00"
-_GATEWAYS = itertools.count(1)
-
-
-@contextlib.contextmanager
-def gateway(upstream: str, tmp_path: Path, *args: str,
-            security: tuple[str, ...] = ("--allow-anonymous",)
-            ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """``seqrepair gateway`` in front of ``upstream`` with ``args`` (``security``: its
-    listener's authentication options, by default anonymous on loopback); yields its listen
-    address and process. Started again on a new port if the one found free
-    was taken before it listened."""
-    port = FreePort()
-    started: list[subprocess.Popen[bytes]] = []
-    logname = tmp_path / "gateway.log"
-    log = open(logname, "wb")  # noqa: SIM115
-
-    def start_once() -> bool:
-        nonlocal log
-        log.close()
-        log = open(logname, "wb")  # noqa: SIM115
-        ready = tmp_path / f"gateway-ready-{next(_GATEWAYS)}"
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "seqrepair.cli", "--log-level", "info", "gateway",
-             "--listen", str(port), "--upstream", upstream, "--name", "edge", "--ready-file",
-             str(ready), *security, *args],
-            env=_env(), stdout=log, stderr=subprocess.STDOUT,
-            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
-        )
-        started.append(proc)
-        assert wait_for(lambda: ready.exists() or proc.poll() is not None, 60), (
-            logname.read_text())
-        return proc.poll() is None
-
-    try:
-        start_binding(start_once, logname.read_text, [port], what="gateway")
-        proc = started[-1]
-        assert proc.poll() is None, logname.read_text()[-3000:]
-        yield str(port), proc
-        assert proc.poll() is None, logname.read_text()[-3000:]  # alive to the end
-    finally:
-        for proc in started:
-            if proc.poll() is None:
-                proc.terminate()
-                if proc.wait(30) != 0:
-                    proc.kill()
-        log.close()
-
-
-def fds(proc: subprocess.Popen[bytes]) -> int:
-    return len(os.listdir(f"/proc/{proc.pid}/fd"))
-
-
-def connect_all(host: str, port: int, n: int) -> list[tuple[socket.socket, float]]:
-    """``n`` sockets connected at once, each with the time its connect completed (asserting
-    they all complete within 20 s)."""
-    pending = []
-    for _ in range(n):
-        sock = socket.socket()
-        sock.setblocking(False)
-        sock.connect_ex((host, port))
-        pending.append(sock)
-    done: dict[socket.socket, float] = {}
-    poller = select.poll()  # not select(): descriptors past 1023
-    by_fd = {sock.fileno(): sock for sock in pending}
-    for fd in by_fd:
-        poller.register(fd, select.POLLOUT)
-    deadline = time.monotonic() + 20
-    while len(done) < n and time.monotonic() < deadline:
-        for fd, _ in poller.poll(500):
-            sock = by_fd[fd]
-            assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0
-            done[sock] = time.monotonic()
-            poller.unregister(fd)
-    missing = n - len(done)
-    for sock in pending:
-        if sock not in done:
-            sock.close()
-    assert not missing, f"{len(done)} of {n} connected within 20 s"
-    for sock in pending:
-        sock.setblocking(True)
-    return [(sock, done[sock]) for sock in pending]
-
-
-def closed_by_peer(sock: socket.socket, within: float) -> bytes:
-    """What ``sock`` received until its peer closed it (asserting it does within ``within``)."""
-    sock.settimeout(within)
-    received = b""
-    try:
-        while chunk := sock.recv(4096):
-            received += chunk
-    except ConnectionResetError:
-        pass
-    return received
-
 
 def refused(url: str) -> str:
     """The condition and description of the close of a connection that is refused."""
@@ -160,23 +60,6 @@ def refused(url: str) -> str:
         assert LIMIT in text, text
         return text
     raise AssertionError("the connection was not refused")
-
-
-@contextlib.contextmanager
-def subscriber(url: str, name: str) -> Iterator[list[Publication]]:
-    """A subscriber of ``/weather/#`` through ``url``, its link relayed end to end."""
-    got: list[Publication] = []
-    with Subscriber(url, "/weather/#", on_publication=got.append, heartbeat_interval=0.2,
-                    link_name=name) as sub:
-        assert wait_for(lambda: sub.stub.stats.heartbeats > 0, 30)
-        yield got
-
-
-def publish(comp: ComponentProcess, redis_url: str, first: int, count: int) -> None:
-    with Publisher(comp.url, "feed.a", journal=Journal.from_url(redis_url)) as publisher:
-        publisher.publish_many([("/weather/wind/LEMD", {"n": i}, "update")
-                                for i in range(first, first + count)])
-        assert publisher.flush(30)
 
 
 def test_client_connections_that_never_open_are_closed_after_the_open_timeout(
