@@ -2,17 +2,23 @@
 the event loop (:func:`seqrepair.amqp.wire.reactor.accept_in_batches`). Proton takes one: with
 the component busy (a pass ~0.25 s during the chaos test's "all" attack) 300 never-open connects
 queued in the backlog were taken at a few a second, and a fresh honest client behind them
-waited 2-5 s for its CAPABILITIES answer."""
+waited 2-5 s for its CAPABILITIES answer.
+
+An accept that fails otherwise (EMFILE...) pauses the listener instead of ending the event loop
+(tests/amqp/test_accept_errors.py over real processes)."""
 
 from __future__ import annotations
 
+import errno
 import socket
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import pytest
 from proton.handlers import MessagingHandler
+from structlog.testing import capture_logs
 
 from seqrepair.amqp.wire.reactor import (
     ACCEPT_BATCH,
@@ -94,8 +100,7 @@ def test_a_listener_without_what_batching_needs_is_left_as_proton_made_it() -> N
     assert not hasattr(Bare(), "on_selectable_readable")
 
 
-@pytest.mark.parametrize("error", [BlockingIOError, InterruptedError])
-def test_an_empty_backlog_ends_the_batch(error: type[OSError]) -> None:
+def test_an_empty_backlog_ends_the_batch() -> None:
     calls = []
 
     class Acceptor:
@@ -105,7 +110,7 @@ def test_an_empty_backlog_ends_the_batch(error: type[OSError]) -> None:
         def on_selectable_readable(self, event: Any) -> None:
             calls.append(event)
             if len(calls) == 3:
-                raise error
+                raise BlockingIOError
 
     acceptor = Acceptor()
     try:
@@ -114,3 +119,72 @@ def test_an_empty_backlog_ends_the_batch(error: type[OSError]) -> None:
     finally:
         acceptor._selectable._delegate.close()
     assert calls == ["event"] * 3
+
+
+def _failing(acceptor: Any, failures: list[OSError]) -> None:
+    """Make ``acceptor``'s accept raise each of ``failures`` in turn, then take connections."""
+    take_one = acceptor.on_selectable_readable
+
+    def flaky(event: Any) -> None:
+        if failures:
+            raise failures.pop(0)
+        take_one(event)
+
+    acceptor.on_selectable_readable = flaky
+
+
+def test_a_failed_accept_pauses_the_listener_then_it_accepts_again() -> None:
+    """Three EMFILEs in a row: the listener stops reading its socket after each (its
+    descriptor left out of ``select()``), reads it again on a timer, then takes the connect
+    that waited; each failure counted, the episode logged once. Before, the first EMFILE
+    ended ``Container.run()``."""
+    listener = _Listener()
+    container = make_container(listener)
+    acceptor = container.listen("127.0.0.1:0")
+    _failing(acceptor, [OSError(errno.EMFILE, "Too many open files") for _ in range(3)])
+    stats: dict[str, int] = {}
+    assert accept_in_batches(acceptor, stats=stats)
+    assert stats == {"accepts_failed": 0}
+    port = acceptor._selectable._delegate.getsockname()[1]
+    readings = []
+    container.start()
+    try:
+        with capture_logs() as logs, _queued_connects(port, 1):
+            deadline = time.monotonic() + 10
+            while not listener.accepted and time.monotonic() < deadline:
+                container.process()
+                readings.append(acceptor._selectable.reading)
+    finally:
+        acceptor.close()
+        container.stop()
+    assert listener.accepted == 1
+    assert stats == {"accepts_failed": 3}
+    assert False in readings  # paused between the failures
+    paused = [entry for entry in logs if entry["event"] == "accepts paused"]
+    assert len(paused) == 1, logs
+    assert paused[0]["errno"] == "EMFILE"
+    assert paused[0]["pause"] == pytest.approx(0.005)
+
+
+def test_a_listener_closed_while_paused_is_not_read_again() -> None:
+    listener = _Listener()
+    container = make_container(listener)
+    acceptor = container.listen("127.0.0.1:0")
+    _failing(acceptor, [OSError(errno.ENOBUFS, "No buffer space available")])
+    assert accept_in_batches(acceptor)
+    port = acceptor._selectable._delegate.getsockname()[1]
+    container.start()
+    try:
+        with _queued_connects(port, 1):
+            deadline = time.monotonic() + 10
+            while acceptor._selectable.reading and time.monotonic() < deadline:
+                container.process()
+            assert not acceptor._selectable.reading  # paused
+            acceptor.close()
+            end = time.monotonic() + 0.1  # past the pause (5 ms): its timer fired
+            while time.monotonic() < end:
+                container.process()
+            assert not acceptor._selectable.reading
+            assert listener.accepted == 0
+    finally:
+        container.stop()

@@ -1,6 +1,7 @@
 """Backoff: the delays between reconnect attempts (every client, the gateway, the ingest's
 catch-up reads) double from ``initial`` up to ``maximum``, with up to ``jitter`` of each delay
-added at random, and give up after ``max_attempts`` when that is set."""
+added at random, and give up after ``max_attempts`` when that is set. A listener whose accept
+failed rests 5 ms doubling to 1 s, and logs the start of an episode only."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import random
 
 import pytest
 
-from seqrepair.amqp.wire.backoff import Backoff
+from seqrepair.amqp.wire.backoff import AcceptPauses, Backoff
 
 
 def test_backoff_doubles_up_to_its_maximum_with_bounded_jitter() -> None:
@@ -41,3 +42,25 @@ def test_backoff_gives_up_after_max_attempts_and_never_overflows() -> None:
 def test_backoff_refuses_nonsense(bad: dict[str, float]) -> None:
     with pytest.raises(ValueError, match=next(iter(bad))):
         Backoff(**bad)  # type: ignore[arg-type]
+
+
+def test_a_listener_rests_5ms_doubling_to_1s_and_from_5ms_again_once_it_accepts() -> None:
+    pauses = AcceptPauses()
+    got = [pauses.failed() for _ in range(10)]
+    assert [p for p, _ in got] == pytest.approx(
+        [0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.0, 1.0])
+    assert [started for _, started in got] == [True] + [False] * 9  # one episode: logged once
+    pauses.accepted()  # a descriptor freed, a connect taken: the same episode, the pause reset
+    assert pauses.failed() == (pytest.approx(0.005), False)
+    pauses.caught_up()  # a readable event without a failure: the episode is over
+    assert pauses.failed() == (pytest.approx(0.005), True)
+    for _ in range(200):  # never overflows
+        pause, _ = pauses.failed()
+    assert pause == 1.0
+
+
+def test_accept_pauses_take_their_bounds() -> None:
+    pauses = AcceptPauses(first=0.1, most=0.3)
+    assert [pauses.failed()[0] for _ in range(3)] == pytest.approx([0.1, 0.2, 0.3])
+    with pytest.raises(ValueError, match="first"):
+        AcceptPauses(first=0)

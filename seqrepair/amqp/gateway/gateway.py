@@ -330,8 +330,9 @@ class Gateway(MessagingHandler):
             self.log.error("cannot listen", listen=self.listen_url, error=str(exc))
             event.container.stop()
             return
-        # a burst of connects is taken at once, as many as may be held, not left waiting
-        accept_in_batches(self._acceptor, room=self.gate.room)
+        # a burst of connects is taken at once, as many as may be held, not left waiting; a
+        # failed accept (out of descriptors) pauses the listener, never ends the loop
+        accept_in_batches(self._acceptor, room=self.gate.room, stats=self.stats, log=self.log)
         self.listening = listening_address(self._acceptor, self.listen_url)
         if self.hop_id is None:  # the address bound (a port 0 chosen) says more
             self.hops = self.relays.hops = Hops(default_hop_id(self.name, self.listening),

@@ -1,8 +1,10 @@
-"""Capped, jittered exponential backoff between attempts to reach a peer.
+"""Capped exponential backoff: between attempts to reach a peer, and a listener's pauses.
 
-Used by the gateway to reach its component again, and by every client
-(:mod:`seqrepair.amqp.client.runner`) to reconnect after a lost connection or a refused or detached
-link. Pure: the caller owns the clock, the timer and the random generator.
+:class:`Backoff` (jittered) is used by the gateway to reach its component again, and by every
+client (:mod:`seqrepair.amqp.client.runner`) to reconnect after a lost connection or a refused
+or detached link. :class:`AcceptPauses` is how long a listener whose ``accept()`` failed leaves
+its socket unread (:func:`seqrepair.amqp.wire.reactor.accept_in_batches`). Pure: the caller
+owns the clock, the timer and the random generator.
 """
 
 from __future__ import annotations
@@ -40,4 +42,50 @@ class Backoff:
         self.attempts = 0
 
 
-__all__ = ["Backoff"]
+ACCEPT_PAUSE_FIRST = 0.005
+"""Seconds a listener rests after its first failed accept (Go's ``net/http`` server: 5 ms)."""
+ACCEPT_PAUSE_MOST = 1.0
+"""Its longest rest, failures in a row doubling the first (Go's: 1 s)."""
+
+
+@attrs.define
+class AcceptPauses:
+    """How long a listener whose ``accept()`` failed (the process out of descriptors, EMFILE;
+    the system's, ENFILE; out of buffers or memory; a firewall's EPERM) leaves its socket
+    unread before it tries again: ``first``, doubled at each failure in a row up to ``most``;
+    a connection accepted starts again from ``first``. Not reading its socket is the point: it
+    stays readable while connects wait in the backlog, so retrying at once would spin the
+    event loop that serves every connection already held (libuv and nginx stop accepting a
+    while too).
+
+    An *episode* runs from a failure to the first readable event of the listener that ends
+    without one (its backlog emptied, or its batch taken): the owner logs its start, not each
+    failure; connections accepted between failures (a descriptor freed, taken at once by the
+    next connect waiting) do not end it."""
+
+    first: float = attrs.field(default=ACCEPT_PAUSE_FIRST, validator=attrs.validators.gt(0))
+    most: float = attrs.field(default=ACCEPT_PAUSE_MOST, validator=attrs.validators.gt(0))
+    failures: int = attrs.field(default=0, init=False)
+    """Failed accepts in a row (since the last connection accepted)."""
+    in_episode: bool = attrs.field(default=False, init=False)
+
+    def failed(self) -> tuple[float, bool]:
+        """An accept failed: the seconds to leave the socket unread, and whether this failure
+        started an episode."""
+        started = not self.in_episode
+        self.in_episode = True
+        pause = min(self.most, self.first * 2.0 ** min(self.failures, 64))
+        self.failures += 1
+        return pause, started
+
+    def accepted(self) -> None:
+        """A connection was accepted: the next failure rests ``first`` again."""
+        self.failures = 0
+
+    def caught_up(self) -> None:
+        """A readable event of the listener ended without a failure: the episode is over."""
+        self.failures = 0
+        self.in_episode = False
+
+
+__all__ = ["ACCEPT_PAUSE_FIRST", "ACCEPT_PAUSE_MOST", "AcceptPauses", "Backoff"]

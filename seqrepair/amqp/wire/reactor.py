@@ -25,6 +25,7 @@ for every connection it has (a process running many clients in turn, a test suit
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 import uuid
@@ -36,10 +37,15 @@ from proton._reactor import GlobalOverrides, Reactor, SSLConfig
 from proton.handlers import IOHandler
 from proton.reactor import Container, EventInjector
 
+from seqrepair.amqp.wire.backoff import AcceptPauses
+from seqrepair.logs import Logger, get_logger
+
 __all__ = [
     "GuardedIOHandler", "Injector", "LazySSLContainer", "accept_in_batches", "make_container",
     "write_now",
 ]
+
+_log = get_logger("seqrepair.amqp.wire")
 
 
 class GuardedIOHandler(IOHandler):
@@ -243,27 +249,64 @@ behind them waited seconds for its first frame)."""
 
 
 def accept_in_batches(acceptor: Any, most: int = ACCEPT_BATCH,
-                      room: Callable[[], int] | None = None) -> bool:
+                      room: Callable[[], int] | None = None,
+                      stats: dict[str, int] | None = None, log: Logger | None = None) -> bool:
     """Have ``acceptor`` take up to ``most`` queued connections each time its socket is
     readable, until the backlog is empty, with the backlog widened (:func:`widen_backlog`).
     ``room`` (None: no bound) says how many more connections the listener's owner would
     hold: a batch takes no more than that, and one at least (as proton alone does), so a flood
     past a connection limit is refused a connection a pass, its descriptors bounded as before.
-    Each connection is set up by proton's own handler, as one accepted alone. False where
-    proton's binding does not keep what this needs."""
+    Each connection is set up by proton's own handler, as one accepted alone.
+
+    An ``accept()`` that fails otherwise than for an empty backlog or a peer that gave up (the
+    process out of descriptors, EMFILE, say) would end ``Container.run()``, and every
+    connection with it: instead the listener stops reading its socket for a pause
+    (:class:`~seqrepair.amqp.wire.backoff.AcceptPauses`: 5 ms doubling to 1 s) and reads it
+    again on a timer, while the connections held are served as before. ``stats`` (the owner's
+    stop counters) counts each failure in ``accepts_failed``; the first failure of an episode
+    is logged on ``log`` (``accepts paused``). False where proton's binding does not keep what
+    this needs."""
     take_one = getattr(acceptor, "on_selectable_readable", None)
     if take_one is None or not widen_backlog(acceptor):
         return False
+    pauses = AcceptPauses()
+    logger = _log if log is None else log
+    if stats is not None:
+        stats.setdefault("accepts_failed", 0)
 
     def take_many(event: Any) -> None:
         batch = most if room is None else min(most, max(1, room()))
         for _ in range(batch):
             try:
                 take_one(event)
-            except (BlockingIOError, InterruptedError):
-                return  # the backlog is empty
+            except BlockingIOError:
+                break  # the backlog is empty
             except ConnectionAbortedError:
                 continue  # its peer gave up while it waited: the next one
+            except OSError as exc:
+                pause(exc)
+                return
+            pauses.accepted()
+        pauses.caught_up()
+
+    def pause(exc: OSError) -> None:
+        seconds, started = pauses.failed()
+        if stats is not None:
+            stats["accepts_failed"] += 1
+        if started:
+            logger.warning("accepts paused", listener=listening_address(acceptor, "?"),
+                           errno=errno.errorcode.get(exc.errno or 0, exc.errno),
+                           error=exc.strerror or str(exc), pause=seconds)
+        selectable = acceptor._selectable
+        selectable.reading = False
+        selectable.update()  # proton's selector leaves it out of select() from now
+        # a selectable's event names no container; proton's selectable keeps its own
+        selectable._reactor.schedule(seconds, Call(lambda: resume(selectable)))
+
+    def resume(selectable: Any) -> None:
+        if not selectable.is_terminal:  # not closed meanwhile
+            selectable.reading = True
+            selectable.update()
 
     acceptor.on_selectable_readable = take_many
     return True
