@@ -17,6 +17,25 @@ Redis (per source; ``{<source>}`` is a Cluster hash tag, so one source's keys sh
     ``wire``        the wire source number: ``SequenceSpace(bits).wire(source_seq)``
     ``bits``        the source's sequence bit width
 
+    **Packed rows.** An append of ``envelope.PACK_MIN`` (8) or more consecutive publications
+    is written as rows of up to ``envelope.ROW_MOST`` (64) publications and
+    ``envelope.ROW_BYTES`` (64 KiB, unless one publication is larger), one entry per row:
+    entry ID ``<the row's last number>-0``, fields (in this order) ``first`` (its first
+    number), ``source``, ``bits``, ``rows`` (the append script's envelope of those
+    publications, JSON ``[[number, topic, ptype, fields, permtoken|null, ts|null, wire],
+    ...]``, numbers ``first``..last as decimal text). So an entry's ID is still the highest
+    number it holds and IDs rise with the numbers: ``XRANGE key <a> <b>`` gives the rows
+    ending in ``a``..``b``, and the row holding ``b`` is the next one if its ``first`` is at
+    or below ``b``. The scripts ``READ`` and ``READ_ROWS`` give each publication of a packed
+    row as the entry it would be written one by one, so readers see no difference; a
+    reader of raw ``XRANGE`` must expand them itself. A stream may hold both kinds, and
+    not-selected markers, in any order of appends. Retention trims whole rows: a row holding
+    ``trimmed_through`` stays, its numbers up to there no longer given. Why: the append
+    script's cost is mostly per entry (an ``XADD``, the envelope's decoding), so a batch of
+    256 costs Redis about a sixth of what 256 entries did (``benchmarks/notes/packed-rows.md``);
+    a read of one number decodes its row (at most 64), and memory per publication is about
+    the same.
+
 ``seqrepair:{<source>}:meta``
     A hash: ``high_water`` (last absolute number held), ``bits``, ``trimmed_through`` (last
     absolute number removed by retention, 0 when nothing was trimmed), ``trimmed_at``

@@ -22,7 +22,7 @@ from seqrepair.core.errors import InvalidConfigError, InvalidMessageError
 from seqrepair.core.image import ImageCache, ItemImage
 from seqrepair.core.messages import Publication, PublishType
 from seqrepair.journal import scripts
-from seqrepair.journal.envelope import encode_envelope
+from seqrepair.journal.envelope import encode_append
 from seqrepair.journal.errors import (
     BitsMismatchError,
     JournalCorruptError,
@@ -66,6 +66,8 @@ class SourceInfo:
     trimmed_through: int
     trimmed_at: float | None
     length: int
+    """Numbers held: ``high_water - trimmed_through`` (publications, and numbers a relay's
+    not-selected markers cover). Not the stream's entry count: a packed row holds many."""
 
 
 def _int(value: bytes | str | None) -> int:
@@ -279,7 +281,7 @@ class Journal:
     def _envelope(
         publications: Sequence[Publication], bits: int, source: str, *, increasing: bool = False
     ) -> bytes:
-        return encode_envelope(publications, bits, source, increasing=increasing)
+        return encode_append(publications, bits, source, increasing=increasing)
 
     # --- reading -------------------------------------------------------------------------
 
@@ -350,21 +352,19 @@ class Journal:
         }
 
     def info(self, source: str) -> SourceInfo:
-        """High-water, bit width, trim record and stream length of ``source``."""
+        """High-water, bit width, trim record and numbers held of ``source``."""
         check_source(source)
-        with map_redis_errors("info", source), self.client.pipeline(transaction=True) as pipe:
-            pipe.hmget(
+        with map_redis_errors("info", source):
+            hw, bits, trimmed, trimmed_at = self.client.hmget(  # type: ignore[misc]
                 meta_key(source), META_HIGH_WATER, META_BITS, META_TRIMMED_THROUGH, META_TRIMMED_AT
             )
-            pipe.xlen(stream_key(source))
-            (hw, bits, trimmed, trimmed_at), length = pipe.execute()
         return SourceInfo(
             source=source,
             high_water=_int(hw),
             bits=None if bits is None else int(bits),
             trimmed_through=_int(trimmed),
             trimmed_at=None if trimmed_at is None else float(trimmed_at),
-            length=int(length),
+            length=_int(hw) - _int(trimmed),
         )
 
     def _page(
@@ -661,7 +661,9 @@ class Journal:
     def trim_through(self, source: str, through: int, *, now: float) -> tuple[int, int]:
         """Remove ``source``'s entries numbered <= ``through`` (capped at the high-water).
 
-        Returns ``(trimmed_through, removed)``. Later reads below it raise TrimmedRangeError.
+        Returns ``(trimmed_through, removed)``, ``removed`` the numbers this call trimmed (a
+        packed row holding ``through`` stays whole, its numbers up to ``through`` no longer
+        read). Later reads below it raise TrimmedRangeError.
         """
         check_source(source)
         check_seq(through, "through")

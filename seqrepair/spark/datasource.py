@@ -9,8 +9,9 @@
           .load())
 
 Each source's retained range (``trimmed_through + 1`` .. ``high_water``) is cut into
-partitions of ``partition_size`` absolute numbers; each partition is read by one task with
-``XRANGE`` pages (``page_size`` entries per round trip) and yields rows of
+partitions of ``partition_size`` absolute numbers; each partition is read by one task in
+pages of the journal's ``READ`` script (``page_size`` entries per round trip, a packed row's
+publications each an entry) and yields rows of
 :data:`~seqrepair.spark.schema.JOURNAL_SCHEMA`. Options: ``url`` (required), ``sources``
 (comma-separated; default every source in ``seqrepair:sources``), ``partition_size``
 (default 50000), ``page_size`` (default 2000), ``ranges`` and ``archive`` (below).
@@ -182,7 +183,8 @@ def _entries(
     holds its first number: each row is read once), or, when ``leading`` (no partition holds
     its first number: retention trimmed through it and kept it), with its row cut to begin
     at ``first``."""
-    from seqrepair.journal.format import seq_of, stream_key
+    from seqrepair.journal import scripts
+    from seqrepair.journal.format import meta_key, seq_of, stream_key
 
     check_positive_int("page_size", page_size)
     client = redis_client(url)
@@ -200,16 +202,20 @@ def _entries(
                         if through >= first:
                             row = _row(source, first, text)[0] if leading else None
                             yield row, first, min(through, last)
+        read = client.register_script(scripts.READ)  # a packed row read as its publications
         while True:
             with map_redis_errors("reading the journal", source):
-                page: list[Any] = client.xrange(key, start, end, count=page_size) or []
-            for entry_id, values in page:
+                _, _, text = read(keys=[key, meta_key(source)],
+                                  args=[start, end, page_size, "fwd"])
+            page: list[Any] = json.loads(text)
+            for entry_id, flat in page:
                 seq = seq_of(entry_id)
-                row, through = _row(source, seq, {_text(k): _text(v) for k, v in values.items()})
+                pairs = iter(flat)
+                row, through = _row(source, seq, dict(zip(pairs, pairs, strict=True)))
                 yield row, seq, through
             if len(page) < page_size:
                 return
-            start = f"({_text(page[-1][0])}"
+            start = f"({page[-1][0]}"
     finally:
         client.close()
 

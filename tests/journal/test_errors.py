@@ -63,4 +63,4 @@ def test_meta_reads_on_fakeredis() -> None:
     assert journal.high_water("feed.a") == 7
     assert journal.sources() == ["feed.a"]
     info = journal.info("feed.a")
-    assert (info.high_water, info.bits, info.trimmed_through, info.length) == (7, 16, 0, 0)
+    assert (info.high_water, info.bits, info.trimmed_through, info.length) == (7, 16, 0, 7)

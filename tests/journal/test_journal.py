@@ -132,7 +132,9 @@ def test_trim_is_remembered_and_reads_into_it_raise(journal: Journal) -> None:
 def test_missing_entry_below_high_water_is_corruption(
     journal: Journal, redis_client: redis.Redis
 ) -> None:
-    journal.append(stamp(10), 16)
+    pubs = stamp(10)
+    journal.append(pubs[:5], 16)  # fewer than PACK_MIN: an entry per publication
+    journal.append(pubs[5:], 16)
     redis_client.xdel(stream_key("feed.a"), "5-0")
     with pytest.raises(JournalCorruptError):
         journal.read_range("feed.a", 1, 10)

@@ -32,13 +32,14 @@ def relay(journal: Journal) -> None:
 def test_a_trim_inside_a_marker_keeps_it(journal: Journal) -> None:
     relay(journal)
     done, removed = journal.trim_through("feed.a", 6, now=1.0)
-    assert (done, removed) == (6, 3)  # markers 1..2, publications 3, 4; marker 5..8 stays
+    assert (done, removed) == (6, 6)  # numbers 1..6 (the entries: markers 1..2, publications
+    # 3, 4 go; marker 5..8 stays whole)
     assert journal.info("feed.a").trimmed_through == 6
     assert list(journal.iter_entries("feed.a", 7)) == [
         NotSelected("feed.a", 5, 8, SEL), pub(9), NotSelected("feed.a", 10, 11, SEL), pub(12)]
     assert [p.source_seq for p in journal.iter_range("feed.a", 7)] == [9, 12]
     done, removed = journal.trim_through("feed.a", 8, now=2.0)  # its last number: it goes
-    assert (done, removed) == (8, 1)
+    assert (done, removed) == (8, 2)  # numbers 7, 8
     assert [p.source_seq for p in journal.iter_range("feed.a", 9)] == [9, 12]
 
 
