@@ -46,16 +46,18 @@ local call = redis.call
 local key = KEYS[1]
 local source = ARGV[1]
 local bits = ARGV[2]
+-- a number as decimal digits: tostring and '..' write '%.14g' (1e+14 and above in exponent form)
+local function digits(n) return string.format('%.0f', n) end
 local function skip(from, through)  -- the markers of a range a relay's batch skips
   if before and from <= before then
     local upto = math.min(before, through)
-    call('XADD', key, from .. '-0', 'source', source, 'ptype', 'not-selected',
-         'through', tostring(upto), 'selection', before_fill, 'bits', bits)
+    call('XADD', key, digits(from) .. '-0', 'source', source, 'ptype', 'not-selected',
+         'through', digits(upto), 'selection', before_fill, 'bits', bits)
     from = upto + 1
   end
   if from <= through then
-    call('XADD', key, from .. '-0', 'source', source, 'ptype', 'not-selected',
-         'through', tostring(through), 'selection', fill, 'bits', bits)
+    call('XADD', key, digits(from) .. '-0', 'source', source, 'ptype', 'not-selected',
+         'through', digits(through), 'selection', fill, 'bits', bits)
   end
 end
 local text = ARGV[3]
@@ -65,7 +67,7 @@ if string.byte(text, 1) == 80 then  -- 'P': packed rows
   if not at then return redis.error_reply('ERR packed rows: no header') end
   first, through = tonumber(first), tonumber(through)
   if first ~= hw + 1 and (fill == nil or first <= hw) then
-    return {'conflict', tostring(hw)}
+    return {'conflict', digits(hw)}
   end
   -- every row's numbers follow the one before, checked before anything is written
   local rows, expect, pos = {}, first, at + 1
@@ -100,7 +102,7 @@ else
     local seq = tonumber(batch[i][1])
     if seq ~= expect then
       if fill == nil or seq < expect then
-        return {'conflict', tostring(hw)}
+        return {'conflict', digits(hw)}
       end
       gaps[i] = expect
     end
@@ -289,7 +291,7 @@ local done = tonumber(meta[2] or '0')
 local through = tonumber(ARGV[1])
 if through > hw then through = hw end
 if through <= done then
-  return {tostring(done), 0}
+  return {string.format('%.0f', done), 0}
 end
 local text = string.format('%.0f', through)
 local keep = string.format('%.0f', through + 1) .. '-0'
