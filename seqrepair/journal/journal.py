@@ -355,7 +355,7 @@ class Journal:
         """High-water, bit width, trim record and numbers held of ``source``."""
         check_source(source)
         with map_redis_errors("info", source):
-            hw, bits, trimmed, trimmed_at = self.client.hmget(  # type: ignore[misc]
+            hw, bits, trimmed, trimmed_at = self.client.hmget(
                 meta_key(source), META_HIGH_WATER, META_BITS, META_TRIMMED_THROUGH, META_TRIMMED_AT
             )
         return SourceInfo(
