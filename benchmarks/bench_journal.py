@@ -28,6 +28,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
+from unittest import mock
 
 import redis
 
@@ -37,7 +38,7 @@ from seqrepair.core.messages import Publication
 from seqrepair.core.permissions import Entitlement
 from seqrepair.core.sequencers import LinkSequencer, SourceSequencer
 from seqrepair.core.stub import SubscriberStub
-from seqrepair.journal import EmbeddedRedis, GapFillService, Journal, Publisher, scripts
+from seqrepair.journal import EmbeddedRedis, GapFillService, Journal, Publisher, envelope, scripts
 from seqrepair.journal.envelope import encode_envelope
 from seqrepair.journal.format import encode_entry, entry_id, meta_key, stream_key
 from seqrepair.journal.pipelined import AppendPipeline
@@ -72,12 +73,17 @@ def stamped(n: int, source: str = "feed.a", bits: int = 32) -> list[Publication]
     ]  # fmt: skip
 
 
-def bench_append(client: redis.Redis, pubs: list[Publication], batch: int) -> float:
+def bench_append(
+    client: redis.Redis, pubs: list[Publication], batch: int, *, packed: bool = True
+) -> float:
+    """``packed`` False: an entry per publication, as every append was before packed rows."""
     client.delete(stream_key("feed.a"), "seqrepair:{feed.a}:meta")
     journal = Journal(client)
+    most = envelope.PACK_MIN if packed else len(pubs) + 1
     start = time.perf_counter()
-    for offset in range(0, len(pubs), batch):
-        journal.append(pubs[offset : offset + batch], 32)
+    with mock.patch.object(envelope, "PACK_MIN", most):
+        for offset in range(0, len(pubs), batch):
+            journal.append(pubs[offset : offset + batch], 32)
     rate = len(pubs) / (time.perf_counter() - start)
     assert journal.high_water("feed.a") == len(pubs)
     return rate
@@ -255,6 +261,9 @@ def main() -> int:
         }  # fmt: skip
         for batch in (100, 1000, 5000):
             runs[f"append {batch}"] = lambda b=batch: bench_append(client, pubs, b)  # type: ignore[misc]
+        for batch in (100, 1000):
+            runs[f"entries {batch}"] = (
+                lambda b=batch: bench_append(client, pubs, b, packed=False))  # type: ignore[misc]
         for batch, depth in ((1000, 2), (1000, 4), (5000, 2)):
             runs[f"pipelined {batch} {depth}"] = (
                 lambda b=batch, d=depth: bench_append_pipelined(client, pubs, b, d)  # type: ignore[misc]
@@ -272,6 +281,7 @@ def main() -> int:
                 continue
             label = {
                 "append": "Journal.append, batch {}",
+                "entries": "Journal.append, batch {}, an entry per publication (not packed)",
                 "pipelined": "AppendPipeline, batch {}, {} in flight",
                 "multi_exec": "MULTI/EXEC of XADDs via redis-py (not all-or-nothing), batch {}",
             }[name.split()[0]].format(*name.split()[1:])
