@@ -428,11 +428,17 @@ class Subscriber(SubscriberRunner):
         ))
 
     def on_rejected(self, event: Any) -> None:
+        delivery = event.delivery
+        if getattr(delivery, "seqrepair_rejected", False):
+            # proton calls this at every update of a rejected delivery (its state, then its
+            # settlement, when they come in two dispositions): one rejection, counted once
+            return
+        delivery.seqrepair_rejected = True
         self.report.rejected += 1
-        cond = event.delivery.remote.condition
+        cond = delivery.remote.condition
         name = cond.name if cond else None
-        asked = getattr(event.delivery, "seqrepair_asked", ())
-        event.delivery.seqrepair_asked = ()  # told once
+        asked = getattr(delivery, "seqrepair_asked", ())
+        delivery.seqrepair_asked = ()  # told once
         self.log.warning("request rejected", condition=name,
                          description=cond.description if cond else None, requests=len(asked))
         # no answer comes for it: the stub takes it as refused (asks again or gives it up)
