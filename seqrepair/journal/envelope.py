@@ -41,6 +41,8 @@ try:
     from orjson import dumps as _dumps
 except ImportError:  # pragma: no cover - an install without the redis extra
     _dumps = None
+if _dumps is not None and _dumps([1e16, -1.5e300, 1e22]) != b"[1e+16,-1.5e+300,1e+22]":
+    _dumps = None  # an orjson before 3.11.7 (no "+" in an exponent): json's text is the format
 
 _PLAIN = frozenset((str, int, float, bool, type(None)))
 _EXPONENT = re.compile(rb"[0-9]e-")

@@ -1,5 +1,6 @@
-"""The append envelope is ``json``'s text with every orjson that ``pyproject.toml`` takes
-(``orjson>=3.9``), not only with the newest: orjson wrote a positive exponent without its
+"""The append envelope is ``json``'s text with any orjson installed, not only with the newest
+(``pyproject.toml`` first took ``orjson>=3.9``; now 3.11.7, and envelope.py checks what the
+orjson it imports writes): orjson wrote a positive exponent without its
 ``+`` until 3.11.7 (its changelog for 3.11.7: "positive exponents are now written using a
 ``+``, e.g., ``1.2e+30`` instead of ``1.2e30``"), where ``repr`` and so ``json`` write
 ``1e+16``. None of envelope.py's guards (``:null``, a digit before ``e-``, ``0.0000``) sees
