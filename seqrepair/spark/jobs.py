@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 from seqrepair.core.errors import InvalidConfigError, SeqRepairError
 from seqrepair.logs import get_logger
 from seqrepair.spark.audit import TABLES as AUDIT_TABLES
-from seqrepair.spark.audit import audit
+from seqrepair.spark.audit import audit, format_summary
 from seqrepair.spark.reading import read_journals
 from seqrepair.spark.rebuild import rebuild_images, write_images
 from seqrepair.spark.session import spark_session
@@ -126,7 +126,7 @@ def run_audit(spark: SparkSession, args: argparse.Namespace) -> dict[str, Any]:
     """Audit the input; write tables and summary.json when ``--output``; return the digest."""
     report = audit(spark, _input(spark, args))  # the journal's trim record rides along
     digest = report.write(args.output) if args.output else report.to_dict()
-    print(report.summary())
+    print(format_summary(digest))  # the digest's own figures: no second pass over the tables
     log.info("audit done", sources=len(digest["sources"]), output=args.output)
     return digest
 
