@@ -41,8 +41,8 @@ from seqrepair.amqp.wire.backoff import AcceptPauses
 from seqrepair.logs import Logger, get_logger
 
 __all__ = [
-    "READ_MOST", "GuardedIOHandler", "Injector", "LazySSLContainer", "accept_in_batches",
-    "make_container", "read_socket", "write_now",
+    "GuardedIOHandler", "Injector", "LazySSLContainer", "accept_in_batches", "make_container",
+    "write_now",
 ]
 
 _log = get_logger("seqrepair.amqp.wire")
@@ -65,17 +65,6 @@ class GuardedIOHandler(IOHandler):
             return
         super().on_selectable_expired(event)
 
-    def on_selectable_readable(self, event: Any) -> None:
-        # proton's read (its EOF and error paths as they are), but on while the socket fills
-        # what the transport takes: see read_socket
-        selectable = event.selectable
-        transport = selectable._transport
-        if not transport:  # an acceptor's, or a transport already ended
-            return
-        if read_socket(selectable, transport) == _EOF:
-            self.on_selectable_error(event)
-        self.update(transport, selectable, selectable._reactor.now)
-
     def on_transport(self, event: Any) -> None:
         if not _selected(event.transport):
             self.skipped += 1
@@ -88,45 +77,6 @@ class GuardedIOHandler(IOHandler):
             event.transport.unbind()  # what proton's does last; there is no selectable to end
             return
         super().on_transport_closed(event)
-
-
-READ_MOST = 64 * 1024
-"""Bytes a readable socket's transport is given in one select round at most, when the socket
-holds that much (proton's handler gives it one read of the transport's capacity, 8 KiB at
-first). Also what a connection may push past a size limit before the delivery's event runs
-(:mod:`.sizelimit`), and how much of one flooding peer a round handles before the next."""
-_EOF = -1
-
-
-def read_socket(selectable: Any, transport: Any) -> int:
-    """Give ``transport`` what its readable socket holds, one read of its capacity as proton
-    does, then more while each read filled that capacity, up to :data:`READ_MOST`: a
-    transfer of 25 KiB came in four select rounds, each dispatching its events (the
-    delivery's, the transport's, the round's timers: proton's Python, tens of microseconds
-    each) for a part of the same message; now in one. The bytes read, or ``_EOF`` at
-    end-of-file (the caller ends the selectable, as proton's handler does). An error is
-    handled as proton handles it, at whichever read (the kernel tells a reset once): logged,
-    the transport's tail closed. A read that would block ends the round's reading (proton
-    closed the tail on it: a spurious wake-up is no error)."""
-    read = 0
-    while True:
-        capacity = transport.capacity()
-        if capacity <= 0:
-            return read
-        try:
-            data = selectable.recv(capacity)
-        except (BlockingIOError, InterruptedError):  # drained (or a spurious wake-up)
-            return read
-        except OSError as exc:
-            _log.warning("socket read failed", error=repr(exc))  # proton logs "Couldn't recv"
-            transport.close_tail()
-            return read
-        if not data:
-            return read if read else _EOF  # the end: met again by the next round
-        transport.push(data)
-        read += len(data)
-        if len(data) < capacity or read >= READ_MOST:
-            return read
 
 
 def write_now(connection: Any) -> bool:

@@ -13,8 +13,7 @@ there and then, before the rest comes:
 * the link is detached (closed) with the same condition: the *link error* §2.7.3 names for
   "any attempt to deliver a message larger than this". Nothing else on the connection ends.
 
-What is held at any time is the limit plus what one select round's reads from the socket can
-add to it (:data:`~seqrepair.amqp.wire.reactor.READ_MOST` at most, 64 KiB).
+What is held at any time is the limit plus what one read from the socket can add to it.
 """
 
 from __future__ import annotations
