@@ -154,6 +154,13 @@ def encode_envelope(
         texts = [_fields_text(pub.fields) for pub in publications]
     for row, text in zip(rows, texts, strict=True):
         row[3] = text
+    return _rows_text(rows)
+
+
+def _rows_text(rows: list[Any]) -> bytes:
+    """The envelope's text of ``rows`` (each a sequence of strings and nulls), UTF-8: by
+    orjson where installed (the same text as ``json``'s for these), else, and for what orjson
+    refuses (a lone surrogate), by ``json``, which raises InvalidMessageError for it."""
     if _dumps is not None:
         try:
             return _dumps(rows)
@@ -175,8 +182,8 @@ _STAMPS = frozenset((float, type(None)))
 def _by_columns(publications: Sequence[Publication], source: str, first: int, modulus: int
                 ) -> bytes | None:
     """:func:`encode_envelope`'s text of the usual batch (numbers ``first``.. of ``source``,
-    each publication's own fields, times floats or None), read a column at a time and written
-    by orjson; None for any other (the row by row way then writes it, or raises)."""
+    each publication's own fields, times floats or None), read a column at a time; None for
+    any other (the row by row way then writes it, or raises)."""
     sources, seqs, topics, ptypes, fields, permtokens, stamps = zip(
         *map(_COLUMNS, publications), strict=True)
     count = len(seqs)
@@ -192,12 +199,8 @@ def _by_columns(publications: Sequence[Publication], source: str, first: int, mo
         str((seq - 1) % modulus + 1) for seq in seqs]
     times = (list(map(float.__repr__, stamps)) if None not in stamps
              else [None if ts is None else repr(ts) for ts in stamps])
-    try:
-        return _dumps(list(zip(  # type: ignore[misc]  # only called where it is set
-            numbers, topics, map(_VALUE, ptypes), texts, permtokens, times, wires,
-            strict=True)))
-    except TypeError:  # a lone surrogate: the row by row way raises
-        return None
+    return _rows_text(list(zip(numbers, topics, map(_VALUE, ptypes), texts, permtokens, times,
+                               wires, strict=True)))
 
 
 def _together(copies: list[dict[str, Any]]) -> list[str] | None:
