@@ -1,10 +1,10 @@
 """The subscriber stub's reset and source-level repair, a part of :class:`SubscriberStub`.
 
-:class:`~seqrepair.core.stub.SubscriberStub` reads link frames (``stub.py``); this mixin holds
-what it does when the link view breaks: a reset (frame 0 or ``link_reset``), a lost link
-context (``GapError("context-lost")``), a frame the link numbering calls old that its source
-number proves new (the link view is lost: see :meth:`SourceRepairing._link_view_lost`), and
-the source-level request that repairs them (XEP-0040 §2.4), its retries, replays, trims and
+:class:`~seqrepair.core.stub.SubscriberStub` reads link frames (``stub.py``, ``stublink.py``);
+this mixin holds what it does when the link view breaks: a reset (frame 0 or ``link_reset``), a
+lost link context (``GapError("context-lost")``), a frame the link numbering calls old that its
+source number proves new (the link view is lost: see :meth:`SourceRepairing._link_view_lost`),
+and the source-level request that repairs them (XEP-0040 §2.4), its retries, replays, trims and
 give-up. The frames held and found stale meanwhile are :mod:`seqrepair.core.stubstale`'s. See
 the theory of operation in :mod:`seqrepair.core.stub`.
 """
