@@ -117,6 +117,15 @@ def register(subparsers: Any) -> None:
     gateway.add_argument("--open-timeout", type=positive_float, default=10.0, metavar="SECONDS",
                          help="a client connection that has not completed the AMQP open (and "
                               "SASL) this long after it was accepted is closed")
+    gateway.add_argument("--max-waiting-requests", type=positive_int, default=4_096,
+                         metavar="N", help="client requests waiting for the component's "
+                                           "outcome at once; one more is rejected "
+                                           "amqp:resource-limit-exceeded (asked again)")
+    gateway.add_argument("--max-waiting-requests-per-principal", type=positive_int,
+                         default=1_024, metavar="N",
+                         help="of those, from the connections of one principal (the one each "
+                              "client proved; anonymous clients are one principal), so one "
+                              "principal's flood refuses its own requests, not others'")
     add_hop_options(gateway, "gateway")
     add_server_security(gateway)
     add_client_security(gateway, "upstream-")

@@ -16,6 +16,7 @@ from seqrepair.amqp.gateway import requests as requests_module
 from seqrepair.amqp.gateway.requests import Requests, UpstreamLostError
 from seqrepair.amqp.wire.errors import RequestFloodError
 from seqrepair.amqp.wire.hops import Hops
+from seqrepair.core.errors import InvalidConfigError
 from seqrepair.logs import get_logger
 
 pytestmark = [pytest.mark.amqp]
@@ -186,3 +187,89 @@ def test_one_client_connection_cannot_fill_the_bound_for_every_other(
     requests.control = FakeControl()  # connected again
     for _ in range(4):
         requests.forward(_request(), client=FakeDelivery(link_of(hostile)))
+
+
+class FakeConnection:
+    """A client connection whose transport authenticated ``principal`` (None: nobody, an
+    anonymous connection), as :func:`~seqrepair.amqp.wire.security.principal_of` reads it."""
+
+    def __init__(self, principal: str | None) -> None:
+        self.transport = SimpleNamespace(user=principal)
+
+
+
+def _on(connection: object) -> FakeDelivery:
+    link = FakeLink()
+    link.connection = connection  # type: ignore[attr-defined]
+    return FakeDelivery(link)
+
+
+def test_one_principal_with_many_connections_cannot_fill_the_bound_for_every_other() -> None:
+    """Alice opens three connections, each far under its own bound (256): with only the
+    per-connection and global bounds (before) her requests filled the gateway's table (8 here)
+    and bob's first request was rejected. Now her connections share her bound (4): her fifth
+    is refused naming it, counted, and bob's requests are forwarded; what she claims in a
+    message (``seqrepair-on-behalf-of``) names nobody. Fails on the code before (no
+    ``max_awaited_per_principal``; with the global bound alone bob's request raised)."""
+    gateway = SimpleNamespace(
+        stats={"dropped_requests": 0, "rewritten": 0, "annotated": 0},
+        relays=SimpleNamespace(upstream_ready=True, get=lambda name: None),
+        hops=Hops("edge"), name="edge", log=get_logger("test"))
+    requests = Requests(gateway, capacity=64, annotations=False, max_awaited=8,
+                        max_awaited_per_principal=4)
+    control = FakeControl()
+    requests.control = control
+    alice = [FakeConnection("alice@example.com") for _ in range(3)]
+    claimed = _request()
+    claimed.properties["seqrepair-on-behalf-of"] = "bob@example.com"
+    for conn in alice[:2]:
+        for _ in range(2):
+            assert requests.forward(claimed, client=_on(conn)) is True
+    for conn in alice:  # any of her connections, even one with nothing waiting
+        with pytest.raises(RequestFloodError, match=r"more than 4 requests of principal "
+                           r"'alice@example.com'.*--max-waiting-requests-per-principal"
+                           ) as refused:
+            requests.forward(_request(), client=_on(conn))
+        assert refused.value.condition == "amqp:resource-limit-exceeded"
+    assert gateway.stats["requests_refused_per_principal"] == 3
+    bob = FakeConnection("bob@example.com")
+    for _ in range(4):
+        assert requests.forward(_request(), client=_on(bob)) is True
+    assert requests.awaited == 8
+    # the gateway's bound is the last guard: full, it refuses whoever asks
+    with pytest.raises(RequestFloodError, match="--max-waiting-requests\\)"):
+        requests.forward(_request(), client=_on(FakeConnection("carol@example.com")))
+    assert gateway.stats["requests_refused_in_all"] == 1
+    # an outcome of hers frees a place of hers, on another of her connections too
+    control.sent[0].remote_state = Delivery.ACCEPTED
+    requests.outcome(control.sent[0])
+    assert requests.forward(_request(), client=_on(alice[2])) is True
+    assert gateway.stats["requests_refused_per_principal"] == 3
+    requests.upstream_lost()  # all rejected: every principal's count empty again
+    requests.control = FakeControl()
+    for _ in range(4):
+        requests.forward(_request(), client=_on(alice[2]))
+
+
+def test_anonymous_connections_share_one_principal_bound() -> None:
+    """Anonymous clients (``--allow-anonymous``) are one principal, ``anonymous``: opening
+    one more connection gives none of them a fresh allowance."""
+    gateway = SimpleNamespace(
+        stats={"dropped_requests": 0, "rewritten": 0, "annotated": 0},
+        relays=SimpleNamespace(upstream_ready=True, get=lambda name: None),
+        hops=Hops("edge"), name="edge", log=get_logger("test"))
+    requests = Requests(gateway, capacity=64, annotations=False, max_awaited_per_principal=2)
+    requests.control = FakeControl()
+    for _ in range(2):
+        requests.forward(_request(), client=_on(FakeConnection(None)))
+    with pytest.raises(RequestFloodError, match="principal 'anonymous'"):
+        requests.forward(_request(), client=_on(FakeConnection(None)))
+    assert requests.forward(_request(), client=_on(FakeConnection("alice@example.com"))) is True
+
+
+@pytest.mark.parametrize("bound", [0, -1, True, 2.5])
+def test_a_bound_that_bounds_nothing_is_refused(bound: object) -> None:
+    gateway = SimpleNamespace(stats={})
+    with pytest.raises(InvalidConfigError, match="max_waiting_requests_per_principal"):
+        Requests(gateway, capacity=64, annotations=False,
+                 max_awaited_per_principal=bound)  # type: ignore[arg-type]

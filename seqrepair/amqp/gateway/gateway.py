@@ -74,7 +74,12 @@ from seqrepair.amqp.gateway.relays import (
     RelayState,
     RelayTable,
 )
-from seqrepair.amqp.gateway.requests import Requests, UpstreamLostError
+from seqrepair.amqp.gateway.requests import (
+    MAX_AWAITED,
+    MAX_AWAITED_PER_PRINCIPAL,
+    Requests,
+    UpstreamLostError,
+)
 from seqrepair.amqp.gateway.rewrite import RESPONSES_ADDRESS
 from seqrepair.amqp.wire.admission import (
     MAX_CONNECTIONS,
@@ -177,6 +182,9 @@ class Gateway(MessagingHandler):
     (:class:`~seqrepair.amqp.wire.gate.Gate`): client connections held at once, opened
     or not (one more is refused ``amqp:resource-limit-exceeded``), and the seconds a client
     has to complete its AMQP open; its own connections to the component are not counted.
+    ``max_waiting_requests``, ``max_waiting_requests_per_principal``: client requests waiting
+    for the component's outcome at most, in all and from the connections of one proven
+    principal (one more is rejected ``amqp:resource-limit-exceeded``; :mod:`.requests`).
     """
 
     def __init__(
@@ -199,6 +207,8 @@ class Gateway(MessagingHandler):
         max_hops: int = DEFAULT_MAX_HOPS,
         max_connections: int = MAX_CONNECTIONS,
         open_timeout: float = OPEN_TIMEOUT,
+        max_waiting_requests: int = MAX_AWAITED,
+        max_waiting_requests_per_principal: int = MAX_AWAITED_PER_PRINCIPAL,
     ) -> None:
         super().__init__(prefetch=0, auto_accept=False)
         self.security = security if security is not None else ServerSecurity()
@@ -235,7 +245,8 @@ class Gateway(MessagingHandler):
             open_timeout=open_timeout), self.stats)
         self.gate = Gate(self.admission, time.monotonic)
         # requests forwarded upstream, answers routed back
-        self.requests = Requests(self, capacity, annotations)
+        self.requests = Requests(self, capacity, annotations, max_awaited=max_waiting_requests,
+                                 max_awaited_per_principal=max_waiting_requests_per_principal)
         self.replies = self.requests.replies
         self.publishing = PublishRelays(self)  # publishers' links, carried to the component
         self.contributions = Contributions(self)  # owners' links, contributors' answers

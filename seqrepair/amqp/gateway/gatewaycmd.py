@@ -27,7 +27,10 @@ def gateway_command(args: argparse.Namespace) -> int:
                       upstream_security=ClientSecurity.from_args(args, "upstream-"),
                       forward_principals=args.forward_principals,
                       hop_id=args.hop_id, max_hops=args.max_hops,
-                      max_connections=args.max_connections, open_timeout=args.open_timeout)
+                      max_connections=args.max_connections, open_timeout=args.open_timeout,
+                      max_waiting_requests=args.max_waiting_requests,
+                      max_waiting_requests_per_principal=(
+                          args.max_waiting_requests_per_principal))
     signal.signal(signal.SIGTERM, lambda *_: gateway.request_stop())
     with contextlib.suppress(KeyboardInterrupt):
         gateway.run()

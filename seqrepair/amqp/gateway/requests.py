@@ -36,12 +36,21 @@ reach the component is rejected ``amqp:internal-error`` (:class:`UpstreamLostErr
 condition the stub takes as temporary): the component out of reach when it comes, or its
 connection (or the requests link) lost before the outcome, never left unsettled. A request
 sent pre-settled is forwarded pre-settled (nothing to copy). The client's delivery waits in a
-table bounded twice: the client's requests link gets back the credit of a request only with
-its outcome (at most its window waiting per link); past :data:`MAX_AWAITED_PER_CONNECTION`
-from one client connection (which may attach any number of links), or :data:`MAX_AWAITED` in
-all, a request is rejected ``amqp:resource-limit-exceeded`` (:class:`RequestFloodError`),
-asked again with backoff: one client filling the table refuses its own requests, not every
-other client's.
+table bounded by credit and three counts: the client's requests link gets back the credit of
+a request only with its outcome (at most its window waiting per link); past
+:data:`MAX_AWAITED_PER_CONNECTION` from one client connection (which may attach any number of
+links), past ``max_awaited_per_principal`` (:data:`MAX_AWAITED_PER_PRINCIPAL`) from the
+connections of one proven principal (which may open any number of them), or past
+``max_awaited`` (:data:`MAX_AWAITED`) in all, a request is rejected
+``amqp:resource-limit-exceeded`` (:class:`RequestFloodError`), asked again with backoff: one
+client, or one principal however many connections it opens, filling the table refuses its own
+requests, not every other principal's. The principal is the one the client's connection
+authenticated as (:func:`~seqrepair.amqp.wire.security.principal_of`), never anything a
+message claims; anonymous connections are one principal, ``anonymous``, as at the component's
+door (``--max-connections-per-principal``), RabbitMQ's per-user limits (``guest`` is one user)
+and NATS's account limits (clients without credentials share one account): an operator who
+lets anonymous peers in grants them one allowance together, and a bound they could escape by
+opening one more connection would bound nothing.
 """
 
 from __future__ import annotations
@@ -72,6 +81,7 @@ from seqrepair.amqp.wire.errors import (
 )
 from seqrepair.amqp.wire.hops import HOPS_PROPERTY, count_hop
 from seqrepair.amqp.wire.respann import RESPONSE_ADDRESS_SUPPORTED, RESPONSE_ANNOTATIONS
+from seqrepair.amqp.wire.security import principal_of
 from seqrepair.amqp.wire.technical import MessageType
 from seqrepair.amqp.wire.vocabulary import (
     LINK_PREFIX,
@@ -79,15 +89,21 @@ from seqrepair.amqp.wire.vocabulary import (
     is_ack,
     says_type,
 )
+from seqrepair.core.errors import InvalidConfigError
 
 RESPONSE_WINDOW = 64
 """Credit on the responses link, and how many messages waiting for one subscriber make the
 gateway hold back the credit of its answers."""
 PROP_LINK = "link"
 MAX_AWAITED = 4096
-"""Client requests waiting at most, in all, for the component's outcome."""
+"""Default ``max_awaited`` (``seqrepair gateway --max-waiting-requests``): client requests
+waiting at most, in all, for the component's outcome."""
 MAX_AWAITED_PER_CONNECTION = 256
 """Client requests waiting at most from one client connection: four requests links' credit."""
+MAX_AWAITED_PER_PRINCIPAL = 1024
+"""Default ``max_awaited_per_principal`` (``seqrepair gateway
+--max-waiting-requests-per-principal``): client requests waiting at most from the connections
+of one principal, a quarter of :data:`MAX_AWAITED`."""
 
 
 class UpstreamLostError(AmqpAdapterError):
@@ -105,10 +121,14 @@ class Requests:
     :meth:`responses_attached` as the component answers, :meth:`forward` for each request,
     :meth:`from_upstream` for each message from the component, :meth:`repay` when a subscriber
     took messages (and :meth:`repay_gone` on its tick), :meth:`upstream_lost` when the
-    component's connection ends.
+    component's connection ends. ``max_awaited`` and ``max_awaited_per_principal`` bound the
+    client requests waiting for the component's outcome, in all and per proven principal
+    (None: :data:`MAX_AWAITED`, :data:`MAX_AWAITED_PER_PRINCIPAL`).
     """
 
-    def __init__(self, gateway: Any, capacity: int, annotations: bool) -> None:
+    def __init__(self, gateway: Any, capacity: int, annotations: bool, *,
+                 max_awaited: int | None = None,
+                 max_awaited_per_principal: int | None = None) -> None:
         self.gateway = gateway
         self.stats: dict[str, int] = gateway.stats
         self.replies = ReplyTable(capacity)
@@ -118,10 +138,19 @@ class Requests:
         self._responses: Any = None  # the link it sends their answers on
         self._owed: dict[str, int] = {}  # responses credit held back per subscriber behind
         self._ids = itertools.count(1)
-        self._awaited: dict[bytes, Any] = {}  # upstream delivery tag -> the client's delivery
+        self.max_awaited = _bound(MAX_AWAITED if max_awaited is None else max_awaited,
+                                  "max_waiting_requests")
+        self.max_awaited_per_principal = _bound(
+            MAX_AWAITED_PER_PRINCIPAL if max_awaited_per_principal is None
+            else max_awaited_per_principal, "max_waiting_requests_per_principal")
+        # upstream delivery tag -> the client's delivery and the principal it counts for
+        self._awaited: dict[bytes, tuple[Any, str]] = {}
         self._per_connection: dict[Any, int] = {}  # client connection -> its requests waiting
-        self.stats.setdefault("request_outcomes", 0)
-        self.stats.setdefault("requests_failed_upstream_lost", 0)
+        self._per_principal: dict[str, int] = {}  # proven principal -> its requests waiting
+        for counter in ("request_outcomes", "requests_failed_upstream_lost",
+                        "requests_refused_per_connection", "requests_refused_per_principal",
+                        "requests_refused_in_all"):
+            self.stats.setdefault(counter, 0)
 
     def upstream_lost(self) -> None:
         """The component's connection ended: its links with it."""
@@ -144,7 +173,8 @@ class Requests:
         """Reject every client request waiting for an outcome that will not come."""
         awaited, self._awaited = self._awaited, {}
         self._per_connection.clear()
-        for client in awaited.values():
+        self._per_principal.clear()
+        for client, _principal in awaited.values():
             settle_with(client, UpstreamLostError(f"upstream lost before its outcome: {why}"))
             _give_credit(client.link)
         self.stats["requests_failed_upstream_lost"] += len(awaited)
@@ -161,9 +191,10 @@ class Requests:
         if not getattr(delivery.link, "seqrepair_requests", False):
             return False
         if has_outcome(delivery):
-            client = self._awaited.pop(delivery.tag, None)
-            if client is not None:
-                self._count(client, -1)
+            waiting = self._awaited.pop(delivery.tag, None)
+            if waiting is not None:
+                client, principal = waiting
+                self._count(client, principal, -1)
                 if not client.settled:
                     copy_outcome(delivery, client)
                     self.stats["request_outcomes"] += 1
@@ -249,13 +280,8 @@ class Requests:
             raise UpstreamLostError("upstream out of reach: the gateway is not connected to "
                                     "the component")
         waits = client is not None and not client.settled
-        if waits and self._per_connection.get(_connection(client), 0) >= (
-                MAX_AWAITED_PER_CONNECTION):
-            raise RequestFloodError(f"more than {MAX_AWAITED_PER_CONNECTION} requests of this "
-                                    "connection wait for the component's outcome")
-        if waits and len(self._awaited) >= MAX_AWAITED:
-            raise RequestFloodError(f"more than {MAX_AWAITED} requests wait for the "
-                                    "component's outcome at the gateway")
+        if waits:
+            self._check_room(client)
         # a hop more; past the limit refused (HopLimitError): requests do not loop for ever
         count = gateway.hops.forward_count(message.properties)
         counted = {**(message.properties or {}), HOPS_PROPERTY: ulong(count)}
@@ -302,18 +328,40 @@ class Requests:
         if client is None or client.settled:
             out.settle()
             return False
-        self._awaited[out.tag] = client
-        self._count(client, 1)
+        principal = principal_of(_connection(client))
+        self._awaited[out.tag] = (client, principal)
+        self._count(client, principal, 1)
         return True
 
-    def _count(self, client: Any, change: int) -> None:
-        """One more (or fewer) of the requests of ``client``'s connection waiting."""
+    def _check_room(self, client: Any) -> None:
+        """Refuse (:class:`RequestFloodError`) the client's delivery ``client`` a place among
+        those waiting for an outcome when its connection, its connection's proven principal or
+        the gateway has no room left; a refusal changes no count."""
         connection = _connection(client)
-        left = self._per_connection.get(connection, 0) + change
-        if left > 0:
-            self._per_connection[connection] = left
-        else:
-            self._per_connection.pop(connection, None)
+        if self._per_connection.get(connection, 0) >= MAX_AWAITED_PER_CONNECTION:
+            self.stats["requests_refused_per_connection"] += 1
+            raise RequestFloodError(f"more than {MAX_AWAITED_PER_CONNECTION} requests of this "
+                                    "connection wait for the component's outcome",
+                                    expected=MAX_AWAITED_PER_CONNECTION)
+        principal = principal_of(connection)
+        if self._per_principal.get(principal, 0) >= self.max_awaited_per_principal:
+            self.stats["requests_refused_per_principal"] += 1
+            raise RequestFloodError(
+                f"more than {self.max_awaited_per_principal} requests of principal "
+                f"{principal[:100]!r} wait for the component's outcome at the gateway "
+                "(--max-waiting-requests-per-principal)",
+                expected=self.max_awaited_per_principal, got=principal[:100])
+        if len(self._awaited) >= self.max_awaited:
+            self.stats["requests_refused_in_all"] += 1
+            raise RequestFloodError(f"more than {self.max_awaited} requests wait for the "
+                                    "component's outcome at the gateway "
+                                    "(--max-waiting-requests)", expected=self.max_awaited)
+
+    def _count(self, client: Any, principal: str, change: int) -> None:
+        """One more (or fewer) of the requests of ``client``'s connection and of
+        ``principal`` waiting."""
+        _add(self._per_connection, _connection(client), change)
+        _add(self._per_principal, principal, change)
 
     def from_upstream(self, receiver: Any, message: Message) -> None:
         """A message from the component: a relayed link's frame, or an answer (on the
@@ -353,6 +401,23 @@ class Requests:
             else:  # given back once that subscriber takes what waits for it
                 self._owed[relay.name] = self._owed.get(relay.name, 0) + 1
                 self.stats["answers_held"] += 1
+
+
+def _bound(value: object, option: str) -> int:
+    """``value`` if it is a bound an operator may set (an integer >= 1)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidConfigError(f"{option} must be an integer >= 1, got {value!r}",
+                                 expected=">= 1", got=value)
+    return value
+
+
+def _add(counts: dict[Any, int], key: Any, change: int) -> None:
+    """``counts[key] += change``, the key dropped at zero."""
+    left = counts.get(key, 0) + change
+    if left > 0:
+        counts[key] = left
+    else:
+        counts.pop(key, None)
 
 
 def _connection(client: Any) -> Any:
