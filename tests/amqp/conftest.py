@@ -186,13 +186,16 @@ class ComponentProcess:
         return (self.tmp / f"{self.files}-{self._attempts}.log").read_text(errors="replace")
 
     def stopped_lines(self) -> list[str]:
-        """Stop it (if it still runs): the ``component stopped`` lines of its log, with its
-        counters (none when it was killed or failed first)."""
+        """Stop it (if it still runs): the ``component stopped`` (``relay stopped``: its
+        :attr:`kind`) lines of its log, with its counters (none when it was killed or failed
+        first)."""
         self.stop()
-        return [line for line in self.log_text().splitlines() if "component stopped" in line]
+        return [line for line in self.log_text().splitlines()
+                if f"{self.kind} stopped" in line]
 
     def stop_counters(self) -> dict[str, int]:
-        """Stop it (if it still runs): the counters of its ``component stopped`` log line."""
+        """Stop it (if it still runs): the counters of its ``component stopped`` (``relay
+        stopped``) log line."""
         stopped = self.stopped_lines()
         assert stopped, self.log_text()[-2000:]
         return {key: int(value) for key, value in re.findall(r"(\w+)=(\d+)", stopped[0])}

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import re
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -110,7 +111,7 @@ def test_one_principal_with_many_connections_does_not_refuse_another_principals_
     auth = serve_args(tmp_path, ALICE, BOB)
     with gateway(comp.url, tmp_path, "--max-waiting-requests", str(WAITING),
                  "--max-waiting-requests-per-principal", str(per_principal),
-                 security=auth) as (listen, _proc):
+                 security=auth) as (listen, proc):
         # the gateway connected upstream, its requests link attached
         assert query_capabilities(listen, timeout=15, security=client_security(BOB)).limits
         alice = [Client(listen, ALICE) for _ in range(3)]
@@ -138,21 +139,43 @@ def test_one_principal_with_many_connections_does_not_refuse_another_principals_
                         assert "(--max-waiting-requests)" in condition.description
                 bob.ask(2)
                 _pump(pump, 0.5, lambda: len(_settled([bob])) >= 2)
-                if not bob_served:
+                if bob_served:
+                    assert _settled([bob]) == []  # forwarded: waiting with alice's 4
+                else:
                     assert [d.remote_state for d in _settled([bob])] == [Delivery.REJECTED] * 2
                     assert all("(--max-waiting-requests)" in d.remote.condition.description
                                for d in bob.sent)
-                    return
-                assert _settled([bob]) == []  # forwarded: waiting with alice's 4
-            assert _pump(pump, 15, lambda: len(_settled(everyone)) == 9 + 2)
-            answered = [d for d in _settled(everyone) if d.remote_state == Delivery.ACCEPTED]
-            assert len(answered) == held + 2
-            assert all(d.remote_state == Delivery.ACCEPTED for d in bob.sent)
-            answers = [bob.answers.receive(timeout=15) for _ in range(2)]
-            assert sorted(str(a.correlation_id) for a in answers) == [
-                f"{bob.name}:0", f"{bob.name}:1"]
+            if bob_served:
+                assert _pump(pump, 15, lambda: len(_settled(everyone)) == 9 + 2)
+                answered = [d for d in _settled(everyone)
+                            if d.remote_state == Delivery.ACCEPTED]
+                assert len(answered) == held + 2
+                assert all(d.remote_state == Delivery.ACCEPTED for d in bob.sent)
+                answers = [bob.answers.receive(timeout=15) for _ in range(2)]
+                assert sorted(str(a.correlation_id) for a in answers) == [
+                    f"{bob.name}:0", f"{bob.name}:1"]
         finally:
             for client in everyone:
                 # a failure above may have left the gateway closing them: the failure tells
                 with contextlib.suppress(ProtonException):
                     client.conn.close()
+    # stopped by SIGTERM: its counters in its log, as the component's
+    assert proc.returncode == 0
+    counters = gateway_stop_counters(tmp_path / "gateway.log")
+    if bob_served:
+        assert counters["requests_refused_per_principal"] == 9 - held
+        assert counters["requests_refused_in_all"] == 0
+        # alice's 4 and bob's 2, and bob's CAPABILITIES request before
+        assert counters["request_outcomes"] == held + 2 + 1
+    else:
+        assert counters["requests_refused_per_principal"] == 0
+        assert counters["requests_refused_in_all"] == 9 - held + 2
+    assert counters["upstream_connections"] == 1
+    assert counters["requests_refused_per_connection"] == 0
+
+
+def gateway_stop_counters(log: Path) -> dict[str, int]:
+    """The counters of the ``gateway stopped`` line of a gateway's log (there must be one)."""
+    stopped = [line for line in log.read_text().splitlines() if "gateway stopped" in line]
+    assert len(stopped) == 1, log.read_text()[-3000:]
+    return {key: int(value) for key, value in re.findall(r"(\w+)=(\d+)", stopped[0])}

@@ -237,6 +237,8 @@ def test_a_relay_refuses_publishers_and_subscribers_outside_what_it_carries(
         a.stop()
     assert "this relay carries /w/#, not '/x/#'" in str(outside.error)
     assert "a relay takes no publications" in b.log_text()
+    # stopped by SIGTERM, it logs its counters as ``seqrepair serve`` does (before: no line)
+    assert b.stop_counters()["connections_peak"] >= 2
     with Journal.from_url(b_redis) as journal:
         assert journal.sources() == []
 

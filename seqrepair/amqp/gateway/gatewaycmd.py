@@ -33,7 +33,10 @@ def gateway_command(args: argparse.Namespace) -> int:
                           args.max_waiting_requests_per_principal))
     signal.signal(signal.SIGTERM, lambda *_: gateway.request_stop())
     with contextlib.suppress(KeyboardInterrupt):
-        gateway.run()
+        try:
+            gateway.run()
+        finally:  # its counters, as ``seqrepair serve`` logs the component's
+            gateway.log.info("gateway stopped", **gateway.stats)
     if gateway.error is not None:
         print(f"seqrepair gateway: {gateway.error}", file=sys.stderr)
         return 1

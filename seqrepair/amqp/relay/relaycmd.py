@@ -9,6 +9,10 @@ import signal
 import sys
 from pathlib import Path
 
+from seqrepair.logs import get_logger
+
+log = get_logger(__name__)
+
 GC_THRESHOLDS = (50_000, 20, 100)
 """The relay's cyclic garbage collector thresholds (Python's are 700, 10, 10).
 
@@ -83,6 +87,7 @@ def relay_command(args: argparse.Namespace) -> int:
         if retention is not None:
             stack.enter_context(retention)
         _tune_gc()
+        stack.callback(lambda: log.info("relay stopped", **relay.stats))  # as serve's counters
         make_container(Guarded(relay, relay.stats)).run()
     if relay.listen_error is not None:
         print(f"seqrepair relay: {relay.listen_error}", file=sys.stderr)
