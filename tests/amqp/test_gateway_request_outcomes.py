@@ -273,3 +273,31 @@ def test_a_bound_that_bounds_nothing_is_refused(bound: object) -> None:
     with pytest.raises(InvalidConfigError, match="max_waiting_requests_per_principal"):
         Requests(gateway, capacity=64, annotations=False,
                  max_awaited_per_principal=bound)  # type: ignore[arg-type]
+
+
+def test_an_outcome_after_the_clients_transport_went_frees_the_place_of_its_principal() -> None:
+    """The principal a waiting request counts for is the one its connection proved when it
+    was forwarded, kept with it: once the client's connection is gone its transport is too
+    (``principal_of`` would say ``anonymous``), and the outcome that comes later must free
+    alice's place, not anonymous's, or alice is locked out for good. Guards the stored
+    principal (passes on be5ca4d; fails if the outcome reads ``principal_of`` again)."""
+    gateway = SimpleNamespace(
+        stats={"dropped_requests": 0, "rewritten": 0, "annotated": 0},
+        relays=SimpleNamespace(upstream_ready=True, get=lambda name: None),
+        hops=Hops("edge"), name="edge", log=get_logger("test"))
+    requests = Requests(gateway, capacity=64, annotations=False, max_awaited_per_principal=1)
+    control = FakeControl()
+    requests.control = control
+    gone = FakeConnection("alice@example.com")
+    assert requests.forward(_request(), client=_on(gone)) is True
+    with pytest.raises(RequestFloodError, match=r"'alice@example\.com'"):
+        requests.forward(_request(), client=_on(FakeConnection("alice@example.com")))
+    anonymous = FakeConnection(None)
+    assert requests.forward(_request(), client=_on(anonymous)) is True
+    gone.transport = None  # her connection closed before the component answered
+    control.sent[0].remote_state = Delivery.ACCEPTED
+    requests.outcome(control.sent[0])
+    # her place is free (on a new connection), anonymous's still taken
+    assert requests.forward(_request(), client=_on(FakeConnection("alice@example.com"))) is True
+    with pytest.raises(RequestFloodError, match="'anonymous'"):
+        requests.forward(_request(), client=_on(FakeConnection(None)))
