@@ -301,3 +301,60 @@ def test_an_outcome_after_the_clients_transport_went_frees_the_place_of_its_prin
     assert requests.forward(_request(), client=_on(FakeConnection("alice@example.com"))) is True
     with pytest.raises(RequestFloodError, match="'anonymous'"):
         requests.forward(_request(), client=_on(FakeConnection(None)))
+
+
+def _pump(*transports: Any) -> None:
+    """Move the bytes between two in-memory proton transports until neither has any."""
+    first, second = transports
+    moved = True
+    while moved:
+        moved = False
+        for source, target in ((first, second), (second, first)):
+            out = source.peek(1 << 16)
+            if out:
+                target.push(out)
+                source.pop(len(out))
+                moved = True
+
+
+def test_a_delivery_settled_by_its_peer_without_an_outcome_has_one() -> None:
+    """Over real proton endpoints (two in-memory transports, no socket): a peer that settles
+    a request's delivery without a disposition state gives it no outcome to copy, but the
+    delivery is done; :func:`has_outcome` must say so (the client's is then released).
+    Before: it read ``delivery.remote_settled``, which proton's Delivery does not have (its
+    remote-settled flag is ``settled``; only this file's fakes had the attribute), so it
+    raised AttributeError, the guard closed the gateway's connection to the component and
+    every client's waiting request was rejected."""
+    from proton import Connection, Transport
+
+    from seqrepair.amqp.gateway.publish import has_outcome
+
+    ours, theirs = Connection(), Connection()
+    our_end, their_end = Transport(), Transport(Transport.SERVER)
+    our_end.bind(ours)
+    their_end.bind(theirs)
+    ours.open()
+    session = ours.session()
+    session.open()
+    sender = session.sender("requests")
+    sender.target.address = "$seqrepair"
+    sender.open()
+    _pump(our_end, their_end)
+    theirs.open()
+    theirs.session_head(0).open()
+    receiver = theirs.link_head(0)
+    receiver.target.copy(receiver.remote_target)
+    receiver.open()
+    receiver.flow(1)
+    _pump(our_end, their_end)
+    out = sender.delivery(b"1")
+    sender.send(_request().encode())
+    sender.advance()
+    _pump(our_end, their_end)
+    taken = receiver.current
+    receiver.recv(taken.pending)
+    receiver.advance()
+    taken.settle()  # settled, no outcome
+    _pump(our_end, their_end)
+    assert (out.remote_state, out.settled) == (0, True)
+    assert has_outcome(out) is True
