@@ -37,7 +37,6 @@ class FakeDelivery:
         self.tag = tag
         self.settled = settled
         self.remote_state: int | None = None
-        self.remote_settled = False
         self.remote = SimpleNamespace(condition=None, failed=False, undeliverable=False)
         self.local = SimpleNamespace(condition=None, failed=False, undeliverable=False)
         self.state: int | None = None

@@ -330,7 +330,7 @@ OUTCOMES = (Delivery.ACCEPTED, Delivery.REJECTED, Delivery.RELEASED, Delivery.MO
 
 def has_outcome(delivery: Any) -> bool:
     """Whether the peer gave ``delivery`` its outcome (or settled it without one)."""
-    return bool(delivery.remote_state in OUTCOMES or delivery.remote_settled)
+    return bool(delivery.remote_state in OUTCOMES or delivery.settled)  # settled: remotely
 
 
 def copy_outcome(source: Any, target: Any) -> None:
