@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import structlog
@@ -37,3 +38,49 @@ def private_server(tmp_path: Path) -> Iterator[EmbeddedRedis]:
         yield server.start()
     finally:
         server.stop()
+
+
+
+_FIRST_GROUPS = ("spark", "tests/test_cli.py")
+"""The longest groups, started first so that none of them starts last (Spark's tests and the
+end-to-end demo take minutes each on a shared 2-core machine)."""
+_LAST_GROUP_PREFIX = "tests/core/"
+"""Many quick tests: what fills the workers' last minutes."""
+
+
+def _group_of(nodeid: str) -> str:
+    """The worker group of the test ``nodeid`` under ``pytest -n N --dist loadfile``
+    (``bin/test``): every Spark test one group (one SparkSession, one JVM warmed once), else
+    the test's file (its module fixtures start once)."""
+    path = nodeid.split("::", 1)[0]
+    return "spark" if path.startswith("tests/spark/") else path
+
+
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: absent without it
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile`` by :func:`_group_of` (xdist's ``loadgroup`` marks are lost on
+    pytest 9.2, which no longer reads the node id xdist 3.8 rewrites)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class ByGroup(LoadFileScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return _group_of(nodeid)
+
+    return ByGroup(config, log)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On an xdist worker: the longest groups first and tests/core last (with
+    ``--no-loadscope-reorder`` the groups are handed out in this order)."""
+    if not hasattr(config, "workerinput"):
+        return
+
+    def rank(item: pytest.Item) -> int:
+        group = _group_of(item.nodeid)
+        if group in _FIRST_GROUPS:
+            return _FIRST_GROUPS.index(group)
+        return len(_FIRST_GROUPS) + group.startswith(_LAST_GROUP_PREFIX)
+
+    items.sort(key=rank)  # stable: within a rank, the order collected
