@@ -120,12 +120,15 @@ def register(subparsers: Any) -> None:
     gateway.add_argument("--max-waiting-requests", type=positive_int, default=4_096,
                          metavar="N", help="client requests waiting for the component's "
                                            "outcome at once; one more is rejected "
-                                           "amqp:resource-limit-exceeded (asked again)")
+                                           "amqp:resource-limit-exceeded (asked again; "
+                                           "default 4096)")
     gateway.add_argument("--max-waiting-requests-per-principal", type=positive_int,
                          default=1_024, metavar="N",
                          help="of those, from the connections of one principal (the one each "
                               "client proved; anonymous clients are one principal), so one "
-                              "principal's flood refuses its own requests, not others'")
+                              "principal's flood refuses its own requests, not others' "
+                              "(default 1024; a downstream gateway or relay connecting as "
+                              "one principal counts once for all its subscribers)")
     add_hop_options(gateway, "gateway")
     add_server_security(gateway)
     add_client_security(gateway, "upstream-")

@@ -267,11 +267,12 @@ def test_anonymous_connections_share_one_principal_bound() -> None:
 
 
 @pytest.mark.parametrize("bound", [0, -1, True, 2.5])
-def test_a_bound_that_bounds_nothing_is_refused(bound: object) -> None:
+@pytest.mark.parametrize("name", ["max_awaited", "max_awaited_per_principal"])
+def test_a_bound_that_bounds_nothing_is_refused(name: str, bound: object) -> None:
     gateway = SimpleNamespace(stats={})
-    with pytest.raises(InvalidConfigError, match="max_waiting_requests_per_principal"):
-        Requests(gateway, capacity=64, annotations=False,
-                 max_awaited_per_principal=bound)  # type: ignore[arg-type]
+    option = name.replace("awaited", "waiting_requests")
+    with pytest.raises(InvalidConfigError, match=f"{option}\\b"):
+        Requests(gateway, capacity=64, annotations=False, **{name: bound})  # type: ignore[arg-type]
 
 
 def test_an_outcome_after_the_clients_transport_went_frees_the_place_of_its_principal() -> None:
