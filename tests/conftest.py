@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ import structlog
 from hypothesis import HealthCheck, settings
 
 from seqrepair.journal import EmbeddedRedis
+from seqrepair.journal.server import PORT_SHARE_ENV
 
 # Property tests check behaviour, never speed: no per-example deadline (200 ms by default) and
 # no "too slow" health check, both of which a loaded 2-core machine fails at random (CI runs
@@ -54,6 +56,18 @@ def _group_of(nodeid: str) -> str:
     the test's file (its module fixtures start once)."""
     path = nodeid.split("::", 1)[0]
     return "spark" if path.startswith("tests/spark/") else path
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """On an xdist worker: free ports from this worker's share only (:data:`PORT_SHARE_ENV`,
+    inherited by every process it starts). Each process remembers only its own recent draws,
+    so without it the other worker may draw a port that a test here stopped its redis-server
+    or component on and starts it again on (journal outages, the demo's component restart):
+    the restart finds its port taken, or this test's clients reconnect to the other's server."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:  # a replacement worker's id may exceed the count: modulo
+        index = int(workerinput["workerid"].removeprefix("gw")) % workerinput["workercount"]
+        os.environ[PORT_SHARE_ENV] = f"{index}/{workerinput['workercount']}"
 
 
 @pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: absent without it

@@ -67,14 +67,39 @@ def _ephemeral_range() -> tuple[int, int]:
         return 32768, 60999  # Linux's default
 
 
+PORT_SHARE_ENV = "SEQREPAIR_PORT_SHARE"
+"""``K/N`` (0 <= K < N): free ports are drawn only among those equal to K modulo N, so N
+processes drawing at once (the test workers, and what they start, which inherits it) never
+draw the same port, not even one that another's server left free for a moment between its stop
+and its restart on that port (a cluster node's bus port, 10000 higher, is in the same share
+when N divides 10000). Unset: every port."""
+
+
+def _share() -> tuple[int, int]:
+    value = os.environ.get(PORT_SHARE_ENV, "")
+    if not value:
+        return 0, 1
+    share, _, of = value.partition("/")
+    try:
+        k, n = int(share), int(of)
+    except ValueError:
+        k = n = 0
+    if not 0 <= k < n:
+        raise EmbeddedRedisError(f"{PORT_SHARE_ENV} must be K/N with 0 <= K < N", got=value)
+    return k, n
+
+
 def _pick(low: int, high: int, *, bus_offset: int = 0) -> int | None:
-    """A random port in ``low``..``high`` (and its port + ``bus_offset``) bindable right now and
-    not handed out recently by this process; None after 200 tries."""
-    if high < low:
+    """A random port in ``low``..``high`` (and its port + ``bus_offset``) bindable right now,
+    in this process's share (:data:`PORT_SHARE_ENV`) and not handed out recently by this
+    process; None after 200 tries."""
+    k, n = _share()
+    first = low + (k - low) % n  # the lowest port of the share
+    if high < first:
         return None
     with _lock:
         for _ in range(200):
-            port = _rng.randint(low, high)
+            port = first + n * _rng.randint(0, (high - first) // n)
             if port in _recent:
                 continue
             if _bindable(port) and (not bus_offset or _bindable(port + bus_offset)):
@@ -85,8 +110,8 @@ def _pick(low: int, high: int, *, bus_offset: int = 0) -> int | None:
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now: below the kernel's ephemeral
-    range when there is room (no outgoing connection takes it meanwhile), and not one this
-    process handed out recently."""
+    range when there is room (no outgoing connection takes it meanwhile), in this process's
+    share (:data:`PORT_SHARE_ENV`) and not one this process handed out recently."""
     low, high = _ephemeral_range()
     port = _pick(_FLOOR, low - 1) if low - _FLOOR >= _ROOM else None
     if port is None and 65535 - high >= _ROOM:

@@ -15,6 +15,7 @@ from seqrepair.journal import EmbeddedRedis, EmbeddedRedisError
 from seqrepair.journal.server import (
     CLUSTER_BUS_OFFSET,
     MAX_CLUSTER_PORT,
+    PORT_SHARE_ENV,
     _ephemeral_range,
     free_cluster_port,
     free_port,
@@ -123,6 +124,28 @@ def test_a_cluster_node_gets_a_port_whose_bus_port_exists(tmp_path: Path) -> Non
             assert srv.port <= MAX_CLUSTER_PORT
             info = redis.Redis(port=srv.port).execute_command("CLUSTER", "INFO")
             assert b"cluster_state" in info
+
+
+@pytest.mark.parametrize(("share", "of"), [(0, 2), (1, 2), (2, 5)])
+def test_free_ports_come_from_this_process_s_share_only(
+    share: int, of: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Test workers running at once each draw from their own share (tests/conftest.py sets it):
+    no worker draws a port another's server is about to start, or start again, on."""
+    monkeypatch.setenv(PORT_SHARE_ENV, f"{share}/{of}")
+    assert {free_port() % of for _ in range(100)} == {share}
+    cluster = [free_cluster_port() for _ in range(20)]
+    assert {port % of for port in cluster} == {share}
+    assert {(port + CLUSTER_BUS_OFFSET) % of for port in cluster} == {share}
+
+
+@pytest.mark.parametrize("bad", ["2/2", "-1/2", "1", "a/b", "1/0"])
+def test_a_port_share_that_is_no_share_is_refused(
+    bad: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(PORT_SHARE_ENV, bad)
+    with pytest.raises(EmbeddedRedisError, match=PORT_SHARE_ENV):
+        free_port()
 
 
 def test_free_ports_lie_below_the_ephemeral_range_and_do_not_repeat() -> None:
