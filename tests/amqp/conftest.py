@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import itertools
 import os
 import re
@@ -388,7 +389,14 @@ class RabbitBroker:
 @pytest.fixture(scope="session")
 def rabbitmq(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RabbitBroker]:
     """A private RabbitMQ broker for the session (installed via apt-get when missing)."""
-    why = _install_rabbitmq()
+    # Under xdist both workers may reach a broker test while it is missing: one installs, the
+    # other waits here (its apt-get would fail on dpkg's lock and skip its broker tests, or it
+    # would see rabbitmq-server unpacked but not yet set up). The lock is in the run's temp
+    # root, which every worker of the run shares.
+    lock = tmp_path_factory.getbasetemp().parent / "rabbitmq-install.lock"
+    with lock.open("a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        why = _install_rabbitmq()
     if why is not None:
         pytest.skip(f"brokered mode needs RabbitMQ: {why}")
     broker = RabbitBroker(tmp_path_factory.mktemp("rabbitmq")).start()
