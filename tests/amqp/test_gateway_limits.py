@@ -28,7 +28,7 @@ from proton.utils import BlockingConnection, LinkDetached
 
 from seqrepair.amqp.client.query import query_capabilities
 from seqrepair.amqp.wire.admission import Admission, CountLimits
-from seqrepair.amqp.wire.gate import Gate
+from seqrepair.amqp.wire.gate import REFUSALS_EXPLAINED, Gate
 
 from .conftest import (
     ComponentProcess,
@@ -157,8 +157,12 @@ def test_1100_parallel_idle_connects_leave_the_gateway_alive(
         while time.monotonic() < deadline:
             assert proc.poll() is None, (tmp_path / "gateway.log").read_text()[-3000:]
             peak = max(peak, fds(proc))
-        # 800 held, 16 refused held a second to be told why and 16 told, being closed
-        assert peak <= baseline + 800 + 2 * 16 + 4, (peak, baseline)
+        # 800 held; past them, refused connections on their way out, a cohort of
+        # REFUSALS_EXPLAINED a second: one held to be told why, and up to three told, closing
+        # then lingering (LINGER) until a tick (TICK 0.5 s, later on a loaded machine) lets them
+        # go; a few closed unread in flight. All below what select() can wait on (1024).
+        bound = baseline + 800 + 4 * REFUSALS_EXPLAINED + 16
+        assert peak <= bound < 1024, (peak, baseline)
         for sock, _ in flood:
             closed_by_peer(sock, 10)  # every one closed: refused, or past the open timeout
             sock.close()
