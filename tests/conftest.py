@@ -42,7 +42,6 @@ def private_server(tmp_path: Path) -> Iterator[EmbeddedRedis]:
         server.stop()
 
 
-
 _FIRST_GROUPS = ("spark", "tests/test_cli.py")
 """The longest groups, started first so that none of them starts last (Spark's tests and the
 end-to-end demo take minutes each on a shared 2-core machine)."""
