@@ -62,12 +62,14 @@ class FakeControl(FakeLink):
         return out
 
 
-def _requests() -> tuple[Requests, FakeControl]:
+def _requests(**bounds: int) -> tuple[Requests, FakeControl]:
+    """A gateway's requests (``bounds``: ``max_awaited``, ``max_awaited_per_principal``) with
+    a control link that takes what is sent; its stats are the gateway's."""
     gateway = SimpleNamespace(
         stats={"dropped_requests": 0, "rewritten": 0, "annotated": 0},
         relays=SimpleNamespace(upstream_ready=True, get=lambda name: None),
         hops=Hops("edge"), name="edge", log=get_logger("test"))
-    requests = Requests(gateway, capacity=64, annotations=False)
+    requests = Requests(gateway, capacity=64, annotations=False, **bounds)
     control = FakeControl()
     requests.control = control
     return requests, control
@@ -210,14 +212,7 @@ def test_one_principal_with_many_connections_cannot_fill_the_bound_for_every_oth
     is refused naming it, counted, and bob's requests are forwarded; what she claims in a
     message (``seqrepair-on-behalf-of``) names nobody. Fails on the code before (no
     ``max_awaited_per_principal``; with the global bound alone bob's request raised)."""
-    gateway = SimpleNamespace(
-        stats={"dropped_requests": 0, "rewritten": 0, "annotated": 0},
-        relays=SimpleNamespace(upstream_ready=True, get=lambda name: None),
-        hops=Hops("edge"), name="edge", log=get_logger("test"))
-    requests = Requests(gateway, capacity=64, annotations=False, max_awaited=8,
-                        max_awaited_per_principal=4)
-    control = FakeControl()
-    requests.control = control
+    requests, control = _requests(max_awaited=8, max_awaited_per_principal=4)
     alice = [FakeConnection("alice@example.com") for _ in range(3)]
     claimed = _request()
     claimed.properties["seqrepair-on-behalf-of"] = "bob@example.com"
@@ -230,7 +225,7 @@ def test_one_principal_with_many_connections_cannot_fill_the_bound_for_every_oth
                            ) as refused:
             requests.forward(_request(), client=_on(conn))
         assert refused.value.condition == "amqp:resource-limit-exceeded"
-    assert gateway.stats["requests_refused_per_principal"] == 3
+    assert requests.stats["requests_refused_per_principal"] == 3
     bob = FakeConnection("bob@example.com")
     for _ in range(4):
         assert requests.forward(_request(), client=_on(bob)) is True
@@ -238,12 +233,12 @@ def test_one_principal_with_many_connections_cannot_fill_the_bound_for_every_oth
     # the gateway's bound is the last guard: full, it refuses whoever asks
     with pytest.raises(RequestFloodError, match="--max-waiting-requests\\)"):
         requests.forward(_request(), client=_on(FakeConnection("carol@example.com")))
-    assert gateway.stats["requests_refused_in_all"] == 1
+    assert requests.stats["requests_refused_in_all"] == 1
     # an outcome of hers frees a place of hers, on another of her connections too
     control.sent[0].remote_state = Delivery.ACCEPTED
     requests.outcome(control.sent[0])
     assert requests.forward(_request(), client=_on(alice[2])) is True
-    assert gateway.stats["requests_refused_per_principal"] == 3
+    assert requests.stats["requests_refused_per_principal"] == 3
     requests.upstream_lost()  # all rejected: every principal's count empty again
     requests.control = FakeControl()
     for _ in range(4):
@@ -253,12 +248,7 @@ def test_one_principal_with_many_connections_cannot_fill_the_bound_for_every_oth
 def test_anonymous_connections_share_one_principal_bound() -> None:
     """Anonymous clients (``--allow-anonymous``) are one principal, ``anonymous``: opening
     one more connection gives none of them a fresh allowance."""
-    gateway = SimpleNamespace(
-        stats={"dropped_requests": 0, "rewritten": 0, "annotated": 0},
-        relays=SimpleNamespace(upstream_ready=True, get=lambda name: None),
-        hops=Hops("edge"), name="edge", log=get_logger("test"))
-    requests = Requests(gateway, capacity=64, annotations=False, max_awaited_per_principal=2)
-    requests.control = FakeControl()
+    requests, _ = _requests(max_awaited_per_principal=2)
     for _ in range(2):
         requests.forward(_request(), client=_on(FakeConnection(None)))
     with pytest.raises(RequestFloodError, match="principal 'anonymous'"):
@@ -281,13 +271,7 @@ def test_an_outcome_after_the_clients_transport_went_frees_the_place_of_its_prin
     (``principal_of`` would say ``anonymous``), and the outcome that comes later must free
     alice's place, not anonymous's, or alice is locked out for good. Guards the stored
     principal (passes on be5ca4d; fails if the outcome reads ``principal_of`` again)."""
-    gateway = SimpleNamespace(
-        stats={"dropped_requests": 0, "rewritten": 0, "annotated": 0},
-        relays=SimpleNamespace(upstream_ready=True, get=lambda name: None),
-        hops=Hops("edge"), name="edge", log=get_logger("test"))
-    requests = Requests(gateway, capacity=64, annotations=False, max_awaited_per_principal=1)
-    control = FakeControl()
-    requests.control = control
+    requests, control = _requests(max_awaited_per_principal=1)
     gone = FakeConnection("alice@example.com")
     assert requests.forward(_request(), client=_on(gone)) is True
     with pytest.raises(RequestFloodError, match=r"'alice@example\.com'"):
