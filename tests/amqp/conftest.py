@@ -89,6 +89,11 @@ def start_binding(start_once: Callable[[], bool], log_text: Callable[[], str],
 AUTH_OPTIONS = frozenset({"--credentials", "--client-cert", "--tls-cert", "--allow-anonymous"})
 
 
+def counters_of(stopped: str) -> dict[str, int]:
+    """The counters of a process's ``... stopped`` log line (``name=N`` each)."""
+    return {key: int(value) for key, value in re.findall(r"(\w+)=(\d+)", stopped)}
+
+
 class ComponentProcess:
     """``seqrepair serve`` in a child process; :meth:`kill` is SIGKILL, :meth:`start` again
     restarts it on the same port. Anonymous (``--allow-anonymous``) unless ``args`` name an
@@ -199,7 +204,7 @@ class ComponentProcess:
         stopped``) log line."""
         stopped = self.stopped_lines()
         assert stopped, self.log_text()[-2000:]
-        return {key: int(value) for key, value in re.findall(r"(\w+)=(\d+)", stopped[0])}
+        return counters_of(stopped[0])
 
     def hang_up(self, event: str, times: int) -> None:
         """Send it SIGHUP (it reads its policy and tokens again) and wait until its log has

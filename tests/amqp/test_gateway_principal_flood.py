@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
-import re
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -31,7 +30,7 @@ from seqrepair.amqp.wire.codec import encode
 from seqrepair.amqp.wire.technical import CapabilitiesRequest
 from seqrepair.amqp.wire.vocabulary import CONTROL_ADDRESS, LINK_PREFIX
 
-from .conftest import ComponentProcess
+from .conftest import ComponentProcess, counters_of
 from .limits import LIMIT, gateway
 from .principals import MISSING, amqp_identity, client_security, serve_args
 
@@ -178,4 +177,4 @@ def gateway_stop_counters(log: Path) -> dict[str, int]:
     """The counters of the ``gateway stopped`` line of a gateway's log (there must be one)."""
     stopped = [line for line in log.read_text().splitlines() if "gateway stopped" in line]
     assert len(stopped) == 1, log.read_text()[-3000:]
-    return {key: int(value) for key, value in re.findall(r"(\w+)=(\d+)", stopped[0])}
+    return counters_of(stopped[0])
