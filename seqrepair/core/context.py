@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator
+from itertools import accumulate, islice
 from typing import cast
 
 import attrs
@@ -155,27 +156,30 @@ class LinkContext:
                                      got=len(sizes))
         if not publications:
             return
-        held = self._frames
-        through = self._through
-        total = through[-1] if through else self._evicted
-        for i, pub in enumerate(publications):
+        for pub in publications:  # all checked before any is held
             if pub.link_seq is not None or type(pub) is not Publication:
-                for _ in range(i):  # nothing of the run stays held
-                    held.pop()
-                    through.pop()
                 raise InvalidConfigError("a numbered run holds publications without a number",
                                          expected=None, got=getattr(pub, "link_seq", pub))
-            total += frame_size(pub) if sizes is None else sizes[i]
-            held.append(pub)
-            through.append(total)
+        through = self._through
+        total = through[-1] if through else self._evicted
+        self._frames.extend(publications)
+        # the running totals at C speed: a Python loop over the run was ~0.1 us a publication
+        through.extend(islice(accumulate(
+            map(frame_size, publications) if sizes is None else sizes, initial=total), 1, None))
         self._head += len(publications)
         self.recorded += len(publications)
         self._settle(keep)
 
     def _settle(self, keep: int = 0) -> None:
         """Evict past the capacity, then past the byte bound (keeping the newest ``keep``)."""
-        while len(self._frames) > self.capacity:
-            self._evict()
+        over = len(self._frames) - self.capacity
+        if over > 0:  # the oldest ``over`` (a run's worth, a frame each at steady state)
+            drop, taken = self._frames.popleft, self._through.popleft
+            for _ in range(over - 1):
+                drop()
+                taken()
+            drop()
+            self._evicted = taken()
         if self.max_bytes is not None:
             self.trim(keep)
 
@@ -194,10 +198,25 @@ class LinkContext:
 
     def trim(self, keep: int = 0) -> None:
         """Evict the oldest frames while over ``max_bytes``, keeping the newest ``keep``."""
-        if self.max_bytes is None:
+        max_bytes = self.max_bytes
+        if max_bytes is None:
             return
-        while len(self._frames) > keep and self.bytes > self.max_bytes:
-            self._evict()
+        through = self._through
+        evicted = self._evicted
+        newest = through[-1] if through else evicted  # newest - evicted: :attr:`bytes`
+        if newest - evicted <= max_bytes:
+            return
+        # :meth:`_evict` in line: at steady state a frame or more per frame recorded
+        frames = self._frames
+        left = len(frames) - keep
+        drop, taken = frames.popleft, through.popleft
+        try:
+            while left > 0 and newest - evicted > max_bytes:
+                drop()
+                evicted = taken()
+                left -= 1
+        finally:
+            self._evicted = evicted
 
     def _evict(self) -> None:
         self._frames.popleft()
