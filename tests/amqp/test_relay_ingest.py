@@ -105,3 +105,28 @@ def test_the_fast_answer_is_fresh_s_answer() -> None:
             slow._publish(fresh, entries)
         assert made.ingested == slow.ingested
         assert made.stats == slow.stats
+
+
+def test_a_batch_rising_when_submitted_is_compared_again_when_journaled() -> None:
+    """``rising`` (checked when the relay submitted the batch) spares the pass over it, not
+    the comparison with what went out since: a batch overtaken meanwhile (an earlier one
+    carried its first numbers) is sorted as without the flag."""
+    made, out = ingest()
+    batch = [pub("s", n) for n in (3, 4, 5)]
+    assert made.relayed_rising(batch)
+    assert not made.relayed_rising([pub("s", 3), pub("t", 4)])
+    assert not made.relayed_rising([pub("s", 3, link=7)])
+    assert not made.relayed_rising([pub("s", 4), pub("s", 3)])
+    earlier = [pub("s", n) for n in (1, 2, 3)]
+    made.relayed_journaled(earlier, [encode_entry(p, lambda _s: 64) for p in earlier], True)
+    made.journal.held.update(((p.source, p.source_seq), p) for p in earlier)
+    assert not made.relayed_rising(batch)  # 3 went out meanwhile
+    items = [encode_entry(p, lambda _s: 64) for p in batch]
+    assert made.relayed_journaled(batch, items, True) == 2
+    assert out[-1][0] == batch[1:]
+    assert made.stats["duplicates"] == 1
+    assert made.ingested == {"s": 5}
+    later = [pub("s", n) for n in (7, 9)]
+    assert made.relayed_journaled(later, [encode_entry(p, lambda _s: 64) for p in later],
+                                  True) == 2
+    assert out[-1] == (later, [encode_entry(p, lambda _s: 64) for p in later])

@@ -309,6 +309,12 @@ class Ingest:
             principal, sources = counting
             self.limits.took(principal, [s for s in sources if s in self.ingested])
 
+    def relayed_rising(self, pubs: list[Publication]) -> bool:
+        """Whether ``pubs`` (as received by a relay) are one source's, bare, in increasing
+        order past what went out of it: a relay's usual batch, which neither
+        :func:`~seqrepair.amqp.relay.journaler.bare` nor :meth:`relayed_unsent` changes."""
+        return bool(pubs) and _rising(pubs, self.ingested.get(pubs[0].source, 0))
+
     def relayed_unsent(self, pubs: list[Publication]) -> list[int] | None:
         """Before a relay journals ``pubs`` (bare): the indexes of those that did not go
         out yet (None: all of them); those that did are checked against the journal first
@@ -324,12 +330,17 @@ class Ingest:
         self.stats["duplicates"] += len(copies)
         return unsent
 
-    def relayed_journaled(self, pubs: list[Publication], items: list[bytes]) -> int:
+    def relayed_journaled(self, pubs: list[Publication], items: list[bytes],
+                          rising: bool = False) -> int:
         """Fan out publications a relay's journal already holds (its appends run off the
         event loop: :mod:`seqrepair.amqp.relay.journaler`), as :meth:`relayed` would once it
         journaled them: those that went out already are skipped (checked against the journal
-        as copies). ``items``: by index, the entry bytes they came in. The number fanned out."""
-        if pubs and _rising(pubs, self.ingested.get(pubs[0].source, 0)):
+        as copies). ``items``: by index, the entry bytes they came in; ``rising``: ``pubs``
+        are one source's, bare, in increasing order (:meth:`relayed_rising` said so when
+        they were submitted), so only the first is compared with what went out since. The
+        number fanned out."""
+        after = self.ingested.get(pubs[0].source, 0) if pubs else 0
+        if pubs and (pubs[0].source_seq > after if rising else _rising(pubs, after)):
             # the relay's usual batch: _fresh's answer (all fresh, bare already) without its
             # per-publication work
             regular = len(items) == len(pubs) and all(map(_regular_entry, items))

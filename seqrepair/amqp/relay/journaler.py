@@ -57,17 +57,19 @@ _STOPPED = NotJournaledError("the relay stopped", untouched=True)
 class Job:
     """Publications to journal (``pubs``, without link numbers; ``entries`` by index, the
     bytes they came in), the selection their skipped numbers are journaled under
-    (``marker``) and where the upstream subscription started (``after``). Once done:
-    :attr:`error` (None: the journal holds them all)."""
+    (``marker``) and where the upstream subscription started (``after``); ``rising``: they
+    are one source's, in increasing order, bare (the event loop checked it when it submitted
+    them). Once done: :attr:`error` (None: the journal holds them all)."""
 
-    __slots__ = ("after", "entries", "error", "marker", "pubs")
+    __slots__ = ("after", "entries", "error", "marker", "pubs", "rising")
 
     def __init__(self, pubs: list[Publication], entries: list[bytes], marker: str | None,
-                 after: Mapping[str, int]) -> None:
+                 after: Mapping[str, int], rising: bool = False) -> None:
         self.pubs = pubs
         self.entries = entries
         self.marker = marker
         self.after = after
+        self.rising = rising
         self.error: SeqRepairError | None = None
 
 
@@ -96,10 +98,10 @@ class Journaler:
         self.retries = 0
 
     def submit(self, pubs: list[Publication], entries: list[bytes], marker: str | None,
-               after: Mapping[str, int]) -> None:
+               after: Mapping[str, int], rising: bool = False) -> None:
         """Queue ``pubs`` (``entries`` by index) to be journaled under ``marker``, after
-        everything submitted before (the event loop)."""
-        job = Job(pubs, entries, marker, dict(after))
+        everything submitted before (the event loop); ``rising``: see :class:`Job`."""
+        job = Job(pubs, entries, marker, dict(after), rising)
         with self._cond:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="relay-journal",

@@ -346,21 +346,25 @@ class RelayComponent(Component):
         pubs, entries = self.handover.take()
         if not pubs:
             return
-        pubs = bare(pubs)
-        try:  # what went out already is checked against the journal before anything after
-            unsent = self.ingest.relayed_unsent(pubs)
-        except SeqRepairError as exc:
-            self._refused_by_journal(pubs, exc)
-            return
-        if unsent is not None:  # those that went out are journaled: acknowledged again
-            fresh = set(unsent)
-            self._acknowledge([p for i, p in enumerate(pubs) if i not in fresh])
-            pubs, entries = [pubs[i] for i in unsent], [entries[i] for i in unsent]
-            if not pubs:
+        rising = self.ingest.relayed_rising(pubs)
+        if rising:  # the usual batch: bare, nothing of it went out (no pass for either)
+            pubs = list(pubs)
+        else:
+            pubs = bare(pubs)
+            try:  # what went out already is checked against the journal before anything after
+                unsent = self.ingest.relayed_unsent(pubs)
+            except SeqRepairError as exc:
+                self._refused_by_journal(pubs, exc)
                 return
+            if unsent is not None:  # those that went out are journaled: acknowledged again
+                fresh = set(unsent)
+                self._acknowledge([p for i, p in enumerate(pubs) if i not in fresh])
+                pubs, entries = [pubs[i] for i in unsent], [entries[i] for i in unsent]
+                if not pubs:
+                    return
         if self.upstream is not None:  # what it journals first of a source follows this
             self._after = self.upstream.started_after()
-        self.journaler.submit(pubs, entries, self._marker, self._after)
+        self.journaler.submit(pubs, entries, self._marker, self._after, rising)
 
     def on_seqrepair_journaled(self, event: Any) -> None:
         """Fan out what the journal now holds, in order, and acknowledge it upstream."""
@@ -371,20 +375,24 @@ class RelayComponent(Component):
             if self.error is not None:
                 return
             try:
-                self.ingest.relayed_journaled(job.pubs, job.entries)
+                self.ingest.relayed_journaled(job.pubs, job.entries, job.rising)
             except SeqRepairError as exc:  # a copy the journal holds differently
                 self._refused_by_journal(job.pubs, exc)
                 return
             self.stats["relayed"] += len(job.pubs)
-            self._acknowledge(job.pubs)
+            self._acknowledge(job.pubs, job.rising)
         if self.handover:
             self.on_seqrepair_relayed(event)  # what waited for room
 
-    def _acknowledge(self, pubs: list[Publication]) -> None:
-        """Tell upstream the journal holds ``pubs`` (their durable position moves)."""
+    def _acknowledge(self, pubs: list[Publication], rising: bool = False) -> None:
+        """Tell upstream the journal holds ``pubs`` (their durable position moves);
+        ``rising``: they are one source's, in increasing order."""
         # each source's numbers come in order: its last one is its highest (were one lower,
         # less would be acknowledged, never more than the journal holds)
-        held = {pub.source: pub.source_seq for pub in pubs}
+        if rising and pubs:
+            held = {pubs[-1].source: pubs[-1].source_seq}
+        else:
+            held = {pub.source: pub.source_seq for pub in pubs}
         if held and self.upstream is not None:
             self.upstream.acknowledge(held)
 
