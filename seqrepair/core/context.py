@@ -162,10 +162,12 @@ class LinkContext:
                                          expected=None, got=getattr(pub, "link_seq", pub))
         through = self._through
         total = through[-1] if through else self._evicted
-        self._frames.extend(publications)
-        # the running totals at C speed: a Python loop over the run was ~0.1 us a publication
-        through.extend(islice(accumulate(
+        # the running totals at C speed (a Python loop over the run was ~0.1 us a
+        # publication), made before anything is held: a size that raises holds nothing
+        totals = list(islice(accumulate(
             map(frame_size, publications) if sizes is None else sizes, initial=total), 1, None))
+        self._frames.extend(publications)
+        through.extend(totals)
         self._head += len(publications)
         self.recorded += len(publications)
         self._settle(keep)

@@ -243,8 +243,9 @@ def _together(copies: list[dict[str, Any]]) -> list[str] | None:
 
 def _fast_text(copies: list[dict[str, Any]]) -> str | None:
     """orjson's text of ``copies`` when it is surely ``json``'s (see the module), else None."""
-    if not set(map(type, chain.from_iterable(map(dict.values, copies)))) <= _PLAIN:
-        return None
+    if set(map(type, copies)) != {dict} or not set(
+            map(type, chain.from_iterable(map(dict.values, copies)))) <= _PLAIN:
+        return None  # a view of another mapping: the json way, which decides
     try:
         out = _dumps(copies)  # type: ignore[misc]  # only called where it is set
     except TypeError:  # orjson.JSONEncodeError: a name not a str, an int past 64 bits, ...

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from seqrepair import GapError, GapRequest, LinkContext, LinkSequencer, SourceSequencer
 from seqrepair.core.context import FRAME_OVERHEAD, frame_size
 from seqrepair.core.messages import Heartbeat, Publication
@@ -78,3 +80,25 @@ def test_the_frame_capacity_still_bounds_a_context_of_small_frames() -> None:
     assert context.bytes == 8 * frame_size(_next(*_stamper(), pad=0))
     assert isinstance(context.answer(GapRequest(12, 12)), GapError)
     assert len(context.answer(GapRequest(13, 20))) == 8  # type: ignore[arg-type]
+
+
+def test_a_numbered_run_whose_size_raises_holds_nothing_of_it() -> None:
+    """``record_numbered`` without sizes measures every publication before it holds any: a
+    size that raises (a field value whose length fails) leaves the context as it was, its
+    frames and their running byte totals still side by side."""
+
+    class Odd(str):
+        def __len__(self) -> int:
+            raise ValueError("no length")
+
+    context = LinkContext(bits=16, capacity=100, max_bytes=10_000)
+    context.record(Publication("/a", "s", 1, link_seq=0))
+    before = (context.recorded, context.bytes, context.next_number())
+    run = [Publication("/a", "s", 2), Publication("/a", "s", 3, fields={"k": Odd("x")}),
+           Publication("/a", "s", 4)]
+    with pytest.raises(ValueError, match="no length"):
+        context.record_numbered(run, context.next_number())
+    assert (context.recorded, context.bytes, context.next_number()) == before
+    context.record_numbered([Publication("/a", "s", 2)], context.next_number())
+    assert context.recorded == 2
+    assert context.bytes > before[1]

@@ -12,6 +12,7 @@ import enum
 import random
 import struct
 import uuid
+from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -138,3 +139,33 @@ def test_every_time_a_float_is_written_as_repr_writes_it(increasing: bool) -> No
             expected), round_
         fast += not envelope._unlike_json(orjson.dumps(stamps))
     assert 10 < fast < 400  # both ways taken: orjson's and repr's
+
+
+def test_fields_viewing_another_mapping_are_refused_as_json_refuses_them() -> None:
+    """A publication made by a direct caller with fields viewing a mapping that is not a
+    dict: the orjson way steps aside and the json way refuses it, as a call each does."""
+
+    class Fields(Mapping[str, Any]):
+        def __init__(self, values: dict[str, Any]) -> None:
+            self.values_ = values
+
+        def __getitem__(self, name: str) -> Any:
+            return self.values_[name]
+
+        def __iter__(self) -> Iterator[str]:
+            return iter(self.values_)
+
+        def __len__(self) -> int:
+            return len(self.values_)
+
+        def copy(self) -> Fields:
+            return Fields(dict(self.values_))
+
+    pubs = [Publication("/a", "s", seq, fields={"n": seq}, timestamp=1.5) for seq in (1, 2)]
+    for pub in pubs:
+        object.__setattr__(pub, "fields", MappingProxyType(Fields({"n": pub.source_seq})))
+    expected = _outcome(_reference, pubs, 16, "s")
+    assert not isinstance(expected, bytes)  # refused: not JSON-encodable
+    assert _outcome(encode_envelope, pubs, 16, "s") == expected
+    assert _outcome(encode_envelope, pubs, 16, "s", increasing=True) == _outcome(
+        _reference, pubs, 16, "s", increasing=True)
