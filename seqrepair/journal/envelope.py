@@ -113,7 +113,10 @@ def encode_envelope(
     check_seq(first, "source_seq", low=1)
     check_seq(publications[-1].source_seq if increasing else first + len(publications) - 1,
               "source_seq", low=1)
-    if _dumps is not None:  # consecutive numbers are also increasing ones: the same text
+    # consecutive numbers are also increasing ones (the same text); a relay's batch that
+    # skips numbers (a filtered feed) cannot be the column way's: not read for it
+    if _dumps is not None and (
+            not increasing or publications[-1].source_seq - first == len(publications) - 1):
         usual = _by_columns(publications, source, first, modulus)
         if usual is not None:
             return usual
