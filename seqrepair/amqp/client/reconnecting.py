@@ -19,13 +19,14 @@ import threading
 from collections.abc import Callable
 from typing import Any, Self
 
-from proton import Endpoint, Url
+from proton import Url
 from proton.handlers import MessagingHandler
 
 from seqrepair.amqp.wire.backoff import Backoff
 from seqrepair.amqp.wire.errors import AmqpAdapterError
 from seqrepair.amqp.wire.hops import HOP_CONDITIONS, hop_refusal
 from seqrepair.amqp.wire.reactor import Call
+from seqrepair.amqp.wire.refusal import attach_refused
 from seqrepair.amqp.wire.security import NO_CLIENT_SECURITY, ClientSecurity
 
 FATAL_CONDITIONS = frozenset(
@@ -158,7 +159,7 @@ class _Reconnecting(MessagingHandler, abc.ABC):
         """The peer answered the attach of ``link``, the client's main link: unless it detached
         it at once too (a refusal, whose detach proton reports next), the client is back and
         the next failure starts the backoff again from ``reconnect_delay``. True when back."""
-        if link.state & Endpoint.REMOTE_CLOSED:
+        if attach_refused(link):
             return False
         backoff = self._reconnect_backoff
         if backoff.attempts:

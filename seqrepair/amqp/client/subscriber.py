@@ -27,7 +27,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from proton import Endpoint, symbol, ulong
+from proton import symbol, ulong
 from proton.reactor import ApplicationEvent
 
 from seqrepair.amqp.client.acks import FollowedNumbering, consumed_through
@@ -46,6 +46,7 @@ from seqrepair.amqp.wire.errors import (
 )
 from seqrepair.amqp.wire.framing import TAIL_PROBE, Outgoing
 from seqrepair.amqp.wire.rawamqp import RawIncomingHandler, decode_message, read_raw
+from seqrepair.amqp.wire.refusal import attach_refused
 from seqrepair.amqp.wire.security import NO_CLIENT_SECURITY, ClientSecurity
 from seqrepair.amqp.wire.sizelimit import DEFAULT_MAX_RECEIVED as DEFAULT_MAX_RECEIVED
 from seqrepair.amqp.wire.sizelimit import LinkProperties, limit_size
@@ -365,7 +366,7 @@ class Subscriber(SubscriberRunner):
     def on_link_opened(self, event: Any) -> None:
         if event.link == self._receiver:
             event.connection.seqrepair_attached = True
-            if _refused(event.link):  # its empty reply says nothing of the numbering
+            if attach_refused(event.link):  # its empty reply says nothing of the numbering
                 self._flush()
                 return
             props = plain_properties(event.link.remote_properties)
@@ -720,8 +721,3 @@ class Subscriber(SubscriberRunner):
     def query_capabilities(self) -> None:
         """Ask the component for its capabilities; the answer lands in :attr:`capabilities`."""
         self._request(encode(CapabilitiesRequest()))
-
-
-def _refused(link: Any) -> bool:
-    """An attach answered by a refusal (AMQP 1.0 §2.6.3: a null source, then a detach)."""
-    return bool(link.state & Endpoint.REMOTE_CLOSED) or link.remote_source.address is None

@@ -92,6 +92,7 @@ from seqrepair.amqp.wire.reactor import (
     make_container,
     write_now,
 )
+from seqrepair.amqp.wire.refusal import null_terminus
 from seqrepair.amqp.wire.respann import RESPONSE_ANNOTATIONS, RESPONSE_COOKIE
 from seqrepair.amqp.wire.security import principal_of
 from seqrepair.amqp.wire.sizelimit import limit_size
@@ -287,6 +288,9 @@ class Component(MessagingHandler):
 
     @staticmethod
     def _refuse_link(link: Any, error: AmqpAdapterError) -> None:
+        # the attach says "refused" itself (its detach follows in on_link_opened, and another
+        # link's write_now may send the attach alone)
+        null_terminus(link)
         link.refusal = error
         log.warning("link refused", link=link.name, condition=error.condition, error=error.message)
 

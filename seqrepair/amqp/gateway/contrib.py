@@ -40,6 +40,7 @@ from seqrepair.amqp.gateway.relaylinks import LinkProperties
 from seqrepair.amqp.gateway.relays import upstream_name, upstream_properties
 from seqrepair.amqp.wire.errors import AmqpAdapterError
 from seqrepair.amqp.wire.hops import count_hop, read_path
+from seqrepair.amqp.wire.refusal import attach_refused, refuse_link
 from seqrepair.amqp.wire.security import principal_of
 from seqrepair.amqp.wire.vocabulary import (
     CONTRIBUTE_PREFIX,
@@ -119,6 +120,8 @@ class Contributions:
         if link.state & Endpoint.REMOTE_CLOSED:  # refused: the owner is told why
             self._learn(link)
             _refuse(down, link.remote_condition)
+            return True
+        if attach_refused(link):  # a null source: its detach (link_closed) says why
             return True
         if down.state & Endpoint.LOCAL_UNINIT:
             down.snd_settle_mode = Link.SND_UNSETTLED
@@ -242,14 +245,9 @@ class Contributions:
 
 
 def _refuse(link: Any, condition: Any) -> None:
-    """End ``link`` (attached first when it is not yet: a refusal) with ``condition``."""
-    if link.state & Endpoint.LOCAL_CLOSED:
-        return
-    if link.state & Endpoint.LOCAL_UNINIT:
-        link.open()
-    if condition is not None:
-        link.condition = Condition(condition.name, condition.description, condition.info)
-    link.close()
+    """End ``link`` (refused when it is not attached yet) with a copy of ``condition``."""
+    refuse_link(link, None if condition is None else Condition(
+        condition.name, condition.description, condition.info))
 
 
 __all__ = ["Contributions", "is_owner_address"]

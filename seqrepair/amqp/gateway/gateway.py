@@ -107,6 +107,7 @@ from seqrepair.amqp.wire.reactor import (
     listening_address,
     make_container,
 )
+from seqrepair.amqp.wire.refusal import attach_refused
 from seqrepair.amqp.wire.respann import RESPONSE_ANNOTATIONS
 from seqrepair.amqp.wire.security import (
     NO_CLIENT_SECURITY,
@@ -598,13 +599,20 @@ class Gateway(MessagingHandler):
         relay: Relay | None = getattr(link, "seqrepair_relay", None)
         if relay is None or not _upstream(link):
             return
-        refused = None
         if link.state & Endpoint.REMOTE_CLOSED:  # attached and detached at once: refused
-            refused = _condition(link) or ("amqp:link:detach-forced", "refused upstream")
-            self.stats["refused"] += 1
-            self.log.info("attach refused upstream", link=relay.name, condition=refused[0],
-                          description=refused[1])
-            self._learn(relay, refused)
+            self._refused_upstream(relay, link)
+        elif not attach_refused(link):
+            perform(self, self.relays.upstream_attached(relay, link.remote_properties))
+        # else a null source: the detach that follows says why (on_link_closed)
+
+    def _refused_upstream(self, relay: Relay, link: Any) -> None:
+        """The component refused ``relay``'s upstream attach (``link``): its subscriber's
+        attach is refused with the component's condition, and what it says of a path learnt."""
+        refused = _condition(link) or ("amqp:link:detach-forced", "refused upstream")
+        self.stats["refused"] += 1
+        self.log.info("attach refused upstream", link=relay.name, condition=refused[0],
+                      description=refused[1])
+        self._learn(relay, refused)
         perform(self, self.relays.upstream_attached(relay, link.remote_properties, refused))
 
     def on_link_error(self, event: Any) -> None:
@@ -626,6 +634,8 @@ class Gateway(MessagingHandler):
         if relay is None:
             return
         if _upstream(link):
+            if relay.state is RelayState.ATTACHING and self.relays.is_current(relay):
+                self._refused_upstream(relay, link)  # attached with a null source, then this
             condition = _condition(link)
             if condition is not None and relay.state is RelayState.OPEN:  # ended for its path?
                 self._learn(relay, condition)

@@ -46,6 +46,7 @@ from seqrepair.amqp.wire.errors import (
 )
 from seqrepair.amqp.wire.hops import read_path
 from seqrepair.amqp.wire.rawamqp import proton_message
+from seqrepair.amqp.wire.refusal import attach_refused, refuse_link
 from seqrepair.amqp.wire.security import principal_of
 from seqrepair.amqp.wire.sizelimit import refuse
 from seqrepair.amqp.wire.technical import MESSAGE_TYPE
@@ -173,9 +174,7 @@ class PublishRelays:
                                    expected=barred.expected, got=barred.got)
         except AmqpAdapterError as exc:
             self.gateway.hop_refused(link, exc)
-            link.open()  # a refusal: attach, then detach with the condition
-            link.condition = Condition(exc.condition, exc.message[:500])
-            link.close()
+            refuse_link(link, Condition(exc.condition, exc.message[:500]))
             return
         properties = {**upstream_properties(None, on_behalf_of), PROP_PATH: list(path),
                       PROP_PATH_HOPS: ulong(hops)}
@@ -200,6 +199,8 @@ class PublishRelays:
         if sender.state & Endpoint.REMOTE_CLOSED:  # attached and detached at once: refused
             self._learn(sender)
             self._detach(down, sender.remote_condition)
+            return True
+        if attach_refused(sender):  # a null target: its detach (link_closed) says why
             return True
         if down.state & Endpoint.LOCAL_UNINIT:
             down.max_message_size = sender.remote_max_message_size
@@ -235,13 +236,8 @@ class PublishRelays:
 
     @staticmethod
     def _detach(down: Any, condition: Any) -> None:
-        if down.state & Endpoint.LOCAL_CLOSED:
-            return
-        if down.state & Endpoint.LOCAL_UNINIT:
-            down.open()  # a refusal: attach, then detach with the condition
-        if condition is not None:
-            down.condition = Condition(condition.name, condition.description, condition.info)
-        down.close()
+        refuse_link(down, None if condition is None else Condition(
+            condition.name, condition.description, condition.info))
 
     def sendable(self, sender: Any) -> bool:
         """Give the publisher the credit the component gives the gateway, less what it has."""

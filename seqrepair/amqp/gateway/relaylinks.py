@@ -24,6 +24,7 @@ from seqrepair.amqp.gateway.relays import (
     DetachUpstream,
     Relay,
 )
+from seqrepair.amqp.wire.refusal import refuse_link
 from seqrepair.amqp.wire.vocabulary import PROP_EPOCH, PROP_PATH
 
 
@@ -89,14 +90,8 @@ def perform(gateway: Any, actions: list[Action]) -> None:
             if relay.upstream is not None and not relay.upstream.state & Endpoint.LOCAL_CLOSED:
                 relay.upstream.close()
         elif isinstance(action, DetachDownstream):
-            link = relay.downstream
-            if link.state & Endpoint.LOCAL_CLOSED:
-                continue
-            if link.state & Endpoint.LOCAL_UNINIT:
-                link.open()  # a refusal: attach, then detach with the condition
-            if action.condition is not None:
-                link.condition = Condition(action.condition, action.description[:500])
-            link.close()
+            refuse_link(relay.downstream, None if action.condition is None
+                   else Condition(action.condition, action.description[:500]))
         else:
             conn = relay.downstream.connection
             if not conn.state & Endpoint.LOCAL_CLOSED:

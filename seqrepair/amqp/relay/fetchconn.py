@@ -51,6 +51,7 @@ from seqrepair.amqp.wire.errors import AmqpAdapterError, OversizedMessageError
 from seqrepair.amqp.wire.framing import Outgoing
 from seqrepair.amqp.wire.hops import hop_refusal
 from seqrepair.amqp.wire.rawamqp import read_raw
+from seqrepair.amqp.wire.refusal import attach_refused
 from seqrepair.amqp.wire.security import NO_CLIENT_SECURITY, ClientSecurity
 from seqrepair.amqp.wire.sizelimit import DEFAULT_MAX_RECEIVED, LinkProperties, limit_size
 from seqrepair.amqp.wire.vocabulary import (
@@ -232,7 +233,7 @@ class FetchConnection(SubscriberRunner):
 
     def on_link_opened(self, event: Any) -> None:
         link = self._by_receiver(event.link)
-        if link is None or event.link.remote_source.address is None:
+        if link is None or attach_refused(event.link):
             self._flush()  # a refusal: its detach (on_link_error) says why
             return
         if self._accepted(event.link):

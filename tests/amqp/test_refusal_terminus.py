@@ -1,0 +1,161 @@
+"""A refused attach says so in the attach itself (AMQP 1.0 §2.6.3: a null source from a
+sender, a null target from a receiver, then the detach), over real processes.
+
+Seen (CI, once in thousands of runs): behind a forwarding gateway, a client whose attach the
+component refused was answered with an *open* link. The component's attach and detach had
+left in two writes (another link's transfers on the gateway's connection were written at once
+between them), and the gateway took the attach, which carried a source, for an acceptance.
+Now the component nulls its terminus on every refusal, and a gateway that meets a null one
+waits for the detach before it answers its client.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from proton import Condition, Terminus
+from proton.handlers import MessagingHandler
+from proton.utils import BlockingConnection, LinkDetached
+
+from seqrepair.amqp.wire.reactor import listening_address, make_container
+
+from .conftest import ComponentProcess
+from .principals import MISSING, amqp_identity, policy_args, serve_args
+from .test_gateway_publish import gateway_process
+
+pytestmark = [pytest.mark.amqp, pytest.mark.redis]
+needs_scram = pytest.mark.skipif(MISSING is not None, reason=f"AMQP principals: {MISSING}")
+
+ALICE, BOB = "alice@example.com", "bob@example.com"
+POLICY = """
+[[allow]]
+actors = ["alice@example.com", "bob@example.com"]
+operations = ["subscribe"]
+topics = ["/weather/#"]
+
+[[allow]]
+actors = ["alice@example.com"]
+operations = ["publish"]
+topics = ["/weather/#"]
+
+[[deny]]
+actors = ["bob@example.com"]
+operations = ["subscribe"]
+topics = ["/weather/secret/#"]
+"""
+DELAY = 0.5
+"""How long the stalling upstream waits between its attach and its detach."""
+
+
+def _refusal(attach: Callable[[BlockingConnection], Any], url: str,
+             principal: str | None = None) -> LinkDetached:
+    conn = BlockingConnection(url, timeout=10,
+                              **(amqp_identity(principal) if principal else {}))
+    try:
+        with pytest.raises(LinkDetached) as caught:
+            attach(conn)
+        return caught.value
+    finally:
+        conn.close()
+
+
+@needs_scram
+def test_the_components_refusals_carry_a_null_terminus(
+    component: Callable[..., ComponentProcess], tmp_path: Path,
+) -> None:
+    comp = component(*serve_args(tmp_path, ALICE, BOB), *policy_args(tmp_path, POLICY))
+    # refused once the address was read (the exclusion is the principal's)
+    excluded = _refusal(lambda c: c.create_receiver("/weather/secret/#"), comp.url, BOB)
+    assert excluded.condition == "amqp:unauthorized-access"
+    assert excluded.link.remote_source.type == Terminus.UNSPECIFIED
+    # a publisher's link: its target is the null one
+    publishing = _refusal(lambda c: c.create_sender("/weather/x"), comp.url, BOB)
+    assert publishing.condition == "amqp:unauthorized-access"
+    assert publishing.link.remote_target.type == Terminus.UNSPECIFIED
+    # what is taken names its terminus
+    conn = BlockingConnection(comp.url, timeout=10, **amqp_identity(ALICE))
+    try:
+        receiver = conn.create_receiver("/weather/secret/#")
+        assert receiver.link.remote_source.address == "/weather/secret/#"
+        sender = conn.create_sender("/weather/x")
+        assert sender.link.remote_target.address == "/weather/x"
+    finally:
+        conn.close()
+
+
+class _StallingUpstream(MessagingHandler):  # type: ignore[misc]
+    """A component stand-in that takes every attach, except those whose address names
+    ``refused``: attached with a null terminus, detached :data:`DELAY` later (two writes)."""
+
+    def __init__(self) -> None:
+        super().__init__(auto_accept=True)
+        self.url = ""
+        self.listening = threading.Event()
+        self.refused: list[str] = []
+
+    def on_start(self, event: Any) -> None:
+        self.container = event.container
+        self.url = listening_address(event.container.listen("127.0.0.1:0"), "")
+        self.listening.set()
+
+    def on_link_opening(self, event: Any) -> None:
+        link = event.link
+        address = (link.remote_source if link.is_sender else link.remote_target).address
+        if address and "refused" in address:
+            (link.source if link.is_sender else link.target).type = Terminus.UNSPECIFIED
+            self.refused.append(address)
+            self.container.schedule(DELAY, _Detach(link))
+            return
+        link.source.copy(link.remote_source)
+        link.target.copy(link.remote_target)
+
+
+class _Detach:
+    def __init__(self, link: Any) -> None:
+        self.link = link
+
+    def on_timer_task(self, _event: Any) -> None:
+        self.link.condition = Condition("amqp:unauthorized-access", "not yours")
+        self.link.close()
+
+
+@pytest.fixture
+def stalling(tmp_path: Path) -> Iterator[tuple[_StallingUpstream, str]]:
+    """The stalling upstream and a ``seqrepair gateway`` in front of it."""
+    upstream = _StallingUpstream()
+    container = make_container(upstream)
+    runner = threading.Thread(target=container.run, daemon=True)
+    runner.start()
+    try:
+        assert upstream.listening.wait(10)
+        with gateway_process(upstream.url, tmp_path) as url:
+            yield upstream, url
+    finally:
+        container.stop()
+        runner.join(10)
+
+
+@pytest.mark.parametrize("kind", ["subscriber", "publisher", "contributions owner"])
+def test_a_gateway_waits_for_the_detach_of_an_attach_with_a_null_terminus(
+    stalling: tuple[_StallingUpstream, str], kind: str,
+) -> None:
+    upstream, url = stalling
+    attach = {
+        "subscriber": lambda c: c.create_receiver("/refused/#"),
+        "publisher": lambda c: c.create_sender("/refused/x"),
+        "contributions owner": lambda c: c.create_receiver("$contributions/refused.feed"),
+    }[kind]
+    refused = _refusal(attach, url)
+    assert refused.condition == "amqp:unauthorized-access"
+    assert len(upstream.refused) == 1  # it went upstream, and its refusal came back
+    # and an attach the upstream takes is still answered at once
+    conn = BlockingConnection(url, timeout=10)
+    try:
+        receiver = conn.create_receiver("/weather/#")
+        assert receiver.link.remote_source.address == "/weather/#"
+    finally:
+        conn.close()
