@@ -22,6 +22,7 @@ from proton.handlers import MessagingHandler
 from proton.utils import BlockingConnection, LinkDetached
 
 from seqrepair.amqp.wire.reactor import listening_address, make_container
+from seqrepair.amqp.wire.refusal import attach_refused
 
 from .conftest import ComponentProcess
 from .principals import MISSING, amqp_identity, policy_args, serve_args
@@ -72,10 +73,12 @@ def test_the_components_refusals_carry_a_null_terminus(
     excluded = _refusal(lambda c: c.create_receiver("/weather/secret/#"), comp.url, BOB)
     assert excluded.condition == "amqp:unauthorized-access"
     assert excluded.link.remote_source.type == Terminus.UNSPECIFIED
+    assert attach_refused(excluded.link)
     # a publisher's link: its target is the null one
     publishing = _refusal(lambda c: c.create_sender("/weather/x"), comp.url, BOB)
     assert publishing.condition == "amqp:unauthorized-access"
     assert publishing.link.remote_target.type == Terminus.UNSPECIFIED
+    assert attach_refused(publishing.link)
     # what is taken names its terminus
     conn = BlockingConnection(comp.url, timeout=10, **amqp_identity(ALICE))
     try:
@@ -83,6 +86,8 @@ def test_the_components_refusals_carry_a_null_terminus(
         assert receiver.link.remote_source.address == "/weather/secret/#"
         sender = conn.create_sender("/weather/x")
         assert sender.link.remote_target.address == "/weather/x"
+        assert not attach_refused(receiver.link)
+        assert not attach_refused(sender.link)
     finally:
         conn.close()
 
@@ -137,6 +142,7 @@ def stalling(tmp_path: Path) -> Iterator[tuple[_StallingUpstream, str]]:
     finally:
         container.stop()
         runner.join(10)
+        assert not runner.is_alive()
 
 
 @pytest.mark.parametrize("kind", ["subscriber", "publisher", "contributions owner"])

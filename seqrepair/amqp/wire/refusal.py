@@ -9,7 +9,8 @@ before the detach is made. A peer that saw only an attach with a source took the
 and, relaying it (a gateway), answered its own client with an open link before the refusal
 came. So every end that refuses nulls its terminus (:func:`refuse_link`, :func:`null_terminus`),
 and every end that waits for an answer takes a null terminus as the refusal whose detach
-is still to come (:func:`attach_refused`).
+is still to come (:func:`attach_refused`). An end that takes a link answers with its
+terminus's address: proton sends a source without one (not dynamic) as null, a refusal.
 """
 
 from __future__ import annotations
