@@ -97,7 +97,8 @@ def register(subparsers: Any) -> None:
                          help="prefix of the upstream link names (<name>.<link name>)")
     gateway.add_argument("--idle-timeout", type=non_negative_float, default=10.0)
     gateway.add_argument("--hold-timeout", type=positive_float, default=30.0,
-                         help="how long an attach waits for the component to be reachable")
+                         help="how long an attach (a subscriber's, a publisher's, a "
+                              "contributions owner's) waits for the component's answer")
     gateway.add_argument("--max-attempts", type=positive_int, default=None,
                          help="give up after this many failed connections in a row "
                               "(default: keep trying)")

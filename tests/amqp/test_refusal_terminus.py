@@ -12,15 +12,18 @@ waits for the detach before it answers its client.
 from __future__ import annotations
 
 import threading
+import time
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from proton import Condition, Terminus
-from proton.handlers import MessagingHandler
+from proton import Condition, ConnectionException, Terminus
+from proton.handlers import EndpointStateHandler, MessagingHandler
 from proton.utils import BlockingConnection, LinkDetached
 
+from seqrepair.amqp.gateway.relaylinks import HoldingEndpoints
 from seqrepair.amqp.wire.reactor import listening_address, make_container
 from seqrepair.amqp.wire.refusal import attach_refused
 
@@ -50,6 +53,8 @@ topics = ["/weather/secret/#"]
 """
 DELAY = 0.5
 """How long the stalling upstream waits between its attach and its detach."""
+HOLD = 2
+"""The gateway's ``--hold-timeout``: more than :data:`DELAY`."""
 
 
 def _refusal(attach: Callable[[BlockingConnection], Any], url: str,
@@ -94,10 +99,14 @@ def test_the_components_refusals_carry_a_null_terminus(
 
 class _StallingUpstream(MessagingHandler):  # type: ignore[misc]
     """A component stand-in that takes every attach, except those whose address names
-    ``refused``: attached with a null terminus, detached :data:`DELAY` later (two writes)."""
+    ``refused`` (attached with a null terminus, detached :data:`DELAY` later: two writes) or
+    ``silent`` (never answered)."""
 
     def __init__(self) -> None:
         super().__init__(auto_accept=True)
+        # the gateway's endpoint handler: a link marked held in on_link_opening is not attached
+        self.handlers = [HoldingEndpoints(False, weakref.proxy(self))
+                         if isinstance(h, EndpointStateHandler) else h for h in self.handlers]
         self.url = ""
         self.listening = threading.Event()
         self.refused: list[str] = []
@@ -109,7 +118,10 @@ class _StallingUpstream(MessagingHandler):  # type: ignore[misc]
 
     def on_link_opening(self, event: Any) -> None:
         link = event.link
-        address = (link.remote_source if link.is_sender else link.remote_target).address
+        address = _address(link)
+        if address and "silent" in address:
+            link.seqrepair_held = True  # never answered
+            return
         if address and "refused" in address:
             (link.source if link.is_sender else link.target).type = Terminus.UNSPECIFIED
             self.refused.append(address)
@@ -117,6 +129,10 @@ class _StallingUpstream(MessagingHandler):  # type: ignore[misc]
             return
         link.source.copy(link.remote_source)
         link.target.copy(link.remote_target)
+
+
+def _address(link: Any) -> str | None:
+    return (link.remote_source if link.is_sender else link.remote_target).address  # type: ignore[no-any-return]
 
 
 class _Detach:
@@ -137,7 +153,8 @@ def stalling(tmp_path: Path) -> Iterator[tuple[_StallingUpstream, str]]:
     runner.start()
     try:
         assert upstream.listening.wait(10)
-        with gateway_process(upstream.url, tmp_path) as url:
+        with gateway_process(upstream.url, tmp_path,
+                             ("--allow-anonymous", "--hold-timeout", str(HOLD))) as url:
             yield upstream, url
     finally:
         container.stop()
@@ -145,17 +162,23 @@ def stalling(tmp_path: Path) -> Iterator[tuple[_StallingUpstream, str]]:
         assert not runner.is_alive()
 
 
-@pytest.mark.parametrize("kind", ["subscriber", "publisher", "contributions owner"])
+def _attach(kind: str, word: str) -> Callable[[BlockingConnection], Any]:
+    return {
+        "subscriber": lambda c: c.create_receiver(f"/{word}/#"),
+        "publisher": lambda c: c.create_sender(f"/{word}/x"),
+        "contributions owner": lambda c: c.create_receiver(f"$contributions/{word}.feed"),
+    }[kind]
+
+
+KINDS = ["subscriber", "publisher", "contributions owner"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
 def test_a_gateway_waits_for_the_detach_of_an_attach_with_a_null_terminus(
     stalling: tuple[_StallingUpstream, str], kind: str,
 ) -> None:
     upstream, url = stalling
-    attach = {
-        "subscriber": lambda c: c.create_receiver("/refused/#"),
-        "publisher": lambda c: c.create_sender("/refused/x"),
-        "contributions owner": lambda c: c.create_receiver("$contributions/refused.feed"),
-    }[kind]
-    refused = _refusal(attach, url)
+    refused = _refusal(_attach(kind, "refused"), url)
     assert refused.condition == "amqp:unauthorized-access"
     assert len(upstream.refused) == 1  # it went upstream, and its refusal came back
     # and an attach the upstream takes is still answered at once
@@ -165,3 +188,24 @@ def test_a_gateway_waits_for_the_detach_of_an_attach_with_a_null_terminus(
         assert receiver.link.remote_source.address == "/weather/#"
     finally:
         conn.close()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_gateway_ends_an_attach_the_upstream_never_answers_after_the_hold_timeout(
+    stalling: tuple[_StallingUpstream, str], kind: str, tmp_path: Path,
+) -> None:
+    """Before, only a subscriber's held attach had a deadline: a publisher's or an owner's
+    waited for as long as the component did not answer."""
+    _, url = stalling
+    conn = BlockingConnection(url, timeout=10)
+    began = time.monotonic()
+    try:
+        # the connection closed amqp:connection:forced (proton's client sees its transport end)
+        with pytest.raises((ConnectionException, LinkDetached)):
+            _attach(kind, "silent")(conn)
+        waited = time.monotonic() - began
+    finally:
+        conn.close()
+    assert HOLD <= waited < 10  # the hold timeout (checked every tick), not the client's own
+    log = (tmp_path / "gateway.log").read_text()
+    assert f"did not answer within {HOLD} s; reconnect" in log

@@ -104,6 +104,7 @@ class Contributions:
         up.seqrepair_route = (path, hops)  # what a refusal for it bars (RelayTable.learn)
         up.seqrepair_owner_down = link
         link.seqrepair_owner_up = up
+        gw.publishing.hold(link)
         self.stats["owner_links"] += 1
         self.stats["upstream_attaches"] += 1
         gw.log.info("attaching upstream", link=link.name, upstream=up.name,

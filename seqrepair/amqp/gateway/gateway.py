@@ -27,7 +27,8 @@ subscriber whose link had reached the component, with ``amqp:connection:forced``
 lost connection, as it would connected directly, and reconnects and re-attaches with its epoch.
 The gateway reconnects with capped, jittered exponential backoff
 (:class:`~seqrepair.amqp.wire.backoff.Backoff`) and holds new attaches until the component
-answers (at most ``hold_timeout``, then their connections are closed the same way). Nothing is
+answers (at most ``hold_timeout``, then their connections are closed the same way; a
+publisher's or a contributions owner's attach too). Nothing is
 lost: what did not reach a subscriber is repaired from the resumed context or, in a new one,
 from the journal, as for any subscriber.
 
@@ -369,6 +370,7 @@ class Gateway(MessagingHandler):
         now = time.monotonic()
         self.gate.tick(now)  # the open deadline; sockets of connections closed by the gate
         perform(self, self.relays.expire(now))
+        self.publishing.expire(now, self.relays.hold_timeout)
         self.requests.repay_gone()
         if (self._control_backoff.attempts and self.requests.control is not None
                 and now - self._control_since > CONTROL_STABLE):

@@ -36,7 +36,7 @@ from typing import Any
 from proton import Condition, Delivery, Endpoint, Message, ulong
 from proton.handlers import IncomingMessageHandler
 
-from seqrepair.amqp.gateway.relaylinks import LinkProperties
+from seqrepair.amqp.gateway.relaylinks import LinkProperties, close_forced
 from seqrepair.amqp.gateway.relays import upstream_name, upstream_properties
 from seqrepair.amqp.wire.codec import NOT_REQUESTS
 from seqrepair.amqp.wire.errors import (
@@ -135,6 +135,7 @@ class PublishRelays:
             self.stats.setdefault(key, 0)
         self._tags = itertools.count(1)
         self._pairs: dict[Any, Any] = {}  # downstream connection <-> its upstream connection
+        self._held: dict[Any, float] = {}  # client links held for the component's answer: since
 
     def upstream_for(self, downstream: Any) -> Any:
         """The upstream connection of client connection ``downstream`` (made on first use:
@@ -186,10 +187,31 @@ class PublishRelays:
         sender.seqrepair_downstream = link
         sender.seqrepair_route = (path, hops)  # what a refusal for it bars (RelayTable.learn)
         link.seqrepair_upstream_link = sender
+        self.hold(link)
         self.stats["publish_links"] += 1
         self.stats["upstream_attaches"] += 1
         self.gateway.log.info("attaching upstream", link=link.name, upstream=sender.name,
                               path=properties.get(PROP_PATH), kind="publish")
+
+    def hold(self, link: Any) -> None:
+        """Client link ``link`` (a publisher's, an owner's) waits for the component's answer
+        to the link attached upstream for it: at most the hold timeout (:meth:`expire`)."""
+        self._held[link] = time.monotonic()
+
+    def expire(self, now: float, hold_timeout: float) -> None:
+        """Client links held more than ``hold_timeout`` seconds (the component attached
+        nothing for them, or a null terminus without its detach) end, their clients'
+        connections closed so that they try again, as a held subscriber's are."""
+        for link, since in list(self._held.items()):
+            conn = link.connection
+            if not link.state & Endpoint.LOCAL_UNINIT or conn.state & Endpoint.LOCAL_CLOSED:
+                del self._held[link]  # answered (or refused), or its client is gone
+            elif now - since > hold_timeout:
+                del self._held[link]
+                reason = f"the component did not answer within {hold_timeout:g} s; reconnect"
+                log.info("closing a client's connection", link=link.name, condition=FORCED,
+                         reason=reason)
+                close_forced(conn, FORCED, reason)
 
     def upstream_opened(self, sender: Any) -> bool:
         """The component answered an upstream publishing link: answer the publisher's."""
@@ -310,11 +332,7 @@ class PublishRelays:
         if upstream:
             log.warning("upstream publishing connection lost: closing the publisher's",
                      container=other.remote_container)
-            other.condition = Condition(FORCED, "the component's connection was lost")
-            other.seqrepair_forced = True
-            other.close()
-            if other.transport is not None:  # proton's clients do not answer a forced close
-                other.transport.close_tail()
+            close_forced(other, FORCED, "the component's connection was lost")
         else:
             other.close()
         return upstream

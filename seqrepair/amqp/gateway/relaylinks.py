@@ -97,14 +97,20 @@ def perform(gateway: Any, actions: list[Action]) -> None:
             if not conn.state & Endpoint.LOCAL_CLOSED:
                 gateway.log.info("closing a subscriber's connection", link=relay.name,
                               condition=action.condition, reason=action.description)
-                conn.condition = Condition(action.condition, action.description)
-                conn.seqrepair_forced = True
-                conn.close()
-            # proton's clients take amqp:connection:forced for a lost transport and do not
-            # answer the close: end the transport once the close is out, not at their
-            # idle timeout
-            if conn.transport is not None:
-                conn.transport.close_tail()
+            close_forced(conn, action.condition, action.description)
+
+
+def close_forced(conn: Any, condition: str, description: str) -> None:
+    """Close client connection ``conn`` with ``condition`` (``amqp:connection:forced``: the
+    client connects again) unless it is closed already, and end its transport."""
+    if not conn.state & Endpoint.LOCAL_CLOSED:
+        conn.condition = Condition(condition, description)
+        conn.seqrepair_forced = True
+        conn.close()
+    # proton's clients take amqp:connection:forced for a lost transport and do not answer
+    # the close: end the transport once the close is out, not at their idle timeout
+    if conn.transport is not None:
+        conn.transport.close_tail()
 
 
 def top_up(relay: Relay) -> None:
