@@ -18,7 +18,13 @@ import pytest
 from .conftest import ComponentProcess
 from .test_gateway_publish import gateway_process
 from .test_given_resume_real import BITS
-from .test_rejected_resume_real import LIBRARY_LIMITS, library_rejected, rejected_resume
+from .test_rejected_resume_real import (
+    LIBRARY_LIMITS,
+    check_library_rejected,
+    check_rejected_resume,
+    library_rejected,
+    rejected_resume,
+)
 
 pytestmark = [pytest.mark.amqp, pytest.mark.redis]
 
@@ -36,9 +42,10 @@ def test_a_resume_rejected_behind_a_gateway_is_rejected_to_the_client_and_asked_
     try:
         with gateway_process(comp.url, tmp_path) as listen:
             # before: the premise's check failed, rejected == [] (accepted by the gateway)
-            rejected_resume(comp.url, f"amqp://{listen}")
+            run = rejected_resume(comp.url, f"amqp://{listen}")
     finally:
         comp.stop()
+    check_rejected_resume(run)
 
 
 def test_the_library_subscriber_behind_a_gateway_hears_its_rejected_requests(
@@ -51,6 +58,7 @@ def test_the_library_subscriber_behind_a_gateway_hears_its_rejected_requests(
     comp = ComponentProcess(redis_url, tmp_path, *LIBRARY_LIMITS).start()
     try:
         with gateway_process(comp.url, tmp_path) as listen:
-            library_rejected(comp.url, f"amqp://{listen}")
+            outcome = library_rejected(comp.url, f"amqp://{listen}")
     finally:
         comp.stop()
+    check_library_rejected(*outcome)

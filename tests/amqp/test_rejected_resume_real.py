@@ -97,15 +97,19 @@ class Hog:
         self.conn.close()
 
 
+WANT = [("feed.b", n) for n in range(1, 9)] + [("feed.c", n) for n in range(1, 21)]
+"""What the application of :func:`rejected_resume` has in the end, once each, in order."""
+
+
 def rejected_resume(comp_url: str, url: str) -> Rejecting:
     """The scenario (see the module) against the component at ``comp_url``, the subscriber
     attached at ``url`` (the component, or a gateway in front of it; the hog, the same
-    anonymous principal, at the component): checked, once every publication came once, in
-    order; returns the run."""
+    anonymous principal, at the component), run until the application has :data:`WANT` (at
+    most 10 s once the room frees); returns the run, for the test to check."""
     run = Rejecting(SubscriberStub(bits=BITS, heartbeat_interval=0.2))
     opened: list[Scripted] = []
     hog: Hog | None = None
-    want = [("feed.b", n) for n in range(1, 9)] + [("feed.c", n) for n in range(1, 21)]
+    want = WANT
     try:
         _first_resume(url, run, opened, read_answer=False)
         hog = Hog(comp_url)
@@ -124,10 +128,15 @@ def rejected_resume(comp_url: str, url: str) -> Rejecting:
             hog.close()
         for sub in opened:
             sub.conn.close()
-    _check(run, want)
+    return run
+
+
+def check_rejected_resume(run: Rejecting) -> None:
+    """What :func:`rejected_resume`'s run must show: every publication once, in order, the
+    rejection passed to the stub and the resume asked again after it."""
+    _check(run, WANT)
     assert run.stub.stats.requests_rejected >= 1
     assert len(run.asked) >= 2, run.asked  # asked again after the rejection
-    return run
 
 
 def test_a_rejected_resume_is_asked_again_and_brings_what_the_link_passed_over(
@@ -136,25 +145,29 @@ def test_a_rejected_resume_is_asked_again_and_brings_what_the_link_passed_over(
     comp = ComponentProcess(redis_url, tmp_path, "--heartbeat", "0.2", "--link-bits",
                             str(BITS), "--max-replays-per-principal", "1").start()
     try:
-        rejected_resume(comp.url, comp.url)
+        run = rejected_resume(comp.url, comp.url)
     finally:
         comp.stop()
+    check_rejected_resume(run)
 
 
 LIBRARY_LIMITS = ("--heartbeat", "0.2", "--link-bits", "4", "--drop-rate", "0.3",
                   "--drop-seed", "2", "--request-rate", "2", "--request-burst", "2")
 """The component's options for :func:`library_rejected`: forced loss, 2 requests a second."""
+LIBRARY_COUNT = 60
+"""Publications of feed.a in :func:`library_rejected`."""
 
 
-def library_rejected(comp_url: str, url: str) -> None:
+def library_rejected(comp_url: str, url: str) -> tuple[list[tuple[str, int]], list[Any], Any,
+                                                       int]:
     """The library :class:`Subscriber` attached at ``url`` (the component at ``comp_url``
-    started with :data:`LIBRARY_LIMITS`, or a gateway in front of it): it hears rejected
-    requests (``rejected`` >= 1, each passed to the stub) and the application has the stream
-    once, in order, nothing Unrecoverable."""
+    started with :data:`LIBRARY_LIMITS`, or a gateway in front of it) under 60 publications
+    of feed.a: what the application got, what was Unrecoverable, the subscriber's report and
+    the rejections its stub was told of (:func:`check_library_rejected`)."""
     from seqrepair.amqp.client.subscriber import Subscriber
 
     got: list[tuple[str, int]] = []
-    count = 60
+    count = LIBRARY_COUNT
     with Subscriber(url, "/w/#", on_publication=lambda p: got.append(
             (p.source, p.source_seq)), heartbeat_interval=0.2, link_name="lib") as sub:
         assert sub.connected.wait(10)
@@ -167,7 +180,15 @@ def library_rejected(comp_url: str, url: str) -> None:
     report = sub.stats()
     lost = list(sub.unrecoverable)
     rejected = sub.stub.stats.requests_rejected
-    assert got == [("feed.a", n) for n in range(1, count + 1)], (got, lost, report)
+    return got, lost, report, rejected
+
+
+def check_library_rejected(got: list[tuple[str, int]], lost: list[Any], report: Any,
+                           rejected: int) -> None:
+    """:func:`library_rejected`'s outcome: it hears rejected requests (``rejected`` >= 1,
+    each passed to the stub) and the application has the stream once, in order, nothing
+    Unrecoverable."""
+    assert got == [("feed.a", n) for n in range(1, LIBRARY_COUNT + 1)], (got, lost, report)
     assert lost == []
     assert report.rejected >= 1, report  # before: 0, never heard
     assert rejected >= report.rejected, (report, rejected)
@@ -183,6 +204,7 @@ def test_the_library_subscriber_hears_its_rejected_requests_and_repairs_what_the
     asked (again with backoff while rejected), and the application has the stream once."""
     comp = ComponentProcess(redis_url, tmp_path, *LIBRARY_LIMITS).start()
     try:
-        library_rejected(comp.url, comp.url)
+        outcome = library_rejected(comp.url, comp.url)
     finally:
         comp.stop()
+    check_library_rejected(*outcome)

@@ -368,18 +368,20 @@ def test_filters_that_are_not_a_list_are_refused(value: object) -> None:
 
 
 def test_one_bad_expression_refuses_the_whole_list() -> None:
-    refused(parse_filters, [expr("exact", "source", "a"), expr("exact", "nope", "a")])
-    refused(parse_filters, [expr("exact", "source", "a"), None])
+    assert refused(parse_filters, [expr("exact", "source", "a"),
+                                   expr("exact", "nope", "a")]).got == "nope"
+    assert refused(parse_filters, [expr("exact", "source", "a"), None]).expected == "object"
 
 
 def test_an_entitlement_with_a_bad_filter_is_refused() -> None:
-    refused(lambda: Entitlement(topics=["/#"], filters=[expr("regex", "source", ".*")]))
+    error = refused(lambda: Entitlement(topics=["/#"], filters=[expr("regex", "source", ".*")]))
+    assert error.got == "regex"
 
 
 def test_direct_construction_is_validated_like_json() -> None:
-    refused(BasicFilter, "contains", "source", "a")
-    refused(BasicFilter, "exact", "sauce", "a")
-    refused(BasicFilter, "exact", "source", 1)
+    assert refused(BasicFilter, "contains", "source", "a").got == "contains"
+    assert refused(BasicFilter, "exact", "sauce", "a").got == "sauce"
+    assert refused(BasicFilter, "exact", "source", 1).got == 1
 
 
 # --- properties ----------------------------------------------------------------------------

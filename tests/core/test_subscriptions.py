@@ -208,9 +208,10 @@ def test_an_unknown_member_is_refused(member: str) -> None:
      ["a"]],
 )
 def test_a_bad_id_is_refused(bad_id: object) -> None:
-    invalid(lambda: Subscription.from_json({"topic": "/a"}, id=bad_id))  # type: ignore[arg-type]
+    given = invalid(lambda: Subscription.from_json({"topic": "/a"}, id=bad_id))  # type: ignore[arg-type]
+    assert given.got == bad_id
     if bad_id is not None:
-        invalid(lambda: Subscription.from_json({"topic": "/a", "id": bad_id}))
+        assert invalid(lambda: Subscription.from_json({"topic": "/a", "id": bad_id})).got == bad_id
 
 
 def test_the_longest_id_and_every_allowed_character_are_accepted() -> None:
@@ -224,8 +225,8 @@ def test_a_proposal_naming_another_id_than_the_one_given_is_refused() -> None:
 
 
 def test_a_proposal_without_a_topic_is_refused() -> None:
-    invalid(lambda: Subscription.from_json({"id": "x"}))
-    invalid(lambda: Subscription.from_json({}, id="x"))
+    assert invalid(lambda: Subscription.from_json({"id": "x"})).expected == "a topic pattern"
+    assert invalid(lambda: Subscription.from_json({}, id="x")).expected == "a topic pattern"
 
 
 @pytest.mark.parametrize("topic", [None, "", "/", "weather", "/weather/", "/weather//wind",
@@ -335,7 +336,7 @@ def test_create_beyond_max_subscriptions_is_a_conflict() -> None:
 def test_an_invalid_proposal_is_invalid_even_when_the_registry_is_full() -> None:
     registry = SubscriptionRegistry(max_subscriptions=1)
     registry.create({"topic": "/a"}, new_id="a")
-    invalid(lambda: registry.create({"topic": "nope"}, new_id="b"))
+    assert invalid(lambda: registry.create({"topic": "nope"}, new_id="b")).got == "nope"
 
 
 @pytest.mark.parametrize("limit", [0, -1, True, 1.0, "10", None])
@@ -503,7 +504,9 @@ def test_load_puts_subscriptions_in_as_they_are() -> None:
 
 def test_load_takes_subscription_objects_only() -> None:
     registry = SubscriptionRegistry()
-    invalid(lambda: registry.load([{"id": "a", "topic": "/a"}]))  # type: ignore[list-item]
+    error = invalid(lambda: registry.load([{"id": "a", "topic": "/a"}]))  # type: ignore[list-item]
+    assert error.expected == "Subscription"
+    assert registry.query() == []
 
 
 # --- a failing call leaves the registry as it was --------------------------------------------
