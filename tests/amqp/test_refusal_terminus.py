@@ -11,6 +11,8 @@ waits for the detach before it answers its client.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 import weakref
@@ -19,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from proton import Condition, ConnectionException, Terminus
+from proton import Condition, ConnectionException, Endpoint, Message, Terminus
 from proton.handlers import EndpointStateHandler, MessagingHandler
 from proton.utils import BlockingConnection, LinkDetached
 
@@ -27,7 +29,7 @@ from seqrepair.amqp.gateway.relaylinks import HoldingEndpoints
 from seqrepair.amqp.wire.reactor import listening_address, make_container
 from seqrepair.amqp.wire.refusal import attach_refused
 
-from .conftest import ComponentProcess
+from .conftest import ComponentProcess, wait_for
 from .principals import MISSING, amqp_identity, policy_args, serve_args
 from .test_gateway_publish import gateway_process
 
@@ -197,15 +199,54 @@ def test_a_gateway_ends_an_attach_the_upstream_never_answers_after_the_hold_time
     """Before, only a subscriber's held attach had a deadline: a publisher's or an owner's
     waited for as long as the component did not answer."""
     _, url = stalling
+    answered = BlockingConnection(url, timeout=10)  # its links were answered: they stay
     conn = BlockingConnection(url, timeout=10)
-    began = time.monotonic()
     try:
+        sender = answered.create_sender("/weather/x")
+        receiver = answered.create_receiver("/weather/#")
+        began = time.monotonic()
         # the connection closed amqp:connection:forced (proton's client sees its transport end)
         with pytest.raises((ConnectionException, LinkDetached)):
             _attach(kind, "silent")(conn)
         waited = time.monotonic() - began
+        time.sleep(1)  # the gateway's next looks at what it holds
+        sender.send(Message(body={"n": 1}), timeout=10)  # settled: the link still carries
+        assert receiver.link.state & Endpoint.LOCAL_ACTIVE
+        assert not answered.conn.state & Endpoint.REMOTE_CLOSED
     finally:
         conn.close()
+        answered.close()
     assert HOLD <= waited < 10  # the hold timeout (checked every tick), not the client's own
     log = (tmp_path / "gateway.log").read_text()
     assert f"did not answer within {HOLD} s; reconnect" in log
+
+
+VANISHING_CLIENT = """
+import sys, threading
+from proton.utils import BlockingConnection
+conn = BlockingConnection(sys.argv[1], timeout=30)
+threading.Thread(target=conn.create_sender, args=("/silent/x",), daemon=True).start()
+print("attaching", flush=True)
+threading.Event().wait()
+"""
+
+
+def test_a_client_that_vanishes_while_held_is_forgotten_at_once(
+    stalling: tuple[_StallingUpstream, str], tmp_path: Path,
+) -> None:
+    """Its held link goes with its connection (as a held subscriber's relay does), not
+    kept until the hold timeout and then its dead connection 'closed' with a reason."""
+    _, url = stalling
+    client = subprocess.Popen([sys.executable, "-c", VANISHING_CLIENT, url],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert client.stdout is not None
+        assert client.stdout.readline().strip() == "attaching"
+        log = tmp_path / "gateway.log"
+        assert wait_for(lambda: "/silent/x" in log.read_text(), 10)  # held, attached upstream
+    finally:
+        client.kill()
+        client.wait(10)
+    time.sleep(HOLD + 1.5)  # past the hold timeout, and a tick
+    text = log.read_text()
+    assert "did not answer within" not in text, text[-2000:]

@@ -135,7 +135,8 @@ class PublishRelays:
             self.stats.setdefault(key, 0)
         self._tags = itertools.count(1)
         self._pairs: dict[Any, Any] = {}  # downstream connection <-> its upstream connection
-        self._held: dict[Any, float] = {}  # client links held for the component's answer: since
+        # per client connection, its links held for the component's answer: since when
+        self._held: dict[Any, dict[Any, float]] = {}
 
     def upstream_for(self, downstream: Any) -> Any:
         """The upstream connection of client connection ``downstream`` (made on first use:
@@ -196,22 +197,29 @@ class PublishRelays:
     def hold(self, link: Any) -> None:
         """Client link ``link`` (a publisher's, an owner's) waits for the component's answer
         to the link attached upstream for it: at most the hold timeout (:meth:`expire`)."""
-        self._held[link] = time.monotonic()
+        self._held.setdefault(link.connection, {})[link] = time.monotonic()
 
     def expire(self, now: float, hold_timeout: float) -> None:
         """Client links held more than ``hold_timeout`` seconds (the component attached
         nothing for them, or a null terminus without its detach) end, their clients'
         connections closed so that they try again, as a held subscriber's are."""
-        for link, since in list(self._held.items()):
-            conn = link.connection
-            if not link.state & Endpoint.LOCAL_UNINIT or conn.state & Endpoint.LOCAL_CLOSED:
-                del self._held[link]  # answered (or refused), or its client is gone
-            elif now - since > hold_timeout:
-                del self._held[link]
-                reason = f"the component did not answer within {hold_timeout:g} s; reconnect"
-                log.info("closing a client's connection", link=link.name, condition=FORCED,
-                         reason=reason)
-                close_forced(conn, FORCED, reason)
+        for conn, links in list(self._held.items()):
+            if conn.state & Endpoint.LOCAL_CLOSED:
+                del self._held[conn]  # its client is gone (or closed by the gateway)
+                continue
+            for link, since in list(links.items()):
+                if not link.state & Endpoint.LOCAL_UNINIT:
+                    del links[link]  # answered (or refused)
+                elif now - since > hold_timeout:
+                    del self._held[conn]
+                    reason = f"the component did not answer within {hold_timeout:g} s; reconnect"
+                    log.info("closing a client's connection", link=link.name, condition=FORCED,
+                             reason=reason)
+                    close_forced(conn, FORCED, reason)
+                    break
+            else:
+                if not links:
+                    del self._held[conn]
 
     def upstream_opened(self, sender: Any) -> bool:
         """The component answered an upstream publishing link: answer the publisher's."""
@@ -323,6 +331,7 @@ class PublishRelays:
         """A connection of a pair ended: end the other (see the module's documentation).
         True when ``conn`` is an upstream publishing connection (nothing else to do)."""
         upstream = getattr(conn, "seqrepair_publishing", None) is not None
+        self._held.pop(conn, None)  # a client's held links end with it
         other = self._pairs.pop(conn, None)
         if other is None:
             return upstream
