@@ -94,7 +94,7 @@ class Contributions:
                                    expected=barred.expected, got=barred.got)
         except AmqpAdapterError as exc:
             gw.hop_refused(link, exc)
-            _refuse(link, Condition(exc.condition, exc.message[:500]))
+            refuse_link(link, Condition(exc.condition, exc.message[:500]))
             return
         properties = {**upstream_properties(None, on_behalf_of), PROP_PATH: list(path),
                       PROP_PATH_HOPS: ulong(hops)}
@@ -120,7 +120,7 @@ class Contributions:
             return False
         if link.state & Endpoint.REMOTE_CLOSED:  # refused: the owner is told why
             self._learn(link)
-            _refuse(down, link.remote_condition)
+            refuse_link(down, link.remote_condition)  # proton copies it at the close
             return True
         if attach_refused(link):  # a null source: its detach (link_closed) says why
             return True
@@ -186,7 +186,7 @@ class Contributions:
         down = getattr(link, "seqrepair_owner_down", None)
         if down is not None:
             self._learn(link)
-            _refuse(down, link.remote_condition)
+            refuse_link(down, link.remote_condition)  # proton copies it at the close
             return True
         up = getattr(link, "seqrepair_owner_up", None)
         if up is not None:
@@ -243,12 +243,6 @@ class Contributions:
         message.properties = count_hop(message.properties)  # type: ignore[assignment]
         down.send(message)
         self.stats["contribution_answers"] += 1
-
-
-def _refuse(link: Any, condition: Any) -> None:
-    """End ``link`` (refused when it is not attached yet) with a copy of ``condition``."""
-    refuse_link(link, None if condition is None else Condition(
-        condition.name, condition.description, condition.info))
 
 
 __all__ = ["Contributions", "is_owner_address"]

@@ -228,7 +228,7 @@ class PublishRelays:
             return False
         if sender.state & Endpoint.REMOTE_CLOSED:  # attached and detached at once: refused
             self._learn(sender)
-            self._detach(down, sender.remote_condition)
+            refuse_link(down, sender.remote_condition)
             return True
         if attach_refused(sender):  # a null target: its detach (link_closed) says why
             return True
@@ -245,7 +245,7 @@ class PublishRelays:
         down = getattr(link, "seqrepair_downstream", None)
         if down is not None:
             self._learn(link)  # ended later for its path (a hop upstream learnt of a loop)
-            self._detach(down, link.remote_condition)
+            refuse_link(down, link.remote_condition)  # proton copies it at the close
             return True
         up = getattr(link, "seqrepair_upstream_link", None)
         if up is not None:
@@ -263,11 +263,6 @@ class PublishRelays:
         if cond is not None and route is not None:
             self.gateway._learn(route, (str(cond.name), str(cond.description or "")))
             sender.seqrepair_route = None
-
-    @staticmethod
-    def _detach(down: Any, condition: Any) -> None:
-        refuse_link(down, None if condition is None else Condition(
-            condition.name, condition.description, condition.info))
 
     def sendable(self, sender: Any) -> bool:
         """Give the publisher the credit the component gives the gateway, less what it has."""
