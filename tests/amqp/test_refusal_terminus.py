@@ -30,28 +30,29 @@ from seqrepair.amqp.wire.reactor import listening_address, make_container
 from seqrepair.amqp.wire.refusal import attach_refused
 
 from .conftest import ComponentProcess, wait_for
-from .principals import MISSING, amqp_identity, policy_args, serve_args
+from .principals import (
+    MISSING,
+    WEATHER_FOR_EXAMPLE_COM,
+    amqp_identity,
+    policy_args,
+    serve_args,
+)
 from .test_gateway_publish import gateway_process
 
 pytestmark = [pytest.mark.amqp, pytest.mark.redis]
 needs_scram = pytest.mark.skipif(MISSING is not None, reason=f"AMQP principals: {MISSING}")
 
 ALICE, BOB = "alice@example.com", "bob@example.com"
-POLICY = """
-[[allow]]
-actors = ["alice@example.com", "bob@example.com"]
-operations = ["subscribe"]
-topics = ["/weather/#"]
-
-[[allow]]
-actors = ["alice@example.com"]
-operations = ["publish"]
-topics = ["/weather/#"]
-
+POLICY = WEATHER_FOR_EXAMPLE_COM + """
 [[deny]]
 actors = ["bob@example.com"]
 operations = ["subscribe"]
 topics = ["/weather/secret/#"]
+
+[[deny]]
+actors = ["bob@example.com"]
+operations = ["publish"]
+topics = ["/weather/#"]
 """
 DELAY = 0.5
 """How long the stalling upstream waits between its attach and its detach."""
