@@ -157,7 +157,8 @@ def test_1100_parallel_idle_connects_leave_the_gateway_alive(
         while time.monotonic() < deadline:
             assert proc.poll() is None, (tmp_path / "gateway.log").read_text()[-3000:]
             peak = max(peak, fds(proc))
-        # 800 held; past them, refused connections on their way out, a cohort of
+        # 800 held or closing (a wave past the open deadline counts until its sockets are
+        # gone); past them, refused connections on their way out, a cohort of
         # REFUSALS_EXPLAINED a second: one held to be told why, and up to three told, closing
         # then lingering (LINGER) until a tick (TICK 0.5 s, later on a loaded machine) lets them
         # go; a few closed unread in flight. All below what select() can wait on (1024).
@@ -221,3 +222,38 @@ def test_the_gate_leaves_no_room_for_the_sockets_it_is_still_closing() -> None:
         gate.tick(now)
     assert all(t.closed for t in transports)
     assert gate.room() == 3
+
+
+def test_the_gate_holds_no_connection_in_the_place_of_one_it_is_still_closing() -> None:
+    """The listener takes one connection a pass even with no room: the admission must refuse
+    it while the sockets of a wave closed past the open deadline are still open, not hold it
+    on top of them (the 1,100-connect flood held 898 descriptors under load before). Once a
+    transport is closed (the handlers forget its connection), its place is free at once."""
+    clock = [0.0]
+    gate = Gate(Admission(CountLimits(max_connections=3, open_timeout=1.0)),
+                clock=lambda: clock[0])
+
+    def accepted() -> Connection:
+        conn, transport = Connection(), Transport(Transport.SERVER)
+        transport.bind(conn)
+        gate.bound(conn)
+        return conn
+
+    wave = [accepted() for _ in range(3)]
+    clock[0] = 1.5
+    gate.tick(1.5)  # the wave past the deadline: forgotten, closing
+    assert gate.admission.room() == 3
+    late = accepted()
+    assert late.refusal is not None, "held while the wave's sockets are open"
+    assert "--max-connections" in late.refusal.message
+    assert gate.admission.room() == 3
+    clock[0] = 2.0
+    gate.tick(2.0)  # the wave's heads closed: its transports are closed, still counted
+    assert all(conn.transport.closed for conn in wave)
+    assert gate.room() == 0
+    for conn in wave:  # as on_transport_closed does: the sockets go in this pass
+        gate.forget(conn)
+    assert gate.room() == 3
+    taken = accepted()
+    assert getattr(taken, "refusal", None) is None
+    assert gate.admission.room() == 2

@@ -141,16 +141,19 @@ class Admission:
 
     # --- connections ----------------------------------------------------------------------
 
-    def accept(self, conn: Any, now: float) -> LimitExceededError | None:
-        """A transport was accepted: hold it (None) or say why not (it is not held)."""
+    def accept(self, conn: Any, now: float, closing: int = 0) -> LimitExceededError | None:
+        """A transport was accepted: hold it (None) or say why not (it is not held).
+        ``closing``: connections already forgotten here whose sockets are still open (closed
+        by the caller, not gone yet); they count against ``max_connections`` as held ones do,
+        so the descriptors held stay bounded by it."""
         if conn in self._connections:
             return None
         limit = self.limits.max_connections
-        if len(self._connections) >= limit:
+        if len(self._connections) + closing >= limit:
             self.stats["connections_refused"] += 1
             return LimitExceededError(
                 f"the component holds {limit} connections (--max-connections)",
-                expected=limit, got=len(self._connections) + 1)
+                expected=limit, got=len(self._connections) + closing + 1)
         self._connections[conn] = _Connection(now)
         self.stats["connections_peak"] = max(self.stats["connections_peak"],
                                              len(self._connections))

@@ -55,7 +55,7 @@ class Gate:
     def __init__(self, admission: Admission, clock: Callable[[], float]) -> None:
         self.admission = admission
         self.clock = clock
-        self._closing: list[Any] = []  # transports closed here: their sockets go next tick
+        self._closing: dict[Any, None] = {}  # transports closed here: sockets go next tick
         self._lingering: dict[Any, float] = {}  # output closed, input open: until when
         self._refusing: dict[Any, float] = {}  # refused at accept, to be told why: by when
 
@@ -64,7 +64,9 @@ class Gate:
     def bound(self, conn: Any) -> None:
         """A transport was accepted for ``conn``: held, or refused (see the module)."""
         now = self.clock()
-        refusal = self.admission.accept(conn, now)
+        # closed here but not gone: their descriptors count, or a flood accepted one a pass
+        # while a wave past the open deadline is closing would be held on top of that wave
+        refusal = self.admission.accept(conn, now, len(self._closing) + len(self._lingering))
         if refusal is None:
             return
         conn.refusal = refusal
@@ -102,6 +104,10 @@ class Gate:
         """``conn`` ended (idempotent)."""
         self.admission.forget(conn)
         self._refusing.pop(conn, None)
+        transport = conn.transport
+        if transport is not None and transport.closed:  # its socket goes in this pass
+            self._closing.pop(transport, None)
+            self._lingering.pop(transport, None)
 
     def tick(self, now: float) -> None:
         """Close the sockets of connections closed since the last tick (the input too of those
@@ -112,7 +118,7 @@ class Gate:
                 del self._lingering[transport]
                 if not transport.closed:
                     transport.close_tail()  # a peer that never reads or ends its side
-        closing, self._closing = self._closing, []
+        closing, self._closing = self._closing, {}
         for transport in closing:
             if not transport.closed:
                 transport.close_head()
@@ -152,7 +158,7 @@ class Gate:
         # the peer reads before the AMQP close: it would learn "SSL failure", not why
         if not getattr(conn, "seqrepair_tls", False):
             transport.close_tail()
-        self._closing.append(transport)
+        self._closing[transport] = None
 
     # --- links ----------------------------------------------------------------------------
 
