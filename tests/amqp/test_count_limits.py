@@ -97,7 +97,9 @@ def test_silent_peers_of_a_tls_component_are_closed_after_the_open_timeout(
             for _ in range(2):  # a wave held (from the listen backlog), then closed
                 socks += connect_all(host, int(port), 20)
                 assert wait_for(lambda: fds(comp) >= baseline + 20, 10), (fds(comp), baseline)
-                assert wait_for(lambda: fds(comp) <= baseline + 2, 20), (fds(comp), baseline)
+                # every socket of the wave gone: one still closing would count against the
+                # room of the next wave (Gate.bound), which this test counts exactly
+                assert wait_for(lambda: fds(comp) <= baseline, 20), (fds(comp), baseline)
             # past the limit: 20 held, 20 refused (16 held a second to be told why, over TLS
             # the same lingering close, the rest closed unread)
             socks += connect_all(host, int(port), 40)

@@ -18,6 +18,7 @@ from typing import Any, TextIO
 from seqrepair.amqp.client.imagesfile import IMAGES_EVERY, ImagesFile, write_images  # noqa: F401 (re-exported: they lived here)
 from seqrepair.amqp.client.publishcmd import report_error
 from seqrepair.core.messages import Publication
+from seqrepair.readyfile import write_ready
 
 
 def publication_record(pub: Publication) -> dict[str, Any]:
@@ -100,7 +101,7 @@ def subscribe_command(args: argparse.Namespace) -> int:
         def announce() -> None:
             with contextlib.suppress(AmqpAdapterError):  # reported when the subscriber returns
                 if subscriber.wait_connected():
-                    ready_file.write_text(args.address)
+                    write_ready(ready_file, args.address)
 
         threading.Thread(target=announce, name="ready-file", daemon=True).start()
     run_subscriber(subscriber, sink, args)

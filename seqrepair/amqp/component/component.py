@@ -309,7 +309,7 @@ class Component(MessagingHandler):
             return
         # a burst of connects is taken at once, as many as may be held, not left waiting; a
         # failed accept (out of descriptors) pauses the listener, never ends the loop
-        accept_in_batches(self.acceptor, room=self.admission.room, stats=self.stats, log=log)
+        accept_in_batches(self.acceptor, room=self.gate.room, stats=self.stats, log=log)
         self.listening = listening_address(self.acceptor, self.config.url)
         if self.config.hop_id is None:  # the address bound (a port 0 chosen) says more
             self.hops = Hops(default_hop_id("serve", self.listening), self.config.max_hops)

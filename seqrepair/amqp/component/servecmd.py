@@ -17,6 +17,7 @@ from typing import Any
 from seqrepair.core.errors import InvalidConfigError, SeqRepairError
 from seqrepair.core.topics import validate_topic
 from seqrepair.logs import get_logger
+from seqrepair.readyfile import write_ready
 
 log = get_logger(__name__)
 
@@ -76,7 +77,7 @@ def serve(args: argparse.Namespace) -> int:
 
     def ready(url: str) -> None:
         if args.ready_file:
-            Path(args.ready_file).write_text(url)
+            write_ready(args.ready_file, url)
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     journal = Journal.from_url(args.redis_url, socket_timeout=args.redis_timeout,

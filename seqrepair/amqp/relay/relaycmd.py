@@ -7,9 +7,9 @@ import contextlib
 import gc
 import signal
 import sys
-from pathlib import Path
 
 from seqrepair.logs import get_logger
+from seqrepair.readyfile import write_ready
 
 log = get_logger(__name__)
 
@@ -72,7 +72,7 @@ def relay_command(args: argparse.Namespace) -> int:
 
     def ready(url: str) -> None:
         if args.ready_file:
-            Path(args.ready_file).write_text(url)
+            write_ready(args.ready_file, url)
 
     journal = Journal.from_url(args.redis_url, socket_timeout=args.redis_timeout,
                                socket_connect_timeout=min(args.redis_timeout, 5.0))

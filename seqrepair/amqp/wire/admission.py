@@ -151,8 +151,9 @@ class Admission:
         limit = self.limits.max_connections
         if len(self._connections) + closing >= limit:
             self.stats["connections_refused"] += 1
+            of_them = f", {closing} of them closing" if closing else ""
             return LimitExceededError(
-                f"the component holds {limit} connections (--max-connections)",
+                f"the component holds {limit} connections{of_them} (--max-connections)",
                 expected=limit, got=len(self._connections) + closing + 1)
         self._connections[conn] = _Connection(now)
         self.stats["connections_peak"] = max(self.stats["connections_peak"],
@@ -160,7 +161,7 @@ class Admission:
         return None
 
     def room(self) -> int:
-        """How many more connections :meth:`accept` would hold now."""
+        """How many more connections :meth:`accept` would hold now, none closing."""
         return max(0, self.limits.max_connections - len(self._connections))
 
     def open(self, conn: Any, principal: str) -> LimitExceededError | None:
