@@ -118,6 +118,18 @@ def register(subparsers: Any) -> None:
     gateway.add_argument("--open-timeout", type=positive_float, default=10.0, metavar="SECONDS",
                          help="a client connection that has not completed the AMQP open (and "
                               "SASL) this long after it was accepted is closed")
+    gateway.add_argument("--max-links-per-connection", type=positive_int, default=1_000,
+                         metavar="N", help="links one client connection may hold attached; "
+                                           "one more is refused (amqp:resource-limit-exceeded) "
+                                           "(default 1000; a downstream gateway or relay "
+                                           "carries all its subscribers' links on one)")
+    gateway.add_argument("--max-links-per-principal", type=positive_int, default=4_000,
+                         metavar="N", help="links the client connections of one principal may "
+                                           "hold (the one each proved; anonymous clients are "
+                                           "one principal; default 4000). Without "
+                                           "--forward-principals the component counts every "
+                                           "client as the gateway: keep these below its "
+                                           "allowance so one client cannot use it up")
     gateway.add_argument("--max-waiting-requests", type=positive_int, default=4_096,
                          metavar="N", help="client requests waiting for the component's "
                                            "outcome at once; one more is rejected "

@@ -56,7 +56,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any, cast
 
-from proton import Connection, Endpoint
+from proton import Condition, Connection, Endpoint
 from proton.handlers import EndpointStateHandler, MessagingHandler
 from proton.reactor import ApplicationEvent
 
@@ -84,6 +84,8 @@ from seqrepair.amqp.gateway.requests import (
 from seqrepair.amqp.gateway.rewrite import RESPONSES_ADDRESS
 from seqrepair.amqp.wire.admission import (
     MAX_CONNECTIONS,
+    MAX_LINKS_PER_CONNECTION,
+    MAX_LINKS_PER_PRINCIPAL,
     OPEN_TIMEOUT,
     Admission,
     CountLimits,
@@ -108,7 +110,7 @@ from seqrepair.amqp.wire.reactor import (
     listening_address,
     make_container,
 )
-from seqrepair.amqp.wire.refusal import attach_refused
+from seqrepair.amqp.wire.refusal import attach_refused, refuse_link
 from seqrepair.amqp.wire.respann import RESPONSE_ANNOTATIONS
 from seqrepair.amqp.wire.security import (
     NO_CLIENT_SECURITY,
@@ -184,6 +186,11 @@ class Gateway(MessagingHandler):
     (:class:`~seqrepair.amqp.wire.gate.Gate`): client connections held at once, opened
     or not (one more is refused ``amqp:resource-limit-exceeded``), and the seconds a client
     has to complete its AMQP open; its own connections to the component are not counted.
+    ``max_links_per_connection``, ``max_links_per_principal``: links (of every kind) one
+    client connection, and the connections of one proven principal, hold attached here (one
+    more is refused ``amqp:resource-limit-exceeded`` by the gateway itself): a gateway that
+    does not forward principals is one principal upstream for all its clients, so these keep
+    one client from using up that shared allowance.
     ``max_waiting_requests``, ``max_waiting_requests_per_principal``: client requests waiting
     for the component's outcome at most, in all and from the connections of one proven
     principal (one more is rejected ``amqp:resource-limit-exceeded``; :mod:`.requests`).
@@ -209,6 +216,8 @@ class Gateway(MessagingHandler):
         max_hops: int = DEFAULT_MAX_HOPS,
         max_connections: int = MAX_CONNECTIONS,
         open_timeout: float = OPEN_TIMEOUT,
+        max_links_per_connection: int = MAX_LINKS_PER_CONNECTION,
+        max_links_per_principal: int = MAX_LINKS_PER_PRINCIPAL,
         max_waiting_requests: int = MAX_AWAITED,
         max_waiting_requests_per_principal: int = MAX_AWAITED_PER_PRINCIPAL,
     ) -> None:
@@ -240,10 +249,12 @@ class Gateway(MessagingHandler):
                       "answers_held": 0, "relayed": 0, "unroutable": 0,
                       "dropped_requests": 0, "upstream_connections": 0, "upstream_losses": 0,
                       "refused": 0, "upstream_attaches": 0, "hop_refusals": 0}
-        # client connections against the count limits, as at the component; one principal
-        # (anonymous, say) may hold them all: the per-principal bound is max_connections
+        # client connections and links against the count limits, as at the component; one
+        # principal (anonymous, say) may hold every connection: its bound is max_connections
         self.admission = Admission(CountLimits(
             max_connections=max_connections, max_connections_per_principal=max_connections,
+            max_links_per_connection=max_links_per_connection,
+            max_links_per_principal=max_links_per_principal,
             open_timeout=open_timeout), self.stats)
         self.gate = Gate(self.admission, time.monotonic)
         # requests forwarded upstream, answers routed back
@@ -536,6 +547,12 @@ class Gateway(MessagingHandler):
                 link.target.address = RESPONSES_ADDRESS
                 self.requests.responses_attached(link)
             return
+        limited = self.gate.attach(link)  # a client's link, of any kind, against its counts
+        if limited is not None:
+            self.log.warning("link refused", link=link.name, condition=limited.condition,
+                             error=limited.message)
+            refuse_link(link, Condition(limited.condition, limited.message[:500]))
+            return
         if link.is_sender and is_owner_address(link.remote_source.address):
             self.contributions.attach_owner(link)  # an owner's: unsettled, both ways
         elif link.is_sender:  # a subscriber's data link: held until the component answers
@@ -625,6 +642,8 @@ class Gateway(MessagingHandler):
 
     def on_link_closed(self, event: Any) -> None:
         link = event.link
+        if not _upstream(link):
+            self.gate.detach(link)  # its place is free again (idempotent)
         if self.requests.control_closed(link):
             self._control_detached(link)
             return

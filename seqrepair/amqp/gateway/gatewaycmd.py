@@ -6,7 +6,8 @@ import argparse
 import contextlib
 import signal
 import sys
-from pathlib import Path
+
+from seqrepair.readyfile import write_ready
 
 
 def gateway_command(args: argparse.Namespace) -> int:
@@ -17,7 +18,7 @@ def gateway_command(args: argparse.Namespace) -> int:
 
     def ready(url: str) -> None:
         if args.ready_file:
-            Path(args.ready_file).write_text(url)
+            write_ready(args.ready_file, url)
 
     gateway = Gateway(args.listen, args.upstream, name=args.name, on_ready=ready,
                       idle_timeout=args.idle_timeout, hold_timeout=args.hold_timeout,
@@ -28,6 +29,8 @@ def gateway_command(args: argparse.Namespace) -> int:
                       forward_principals=args.forward_principals,
                       hop_id=args.hop_id, max_hops=args.max_hops,
                       max_connections=args.max_connections, open_timeout=args.open_timeout,
+                      max_links_per_connection=args.max_links_per_connection,
+                      max_links_per_principal=args.max_links_per_principal,
                       max_waiting_requests=args.max_waiting_requests,
                       max_waiting_requests_per_principal=(
                           args.max_waiting_requests_per_principal))

@@ -51,7 +51,9 @@ class HoldingEndpoints(EndpointStateHandler):
         link = event.link
         if self.is_local_uninitialised(link):
             self.on_link_opening(event)
-            if not getattr(link, "seqrepair_held", False):
+            # not held, and not refused there already (opening a closed link would undo
+            # its close: the detach would never be sent)
+            if not getattr(link, "seqrepair_held", False) and link.state & Endpoint.LOCAL_UNINIT:
                 link.open()
             return
         super().on_link_remote_open(event)
