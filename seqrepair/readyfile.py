@@ -13,5 +13,8 @@ def write_ready(path: str | Path, text: str) -> None:
     """Write ``text`` to ``path`` atomically (see the module)."""
     target = Path(path)
     partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
-    partial.write_text(text)
-    os.replace(partial, target)
+    try:
+        partial.write_text(text)
+        os.replace(partial, target)
+    finally:
+        partial.unlink(missing_ok=True)  # gone once renamed; a failed write leaves nothing

@@ -32,3 +32,12 @@ def test_the_ready_file_appears_whole_and_nothing_else_is_left(tmp_path: Path) -
 def test_a_ready_file_in_a_missing_folder_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         write_ready(tmp_path / "missing" / "ready", "x")
+
+
+def test_a_failed_rename_leaves_no_partial_file(tmp_path: Path) -> None:
+    def refused(src: str | Path, dst: str | Path) -> None:
+        raise PermissionError(13, "refused", str(dst))
+
+    with mock.patch("seqrepair.readyfile.os.replace", refused), pytest.raises(PermissionError):
+        write_ready(tmp_path / "ready", "x")
+    assert list(tmp_path.iterdir()) == []

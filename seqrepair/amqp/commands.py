@@ -128,8 +128,9 @@ def register(subparsers: Any) -> None:
                                            "hold (the one each proved; anonymous clients are "
                                            "one principal; default 4000). Without "
                                            "--forward-principals the component counts every "
-                                           "client as the gateway: keep these below its "
-                                           "allowance so one client cannot use it up")
+                                           "client's links as the gateway's: set both below "
+                                           "its allowance (the defaults are serve's own) so "
+                                           "one client cannot use it up")
     gateway.add_argument("--max-waiting-requests", type=positive_int, default=4_096,
                          metavar="N", help="client requests waiting for the component's "
                                            "outcome at once; one more is rejected "

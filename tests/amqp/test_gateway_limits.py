@@ -115,7 +115,9 @@ def test_a_flood_past_max_connections_is_refused_while_a_subscriber_is_served(
             peak = max(peak, fds(proc))
         # 19 held, 16 held a second to be told why (16 more being closed), the rest unread
         assert peak <= baseline + 19 + 2 * 16 + 3, (peak, baseline)
-        assert "--max-connections" in refused(listen)
+        why = refused(listen)
+        assert "--max-connections" in why, why
+        assert "the gateway holds 20 connections" in why, why  # not "the component"
         publish(comp, redis_url, 0, 50)
         assert wait_for(lambda: len(got) >= 50, 30)
         closed = 0

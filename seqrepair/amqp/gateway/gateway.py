@@ -255,7 +255,7 @@ class Gateway(MessagingHandler):
             max_connections=max_connections, max_connections_per_principal=max_connections,
             max_links_per_connection=max_links_per_connection,
             max_links_per_principal=max_links_per_principal,
-            open_timeout=open_timeout), self.stats)
+            open_timeout=open_timeout), self.stats, holder="the gateway")
         self.gate = Gate(self.admission, time.monotonic)
         # requests forwarded upstream, answers routed back
         self.requests = Requests(self, capacity, annotations, max_awaited=max_waiting_requests,
@@ -639,11 +639,34 @@ class Gateway(MessagingHandler):
         cond = _condition(link)
         self.log.info("link detached with an error", link=link.name, upstream=_upstream(link),
                       condition=cond[0] if cond else None)
+        if link.state & Endpoint.LOCAL_CLOSED and not _upstream(link):
+            # a client's answer, with an error, to a detach of ours: proton says no more
+            self._link_ended(link)
+
+    def on_session_closing(self, event: Any) -> None:
+        self._session_ended(event.session)
+
+    def on_session_error(self, event: Any) -> None:
+        self._session_ended(event.session)
+
+    def _session_ended(self, session: Any) -> None:
+        """A client ended a session with links still attached: they end with it, and proton
+        says nothing of them; each goes as if its client had detached it."""
+        conn = session.connection
+        if _upstream(conn):
+            return
+        link = conn.link_head(0)
+        while link is not None:
+            following = link.next(0)
+            if link.session == session:
+                self._link_ended(link)
+            link = following
 
     def on_link_closed(self, event: Any) -> None:
         link = event.link
         if not _upstream(link):
-            self.gate.detach(link)  # its place is free again (idempotent)
+            self._link_ended(link)
+            return
         if self.requests.control_closed(link):
             self._control_detached(link)
             return
@@ -654,14 +677,24 @@ class Gateway(MessagingHandler):
         relay: Relay | None = getattr(link, "seqrepair_relay", None)
         if relay is None:
             return
-        if _upstream(link):
-            if relay.state is RelayState.ATTACHING and self.relays.is_current(relay):
-                self._refused_upstream(relay, link)  # attached with a null source, then this
-            condition = _condition(link)
-            if condition is not None and relay.state is RelayState.OPEN:  # ended for its path?
-                self._learn(relay, condition)
-            perform(self, self.relays.upstream_detached(relay, condition))
-        else:
+        if relay.state is RelayState.ATTACHING and self.relays.is_current(relay):
+            self._refused_upstream(relay, link)  # attached with a null source, then this
+        condition = _condition(link)
+        if condition is not None and relay.state is RelayState.OPEN:  # ended for its path?
+            self._learn(relay, condition)
+        perform(self, self.relays.upstream_detached(relay, condition))
+
+    def _link_ended(self, link: Any) -> None:
+        """A client's link ended (detached, or its session ended; once): its place given
+        back, what the gateway carries for it ended."""
+        if getattr(link, "seqrepair_ended", False):
+            return
+        link.seqrepair_ended = True
+        self.gate.detach(link)
+        if self.contributions.link_closed(link) or self.publishing.link_closed(link):
+            return
+        relay: Relay | None = getattr(link, "seqrepair_relay", None)
+        if relay is not None:
             perform(self, self.relays.downstream_detached(relay))
 
     # --- messages -----------------------------------------------------------------------

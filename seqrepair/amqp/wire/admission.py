@@ -99,6 +99,8 @@ class Admission:
 
     limits: CountLimits = attrs.field(factory=CountLimits)
     stats: dict[str, int] = attrs.field(factory=dict)
+    holder: str = "the component"
+    """Who holds the connections, as refusals name it (a gateway's: "the gateway")."""
     _connections: dict[Any, _Connection] = attrs.field(factory=dict, init=False)
     _principal_connections: Counter[str] = attrs.field(factory=Counter, init=False)
     _principal_links: Counter[str] = attrs.field(factory=Counter, init=False)
@@ -153,7 +155,7 @@ class Admission:
             self.stats["connections_refused"] += 1
             of_them = f", {closing} of them closing" if closing else ""
             return LimitExceededError(
-                f"the component holds {limit} connections{of_them} (--max-connections)",
+                f"{self.holder} holds {limit} connections{of_them} (--max-connections)",
                 expected=limit, got=len(self._connections) + closing + 1)
         self._connections[conn] = _Connection(now)
         self.stats["connections_peak"] = max(self.stats["connections_peak"],
