@@ -8,6 +8,7 @@ client is a proton event loop that attaches, ends and attaches again on one conn
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -123,3 +124,26 @@ def test_the_places_of_a_sessions_links_come_back_when_the_client_ends_the_sessi
     assert client.errors["s-2"][0] == LIMIT, client.errors
     assert "--max-links-per-connection" in client.errors["s-2"][1], client.errors
     assert "after" in client.opened, (client.opened, client.errors)
+
+
+def test_a_held_publisher_link_whose_session_ended_does_not_close_its_connection() -> None:
+    """A publisher's link held for the component's answer, its session then ended: released,
+    its connection is not closed for it at the hold timeout (one still held is)."""
+    from types import SimpleNamespace
+
+    from proton import Connection
+
+    from seqrepair.amqp.gateway.publish import PublishRelays
+
+    relays = PublishRelays(SimpleNamespace(stats={}))
+    conns = []
+    for released in (True, False):
+        conn = Connection()
+        link = conn.session().sender(f"publisher-{released}")
+        relays.hold(link)
+        if released:
+            relays.release(link)
+        conns.append(conn)
+    relays.expire(time.monotonic() + 60.0, 30.0)  # held since hold(): monotonic time
+    assert not conns[0].state & Endpoint.LOCAL_CLOSED
+    assert conns[1].state & Endpoint.LOCAL_CLOSED

@@ -639,9 +639,9 @@ class Gateway(MessagingHandler):
         cond = _condition(link)
         self.log.info("link detached with an error", link=link.name, upstream=_upstream(link),
                       condition=cond[0] if cond else None)
-        if link.state & Endpoint.LOCAL_CLOSED and not _upstream(link):
-            # a client's answer, with an error, to a detach of ours: proton says no more
-            self._link_ended(link)
+        if link.state & Endpoint.LOCAL_CLOSED:
+            # an answer, with an error, to a detach of ours: proton reports no "closed"
+            self.on_link_closed(event)
 
     def on_session_closing(self, event: Any) -> None:
         self._session_ended(event.session)
@@ -655,9 +655,12 @@ class Gateway(MessagingHandler):
         conn = session.connection
         if _upstream(conn):
             return
-        link = conn.link_head(0)
+        # only the links the client still holds (an ended session's are): proton keeps every
+        # link a connection ever had, and a walk over all of them in Python per ended session
+        # would let a client that attaches and detaches without end stall the loop
+        link = conn.link_head(Endpoint.REMOTE_ACTIVE)
         while link is not None:
-            following = link.next(0)
+            following = link.next(Endpoint.REMOTE_ACTIVE)
             if link.session == session:
                 self._link_ended(link)
             link = following
@@ -691,6 +694,7 @@ class Gateway(MessagingHandler):
             return
         link.seqrepair_ended = True
         self.gate.detach(link)
+        self.publishing.release(link)  # held for the component's answer: no longer
         if self.contributions.link_closed(link) or self.publishing.link_closed(link):
             return
         relay: Relay | None = getattr(link, "seqrepair_relay", None)

@@ -199,6 +199,13 @@ class PublishRelays:
         to the link attached upstream for it: at most the hold timeout (:meth:`expire`)."""
         self._held.setdefault(link.connection, {})[link] = time.monotonic()
 
+    def release(self, link: Any) -> None:
+        """Client link ``link`` ended (its session ended, say, while it was held): it is held
+        no more, and its connection is not closed for it at the hold timeout."""
+        links = self._held.get(link.connection)
+        if links is not None:
+            links.pop(link, None)
+
     def expire(self, now: float, hold_timeout: float) -> None:
         """Client links held more than ``hold_timeout`` seconds (the component attached
         nothing for them, or a null terminus without its detach) end, their clients'
