@@ -648,6 +648,7 @@ class Gateway(MessagingHandler):
 
     def on_session_error(self, event: Any) -> None:
         self._session_ended(event.session)
+        super().on_session_error(event)  # proton's: the client's connection is closed, as before
 
     def _session_ended(self, session: Any) -> None:
         """A client ended a session with links still attached: they end with it, and proton
