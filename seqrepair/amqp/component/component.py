@@ -395,7 +395,7 @@ class Component(MessagingHandler):
         link = event.link
         refusal = getattr(link, "refusal", None)
         if refusal is not None:
-            link.condition = Condition(refusal.condition, refusal.message[:500])
+            link.condition = refusal.amqp_condition()
             link.close()
             return
         if link.is_receiver:

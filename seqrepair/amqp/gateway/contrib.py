@@ -33,7 +33,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from proton import Condition, Delivery, Endpoint, Link, Message, ulong
+from proton import Delivery, Endpoint, Link, Message, ulong
 
 from seqrepair.amqp.gateway.publish import copy_outcome, has_outcome
 from seqrepair.amqp.gateway.relaylinks import LinkProperties
@@ -94,7 +94,7 @@ class Contributions:
                                    expected=barred.expected, got=barred.got)
         except AmqpAdapterError as exc:
             gw.hop_refused(link, exc)
-            refuse_link(link, Condition(exc.condition, exc.message[:500]))
+            refuse_link(link, exc.amqp_condition())
             return
         properties = {**upstream_properties(None, on_behalf_of), PROP_PATH: list(path),
                       PROP_PATH_HOPS: ulong(hops)}

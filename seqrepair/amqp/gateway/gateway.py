@@ -56,7 +56,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any, cast
 
-from proton import Condition, Connection, Endpoint
+from proton import Connection, Endpoint
 from proton.handlers import EndpointStateHandler, MessagingHandler
 from proton.reactor import ApplicationEvent
 
@@ -551,7 +551,7 @@ class Gateway(MessagingHandler):
         if limited is not None:
             self.log.warning("link refused", link=link.name, condition=limited.condition,
                              error=limited.message)
-            refuse_link(link, Condition(limited.condition, limited.message[:500]))
+            refuse_link(link, limited.amqp_condition())
             return
         if link.is_sender and is_owner_address(link.remote_source.address):
             self.contributions.attach_owner(link)  # an owner's: unsettled, both ways

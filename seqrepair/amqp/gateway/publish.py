@@ -114,7 +114,7 @@ def checked_incoming(handler: Any) -> None:
 def settle_with(delivery: Any, error: AmqpAdapterError) -> None:
     """Reject ``delivery`` with ``error``'s condition (a pre-settled one is only freed)."""
     if not delivery.settled:
-        delivery.local.condition = Condition(error.condition, error.message[:500])
+        delivery.local.condition = error.amqp_condition()
         delivery.update(Delivery.REJECTED)
     delivery.settle()
 
@@ -176,7 +176,7 @@ class PublishRelays:
                                    expected=barred.expected, got=barred.got)
         except AmqpAdapterError as exc:
             self.gateway.hop_refused(link, exc)
-            refuse_link(link, Condition(exc.condition, exc.message[:500]))
+            refuse_link(link, exc.amqp_condition())
             return
         properties = {**upstream_properties(None, on_behalf_of), PROP_PATH: list(path),
                       PROP_PATH_HOPS: ulong(hops)}

@@ -12,7 +12,7 @@ import enum
 from collections.abc import Mapping
 from typing import Any
 
-from proton import symbol, ulong
+from proton import Condition, symbol, ulong
 
 from seqrepair.core.errors import SeqRepairError
 from seqrepair.logs import get_logger
@@ -71,6 +71,11 @@ class AmqpAdapterError(SeqRepairError):
 
     def __init__(self, message: str, *, expected: Any = None, got: Any = None) -> None:
         super().__init__(message, expected=expected, got=got)
+
+    def amqp_condition(self) -> Condition:
+        """The AMQP condition that says it: ``condition``, and the message cut to 500
+        characters (a detach or close frame stays small)."""
+        return Condition(self.condition, self.message[:500])
 
 
 class MalformedMessageError(AmqpAdapterError):

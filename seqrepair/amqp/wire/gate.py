@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from proton import Condition, Endpoint
+from proton import Endpoint
 
 from seqrepair.amqp.wire.admission import Admission, LimitExceededError
 from seqrepair.amqp.wire.security import principal_of
@@ -66,7 +66,7 @@ class Gate:
         now = self.clock()
         # closed here but not gone: their descriptors count, or a flood accepted one a pass
         # while a wave past the open deadline is closing would be held on top of that wave
-        refusal = self.admission.accept(conn, now, len(self._closing) + len(self._lingering))
+        refusal = self.admission.accept(conn, now, self._not_gone())
         if refusal is None:
             return
         conn.refusal = refusal
@@ -98,7 +98,11 @@ class Gate:
         gate closed that are not gone yet (a connection past the open deadline is forgotten at
         once, its descriptor held until a tick or two later: a listener taking the room it
         left at once would hold both)."""
-        return max(0, self.admission.room() - len(self._closing) - len(self._lingering))
+        return max(0, self.admission.room() - self._not_gone())
+
+    def _not_gone(self) -> int:
+        """Sockets of connections closed here (forgotten by the admission) still open."""
+        return len(self._closing) + len(self._lingering)
 
     def forget(self, conn: Any) -> None:
         """``conn`` ended (idempotent)."""
@@ -145,11 +149,11 @@ class Gate:
             # no transport: its socket is gone and there is nobody to tell; opening the
             # connection now would have proton bind it to a transport without a socket
             return
-        conn.condition = Condition(error.condition, error.message[:500])
+        conn.condition = error.amqp_condition()
         if conn.state & Endpoint.LOCAL_UNINIT:
             conn.open()  # an open then the close: a peer that reads them learns why
         conn.close()
-        transport.condition = Condition(error.condition, error.message[:500])
+        transport.condition = error.amqp_condition()
         if unread:
             transport.close_tail()
             transport.close_head()
